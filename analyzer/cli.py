@@ -1,0 +1,69 @@
+"""The ``perfsweep`` command line: parse flags, call one library function, map errors to exit codes.
+
+Each sub-command lives in ``analyzer/commands/<name>.py`` and exposes ``register(app)``. Command
+modules import heavy libraries (locust/gevent, optuna, onnxruntime) inside the command body, so
+that ``perfsweep serve`` never monkey-patches the process with gevent and ``--help`` is fast.
+
+Exit codes: 0 ok, 1 goal/gate not met, 2 usage or input error, 3 the target failed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+from rich.console import Console
+
+from analyzer.errors import PerfsweepError
+
+#: Sub-command modules under ``analyzer.commands``, in the order ``--help`` lists them.
+COMMANDS = ("run", "serve", "load", "report", "gate", "ui")
+
+app = typer.Typer(
+    name="perfsweep",
+    help="Find the dynamic-batching config that serves the most traffic within a latency goal.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+err_console = Console(stderr=True)
+
+
+def _register_commands() -> None:
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"analyzer.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"analyzer.commands.{name}":
+                continue  # command not part of this build
+            raise
+        module.register(app)
+
+
+_register_commands()
+
+
+def main() -> None:
+    """Console-script entry point: run the app and turn perfsweep errors into exit codes."""
+    try:
+        app(standalone_mode=False)
+    except PerfsweepError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # typer/click usage errors
+        import click
+
+        if isinstance(exc, click.exceptions.Exit):
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(2)
+        if isinstance(exc, click.exceptions.Abort):
+            err_console.print("aborted")
+            sys.exit(130)
+        raise

@@ -1,0 +1,1 @@
+"""One module per ``perfsweep`` sub-command; each exposes ``register(app)``."""

@@ -1,0 +1,47 @@
+"""Errors of perfsweep. The CLI alone turns them into exit codes.
+
+::
+
+    PerfsweepError          root (exit 1 unless a subclass says otherwise)
+    ├── InputError          bad flags, scenario, config or result file (exit 2)
+    │   ├── ScenarioError   a scenario that cannot be run (unknown key, impossible bounds)
+    │   └── ResultFormatError  a result file of an unknown format version
+    ├── TargetError         the server under test failed or cannot be reached (exit 3)
+    └── GoalNotMetError     the measurement ran but the goal or gate failed (exit 1)
+
+Messages say what happened and what to do next.
+"""
+
+from __future__ import annotations
+
+
+class PerfsweepError(Exception):
+    """Root of every error perfsweep raises on purpose."""
+
+    exit_code = 1
+
+
+class InputError(PerfsweepError):
+    """The user's input (flags, scenario, config, result file) is invalid."""
+
+    exit_code = 2
+
+
+class ScenarioError(InputError):
+    """A scenario that cannot be run as written."""
+
+
+class ResultFormatError(InputError):
+    """A result file this version of perfsweep cannot read."""
+
+
+class TargetError(PerfsweepError):
+    """The server under test failed, died, or cannot be reached."""
+
+    exit_code = 3
+
+
+class GoalNotMetError(PerfsweepError):
+    """The measurement completed but the goal or gate was not met."""
+
+    exit_code = 1
