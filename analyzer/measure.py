@@ -1,0 +1,611 @@
+"""Measurement records and the pure logic around them: latency summaries, stability, capacity search.
+
+Nothing here touches a socket, a file or gevent: the Locust engine in ``analyzer/load`` fills these
+records, and the sweep, the report and the gate read them. Every record round-trips through
+``to_dict``/``from_dict``; ``Measurement.to_dict()`` is the per-load-level JSON that
+``perfsweep load --output`` writes.
+
+Latencies are integers in microseconds inside HDR histograms (1 µs .. 10 min, 3 significant
+figures, i.e. at most 0.1 % relative error); records expose milliseconds (``p99_ms``).
+
+Vocabulary:
+
+* *load level*: one ``LoadSpec`` (closed-loop concurrency N, or open-loop request rate R).
+* *window*: one stretch of measurement inside a level (by time or by request count).
+* *stable*: the last ``stable_windows`` windows agree within ``stability_pct`` on throughput and p99
+  (perf_analyzer's rule); an unstable level is reported and marked, never hidden.
+* *valid*: the generator kept up (achieved rate, send lag, CPU); an invalid result says how to fix it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from hdrh.histogram import HdrHistogram
+
+from analyzer.errors import InputError, ResultFormatError
+
+#: Version of the JSON written by ``perfsweep load --output``; bump on any incompatible change.
+LOAD_FORMAT_VERSION = 1
+
+#: Histogram range in microseconds: 1 µs .. 10 minutes. Larger values are clamped, never dropped.
+HIST_LOWEST_US = 1
+HIST_HIGHEST_US = 600_000_000
+HIST_SIGNIFICANT_FIGURES = 3
+
+
+class LoadMode(str, enum.Enum):
+    """How load is offered."""
+
+    #: Closed loop: N requests always outstanding (perf_analyzer ``--concurrency-range``).
+    #: Latency is timed from the actual send, so a server stall is under-reported (coordinated omission).
+    CONCURRENCY = "concurrency"
+    #: Open loop: requests are sent on a schedule regardless of responses; latency is timed from the
+    #: intended send time, so a stall shows in the tail.
+    REQUEST_RATE = "request_rate"
+
+
+class Arrival(str, enum.Enum):
+    """Inter-arrival distribution of an open-loop schedule."""
+
+    CONSTANT = "constant"
+    POISSON = "poisson"
+
+
+# --------------------------------------------------------------------------------------------------
+# Exact latencies
+
+
+def new_histogram() -> HdrHistogram:
+    """Return an empty latency histogram in microseconds with perfsweep's standard range."""
+    return HdrHistogram(HIST_LOWEST_US, HIST_HIGHEST_US, HIST_SIGNIFICANT_FIGURES)
+
+
+def record_us(hist: HdrHistogram, value_us: float) -> None:
+    """Record one latency, clamped into the histogram's range.
+
+    ``HdrHistogram.record_value`` silently drops out-of-range values; a latency is never dropped
+    here: anything above the range counts as the range's maximum.
+    """
+    hist.record_value(min(max(int(value_us), HIST_LOWEST_US), HIST_HIGHEST_US))
+
+
+def merge_encoded(blobs: Iterable[str]) -> HdrHistogram:
+    """Merge encoded histograms (``HdrHistogram.encode()``, e.g. shipped from workers) into one."""
+    total = new_histogram()
+    for blob in blobs:
+        if blob:
+            total.decode_and_add(blob)
+    return total
+
+
+def merge_histograms(hists: Iterable[HdrHistogram]) -> HdrHistogram:
+    """Merge histograms into a new one (exact: same bucket layout everywhere)."""
+    total = new_histogram()
+    for hist in hists:
+        total.add(hist)
+    return total
+
+
+@dataclass(frozen=True)
+class LatencySummary:
+    """Percentiles of one latency distribution, in milliseconds."""
+
+    count: int = 0
+    p50_ms: float = 0.0
+    p90_ms: float = 0.0
+    p95_ms: float = 0.0
+    p99_ms: float = 0.0
+    p999_ms: float = 0.0
+    mean_ms: float = 0.0
+    max_ms: float = 0.0
+
+    @classmethod
+    def from_histogram(cls, hist: HdrHistogram) -> LatencySummary:
+        """Summarise a microsecond histogram (an empty one gives all zeros)."""
+        count = hist.get_total_count()
+        if count == 0:
+            return cls()
+        pct = hist.get_percentile_to_value_dict([50, 90, 95, 99, 99.9])
+        return cls(
+            count=count,
+            p50_ms=pct[50] / 1000.0,
+            p90_ms=pct[90] / 1000.0,
+            p95_ms=pct[95] / 1000.0,
+            p99_ms=pct[99] / 1000.0,
+            p999_ms=pct[99.9] / 1000.0,
+            mean_ms=hist.get_mean_value() / 1000.0,
+            max_ms=hist.get_max_value() / 1000.0,
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# Specs
+
+
+@dataclass(frozen=True)
+class Goals:
+    """What a load level must achieve to count as meeting the service-level objective."""
+
+    #: Client-side p99 latency limit, milliseconds.
+    p99_ms: float
+    #: Highest tolerated fraction of failed requests (0.01 = 1 %).
+    max_error_rate: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.p99_ms > 0:
+            raise InputError(f"p99 goal must be positive, got {self.p99_ms} ms")
+        if not 0 <= self.max_error_rate < 1:
+            raise InputError(
+                f"error-rate goal must be in [0, 1), got {self.max_error_rate}; pass a fraction"
+            )
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """One load level and how to measure it."""
+
+    mode: LoadMode
+    #: Concurrency (requests outstanding) in closed-loop mode, requests/second in open-loop mode.
+    target: float
+    arrival: Arrival = Arrival.POISSON
+    #: Warm-up before the first window; its requests are never part of any result.
+    warmup_s: float = 1.0
+    #: Window length in seconds (time windows). Ignored when ``window_requests`` is set.
+    window_s: float = 3.0
+    #: Window length in completed requests (count windows); each window also lasts >= ``min_window_s``.
+    window_requests: int | None = None
+    min_window_s: float = 1.0
+    #: Stability rule: the last ``stable_windows`` windows agree within this percentage.
+    stability_pct: float = 10.0
+    stable_windows: int = 3
+    #: At most this many windows per level; a level that has not stabilised by then is marked unstable.
+    max_windows: int = 10
+    #: Seed of the arrival schedule and of random input data.
+    seed: int = 0
+    #: When set, stop the level early once it clearly fails these goals (capacity search).
+    fail_fast: Goals | None = None
+    #: Upper bound on requests in flight (open loop); beyond it the level fails fast when
+    #: ``fail_fast`` is set. ``None``: derived from the rate (see ``in_flight_bound``).
+    max_in_flight: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.target > 0:
+            raise InputError(f"load target must be positive, got {self.target}")
+        if self.mode is LoadMode.CONCURRENCY and self.target != int(self.target):
+            raise InputError(f"concurrency must be a whole number, got {self.target}")
+        if self.window_requests is None and not self.window_s > 0:
+            raise InputError(f"--window-s must be positive, got {self.window_s}")
+        if self.window_requests is not None and self.window_requests < 1:
+            raise InputError(f"--window-requests must be >= 1, got {self.window_requests}")
+        if self.stable_windows < 1 or self.max_windows < self.stable_windows:
+            raise InputError(
+                f"max_windows ({self.max_windows}) must be >= stable_windows ({self.stable_windows}) >= 1"
+            )
+
+    def in_flight_bound(self) -> int:
+        """Requests allowed in flight before an open-loop level counts as overloaded.
+
+        Little's law: in-flight = rate x latency. At the goal's p99 the in-flight count is about
+        ``rate * p99``; four times that (at least 64) means the server is clearly not keeping up.
+        """
+        if self.max_in_flight is not None:
+            return self.max_in_flight
+        p99_s = (self.fail_fast.p99_ms if self.fail_fast else 1000.0) / 1000.0
+        return max(64, math.ceil(4 * self.target * p99_s))
+
+
+@dataclass(frozen=True)
+class CapacitySpec:
+    """Find the highest open-loop request rate that meets ``goals``."""
+
+    goals: Goals
+    #: First rate tried; the search doubles from here until a rate fails.
+    start_rps: float = 10.0
+    #: Never offer more than this.
+    max_rps: float = 100_000.0
+    #: When even ``start_rps`` fails the search descends, but not below this.
+    min_rps: float = 1.0
+    #: Bisection stops when the bracket is narrower than this fraction of its lower end.
+    resolution: float = 0.05
+    #: Bracketing growth factor.
+    growth: float = 2.0
+    #: Template for every step (mode and target are overridden by the search).
+    step: LoadSpec = field(
+        default_factory=lambda: LoadSpec(LoadMode.REQUEST_RATE, 1.0, window_s=2.0, max_windows=4)
+    )
+    #: Wait at most this long for the server to drain (pending requests back to 0) between steps.
+    drain_timeout_s: float = 30.0
+    #: Repeat a failing step once before it counts (real servers have rare outliers).
+    confirm_failures: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 < self.min_rps <= self.start_rps <= self.max_rps:
+            raise InputError(
+                f"capacity search needs 0 < min ({self.min_rps}) <= start ({self.start_rps}) "
+                f"<= max ({self.max_rps}) req/s"
+            )
+        if not 0 < self.resolution < 1:
+            raise InputError(f"resolution must be a fraction in (0, 1), got {self.resolution}")
+        if not self.growth > 1:
+            raise InputError(f"growth must be > 1, got {self.growth}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass(frozen=True)
+class ServerView:
+    """What the server says about one window or level (deltas of its statistics and metrics).
+
+    Times are averages per successful request in microseconds, as Triton's statistics report them.
+    """
+
+    success_count: int = 0
+    failure_count: int = 0
+    #: Failures from ``nv_inference_request_failure`` by ``reason`` (REJECTED, CANCELED, BACKEND, OTHER).
+    failures_by_reason: dict[str, int] = field(default_factory=dict)
+    inference_count: int = 0
+    execution_count: int = 0
+    #: inference_count / execution_count: how many requests (batch elements) each execution served.
+    avg_batch_size: float = 0.0
+    queue_us: float = 0.0
+    compute_input_us: float = 0.0
+    compute_infer_us: float = 0.0
+    compute_output_us: float = 0.0
+    #: Executions per batch size, from ``batch_stats``.
+    batch_sizes: dict[int, int] = field(default_factory=dict)
+    #: ``nv_inference_pending_request_count`` at the end (None when metrics were not available).
+    pending_requests: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (batch sizes keyed by strings, as JSON requires)."""
+        out = dataclasses.asdict(self)
+        out["batch_sizes"] = {str(k): v for k, v in sorted(self.batch_sizes.items())}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ServerView:
+        """Inverse of ``to_dict``."""
+        kwargs = _known_fields(cls, data)
+        kwargs["batch_sizes"] = {int(k): int(v) for k, v in data.get("batch_sizes", {}).items()}
+        kwargs["failures_by_reason"] = dict(data.get("failures_by_reason", {}))
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """One measurement window."""
+
+    index: int
+    duration_s: float
+    request_count: int
+    error_count: int
+    throughput_rps: float
+    #: Latency as reported for this mode (from intended send time in open loop).
+    p50_ms: float
+    p99_ms: float
+    mean_ms: float
+    send_lag_p99_ms: float = 0.0
+    #: Requests sent per second in this window (open loop: compare with the target rate).
+    offered_rps: float = 0.0
+    #: Generator CPU over the window, percent of one core per process, the busiest process.
+    generator_cpu_pct: float = 0.0
+    #: Most requests outstanding at once during the window.
+    max_in_flight: int = 0
+    server: ServerView | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["server"] = self.server.to_dict() if self.server else None
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WindowStats:
+        """Inverse of ``to_dict``."""
+        kwargs = _known_fields(cls, data)
+        kwargs["server"] = ServerView.from_dict(data["server"]) if data.get("server") else None
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The result of one load level: exact client-side latencies, self-checks, server view."""
+
+    mode: LoadMode
+    target: float
+    throughput_rps: float
+    p50_ms: float
+    p90_ms: float
+    p95_ms: float
+    p99_ms: float
+    request_count: int
+    error_count: int
+    stable: bool
+    valid: bool
+    send_lag_p99_ms: float
+    server: ServerView | None
+    arrival: Arrival | None = None
+    p999_ms: float = 0.0
+    mean_ms: float = 0.0
+    max_ms: float = 0.0
+    #: "intended_send" (open loop, coordinated-omission free) or "actual_send" (closed loop).
+    latency_basis: str = "intended_send"
+    #: Time from the actual send to the response (open loop; equals latency in closed loop).
+    service_p50_ms: float = 0.0
+    service_p99_ms: float = 0.0
+    duration_s: float = 0.0
+    #: Requests sent per second over the merged windows (open loop: should equal ``target``).
+    offered_rps: float = 0.0
+    generator_cpu_pct: float = 0.0
+    max_in_flight: int = 0
+    #: Error kinds -> counts (exception class and message head).
+    errors: dict[str, int] = field(default_factory=dict)
+    #: Why the result is invalid or unstable, each with what to do about it.
+    messages: tuple[str, ...] = ()
+    #: Why the level stopped before stabilising (fail-fast during capacity search), else None.
+    stopped_early: str | None = None
+    windows: tuple[WindowStats, ...] = ()
+    protocol: str = "http"
+    workers: int = 1
+
+    @property
+    def error_rate(self) -> float:
+        """Failed requests / all requests (0 when nothing was sent)."""
+        total = self.request_count
+        return self.error_count / total if total else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict: the per-level entry of ``perfsweep load --output``."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, enum.Enum):
+                value = value.value
+            out[f.name] = value
+        out["server"] = self.server.to_dict() if self.server else None
+        out["windows"] = [w.to_dict() for w in self.windows]
+        out["messages"] = list(self.messages)
+        out["error_rate"] = self.error_rate
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Measurement:
+        """Inverse of ``to_dict``."""
+        kwargs = _known_fields(cls, data)
+        kwargs["mode"] = LoadMode(data["mode"])
+        kwargs["arrival"] = Arrival(data["arrival"]) if data.get("arrival") else None
+        kwargs["server"] = ServerView.from_dict(data["server"]) if data.get("server") else None
+        kwargs["windows"] = tuple(WindowStats.from_dict(w) for w in data.get("windows", ()))
+        kwargs["messages"] = tuple(data.get("messages", ()))
+        kwargs["errors"] = dict(data.get("errors", {}))
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class CapacityResult:
+    """Highest request rate that met the goals, and every point tried on the way."""
+
+    goals: Goals
+    #: Highest passing rate, requests/second; 0.0 when even the first step failed.
+    capacity_rps: float
+    #: Every step, in the order it ran.
+    points: tuple[Measurement, ...]
+    #: The measurement at ``capacity_rps`` (None when nothing passed).
+    best: Measurement | None
+    #: True when the search bracketed the capacity (a failing rate was found above a passing one).
+    bracketed: bool
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {
+            "goals": dataclasses.asdict(self.goals),
+            "capacity_rps": self.capacity_rps,
+            "bracketed": self.bracketed,
+            "message": self.message,
+            "best": self.best.to_dict() if self.best else None,
+            "points": [p.to_dict() for p in self.points],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CapacityResult:
+        """Inverse of ``to_dict``."""
+        return cls(
+            goals=Goals(**data["goals"]),
+            capacity_rps=float(data["capacity_rps"]),
+            points=tuple(Measurement.from_dict(p) for p in data["points"]),
+            best=Measurement.from_dict(data["best"]) if data.get("best") else None,
+            bracketed=bool(data["bracketed"]),
+            message=str(data.get("message", "")),
+        )
+
+
+def load_output_dict(
+    measurements: Sequence[Measurement],
+    capacity: CapacityResult | None = None,
+    environment: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The versioned document ``perfsweep load --output`` writes."""
+    doc: dict[str, Any] = {
+        "format_version": LOAD_FORMAT_VERSION,
+        "kind": "perfsweep.load",
+        "environment": dict(environment or {}),
+        "results": [m.to_dict() for m in measurements],
+    }
+    if capacity is not None:
+        doc["capacity_rps"] = capacity.capacity_rps
+        doc["capacity"] = capacity.to_dict()
+    return doc
+
+
+def read_load_output(doc: Mapping[str, Any]) -> tuple[list[Measurement], CapacityResult | None]:
+    """Parse a ``perfsweep load --output`` document; refuse versions this build cannot read."""
+    version = doc.get("format_version")
+    if doc.get("kind") != "perfsweep.load" or version != LOAD_FORMAT_VERSION:
+        raise ResultFormatError(
+            f"not a perfsweep load result of format {LOAD_FORMAT_VERSION} "
+            f"(kind={doc.get('kind')!r}, format_version={version!r}); "
+            "re-run `perfsweep load` with this version or use the perfsweep that wrote it"
+        )
+    measurements = [Measurement.from_dict(m) for m in doc["results"]]
+    capacity = CapacityResult.from_dict(doc["capacity"]) if doc.get("capacity") else None
+    return measurements, capacity
+
+
+def _known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+class LoadGenerator(Protocol):
+    """The seam between the measurement engine and its users (sweep, CLI).
+
+    ``analyzer.load.LocustLoadGenerator`` is the real one; tests of search/report/gate logic use
+    a fake that computes results from a formula.
+    """
+
+    def measure(self, spec: LoadSpec) -> Measurement:
+        """Measure one load level."""
+        ...
+
+    def find_capacity(self, spec: CapacitySpec) -> CapacityResult:
+        """Find the highest open-loop request rate that meets ``spec.goals``."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------------
+# Stability and goals
+
+
+def is_stable(windows: Sequence[WindowStats], stability_pct: float = 10.0, needed: int = 3) -> bool:
+    """perf_analyzer's rule: the last ``needed`` windows agree on throughput and p99.
+
+    Agreement means max/min <= 1 + stability_pct/100 for both; a window with no completed request
+    (zero throughput) is never stable.
+    """
+    if len(windows) < needed:
+        return False
+    last = windows[-needed:]
+    limit = 1.0 + stability_pct / 100.0
+    for values in ([w.throughput_rps for w in last], [w.p99_ms for w in last]):
+        low, high = min(values), max(values)
+        if low <= 0 or high / low > limit:
+            return False
+    return True
+
+
+def meets_goals(m: Measurement, goals: Goals) -> tuple[bool, str]:
+    """Whether a measurement meets ``goals``, and a one-line reason either way.
+
+    An invalid measurement (saturated generator) never meets a goal: its numbers describe the
+    generator, not the server.
+    """
+    if m.request_count == 0:
+        return False, "no request completed"
+    if not m.valid:
+        return False, "invalid measurement (generator saturated)"
+    if m.p99_ms > goals.p99_ms:
+        return False, f"p99 {m.p99_ms:.2f} ms > goal {goals.p99_ms:g} ms"
+    if m.error_rate > goals.max_error_rate:
+        return False, f"error rate {m.error_rate:.2%} > goal {goals.max_error_rate:.2%}"
+    return True, f"p99 {m.p99_ms:.2f} ms <= {goals.p99_ms:g} ms, error rate {m.error_rate:.2%}"
+
+
+def clearly_fails(
+    latency_p99_ms: float,
+    request_count: int,
+    error_count: int,
+    in_flight: int,
+    goals: Goals,
+    in_flight_bound: int,
+    min_requests: int = 50,
+) -> str | None:
+    """Whether a level in progress has already failed its goals, so it can stop early.
+
+    Returns the reason, or None to keep measuring. Used by capacity search so an overloaded step
+    ends quickly (and leaves less backlog for the next step to inherit).
+    """
+    if in_flight > in_flight_bound:
+        return f"{in_flight} requests in flight > bound {in_flight_bound}"
+    if request_count >= min_requests:
+        if latency_p99_ms > goals.p99_ms:
+            return f"p99 {latency_p99_ms:.1f} ms already beyond goal {goals.p99_ms:g} ms"
+        if goals.max_error_rate < 1 and error_count / request_count > max(
+            goals.max_error_rate * 2, 0.05
+        ):
+            return f"error rate {error_count / request_count:.1%} already beyond goal"
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Capacity search (pure state machine: the engine asks for the next rate and reports pass/fail)
+
+
+class CapacitySearch:
+    """Bracket upward from a low rate, then bisect to a relative resolution.
+
+    Usage::
+
+        search = CapacitySearch(spec)
+        while (rate := search.next_rate()) is not None:
+            search.record(rate, passed=run_step(rate))
+        search.capacity_rps
+
+    Bracketing multiplies the rate by ``growth`` while it passes (up to ``max_rps``). Once a rate
+    fails, bisection runs between the highest pass and the lowest fail until the gap is at most
+    ``resolution`` x the lower end. A failing first step divides the rate by ``growth`` until one
+    passes (then bisects) or the rate would drop below ``min_rps``.
+    """
+
+    def __init__(self, spec: CapacitySpec) -> None:
+        self.spec = spec
+        self.highest_pass: float | None = None
+        self.lowest_fail: float | None = None
+        self.history: list[tuple[float, bool]] = []
+        self._next: float | None = spec.start_rps
+
+    @property
+    def capacity_rps(self) -> float:
+        """Highest passing rate so far (0.0 when none passed)."""
+        return self.highest_pass or 0.0
+
+    @property
+    def bracketed(self) -> bool:
+        """A failing rate above the highest passing one has been found."""
+        return self.lowest_fail is not None and self.highest_pass is not None
+
+    def next_rate(self) -> float | None:
+        """The next rate to measure, or None when the search is done."""
+        return self._next
+
+    def record(self, rate: float, passed: bool) -> None:
+        """Report the verdict for ``rate`` (the value ``next_rate`` returned)."""
+        self.history.append((rate, passed))
+        if passed:
+            self.highest_pass = max(rate, self.highest_pass or 0.0)
+        else:
+            self.lowest_fail = rate if self.lowest_fail is None else min(rate, self.lowest_fail)
+        self._next = self._decide()
+
+    def _decide(self) -> float | None:
+        spec = self.spec
+        low, high = self.highest_pass, self.lowest_fail
+        if high is None:  # still bracketing upwards
+            assert low is not None
+            if low >= spec.max_rps:
+                return None
+            return min(low * spec.growth, spec.max_rps)
+        if low is None:  # even the lowest rate failed: search below it
+            candidate = high / spec.growth
+            return candidate if candidate >= spec.min_rps else None
+        if high - low <= spec.resolution * low:
+            return None
+        return (low + high) / 2.0

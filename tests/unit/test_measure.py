@@ -1,0 +1,256 @@
+"""Pure measurement logic on planted data: histograms, stability, goals, capacity bisection."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from analyzer.errors import InputError, ResultFormatError
+from analyzer.measure import (
+    Arrival,
+    CapacityResult,
+    CapacitySearch,
+    CapacitySpec,
+    Goals,
+    LatencySummary,
+    LoadMode,
+    LoadSpec,
+    Measurement,
+    ServerView,
+    WindowStats,
+    clearly_fails,
+    is_stable,
+    load_output_dict,
+    meets_goals,
+    merge_encoded,
+    merge_histograms,
+    new_histogram,
+    read_load_output,
+    record_us,
+)
+
+
+def _window(i: int, rps: float, p99: float) -> WindowStats:
+    return WindowStats(
+        index=i,
+        duration_s=1.0,
+        request_count=int(rps),
+        error_count=0,
+        throughput_rps=rps,
+        p50_ms=p99 / 2,
+        p99_ms=p99,
+        mean_ms=p99 / 2,
+    )
+
+
+def _measurement(**over: object) -> Measurement:
+    base: dict[str, object] = dict(
+        mode=LoadMode.REQUEST_RATE,
+        target=100.0,
+        throughput_rps=99.5,
+        p50_ms=2.0,
+        p90_ms=3.0,
+        p95_ms=3.5,
+        p99_ms=5.0,
+        request_count=1000,
+        error_count=0,
+        stable=True,
+        valid=True,
+        send_lag_p99_ms=0.8,
+        server=ServerView(
+            success_count=1000,
+            avg_batch_size=2.5,
+            queue_us=120.0,
+            compute_infer_us=900.0,
+            batch_sizes={1: 100, 4: 225},
+            failures_by_reason={"REJECTED": 0},
+        ),
+        arrival=Arrival.POISSON,
+        windows=(_window(0, 99, 5.0), _window(1, 100, 5.1)),
+        messages=("note",),
+        errors={"ConnectionError": 0},
+    )
+    base.update(over)
+    return Measurement(**base)  # type: ignore[arg-type]
+
+
+# ---- histograms -----------------------------------------------------------------------------------
+
+
+def test_percentiles_match_exact_values_within_hdr_precision() -> None:
+    rng = random.Random(7)
+    values = sorted(rng.lognormvariate(8.0, 0.5) for _ in range(20_000))  # ~3 ms median, in µs
+    hist = new_histogram()
+    for v in values:
+        record_us(hist, v)
+    summary = LatencySummary.from_histogram(hist)
+    exact_p99_ms = values[int(0.99 * len(values))] / 1000
+    exact_p50_ms = values[int(0.50 * len(values))] / 1000
+    assert summary.count == len(values)
+    assert summary.p99_ms == pytest.approx(exact_p99_ms, rel=0.005)
+    assert summary.p50_ms == pytest.approx(exact_p50_ms, rel=0.005)
+
+
+def test_out_of_range_values_are_clamped_not_dropped() -> None:
+    hist = new_histogram()
+    record_us(hist, 0)
+    record_us(hist, 10**12)
+    assert hist.get_total_count() == 2
+    assert LatencySummary.from_histogram(hist).max_ms >= 599_000
+
+
+def test_merge_is_exact_across_processes() -> None:
+    rng = random.Random(1)
+    parts = [new_histogram() for _ in range(3)]
+    whole = new_histogram()
+    for i in range(9000):
+        v = rng.randint(100, 50_000)
+        record_us(parts[i % 3], v)
+        record_us(whole, v)
+    merged = merge_encoded(p.encode() for p in parts)
+    assert merged.get_total_count() == whole.get_total_count()
+    assert LatencySummary.from_histogram(merged) == LatencySummary.from_histogram(whole)
+    assert LatencySummary.from_histogram(merge_histograms(parts)) == LatencySummary.from_histogram(
+        whole
+    )
+
+
+def test_empty_summary_is_zero() -> None:
+    assert LatencySummary.from_histogram(new_histogram()) == LatencySummary()
+
+
+# ---- stability ------------------------------------------------------------------------------------
+
+
+def test_stable_when_last_three_agree_within_tolerance() -> None:
+    windows = [
+        _window(0, 50, 30.0),
+        _window(1, 100, 10.0),
+        _window(2, 104, 10.5),
+        _window(3, 98, 9.8),
+    ]
+    assert is_stable(windows, 10.0, 3)
+    assert not is_stable(windows[:3], 10.0, 3)  # the 50 rps warm window is within the last 3
+
+
+def test_unstable_on_throughput_or_p99_spread_or_zero() -> None:
+    assert not is_stable([_window(i, r, 10.0) for i, r in enumerate([100, 100, 115])])
+    assert not is_stable([_window(i, 100, p) for i, p in enumerate([10.0, 10.0, 11.5])])
+    assert not is_stable([_window(i, 0, 10.0) for i in range(3)])
+    assert not is_stable([_window(0, 100, 10.0)] * 2)
+    assert is_stable([_window(i, r, 10.0) for i, r in enumerate([100, 100, 115])], 20.0)
+
+
+# ---- goals ----------------------------------------------------------------------------------------
+
+
+def test_meets_goals_checks_p99_errors_and_validity() -> None:
+    goals = Goals(p99_ms=10.0, max_error_rate=0.01)
+    assert meets_goals(_measurement(), goals)[0]
+    ok, why = meets_goals(_measurement(p99_ms=12.0), goals)
+    assert not ok and "p99" in why
+    assert not meets_goals(_measurement(error_count=20), goals)[0]
+    assert not meets_goals(_measurement(valid=False), goals)[0]
+    assert not meets_goals(_measurement(request_count=0), goals)[0]
+
+
+def test_clearly_fails_on_backlog_or_p99() -> None:
+    goals = Goals(p99_ms=10.0)
+    assert clearly_fails(5.0, 500, 0, 10, goals, 100) is None
+    assert "in flight" in (clearly_fails(5.0, 500, 0, 101, goals, 100) or "")
+    assert "p99" in (clearly_fails(50.0, 500, 0, 10, goals, 100) or "")
+    assert clearly_fails(50.0, 10, 0, 10, goals, 100) is None  # too few samples to judge
+
+
+def test_specs_reject_nonsense() -> None:
+    with pytest.raises(InputError):
+        Goals(p99_ms=0)
+    with pytest.raises(InputError):
+        LoadSpec(LoadMode.CONCURRENCY, 2.5)
+    with pytest.raises(InputError):
+        LoadSpec(LoadMode.REQUEST_RATE, 100, max_windows=2, stable_windows=3)
+    with pytest.raises(InputError):
+        CapacitySpec(Goals(10), start_rps=0)
+
+
+def test_in_flight_bound_follows_littles_law() -> None:
+    spec = LoadSpec(LoadMode.REQUEST_RATE, 1000, fail_fast=Goals(p99_ms=100))
+    assert spec.in_flight_bound() == 400
+    assert LoadSpec(LoadMode.REQUEST_RATE, 10, fail_fast=Goals(p99_ms=10)).in_flight_bound() == 64
+
+
+# ---- capacity search ------------------------------------------------------------------------------
+
+
+def _search(capacity: float, spec: CapacitySpec) -> CapacitySearch:
+    search = CapacitySearch(spec)
+    steps = 0
+    while (rate := search.next_rate()) is not None:
+        search.record(rate, passed=rate <= capacity)
+        steps += 1
+        assert steps < 60
+    return search
+
+
+@pytest.mark.parametrize("capacity", [13.0, 100.0, 777.0, 4321.0])
+def test_capacity_search_lands_within_resolution(capacity: float) -> None:
+    spec = CapacitySpec(Goals(10), start_rps=10, resolution=0.05)
+    search = _search(capacity, spec)
+    assert search.bracketed
+    assert capacity * 0.95 <= search.capacity_rps <= capacity
+    assert len(search.history) < 20
+
+
+def test_capacity_search_stops_at_max_rate() -> None:
+    search = _search(1e9, CapacitySpec(Goals(10), start_rps=10, max_rps=100))
+    assert search.capacity_rps == 100
+    assert not search.bracketed
+
+
+def test_capacity_search_descends_when_first_step_fails() -> None:
+    search = _search(3.0, CapacitySpec(Goals(10), start_rps=100, resolution=0.05))
+    assert 3.0 * 0.95 <= search.capacity_rps <= 3.0
+    nothing = _search(0.0, CapacitySpec(Goals(10), start_rps=100, resolution=0.05))
+    assert nothing.capacity_rps == 0.0
+
+
+# ---- JSON -----------------------------------------------------------------------------------------
+
+
+def test_measurement_round_trips_through_json() -> None:
+    m = _measurement()
+    text = json.dumps(m.to_dict())
+    back = Measurement.from_dict(json.loads(text))
+    assert back == m
+    d = m.to_dict()
+    for key in (
+        "mode",
+        "target",
+        "throughput_rps",
+        "p50_ms",
+        "p90_ms",
+        "p95_ms",
+        "p99_ms",
+        "request_count",
+        "error_count",
+        "stable",
+        "valid",
+        "send_lag_p99_ms",
+    ):
+        assert key in d
+    assert set(d["server"]) >= {"avg_batch_size", "queue_us", "compute_infer_us", "batch_sizes"}
+    assert d["server"]["batch_sizes"] == {"1": 100, "4": 225}
+
+
+def test_load_output_is_versioned_and_round_trips() -> None:
+    m = _measurement()
+    cap = CapacityResult(Goals(10.0), 100.0, (m,), m, True, "ok")
+    doc = json.loads(json.dumps(load_output_dict([m], cap, {"host": "x"})))
+    assert doc["format_version"] == 1 and doc["capacity_rps"] == 100.0
+    ms, back = read_load_output(doc)
+    assert ms == [m] and back == cap
+    doc["format_version"] = 99
+    with pytest.raises(ResultFormatError, match="re-run"):
+        read_load_output(doc)
