@@ -1,0 +1,253 @@
+"""The server's own view of a window: scrape statistics and metrics, turn two snapshots into deltas.
+
+Sources (both optional, both Triton's):
+
+* the statistics extension, ``GET /v2/models/<m>/stats`` (cumulative counts and nanoseconds per
+  model version, plus ``batch_stats``: executions per batch size);
+* Prometheus ``/metrics`` (failures by reason, the pending-request gauge used to wait for a drain).
+
+Plain ``urllib`` only: this module must work in a normal process and in a gevent-patched one (where
+urllib's sockets are cooperative). ``server_view(before, after)`` is pure and unit-tested.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from analyzer.measure import ServerView
+
+#: The four ``reason`` label values of ``nv_inference_request_failure``.
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+
+_DURATION_KEYS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+
+
+@dataclass(frozen=True)
+class StatsSnapshot:
+    """Cumulative model statistics at one instant, summed over the model's versions."""
+
+    inference_count: int = 0
+    execution_count: int = 0
+    #: key -> (count, ns) for success, fail, queue, compute_input, compute_infer, compute_output.
+    durations: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: batch size -> executions.
+    batch_executions: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """The per-model Prometheus series perfsweep uses."""
+
+    failures_by_reason: dict[str, int] = field(default_factory=dict)
+    pending_requests: int | None = None
+
+
+@dataclass(frozen=True)
+class ServerSnapshot:
+    """Both sources at one instant; a source that could not be read is None."""
+
+    stats: StatsSnapshot | None
+    metrics: MetricsSnapshot | None
+
+
+def parse_model_stats(doc: Mapping[str, Any], model: str) -> StatsSnapshot:
+    """Sum a statistics-extension document over the versions of ``model``.
+
+    Accepts both the HTTP JSON and tritonclient.grpc's ``as_json`` rendering (where 64-bit counts
+    are strings).
+    """
+    inference = execution = 0
+    durations: dict[str, list[int]] = {k: [0, 0] for k in _DURATION_KEYS}
+    batches: dict[int, int] = {}
+    for entry in doc.get("model_stats", []):
+        if entry.get("name") != model:
+            continue
+        inference += int(entry.get("inference_count", 0))
+        execution += int(entry.get("execution_count", 0))
+        inference_stats = entry.get("inference_stats", {})
+        for key in _DURATION_KEYS:
+            d = inference_stats.get(key, {})
+            durations[key][0] += int(d.get("count", 0))
+            durations[key][1] += int(d.get("ns", 0))
+        for b in entry.get("batch_stats", []):
+            size = int(b.get("batch_size", 0))
+            count = int(b.get("compute_infer", {}).get("count", 0))
+            batches[size] = batches.get(size, 0) + count
+    return StatsSnapshot(
+        inference_count=inference,
+        execution_count=execution,
+        durations={k: (v[0], v[1]) for k, v in durations.items()},
+        batch_executions=batches,
+    )
+
+
+def parse_metrics(text: str, model: str) -> MetricsSnapshot:
+    """Pick ``model``'s failure counters and pending gauge out of Prometheus text (all versions)."""
+    failures: dict[str, int] = {}
+    pending: int | None = None
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("model") != model:
+                continue
+            if sample.name in (
+                "nv_inference_request_failure",
+                "nv_inference_request_failure_total",
+            ):
+                reason = sample.labels.get("reason", "OTHER")
+                failures[reason] = failures.get(reason, 0) + int(sample.value)
+            elif sample.name == "nv_inference_pending_request_count":
+                pending = (pending or 0) + int(sample.value)
+    return MetricsSnapshot(failures_by_reason=failures, pending_requests=pending)
+
+
+def server_view(before: ServerSnapshot, after: ServerSnapshot) -> ServerView | None:
+    """What happened on the server between two snapshots; None when no source was readable."""
+    if after.stats is None and after.metrics is None:
+        return None
+    kwargs: dict[str, Any] = {}
+    if before.stats is not None and after.stats is not None:
+        b, a = before.stats, after.stats
+
+        def delta(key: str) -> tuple[int, int]:
+            cb, nb = b.durations.get(key, (0, 0))
+            ca, na = a.durations.get(key, (0, 0))
+            return ca - cb, na - nb
+
+        success, _ = delta("success")
+        executions = a.execution_count - b.execution_count
+        inferences = a.inference_count - b.inference_count
+
+        def per_request_us(key: str) -> float:
+            count, ns = delta(key)
+            return ns / count / 1000.0 if count > 0 else 0.0
+
+        batch_sizes = {
+            size: n - b.batch_executions.get(size, 0)
+            for size, n in a.batch_executions.items()
+            if n - b.batch_executions.get(size, 0) > 0
+        }
+        kwargs.update(
+            success_count=success,
+            failure_count=delta("fail")[0],
+            inference_count=inferences,
+            execution_count=executions,
+            avg_batch_size=inferences / executions if executions > 0 else 0.0,
+            queue_us=per_request_us("queue"),
+            compute_input_us=per_request_us("compute_input"),
+            compute_infer_us=per_request_us("compute_infer"),
+            compute_output_us=per_request_us("compute_output"),
+            batch_sizes=batch_sizes,
+        )
+    if after.metrics is not None:
+        kwargs["pending_requests"] = after.metrics.pending_requests
+        if before.metrics is not None:
+            fb, fa = before.metrics.failures_by_reason, after.metrics.failures_by_reason
+            kwargs["failures_by_reason"] = {r: fa[r] - fb.get(r, 0) for r in sorted(fa)}
+            if "failure_count" not in kwargs:
+                kwargs["failure_count"] = sum(kwargs["failures_by_reason"].values())
+    return ServerView(**kwargs)
+
+
+def _http_get(url: str, timeout_s: float) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        data: bytes = resp.read()
+        return data
+
+
+def http_stats_source(http_url: str, model: str, timeout_s: float = 5.0) -> Callable[[], dict]:
+    """A callable fetching ``/v2/models/<model>/stats`` over HTTP (``http_url``: host:port)."""
+    base = http_url if "://" in http_url else f"http://{http_url}"
+    url = f"{base.rstrip('/')}/v2/models/{model}/stats"
+
+    def fetch() -> dict:
+        doc: dict = json.loads(_http_get(url, timeout_s))
+        return doc
+
+    return fetch
+
+
+class ServerScraper:
+    """Takes ``ServerSnapshot``s of one model; unreadable sources degrade to None, never raise.
+
+    Args:
+        model: model name.
+        stats_source: returns the statistics document (see ``http_stats_source``); None to skip.
+        metrics_url: full URL of the Prometheus endpoint; None to skip.
+        timeout_s: per-request timeout.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        stats_source: Callable[[], dict] | None,
+        metrics_url: str | None,
+        timeout_s: float = 5.0,
+    ) -> None:
+        self.model = model
+        self.stats_source = stats_source
+        self.metrics_url = metrics_url
+        self.timeout_s = timeout_s
+        #: Last error per source, for the result's messages.
+        self.errors: dict[str, str] = {}
+
+    def snapshot(self) -> ServerSnapshot:
+        """Read both sources now."""
+        return ServerSnapshot(stats=self._stats(), metrics=self._metrics())
+
+    def _stats(self) -> StatsSnapshot | None:
+        if self.stats_source is None:
+            return None
+        try:
+            return parse_model_stats(self.stats_source(), self.model)
+        except Exception as exc:  # any failure just means "no server view" for this window
+            self.errors["stats"] = f"{type(exc).__name__}: {exc}"
+            return None
+
+    def _metrics(self) -> MetricsSnapshot | None:
+        if self.metrics_url is None:
+            return None
+        try:
+            text = _http_get(self.metrics_url, self.timeout_s).decode("utf-8", "replace")
+            return parse_metrics(text, self.model)
+        except (OSError, urllib.error.URLError, ValueError) as exc:
+            self.errors["metrics"] = f"{type(exc).__name__}: {exc}"
+            return None
+
+    def wait_drained(
+        self,
+        timeout_s: float,
+        poll_s: float = 0.1,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> bool:
+        """Wait until the server has no request pending; True when it drained in time.
+
+        Uses the pending-request gauge when metrics are available; otherwise waits until the
+        statistics stop changing for two consecutive polls (nothing is completing any more).
+        """
+        deadline = clock() + timeout_s
+        last: StatsSnapshot | None = None
+        quiet_polls = 0
+        while clock() < deadline:
+            metrics = self._metrics()
+            if metrics is not None and metrics.pending_requests is not None:
+                if metrics.pending_requests <= 0:
+                    return True
+            else:
+                stats = self._stats()
+                if stats is None:
+                    return True  # nothing to observe: the caller's own in-flight wait must do
+                quiet_polls = quiet_polls + 1 if stats == last else 0
+                if quiet_polls >= 2:
+                    return True
+                last = stats
+            sleep(poll_s)
+        return False
