@@ -1,0 +1,424 @@
+"""The scenario: one typed, frozen, validated description of a sweep.
+
+A scenario is built once, at the edge, from three layers (later wins)::
+
+    scenario file (scenarios/*.toml)  <  PERFSWEEP_* environment variables  <  CLI flags
+
+Every layer speaks the same dotted keys (``goals.p99_ms``, ``budget.trials``...). Environment
+variables spell them ``PERFSWEEP_<SECTION>_<KEY>`` (``PERFSWEEP_GOALS_P99_MS=50``). Unknown keys are
+errors that name the key, so a typo never silently falls back to a default.
+
+Example (``scenarios/resnet50.toml`` is the default for ``--model resnet50``)::
+
+    objective = "throughput"
+    [model]
+    name = "resnet50"
+    [goals]
+    p99_ms = 200
+    [space]
+    max_batch_size = [1, 16]
+    instance_count = [1, 2]
+    [budget]
+    trials = 12
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from analyzer.errors import ScenarioError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+#: Where bundled scenario files live (the repository's ``scenarios/`` directory).
+SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+
+_ENV_PREFIX = "PERFSWEEP_"
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSection(_Section):
+    """Which model to tune and where it is served."""
+
+    name: str = "resnet50"
+    """Model name: a bundled model (``resnet50``) or a model in ``repository`` / at ``url``."""
+    repository: Path | None = None
+    """Model repository directory served by the managed reference server (own models)."""
+    url: str | None = None
+    """HTTP URL of a running server (real Triton or reference server); no server is started."""
+    device: Literal["auto", "sim", "cpu", "cuda"] = "auto"
+    """Device of the managed reference server: real ONNX Runtime (``auto``/``cpu``/``cuda``) or the
+    simulated latency profile (``sim``). Ignored with ``url``."""
+    protocol: Literal["http", "grpc"] = "http"
+    """Inference protocol the load generator speaks."""
+    startup_timeout_s: PositiveFloat = 180.0
+    """How long to wait for a managed server (and its first model load) to become ready."""
+
+
+class InputSection(_Section):
+    """What each request carries."""
+
+    data: Literal["random", "zeros"] = "random"
+    """Tensor contents: seeded random values or zeros (compute cost does not depend on them)."""
+    batch_size: Annotated[int, Field(ge=1)] = 1
+    """Samples per request (the client batch size)."""
+
+
+class TrafficSection(_Section):
+    """How load is offered."""
+
+    mode: Literal["rate", "concurrency"] = "rate"
+    """``rate``: open loop (requests are sent on a schedule, latency counted from the intended send
+    time); ``concurrency``: closed loop (N users, each waits for its response)."""
+    arrival: Literal["poisson", "constant"] = "poisson"
+    """Inter-arrival times of the open-loop schedule."""
+    rate_rps: PositiveFloat | None = None
+    """Fixed offered load (requests/s) for the ``latency`` objective."""
+    concurrency: Annotated[int, Field(ge=1)] | None = None
+    """Fixed number of users for the ``latency`` objective in closed-loop mode."""
+    min_rate_rps: PositiveFloat = 1.0
+    """Lowest offered rate the capacity search tries."""
+    max_rate_rps: PositiveFloat = 2000.0
+    """Highest offered rate the capacity search tries (the client's own ceiling on this host)."""
+    max_concurrency: Annotated[int, Field(ge=1)] = 256
+    """Highest concurrency the closed-loop capacity search tries."""
+
+
+class GoalsSection(_Section):
+    """What counts as acceptable service."""
+
+    p99_ms: PositiveFloat = 100.0
+    """99th-percentile latency goal in milliseconds."""
+    min_throughput_rps: Annotated[float, Field(ge=0)] = 0.0
+    """A config must sustain at least this throughput (requests/s) to meet the goals."""
+    max_error_rate: Annotated[float, Field(ge=0, lt=1)] = 0.01
+    """Largest acceptable fraction of failed requests."""
+
+
+class SpaceSection(_Section):
+    """Bounds of the searched knobs. Every point inside them is a config Triton accepts."""
+
+    max_batch_size: tuple[int, int] = (1, 32)
+    """Inclusive bounds of ``max_batch_size``; both powers of two (searched as 2^k)."""
+    max_queue_delay_us: tuple[int, int] = (0, 10000)
+    """Inclusive bounds of ``max_queue_delay_microseconds``."""
+    delay_steps: Annotated[int, Field(ge=1, le=32)] = 8
+    """How many delay values to search: 0 (when inside the bounds) and a geometric ladder."""
+    preferred_batch_size: Literal["auto", "none"] | tuple[int, ...] = "auto"
+    """``auto``: search 0-2 preferred sizes derived from the max batch size (mbs, mbs/2);
+    ``none``: never set preferred sizes; a list: always use exactly these sizes."""
+    instance_count: tuple[int, int] = (1, 4)
+    """Inclusive bounds of the instance count (``instance_group[0].count``)."""
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> SpaceSection:
+        lo, hi = self.max_batch_size
+        for value in (lo, hi):
+            if value < 1 or value & (value - 1):
+                raise ValueError(
+                    f"space.max_batch_size bounds must be powers of two >= 1, got {value}"
+                )
+        if lo > hi:
+            raise ValueError(f"space.max_batch_size: lower bound {lo} is above upper bound {hi}")
+        dlo, dhi = self.max_queue_delay_us
+        if dlo < 0 or dlo > dhi:
+            raise ValueError(
+                f"space.max_queue_delay_us: need 0 <= lower <= upper, got {dlo}, {dhi}"
+            )
+        ilo, ihi = self.instance_count
+        if ilo < 1 or ilo > ihi:
+            raise ValueError(f"space.instance_count: need 1 <= lower <= upper, got {ilo}, {ihi}")
+        if isinstance(self.preferred_batch_size, tuple):
+            sizes = self.preferred_batch_size
+            if not sizes or min(sizes) < 1:
+                raise ValueError("space.preferred_batch_size: sizes must be >= 1")
+            if max(sizes) > hi:
+                raise ValueError(
+                    f"space.preferred_batch_size: preferred size {max(sizes)} is above the "
+                    f"largest max_batch_size {hi}; Triton refuses such a config "
+                    "(raise space.max_batch_size or drop the size)"
+                )
+        return self
+
+
+class BudgetSection(_Section):
+    """How much time the sweep may spend, and how carefully it measures."""
+
+    trials: Annotated[int, Field(ge=1)] = 20
+    """Search trials (the baseline and validation runs come on top)."""
+    time_budget_s: PositiveFloat | None = None
+    """Stop starting new trials after this many seconds (validation still runs)."""
+    patience: Annotated[int, Field(ge=1)] = 8
+    """Stop after this many finished trials without a feasible improvement of min_improvement."""
+    min_improvement: Annotated[float, Field(ge=0)] = 0.01
+    """Relative gain that counts as an improvement (0.01 = 1 %)."""
+    warmup_s: Annotated[float, Field(ge=0)] = 2.0
+    """Warm-up after each config load; its samples are discarded."""
+    window_s: PositiveFloat = 4.0
+    """Length of one measurement window (a load level of the capacity search)."""
+    min_requests: Annotated[int, Field(ge=1)] = 200
+    """A window counts only once it holds at least this many requests."""
+    capacity_steps: Annotated[int, Field(ge=1)] = 6
+    """Load levels per capacity search (bracketing + bisection)."""
+    validate_top: Annotated[int, Field(ge=0)] = 3
+    """How many of the best feasible configs are re-measured before one is chosen."""
+    validate_repeats: Annotated[int, Field(ge=1)] = 2
+    """Repeats per validated config; the best worst case wins."""
+    validate_window_factor: Annotated[float, Field(ge=1)] = 2.0
+    """Validation windows are this many times longer than search windows."""
+
+
+class RunSection(_Section):
+    """Where results go and how the search is seeded and stored."""
+
+    output_dir: Path = Path("reports")
+    """Root of run directories (``<output_dir>/<run-id>/``)."""
+    seed: int = 0
+    """Seed of the sampler and of the generated load."""
+    sampler: Literal["tpe", "random"] = "tpe"
+    """Optuna sampler: ``tpe`` (default) or ``random`` (a baseline for benchmarks)."""
+    storage: str | None = None
+    """Optuna storage URL (``postgresql://...``) shared by several workers; default: a journal
+    file in the run directory."""
+    study_name: str | None = None
+    """Study name in a shared storage; several workers with the same name share one study."""
+
+
+class Scenario(_Section):
+    """One sweep, fully described. Build it with :func:`load_scenario`."""
+
+    objective: Literal["throughput", "latency", "pareto"] = "throughput"
+    """``throughput``: the highest load served within the goals (capacity search per config);
+    ``latency``: the lowest p99 at ``traffic.rate_rps``; ``pareto``: throughput vs p99 front."""
+    model: ModelSection = ModelSection()
+    input: InputSection = InputSection()
+    traffic: TrafficSection = TrafficSection()
+    goals: GoalsSection = GoalsSection()
+    space: SpaceSection = SpaceSection()
+    budget: BudgetSection = BudgetSection()
+    run: RunSection = RunSection()
+
+    @model_validator(mode="after")
+    def _check_cross_fields(self) -> Scenario:
+        if self.traffic.min_rate_rps > self.traffic.max_rate_rps:
+            raise ValueError(
+                f"traffic.min_rate_rps ({self.traffic.min_rate_rps}) is above "
+                f"traffic.max_rate_rps ({self.traffic.max_rate_rps})"
+            )
+        if self.objective == "latency":
+            if self.traffic.mode == "rate" and self.traffic.rate_rps is None:
+                raise ValueError('objective "latency" needs traffic.rate_rps (the offered load)')
+            if self.traffic.mode == "concurrency" and self.traffic.concurrency is None:
+                raise ValueError(
+                    'objective "latency" in closed-loop mode needs traffic.concurrency'
+                )
+        if self.model.url is not None and not self.model.url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"model.url must start with http:// or https://, got {self.model.url!r}"
+            )
+        if self.run.storage is not None and self.run.study_name is None:
+            raise ValueError("run.storage needs run.study_name (workers find the study by name)")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """The scenario as plain JSON-able data (paths as strings, tuples as lists)."""
+        return json.loads(self.model_dump_json())
+
+    def to_toml(self) -> str:
+        """The scenario as TOML text that :func:`load_scenario` reads back to an equal object."""
+        return _to_toml(self.to_dict())
+
+    def hash(self) -> str:
+        """A short, stable fingerprint of the scenario (recorded with every result)."""
+        text = json.dumps(self.to_dict(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def bundled_scenario(model: str, device: str | None = None) -> Path | None:
+    """The bundled scenario file for ``model`` (and ``device``), or None when there is none.
+
+    ``scenarios/<model>.<device>.toml`` wins over ``scenarios/<model>.toml`` so that a device with
+    very different speed (the simulated GPU) gets budgets of its own.
+    """
+    candidates = []
+    if device:
+        candidates.append(SCENARIO_DIR / f"{model}.{device}.toml")
+    candidates.append(SCENARIO_DIR / f"{model}.toml")
+    return next((path for path in candidates if path.is_file()), None)
+
+
+def load_scenario(
+    path: Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Scenario:
+    """Build the scenario from a TOML file, ``PERFSWEEP_*`` variables and flag overrides.
+
+    Args:
+        path: A scenario TOML file, or None for the built-in defaults.
+        overrides: Dotted keys (``"goals.p99_ms"``) to values, usually from CLI flags. A value
+            of None means "not given" and is skipped.
+        env: The environment to read ``PERFSWEEP_*`` variables from (``os.environ`` if None).
+
+    Returns:
+        The validated, frozen scenario.
+
+    Raises:
+        ScenarioError: The file cannot be read, a key is unknown, or a value is invalid. The
+            message is one line that names the key.
+    """
+    data: dict[str, Any] = {}
+    where = "defaults"
+    if path is not None:
+        where = str(path)
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ScenarioError(f"scenario file {path} does not exist") from None
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ScenarioError(f"scenario file {path} is not valid TOML: {exc}") from exc
+        _check_known_keys(data, Scenario, prefix="", where=where)
+    for key, raw in env_overrides(os.environ if env is None else env).items():
+        _set_dotted(data, key, raw, where=f"environment variable {_env_name(key)}")
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            _set_dotted(data, key, value, where=f"option for {key}")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(f"{where}: {_one_line(exc)}") from exc
+
+
+def env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+    """Dotted keys and parsed values from ``PERFSWEEP_<SECTION>_<KEY>`` variables.
+
+    Values are parsed as TOML values when they parse (``50``, ``[1, 8]``, ``true``), as plain
+    strings otherwise. Variables that name no known section are ignored: other tools may use
+    the prefix (``PERFSWEEP_HOME``), but a known section with an unknown key is an error.
+    """
+    result: dict[str, Any] = {}
+    sections = {name for name in Scenario.model_fields if name != "objective"}
+    for name, raw in env.items():
+        if not name.startswith(_ENV_PREFIX):
+            continue
+        rest = name[len(_ENV_PREFIX) :].lower()
+        if rest == "objective":
+            result["objective"] = raw
+            continue
+        section = next((s for s in sections if rest.startswith(s + "_")), None)
+        if section is None:
+            continue
+        key = f"{section}.{rest[len(section) + 1 :]}"
+        result[key] = _parse_env_value(raw)
+    return result
+
+
+def _env_name(dotted: str) -> str:
+    return _ENV_PREFIX + dotted.replace(".", "_").upper()
+
+
+def _parse_env_value(raw: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def _check_known_keys(
+    data: Mapping[str, Any], model: type[BaseModel], prefix: str, where: str
+) -> None:
+    for key, value in data.items():
+        field = model.model_fields.get(key)
+        if field is None:
+            known = ", ".join(model.model_fields)
+            raise ScenarioError(
+                f"{where}: unknown key '{prefix}{key}' (known keys{_in(prefix)}: {known})"
+            )
+        sub = field.annotation
+        if isinstance(value, Mapping) and isinstance(sub, type) and issubclass(sub, BaseModel):
+            _check_known_keys(value, sub, prefix=f"{prefix}{key}.", where=where)
+
+
+def _in(prefix: str) -> str:
+    return f" in [{prefix.rstrip('.')}]" if prefix else ""
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any, where: str) -> None:
+    """Set ``a.b`` in nested dicts, refusing keys the scenario does not have."""
+    parts = dotted.split(".")
+    model: type[BaseModel] = Scenario
+    node = data
+    for depth, part in enumerate(parts):
+        field = model.model_fields.get(part)
+        if field is None:
+            prefix = ".".join(parts[:depth])
+            known = ", ".join(model.model_fields)
+            raise ScenarioError(
+                f"{where}: unknown key '{dotted}' (known keys{_in(prefix + '.') if prefix else ''}: {known})"
+            )
+        if depth == len(parts) - 1:
+            node[part] = value
+            return
+        sub = field.annotation
+        if not (isinstance(sub, type) and issubclass(sub, BaseModel)):
+            raise ScenarioError(f"{where}: '{'.'.join(parts[: depth + 1])}' is not a section")
+        node = node.setdefault(part, {})
+        model = sub
+
+
+def _one_line(exc: ValidationError) -> str:
+    """The first validation problem as ``key: message`` (pydantic's own text is multi-line)."""
+    error = exc.errors()[0]
+    loc = ".".join(str(part) for part in error["loc"] if not isinstance(part, int))
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        return f"unknown key '{loc}'"
+    text = f"{loc}: {message}" if loc and not message.startswith(loc) else message
+    if error.get("input") is not None and error["type"] not in ("value_error",):
+        text += f" (got {error['input']!r})"
+    return text
+
+
+def _to_toml(data: Mapping[str, Any]) -> str:
+    """Minimal TOML writer for the scenario's shape (scalars, lists, one level of tables)."""
+    lines: list[str] = []
+    tables: list[tuple[str, Mapping[str, Any]]] = []
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            tables.append((key, value))
+        elif value is not None:
+            lines.append(f"{key} = {_toml_value(value)}")
+    for name, table in tables:
+        lines.append("")
+        lines.append(f"[{name}]")
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in table.items() if v is not None)
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"cannot write {value} to TOML")
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))

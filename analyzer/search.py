@@ -1,0 +1,485 @@
+"""The search: knobs, their encoding, and the Optuna study behind the ask/tell loop.
+
+This is the only module that imports optuna. Everything else sees :class:`Knobs` (the searched part
+of a model config), :class:`SearchSpace` (a finite grid of knobs) and :class:`Search` (ask a
+trial, tell its outcome).
+
+Encoding (why integers): every knob is an integer index, so no invalid config can be sampled and
+the sampler sees an ordered space::
+
+    log2_mbs    max_batch_size = 2 ** log2_mbs          (bounds from the scenario)
+    delay_idx   max_queue_delay_us = ladder[delay_idx]  (0, then a geometric ladder)
+    pref_depth  0: no preferred sizes; d: {mbs, mbs/2, ..., mbs/2**(d-1)} (never above mbs)
+    instances   instance_group[0].count
+
+Preferred sizes are relative to ``max_batch_size`` because Triton refuses a preferred size above
+the max batch size, and Optuna refuses categorical choices that change between trials.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from analyzer.errors import InputError
+
+Direction = Literal["maximize", "minimize"]
+
+#: Reason recorded on trials that were RUNNING when a previous process died; they are re-run.
+INTERRUPTED_REASON = "interrupted: the run stopped during this trial; it is re-run on --resume"
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The searched part of a model config.
+
+    Attributes:
+        max_batch_size: Largest batch the scheduler forms (``max_batch_size``).
+        max_queue_delay_us: How long a request may wait for a batch to fill, microseconds.
+        preferred_batch_size: Batch sizes the scheduler dispatches as soon as it can form them.
+        instance_count: Model instances (``instance_group[0].count``).
+        dynamic_batching: False only for a baseline config without a dynamic batcher.
+    """
+
+    max_batch_size: int
+    max_queue_delay_us: int = 0
+    preferred_batch_size: tuple[int, ...] = ()
+    instance_count: int = 1
+    dynamic_batching: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``config`` object of every result file (see docs/internals.md)."""
+        out: dict[str, Any] = {
+            "max_batch_size": self.max_batch_size,
+            "max_queue_delay_us": self.max_queue_delay_us,
+            "preferred_batch_size": list(self.preferred_batch_size),
+            "instance_count": self.instance_count,
+        }
+        if not self.dynamic_batching:
+            out["dynamic_batching"] = False
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Knobs:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            max_batch_size=int(data["max_batch_size"]),
+            max_queue_delay_us=int(data["max_queue_delay_us"]),
+            preferred_batch_size=tuple(int(s) for s in data["preferred_batch_size"]),
+            instance_count=int(data["instance_count"]),
+            dynamic_batching=bool(data.get("dynamic_batching", True)),
+        )
+
+    def label(self) -> str:
+        """Short human label: ``mbs=16 delay=500us pref=[16,8] x2``."""
+        if not self.dynamic_batching:
+            return f"mbs={self.max_batch_size} no dynamic batching x{self.instance_count}"
+        pref = ",".join(str(s) for s in self.preferred_batch_size) or "-"
+        return (
+            f"mbs={self.max_batch_size} delay={self.max_queue_delay_us}us "
+            f"pref=[{pref}] x{self.instance_count}"
+        )
+
+
+def delay_ladder(low_us: int, high_us: int, steps: int) -> tuple[int, ...]:
+    """The searched delay values: 0 (when ``low_us`` is 0) then a geometric ladder to ``high_us``.
+
+    Delays grow geometrically because their effect does: 100 µs vs 200 µs matters as much as
+    5 ms vs 10 ms.
+    """
+    if high_us == 0 or steps == 1:
+        return (low_us,) if steps == 1 else (0,)
+    values: list[int] = []
+    start = low_us
+    geometric_steps = steps
+    if low_us == 0:
+        values.append(0)
+        geometric_steps -= 1
+        start = max(1, round(high_us / 2 ** max(geometric_steps - 1, 0)))
+    if geometric_steps >= 1:
+        if geometric_steps == 1:
+            values.append(high_us)
+        else:
+            ratio = (high_us / start) ** (1 / (geometric_steps - 1))
+            values.extend(round(start * ratio**i) for i in range(geometric_steps))
+    return tuple(sorted(set(values)))
+
+
+def preferred_sizes(max_batch_size: int, depth: int) -> tuple[int, ...]:
+    """Preferred sizes at ``depth``: the ``depth`` largest halvings of ``max_batch_size``."""
+    sizes = {max_batch_size >> i for i in range(depth) if max_batch_size >> i >= 1}
+    return tuple(sorted(sizes, reverse=True))
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """A finite grid of valid knobs, and its integer encoding.
+
+    Attributes:
+        log2_mbs: Inclusive bounds of log2(max_batch_size).
+        delays_us: The delay ladder.
+        max_pref_depth: Largest preferred-size depth searched (0: never set preferred sizes).
+        fixed_preferred: Preferred sizes used by every config instead of a searched depth.
+        instances: Inclusive bounds of the instance count.
+    """
+
+    log2_mbs: tuple[int, int]
+    delays_us: tuple[int, ...]
+    max_pref_depth: int = 2
+    fixed_preferred: tuple[int, ...] | None = None
+    instances: tuple[int, int] = (1, 1)
+
+    def __post_init__(self) -> None:
+        if self.fixed_preferred:
+            needed = max(self.fixed_preferred)
+            lo = max(self.log2_mbs[0], math.ceil(math.log2(needed)))
+            if lo > self.log2_mbs[1]:
+                raise InputError(
+                    f"preferred size {needed} is above the largest max_batch_size "
+                    f"{2 ** self.log2_mbs[1]}"
+                )
+            # Configs with max_batch_size below a fixed preferred size would be refused by
+            # Triton: such points are removed from the space rather than sampled and rejected.
+            object.__setattr__(self, "log2_mbs", (lo, self.log2_mbs[1]))
+
+    @classmethod
+    def from_bounds(
+        cls,
+        max_batch_size: tuple[int, int],
+        max_queue_delay_us: tuple[int, int],
+        delay_steps: int,
+        preferred: str | Sequence[int],
+        instance_count: tuple[int, int],
+    ) -> SearchSpace:
+        """Build the space from the scenario's ``[space]`` bounds."""
+        fixed: tuple[int, ...] | None = None
+        depth = 2
+        if preferred == "none":
+            depth = 0
+        elif not isinstance(preferred, str):
+            fixed = tuple(int(s) for s in preferred)
+            depth = 0
+        return cls(
+            log2_mbs=(int(math.log2(max_batch_size[0])), int(math.log2(max_batch_size[1]))),
+            delays_us=delay_ladder(max_queue_delay_us[0], max_queue_delay_us[1], delay_steps),
+            max_pref_depth=depth,
+            fixed_preferred=fixed,
+            instances=instance_count,
+        )
+
+    # -- encoding -------------------------------------------------------------------------------
+
+    def param_bounds(self) -> dict[str, tuple[int, int]]:
+        """Integer parameters and their inclusive bounds (a dimension with one value is omitted)."""
+        bounds = {
+            "log2_mbs": self.log2_mbs,
+            "delay_idx": (0, len(self.delays_us) - 1),
+            "pref_depth": (0, self.max_pref_depth),
+            "instances": self.instances,
+        }
+        return {name: b for name, b in bounds.items() if b[0] < b[1]}
+
+    def decode(self, params: Mapping[str, int]) -> Knobs:
+        """Knobs from integer parameters (missing single-valued dimensions take their value)."""
+        mbs = 2 ** int(params.get("log2_mbs", self.log2_mbs[0]))
+        depth = int(params.get("pref_depth", 0))
+        if self.fixed_preferred is not None:
+            pref = tuple(sorted(self.fixed_preferred, reverse=True))
+        else:
+            pref = preferred_sizes(mbs, depth)
+        return Knobs(
+            max_batch_size=mbs,
+            max_queue_delay_us=self.delays_us[int(params.get("delay_idx", 0))],
+            preferred_batch_size=pref,
+            instance_count=int(params.get("instances", self.instances[0])),
+        )
+
+    def encode(self, knobs: Knobs) -> dict[str, int]:
+        """The parameters of the grid point closest to ``knobs`` (used to seed the search)."""
+        lo, hi = self.log2_mbs
+        log2 = min(max(round(math.log2(max(knobs.max_batch_size, 1))), lo), hi)
+        delay_idx = min(
+            range(len(self.delays_us)),
+            key=lambda i: abs(self.delays_us[i] - knobs.max_queue_delay_us),
+        )
+        depth = min(len(knobs.preferred_batch_size), self.max_pref_depth)
+        instances = min(max(knobs.instance_count, self.instances[0]), self.instances[1])
+        params = {
+            "log2_mbs": log2,
+            "delay_idx": delay_idx,
+            "pref_depth": depth,
+            "instances": instances,
+        }
+        return {k: v for k, v in params.items() if k in self.param_bounds()}
+
+    def points(self) -> Iterator[dict[str, int]]:
+        """Every grid point's parameters (brute force and benchmarks)."""
+        bounds = self.param_bounds()
+        names = list(bounds)
+        ranges = [range(lo, hi + 1) for lo, hi in bounds.values()]
+        for combo in itertools.product(*ranges):
+            yield dict(zip(names, combo, strict=True))
+
+    def size(self) -> int:
+        """Number of grid points."""
+        return math.prod(hi - lo + 1 for lo, hi in self.param_bounds().values())
+
+    def seeds(self, start: Knobs | None = None, p99_goal_ms: float | None = None) -> list[Knobs]:
+        """Sensible first configs to measure before the sampler takes over.
+
+        The model's own config moved onto the grid; Triton's documented starting point
+        (``dynamic_batching {}``: largest batch, no delay) with one instance and with the most
+        instances; and, when the latency goal is known, the largest batch with a queue delay of
+        a quarter of the goal on half the instances (the Nexus rule of thumb: spend up to half
+        the budget forming and running a batch). These replace random start-up trials.
+        """
+        lo, hi = self.log2_mbs
+        ilo, ihi = self.instances
+        candidates: list[Knobs] = []
+        if start is not None:
+            candidates.append(self.decode(self.encode(start)))
+        candidates.append(self.decode({"log2_mbs": hi, "delay_idx": 0, "instances": ilo}))
+        candidates.append(self.decode({"log2_mbs": hi, "delay_idx": 0, "instances": ihi}))
+        if p99_goal_ms is not None:
+            quarter = Knobs(
+                max_batch_size=2 ** ((lo + hi + 1) // 2),
+                max_queue_delay_us=round(p99_goal_ms * 1000 / 4),
+                instance_count=(ilo + ihi + 1) // 2,
+            )
+            candidates.append(self.decode(self.encode(quarter)))
+        unique: list[Knobs] = []
+        for knobs in candidates:
+            if knobs not in unique:
+                unique.append(knobs)
+        return unique
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """What one trial measured, in the terms the sampler needs.
+
+    Attributes:
+        values: Objective values in the study's direction order (one for single objective).
+        constraints: Named slacks; <= 0 means satisfied. Always the same keys.
+        user_attrs: Extra JSON-able facts kept with the trial.
+    """
+
+    values: tuple[float, ...]
+    constraints: Mapping[str, float]
+    user_attrs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AskedTrial:
+    """A trial handed out by :meth:`Search.ask`."""
+
+    number: int
+    params: Mapping[str, int]
+    knobs: Knobs
+    source: str  # "seed" (enqueued) or "search"
+
+
+@dataclass(frozen=True)
+class FinishedTrial:
+    """A finished trial as stored in the study."""
+
+    number: int
+    state: str  # "complete" | "failed"
+    knobs: Knobs
+    values: tuple[float, ...]
+    constraints: Mapping[str, float]
+    user_attrs: Mapping[str, Any]
+
+    @property
+    def feasible(self) -> bool:
+        """Complete, with every constraint satisfied."""
+        return self.state == "complete" and all(v <= 0 for v in self.constraints.values())
+
+
+def journal_storage(path: str) -> JournalStorage:
+    """The embedded default storage: an append-only journal file (crash-safe, no server)."""
+    return JournalStorage(JournalFileBackend(path))
+
+
+class Search:
+    """An Optuna study driven by ask/tell, with seeds, constraints and resume.
+
+    Args:
+        space: The grid to search.
+        directions: One direction per objective value.
+        storage: A journal file path, or an RDB URL (``postgresql://...``, ``sqlite:///...``).
+        study_name: Name of the study inside the storage (created if missing, else continued).
+        sampler: ``tpe`` or ``random``.
+        seed: Seed of the sampler.
+        metric_names: Names of the objective values (shown by optuna-dashboard).
+    """
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        directions: Sequence[Direction],
+        storage: str,
+        study_name: str,
+        sampler: str = "tpe",
+        seed: int = 0,
+        metric_names: Sequence[str] | None = None,
+    ) -> None:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.space = space
+        self.directions = tuple(directions)
+        self._storage = _open_storage(storage)
+        self._open: dict[int, optuna.trial.Trial] = {}
+        try:
+            self._study = optuna.create_study(
+                storage=self._storage,
+                study_name=study_name,
+                directions=list(directions),
+                sampler=_make_sampler(sampler, seed, len(self.directions)),
+                load_if_exists=True,
+            )
+        except Exception as exc:  # sqlalchemy / journal errors: translate where they enter
+            raise InputError(
+                f"cannot open the Optuna study {study_name!r} in {storage}: {_first_line(exc)}"
+            ) from exc
+        if tuple(d.name.lower() for d in self._study.directions) != self.directions:
+            raise InputError(
+                f"study {study_name!r} in {storage} optimises {self._study.directions}, not "
+                f"{list(self.directions)}; use another --study-name"
+            )
+        if metric_names and not self._study.metric_names:
+            self._study.set_metric_names(list(metric_names))
+
+    # -- seeding and resume ----------------------------------------------------------------------
+
+    def enqueue(self, knobs: Knobs, reason: str) -> None:
+        """Queue ``knobs`` to be tried next (skipped when the same point was already tried)."""
+        params = self.space.encode(knobs)
+        self._study.enqueue_trial(params, user_attrs={"seed": reason}, skip_if_exists=True)
+
+    def recover_interrupted(self) -> list[int]:
+        """Fail trials left RUNNING by a killed run and queue their configs again.
+
+        Only safe when no other worker uses the study (the embedded journal storage): a shared
+        RDB study's RUNNING trials may belong to a live worker.
+        """
+        numbers = []
+        for trial in self._study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            self._study._storage.set_trial_user_attr(trial._trial_id, "failure", INTERRUPTED_REASON)
+            self._study.tell(trial.number, state=TrialState.FAIL)
+            self._study.enqueue_trial(dict(trial.params), user_attrs={"seed": "re-run"})
+            numbers.append(trial.number)
+        return numbers
+
+    # -- ask / tell -------------------------------------------------------------------------------
+
+    def ask(self) -> AskedTrial:
+        """The next config to measure."""
+        trial = self._study.ask()
+        bounds = self.space.param_bounds()
+        params = {name: trial.suggest_int(name, lo, hi) for name, (lo, hi) in bounds.items()}
+        source = "seed" if "seed" in trial.user_attrs else "search"
+        self._open[trial.number] = trial
+        return AskedTrial(trial.number, params, self.space.decode(params), source)
+
+    def tell(self, number: int, outcome: TrialOutcome) -> None:
+        """Record a completed trial: values, constraint slacks, attributes."""
+        trial = self._open.pop(number)
+        for key, value in outcome.user_attrs.items():
+            trial.set_user_attr(key, value)
+        for key, value in outcome.constraints.items():
+            trial.set_constraint(key, float(value))
+        self._study.tell(trial, list(outcome.values))
+
+    def fail(self, number: int, reason: str) -> None:
+        """Record a failed trial and why (the sweep goes on)."""
+        trial = self._open.pop(number)
+        trial.set_user_attr("failure", reason)
+        self._study.tell(trial, state=TrialState.FAIL)
+
+    # -- queries ----------------------------------------------------------------------------------
+
+    def finished(self) -> list[FinishedTrial]:
+        """Complete and failed trials, by number (interrupted trials excluded: they re-run)."""
+        result = []
+        for t in self._study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)
+        ):
+            if t.user_attrs.get("failure") == INTERRUPTED_REASON:
+                continue
+            params = {k: int(v) for k, v in t.params.items()}
+            result.append(
+                FinishedTrial(
+                    number=t.number,
+                    state="complete" if t.state == TrialState.COMPLETE else "failed",
+                    knobs=self.space.decode(params),
+                    values=tuple(t.values) if t.values is not None else (),
+                    constraints=dict(t.constraints or {}),
+                    user_attrs=dict(t.user_attrs),
+                )
+            )
+        return sorted(result, key=lambda f: f.number)
+
+    def started_count(self) -> int:
+        """Trials started or finished in the study by any worker (budgets count these)."""
+        states = (TrialState.RUNNING, TrialState.COMPLETE, TrialState.FAIL)
+        return sum(
+            1
+            for t in self._study.get_trials(deepcopy=False, states=states)
+            if t.user_attrs.get("failure") != INTERRUPTED_REASON
+        )
+
+    def pareto_front(self) -> list[FinishedTrial]:
+        """Feasible non-dominated trials (multi-objective studies)."""
+        best = {t.number for t in self._study.best_trials}
+        return [f for f in self.finished() if f.number in best and f.feasible]
+
+
+def _make_sampler(name: str, seed: int, n_objectives: int) -> optuna.samplers.BaseSampler:
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name != "tpe":
+        raise InputError(f"unknown sampler {name!r}; use 'tpe' or 'random'")
+    # Seeds (enqueued trials) count as start-up trials, so few random ones are needed; the
+    # constraint slacks come from trial.set_constraint (Optuna >= 5.0).
+    return optuna.samplers.TPESampler(
+        seed=seed,
+        n_startup_trials=4,
+        # Measured on planted landscapes (benchmarks/search_efficiency.py): with this few
+        # trials, independent TPE finds the optimum's neighbourhood sooner than multivariate.
+        multivariate=False,
+        group=False,
+        constant_liar=True,
+    )
+
+
+def _open_storage(storage: str) -> optuna.storages.BaseStorage:
+    if "://" in storage:
+        url = storage
+        if url.startswith("postgresql://"):
+            url = "postgresql+psycopg2://" + url[len("postgresql://") :]
+        try:
+            # No heartbeat: Optuna only beats inside study.optimize, not in ask/tell loops.
+            return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+        except Exception as exc:
+            raise InputError(
+                f"cannot open the study storage {storage}: {_first_line(exc)}; "
+                "check the URL, that the database exists and accepts connections"
+            ) from exc
+    return journal_storage(storage)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+logging.getLogger("optuna").setLevel(logging.WARNING)
