@@ -1,0 +1,129 @@
+"""The backend protocol and the factory that chooses a backend for a model config.
+
+A backend object serves one model instance. ``execute`` receives a batch as a list of whole
+requests and returns one response per request, in the same order; an entry may be a
+:class:`~reference_server.errors.ServerError` to fail just that request. An exception fails
+every request of the batch (failure reason ``BACKEND``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from reference_server.errors import BackendError, ServerError
+from reference_server.types import InferRequest, InferResponse
+
+if TYPE_CHECKING:
+    from reference_server.instances import Device
+
+
+@dataclass
+class BackendArgs:
+    """What a backend learns about its model and instance at ``initialize``.
+
+    Attributes:
+        model_name: Model name.
+        model_version: Version string (``"1"``).
+        config: The normalized model config.
+        version_dir: ``<repository>/<model>/<version>`` (may not exist for file-less backends).
+        instance_name: E.g. ``resnet50_0_1``.
+        instance_kind: ``KIND_CPU`` / ``KIND_GPU`` / ``KIND_MODEL``.
+        device_id: GPU id for KIND_GPU instances, else 0.
+        device: The shared device object the instance runs on (one per simulated/real GPU).
+        instance_index: Position of the instance among the model's instances (seeds RNGs).
+    """
+
+    model_name: str
+    model_version: str
+    config: mc.ModelConfig
+    version_dir: Path
+    instance_name: str
+    instance_kind: str
+    device_id: int
+    device: Device
+    instance_index: int = 0
+    parameters: dict[str, str] = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    """One model instance's executor (Python-backend style)."""
+
+    def initialize(self, args: BackendArgs) -> None:
+        """Prepare to execute (load weights, create sessions); raise BackendError to refuse."""
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | ServerError]:
+        """Run a batch; one response (or error) per request, same order."""
+        ...
+
+    def finalize(self) -> None:
+        """Release resources; called once after the last execute."""
+
+    def device_info(self) -> dict[str, str]:
+        """What actually runs the model (e.g. ``{"provider": "CPUExecutionProvider"}``)."""
+        ...
+
+
+def mark_compute(requests: Sequence[InferRequest], input_end_ns: int, output_start_ns: int) -> None:
+    """Record where a batch's compute_input phase ended and compute_output began.
+
+    The core measures the batch's start and end itself; a backend that knows its phases calls
+    this so statistics split the time into compute_input / compute_infer / compute_output.
+    """
+    for req in requests:
+        req.compute_input_end_ns = input_end_ns
+        req.compute_output_start_ns = output_start_ns
+
+
+def now_ns() -> int:
+    """The monotonic clock the core uses for timestamps."""
+    return time.monotonic_ns()
+
+
+def response_for(request: InferRequest, args: BackendArgs) -> InferResponse:
+    """An empty response addressed to ``request``."""
+    return InferResponse(
+        model_name=args.model_name, model_version=args.model_version, id=request.id
+    )
+
+
+def batch_size_of(request: InferRequest, config: mc.ModelConfig) -> int:
+    """The request's batch size (first dim of its first input; 1 for non-batching models)."""
+    if config.max_batch_size <= 0 or not request.inputs:
+        return 1
+    first = next(iter(request.inputs.values()))
+    return int(first.shape[0]) if first.ndim else 1
+
+
+def create_backend(config: mc.ModelConfig) -> Backend:
+    """Choose the backend implementation for a normalized config.
+
+    Raises:
+        BackendError: no backend of that name exists here.
+    """
+    name = config.backend or config.platform
+    if name == "identity":
+        from reference_server.backends.identity import IdentityBackend
+
+        return IdentityBackend()
+    if name == "add_sub":
+        from reference_server.backends.add_sub import AddSubBackend
+
+        return AddSubBackend()
+    if name == "simulated":
+        from reference_server.backends.simulated import SimulatedBackend
+
+        return SimulatedBackend()
+    if name in ("onnxruntime", "onnxruntime_onnx"):
+        from reference_server.backends.onnxruntime import OnnxRuntimeBackend
+
+        return OnnxRuntimeBackend()
+    raise BackendError(
+        f"unable to find backend library for backend '{name}', try specifying runtime on the "
+        "model configuration. Backends available here: identity, add_sub, simulated, onnxruntime"
+    )

@@ -1,0 +1,551 @@
+"""The facade the frontends call: :class:`InferenceServer` and its :class:`CoreOptions`.
+
+The server owns the model repository, the lifecycle table (which model versions are READY,
+LOADING, UNLOADING, UNAVAILABLE and why), the loaded :class:`~reference_server.model.ModelRuntime`
+objects, the optional response cache, the devices and a Prometheus registry of its own. Every
+failure is raised (or delivered) as a :class:`~reference_server.errors.ServerError` carrying
+Triton's code and message; frontends only translate it to HTTP/gRPC.
+
+Loading a new config for a loaded model builds and starts the new version first, then swaps it
+in and lets the old one drain its queued and running requests, so no request is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from prometheus_client import CollectorRegistry
+from tritonclient.grpc import model_config_pb2 as mc
+
+from reference_server import TRITON_COMPAT_VERSION
+from reference_server.cache import ResponseCache
+from reference_server.config import config_from_json, normalize, validate
+from reference_server.errors import Code, ModelConfigError, ServerError
+from reference_server.instances import DeviceRegistry
+from reference_server.model import ModelRuntime, RuntimeOptions
+from reference_server.repository import ModelRepository, select_versions
+from reference_server.stats import MetricSource, TritonCollector, render_text
+from reference_server.types import InferRequest, InferResponse
+
+READY = "READY"
+UNAVAILABLE = "UNAVAILABLE"
+LOADING = "LOADING"
+UNLOADING = "UNLOADING"
+
+#: Extensions this server implements (``GET /v2``), in Triton's order.
+EXTENSIONS = (
+    "classification",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+)
+
+#: How long :meth:`InferenceServer.stop` waits for models to drain.
+_STOP_DRAIN_S = 30.0
+
+
+@dataclass(frozen=True)
+class CoreOptions:
+    """Server-wide settings of the core.
+
+    Attributes:
+        model_repositories: Repository directories.
+        model_control_mode: ``"none"`` (load everything at start, no load/unload API),
+            ``"poll"`` (treated as none: no rescans) or ``"explicit"`` (load
+            ``startup_models`` at start; the API loads and unloads).
+        startup_models: Models to load at start in explicit mode (``"*"`` = all).
+        cache_size_bytes: Response cache size (0 = no cache; models must also enable it).
+        rate_limit: ``"off"`` (ignore instance ``rate_limiter`` sections, Triton's default) or
+            ``"execution_count"`` (not implemented: configs that declare resources are refused).
+        delay_scheduler: ``TRITONSERVER_DELAY_SCHEDULER``: dynamic batchers wait until this
+            many requests are queued before forming the first batch (0 = off). Read the
+            environment variable at the edge (:func:`delay_scheduler_from_env`).
+        gpu_ids: GPUs to use; None = detect (``/proc/driver/nvidia/gpus``).
+        strict_readiness: Server not ready while a model failed to load.
+        device: Default device of onnxruntime models (``"cpu"``, ``"cuda"`` or ``"auto"``)
+            unless their config sets the ``device`` parameter.
+    """
+
+    model_repositories: tuple[Path, ...] = ()
+    model_control_mode: Literal["none", "poll", "explicit"] = "explicit"
+    startup_models: tuple[str, ...] = ()
+    cache_size_bytes: int = 0
+    rate_limit: Literal["off", "execution_count"] = "off"
+    delay_scheduler: int = 0
+    gpu_ids: tuple[int, ...] | None = None
+    strict_readiness: bool = True
+    device: str = "auto"
+
+
+def delay_scheduler_from_env(environ: dict[str, str] | None = None) -> int:
+    """Read ``TRITONSERVER_DELAY_SCHEDULER`` (0 when unset or not a number)."""
+    env = os.environ if environ is None else environ
+    try:
+        return max(0, int(env.get("TRITONSERVER_DELAY_SCHEDULER", "0")))
+    except ValueError:
+        return 0
+
+
+def detect_gpus() -> tuple[int, ...]:
+    """GPU ids visible through the NVIDIA driver (empty on CPU-only hosts)."""
+    root = Path("/proc/driver/nvidia/gpus")
+    try:
+        return tuple(range(len(list(root.iterdir()))))
+    except OSError:
+        return ()
+
+
+@dataclass
+class _ModelState:
+    """Lifecycle of one model name: per version state and reason, and what is serving."""
+
+    versions: dict[str, tuple[str, str]] = field(default_factory=dict)
+    runtimes: dict[str, ModelRuntime] = field(default_factory=dict)
+    from_override: bool = False
+    failed: bool = False
+
+
+class InferenceServer:
+    """The core of the reference server: models, scheduling, statistics, metrics.
+
+    Args:
+        options: Server settings.
+        registry: Prometheus registry to publish into (a new one by default); ``/metrics``
+            renders it with :meth:`metrics_text`.
+    """
+
+    def __init__(self, options: CoreOptions, registry: CollectorRegistry | None = None) -> None:
+        self.options = options
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.gpu_ids = options.gpu_ids if options.gpu_ids is not None else detect_gpus()
+        self.repository = ModelRepository(options.model_repositories)
+        self.cache = ResponseCache(options.cache_size_bytes) if options.cache_size_bytes else None
+        self.devices = DeviceRegistry()
+        self._runtime_options = RuntimeOptions(
+            devices=self.devices,
+            delay_count=options.delay_scheduler,
+            cache=self.cache,
+            default_device=options.device,
+        )
+        self._models: dict[str, _ModelState] = {}
+        self._lock = threading.RLock()
+        self._load_locks: dict[str, threading.Lock] = {}
+        self._live = False
+        self._stopping = False
+        self.registry.register(
+            TritonCollector(self._metric_sources, self.cache.gauges if self.cache else None)
+        )
+
+    # ------------------------------------------------------------------ life cycle
+
+    def start(self) -> None:
+        """Load the startup models (all of them unless the control mode is explicit).
+
+        A model that fails to load is recorded as UNAVAILABLE with its reason; the server
+        still starts (and reports not ready while strict readiness is on).
+        """
+        if self.options.model_control_mode == "explicit":
+            names = list(self.options.startup_models)
+            if "*" in names:
+                names = self.repository.names()
+        else:
+            names = self.repository.names()
+        self._live = True
+        for name in names:
+            try:
+                self._load(name, None, None)
+            except ServerError:
+                pass  # recorded in the lifecycle table
+
+    def stop(self) -> None:
+        """Stop accepting requests and drain every model (bounded wait)."""
+        with self._lock:
+            self._stopping = True
+            runtimes = [rt for st in self._models.values() for rt in st.runtimes.values()]
+        for rt in runtimes:
+            rt.stop(wait=False)
+        deadline = time.monotonic() + _STOP_DRAIN_S
+        for rt in runtimes:
+            rt.scheduler.join(max(0.0, deadline - time.monotonic()))
+            for inst in rt.instances:
+                inst.join(max(0.0, deadline - time.monotonic()))
+        self.repository.close()
+
+    def is_live(self) -> bool:
+        """True once started (Triton stays live while shutting down)."""
+        return self._live
+
+    def is_ready(self) -> bool:
+        """Live, not stopping and (strict readiness) no model failed to load."""
+        if not self._live or self._stopping:
+            return False
+        if not self.options.strict_readiness:
+            return True
+        with self._lock:
+            return not any(st.failed and not st.runtimes for st in self._models.values())
+
+    # ------------------------------------------------------------------ lookup
+
+    def _lookup(self, name: str, version: str = "") -> ModelRuntime:
+        """Triton's model lookup with its error codes and messages (§1)."""
+        with self._lock:
+            st = self._models.get(name)
+            if version:
+                if st is None or version not in st.versions:
+                    raise ServerError(
+                        f"Request for unknown model: '{name}' version {version} is not found",
+                        Code.NOT_FOUND,
+                    )
+                runtime = st.runtimes.get(version)
+                if runtime is None or st.versions[version][0] != READY:
+                    raise ServerError(
+                        f"Request for unknown model: '{name}' version {version} is not at "
+                        "ready state",
+                        Code.UNAVAILABLE,
+                    )
+                return runtime
+            if st is None:
+                raise ServerError(
+                    f"Request for unknown model: '{name}' is not found", Code.NOT_FOUND
+                )
+            ready = [v for v, rt in st.runtimes.items() if st.versions.get(v, ("",))[0] == READY]
+            if not ready:
+                raise ServerError(
+                    f"Request for unknown model: '{name}' has no available versions",
+                    Code.NOT_FOUND,
+                )
+            return st.runtimes[max(ready, key=int)]
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        """True when the model (version) is READY; raises per §1 when unknown/not ready."""
+        self._lookup(name, version)
+        return True
+
+    # ------------------------------------------------------------------ metadata
+
+    def server_metadata(self) -> dict[str, Any]:
+        """``GET /v2``: name, version and the extensions implemented here."""
+        return {"name": "triton", "version": TRITON_COMPAT_VERSION, "extensions": list(EXTENSIONS)}
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        """KServe v2 model metadata; ``versions`` lists every READY version unless one is given."""
+        runtime = self._lookup(name, version)
+        meta = runtime.metadata()
+        if not version:
+            with self._lock:
+                st = self._models[name]
+                meta["versions"] = sorted(
+                    (v for v, (s, _) in st.versions.items() if s == READY and v in st.runtimes),
+                    key=int,
+                )
+        return meta
+
+    def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
+        """The normalized config of a READY model version (a copy)."""
+        cfg = mc.ModelConfig()
+        cfg.CopyFrom(self._lookup(name, version).config)
+        return cfg
+
+    def device_info(self, name: str, version: str = "") -> list[dict[str, str]]:
+        """What each instance of the model actually runs on.
+
+        For onnxruntime models this names the execution provider that ONNX Runtime really
+        used (``CUDAExecutionProvider`` or ``CPUExecutionProvider``); reports quote it.
+        """
+        return self._lookup(name, version).device_info()
+
+    def pause_device(self, name: str, seconds: float) -> None:
+        """Test hook: executions of ``name`` that start in the next ``seconds`` wait it out.
+
+        Requests keep queueing meanwhile, as when a GPU stalls; used to check that the
+        measurement engine does not hide such stalls (coordinated omission).
+        """
+        self._lookup(name).pause(seconds)
+
+    # ------------------------------------------------------------------ repository
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        """Repository index entries sorted by name then version (§2.6)."""
+        with self._lock:
+            names = set(self.repository.names()) | set(self._models)
+            out: list[dict[str, str]] = []
+            for name in sorted(names):
+                st = self._models.get(name)
+                if st is None or not st.versions:
+                    if not ready_only:
+                        out.append({"name": name})
+                    continue
+                for version in sorted(st.versions, key=int):
+                    state, reason = st.versions[version]
+                    if ready_only and state != READY:
+                        continue
+                    entry = {"name": name, "version": version, "state": state}
+                    if reason:
+                        entry["reason"] = reason
+                    out.append(entry)
+            return out
+
+    def _check_control_mode(self) -> None:
+        if self.options.model_control_mode != "explicit":
+            raise ServerError(
+                "explicit model load / unload is not allowed if polling is enabled",
+                Code.UNAVAILABLE,
+            )
+
+    def load_model(
+        self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None
+    ) -> None:
+        """Load or reload a model (explicit mode); synchronous.
+
+        Args:
+            name: Model name.
+            config_json: A ModelConfig as a JSON string; replaces the on-disk config.
+            files: ``{"file:<version>/<path>": bytes}`` forming a whole model directory.
+
+        Raises:
+            ServerError: UNAVAILABLE outside explicit mode, INTERNAL when the model is not in
+                the repository, INVALID_ARG ``load failed for model ...`` when it fails to load.
+        """
+        self._check_control_mode()
+        override = config_from_json(config_json) if config_json is not None else None
+        self._load(name, override, files)
+
+    def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        """Start unloading a model; returns at once, in-flight requests still finish."""
+        del unload_dependents  # no ensembles here, so nothing depends on a model
+        self._check_control_mode()
+        with self._lock:
+            st = self._models.get(name)
+            if st is None or not st.runtimes:
+                return
+            runtimes = dict(st.runtimes)
+            st.runtimes.clear()
+            for version in runtimes:
+                st.versions[version] = (UNLOADING, "")
+        for version, runtime in runtimes.items():
+            threading.Thread(
+                target=self._finish_unload,
+                args=(name, version, runtime),
+                name=f"unload-{name}",
+                daemon=True,
+            ).start()
+
+    def _finish_unload(self, name: str, version: str, runtime: ModelRuntime) -> None:
+        runtime.stop(wait=True)
+        with self._lock:
+            st = self._models.get(name)
+            if st is not None and st.versions.get(version, ("",))[0] == UNLOADING:
+                st.versions[version] = (UNAVAILABLE, "unloaded")
+
+    def _load_lock(self, name: str) -> threading.Lock:
+        with self._lock:
+            return self._load_locks.setdefault(name, threading.Lock())
+
+    def _load(
+        self,
+        name: str,
+        override: mc.ModelConfig | None,
+        files: dict[str, bytes] | None,
+    ) -> None:
+        with self._load_lock(name):
+            try:
+                source = self.repository.read(name, override, files)
+                cfg = normalize(source.config, model_name=name, gpu_ids=self.gpu_ids)
+                validate(cfg, dir_name=name, gpu_ids=self.gpu_ids)
+                self._check_rate_limiter(cfg)
+                versions = select_versions(cfg, source.directory)
+            except ServerError as exc:
+                if exc.code == Code.INTERNAL and "failed to poll" in exc.message:
+                    raise
+                self._record_failure(name, exc)
+                raise ServerError(
+                    f"load failed for model '{name}': {exc.message}\n", Code.INVALID_ARG
+                ) from exc
+            with self._lock:
+                st = self._models.setdefault(name, _ModelState())
+                current = dict(st.runtimes)
+            unchanged = (
+                not source.from_override
+                and not st.from_override
+                and current
+                and set(current) == {v for v, _ in versions}
+                and all(rt.config == cfg for rt in current.values())
+            )
+            if unchanged:
+                return
+            new: dict[str, ModelRuntime] = {}
+            with self._lock:
+                for version, _ in versions:
+                    if version not in current:
+                        st.versions[version] = (LOADING, "")
+            try:
+                for version, path in versions:
+                    runtime = ModelRuntime(cfg, version, path, self._runtime_options)
+                    runtime.load()
+                    new[version] = runtime
+            except ServerError as exc:
+                for runtime in new.values():
+                    runtime.stop(wait=False)
+                self._record_failure(name, exc)
+                raise ServerError(
+                    f"load failed for model '{name}': {exc.message}\n", Code.INVALID_ARG
+                ) from exc
+            with self._lock:
+                st.runtimes = new
+                st.from_override = source.from_override
+                st.failed = False
+                for version in current:
+                    if version not in new:
+                        st.versions[version] = (UNAVAILABLE, "unloaded")
+                for version in new:
+                    st.versions[version] = (READY, "")
+            for runtime in current.values():
+                runtime.stop(wait=False)
+
+    def _record_failure(self, name: str, exc: ServerError) -> None:
+        reason = f"{exc.code.value}: {exc.message}"
+        with self._lock:
+            st = self._models.setdefault(name, _ModelState())
+            if st.runtimes:
+                # A failed reload leaves the serving version in place.
+                return
+            st.failed = True
+            if not st.versions:
+                st.versions["1"] = (UNAVAILABLE, reason)
+            else:
+                for version in st.versions:
+                    st.versions[version] = (UNAVAILABLE, reason)
+
+    def _check_rate_limiter(self, cfg: mc.ModelConfig) -> None:
+        if self.options.rate_limit == "off":
+            return
+        for group in cfg.instance_group:
+            if group.rate_limiter.resources:
+                raise ModelConfigError(
+                    f"instance group {group.name} of model {cfg.name} declares rate limiter "
+                    "resources, but this server does not implement rate limiting; start it "
+                    "with --rate-limit=off (Triton's default, which ignores them)"
+                )
+
+    # ------------------------------------------------------------------ statistics, metrics
+
+    def model_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        """``{"model_stats": [...]}`` as Triton's statistics extension renders it (§7)."""
+        with self._lock:
+            if not name:
+                selected = [
+                    rt
+                    for n in sorted(self._models)
+                    for v, rt in sorted(self._models[n].runtimes.items(), key=lambda x: int(x[0]))
+                    if self._models[n].versions.get(v, ("",))[0] == READY
+                ]
+                return {"model_stats": [rt.stats.to_json() for rt in selected]}
+            st = self._models.get(name)
+            ready = {
+                v: rt
+                for v, rt in (st.runtimes.items() if st else [])
+                if st is not None and st.versions.get(v, ("",))[0] == READY
+            }
+            if not ready:
+                raise ServerError(f"requested model '{name}' is not available", Code.INVALID_ARG)
+            if version:
+                if version not in ready:
+                    raise ServerError(
+                        f"requested model version is not available for model '{name}'",
+                        Code.INVALID_ARG,
+                    )
+                return {"model_stats": [ready[version].stats.to_json()]}
+            return {"model_stats": [ready[v].stats.to_json() for v in sorted(ready, key=int)]}
+
+    def _metric_sources(self) -> list[MetricSource]:
+        with self._lock:
+            runtimes = [rt for st in self._models.values() for rt in st.runtimes.values()]
+        return [
+            MetricSource(rt.stats, dict(rt.config.metric_tags), rt.cache is not None)
+            for rt in sorted(runtimes, key=lambda r: (r.name, int(r.version)))
+        ]
+
+    def metrics_text(self) -> str:
+        """The ``/metrics`` body: Triton's names, no ``_total`` suffix on counters.
+
+        Use this rather than ``prometheus_client.generate_latest`` (which renames counters).
+        """
+        return render_text(self.registry)
+
+    # ------------------------------------------------------------------ inference
+
+    def submit(
+        self, request: InferRequest, callback: Callable[[InferResponse | ServerError], None]
+    ) -> None:
+        """Start an inference; ``callback`` receives the response or the error exactly once.
+
+        Errors found before the request is queued (unknown model, validation, queue full,
+        stopping) are delivered through ``callback`` too, before ``submit`` returns. Other
+        results arrive on an instance or batcher thread.
+        """
+        request.request_start_ns = time.monotonic_ns()
+        try:
+            runtime = self._lookup(request.model_name, request.model_version)
+            runtime.submit(request, callback)
+        except ServerError as exc:
+            callback(exc)
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """Run one inference from an asyncio loop.
+
+        Raises:
+            ServerError: with Triton's code and message.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[InferResponse] = loop.create_future()
+
+        def resolve(result: InferResponse | ServerError) -> None:
+            if future.done():
+                return
+            if isinstance(result, ServerError):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+        def callback(result: InferResponse | ServerError) -> None:
+            loop.call_soon_threadsafe(resolve, result)
+
+        self.submit(request, callback)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            request.cancel()
+            raise
+
+    def infer_sync(self, request: InferRequest, timeout_s: float | None = None) -> InferResponse:
+        """Blocking inference for threads and tests.
+
+        Raises:
+            ServerError: with Triton's code and message.
+            TimeoutError: no answer within ``timeout_s``.
+        """
+        done = threading.Event()
+        box: list[InferResponse | ServerError] = []
+
+        def callback(result: InferResponse | ServerError) -> None:
+            box.append(result)
+            done.set()
+
+        self.submit(request, callback)
+        if not done.wait(timeout_s):
+            raise TimeoutError(f"no response for request '{request.id}' in {timeout_s} s")
+        result = box[0]
+        if isinstance(result, ServerError):
+            raise result
+        return result

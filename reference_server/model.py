@@ -1,0 +1,551 @@
+"""One loaded model version: validation, scheduling, execution, statistics.
+
+:class:`ModelRuntime` ties a normalized config to its instances (one backend object and thread
+each), its :class:`~reference_server.scheduler.Scheduler`, its
+:class:`~reference_server.stats.ModelStats` and, when enabled, the server's response cache.
+The facade (:mod:`reference_server.core`) looks models up and calls :meth:`ModelRuntime.submit`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
+
+from reference_server.backends.base import BackendArgs, create_backend
+from reference_server.batching import BatchingParams, QueuePolicy
+from reference_server.cache import ResponseCache, cache_key
+from reference_server.config import numpy_dtype, protocol_datatype
+from reference_server.errors import BackendError, Code, ServerError
+from reference_server.instances import DeviceRegistry, InstanceSpec, ModelInstance, PauseGate
+from reference_server.scheduler import Batch, Entry, Scheduler
+from reference_server.stats import ModelStats, RequestTiming
+from reference_server.types import InferRequest, InferResponse
+
+Callback = Callable[[InferResponse | ServerError], None]
+
+_SHAPE_NOTE = (
+    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension "
+    "to be prepended to each input shape. If you want to specify the full shape including the "
+    "batch dim in your input dims config, try setting max_batch_size to zero. See the model "
+    "configuration docs for more info on max_batch_size."
+)
+
+
+@dataclass(eq=False)
+class _Context:
+    callback: Callback
+    cache_key: str | None = None
+    lookup_ns: int = 0
+
+
+def _shape_str(shape: Any) -> str:
+    return "[" + ",".join(str(int(d)) for d in shape) + "]"
+
+
+def _queue_policy(policy: mc.ModelQueuePolicy) -> QueuePolicy:
+    return QueuePolicy(
+        delay_on_timeout=policy.timeout_action == mc.ModelQueuePolicy.DELAY,
+        default_timeout_us=int(policy.default_timeout_microseconds),
+        allow_timeout_override=bool(policy.allow_timeout_override),
+        max_queue_size=int(policy.max_queue_size),
+    )
+
+
+class _Sequencer:
+    """Releases responses strictly in slot order (``preserve_ordering``, §3.10)."""
+
+    def __init__(self) -> None:
+        self._next = 0
+        self._done: dict[int, Callable[[], None]] = {}
+        self._lock = threading.Lock()
+
+    def complete(self, slot: int, deliver: Callable[[], None]) -> None:
+        # Deliveries run under the lock so two instance threads cannot interleave them out of
+        # order; they only hand results over (call_soon_threadsafe), so this stays cheap.
+        with self._lock:
+            self._done[slot] = deliver
+            while self._next in self._done:
+                self._done.pop(self._next)()
+                self._next += 1
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """Server-wide settings a model runtime needs.
+
+    Attributes:
+        delay_count: ``TRITONSERVER_DELAY_SCHEDULER`` (0 = off).
+        cache: The server's response cache, None when the server has none.
+        devices: The server's devices.
+        default_device: ``device`` parameter for backends whose config does not set one.
+    """
+
+    devices: DeviceRegistry
+    delay_count: int = 0
+    cache: ResponseCache | None = None
+    default_device: str = "auto"
+
+
+class ModelRuntime:
+    """A loaded, serving model version.
+
+    Args:
+        config: Normalized, validated config.
+        version: Version string.
+        version_dir: ``<model dir>/<version>``.
+        options: Server-wide settings.
+    """
+
+    def __init__(
+        self, config: mc.ModelConfig, version: str, version_dir: Path, options: RuntimeOptions
+    ) -> None:
+        self.config = config
+        self.name = config.name
+        self.version = version
+        self.version_dir = version_dir
+        self._options = options
+        self.stats = ModelStats(self.name, version)
+        self.cache = options.cache if config.response_cache.enable else None
+        self.instances: list[ModelInstance] = []
+        self.pause_gate = PauseGate()
+        self._sequencer = _Sequencer()
+        self._inputs = {i.name: i for i in config.input}
+        self._outputs = {o.name: o for o in config.output}
+        self._required = [i.name for i in config.input if not i.optional]
+        self._has_optional = any(i.optional for i in config.input)
+        self._labels: dict[str, list[str]] = {}
+        self.scheduler = self._make_scheduler()
+
+    # ------------------------------------------------------------------ life cycle
+
+    def _make_scheduler(self) -> Scheduler:
+        cfg = self.config
+        active = sum(g.count * max(1, len(g.gpus)) for g in cfg.instance_group if not g.passive)
+        if not cfg.HasField("dynamic_batching"):
+            return Scheduler(self.name, None, instance_count=active)
+        db = cfg.dynamic_batching
+        params = BatchingParams(
+            max_batch_size=max(1, cfg.max_batch_size),
+            preferred=frozenset(int(p) for p in db.preferred_batch_size),
+            max_queue_delay_ns=int(db.max_queue_delay_microseconds) * 1000,
+        )
+        return Scheduler(
+            self.name,
+            params,
+            default_policy=_queue_policy(db.default_queue_policy),
+            level_policies={int(k): _queue_policy(v) for k, v in db.priority_queue_policy.items()},
+            priority_levels=int(db.priority_levels),
+            default_priority_level=int(db.default_priority_level),
+            instance_count=active,
+            preserve_ordering=bool(db.preserve_ordering),
+            on_reject=self._on_reject,
+            delay_count=self._options.delay_count,
+        )
+
+    def _instance_specs(self) -> list[InstanceSpec]:
+        specs = []
+        for group in self.config.instance_group:
+            kind = mc.ModelInstanceGroup.Kind.Name(group.kind)
+            devices = list(group.gpus) if group.kind == mc.ModelInstanceGroup.KIND_GPU else [0]
+            for device_id in devices:
+                for k in range(group.count):
+                    specs.append(
+                        InstanceSpec(f"{group.name}_{k}", kind, int(device_id), group.passive)
+                    )
+        return specs
+
+    def load(self) -> None:
+        """Create and initialize every instance, then start serving.
+
+        Raises:
+            ServerError: a backend refused to initialize (everything created is released).
+        """
+        start = time.monotonic()
+        self._load_labels()
+        params = {k: v.string_value for k, v in self.config.parameters.items()}
+        params.setdefault("device", self._options.default_device)
+        try:
+            for index, spec in enumerate(self._instance_specs()):
+                backend = create_backend(self.config)
+                device_name = f"gpu{spec.device_id}" if spec.kind == "KIND_GPU" else "cpu"
+                args = BackendArgs(
+                    model_name=self.name,
+                    model_version=self.version,
+                    config=self.config,
+                    version_dir=self.version_dir,
+                    instance_name=spec.name,
+                    instance_kind=spec.kind,
+                    device_id=spec.device_id,
+                    device=self._options.devices.get(params.get("sim_device", device_name)),
+                    instance_index=index,
+                    parameters=params,
+                )
+                try:
+                    backend.initialize(args)
+                except ServerError:
+                    raise
+                except Exception as exc:
+                    raise BackendError(str(exc) or type(exc).__name__) from exc
+                self.instances.append(ModelInstance(spec, backend, self.scheduler, self._run_batch))
+        except BaseException:
+            self._finalize_backends()
+            raise
+        self.scheduler.start()
+        for instance in self.instances:
+            instance.start()
+        self.stats.load_duration_s = time.monotonic() - start
+
+    def _load_labels(self) -> None:
+        model_dir = self.version_dir.parent
+        for out in self.config.output:
+            if out.label_filename:
+                path = model_dir / out.label_filename
+                if path.is_file():
+                    self._labels[out.name] = path.read_text(encoding="utf-8").splitlines()
+
+    def stop(self, wait: bool = False) -> None:
+        """Stop accepting requests; queued and running ones finish, then backends finalize.
+
+        Args:
+            wait: Block until drained; otherwise drain on a background thread.
+        """
+        self.scheduler.stop()
+        self.pause_gate.release()
+        if wait:
+            self._drain()
+        else:
+            threading.Thread(target=self._drain, name=f"drain-{self.name}", daemon=True).start()
+
+    def _drain(self) -> None:
+        self.scheduler.join()
+        for instance in self.instances:
+            instance.join()
+        self._finalize_backends()
+
+    def _finalize_backends(self) -> None:
+        for instance in self.instances:
+            try:
+                instance.backend.finalize()
+            except Exception:
+                pass  # a failing finalize must not block unloading
+
+    # ------------------------------------------------------------------ metadata
+
+    def metadata(self) -> dict[str, Any]:
+        """KServe v2 model metadata for this version (§5.3)."""
+        batching = self.config.max_batch_size > 0
+
+        def tensors(items: Any) -> list[dict[str, Any]]:
+            return [
+                {
+                    "name": t.name,
+                    "datatype": protocol_datatype(t.data_type),
+                    "shape": ([-1] if batching else []) + [int(d) for d in t.dims],
+                }
+                for t in items
+            ]
+
+        return {
+            "name": self.name,
+            "versions": [self.version],
+            "platform": self.config.platform or self.config.backend,
+            "inputs": tensors(self.config.input),
+            "outputs": tensors(self.config.output),
+        }
+
+    def device_info(self) -> list[dict[str, str]]:
+        """What each instance actually runs on (backend's own report)."""
+        return [
+            {"instance": inst.spec.name, "kind": inst.spec.kind, **inst.backend.device_info()}
+            for inst in self.instances
+        ]
+
+    # ------------------------------------------------------------------ requests
+
+    def validate(self, req: InferRequest) -> tuple[int, Hashable]:
+        """Check a request against the config (§5.4 core validation, Triton's order).
+
+        Returns:
+            ``bs(r)`` and the batch-compatibility key.
+
+        Raises:
+            ServerError: INVALID_ARG with the ``[request id: ...]`` prefix.
+        """
+        prefix = f"[request id: {req.id or '<id_unknown>'}] "
+        name = self.name
+
+        def fail(message: str) -> ServerError:
+            return ServerError(prefix + message, Code.INVALID_ARG)
+
+        seen: set[str] = set()
+        for out in req.requested_outputs:
+            if out.name not in self._outputs:
+                raise fail(f"unexpected inference output '{out.name}' for model '{name}'")
+            if out.name in seen:
+                raise fail(f"output '{out.name}' already exists in request")
+            seen.add(out.name)
+        given = list(req.inputs)
+        missing = [n for n in self._required if n not in req.inputs]
+        n_all, n_req = len(self._inputs), len(self._required)
+        if missing or not n_req <= len(given) <= n_all:
+            got = "[" + ",".join(f"'{n}'" for n in given) + "]"
+            miss = "[" + ",".join(f"'{n}'" for n in missing) + "]"
+            expected = (
+                f"expected {n_all} inputs"
+                if n_req == n_all
+                else f"expected number of inputs between {n_req} and {n_all}"
+            )
+            raise fail(
+                f"{expected} but got {len(given)} inputs for model '{name}'. Got input(s) "
+                f"{got}, but missing required input(s) {miss}. Please provide all required "
+                "input(s)."
+            )
+        batching = self.config.max_batch_size > 0
+        batch_size = 0
+        for in_name, array in req.inputs.items():
+            spec = self._inputs.get(in_name)
+            if spec is None:
+                raise fail(f"unexpected inference input '{in_name}' for model '{name}'")
+            if batching and not spec.is_shape_tensor:
+                if array.ndim == 0:
+                    raise fail(
+                        f"input '{in_name}' has no shape but model requires batch dimension "
+                        f"for '{name}'"
+                    )
+                if batch_size == 0:
+                    batch_size = int(array.shape[0])
+                elif int(array.shape[0]) != batch_size:
+                    raise fail(
+                        f"input '{in_name}' batch size does not match other inputs for '{name}'"
+                    )
+        if batching and batch_size > self.config.max_batch_size:
+            raise fail(
+                f"inference request batch-size must be <= {self.config.max_batch_size} for '{name}'"
+            )
+        key: list[Hashable] = []
+        for in_name, array in req.inputs.items():
+            spec = self._inputs[in_name]
+            expected_dt = protocol_datatype(spec.data_type)
+            got_dt = req.input_datatypes.get(in_name) or _datatype_of(array)
+            if got_dt != expected_dt:
+                raise fail(
+                    f"inference input '{in_name}' data-type is '{got_dt}', but model "
+                    f"'{name}' expects '{expected_dt}'"
+                )
+            dims = [int(d) for d in spec.dims]
+            shape = [int(d) for d in array.shape]
+            item_shape = shape[1:] if batching and not spec.is_shape_tensor else shape
+            if len(item_shape) != len(dims) or any(
+                d != -1 and d != s for d, s in zip(dims, item_shape, strict=False)
+            ):
+                full = ([-1] if batching and not spec.is_shape_tensor else []) + dims
+                note = " " + _SHAPE_NOTE if batching else ""
+                raise fail(
+                    f"unexpected shape for input '{in_name}' for model '{name}'. Expected "
+                    f"{_shape_str(full)}, got {_shape_str(shape)}.{note}"
+                )
+            if spec.is_shape_tensor:
+                key.append((in_name, tuple(shape), np.ascontiguousarray(array).tobytes()))
+            elif -1 in dims and not spec.allow_ragged_batch:
+                key.append((in_name, tuple(item_shape)))
+        if self._has_optional:
+            key.append(frozenset(req.inputs))
+        return max(1, batch_size), tuple(key)
+
+    def submit(self, req: InferRequest, callback: Callback) -> None:
+        """Accept a request; the callback gets the response or error (on another thread).
+
+        Raises:
+            ServerError: validation or enqueue failure (not counted in statistics).
+        """
+        batch_size, key = self.validate(req)
+        req.batch_size = batch_size
+        req.model_version = self.version
+        if not req.request_start_ns:
+            req.request_start_ns = time.monotonic_ns()
+        ctx = _Context(callback)
+        entry = Entry(req, batch_size, shape_key=key, context=ctx)
+        self.stats.pending_add(1)
+        if self.cache is not None:
+            lookup_start = time.monotonic_ns()
+            ctx.cache_key = cache_key(self.name, self.version, req.inputs)
+            cached = self.cache.lookup(ctx.cache_key)
+            ctx.lookup_ns = time.monotonic_ns() - lookup_start
+            if cached is not None:
+                self._answer_from_cache(entry, cached.outputs, cached.output_datatypes)
+                return
+        try:
+            self.scheduler.enqueue(entry)
+        except ServerError:
+            self.stats.pending_add(-1)
+            raise
+
+    def _answer_from_cache(
+        self, entry: Entry, outputs: dict[str, np.ndarray], datatypes: dict[str, str]
+    ) -> None:
+        req = entry.request
+        ctx = entry.context
+        assert isinstance(ctx, _Context)
+        resp = InferResponse(
+            model_name=self.name,
+            model_version=self.version,
+            id=req.id,
+            outputs={k: v.copy() for k, v in outputs.items()},
+            output_datatypes=dict(datatypes),
+        )
+        self.stats.pending_add(-1)
+        end = time.monotonic_ns()
+        self.stats.record_cache_hit(end - req.request_start_ns, 0, ctx.lookup_ns)
+        if self.scheduler.preserve_ordering:
+            slot = self.scheduler.reserve_slot()
+            self._sequencer.complete(slot, lambda: ctx.callback(resp))
+        else:
+            ctx.callback(resp)
+
+    def _on_reject(self, entry: Entry, reason: str, error: ServerError) -> None:
+        ctx = entry.context
+        assert isinstance(ctx, _Context)
+        self.stats.pending_add(-1)
+        self.stats.record_failure(reason, entry.request.request_start_ns, time.monotonic_ns())
+        ctx.callback(error)
+
+    # ------------------------------------------------------------------ execution
+
+    def _run_batch(self, instance: ModelInstance, batch: Batch) -> None:
+        entries = batch.entries
+        requests = [e.request for e in entries]
+        self.stats.pending_add(-len(entries))
+        self.pause_gate.wait()
+        start = time.monotonic_ns()
+        for req in requests:
+            req.compute_start_ns = start
+            req.compute_input_end_ns = 0
+            req.compute_output_start_ns = 0
+        results: list[InferResponse | ServerError]
+        try:
+            results = list(instance.backend.execute(requests))
+            if len(results) != len(requests):
+                raise BackendError(
+                    f"backend returned {len(results)} responses for {len(requests)} requests"
+                )
+        except ServerError as exc:
+            results = [BackendError(exc.message, exc.code)] * len(requests)
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}"
+            results = [BackendError(message)] * len(requests)
+        end = time.monotonic_ns()
+        input_end = requests[0].compute_input_end_ns or start
+        output_start = requests[0].compute_output_start_ns or end
+        if any(not isinstance(r, ServerError) for r in results):
+            self.stats.record_execution(
+                sum(e.batch_size for e in entries),
+                input_end - start,
+                output_start - input_end,
+                end - output_start,
+            )
+        for entry, result in zip(entries, results, strict=True):
+            req = entry.request
+            req.compute_input_end_ns = input_end
+            req.compute_output_start_ns = output_start
+            req.compute_end_ns = end
+            self._finish(entry, result)
+
+    def _finish(self, entry: Entry, result: InferResponse | ServerError) -> None:
+        req = entry.request
+        ctx = entry.context
+        assert isinstance(ctx, _Context)
+        out: InferResponse | ServerError
+        if isinstance(result, ServerError):
+            out = result
+            self.stats.record_failure("BACKEND", req.request_start_ns, time.monotonic_ns())
+        else:
+            result.model_name = self.name
+            result.model_version = self.version
+            result.id = req.id
+            miss_ns = 0
+            if self.cache is not None and ctx.cache_key is not None:
+                insert_start = time.monotonic_ns()
+                if self.cache.insert(ctx.cache_key, result):
+                    miss_ns = ctx.lookup_ns + time.monotonic_ns() - insert_start
+            try:
+                out = self._select_outputs(req, result)
+            except ServerError as exc:
+                out = exc
+            timing = RequestTiming(
+                req.request_start_ns,
+                req.queue_start_ns,
+                req.compute_start_ns,
+                req.compute_input_end_ns,
+                req.compute_output_start_ns,
+                req.compute_end_ns,
+                time.monotonic_ns(),
+            )
+            self.stats.record_success(timing, entry.batch_size, miss_ns)
+        if entry.slot >= 0:
+            final = out
+            self._sequencer.complete(entry.slot, lambda: ctx.callback(final))
+        else:
+            ctx.callback(out)
+
+    def _select_outputs(self, req: InferRequest, resp: InferResponse) -> InferResponse:
+        if not req.requested_outputs:
+            return resp
+        wanted = {o.name: o for o in req.requested_outputs}
+        outputs: dict[str, np.ndarray] = {}
+        datatypes: dict[str, str] = {}
+        for name, array in resp.outputs.items():
+            spec = wanted.get(name)
+            if spec is None:
+                continue
+            if spec.class_count > 0:
+                outputs[name] = self._classify(
+                    name, array, spec.class_count, self.config.max_batch_size > 0
+                )
+                datatypes[name] = "BYTES"
+            else:
+                outputs[name] = array
+                datatypes[name] = resp.output_datatypes.get(name, _datatype_of(array))
+        return InferResponse(
+            resp.model_name, resp.model_version, resp.id, outputs, datatypes, resp.parameters
+        )
+
+    def _classify(self, name: str, array: np.ndarray, k: int, batching: bool) -> np.ndarray:
+        # Classification extension: top-k "<value>:<index>[:<label>]" per batch item.
+        labels = self._labels.get(name, [])
+        items = array.reshape(array.shape[0], -1) if batching else array.reshape(1, -1)
+        k = min(k, items.shape[1])
+        rows = []
+        for row in items:
+            order = np.argsort(-row.astype(np.float64), kind="stable")[:k]
+            entries = []
+            for idx in order:
+                text = f"{float(row[idx]):f}:{int(idx)}"
+                if idx < len(labels):
+                    text += f":{labels[idx]}"
+                entries.append(text.encode())
+            rows.append(entries)
+        result = np.array(rows, dtype=np.object_)
+        return result if batching else result.reshape(k)
+
+    def pause(self, seconds: float) -> None:
+        """Hold executions starting in the next ``seconds`` back (coordinated-omission tests)."""
+        self.pause_gate.pause(seconds)
+
+
+def _datatype_of(array: np.ndarray) -> str:
+    for datatype in ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32"):
+        if array.dtype == numpy_dtype(datatype):
+            return datatype
+    for datatype in ("INT64", "FP16", "FP32", "FP64"):
+        if array.dtype == numpy_dtype(datatype):
+            return datatype
+    if array.dtype == np.object_ or array.dtype.kind in "SU":
+        return "BYTES"
+    return str(array.dtype).upper()

@@ -1,0 +1,156 @@
+"""The model repository on disk: find model directories, read configs, pick versions.
+
+Layout (``research/triton_spec.md`` §2.1)::
+
+    <repository>/<model>/config.pbtxt
+    <repository>/<model>/<version>/...      numeric version directories
+
+Several repositories may be given; a model name found in two of them cannot be loaded. A load
+may bring its own config (JSON override) and files (``file:<version>/<path>`` → bytes), which
+then form a complete model directory of their own.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from reference_server.config import load_config_file
+from reference_server.errors import Code, ModelConfigError, ServerError
+
+DUPLICATE_REASON = "model appears in two or more repositories"
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """What a load starts from: the raw (not normalized) config and the model directory.
+
+    Attributes:
+        name: Model name.
+        directory: The model directory (the versions live below it).
+        config: Parsed config, before normalization.
+        from_override: The config came from a load override rather than config.pbtxt.
+    """
+
+    name: str
+    directory: Path
+    config: mc.ModelConfig
+    from_override: bool = False
+
+
+class ModelRepository:
+    """One or more repository directories.
+
+    Args:
+        paths: Repository roots, searched in order.
+    """
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        self.paths = [Path(p) for p in paths]
+        self._scratch: list[tempfile.TemporaryDirectory[str]] = []
+
+    def names(self) -> list[str]:
+        """Every model directory name found in any repository, sorted."""
+        found: set[str] = set()
+        for root in self.paths:
+            if root.is_dir():
+                found.update(
+                    p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+                )
+        return sorted(found)
+
+    def locate(self, name: str) -> Path:
+        """The directory of model ``name``.
+
+        Raises:
+            ServerError: INTERNAL ``failed to poll`` when absent; INVALID_ARG when duplicated.
+        """
+        hits = [root / name for root in self.paths if (root / name).is_dir()]
+        if not hits:
+            raise ServerError(
+                f"failed to load '{name}', failed to poll from model repository", Code.INTERNAL
+            )
+        if len(hits) > 1:
+            raise ModelConfigError(DUPLICATE_REASON)
+        return hits[0]
+
+    def read(
+        self,
+        name: str,
+        override: mc.ModelConfig | None = None,
+        files: Mapping[str, bytes] | None = None,
+    ) -> ModelSource:
+        """Read a model's config (or take the override) and find its directory.
+
+        Raises:
+            ServerError: the model is not in any repository, or has no config.pbtxt.
+        """
+        if files:
+            if override is None:
+                raise ModelConfigError(
+                    f"failed to load '{name}', failed to poll from model repository: "
+                    "model config must be provided when providing model files"
+                )
+            return ModelSource(name, self._materialize(name, files), override, True)
+        directory = self.locate(name)
+        if override is not None:
+            return ModelSource(name, directory, override, True)
+        path = directory / "config.pbtxt"
+        if not path.is_file():
+            raise ModelConfigError(
+                f"failed to load '{name}': no config.pbtxt in {directory} (this server does "
+                "not auto-complete configs)"
+            )
+        return ModelSource(name, directory, load_config_file(path))
+
+    def _materialize(self, name: str, files: Mapping[str, bytes]) -> Path:
+        scratch = tempfile.TemporaryDirectory(prefix=f"override-{name}-")
+        self._scratch.append(scratch)
+        root = Path(scratch.name) / name
+        root.mkdir(parents=True)
+        for key, data in files.items():
+            rel = key.removeprefix("file:")
+            target = (root / rel).resolve()
+            if root.resolve() not in target.parents:
+                raise ModelConfigError(f"invalid file path '{rel}' in load request for '{name}'")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        return root
+
+    def close(self) -> None:
+        """Delete directories made from load-request files."""
+        for scratch in self._scratch:
+            scratch.cleanup()
+        self._scratch.clear()
+
+
+def select_versions(config: mc.ModelConfig, directory: Path) -> list[tuple[str, Path]]:
+    """The versions to load under the config's version policy, ascending.
+
+    Raises:
+        ModelConfigError: no version directory matches the policy.
+    """
+    present = (
+        sorted(int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit())
+        if directory.is_dir()
+        else []
+    )
+    policy = config.version_policy
+    which = policy.WhichOneof("policy_choice")
+    if which == "all":
+        chosen = present
+    elif which == "specific":
+        chosen = [v for v in present if v in set(policy.specific.versions)]
+    else:
+        count = policy.latest.num_versions if which == "latest" else 1
+        chosen = present[-max(1, count) :]
+    if not chosen:
+        raise ModelConfigError(
+            f"at least one version must be available under the version policy of model "
+            f"'{config.name}'"
+        )
+    return [(str(v), directory / str(v)) for v in chosen]

@@ -1,0 +1,383 @@
+"""The threaded scheduler of one loaded model: the dynamic batcher or the default scheduler.
+
+One :class:`Scheduler` per loaded model version owns the request queue (§3.3), the open batch
+and the instance queue of batches waiting for an instance (§3.5). With ``dynamic_batching`` a
+batcher thread runs the pure :func:`reference_server.batching.decide` step whenever something
+changes (an arrival, an instance picking up or finishing a batch, a timer); without it every
+request becomes its own batch at once (Triton's "default scheduler").
+
+Instance threads (:mod:`reference_server.instances`) call :meth:`Scheduler.next_batch` to take
+the oldest queued batch. All state is guarded by one ``threading.Condition``; callbacks into the
+model runtime (rejections) run outside it.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+from reference_server.batching import (
+    BatchingParams,
+    Candidate,
+    OpenBatch,
+    PriorityQueue,
+    QueuePolicy,
+    decide,
+)
+from reference_server.errors import Code, ServerError
+from reference_server.types import InferRequest
+
+#: Non-prefetch mode sweeps REJECT timeouts at least this often while no instance is free.
+_SWEEP_INTERVAL_S = 0.5
+#: ``TRITONSERVER_DELAY_SCHEDULER`` polls the queue length this often (as Triton does).
+_DELAY_POLL_S = 0.01
+
+
+@dataclass(eq=False)
+class Entry:
+    """A request inside the scheduler.
+
+    Attributes:
+        request: The request.
+        batch_size: ``bs(r) = max(1, request batch size)``.
+        level: Priority level (0 when the model has no levels).
+        enqueue_ns: Time of entry into the scheduler (``queue_start``).
+        deadline_ns: Queue timeout deadline, or None.
+        shape_key: Batch-compatibility key (§3.4 "required equal inputs").
+        slot: preserve_ordering response slot, -1 when not used.
+        context: Opaque per-request data of the model runtime (callback, cache key, ...).
+    """
+
+    request: InferRequest
+    batch_size: int
+    level: int = 0
+    enqueue_ns: int = 0
+    deadline_ns: int | None = None
+    shape_key: Hashable = None
+    slot: int = -1
+    context: object = None
+
+    def candidate(self) -> Candidate:
+        return Candidate(self.batch_size, self.enqueue_ns, self.deadline_ns, self.shape_key)
+
+
+@dataclass(eq=False)
+class Batch:
+    """A batch ("payload"): whole requests, in order, executed by one instance."""
+
+    entries: list[Entry] = field(default_factory=list)
+    size: int = 0
+    sealed: bool = False
+    started: bool = False
+    queued: bool = False
+    merge_blocked: bool = False
+
+    @property
+    def shape_key(self) -> Hashable:
+        return self.entries[0].shape_key if self.entries else None
+
+    def add(self, entries: list[Entry]) -> None:
+        self.entries.extend(entries)
+        self.size += sum(e.batch_size for e in entries)
+
+
+RejectCallback = Callable[[Entry, str, ServerError], None]
+
+
+class Scheduler:
+    """Queue, batch formation and hand-off to instances for one model version.
+
+    Args:
+        model_name: For error messages.
+        params: Batching parameters, or None for the default (non-batching) scheduler.
+        default_policy: Queue policy of levels without their own.
+        level_policies: ``priority_queue_policy``.
+        priority_levels: ``priority_levels`` (0 = one queue).
+        default_priority_level: Level of requests without a valid priority.
+        instance_count: Non-passive instances that will call :meth:`next_batch`.
+        preserve_ordering: Number each request when it enters a batch (``Entry.slot``).
+        on_reject: Called (outside the lock) for requests dropped from the queue, with the
+            failure reason (``"REJECTED"`` / ``"CANCELED"``) and the error to answer.
+        on_dispatch: Called under the lock when requests move into a batch (keep it cheap).
+        delay_count: ``TRITONSERVER_DELAY_SCHEDULER``: hold the batcher until this many
+            requests are queued (0 = off).
+        clock_ns: Monotonic clock (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        model_name: str,
+        params: BatchingParams | None,
+        *,
+        default_policy: QueuePolicy | None = None,
+        level_policies: dict[int, QueuePolicy] | None = None,
+        priority_levels: int = 0,
+        default_priority_level: int = 0,
+        instance_count: int = 1,
+        preserve_ordering: bool = False,
+        on_reject: RejectCallback | None = None,
+        on_dispatch: Callable[[list[Entry]], None] | None = None,
+        delay_count: int = 0,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self.model_name = model_name
+        self.params = params
+        self._default_policy = default_policy or QueuePolicy()
+        self._queue: PriorityQueue[Entry] = PriorityQueue(self._default_policy, level_policies)
+        self.priority_levels = priority_levels
+        self.default_priority_level = default_priority_level
+        self.instance_count = instance_count
+        self.preserve_ordering = preserve_ordering
+        self._on_reject = on_reject
+        self._on_dispatch = on_dispatch
+        self._delay_count = delay_count
+        self._clock = clock_ns
+        # §3.5: prefetching (forming batches while every instance is busy) only without
+        # priorities and queue policies, so that those still apply to waiting requests.
+        self.prefetch = (
+            priority_levels == 0
+            and not level_policies
+            and self._default_policy.default_timeout_us == 0
+            and not self._default_policy.allow_timeout_override
+            and self._default_policy.max_queue_size == 0
+        )
+        self._cond = threading.Condition()
+        self._open = Batch()
+        self._instance_queue: collections.deque[Batch] = collections.deque()
+        self._idle_waiting = 0
+        self._next_slot = 0
+        self._accepting = True
+        self._batcher_done = params is None
+        self._thread: threading.Thread | None = None
+
+    # ---------------------------------------------------------------- life cycle
+
+    def start(self) -> None:
+        """Start the batcher thread (dynamic batching only)."""
+        if self.params is not None and self._thread is None:
+            self._thread = threading.Thread(
+                target=self._batcher_loop, name=f"batcher-{self.model_name}", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Refuse new requests; queued ones are still batched and executed (drain)."""
+        with self._cond:
+            self._accepting = False
+            self._cond.notify_all()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the batcher thread to finish draining."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    # ---------------------------------------------------------------- producer side
+
+    def level_for(self, priority: int) -> int:
+        """Map a request priority to a queue level (§3.2: out of range -> default level)."""
+        if self.params is None or self.priority_levels == 0:
+            return 0
+        if 1 <= priority <= self.priority_levels:
+            return priority
+        return self.default_priority_level
+
+    def deadline_for(self, level: int, timeout_us: int, enqueue_ns: int) -> int | None:
+        """The queue deadline of a request at ``level`` asking for ``timeout_us``."""
+        if self.params is None:
+            return None
+        effective = self._queue.policy(level).timeout_us(timeout_us)
+        return enqueue_ns + effective * 1000 if effective else None
+
+    def reserve_slot(self) -> int:
+        """Reserve the next preserve_ordering slot (cache hits reserve theirs at arrival)."""
+        with self._cond:
+            slot = self._next_slot
+            self._next_slot += 1
+            return slot
+
+    def enqueue(self, entry: Entry) -> None:
+        """Add a request; sets ``entry.enqueue_ns``/``level``/``deadline_ns``.
+
+        Raises:
+            ServerError: UNAVAILABLE when the server is stopping or the level is full.
+        """
+        req = entry.request
+        rid = req.id or "<id_unknown>"
+        with self._cond:
+            if not self._accepting:
+                raise ServerError(
+                    f"[request id: {rid}] Server is stopping, scheduler for model has stopped "
+                    "accepting new inference requests",
+                    Code.UNAVAILABLE,
+                )
+            entry.enqueue_ns = self._clock()
+            req.queue_start_ns = entry.enqueue_ns
+            if self.params is None:
+                # Default scheduler: every request is its own payload, FIFO, no policies.
+                batch = Batch(sealed=True, queued=True)
+                self._assign_slots([entry])
+                batch.add([entry])
+                self._instance_queue.append(batch)
+                self._cond.notify_all()
+                return
+            entry.level = self.level_for(req.priority)
+            entry.deadline_ns = self.deadline_for(entry.level, req.timeout_us, entry.enqueue_ns)
+            limit = self._queue.policy(entry.level).max_queue_size
+            if limit and self._queue.level_size(entry.level) >= limit:
+                raise ServerError(
+                    f"[request id: {rid}] Exceeds maximum queue size", Code.UNAVAILABLE
+                )
+            self._queue.push(entry.level, entry)
+            self._cond.notify_all()
+
+    def queued_count(self) -> int:
+        """Requests waiting in the scheduler queue (not yet in a batch)."""
+        with self._cond:
+            return len(self._queue)
+
+    # ---------------------------------------------------------------- consumer side
+
+    def next_batch(self) -> Batch | None:
+        """Block until a batch is ready for this instance; None once drained and stopped."""
+        with self._cond:
+            self._idle_waiting += 1
+            self._cond.notify_all()
+            try:
+                while not self._instance_queue:
+                    if not self._accepting and self._batcher_done:
+                        return None
+                    self._cond.wait()
+                batch = self._instance_queue.popleft()
+                batch.started = True
+                self._merge_following(batch)
+                return batch
+            finally:
+                self._idle_waiting -= 1
+                self._cond.notify_all()
+
+    def batch_done(self) -> None:
+        """An instance finished a batch (wakes the batcher: a slot may have freed)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def _merge_following(self, batch: Batch) -> None:
+        # §3.6 instance-side merge: absorb prefetched batches whose oldest request has waited
+        # longer than the delay, while they fit and are shape-compatible.
+        params = self.params
+        if params is None or batch.merge_blocked or params.max_queue_delay_ns == 0:
+            return
+        mbs = max(1, params.max_batch_size)
+        if mbs <= 1:
+            return
+        now = self._clock()
+        while self._instance_queue:
+            nxt = self._instance_queue[0]
+            if nxt.merge_blocked or not nxt.entries:
+                break
+            oldest = min(e.enqueue_ns for e in nxt.entries)
+            if now - oldest <= params.max_queue_delay_ns:
+                break
+            if batch.size + nxt.size > mbs or nxt.shape_key != batch.shape_key:
+                break
+            self._instance_queue.popleft()
+            batch.add(nxt.entries)
+            nxt.started = True
+
+    # ---------------------------------------------------------------- the batcher thread
+
+    def _slot_available(self) -> bool:
+        if self.prefetch:
+            return len(self._instance_queue) < 2 * max(1, self.instance_count)
+        return self._idle_waiting > len(self._instance_queue)
+
+    def _assign_slots(self, entries: list[Entry]) -> None:
+        if self.preserve_ordering:
+            for entry in entries:
+                entry.slot = self._next_slot
+                self._next_slot += 1
+        if self._on_dispatch is not None:
+            self._on_dispatch(entries)
+
+    def _batcher_loop(self) -> None:
+        assert self.params is not None
+        params = self.params
+        while True:
+            dropped: list[tuple[Entry, str]] = []
+            with self._cond:
+                while True:
+                    if not self._accepting and not self._queue:
+                        self._batcher_done = True
+                        self._cond.notify_all()
+                        return
+                    if self._delay_count:
+                        if len(self._queue) < self._delay_count and self._accepting:
+                            self._cond.wait(_DELAY_POLL_S)
+                            continue
+                        self._delay_count = 0
+                    if self._open.sealed or self._open.started:
+                        self._open = Batch()
+                    now = self._clock()
+                    dropped = self._queue.sweep(_is_cancelled, _expired_at(now))
+                    if dropped:
+                        break
+                    if not self._queue:
+                        self._cond.wait()
+                        continue
+                    if not self._slot_available():
+                        self._cond.wait(None if self.prefetch else _SWEEP_INTERVAL_S)
+                        continue
+                    entries = list(self._queue)
+                    decision = decide(
+                        [e.candidate() for e in entries],
+                        OpenBatch(self._open.size, self._open.shape_key),
+                        params,
+                        now,
+                    )
+                    if decision.merge_blocked:
+                        self._open.merge_blocked = True
+                    if decision.take:
+                        taken = self._queue.pop_front(decision.take)
+                        self._assign_slots(taken)
+                        self._open.add(taken)
+                        if not self._open.queued:
+                            self._open.queued = True
+                            self._instance_queue.append(self._open)
+                        self._cond.notify_all()
+                    if decision.seal:
+                        self._open.sealed = True
+                    if decision.take or (decision.seal and self._open.size):
+                        continue
+                    # Nothing to send yet: sleep until the delay of the oldest pending request
+                    # or the nearest queue deadline, or until an event.
+                    wake = decision.wake_at_ns
+                    deadlines = [e.deadline_ns for e in entries if e.deadline_ns is not None]
+                    if deadlines:
+                        wake = min(deadlines) if wake is None else min(wake, *deadlines)
+                    timeout = None if wake is None else max(0.0, (wake - now) / 1e9)
+                    self._cond.wait(timeout)
+            for entry, reason in dropped:
+                if self._on_reject is None:
+                    continue
+                if reason == "CANCELED":
+                    error = ServerError("", Code.CANCELLED)
+                else:
+                    error = ServerError("Request timeout expired", Code.UNAVAILABLE)
+                self._on_reject(entry, reason, error)
+
+
+def _is_cancelled(entry: Entry) -> bool:
+    return entry.request.cancelled
+
+
+def _expired_at(now_ns: int) -> Callable[[Entry], bool]:
+    def expired(entry: Entry) -> bool:
+        return entry.deadline_ns is not None and now_ns >= entry.deadline_ns
+
+    return expired

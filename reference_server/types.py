@@ -1,0 +1,80 @@
+"""Request and response records passed between the frontends, the core and the backends.
+
+Tensors are numpy arrays with the full request shape (batch dimension included when the model
+batches). BYTES tensors are numpy ``object`` arrays whose elements are ``bytes``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+ParamValue = bool | int | float | str
+
+
+@dataclass
+class RequestedOutput:
+    """An output the client asked for.
+
+    Attributes:
+        name: Output name as in the model config.
+        binary_data: HTTP only: return this output in the binary tensor extension.
+        class_count: Classification extension: return the top ``class_count`` entries.
+    """
+
+    name: str
+    binary_data: bool = False
+    class_count: int = 0
+
+
+@dataclass(eq=False)
+class InferRequest:
+    """One inference request as the core sees it.
+
+    The frontends fill the first block of fields; the core fills ``batch_size`` and the
+    monotonic-ns timestamps as the request moves through the scheduler and an instance.
+    A backend may set ``compute_input_end_ns`` and ``compute_output_start_ns`` on the requests
+    of a batch to split its execution into input/infer/output phases (see
+    :func:`reference_server.backends.base.mark_compute`).
+    """
+
+    model_name: str
+    model_version: str = ""
+    id: str = ""
+    inputs: dict[str, np.ndarray] = field(default_factory=dict)
+    input_datatypes: dict[str, str] = field(default_factory=dict)
+    requested_outputs: list[RequestedOutput] = field(default_factory=list)
+    parameters: dict[str, ParamValue] = field(default_factory=dict)
+    priority: int = 0
+    timeout_us: int = 0
+    binary_data_output: bool = False
+    cancelled: bool = False
+    # Filled by the core.
+    batch_size: int = 0
+    request_start_ns: int = 0
+    queue_start_ns: int = 0
+    compute_start_ns: int = 0
+    compute_input_end_ns: int = 0
+    compute_output_start_ns: int = 0
+    compute_end_ns: int = 0
+
+    def cancel(self) -> None:
+        """Mark the request cancelled (the client went away); queued requests are dropped."""
+        self.cancelled = True
+
+
+@dataclass
+class InferResponse:
+    """The answer to one request.
+
+    ``outputs`` keeps the order in which the model produced its outputs, which is the order
+    both protocols must use on the wire.
+    """
+
+    model_name: str
+    model_version: str
+    id: str
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    output_datatypes: dict[str, str] = field(default_factory=dict)
+    parameters: dict[str, ParamValue] = field(default_factory=dict)
