@@ -121,7 +121,9 @@ def to_raw(datatype: str, array: np.ndarray) -> bytes | memoryview:
         data = np.ascontiguousarray(array, dtype=np.bool_).view(np.uint8)
     else:
         data = np.ascontiguousarray(array, dtype=dtype)
-    return memoryview(data).cast("B")
+    if data.size == 0:
+        return b""
+    return data.reshape(-1).data.cast("B")
 
 
 def _bytes_to_raw(array: np.ndarray) -> bytes:

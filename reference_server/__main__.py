@@ -1,0 +1,88 @@
+"""``python -m reference_server``: serve a model repository over KServe v2 HTTP and gRPC.
+
+Flags follow ``tritonserver`` where one exists (``--model-repository``, ``--load-model``,
+``--http-port``, ``--grpc-port``, ``--metrics-port``, ``--http-max-input-size``). Exit status:
+0 after a clean shutdown, 2 for a startup error (the message says what to fix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from reference_server.app import ServerOptions, run_server
+from reference_server.errors import ServerError
+from reference_server.http_frontend import DEFAULT_MAX_INPUT_SIZE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser (kept separate so tests can read its defaults)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m reference_server",
+        description="A Triton-compatible dynamic-batching inference server (KServe v2).",
+    )
+    parser.add_argument(
+        "--model-repository",
+        action="append",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="model repository directory (repeatable)",
+    )
+    parser.add_argument(
+        "--model",
+        "--load-model",
+        dest="models",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="model to load at startup (repeatable; default: every model in the repositories)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--http-port", type=int, default=8000, help="0 = a free port")
+    parser.add_argument("--grpc-port", type=int, default=8001, help="0 = a free port")
+    parser.add_argument("--metrics-port", type=int, default=8002, help="0 = a free port")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda", "sim"), default="auto")
+    parser.add_argument(
+        "--cache-size", type=int, default=0, metavar="BYTES", help="response cache size; 0 = off"
+    )
+    parser.add_argument(
+        "--http-max-input-size",
+        type=int,
+        default=DEFAULT_MAX_INPUT_SIZE,
+        metavar="BYTES",
+        help="largest JSON request header or raw body (default 64 MiB)",
+    )
+    parser.add_argument(
+        "--log-verbose", type=int, default=0, metavar="N", help="0 warnings, 1 info, 2 debug"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse flags, run the server until SIGINT/SIGTERM, return the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        options = ServerOptions(
+            model_repositories=tuple(args.model_repository),
+            models=tuple(args.models),
+            host=args.host,
+            http_port=args.http_port,
+            grpc_port=args.grpc_port,
+            metrics_port=args.metrics_port,
+            device=args.device,
+            cache_size_bytes=args.cache_size,
+            max_input_size_bytes=args.http_max_input_size,
+            log_verbosity=args.log_verbose,
+        )
+        run_server(options)
+    except ServerError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,426 @@
+"""Start the reference server: core + HTTP + gRPC + metrics in one asyncio loop.
+
+``run_server(options)`` is what ``python -m reference_server`` and ``perfsweep serve`` call: it
+prints one line with the bound ports once everything listens, and stops cleanly on SIGINT or
+SIGTERM. :class:`ServerThread` runs the same server in a background thread of the current
+process (port 0 everywhere), which is how tests and other modules get a real server::
+
+    with ServerThread(ServerOptions(model_repositories=(repo,), models=("identity",))) as srv:
+        client = tritonclient.http.InferenceServerClient(srv.http_url)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import errno
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from reference_server.errors import Code, ServerError
+from reference_server.http_frontend import DEFAULT_MAX_INPUT_SIZE
+
+if TYPE_CHECKING:
+    from reference_server.core import InferenceServer
+
+logger = logging.getLogger(__name__)
+
+#: The line ``run_server`` prints once it listens; ``parse_ready_line`` reads it back.
+READY_PREFIX = "perfsweep reference server ready:"
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """Everything needed to start a reference server.
+
+    Attributes:
+        model_repositories: Model repository directories (``--model-repository``).
+        models: Models to load at startup (``--model``); empty = every model in the
+            repositories. Later loads/unloads go through the repository API (explicit mode).
+        host: Address all three listeners bind; loopback unless told otherwise.
+        http_port: KServe v2 HTTP/REST port; 0 = a free port.
+        grpc_port: KServe v2 gRPC port; 0 = a free port.
+        metrics_port: Prometheus ``/metrics`` port; 0 = a free port.
+        device: ``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``sim``
+            (the simulated-device backend).
+        cache_size_bytes: Response cache size in bytes; 0 disables the cache.
+        max_input_size_bytes: ``--http-max-input-size``: largest JSON header or raw body.
+        log_verbosity: 0 = warnings, 1 = info, 2 = debug.
+        delay_scheduler: ``TRITONSERVER_DELAY_SCHEDULER`` test hook (batchers wait for this
+            many queued requests before the first batch); None reads the environment variable.
+    """
+
+    model_repositories: tuple[Path, ...] = ()
+    models: tuple[str, ...] = ()
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    device: str = "auto"
+    cache_size_bytes: int = 0
+    max_input_size_bytes: int = DEFAULT_MAX_INPUT_SIZE
+    log_verbosity: int = 0
+    delay_scheduler: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("http_port", "grpc_port", "metrics_port"):
+            port = getattr(self, name)
+            if not 0 <= port <= 65535:
+                raise ServerError(
+                    f"{name.replace('_', '-')} {port} is not a TCP port: use 0-65535 "
+                    "(0 picks a free port)",
+                    Code.INVALID_ARG,
+                )
+        if self.device not in ("auto", "cpu", "cuda", "sim"):
+            raise ServerError(
+                f"unknown device '{self.device}': use auto, cpu, cuda or sim", Code.INVALID_ARG
+            )
+        if self.max_input_size_bytes <= 0:
+            raise ServerError("the HTTP max input size must be positive", Code.INVALID_ARG)
+
+
+@dataclass(frozen=True)
+class ServerAddresses:
+    """Where a started server listens (ports as bound, never 0)."""
+
+    host: str
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+
+    @property
+    def http_url(self) -> str:
+        """``host:port`` as ``tritonclient.http`` expects it (no scheme)."""
+        return f"{_url_host(self.host)}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        """``host:port`` for ``tritonclient.grpc``."""
+        return f"{_url_host(self.host)}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        """The full URL of the Prometheus endpoint."""
+        return f"http://{_url_host(self.host)}:{self.metrics_port}/metrics"
+
+    def ready_line(self) -> str:
+        """The one line printed at startup, e.g. ``... http=127.0.0.1:8000 grpc=... metrics=...``."""
+        return (
+            f"{READY_PREFIX} http={self.http_url} grpc={self.grpc_url} "
+            f"metrics={_url_host(self.host)}:{self.metrics_port}"
+        )
+
+
+def parse_ready_line(line: str) -> ServerAddresses | None:
+    """Read a :meth:`ServerAddresses.ready_line` back (``None`` if ``line`` is another line)."""
+    if not line.startswith(READY_PREFIX):
+        return None
+    fields = dict(item.split("=", 1) for item in line[len(READY_PREFIX) :].split())
+    hosts_ports = {key: value.rsplit(":", 1) for key, value in fields.items()}
+    host = hosts_ports["http"][0].strip("[]")
+    return ServerAddresses(
+        host=host,
+        http_port=int(hosts_ports["http"][1]),
+        grpc_port=int(hosts_ports["grpc"][1]),
+        metrics_port=int(hosts_ports["metrics"][1]),
+    )
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+class _Running:
+    """The started pieces, stopped in reverse order."""
+
+    def __init__(self, options: ServerOptions) -> None:
+        self.options = options
+        self.core: InferenceServer | None = None
+        self._stoppables: list[Callable[[], object]] = []
+
+    async def start(self) -> ServerAddresses:
+        from reference_server.grpc_frontend import GrpcFrontend
+        from reference_server.http_frontend import HttpFrontend, MetricsFrontend
+
+        options = self.options
+        core = _make_core(options)
+        loop = asyncio.get_running_loop()
+        # Loading models can take seconds (the ONNX ResNet-50 build); keep the loop responsive
+        # so a SIGTERM during startup is handled once loading returns.
+        await loop.run_in_executor(None, core.start)
+        self.core = core
+        self._stoppables.append(lambda: loop.run_in_executor(None, core.stop))
+        try:
+            http = HttpFrontend(core, max_input_size=options.max_input_size_bytes)
+            http_port = await _bind("HTTP", "--http-port", options.host, options.http_port, http)
+            self._stoppables.append(http.stop)
+            grpc_frontend = GrpcFrontend(core)
+            grpc_port = await _bind(
+                "gRPC", "--grpc-port", options.host, options.grpc_port, grpc_frontend
+            )
+            self._stoppables.append(grpc_frontend.stop)
+            metrics = MetricsFrontend(core.metrics_text)
+            metrics_port = await _bind(
+                "metrics", "--metrics-port", options.host, options.metrics_port, metrics
+            )
+            self._stoppables.append(metrics.stop)
+        except BaseException:
+            await self.stop()
+            raise
+        return ServerAddresses(options.host, http_port, grpc_port, metrics_port)
+
+    async def stop(self) -> None:
+        # The core drains first, while the frontends can still deliver the drained responses;
+        # its stop() makes new requests fail with UNAVAILABLE meanwhile.
+        order = self._stoppables[:1] + self._stoppables[:0:-1]
+        self._stoppables = []
+        for stop in order:
+            try:
+                result = stop()
+                if asyncio.isfuture(result) or asyncio.iscoroutine(result):
+                    await result
+            except Exception:
+                logger.exception("error while stopping the server")
+
+
+async def _bind(what: str, flag: str, host: str, port: int, frontend: object) -> int:
+    try:
+        bound: int = await frontend.start(host, port)  # type: ignore[attr-defined]
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        hint = (
+            f"the port is in use: stop the other server, choose another {flag}, "
+            f"or pass {flag} 0 for a free port"
+            if exc.errno in (errno.EADDRINUSE, None) or "bind" in str(exc).lower()
+            else f"check the host address or choose another {flag}"
+        )
+        raise ServerError(
+            f"cannot listen for {what} on {host}:{port} ({reason}); {hint}", Code.UNAVAILABLE
+        ) from exc
+    return bound
+
+
+def _make_core(options: ServerOptions) -> InferenceServer:
+    from reference_server.core import CoreOptions, InferenceServer, delay_scheduler_from_env
+
+    for repository in options.model_repositories:
+        if not Path(repository).is_dir():
+            raise ServerError(
+                f"model repository '{repository}' is not a directory: pass an existing "
+                "directory to --model-repository",
+                Code.INVALID_ARG,
+            )
+    core_options = CoreOptions(
+        model_repositories=tuple(Path(p) for p in options.model_repositories),
+        model_control_mode="explicit",
+        # No --model means every model, as a user of "serve this repository" expects; the
+        # repository API can still load and unload afterwards.
+        startup_models=tuple(options.models) or ("*",),
+        cache_size_bytes=options.cache_size_bytes,
+        delay_scheduler=(
+            delay_scheduler_from_env()
+            if options.delay_scheduler is None
+            else options.delay_scheduler
+        ),
+        # "sim" picks the simulated backend through the model's config, not a core device.
+        device="auto" if options.device == "sim" else options.device,
+    )
+    return InferenceServer(core_options)
+
+
+async def serve(
+    options: ServerOptions,
+    stop: asyncio.Event,
+    on_ready: Callable[[ServerAddresses, InferenceServer], None] | None = None,
+) -> None:
+    """Run the server in the current event loop until ``stop`` is set.
+
+    Args:
+        options: What to serve and where.
+        stop: Set it (from the loop) to shut down cleanly.
+        on_ready: Called once everything listens, with the bound addresses and the core.
+
+    Raises:
+        ServerError: Startup failed (bad repository or config, port in use); nothing is left
+            running.
+    """
+    running = _Running(options)
+    addresses = await running.start()
+    try:
+        assert running.core is not None
+        if on_ready is not None:
+            on_ready(addresses, running.core)
+        await stop.wait()
+    finally:
+        await running.stop()
+
+
+def run_server(options: ServerOptions) -> None:
+    """Serve until SIGINT/SIGTERM, printing the bound ports on one line once ready.
+
+    Uses uvloop when it is installed. Must run in the main thread (signal handlers).
+
+    Raises:
+        ServerError: Startup failed; the message says what to fix.
+    """
+    _configure_logging(options.log_verbosity)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+
+        def announce(addresses: ServerAddresses, core: InferenceServer) -> None:
+            print(addresses.ready_line(), flush=True)
+
+        await serve(options, stop, announce)
+
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main())
+    else:  # pragma: no cover - uvloop is optional
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(main())
+
+
+def _configure_logging(verbosity: int) -> None:
+    level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    logging.basicConfig(
+        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+class ServerThread:
+    """A reference server in a background thread of this process, for tests and tools.
+
+    Ports default to 0 (free ports). Use as a context manager; ``addresses``, ``http_url``,
+    ``grpc_url``, ``metrics_url`` and ``core`` are available inside the block.
+
+    Args:
+        options: Server options; the three ports are forced to 0 unless ``keep_ports``.
+        startup_timeout_s: How long ``__enter__`` waits for the server to listen.
+        keep_ports: Use the ports in ``options`` as given.
+    """
+
+    def __init__(
+        self,
+        options: ServerOptions,
+        *,
+        startup_timeout_s: float = 120.0,
+        keep_ports: bool = False,
+    ) -> None:
+        if not keep_ports:
+            options = dataclasses.replace(options, http_port=0, grpc_port=0, metrics_port=0)
+        self.options = options
+        self._timeout = startup_timeout_s
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._addresses: ServerAddresses | None = None
+        self._core: InferenceServer | None = None
+
+    @property
+    def addresses(self) -> ServerAddresses:
+        """Bound addresses (only valid while started)."""
+        if self._addresses is None:
+            raise RuntimeError("the server is not running")
+        return self._addresses
+
+    @property
+    def core(self) -> InferenceServer:
+        """The in-process core, for assertions that need no protocol."""
+        if self._core is None:
+            raise RuntimeError("the server is not running")
+        return self._core
+
+    @property
+    def http_url(self) -> str:
+        """``127.0.0.1:<port>`` for ``tritonclient.http``."""
+        return self.addresses.http_url
+
+    @property
+    def grpc_url(self) -> str:
+        """``127.0.0.1:<port>`` for ``tritonclient.grpc``."""
+        return self.addresses.grpc_url
+
+    @property
+    def metrics_url(self) -> str:
+        """``http://127.0.0.1:<port>/metrics``."""
+        return self.addresses.metrics_url
+
+    def start(self) -> ServerThread:
+        """Start the thread and wait until the server listens (or raise its startup error)."""
+        self._thread = threading.Thread(target=self._run, name="reference-server", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(self._timeout):
+            self.stop()
+            raise TimeoutError(f"reference server did not start within {self._timeout} s")
+        if self._error is not None:
+            self.stop()
+            raise self._error
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Shut the server down and join the thread."""
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # loop already closed
+                loop.call_soon_threadsafe(stop.set)
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+        self._addresses = None
+        self._core = None
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+
+            def on_ready(addresses: ServerAddresses, core: InferenceServer) -> None:
+                self._addresses = addresses
+                self._core = core
+                self._ready.set()
+
+            await serve(self.options, self._stop, on_ready)
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            self._ready.set()
+
+
+__all__ = [
+    "READY_PREFIX",
+    "ServerAddresses",
+    "ServerOptions",
+    "ServerThread",
+    "parse_ready_line",
+    "run_server",
+    "serve",
+]

@@ -1,0 +1,539 @@
+"""``inference.GRPCInferenceService`` on grpc.aio (triton_spec §6, §2.6, §7).
+
+Built on the generated modules that ship with ``tritonclient`` (``service_pb2``,
+``service_pb2_grpc``, ``model_config_pb2``), so the server and every client share one copy of
+Triton's protobuf descriptors. Every RPC maps ``ServerError`` codes to gRPC status codes exactly
+as Triton does; optional extensions this server does not implement (shared memory, trace,
+logging) answer UNIMPLEMENTED. ``grpc.health.v1.Health/Check`` is served when the
+``grpcio-health-checking`` package is installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import grpc
+import numpy as np
+from google.protobuf import json_format
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from reference_server import wire
+from reference_server.errors import Code, ServerError
+from reference_server.types import InferRequest, InferResponse, ParamValue, RequestedOutput
+
+if TYPE_CHECKING:
+    from reference_server.core import InferenceServer
+
+logger = logging.getLogger(__name__)
+
+#: Triton's limit on both directions (INT32_MAX); grpc's own default is 4 MiB.
+MAX_MESSAGE_SIZE = 2**31 - 1
+
+STATUS_CODES: dict[Code, grpc.StatusCode] = {
+    Code.UNKNOWN: grpc.StatusCode.UNKNOWN,
+    Code.INTERNAL: grpc.StatusCode.INTERNAL,
+    Code.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Code.INVALID_ARG: grpc.StatusCode.INVALID_ARGUMENT,
+    Code.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    Code.UNSUPPORTED: grpc.StatusCode.UNIMPLEMENTED,
+    Code.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
+    Code.CANCELLED: grpc.StatusCode.CANCELLED,
+}
+
+# Typed ``contents`` field that carries each datatype (8/16-bit values ride in 32-bit fields).
+_CONTENTS_FIELD = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+_IGNORED_PARAMETERS = frozenset(
+    {"sequence_id", "sequence_start", "sequence_end", "binary_data_output"}
+)
+_ALLOWED_TRITON_PARAMETERS = frozenset({"triton_enable_empty_final_response"})
+
+R = TypeVar("R")
+Rpc = Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]
+
+
+def _rpc(method: Rpc[R]) -> Rpc[R]:
+    """Translate ServerError (and any bug) into a gRPC status instead of a crashed call."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
+        try:
+            return await method(self, request, context)
+        except ServerError as exc:
+            await context.abort(STATUS_CODES[exc.code], exc.message)
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception as exc:
+            logger.exception("unhandled error in gRPC %s", method.__name__)
+            await context.abort(
+                grpc.StatusCode.INTERNAL, f"internal server error: {type(exc).__name__}: {exc}"
+            )
+        raise AssertionError("context.abort returned")  # pragma: no cover
+
+    return wrapper
+
+
+class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
+    """The KServe v2 gRPC service over one :class:`~reference_server.core.InferenceServer`."""
+
+    def __init__(self, core: InferenceServer) -> None:
+        self._core = core
+
+    # -- health and metadata ------------------------------------------------------------------
+
+    @_rpc
+    async def ServerLive(self, request: Any, context: Any) -> Any:
+        return pb.ServerLiveResponse(live=self._core.is_live())
+
+    @_rpc
+    async def ServerReady(self, request: Any, context: Any) -> Any:
+        return pb.ServerReadyResponse(ready=self._core.is_ready())
+
+    @_rpc
+    async def ModelReady(self, request: Any, context: Any) -> Any:
+        return pb.ModelReadyResponse(ready=self._core.model_ready(request.name, request.version))
+
+    @_rpc
+    async def ServerMetadata(self, request: Any, context: Any) -> Any:
+        return json_format.ParseDict(
+            self._core.server_metadata(), pb.ServerMetadataResponse(), ignore_unknown_fields=True
+        )
+
+    @_rpc
+    async def ModelMetadata(self, request: Any, context: Any) -> Any:
+        metadata = self._core.model_metadata(request.name, request.version)
+        return json_format.ParseDict(
+            metadata, pb.ModelMetadataResponse(), ignore_unknown_fields=True
+        )
+
+    @_rpc
+    async def ModelConfig(self, request: Any, context: Any) -> Any:
+        config = self._core.model_config(request.name, request.version)
+        return pb.ModelConfigResponse(config=config)
+
+    @_rpc
+    async def ModelStatistics(self, request: Any, context: Any) -> Any:
+        stats = self._core.model_statistics(request.name, request.version)
+        return json_format.ParseDict(
+            stats, pb.ModelStatisticsResponse(), ignore_unknown_fields=True
+        )
+
+    # -- repository extension -----------------------------------------------------------------
+
+    @_rpc
+    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
+        index = self._core.repository_index(ready_only=request.ready)
+        return json_format.ParseDict(
+            {"models": index}, pb.RepositoryIndexResponse(), ignore_unknown_fields=True
+        )
+
+    @_rpc
+    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+        if request.repository_name:
+            raise ServerError("'repository_name' specification is not supported", Code.UNSUPPORTED)
+        config: str | None = None
+        files: dict[str, bytes] = {}
+        for key, param in request.parameters.items():
+            kind = param.WhichOneof("parameter_choice")
+            if key == "config":
+                if kind != "string_param":
+                    raise ServerError(
+                        "invalid value type for load parameter 'config', expected string_param.",
+                        Code.INVALID_ARG,
+                    )
+                config = param.string_param
+            elif key.startswith("file:"):
+                if kind != "bytes_param":
+                    raise ServerError(
+                        f"invalid value type for load parameter '{key}', expected bytes_param.",
+                        Code.INVALID_ARG,
+                    )
+                files[key] = param.bytes_param
+            else:
+                raise ServerError(f"unrecognized load parameter '{key}'.", Code.INVALID_ARG)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(
+            None, self._core.load_model, request.model_name, config, files or None
+        )
+        return pb.RepositoryModelLoadResponse()
+
+    @_rpc
+    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+        if request.repository_name:
+            raise ServerError("'repository_name' specification is not supported", Code.UNSUPPORTED)
+        dependents = False
+        for key, param in request.parameters.items():
+            if key != "unload_dependents" or param.WhichOneof("parameter_choice") != "bool_param":
+                raise ServerError(f"unrecognized unload parameter '{key}'.", Code.INVALID_ARG)
+            dependents = param.bool_param
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._core.unload_model, request.model_name, dependents)
+        return pb.RepositoryModelUnloadResponse()
+
+    # -- inference ----------------------------------------------------------------------------
+
+    @_rpc
+    async def ModelInfer(self, request: Any, context: Any) -> Any:
+        return await self._infer(request)
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[Any], context: Any
+    ) -> AsyncIterator[Any]:
+        """Bidirectional stream: requests run concurrently, responses go out as they finish.
+
+        An error answers that request with ``error_message`` and leaves the stream open.
+        """
+        results: asyncio.Queue[Any] = asyncio.Queue()
+        running: set[asyncio.Task[None]] = set()
+
+        async def run_one(message: Any) -> None:
+            try:
+                response = await self._infer(message)
+                await results.put(pb.ModelStreamInferResponse(infer_response=response))
+            except ServerError as exc:
+                await results.put(
+                    pb.ModelStreamInferResponse(
+                        error_message=exc.message,
+                        infer_response=pb.ModelInferResponse(
+                            model_name=message.model_name,
+                            model_version=message.model_version,
+                            id=message.id,
+                        ),
+                    )
+                )
+            except Exception as exc:  # keep the stream alive for the other requests
+                logger.exception("unhandled error in ModelStreamInfer")
+                await results.put(
+                    pb.ModelStreamInferResponse(error_message=f"internal server error: {exc}")
+                )
+
+        async def read_all() -> None:
+            async for message in request_iterator:
+                task = asyncio.create_task(run_one(message))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            while running:
+                await asyncio.wait(set(running))
+            await results.put(None)
+
+        reader = asyncio.create_task(read_all())
+        try:
+            while (item := await results.get()) is not None:
+                yield item
+        finally:
+            # Client gone or stream closed: cancelling marks queued requests cancelled.
+            reader.cancel()
+            for task in list(running):
+                task.cancel()
+
+    async def _infer(self, message: Any) -> Any:
+        request = to_infer_request(message)
+        try:
+            response = await self._core.infer(request)
+        except asyncio.CancelledError:
+            # The RPC was cancelled (client deadline or disconnect): let the batcher drop it.
+            request.cancel()
+            raise
+        return to_infer_response(response)
+
+    # -- optional extensions this server does not implement -----------------------------------
+
+    async def _unsupported(self, context: Any, what: str) -> Any:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED, f"{what} is not supported by the reference server"
+        )
+
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        return await self._unsupported(context, "system shared memory")
+
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        return await self._unsupported(context, "system shared memory")
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        return await self._unsupported(context, "system shared memory")
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        return await self._unsupported(context, "CUDA shared memory")
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        return await self._unsupported(context, "CUDA shared memory")
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        return await self._unsupported(context, "CUDA shared memory")
+
+    async def TraceSetting(self, request: Any, context: Any) -> Any:
+        return await self._unsupported(context, "the trace extension")
+
+    async def LogSettings(self, request: Any, context: Any) -> Any:
+        return await self._unsupported(context, "the logging extension")
+
+
+def to_infer_request(message: Any) -> InferRequest:
+    """Build the core request from a ``ModelInferRequest`` (raw or typed contents).
+
+    Raises:
+        ServerError: INVALID_ARG with Triton's message for inconsistent tensors or parameters.
+    """
+    request = InferRequest(
+        model_name=message.model_name, model_version=message.model_version, id=message.id
+    )
+    _parse_parameters(request, message.parameters)
+    raw = message.raw_input_contents
+    for index, tensor in enumerate(message.inputs):
+        name = tensor.name
+        datatype = tensor.datatype
+        shape = list(tensor.shape)
+        if datatype not in wire.NUMPY_DTYPES:
+            raise ServerError(
+                f"{_prefix(request)}inference input '{name}' data-type is '{datatype}', which "
+                "is not a KServe datatype",
+                Code.INVALID_ARG,
+            )
+        if any(dim < 0 for dim in shape):
+            raise ServerError(
+                f"{_prefix(request)}All input dimensions should be specified for input "
+                f"'{name}' for model '{request.model_name}', got {shape}",
+                Code.INVALID_ARG,
+            )
+        if tensor.HasField("contents"):
+            if raw:
+                raise ServerError(
+                    "contents field must not be specified when using raw_input_contents for "
+                    f"'{name}' for model '{request.model_name}'",
+                    Code.INVALID_ARG,
+                )
+            array = _from_contents(request, name, datatype, shape, tensor.contents)
+        elif index < len(raw):
+            try:
+                array = wire.from_raw(datatype, shape, raw[index])
+            except ValueError as exc:
+                raise ServerError(
+                    f"{_prefix(request)}input byte size mismatch for input '{name}' for model "
+                    f"'{request.model_name}'. {exc}",
+                    Code.INVALID_ARG,
+                ) from None
+        elif wire.element_count(shape) == 0:
+            array = np.empty(shape, dtype=wire.NUMPY_DTYPES[datatype])
+        else:
+            raise ServerError(
+                f"unable to find data for input tensor '{name}' for model "
+                f"'{request.model_name}' in request.",
+                Code.INVALID_ARG,
+            )
+        request.inputs[name] = array
+        request.input_datatypes[name] = datatype
+    if len(raw) > len(message.inputs):
+        raise ServerError(
+            f"unexpected additional input data for model '{request.model_name}'",
+            Code.INVALID_ARG,
+        )
+    for output in message.outputs:
+        if "shared_memory_region" in output.parameters:
+            raise ServerError(
+                "Unable to find system shared memory region: "
+                f"'{output.parameters['shared_memory_region'].string_param}'",
+                Code.INVALID_ARG,
+            )
+        class_count = 0
+        if "classification" in output.parameters:
+            class_count = int(_param_value(output.parameters["classification"]) or 0)
+        request.requested_outputs.append(RequestedOutput(name=output.name, class_count=class_count))
+    return request
+
+
+def _from_contents(
+    request: InferRequest, name: str, datatype: str, shape: list[int], contents: Any
+) -> np.ndarray:
+    field = _CONTENTS_FIELD.get(datatype)
+    if field is None:
+        raise ServerError(
+            f"{_prefix(request)}{datatype} input '{name}' cannot be sent in typed contents; "
+            "use raw_input_contents",
+            Code.INVALID_ARG,
+        )
+    for descriptor, _ in contents.ListFields():
+        if descriptor.name != field:
+            raise ServerError(
+                f"{_prefix(request)}unexpected '{descriptor.name}' for input '{name}' of "
+                f"datatype {datatype} for model '{request.model_name}', expected '{field}'",
+                Code.INVALID_ARG,
+            )
+    values = getattr(contents, field)
+    count = wire.element_count(shape)
+    if len(values) != count:
+        raise ServerError(
+            f"{_prefix(request)}unexpected number of elements for input '{name}' for model "
+            f"'{request.model_name}'. Expected {count}, got {len(values)}",
+            Code.INVALID_ARG,
+        )
+    if datatype == "BYTES":
+        array = np.empty(count, dtype=object)
+        array[:] = list(values)
+        return array.reshape(shape)
+    dtype = wire.NUMPY_DTYPES[datatype]
+    if dtype.kind in "iu" and dtype.itemsize < 4:
+        # 8/16-bit values arrive widened to 32 bits; narrowing wraps like a C cast.
+        wide = np.array(values, dtype=np.int64 if dtype.kind == "i" else np.uint64)
+        return wide.astype(dtype).reshape(shape)
+    return np.array(values, dtype=dtype).reshape(shape)
+
+
+def _parse_parameters(request: InferRequest, parameters: Any) -> None:
+    for key, param in parameters.items():
+        kind = param.WhichOneof("parameter_choice")
+        if key.startswith("triton_") and key not in _ALLOWED_TRITON_PARAMETERS:
+            raise ServerError(
+                "parameter keys starting with 'triton_' are reserved for Triton usage and "
+                "should not be specified.",
+                Code.INVALID_ARG,
+            )
+        if key == "priority":
+            if kind == "uint64_param" or (kind == "int64_param" and param.int64_param >= 0):
+                request.priority = int(getattr(param, kind))
+            else:
+                raise ServerError(
+                    "invalid value type for 'priority' parameter, expected int64_param or "
+                    "uint64_param.",
+                    Code.INVALID_ARG,
+                )
+        elif key == "timeout":
+            if kind != "int64_param" or param.int64_param < 0:
+                raise ServerError(
+                    "invalid value type for 'timeout' parameter, expected int64_param.",
+                    Code.INVALID_ARG,
+                )
+            request.timeout_us = param.int64_param
+        elif key in _IGNORED_PARAMETERS or key in _ALLOWED_TRITON_PARAMETERS:
+            continue
+        elif kind is not None:
+            request.parameters[key] = _param_value(param)
+
+
+def _param_value(param: Any) -> ParamValue:
+    kind = param.WhichOneof("parameter_choice")
+    value: ParamValue = getattr(param, kind) if kind else ""
+    return value
+
+
+def to_infer_response(response: InferResponse) -> Any:
+    """Render a core response as ``ModelInferResponse`` (one raw entry per output, in order)."""
+    message = pb.ModelInferResponse(
+        model_name=response.model_name, model_version=response.model_version, id=response.id
+    )
+    for key, value in response.parameters.items():
+        _set_param(message.parameters[key], value)
+    for name, array in response.outputs.items():
+        datatype = response.output_datatypes[name]
+        tensor = message.outputs.add()
+        tensor.name = name
+        tensor.datatype = datatype
+        tensor.shape.extend(array.shape)
+        message.raw_output_contents.append(bytes(wire.to_raw(datatype, array)))
+    return message
+
+
+def _set_param(param: Any, value: Any) -> None:
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool):
+        param.bool_param = value
+    elif isinstance(value, int):
+        param.int64_param = value
+    elif isinstance(value, float):
+        param.double_param = value
+    else:
+        param.string_param = str(value)
+
+
+def _prefix(request: InferRequest) -> str:
+    return f"[request id: {request.id or '<id_unknown>'}] "
+
+
+class GrpcFrontend:
+    """Owns the grpc.aio server: the inference service and (if available) grpc.health.v1.
+
+    Args:
+        core: The server facade shared with the HTTP frontend.
+    """
+
+    def __init__(self, core: InferenceServer) -> None:
+        self._core = core
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on ``host:port`` (0 = a free port) and return the bound port.
+
+        Raises:
+            OSError: The address cannot be bound (typically: the port is in use).
+        """
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_send_message_length", MAX_MESSAGE_SIZE),
+                ("grpc.max_receive_message_length", MAX_MESSAGE_SIZE),
+                # grpc enables SO_REUSEPORT by default on Linux, which would let two servers
+                # silently share a port; a busy port must fail loudly instead.
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
+            InferenceServicer(self._core), server
+        )
+        _add_health_service(server, self._core)
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            bound = server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise OSError(98, f"cannot bind gRPC port {address}: {exc}") from exc
+        if bound == 0:  # older grpc versions report a failed bind as port 0
+            raise OSError(98, f"cannot bind gRPC port {address}")
+        await server.start()
+        self._server = server
+        return bound
+
+    async def stop(self, grace_s: float = 1.0) -> None:
+        """Stop accepting calls; in-flight calls get ``grace_s`` to finish."""
+        if self._server is not None:
+            await self._server.stop(grace_s)
+            self._server = None
+
+
+def _add_health_service(server: grpc.aio.Server, core: InferenceServer) -> bool:
+    try:
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+    except ImportError:  # optional: pip install grpcio-health-checking
+        return False
+
+    class HealthServicer(health_pb2_grpc.HealthServicer):
+        """SERVING iff the server is ready (triton_spec §6), asked fresh on every check."""
+
+        async def Check(self, request: Any, context: Any) -> Any:
+            serving = core.is_ready()
+            status = (
+                health_pb2.HealthCheckResponse.SERVING
+                if serving
+                else health_pb2.HealthCheckResponse.NOT_SERVING
+            )
+            return health_pb2.HealthCheckResponse(status=status)
+
+        async def Watch(self, request: Any, context: Any) -> Any:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Watch is not supported")
+
+    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(), server)
+    return True

@@ -1,0 +1,414 @@
+"""KServe v2 HTTP inference bodies <-> core records (triton_spec §5.4-5.6), without sockets.
+
+The HTTP frontend reads the body and headers and hands them here; everything that can be
+decided from bytes alone (JSON shape, binary slicing, parameters, output selection, response
+layout) lives in these pure functions so it is tested in milliseconds.
+
+Status codes follow Triton >= 24.01: JSON syntax/type problems are INTERNAL (HTTP 500), semantic
+problems INVALID_ARG (400). Messages are Triton's where the spec records them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from reference_server import wire
+from reference_server.config import protocol_datatype
+from reference_server.errors import Code, ServerError
+from reference_server.types import InferRequest, InferResponse, ParamValue, RequestedOutput
+
+#: Bytes that may follow the JSON header as binary tensors (gRPC's limit, INT32_MAX).
+MAX_BINARY_SIZE = 2**31 - 1
+
+# Request parameters the server interprets; sequence fields are accepted and ignored because
+# this server has no sequence batcher (Triton ignores them on non-sequence models too).
+_IGNORED_PARAMETERS = frozenset({"sequence_id", "sequence_start", "sequence_end"})
+
+_compact = json.JSONEncoder(separators=(",", ":"), allow_nan=True).encode
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON (Triton writes no whitespace), UTF-8 encoded."""
+    return _compact(value).encode("utf-8")
+
+
+def error_body(message: str) -> bytes:
+    """The ``{"error": ...}`` body of every HTTP error reply."""
+    return dumps({"error": message})
+
+
+def parse_header_length(value: str | None, body_length: int | None) -> int | None:
+    """Validate ``Inference-Header-Content-Length`` against the body length.
+
+    Returns:
+        ``None`` when the header is absent (the whole body is JSON), otherwise the length.
+    """
+    if value is None:
+        return None
+    try:
+        length = int(value)
+    except ValueError:
+        raise ServerError(
+            f"Unable to parse Inference-Header-Content-Length, got: {value}", Code.INVALID_ARG
+        ) from None
+    if length < 0 or (body_length is not None and length > body_length):
+        raise ServerError(
+            f"inference header size should be in range (0, {body_length}), got: {length}",
+            Code.INVALID_ARG,
+        )
+    return length
+
+
+def parse_json(buffer: bytes | memoryview) -> Any:
+    """Parse a request's JSON header with Triton's error wording (INTERNAL -> 500)."""
+    try:
+        return json.loads(bytes(buffer) if isinstance(buffer, memoryview) else buffer)
+    except json.JSONDecodeError as exc:
+        raise ServerError(
+            f"failed to parse the request JSON buffer: {exc.msg} at {exc.pos}", Code.INTERNAL
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise ServerError(
+            f"failed to parse the request JSON buffer: Invalid encoding in string. at {exc.start}",
+            Code.INTERNAL,
+        ) from None
+
+
+def parse_infer_request(
+    model_name: str,
+    model_version: str,
+    header: Any,
+    binary: memoryview,
+    *,
+    has_header_length: bool,
+) -> InferRequest:
+    """Build the core request from a parsed JSON header and the binary bytes after it.
+
+    Args:
+        model_name: From the URL (a ``model_name`` in the body is ignored, as in Triton).
+        model_version: From the URL; ``""`` means the latest ready version.
+        header: The parsed JSON object.
+        binary: The body bytes after the JSON header (empty for a pure-JSON request).
+        has_header_length: Whether ``Inference-Header-Content-Length`` was sent; binary inputs
+            are only valid with it.
+
+    Raises:
+        ServerError: With Triton's code and message for any malformed or inconsistent request.
+    """
+    if not isinstance(header, dict):
+        raise _json_type("inputs", "object")
+    request_id = header.get("id", "")
+    if not isinstance(request_id, str):
+        raise _json_type("id", "string")
+    request = InferRequest(model_name=model_name, model_version=model_version, id=request_id)
+    parameters = header.get("parameters")
+    if parameters is not None:
+        _parse_parameters(request, parameters)
+
+    inputs = header.get("inputs")
+    if not isinstance(inputs, list):
+        raise _json_type("inputs", "array")
+    offset = 0
+    for entry in inputs:
+        offset = _parse_input(request, entry, binary, offset, has_header_length)
+    if offset != len(binary):
+        raise ServerError(
+            f"unexpected additional input data for model '{model_name}'", Code.INVALID_ARG
+        )
+
+    outputs = header.get("outputs")
+    if outputs is not None:
+        if not isinstance(outputs, list):
+            raise _json_type("outputs", "array")
+        request.requested_outputs = [_parse_output(entry) for entry in outputs]
+    return request
+
+
+def _parse_parameters(request: InferRequest, parameters: Any) -> None:
+    if not isinstance(parameters, dict):
+        raise _json_type("parameters", "object")
+    for key, value in parameters.items():
+        if key.startswith("triton_"):
+            raise ServerError(
+                "parameter keys starting with 'triton_' are reserved for Triton usage and "
+                "should not be specified.",
+                Code.INVALID_ARG,
+            )
+        if key == "priority":
+            request.priority = _uint(key, value)
+        elif key == "timeout":
+            request.timeout_us = _uint(key, value)
+        elif key == "binary_data_output":
+            request.binary_data_output = _bool(key, value)
+        elif key in _IGNORED_PARAMETERS:
+            continue
+        elif isinstance(value, str | bool | int | float):
+            request.parameters[key] = value
+        else:
+            raise ServerError(
+                f"parameter '{key}' has invalid type. It should be either 'int', 'bool', "
+                "'float' or 'string'.",
+                Code.INVALID_ARG,
+            )
+
+
+def _parse_input(
+    request: InferRequest,
+    entry: Any,
+    binary: memoryview,
+    offset: int,
+    has_header_length: bool,
+) -> int:
+    if not isinstance(entry, dict):
+        raise _json_type("inputs", "object")
+    name = entry.get("name")
+    if not isinstance(name, str):
+        raise _json_type("name", "string")
+    datatype = entry.get("datatype")
+    if not isinstance(datatype, str):
+        raise _json_type("datatype", "string")
+    shape = entry.get("shape")
+    if not isinstance(shape, list) or not all(
+        isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0 for dim in shape
+    ):
+        raise ServerError(
+            "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as "
+            "unsigned-integer",
+            Code.INTERNAL,
+        )
+    if datatype not in wire.NUMPY_DTYPES:
+        raise ServerError(
+            f"{_prefix(request)}inference input '{name}' data-type is '{datatype}', which is "
+            "not a KServe datatype",
+            Code.INVALID_ARG,
+        )
+    params = entry.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise _json_type("parameters", "object")
+    binary_size = params.get("binary_data_size")
+    region = params.get("shared_memory_region")
+    has_data = "data" in entry
+    given = [has_data, binary_size is not None, region is not None]
+    if sum(given) > 1 or (sum(given) == 0 and wire.element_count(shape) > 0):
+        raise ServerError(
+            "Input must set only one of the following fields: 'data', 'binary_data_size' in "
+            "'parameters', 'shared_memory_region' in 'parameters'. But "
+            + _which_set(has_data, binary_size is not None, region is not None)
+            + f" for input '{name}'",
+            Code.INVALID_ARG,
+        )
+    if region is not None:
+        raise ServerError(
+            f"Unable to find system shared memory region: '{region}'", Code.INVALID_ARG
+        )
+    if binary_size is not None:
+        if not has_header_length:
+            raise ServerError(
+                "must specify valid 'Infer-Header-Content-Length' in request header and "
+                "'binary_data_size' when passing inputs in binary data format",
+                Code.INVALID_ARG,
+            )
+        size = _uint("binary_data_size", binary_size)
+        if offset + size > len(binary):
+            raise ServerError(
+                f"unexpected size for input '{name}', expecting {size} additional bytes for "
+                f"model '{request.model_name}'",
+                Code.INVALID_ARG,
+            )
+        try:
+            array = wire.from_raw(datatype, shape, binary[offset : offset + size])
+        except ValueError as exc:
+            raise ServerError(
+                f"{_prefix(request)}input byte size mismatch for input '{name}' for model "
+                f"'{request.model_name}'. {exc}",
+                Code.INVALID_ARG,
+            ) from None
+        offset += size
+    elif has_data:
+        array = wire.from_json(name, datatype, shape, entry["data"])
+    else:
+        array = np.empty(shape, dtype=wire.NUMPY_DTYPES[datatype])
+    request.inputs[name] = array
+    request.input_datatypes[name] = datatype
+    return offset
+
+
+def _parse_output(entry: Any) -> RequestedOutput:
+    if not isinstance(entry, dict):
+        raise _json_type("outputs", "object")
+    name = entry.get("name")
+    if not isinstance(name, str):
+        raise _json_type("name", "string")
+    params = entry.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise _json_type("parameters", "object")
+    if params.get("shared_memory_region") is not None:
+        raise ServerError(
+            f"Unable to find system shared memory region: '{params['shared_memory_region']}'",
+            Code.INVALID_ARG,
+        )
+    binary = params.get("binary_data", False)
+    class_count = params.get("classification", 0)
+    return RequestedOutput(
+        name=name,
+        binary_data=_bool("binary_data", binary),
+        class_count=_uint("classification", class_count),
+    )
+
+
+def parse_raw_request(
+    model_name: str, model_version: str, body: bytes | memoryview, config: Any
+) -> InferRequest:
+    """Build the request for a raw binary body (``Inference-Header-Content-Length: 0``).
+
+    The body is the bytes of the model's only input; its shape is deduced from the config
+    (``[1] + dims`` when the model batches), and every output is returned binary.
+
+    Args:
+        model_name: From the URL.
+        model_version: From the URL.
+        body: The whole request body.
+        config: The model's normalized ``ModelConfig`` protobuf.
+    """
+    inputs = list(config.input)
+    if len(inputs) != 1:
+        raise ServerError(
+            "Raw request must only have 1 input (found 1) to be deduced but got "
+            f"{len(inputs)} inputs in '{model_name}' model configuration",
+            Code.INVALID_ARG,
+        )
+    spec = inputs[0]
+    datatype = protocol_datatype(spec.data_type)
+    dims = list(spec.dims)
+    request = InferRequest(
+        model_name=model_name, model_version=model_version, binary_data_output=True
+    )
+    if datatype == "BYTES":
+        if dims != [1]:
+            raise ServerError(
+                f"For BYTE datatype raw input '{spec.name}', the model must have input shape [1]",
+                Code.INVALID_ARG,
+            )
+        array = np.empty(1, dtype=object)
+        array[0] = bytes(body)
+    else:
+        if dims.count(-1) > 1:
+            raise ServerError(
+                f"The shape of the raw input '{spec.name}' can not be deduced because there "
+                "are more than one variable-sized dimension",
+                Code.INVALID_ARG,
+            )
+        itemsize = wire.NUMPY_DTYPES[datatype].itemsize
+        fixed = itemsize * int(np.prod([d for d in dims if d != -1], dtype=np.int64))
+        if -1 in dims and fixed > 0:
+            dims[dims.index(-1)] = len(body) // fixed
+        try:
+            array = wire.from_raw(datatype, dims, body)
+        except ValueError as exc:
+            raise ServerError(
+                f"{_prefix(request)}input byte size mismatch for input '{spec.name}' for model "
+                f"'{model_name}'. {exc}",
+                Code.INVALID_ARG,
+            ) from None
+    if config.max_batch_size > 0:
+        array = array.reshape([1, *array.shape])
+    request.inputs[spec.name] = array
+    request.input_datatypes[spec.name] = datatype
+    return request
+
+
+def render_infer_response(
+    request: InferRequest, response: InferResponse
+) -> tuple[list[bytes | memoryview], int | None]:
+    """Lay out the HTTP reply of one successful inference.
+
+    Returns:
+        The body parts (JSON header first, then binary outputs in output order) and the JSON
+        header length when the body carries binary data (the value of
+        ``Inference-Header-Content-Length``), else ``None``.
+    """
+    requested = {output.name: output for output in request.requested_outputs}
+    outputs: list[dict[str, Any]] = []
+    blobs: list[bytes | memoryview] = []
+    for name, array in response.outputs.items():
+        datatype = response.output_datatypes[name]
+        wanted = requested.get(name)
+        # Request-level binary_data_output does not apply to explicitly listed outputs.
+        binary = wanted.binary_data if wanted is not None else request.binary_data_output
+        entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
+        if binary:
+            raw = wire.to_raw(datatype, array)
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            if len(raw):
+                blobs.append(raw)
+        else:
+            entry["data"] = wire.to_json(name, datatype, array)
+        outputs.append(entry)
+    body: dict[str, Any] = {}
+    if response.id:
+        body["id"] = response.id
+    body["model_name"] = response.model_name
+    body["model_version"] = response.model_version
+    if response.parameters:
+        body["parameters"] = {k: parameter_value(v) for k, v in response.parameters.items()}
+    body["outputs"] = outputs
+    header = dumps(body)
+    if not blobs:
+        return [header], None
+    return [header, *blobs], len(header)
+
+
+def _uint(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ServerError(
+            f"Unable to parse '{key}': attempt to access JSON non-unsigned-integer as "
+            "unsigned-integer",
+            Code.INTERNAL,
+        )
+    return value
+
+
+def _bool(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ServerError(
+            f"Unable to parse '{key}': attempt to access JSON non-boolean as boolean",
+            Code.INTERNAL,
+        )
+    return value
+
+
+def _json_type(key: str, expected: str) -> ServerError:
+    return ServerError(
+        f"Unable to parse '{key}': attempt to access JSON non-{expected} as {expected}",
+        Code.INTERNAL,
+    )
+
+
+def _prefix(request: InferRequest) -> str:
+    return f"[request id: {request.id or '<id_unknown>'}] "
+
+
+def _which_set(data: bool, binary: bool, region: bool) -> str:
+    names = [
+        label
+        for flag, label in (
+            (data, "'data'"),
+            (binary, "'binary_data_size'"),
+            (region, "'shared_memory_region'"),
+        )
+        if flag
+    ]
+    if not names:
+        return "no field is set"
+    return " and ".join(names) + " are set"
+
+
+def parameter_value(value: ParamValue) -> ParamValue:
+    """A response parameter as JSON can carry it (numpy scalars become Python values)."""
+    if isinstance(value, np.generic):
+        converted: ParamValue = value.item()
+        return converted
+    return value

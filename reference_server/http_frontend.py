@@ -1,0 +1,477 @@
+"""KServe v2 HTTP/REST frontend on aiohttp's low-level server (triton_spec §5, §2.6, §7).
+
+Routing is a split of the raw path and a few dict lookups instead of a regex router, because
+this handler sits on every inference request (the overhead perfsweep measures is the server's
+own). Bodies are parsed and rendered by :mod:`reference_server.http_codec`; this module owns the
+socket-facing parts: reading bodies under a size limit, compression, status codes, and turning
+every failure into a ``{"error": ...}`` reply so that no exception reaches aiohttp.
+
+A client that disconnects while its request waits cancels the handler (aiohttp's
+``handler_cancellation``); the frontend then marks the core request cancelled so the batcher
+drops it (counted as a CANCELED failure, §3.8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import gzip
+import logging
+import zlib
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from aiohttp import web
+
+from reference_server import http_codec
+from reference_server.errors import Code, ServerError
+
+if TYPE_CHECKING:
+    from reference_server.core import InferenceServer
+
+logger = logging.getLogger(__name__)
+
+#: Default ``--http-max-input-size``: 64 MiB, Triton's default.
+DEFAULT_MAX_INPUT_SIZE = 2**26
+
+#: Triton's metrics content type (prometheus-cpp), not prometheus_client's versioned one.
+METRICS_CONTENT_TYPE = "text/plain; charset=utf-8"
+
+_JSON = "application/json"
+_ACCEPTED_ENCODINGS = frozenset({"gzip", "deflate", "identity"})
+
+Handler = Callable[[web.BaseRequest, tuple[str, ...]], Awaitable[web.StreamResponse]]
+
+
+class HttpFrontend:
+    """Serves one :class:`~reference_server.core.InferenceServer` over KServe v2 HTTP/REST.
+
+    Args:
+        core: The server facade; every call into it either returns or raises ``ServerError``.
+        max_input_size: Largest JSON header, JSON-only body or raw-binary body accepted, in
+            bytes (``--http-max-input-size``). Binary tensors after a JSON header may add up to
+            ``http_codec.MAX_BINARY_SIZE`` more.
+    """
+
+    def __init__(
+        self, core: InferenceServer, *, max_input_size: int = DEFAULT_MAX_INPUT_SIZE
+    ) -> None:
+        self._core = core
+        self._max_input_size = max_input_size
+        self._runner: web.ServerRunner | None = None
+        # Routes keyed by the path's fixed words; model routes are decided in _models().
+        self._model_actions: dict[str, tuple[str, Handler]] = {
+            "": ("GET", self._model_metadata),
+            "ready": ("GET", self._model_ready),
+            "config": ("GET", self._model_config),
+            "infer": ("POST", self._infer),
+            "stats": ("GET", self._model_stats),
+        }
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on ``host:port`` (0 = a free port) and return the bound port.
+
+        Raises:
+            OSError: The address cannot be bound (typically: the port is in use).
+        """
+        server = web.Server(self.handle, handler_cancellation=True, access_log=None)
+        self._runner = web.ServerRunner(server, shutdown_timeout=5.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError:
+            await self._runner.cleanup()
+            self._runner = None
+            raise
+        bound: int = self._runner.addresses[0][1]
+        return bound
+
+    async def stop(self) -> None:
+        """Stop listening and close open connections."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # -- dispatch -----------------------------------------------------------------------------
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        """aiohttp entry point: route, run, and map every failure to Triton's error reply."""
+        try:
+            method, handler, args = self._route(request.method, request.raw_path)
+            if method != request.method:
+                return _error(405, "Method Not Allowed")
+            return await handler(request, args)
+        except ServerError as exc:
+            return _error(exc.code.http_status, exc.message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug must not take the server or the connection down
+            logger.exception("unhandled error serving %s %s", request.method, request.path)
+            return _error(500, f"internal server error: {type(exc).__name__}: {exc}")
+
+    def _route(self, method: str, raw_path: str) -> tuple[str, Handler, tuple[str, ...]]:
+        path = raw_path.split("?", 1)[0]
+        parts = path.split("/")
+        # parts[0] is "" (leading slash); everything lives under /v2.
+        if len(parts) < 2 or parts[0] or parts[1] != "v2":
+            raise _NOT_FOUND
+        rest = parts[2:]
+        if not rest:
+            return "GET", self._server_metadata, ()
+        head = rest[0]
+        if head == "health" and len(rest) == 2:
+            if rest[1] == "live":
+                return "GET", self._live, ()
+            if rest[1] == "ready":
+                return "GET", self._ready, ()
+        elif head == "models":
+            return self._models(rest[1:])
+        elif head == "repository":
+            return self._repository(rest[1:])
+        raise _NOT_FOUND
+
+    def _models(self, rest: list[str]) -> tuple[str, Handler, tuple[str, ...]]:
+        if rest == ["stats"]:
+            # Checked before model routes, as Triton does: a model named "stats" has no
+            # metadata URL.
+            return "GET", self._all_stats, ()
+        if not rest or not rest[0]:
+            raise _NOT_FOUND
+        name = unquote(rest[0])
+        version = ""
+        tail = rest[1:]
+        if tail[:1] == ["versions"]:
+            if len(tail) < 2 or not tail[1].isdigit() or not tail[1].isascii():
+                raise _NOT_FOUND
+            version = tail[1]
+            tail = tail[2:]
+        if len(tail) > 1:
+            raise _NOT_FOUND
+        action = self._model_actions.get(tail[0] if tail else "")
+        if action is None:
+            raise _NOT_FOUND
+        return action[0], action[1], (name, version)
+
+    def _repository(self, rest: list[str]) -> tuple[str, Handler, tuple[str, ...]]:
+        # /v2/repository[/<repo>]/index and /v2/repository[/<repo>]/models/<m>/(load|unload)
+        if rest == ["index"] or (len(rest) == 2 and rest[1] == "index"):
+            return "POST", self._repository_index, ()
+        named_repo = len(rest) == 4
+        if named_repo:
+            rest = rest[1:]
+        if len(rest) == 3 and rest[0] == "models" and rest[1] and rest[2] in ("load", "unload"):
+            handler = self._load if rest[2] == "load" else self._unload
+            if named_repo:
+                return "POST", self._repository_named, ()
+            return "POST", handler, (unquote(rest[1]),)
+        raise _NOT_FOUND
+
+    # -- health and metadata ------------------------------------------------------------------
+
+    async def _live(self, request: web.BaseRequest, args: tuple[str, ...]) -> web.StreamResponse:
+        if self._core.is_live():
+            return web.Response()
+        return _error(503, "Server exiting")
+
+    async def _ready(self, request: web.BaseRequest, args: tuple[str, ...]) -> web.StreamResponse:
+        # Triton answers "not ready" with 400 and an empty body (spec §12.11).
+        return web.Response(status=200 if self._core.is_ready() else 400)
+
+    async def _server_metadata(
+        self, request: web.BaseRequest, args: tuple[str, ...]
+    ) -> web.StreamResponse:
+        return _json(self._core.server_metadata())
+
+    async def _model_metadata(
+        self, request: web.BaseRequest, args: tuple[str, ...]
+    ) -> web.StreamResponse:
+        return _json(self._core.model_metadata(*args))
+
+    async def _model_ready(
+        self, request: web.BaseRequest, args: tuple[str, ...]
+    ) -> web.StreamResponse:
+        if self._core.model_ready(*args):
+            return web.Response()
+        return _error(400, "Model version not ready")
+
+    async def _model_config(
+        self, request: web.BaseRequest, args: tuple[str, ...]
+    ) -> web.StreamResponse:
+        from reference_server.config import config_to_json
+
+        return _json(config_to_json(self._core.model_config(*args)))
+
+    async def _model_stats(
+        self, request: web.BaseRequest, args: tuple[str, ...]
+    ) -> web.StreamResponse:
+        return _json(self._core.model_statistics(*args))
+
+    async def _all_stats(
+        self, request: web.BaseRequest, args: tuple[str, ...]
+    ) -> web.StreamResponse:
+        return _json(self._core.model_statistics())
+
+    # -- repository extension -----------------------------------------------------------------
+
+    async def _repository_index(
+        self, request: web.BaseRequest, args: tuple[str, ...]
+    ) -> web.StreamResponse:
+        body = await self._read_json_object(request)
+        ready = body.get("ready", False)
+        if not isinstance(ready, bool):
+            raise ServerError("Invalid value for 'ready': expected a boolean", Code.INVALID_ARG)
+        return _json(self._core.repository_index(ready_only=ready))
+
+    async def _load(self, request: web.BaseRequest, args: tuple[str, ...]) -> web.StreamResponse:
+        body = await self._read_json_object(request)
+        parameters = body.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise ServerError("Unable to parse 'parameters'", Code.INTERNAL)
+        config: str | None = None
+        files: dict[str, bytes] = {}
+        for key, value in parameters.items():
+            # Triton fails to build a parameter of any other name or type with this INTERNAL
+            # message (spec §2.6); keep it so clients see the same error.
+            if not isinstance(value, str) or not (key == "config" or key.startswith("file:")):
+                raise ServerError("unexpected error on creating Triton parameter", Code.INTERNAL)
+            if key == "config":
+                config = value
+            else:
+                try:
+                    files[key] = base64.b64decode(value, validate=True)
+                except (binascii.Error, ValueError):
+                    raise ServerError(
+                        f"failed to decode base64 content of '{key}'", Code.INVALID_ARG
+                    ) from None
+        # Loading builds models (seconds for ONNX); keep the event loop serving meanwhile.
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._core.load_model, args[0], config, files or None)
+        return web.Response()
+
+    async def _unload(self, request: web.BaseRequest, args: tuple[str, ...]) -> web.StreamResponse:
+        body = await self._read_json_object(request)
+        parameters = body.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise ServerError("Unable to parse 'parameters'", Code.INTERNAL)
+        dependents = parameters.get("unload_dependents", False)
+        if not isinstance(dependents, bool):
+            raise ServerError("unexpected error on creating Triton parameter", Code.INTERNAL)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._core.unload_model, args[0], dependents)
+        return web.Response()
+
+    async def _repository_named(
+        self, request: web.BaseRequest, args: tuple[str, ...]
+    ) -> web.StreamResponse:
+        raise ServerError("'repository_name' specification is not supported", Code.UNSUPPORTED)
+
+    # -- inference ----------------------------------------------------------------------------
+
+    async def _infer(self, request: web.BaseRequest, args: tuple[str, ...]) -> web.StreamResponse:
+        name, version = args
+        # A compressed body's Content-Length says nothing about the inflated header length;
+        # that case is checked against the inflated body below.
+        compressed = "Content-Encoding" in request.headers
+        header_length = http_codec.parse_header_length(
+            request.headers.get("Inference-Header-Content-Length"),
+            None if compressed else request.content_length,
+        )
+        if header_length is None:
+            body = await self._read_body(request, self._max_input_size)
+            header = http_codec.parse_json(body)
+            infer_request = http_codec.parse_infer_request(
+                name, version, header, memoryview(b""), has_header_length=False
+            )
+        elif header_length == 0:
+            body = await self._read_body(request, self._max_input_size)
+            infer_request = http_codec.parse_raw_request(
+                name, version, body, self._core.model_config(name, version)
+            )
+        else:
+            _check_size(header_length, self._max_input_size, "Request JSON")
+            body = await self._read_body(request, header_length + http_codec.MAX_BINARY_SIZE)
+            if header_length > len(body):
+                raise ServerError(
+                    f"inference header size should be in range (0, {len(body)}), "
+                    f"got: {header_length}",
+                    Code.INVALID_ARG,
+                )
+            view = memoryview(body)
+            header = http_codec.parse_json(view[:header_length])
+            infer_request = http_codec.parse_infer_request(
+                name, version, header, view[header_length:], has_header_length=True
+            )
+        try:
+            response = await self._core.infer(infer_request)
+        except asyncio.CancelledError:
+            # The client went away (aiohttp cancels the handler): let the batcher drop it.
+            infer_request.cancel()
+            raise
+        parts, json_length = http_codec.render_infer_response(infer_request, response)
+        headers = {}
+        if json_length is not None:
+            headers["Inference-Header-Content-Length"] = str(json_length)
+            content_type = "application/octet-stream"
+        else:
+            content_type = _JSON
+        return _compressed(request, parts, content_type, headers)
+
+    # -- bodies -------------------------------------------------------------------------------
+
+    async def _read_body(self, request: web.BaseRequest, limit: int) -> bytes:
+        """Read the (decompressed) body, refusing more than ``limit`` bytes.
+
+        aiohttp's parser already inflates gzip/deflate bodies chunk by chunk, so the limit
+        also bounds what a small compressed bomb could expand to.
+        """
+        encoding = request.headers.get("Content-Encoding")
+        if encoding is not None and encoding.strip().lower() not in _ACCEPTED_ENCODINGS:
+            raise _UnsupportedEncoding()
+        if encoding is None and request.content_length is not None:
+            _check_size(request.content_length, limit, "Request body")
+        chunks: list[bytes] = []
+        total = 0
+        try:
+            async for chunk in request.content.iter_any():
+                total += len(chunk)
+                if total > limit:
+                    _check_size(total, limit, "Request body")
+                chunks.append(chunk)
+        except ServerError:
+            raise
+        except (asyncio.CancelledError, ConnectionError):
+            raise
+        except Exception as exc:  # corrupt compressed stream, truncated chunked body
+            raise ServerError(f"failed to read the request body: {exc}", Code.INVALID_ARG) from None
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def _read_json_object(self, request: web.BaseRequest) -> dict[str, Any]:
+        """A repository call's body: empty or a JSON object."""
+        body = await self._read_body(request, self._max_input_size)
+        if not body.strip():
+            return {}
+        parsed = http_codec.parse_json(body)
+        if not isinstance(parsed, dict):
+            raise ServerError(
+                "failed to parse the request JSON buffer: expected a JSON object", Code.INTERNAL
+            )
+        return parsed
+
+
+class _UnsupportedEncoding(ServerError):
+    def __init__(self) -> None:
+        super().__init__("Unsupported compression type", Code.UNSUPPORTED)
+
+
+_NOT_FOUND = ServerError("Not Found", Code.NOT_FOUND)
+
+
+def _check_size(size: int, limit: int, what: str) -> None:
+    if size > limit:
+        raise ServerError(
+            f"{what} size of {size} bytes exceeds the maximum allowed value of {limit} bytes. "
+            "Use --http-max-input-size to increase the limit.",
+            Code.INVALID_ARG,
+        )
+
+
+def _json(value: Any) -> web.Response:
+    return web.Response(body=http_codec.dumps(value), content_type=_JSON)
+
+
+def _error(status: int, message: str) -> web.Response:
+    response = web.Response(status=status, body=http_codec.error_body(message), content_type=_JSON)
+    if status == 501 and message == "Unsupported compression type":
+        response.headers["Accept-Encoding"] = "gzip, deflate"
+    return response
+
+
+def _compressed(
+    request: web.BaseRequest,
+    parts: list[bytes | memoryview],
+    content_type: str,
+    headers: dict[str, str],
+) -> web.Response:
+    """The reply body, gzip/deflate-compressed when the client's Accept-Encoding prefers it."""
+    body = parts[0] if len(parts) == 1 else b"".join(parts)
+    accept = request.headers.get("Accept-Encoding")
+    encoding = _preferred_encoding(accept) if accept else None
+    if encoding == "gzip":
+        body = gzip.compress(body, compresslevel=6)
+        headers["Content-Encoding"] = "gzip"
+    elif encoding == "deflate":
+        body = zlib.compress(body)
+        headers["Content-Encoding"] = "deflate"
+    return web.Response(body=body, content_type=content_type, headers=headers)
+
+
+def _preferred_encoding(accept: str) -> str | None:
+    """gzip or deflate if the client ranks one of them above identity (q-values honoured)."""
+    best: str | None = None
+    best_q = 0.0
+    for item in accept.split(","):
+        token, _, params = item.strip().partition(";")
+        token = token.strip().lower()
+        if token not in ("gzip", "deflate"):
+            continue
+        q = 1.0
+        params = params.strip()
+        if params.startswith("q="):
+            try:
+                q = float(params[2:])
+            except ValueError:
+                q = 0.0
+        if q > best_q:
+            best, best_q = token, q
+    return best
+
+
+class MetricsFrontend:
+    """``GET /metrics`` on its own port: Prometheus text rendered from the core's registry.
+
+    Args:
+        render: Returns the exposition text, e.g. ``InferenceServer.metrics_text`` (Triton's
+            names: counters without the ``_total`` suffix ``prometheus_client`` would add).
+    """
+
+    def __init__(self, render: Callable[[], str]) -> None:
+        self._render = render
+        self._runner: web.ServerRunner | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on ``host:port`` (0 = a free port) and return the bound port."""
+        server = web.Server(self.handle, access_log=None)
+        self._runner = web.ServerRunner(server, shutdown_timeout=2.0)
+        await self._runner.setup()
+        try:
+            await web.TCPSite(self._runner, host, port, reuse_address=True).start()
+        except OSError:
+            await self._runner.cleanup()
+            self._runner = None
+            raise
+        bound: int = self._runner.addresses[0][1]
+        return bound
+
+    async def stop(self) -> None:
+        """Stop listening."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        """Serve ``/metrics`` (and ``/metrics/``, as Triton does); 404 elsewhere."""
+        if request.path not in ("/metrics", "/metrics/"):
+            return _error(404, "Not Found")
+        if request.method != "GET":
+            return _error(405, "Method Not Allowed")
+        try:
+            text = self._render().encode("utf-8")
+        except Exception as exc:  # a failing collector must not kill the endpoint
+            logger.exception("rendering /metrics failed")
+            return _error(500, f"internal server error: {exc}")
+        return web.Response(body=text, headers={"Content-Type": METRICS_CONTENT_TYPE})
