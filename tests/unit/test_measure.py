@@ -23,10 +23,12 @@ from analyzer.measure import (
     clearly_fails,
     is_stable,
     load_output_dict,
+    mean_us,
     meets_goals,
     merge_encoded,
     merge_histograms,
     new_histogram,
+    percentiles_us,
     read_load_output,
     record_us,
 )
@@ -91,6 +93,18 @@ def test_percentiles_match_exact_values_within_hdr_precision() -> None:
     assert summary.count == len(values)
     assert summary.p99_ms == pytest.approx(exact_p99_ms, rel=0.005)
     assert summary.p50_ms == pytest.approx(exact_p50_ms, rel=0.005)
+
+
+def test_vectorised_percentiles_equal_hdrh_own() -> None:
+    rng = random.Random(3)
+    hist = new_histogram()
+    for _ in range(5000):
+        record_us(hist, rng.expovariate(1 / 4000))
+    record_us(hist, 9_000_000)
+    fast = percentiles_us(hist, [0.1, 50, 90, 99, 99.9, 100])
+    for p, value in fast.items():
+        assert value == hist.get_value_at_percentile(p)
+    assert mean_us(hist) == pytest.approx(hist.get_mean_value(), rel=1e-9)
 
 
 def test_out_of_range_values_are_clamped_not_dropped() -> None:

@@ -1,0 +1,157 @@
+"""Per-process exact recording of every request, shipped as deltas ("ticks") to the controller.
+
+Each generator process owns one ``Recorder``. Request greenlets call ``sent``/``done``; the
+controller (in-process for one worker, over Locust's messages for many) calls ``take_tick()``,
+which returns everything recorded since the previous call as a plain, msgpack-able dict with
+HDR histograms encoded, and starts afresh. ``Tick.merge`` adds ticks from many processes exactly.
+
+Three latency distributions are kept, in microseconds:
+
+* ``latency``: what the result reports. Open loop: completion - intended send time (coordinated
+  omission free). Closed loop: completion - actual send.
+* ``service``: completion - actual send.
+* ``lag``: scheduler dispatch - intended send time (how late the generator itself was; a large
+  lag means the generator is saturated, not the server).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hdrh.histogram import HdrHistogram
+
+from analyzer.measure import merge_encoded, new_histogram, record_us
+
+#: Error kinds are truncated to this many characters so a flood of unique messages stays small.
+ERROR_KIND_CHARS = 120
+
+
+class Recorder:
+    """Accumulates one process's requests between two ``take_tick`` calls (greenlet-safe: no yields)."""
+
+    def __init__(self) -> None:
+        self._reset()
+        self.in_flight = 0
+        self._cpu0 = time.process_time()
+        self._wall0 = time.monotonic()
+
+    def _reset(self) -> None:
+        self.latency = new_histogram()
+        self.service = new_histogram()
+        self.lag = new_histogram()
+        self.dispatched = 0
+        self.completed = 0
+        self.errors = 0
+        self.error_kinds: dict[str, int] = {}
+        self.max_in_flight = 0
+        self.backlog_max = 0
+
+    def dispatched_one(self, lag_s: float) -> None:
+        """The scheduler handed one request to the pool ``lag_s`` after its intended time."""
+        self.dispatched += 1
+        self.in_flight += 1
+        if self.in_flight > self.max_in_flight:
+            self.max_in_flight = self.in_flight
+        record_us(self.lag, lag_s * 1e6)
+
+    def done(self, latency_s: float, service_s: float, error: BaseException | str | None) -> None:
+        """One request finished (successfully or not); both times are in seconds."""
+        self.in_flight -= 1
+        self.completed += 1
+        record_us(self.latency, latency_s * 1e6)
+        record_us(self.service, service_s * 1e6)
+        if error is not None:
+            self.errors += 1
+            kind = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+            kind = kind.splitlines()[0][:ERROR_KIND_CHARS] if kind else "error"
+            self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
+
+    def backlog(self, size: int) -> None:
+        """The open-loop pool was full and ``size`` requests waited for a free slot."""
+        self.backlog_max = max(self.backlog_max, size)
+
+    def take_tick(self) -> dict[str, Any]:
+        """Everything since the last call as a plain dict (the wire format), then reset."""
+        now_cpu, now_wall = time.process_time(), time.monotonic()
+        tick = {
+            "latency": self.latency.encode() if self.latency.get_total_count() else "",
+            "service": self.service.encode() if self.service.get_total_count() else "",
+            "lag": self.lag.encode() if self.lag.get_total_count() else "",
+            "dispatched": self.dispatched,
+            "completed": self.completed,
+            "errors": self.errors,
+            "error_kinds": self.error_kinds,
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+            "backlog_max": self.backlog_max,
+            "cpu_s": now_cpu - self._cpu0,
+            "wall_s": now_wall - self._wall0,
+        }
+        self._cpu0, self._wall0 = now_cpu, now_wall
+        self._reset()
+        self.max_in_flight = self.in_flight
+        return tick
+
+
+@dataclass
+class Tick:
+    """Ticks of several processes (and/or several intervals) added together."""
+
+    latency: HdrHistogram = field(default_factory=new_histogram)
+    service: HdrHistogram = field(default_factory=new_histogram)
+    lag: HdrHistogram = field(default_factory=new_histogram)
+    dispatched: int = 0
+    completed: int = 0
+    errors: int = 0
+    error_kinds: dict[str, int] = field(default_factory=dict)
+    #: In-flight now: summed over processes (latest tick of each).
+    in_flight: int = 0
+    max_in_flight: int = 0
+    backlog_max: int = 0
+    #: Busiest process's CPU share, in percent of one core (mean over the intervals added).
+    cpu_pct: float = 0.0
+    intervals: int = 0
+
+    @classmethod
+    def merge(cls, raw_ticks: Iterable[dict[str, Any]]) -> Tick:
+        """Merge one interval's ticks from several processes."""
+        ticks = list(raw_ticks)
+        out = cls(
+            latency=merge_encoded(t["latency"] for t in ticks),
+            service=merge_encoded(t["service"] for t in ticks),
+            lag=merge_encoded(t["lag"] for t in ticks),
+            intervals=1,
+        )
+        for t in ticks:
+            out.dispatched += t["dispatched"]
+            out.completed += t["completed"]
+            out.errors += t["errors"]
+            for kind, n in t["error_kinds"].items():
+                out.error_kinds[kind] = out.error_kinds.get(kind, 0) + n
+            out.in_flight += t["in_flight"]
+            out.max_in_flight += t["max_in_flight"]  # upper bound: peaks may not coincide
+            out.backlog_max += t["backlog_max"]
+            if t["wall_s"] > 0:
+                out.cpu_pct = max(out.cpu_pct, 100.0 * t["cpu_s"] / t["wall_s"])
+        return out
+
+    def add(self, other: Tick) -> None:
+        """Append a later interval to this one (histograms and counts add; gauges take the later)."""
+        self.latency.add(other.latency)
+        self.service.add(other.service)
+        self.lag.add(other.lag)
+        self.dispatched += other.dispatched
+        self.completed += other.completed
+        self.errors += other.errors
+        for kind, n in other.error_kinds.items():
+            self.error_kinds[kind] = self.error_kinds.get(kind, 0) + n
+        self.in_flight = other.in_flight
+        self.max_in_flight = max(self.max_in_flight, other.max_in_flight)
+        self.backlog_max = max(self.backlog_max, other.backlog_max)
+        n = self.intervals + other.intervals
+        if n:
+            self.cpu_pct = (self.cpu_pct * self.intervals + other.cpu_pct * other.intervals) / n
+        self.intervals = n

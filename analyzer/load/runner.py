@@ -1,0 +1,612 @@
+"""``LocustLoadGenerator``: one load level (warm-up, windows, stability, self-checks) and capacity search.
+
+The controller loop runs in the calling process (gevent-patched, since it imports locust). It
+drives generator processes through a ``_Backend``:
+
+* ``LocalBackend``: Locust's ``LocalRunner`` in this process (``workers=1``);
+* ``DistributedBackend``: Locust's ``MasterRunner`` here plus N ``python -m analyzer.load.worker``
+  subprocesses on loopback (``workers=N``), or remote workers that connect to ``--master``.
+
+Every ``tick_s`` the controller collects each process's ``Recorder`` delta (exact HDR histograms,
+counts, CPU) and adds it to the current window. A window closes by time or by request count; the
+server is scraped at each window boundary. A level ends when the last ``stable_windows`` windows
+agree (stable), at ``max_windows`` (unstable, marked), or early when a capacity step clearly fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import gevent
+from gevent.event import Event
+from locust.env import Environment
+from locust.runners import STATE_STOPPED, MasterRunner
+
+from analyzer.errors import TargetError
+from analyzer.load.clients import stats_source
+from analyzer.load.recorder import Tick
+from analyzer.load.users import (
+    USER_CLASSES,
+    ClosedLoopUser,
+    EngineConfig,
+    OpenLoopUser,
+    ProcessContext,
+    attach_context,
+)
+from analyzer.measure import (
+    CapacityResult,
+    CapacitySearch,
+    CapacitySpec,
+    LatencySummary,
+    LoadMode,
+    LoadSpec,
+    Measurement,
+    ServerView,
+    WindowStats,
+    clearly_fails,
+    is_stable,
+    meets_goals,
+    merge_histograms,
+    new_histogram,
+    percentiles_us,
+)
+from analyzer.server_stats import ServerScraper, ServerSnapshot, server_view
+
+log = logging.getLogger(__name__)
+
+#: How often (seconds) the controller collects recorder deltas.
+TICK_S = 0.1
+#: A count window that has not reached its request count by then closes anyway.
+MAX_COUNT_WINDOW_S = 30.0
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Where to send load and how to generate it."""
+
+    url: str
+    model: str
+    protocol: str = "http"
+    #: Generator processes: 1 = in this process; N > 1 = N local worker processes.
+    workers: int = 1
+    #: Run as a distributed master expecting this many remote workers (instead of spawning).
+    expect_remote_workers: int = 0
+    master_bind_host: str = "127.0.0.1"
+    master_port: int = 0
+    data_mode: str = "random"
+    data_file: str | None = None
+    batch_size: int = 1
+    shapes: dict[str, list[int]] | None = None
+    #: Open loop: in-flight requests per generator process before new ones wait in a backlog.
+    pool_size: int = 512
+    #: Prometheus endpoint of the target (None: try ``http://<url>/metrics`` for HTTP targets).
+    metrics_url: str | None = None
+    #: HTTP host:port for the statistics extension when ``protocol`` is grpc (None: use gRPC).
+    stats_url: str | None = None
+    scrape_server: bool = True
+    #: Validity limits: above these the generator, not the server, decided the numbers.
+    max_send_lag_ms: float = 10.0
+    max_cpu_pct: float = 90.0
+    #: Open loop: offered rate below this fraction of the target makes a result invalid.
+    min_offered_ratio: float = 0.95
+    tick_s: float = TICK_S
+    #: Called after each window (live view); must not block.
+    on_window: Callable[[LoadSpec, WindowStats], None] | None = field(default=None, compare=False)
+
+
+class _Backend(Protocol):
+    processes: int
+
+    def configure(self, config: EngineConfig) -> None: ...
+    def start(self, user_class: type, users: int) -> None: ...
+    def collect(self) -> Tick: ...
+    def stop(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class LocalBackend:
+    """All users in this process (Locust ``LocalRunner``)."""
+
+    processes = 1
+
+    def __init__(self) -> None:
+        self.env = Environment(user_classes=list(USER_CLASSES))
+        self.ctx = ProcessContext(0)
+        attach_context(self.env, self.ctx)
+        self.runner = self.env.create_local_runner()
+
+    def configure(self, config: EngineConfig) -> None:
+        self.ctx.configure(config)
+
+    def start(self, user_class: type, users: int) -> None:
+        self.runner.start(users, spawn_rate=min(max(users, 1) * 4, 1000), user_classes=[user_class])
+
+    def collect(self) -> Tick:
+        return Tick.merge([self.ctx.recorder.take_tick()])
+
+    def stop(self) -> None:
+        self.runner.stop()
+
+    def close(self) -> None:
+        self.runner.quit()
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host if host not in ("*", "") else "127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class DistributedBackend:
+    """Locust master here; workers are local subprocesses or remote ``perfsweep load --worker``."""
+
+    def __init__(
+        self, spawn: int, expect_remote: int = 0, bind_host: str = "127.0.0.1", port: int = 0
+    ) -> None:
+        self.processes = spawn + expect_remote
+        self.env = Environment(user_classes=list(USER_CLASSES))
+        self.port = port or _free_port(bind_host)
+        runner = self.env.create_master_runner(bind_host, self.port)
+        assert isinstance(runner, MasterRunner)
+        self.runner = runner
+        self._replies: dict[str, dict[str, Any]] = {}
+        self._seq = 0
+        self._got_all = Event()
+        self.runner.register_message("ps_reply", self._on_reply)
+        self.procs: list[subprocess.Popen[bytes]] = []
+        host = "127.0.0.1" if bind_host in ("*", "", "0.0.0.0") else bind_host
+        for index in range(spawn):
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "analyzer.load.worker",
+                        "--master-host",
+                        host,
+                        "--master-port",
+                        str(self.port),
+                        "--index",
+                        str(index + 1),
+                    ],
+                    env={**os.environ, "PYTHONPATH": _pythonpath()},
+                )
+            )
+        deadline = time.monotonic() + 60.0
+        while self.runner.worker_count < self.processes:
+            if time.monotonic() > deadline:
+                self.close()
+                raise TargetError(
+                    f"only {self.runner.worker_count} of {self.processes} Locust workers connected "
+                    f"to the master on port {self.port} within 60 s; check the worker command lines"
+                )
+            if any(p.poll() is not None for p in self.procs):
+                self.close()
+                raise TargetError("a Locust worker process exited during start-up; see its output")
+            gevent.sleep(0.1)
+
+    def _on_reply(self, environment: Environment, msg: Any, **_: Any) -> None:
+        data = msg.data
+        if data.get("seq") == self._seq:
+            self._replies[msg.node_id] = data
+            if len(self._replies) >= self.processes:
+                self._got_all.set()
+
+    def _round_trip(self, kind: str, payload: dict[str, Any], timeout_s: float) -> list[dict]:
+        self._seq += 1
+        self._replies = {}
+        self._got_all.clear()
+        self.runner.send_message("ps_request", {"kind": kind, "seq": self._seq, **payload})
+        if not self._got_all.wait(timeout_s):
+            raise TargetError(
+                f"{len(self._replies)} of {self.processes} Locust workers answered {kind!r} "
+                f"within {timeout_s:g} s; a worker is stuck or gone"
+            )
+        return list(self._replies.values())
+
+    def configure(self, config: EngineConfig) -> None:
+        for reply in self._round_trip("configure", {"config": config.to_dict()}, 60.0):
+            if reply.get("error"):
+                raise TargetError(f"a Locust worker could not configure: {reply['error']}")
+
+    def start(self, user_class: type, users: int) -> None:
+        self.runner.start(users, spawn_rate=min(max(users, 1) * 4, 1000), user_classes=[user_class])
+
+    def collect(self) -> Tick:
+        return Tick.merge(r["tick"] for r in self._round_trip("tick", {}, 10.0))
+
+    def stop(self) -> None:
+        self.runner.stop()
+        deadline = time.monotonic() + 30.0
+        while self.runner.state != STATE_STOPPED and time.monotonic() < deadline:
+            gevent.sleep(0.05)
+
+    def close(self) -> None:
+        try:
+            self.runner.quit()
+        finally:
+            for p in self.procs:
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+
+def _pythonpath() -> str:
+    root = str(Path(__file__).resolve().parents[2])
+    existing = os.environ.get("PYTHONPATH", "")
+    return root + (os.pathsep + existing if existing else "")
+
+
+@dataclass
+class _Window:
+    """A window being filled."""
+
+    started: float
+    tick: Tick = field(default_factory=Tick)
+    server_before: ServerSnapshot | None = None
+
+
+class LocustLoadGenerator:
+    """The real ``LoadGenerator``: Locust traffic, exact latencies, stability windows, self-checks.
+
+    Use as a context manager (it owns Locust runners and possibly worker processes)::
+
+        with LocustLoadGenerator(EngineOptions(url="127.0.0.1:8000", model="m")) as gen:
+            m = gen.measure(LoadSpec(LoadMode.REQUEST_RATE, 200))
+    """
+
+    def __init__(self, options: EngineOptions) -> None:
+        self.options = options
+        self._backend: _Backend | None = None
+        warm = new_histogram()
+        warm.record_value(1)
+        percentiles_us(warm, [50])  # builds the bucket tables now, not in the first window
+        self._scraper = self._make_scraper() if options.scrape_server else None
+
+    def _make_scraper(self) -> ServerScraper:
+        o = self.options
+        if o.protocol == "grpc" and o.stats_url is None:
+            source = stats_source("grpc", o.url, o.model)
+        else:
+            source = stats_source("http", o.stats_url or o.url, o.model)
+        metrics_url = o.metrics_url
+        if metrics_url is None and o.protocol == "http":
+            metrics_url = f"http://{o.url}/metrics"
+        return ServerScraper(o.model, source, metrics_url)
+
+    def __enter__(self) -> LocustLoadGenerator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop Locust and any worker processes."""
+        if self._backend is not None:
+            backend, self._backend = self._backend, None
+            backend.close()
+
+    def _ensure_backend(self) -> _Backend:
+        if self._backend is None:
+            o = self.options
+            if o.expect_remote_workers > 0:
+                self._backend = DistributedBackend(
+                    0, o.expect_remote_workers, o.master_bind_host, o.master_port
+                )
+            elif o.workers > 1:
+                self._backend = DistributedBackend(o.workers, 0, "127.0.0.1", o.master_port)
+            else:
+                self._backend = LocalBackend()
+        return self._backend
+
+    # ---- one level --------------------------------------------------------------------------------
+
+    def measure(self, spec: LoadSpec) -> Measurement:
+        """Measure one load level: warm-up, windows until stable (or the limit), self-checks."""
+        backend = self._ensure_backend()
+        o = self.options
+        open_loop = spec.mode is LoadMode.REQUEST_RATE
+        users = backend.processes if open_loop else int(spec.target)
+        config = EngineConfig(
+            protocol=o.protocol,
+            url=o.url,
+            model=o.model,
+            mode=spec.mode.value,
+            rate_per_user=spec.target / users if open_loop else 0.0,
+            arrival=spec.arrival.value,
+            seed=spec.seed,
+            pool_size=o.pool_size,
+            data_mode=o.data_mode,
+            data_file=o.data_file,
+            batch_size=o.batch_size,
+            shapes=o.shapes,
+        )
+        backend.configure(config)
+        backend.start(OpenLoopUser if open_loop else ClosedLoopUser, users)
+        try:
+            windows, merged, stopped_early = self._run_windows(backend, spec)
+        finally:
+            backend.stop()
+        return self._result(spec, windows, merged, stopped_early, backend.processes)
+
+    def _snapshot(self) -> ServerSnapshot | None:
+        return self._scraper.snapshot() if self._scraper else None
+
+    def _run_windows(
+        self, backend: _Backend, spec: LoadSpec
+    ) -> tuple[list[WindowStats], list[Tick], str | None]:
+        o = self.options
+        gevent.sleep(spec.warmup_s)
+        backend.collect()  # warm-up samples are dropped, never mixed with measured ones
+        windows: list[WindowStats] = []
+        ticks: list[Tick] = []
+        current = _Window(time.monotonic(), server_before=self._snapshot())
+        bound = spec.in_flight_bound()
+        while True:
+            gevent.sleep(o.tick_s)
+            current.tick.add(backend.collect())
+            elapsed = time.monotonic() - current.started
+            if spec.fail_fast is not None:
+                tick = current.tick
+                reason = clearly_fails(
+                    percentiles_us(tick.latency, [99])[99] / 1000.0,
+                    tick.completed,
+                    tick.errors,
+                    tick.in_flight,
+                    spec.fail_fast,
+                    bound,
+                )
+                if reason is not None:
+                    windows.append(self._close_window(len(windows), current, elapsed, spec))
+                    ticks.append(current.tick)
+                    return windows, ticks, reason
+            if spec.window_requests is not None:
+                done = (
+                    current.tick.completed >= spec.window_requests and elapsed >= spec.min_window_s
+                ) or elapsed >= MAX_COUNT_WINDOW_S
+            else:
+                done = elapsed >= spec.window_s
+            if not done:
+                continue
+            windows.append(self._close_window(len(windows), current, elapsed, spec))
+            ticks.append(current.tick)
+            if o.on_window is not None:
+                o.on_window(spec, windows[-1])
+            if is_stable(windows, spec.stability_pct, spec.stable_windows):
+                break
+            if len(windows) >= spec.max_windows:
+                break
+            current = _Window(time.monotonic(), server_before=self._last_after)
+        n = spec.stable_windows
+        return windows, ticks[-n:], None
+
+    _last_after: ServerSnapshot | None = None
+
+    def _close_window(self, index: int, w: _Window, elapsed: float, spec: LoadSpec) -> WindowStats:
+        after = self._snapshot()
+        self._last_after = after
+        view = server_view(w.server_before, after) if w.server_before and after else None
+        t = w.tick
+        lat = LatencySummary.from_histogram(t.latency)
+        lag = LatencySummary.from_histogram(t.lag)
+        return WindowStats(
+            index=index,
+            duration_s=elapsed,
+            request_count=t.completed,
+            error_count=t.errors,
+            throughput_rps=(t.completed - t.errors) / elapsed if elapsed > 0 else 0.0,
+            p50_ms=lat.p50_ms,
+            p99_ms=lat.p99_ms,
+            mean_ms=lat.mean_ms,
+            send_lag_p99_ms=lag.p99_ms if spec.mode is LoadMode.REQUEST_RATE else 0.0,
+            offered_rps=t.dispatched / elapsed if elapsed > 0 else 0.0,
+            generator_cpu_pct=t.cpu_pct,
+            max_in_flight=t.max_in_flight,
+            server=view,
+        )
+
+    def _result(
+        self,
+        spec: LoadSpec,
+        windows: list[WindowStats],
+        ticks: list[Tick],
+        stopped_early: str | None,
+        processes: int,
+    ) -> Measurement:
+        o = self.options
+        open_loop = spec.mode is LoadMode.REQUEST_RATE
+        used = windows[-len(ticks) :] if ticks else []
+        duration = sum(w.duration_s for w in used)
+        total = Tick()
+        for t in ticks:
+            total.add(t)
+        lat = LatencySummary.from_histogram(total.latency)
+        service = LatencySummary.from_histogram(merge_histograms([total.service]))
+        lag = LatencySummary.from_histogram(total.lag)
+        ok = total.completed - total.errors
+        throughput = ok / duration if duration > 0 else 0.0
+        offered = total.dispatched / duration if duration > 0 else 0.0
+        cpu = max((w.generator_cpu_pct for w in used), default=0.0)
+        stable = stopped_early is None and is_stable(
+            windows, spec.stability_pct, spec.stable_windows
+        )
+
+        messages: list[str] = []
+        problems: list[str] = []
+        if cpu > o.max_cpu_pct:
+            problems.append(f"generator CPU {cpu:.0f}% of a core > {o.max_cpu_pct:g}%")
+        if open_loop and lag.p99_ms > o.max_send_lag_ms:
+            problems.append(f"send-lag p99 {lag.p99_ms:.1f} ms > {o.max_send_lag_ms:g} ms")
+        if open_loop and stopped_early is None and offered < o.min_offered_ratio * spec.target:
+            problems.append(f"offered {offered:.0f} req/s of the {spec.target:g} req/s target")
+        if problems:
+            messages.append(
+                "INVALID: the load generator was saturated ("
+                + "; ".join(problems)
+                + "), so these numbers describe the generator, not the server. Fix: add generator "
+                "processes (--workers N, one per free core) or offer less load per process "
+                "(fewer users / a lower rate)."
+            )
+        if not stable and stopped_early is None:
+            messages.append(
+                f"UNSTABLE: the last {spec.stable_windows} of {len(windows)} windows did not agree "
+                f"within {spec.stability_pct:g}% on throughput and p99; use longer windows "
+                "(--window-s / --window-requests) or a lower load."
+            )
+        if stopped_early is not None:
+            messages.append(f"stopped early: {stopped_early}")
+        if not open_loop:
+            messages.append(
+                "closed loop: latency is timed from the actual send, so a server stall delays the "
+                "next request instead of showing in the tail (coordinated omission); use "
+                "--request-rate for trustworthy tail latency."
+            )
+        if total.backlog_max > 0:
+            messages.append(
+                f"the open-loop pool ({o.pool_size} in flight per process) was full: up to "
+                f"{total.backlog_max} requests waited for a slot (their wait counts in latency)."
+            )
+        if total.errors:
+            kinds = ", ".join(
+                f"{k} x{n}" for k, n in sorted(total.error_kinds.items(), key=lambda kv: -kv[1])[:3]
+            )
+            messages.append(f"{total.errors} failed requests: {kinds}")
+        if self._scraper is not None and self._scraper.errors:
+            messages.append(
+                "server statistics unavailable: "
+                + "; ".join(f"{k}: {v}" for k, v in self._scraper.errors.items())
+            )
+        return Measurement(
+            mode=spec.mode,
+            target=spec.target,
+            throughput_rps=throughput,
+            p50_ms=lat.p50_ms,
+            p90_ms=lat.p90_ms,
+            p95_ms=lat.p95_ms,
+            p99_ms=lat.p99_ms,
+            request_count=total.completed,
+            error_count=total.errors,
+            stable=stable,
+            valid=not problems,
+            send_lag_p99_ms=lag.p99_ms if open_loop else 0.0,
+            server=_sum_views([w.server for w in used]),
+            arrival=spec.arrival if open_loop else None,
+            p999_ms=lat.p999_ms,
+            mean_ms=lat.mean_ms,
+            max_ms=lat.max_ms,
+            latency_basis="intended_send" if open_loop else "actual_send",
+            service_p50_ms=service.p50_ms,
+            service_p99_ms=service.p99_ms,
+            duration_s=duration,
+            offered_rps=offered,
+            generator_cpu_pct=cpu,
+            max_in_flight=total.max_in_flight,
+            errors=dict(total.error_kinds),
+            messages=tuple(messages),
+            stopped_early=stopped_early,
+            windows=tuple(windows),
+            protocol=o.protocol,
+            workers=processes,
+        )
+
+    # ---- capacity ---------------------------------------------------------------------------------
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until the server has nothing pending (True) or ``timeout_s`` passed (False)."""
+        if self._scraper is None:
+            gevent.sleep(min(timeout_s, 1.0))
+            return True
+        return self._scraper.wait_drained(timeout_s, sleep=gevent.sleep)
+
+    def find_capacity(self, spec: CapacitySpec) -> CapacityResult:
+        """Bracket, then bisect, the highest open-loop rate meeting ``spec.goals``."""
+        search = CapacitySearch(spec)
+        points: list[Measurement] = []
+        verdicts: dict[float, bool] = {}
+        while (rate := search.next_rate()) is not None:
+            step = replace(spec.step, mode=LoadMode.REQUEST_RATE, target=rate, fail_fast=spec.goals)
+            m = self.measure(step)
+            points.append(m)
+            passed, _ = meets_goals(m, spec.goals)
+            self.drain(spec.drain_timeout_s)
+            if not passed and spec.confirm_failures:
+                m = self.measure(step)  # real servers have rare outliers: a failure must repeat
+                points.append(m)
+                passed, _ = meets_goals(m, spec.goals)
+                self.drain(spec.drain_timeout_s)
+            verdicts[rate] = passed
+            search.record(rate, passed)
+        capacity = search.capacity_rps
+        best = None
+        for m in points:
+            if m.target == capacity and meets_goals(m, spec.goals)[0]:
+                best = m
+        invalid = [m for m in points if not m.valid]
+        if capacity == 0:
+            message = (
+                f"no rate from {spec.min_rps:g} req/s up met p99 <= {spec.goals.p99_ms:g} ms; "
+                "check the server or relax the goal"
+            )
+        elif not search.bracketed:
+            message = f"every rate up to the limit {spec.max_rps:g} req/s met the goal; raise it"
+        else:
+            message = f"capacity {capacity:.1f} req/s at p99 <= {spec.goals.p99_ms:g} ms"
+        if invalid:
+            message += f"; {len(invalid)} step(s) were invalid (generator saturated): add --workers"
+        return CapacityResult(
+            goals=spec.goals,
+            capacity_rps=capacity,
+            points=tuple(points),
+            best=best,
+            bracketed=search.bracketed,
+            message=message,
+        )
+
+
+def _sum_views(views: list[ServerView | None]) -> ServerView | None:
+    """Combine per-window server views into one (counts add; per-request times re-weighted)."""
+    present = [v for v in views if v is not None]
+    if not present:
+        return None
+    success = sum(v.success_count for v in present)
+    executions = sum(v.execution_count for v in present)
+    inferences = sum(v.inference_count for v in present)
+
+    def weighted(attr: str) -> float:
+        return (
+            sum(getattr(v, attr) * v.success_count for v in present) / success if success else 0.0
+        )
+
+    batch_sizes: dict[int, int] = {}
+    failures: dict[str, int] = {}
+    for v in present:
+        for size, n in v.batch_sizes.items():
+            batch_sizes[size] = batch_sizes.get(size, 0) + n
+        for reason, n in v.failures_by_reason.items():
+            failures[reason] = failures.get(reason, 0) + n
+    return ServerView(
+        success_count=success,
+        failure_count=sum(v.failure_count for v in present),
+        failures_by_reason=failures,
+        inference_count=inferences,
+        execution_count=executions,
+        avg_batch_size=inferences / executions if executions else 0.0,
+        queue_us=weighted("queue_us"),
+        compute_input_us=weighted("compute_input_us"),
+        compute_infer_us=weighted("compute_infer_us"),
+        compute_output_us=weighted("compute_output_us"),
+        batch_sizes=batch_sizes,
+        pending_requests=present[-1].pending_requests,
+    )

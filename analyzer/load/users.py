@@ -1,0 +1,255 @@
+"""Locust users for Triton: a closed-loop user and an open-loop dispatcher, plus per-process context.
+
+Every generator process (the in-process runner, or each ``analyzer.load.worker``) holds one
+``ProcessContext`` on its Locust ``Environment``: the current ``EngineConfig`` (sent by the
+controller before each load level), the ``InputSet`` built from it, and the ``Recorder``.
+
+* ``ClosedLoopUser``: one request outstanding per user, back to back (perf_analyzer
+  ``--concurrency-range``). Latency is timed from the actual send (closed loop; a stall delays the
+  next send and hides in the tail: coordinated omission).
+* ``OpenLoopUser``: a scheduler computes intended send times (constant or Poisson, seeded) at
+  ``rate_per_user`` and hands each request to its own greenlet from a bounded pool. When the pool
+  is full the request waits in a backlog (never dropped): its latency, timed from the intended
+  send time, keeps growing, exactly as a real client's would.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import gevent
+from gevent.pool import Pool
+from locust import User, constant, task
+from locust.env import Environment
+
+from analyzer.load.clients import InferClient, fetch_model_documents, make_client
+from analyzer.load.inputs import DataMode, InputSet, build_inputs
+from analyzer.load.recorder import Recorder
+
+_CONTEXT_ATTR = "perfsweep_context"
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What every generator process needs for one load level (plain values: it crosses processes)."""
+
+    protocol: str
+    url: str
+    model: str
+    mode: str  # "concurrency" | "request_rate"
+    #: Open loop: requests/second each dispatcher user offers.
+    rate_per_user: float = 0.0
+    arrival: str = "poisson"
+    seed: int = 0
+    #: Open loop: requests in flight per dispatcher user before later ones wait in the backlog.
+    pool_size: int = 512
+    data_mode: str = "random"
+    data_file: str | None = None
+    batch_size: int = 1
+    shapes: dict[str, list[int]] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (msgpack/JSON)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EngineConfig:
+        """Inverse of ``to_dict``."""
+        return cls(**data)
+
+
+class ProcessContext:
+    """Per-process engine state, attached to the Locust environment."""
+
+    def __init__(self, process_index: int = 0) -> None:
+        self.process_index = process_index
+        self.config: EngineConfig | None = None
+        self.inputs: InputSet | None = None
+        self.recorder = Recorder()
+        self._inputs_key: tuple | None = None
+        self._users_started = 0
+
+    def configure(self, config: EngineConfig) -> None:
+        """Adopt a new level's config; rebuild inputs only when they change; reset recording."""
+        key = (
+            config.protocol,
+            config.url,
+            config.model,
+            config.data_mode,
+            config.data_file,
+            config.batch_size,
+            repr(config.shapes),
+            config.seed,
+        )
+        if key != self._inputs_key:
+            from pathlib import Path
+
+            metadata, model_config = fetch_model_documents(
+                config.protocol, config.url, config.model
+            )
+            self.inputs = build_inputs(
+                metadata,
+                model_config,
+                mode=DataMode(config.data_mode),
+                batch_size=config.batch_size,
+                data_file=Path(config.data_file) if config.data_file else None,
+                seed=config.seed,
+                shapes=config.shapes,
+            )
+            self._inputs_key = key
+        self.config = config
+        self.recorder = Recorder()
+        self._users_started = 0
+
+    def next_user_index(self) -> int:
+        """A distinct index per user started in this process (seeds, phases)."""
+        self._users_started += 1
+        return self.process_index * 1000 + self._users_started
+
+
+def attach_context(env: Environment, ctx: ProcessContext) -> None:
+    """Make ``ctx`` the engine context of ``env``."""
+    setattr(env, _CONTEXT_ATTR, ctx)
+
+
+def context_of(env: Environment) -> ProcessContext:
+    """The engine context of ``env`` (set by the runner or worker before users start)."""
+    ctx = getattr(env, _CONTEXT_ATTR, None)
+    if ctx is None or ctx.config is None or ctx.inputs is None:
+        raise RuntimeError("perfsweep users started before the engine was configured")
+    assert isinstance(ctx, ProcessContext)
+    return ctx
+
+
+def _fire(env: Environment, name: str, seconds: float, error: BaseException | None) -> None:
+    # Locust's own (rounded) stats only feed its UI; perfsweep's numbers come from the Recorder.
+    env.events.request.fire(
+        request_type="infer",
+        name=name,
+        response_time=seconds * 1000.0,
+        response_length=0,
+        exception=error,
+        context={},
+    )
+
+
+class ClosedLoopUser(User):
+    """One request outstanding, back to back: concurrency = number of users."""
+
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        """Connect (after any fork: clients are never created at import)."""
+        ctx = context_of(self.environment)
+        assert ctx.config is not None and ctx.inputs is not None
+        self.ctx = ctx
+        self.infer_client: InferClient = make_client(
+            ctx.config.protocol, ctx.config.url, ctx.inputs, 1
+        )
+        self.request_index = ctx.next_user_index()
+
+    @task
+    def infer(self) -> None:
+        """Send one request and record it."""
+        recorder = self.ctx.recorder
+        recorder.dispatched_one(0.0)
+        self.request_index += 1
+        error: BaseException | None = None
+        start = time.perf_counter()
+        try:
+            self.infer_client.infer(self.request_index)
+        except Exception as exc:  # any failure is a failed request, recorded by kind
+            error = exc
+        end = time.perf_counter()
+        recorder.done(end - start, end - start, error)
+        _fire(
+            self.environment, self.ctx.inputs.model if self.ctx.inputs else "", end - start, error
+        )
+        if error is not None and isinstance(error, OSError):
+            gevent.sleep(0.01)  # a refused connection must not become a CPU-burning spin
+
+    def on_stop(self) -> None:
+        """Close connections."""
+        client = getattr(self, "infer_client", None)
+        if client is not None:
+            client.close()
+
+
+class OpenLoopUser(User):
+    """A dispatcher: requests at ``rate_per_user`` on a schedule, independent of responses."""
+
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        """Create the pool and the client (one connection per pool slot, HTTP)."""
+        ctx = context_of(self.environment)
+        assert ctx.config is not None and ctx.inputs is not None
+        self.ctx = ctx
+        self.config = ctx.config
+        self.pool = Pool(self.config.pool_size)
+        self.backlog: collections.deque[float] = collections.deque()
+        self.infer_client: InferClient = make_client(
+            self.config.protocol, self.config.url, ctx.inputs, self.config.pool_size
+        )
+        index = ctx.next_user_index()
+        self.rng = random.Random(self.config.seed * 1_000_003 + index)
+        self.request_index = index * 1_000_000
+
+    def _interval(self) -> float:
+        rate = self.config.rate_per_user
+        if self.config.arrival == "constant":
+            return 1.0 / rate
+        return self.rng.expovariate(rate)
+
+    @task
+    def dispatch(self) -> None:
+        """Run the schedule until the runner stops this user."""
+        recorder = self.ctx.recorder
+        # A random phase so several dispatchers (processes) do not fire in lock-step.
+        intended = time.perf_counter() + self.rng.uniform(0, 1.0 / self.config.rate_per_user)
+        while True:
+            now = time.perf_counter()
+            # gevent sleeps are ~1 ms granular: after each wake-up send everything overdue.
+            while intended <= now:
+                recorder.dispatched_one(now - intended)
+                if self.pool.free_count() > 0:
+                    self.pool.spawn(self._send, intended)
+                else:
+                    self.backlog.append(intended)
+                    recorder.backlog(len(self.backlog))
+                intended += self._interval()
+            gevent.sleep(max(0.0, intended - time.perf_counter()))
+
+    def _send(self, intended: float) -> None:
+        recorder = self.ctx.recorder
+        model = self.ctx.inputs.model if self.ctx.inputs else ""
+        while True:
+            self.request_index += 1
+            error: BaseException | None = None
+            start = time.perf_counter()
+            try:
+                self.infer_client.infer(self.request_index)
+            except Exception as exc:  # any failure is a failed request, recorded by kind
+                error = exc
+            end = time.perf_counter()
+            recorder.done(end - intended, end - start, error)
+            _fire(self.environment, model, end - intended, error)
+            if not self.backlog:
+                return
+            intended = self.backlog.popleft()
+
+    def on_stop(self) -> None:
+        """Kill in-flight request greenlets (Locust does not kill greenlets a user spawned)."""
+        pool = getattr(self, "pool", None)
+        if pool is not None:
+            pool.kill(block=False)
+        client = getattr(self, "infer_client", None)
+        if client is not None:
+            client.close()
+
+
+USER_CLASSES: list[type[User]] = [ClosedLoopUser, OpenLoopUser]
