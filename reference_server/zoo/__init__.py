@@ -1,0 +1,1 @@
+"""Bundled models: ResNet-50 built in code, and simulated device profiles."""

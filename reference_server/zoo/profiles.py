@@ -1,0 +1,145 @@
+"""Latency profiles of simulated devices, read from TOML.
+
+A profile gives, as functions of the batch size, the device time of one execution (serialised
+on the device) and the host time before and after it (overlapping across instances). Each curve
+is either a piecewise-linear ``table = [[batch, ms], ...]`` or ``a_ms + b_ms * batch``. Every
+profile states its ``provenance``; a synthetic one says it is synthetic.
+"""
+
+from __future__ import annotations
+
+import bisect
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from reference_server.errors import ModelConfigError
+
+PROFILE_DIR = Path(__file__).with_name("profiles")
+
+
+@dataclass(frozen=True)
+class LatencyCurve:
+    """Milliseconds per execution as a function of batch size.
+
+    Attributes:
+        points: Sorted ``(batch, ms)`` pairs (piecewise linear), or empty.
+        a_ms: Constant part of the linear form.
+        b_ms: Per-item part of the linear form.
+    """
+
+    points: tuple[tuple[float, float], ...] = ()
+    a_ms: float = 0.0
+    b_ms: float = 0.0
+
+    def ms(self, batch_size: int) -> float:
+        """Duration in ms for a batch of ``batch_size``."""
+        if not self.points:
+            return max(0.0, self.a_ms + self.b_ms * batch_size)
+        xs = [p[0] for p in self.points]
+        if len(self.points) == 1:
+            return self.points[0][1]
+        i = bisect.bisect_left(xs, batch_size)
+        i = min(max(i, 1), len(xs) - 1)
+        (x0, y0), (x1, y1) = self.points[i - 1], self.points[i]
+        return max(0.0, y0 + (y1 - y0) * (batch_size - x0) / (x1 - x0))
+
+    @classmethod
+    def from_toml(cls, data: dict[str, Any] | None, where: str) -> LatencyCurve:
+        if not data:
+            return cls()
+        if "table" in data:
+            try:
+                points = tuple(sorted((float(b), float(ms)) for b, ms in data["table"]))
+            except (TypeError, ValueError) as exc:
+                raise ModelConfigError(f"{where}: 'table' must be [[batch, ms], ...]") from exc
+            if not points:
+                raise ModelConfigError(f"{where}: 'table' is empty")
+            return cls(points=points)
+        return cls(a_ms=float(data.get("a_ms", 0.0)), b_ms=float(data.get("b_ms", 0.0)))
+
+
+@dataclass(frozen=True)
+class LatencyProfile:
+    """A simulated device.
+
+    Attributes:
+        name: Profile name.
+        provenance: Where the numbers come from.
+        device: Device time (serialised across instances sharing the device).
+        host_pre: Host time before the device part.
+        host_post: Host time after it.
+        jitter: Relative standard deviation applied to every duration.
+        seed: RNG seed (each instance adds its index).
+    """
+
+    name: str
+    provenance: str
+    device: LatencyCurve
+    host_pre: LatencyCurve = LatencyCurve()
+    host_post: LatencyCurve = LatencyCurve()
+    jitter: float = 0.0
+    seed: int = 0
+
+    def throughput_per_s(self, batch_size: int, instances: int = 1) -> float:
+        """Noise-free peak inferences per second at a fixed batch size.
+
+        The device is the bottleneck unless host time per instance is larger: with ``n``
+        instances, executions overlap host work, so the cycle is
+        ``max(device, (pre + device + post) / n)``.
+        """
+        dev = self.device.ms(batch_size)
+        total = self.host_pre.ms(batch_size) + dev + self.host_post.ms(batch_size)
+        cycle_ms = max(dev, total / max(1, instances))
+        return 1000.0 * batch_size / cycle_ms if cycle_ms > 0 else float("inf")
+
+
+def load_profile(path: Path) -> LatencyProfile:
+    """Read a profile TOML file.
+
+    Raises:
+        ModelConfigError: unreadable file or missing ``device`` / ``provenance``.
+    """
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ModelConfigError(f"cannot read latency profile {path}: {exc}") from exc
+    if "device" not in data or not data.get("provenance"):
+        raise ModelConfigError(
+            f"latency profile {path} needs a [device] table and a 'provenance' string"
+        )
+    return LatencyProfile(
+        name=str(data.get("name", Path(path).stem)),
+        provenance=str(data["provenance"]),
+        device=LatencyCurve.from_toml(data["device"], f"{path} [device]"),
+        host_pre=LatencyCurve.from_toml(data.get("host_pre"), f"{path} [host_pre]"),
+        host_post=LatencyCurve.from_toml(data.get("host_post"), f"{path} [host_post]"),
+        jitter=float(data.get("jitter", 0.0)),
+        seed=int(data.get("seed", 0)),
+    )
+
+
+def bundled_profiles() -> list[str]:
+    """Names of the profiles shipped with the package."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
+
+
+def resolve_profile(ref: str, model_dir: Path | None = None) -> LatencyProfile:
+    """Load a profile by bundled name, or by path (relative paths from ``model_dir``)."""
+    if ref in bundled_profiles():
+        return load_profile(PROFILE_DIR / f"{ref}.toml")
+    path = Path(ref)
+    if not path.is_absolute() and model_dir is not None:
+        path = model_dir / path
+    if not path.is_file():
+        raise ModelConfigError(
+            f"latency profile '{ref}' not found: give a bundled name "
+            f"({', '.join(bundled_profiles())}) or a path to a .toml file"
+        )
+    return load_profile(path)
