@@ -175,8 +175,8 @@ class BudgetSection(_Section):
     """Length of one measurement window (a load level of the capacity search)."""
     min_requests: Annotated[int, Field(ge=1)] = 200
     """A window counts only once it holds at least this many requests."""
-    capacity_steps: Annotated[int, Field(ge=1)] = 6
-    """Load levels per capacity search (bracketing + bisection)."""
+    capacity_resolution: Annotated[float, Field(gt=0, lt=1)] = 0.1
+    """The capacity search stops when its bracket is narrower than this fraction (0.1 = 10 %)."""
     validate_top: Annotated[int, Field(ge=0)] = 3
     """How many of the best feasible configs are re-measured before one is chosen."""
     validate_repeats: Annotated[int, Field(ge=1)] = 2

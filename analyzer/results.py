@@ -1,0 +1,380 @@
+"""The run directory: layout, versioned JSON, atomic writes, trials.csv, loaders.
+
+Layout (``docs/internals.md`` documents every file)::
+
+    reports/<run-id>/
+      run.json  scenario.toml  study.journal  server/server.log
+      baseline/{config.pbtxt, measurement.json}
+      trials/NNN/{config.pbtxt, measurement.json}
+      trials.csv  validation.json  best/config.pbtxt  pareto/NN/config.pbtxt
+      summary.json  report.html
+
+Every file is written to a temporary name in its directory and then ``os.replace``d, so a crash
+never leaves half a file, and a trial's files are written as soon as it ends (a killed run keeps
+every finished trial).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import html
+import json
+import os
+import platform
+import socket
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from analyzer.errors import ResultFormatError
+
+#: Version of run.json, summary.json, trial records and validation.json.
+FORMAT_VERSION = 1
+
+TRIAL_COLUMNS = (
+    "number", "source", "state", "max_batch_size", "max_queue_delay_us", "preferred_batch_size",
+    "instance_count", "throughput_rps", "offered_rps", "p50_ms", "p90_ms", "p99_ms", "error_rate",
+    "meets_goals", "p99_slack", "duration_s", "failure",
+)  # fmt: skip
+
+_PACKAGES = ("perfsweep", "optuna", "locust", "tritonclient", "onnxruntime", "numpy", "pandas")
+
+
+def utc_now() -> str:
+    """Current time, ISO-8601 UTC with seconds."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def new_run_id(model: str, now: dt.datetime | None = None) -> str:
+    """``<model>-<UTC yyyymmdd-HHMMSS>``."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    return f"{model}-{now.strftime('%Y%m%d-%H%M%S')}"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temp file in the same directory and ``os.replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
+    """Atomically write ``data`` as indented JSON."""
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=_json_default) + "\n")
+
+
+def read_json(path: Path, kind: str) -> dict[str, Any]:
+    """Read a perfsweep JSON file of ``kind``; refuse other kinds and unknown versions."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ResultFormatError(f"{path} does not exist") from None
+    except ValueError as exc:
+        raise ResultFormatError(f"{path} is not valid JSON ({exc}); the file is damaged") from exc
+    if not isinstance(data, dict) or data.get("kind") != kind:
+        raise ResultFormatError(f"{path} is not a {kind} file")
+    version = data.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ResultFormatError(
+            f"{path} has format_version {version!r}; this perfsweep reads version {FORMAT_VERSION}. "
+            "Use the perfsweep version that wrote it, or re-run the sweep with this one"
+        )
+    return data
+
+
+def config_text(config: mc.ModelConfig) -> str:
+    """A ModelConfig as config.pbtxt text (Triton's own protobuf text format)."""
+    return text_format.MessageToString(config)
+
+
+def parse_config_text(text: str) -> mc.ModelConfig:
+    """Parse config.pbtxt text (raises ``text_format.ParseError`` on bad input)."""
+    return text_format.Parse(text, mc.ModelConfig())
+
+
+def environment(scenario_hash: str, target: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Where the measurements were taken: host, CPU, GPU, package versions, scenario hash."""
+    packages = {}
+    for name in _PACKAGES:
+        try:
+            packages[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "gpu": _gpu_names(),
+        "packages": packages,
+        "scenario_hash": scenario_hash,
+        "target": dict(target or {}),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpu_names() -> list[str]:
+    root = Path("/proc/driver/nvidia/gpus")
+    names = []
+    if root.is_dir():
+        for info in sorted(root.glob("*/information")):
+            for line in info.read_text().splitlines():
+                if line.startswith("Model:"):
+                    names.append(line.split(":", 1)[1].strip())
+    return names
+
+
+@dataclass
+class RunDirectory:
+    """One sweep's directory. Paths are properties so every module agrees on the layout."""
+
+    root: Path
+    trial_rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def run_json(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def scenario_toml(self) -> Path:
+        return self.root / "scenario.toml"
+
+    @property
+    def journal(self) -> Path:
+        return self.root / "study.journal"
+
+    @property
+    def server_log(self) -> Path:
+        return self.root / "server" / "server.log"
+
+    @property
+    def summary_json(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def trials_csv(self) -> Path:
+        return self.root / "trials.csv"
+
+    @property
+    def validation_json(self) -> Path:
+        return self.root / "validation.json"
+
+    @property
+    def report_html(self) -> Path:
+        return self.root / "report.html"
+
+    @property
+    def best_config(self) -> Path:
+        return self.root / "best" / "config.pbtxt"
+
+    def trial_dir(self, number: int) -> Path:
+        """``trials/NNN`` (``baseline`` for number -1)."""
+        return self.root / "baseline" if number < 0 else self.root / "trials" / f"{number:03d}"
+
+    def pareto_config(self, rank: int) -> Path:
+        return self.root / "pareto" / f"{rank:02d}" / "config.pbtxt"
+
+    def relative(self, path: Path) -> str:
+        """``path`` relative to the run directory (as summary.json records it)."""
+        return str(path.relative_to(self.root))
+
+    # -- writers ---------------------------------------------------------------------------------
+
+    def write_run_state(self, state: Mapping[str, Any]) -> None:
+        """run.json: identity and status of the run (``--resume`` reads it)."""
+        write_json(
+            self.run_json, {"format_version": FORMAT_VERSION, "kind": "perfsweep.run", **state}
+        )
+
+    def read_run_state(self) -> dict[str, Any]:
+        return read_json(self.run_json, "perfsweep.run")
+
+    def write_config(self, number: int, config: mc.ModelConfig) -> Path:
+        """``trials/NNN/config.pbtxt`` (or baseline/) for the config about to be measured."""
+        path = self.trial_dir(number) / "config.pbtxt"
+        write_atomic(path, config_text(config))
+        return path
+
+    def write_trial(self, record: Mapping[str, Any]) -> None:
+        """The trial record, then trials.csv with its row (both atomic)."""
+        number = int(record["number"])
+        full = {"format_version": FORMAT_VERSION, "kind": "perfsweep.trial", **record}
+        write_json(self.trial_dir(number) / "measurement.json", full)
+        self.trial_rows[number] = trial_row(full)
+        self.write_trials_csv()
+
+    def load_existing_trials(self) -> list[dict[str, Any]]:
+        """Trial records already on disk (after ``--resume``), by number; baseline first."""
+        records = []
+        paths = [self.trial_dir(-1) / "measurement.json"]
+        paths += sorted((self.root / "trials").glob("*/measurement.json"))
+        for path in paths:
+            if path.exists():
+                record = read_json(path, "perfsweep.trial")
+                records.append(record)
+                self.trial_rows[int(record["number"])] = trial_row(record)
+        return records
+
+    def write_trials_csv(self) -> None:
+        import pandas as pd
+
+        rows = [self.trial_rows[n] for n in sorted(self.trial_rows)]
+        frame = pd.DataFrame(rows, columns=list(TRIAL_COLUMNS))
+        write_atomic(self.trials_csv, frame.to_csv(index=False))
+
+    def write_best(self, config: mc.ModelConfig) -> Path:
+        write_atomic(self.best_config, config_text(config))
+        return self.best_config
+
+    def write_pareto(self, configs: Iterable[mc.ModelConfig]) -> list[Path]:
+        paths = []
+        for rank, config in enumerate(configs, start=1):
+            path = self.pareto_config(rank)
+            write_atomic(path, config_text(config))
+            paths.append(path)
+        return paths
+
+    def write_validation(self, candidates: list[dict[str, Any]]) -> None:
+        write_json(
+            self.validation_json,
+            {
+                "format_version": FORMAT_VERSION,
+                "kind": "perfsweep.validation",
+                "candidates": candidates,
+            },
+        )
+
+    def write_summary(self, summary: Mapping[str, Any]) -> None:
+        write_json(
+            self.summary_json,
+            {"format_version": FORMAT_VERSION, "kind": "perfsweep.summary", **summary},
+        )
+
+    def write_minimal_report(self, summary: Mapping[str, Any]) -> None:
+        """A small self-contained report.html (the report module writes the rich one)."""
+        write_atomic(
+            self.report_html,
+            minimal_report(summary, [self.trial_rows[n] for n in sorted(self.trial_rows)]),
+        )
+
+
+def load_summary(path: Path) -> dict[str, Any]:
+    """Read summary.json (a run directory or the file itself); refuse unknown versions."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "summary.json"
+    return read_json(path, "perfsweep.summary")
+
+
+def load_trial_record(path: Path) -> dict[str, Any]:
+    """Read a ``trials/NNN/measurement.json``; refuse unknown versions."""
+    return read_json(Path(path), "perfsweep.trial")
+
+
+def trial_row(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The trials.csv row of a trial record."""
+    config = record.get("config") or {}
+    constraints = record.get("constraints") or {}
+    return {
+        "number": record["number"],
+        "source": record.get("source"),
+        "state": record.get("state"),
+        "max_batch_size": config.get("max_batch_size"),
+        "max_queue_delay_us": config.get("max_queue_delay_us"),
+        "preferred_batch_size": " ".join(str(s) for s in config.get("preferred_batch_size", [])),
+        "instance_count": config.get("instance_count"),
+        "throughput_rps": record.get("throughput_rps"),
+        "offered_rps": record.get("offered_rps"),
+        "p50_ms": record.get("p50_ms"),
+        "p90_ms": record.get("p90_ms"),
+        "p99_ms": record.get("p99_ms"),
+        "error_rate": record.get("error_rate"),
+        "meets_goals": record.get("meets_goals"),
+        "p99_slack": constraints.get("p99_slack"),
+        "duration_s": record.get("duration_s"),
+        "failure": record.get("failure"),
+    }
+
+
+def minimal_report(summary: Mapping[str, Any], rows: list[Mapping[str, Any]]) -> str:
+    """Baseline vs best and the trial table as one HTML page; every value is escaped."""
+
+    def esc(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.2f}"
+        return html.escape("" if value is None else str(value))
+
+    def knob_cells(entry: Mapping[str, Any] | None) -> str:
+        if not entry:
+            return "<td colspan=5>none</td>"
+        c = entry.get("config", {})
+        pref = " ".join(str(s) for s in c.get("preferred_batch_size", [])) or "-"
+        return "".join(
+            f"<td>{esc(v)}</td>"
+            for v in (
+                c.get("max_batch_size"),
+                c.get("max_queue_delay_us"),
+                pref,
+                c.get("instance_count"),
+                f"{esc(entry.get('throughput_rps'))} rps, p99 {esc(entry.get('p99_ms'))} ms",
+            )
+        )
+
+    head = "".join(f"<th>{esc(c)}</th>" for c in TRIAL_COLUMNS)
+    body = "\n".join(
+        "<tr>" + "".join(f"<td>{esc(r.get(c))}</td>" for c in TRIAL_COLUMNS) + "</tr>" for r in rows
+    )
+    goals = summary.get("goals", {})
+    gain = summary.get("gain")
+    # JSON inside <script> is not HTML-decoded: escape only what could close the element.
+    data = json.dumps(summary, default=_json_default).replace("</", "<\\/")
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>perfsweep {esc(summary.get("run_id"))}</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}</style></head><body>
+<h1>perfsweep: {esc(summary.get("model"))} on {esc(summary.get("device"))}</h1>
+<p>Objective {esc(summary.get("objective"))}; goal p99 &le; {esc(goals.get("p99_ms"))} ms,
+error rate &le; {esc(goals.get("max_error_rate"))}. Gain over baseline:
+<b>{esc(f"{gain:.2f}x" if isinstance(gain, (int, float)) else "n/a")}</b>.</p>
+<table><tr><th></th><th>max_batch_size</th><th>delay us</th><th>preferred</th><th>instances</th><th>result</th></tr>
+<tr><th>baseline</th>{knob_cells(summary.get("baseline"))}</tr>
+<tr><th>best</th>{knob_cells(summary.get("best"))}</tr></table>
+<h2>Trials</h2><table><tr>{head}</tr>
+{body}</table>
+<script type="application/json" id="perfsweep-summary">{data}</script>
+</body></html>
+"""
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")

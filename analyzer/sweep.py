@@ -1,0 +1,943 @@
+"""The sweep, end to end: ``run_sweep(scenario) -> RunSummary``.
+
+::
+
+    target up -> baseline (the model's config as given) -> seeds + Optuna ask/tell:
+        knobs -> ModelConfig -> trials/NNN/config.pbtxt -> repository load (no restart)
+        -> measurement (capacity search or fixed load, per objective) -> values + slacks -> tell
+    -> stop (trials, time budget, stagnation, Ctrl-C) -> validate the top configs with longer
+    windows, choose the best worst case -> best/config.pbtxt, summary.json, report.html
+
+A failed load or measurement is a failed trial with its reason kept; the sweep goes on. The
+server is restarted (and the trial retried once) when a managed server dies.
+
+Seams: the server is a :class:`~analyzer.target.Target`, the load a
+:class:`~analyzer.measure.LoadGenerator`, the live view a :class:`SweepObserver`; tests pass
+fakes for all three.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from analyzer.errors import InputError, TargetError
+from analyzer.measure import (
+    Arrival,
+    CapacityResult,
+    CapacitySearch,
+    CapacitySpec,
+    Goals,
+    LoadGenerator,
+    LoadMode,
+    LoadSpec,
+    Measurement,
+    meets_goals,
+)
+from analyzer.results import RunDirectory, environment, new_run_id, utc_now
+from analyzer.scenario import Scenario
+from analyzer.search import (
+    INTERRUPTED_REASON,
+    FinishedTrial,
+    Knobs,
+    Search,
+    SearchSpace,
+    TrialOutcome,
+)
+from analyzer.target import ConfigRejectedError, ManagedServer, RemoteTarget, Target
+
+#: Consecutive trials failing because the target is gone before the sweep gives up.
+MAX_TARGET_FAILURES = 3
+
+
+# --------------------------------------------------------------------------------------------------
+# Records
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One measured config (a search trial, the baseline, or a validation repeat)."""
+
+    number: int
+    source: str
+    knobs: Knobs
+    state: str = "complete"
+    throughput_rps: float = 0.0
+    offered_rps: float = 0.0
+    p50_ms: float = 0.0
+    p90_ms: float = 0.0
+    p99_ms: float = 0.0
+    error_rate: float = 0.0
+    meets_goals: bool = False
+    constraints: dict[str, float] = field(default_factory=dict)
+    values: tuple[float, ...] = ()
+    failure: str | None = None
+    started_at: str = ""
+    duration_s: float = 0.0
+    measurement: dict[str, Any] | None = None
+
+    def to_record(self) -> dict[str, Any]:
+        """The trial record of ``trials/NNN/measurement.json`` (docs/internals.md)."""
+        return {
+            "number": self.number,
+            "source": self.source,
+            "state": self.state,
+            "config": self.knobs.to_dict(),
+            "throughput_rps": self.throughput_rps,
+            "offered_rps": self.offered_rps,
+            "p50_ms": self.p50_ms,
+            "p90_ms": self.p90_ms,
+            "p99_ms": self.p99_ms,
+            "error_rate": self.error_rate,
+            "meets_goals": self.meets_goals,
+            "constraints": dict(self.constraints),
+            "values": list(self.values),
+            "failure": self.failure,
+            "started_at": self.started_at,
+            "duration_s": round(self.duration_s, 3),
+            "measurement": self.measurement,
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> TrialResult:
+        """Inverse of :meth:`to_record`."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"knobs", "values"}
+        kwargs = {k: v for k, v in record.items() if k in names}
+        return cls(
+            knobs=Knobs.from_dict(record["config"]),
+            values=tuple(record.get("values", ())),
+            **kwargs,
+        )
+
+    def summary_entry(self) -> dict[str, Any]:
+        """The ``baseline`` / ``best`` object of summary.json."""
+        return {
+            "config": self.knobs.to_dict(),
+            "throughput_rps": self.throughput_rps,
+            "p50_ms": self.p50_ms,
+            "p99_ms": self.p99_ms,
+            "meets_goals": self.meets_goals,
+            "trial_number": self.number,
+        }
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a sweep produced (summary.json holds the same, plus the environment)."""
+
+    run_dir: Path
+    run_id: str
+    baseline: TrialResult | None
+    best: TrialResult | None
+    gain: float | None
+    trials: dict[str, int]
+    stop_reason: str
+    best_config_path: Path | None
+    pareto: list[TrialResult]
+    data: dict[str, Any]
+
+
+class SweepObserver:
+    """Receives progress events (the CLI's live view subclasses this). Methods must not block."""
+
+    def on_start(self, run_dir: Path, scenario: Scenario, target: dict[str, Any]) -> None:
+        """The target is up and the run directory exists."""
+
+    def on_trial_start(
+        self, number: int, source: str, knobs: Knobs, index: int, budget: int
+    ) -> None:
+        """A config is about to be loaded and measured (``number`` -1 = baseline)."""
+
+    def on_phase(self, text: str) -> None:
+        """What the current trial is doing (load level, retry)."""
+
+    def on_trial_end(self, result: TrialResult, best: TrialResult | None) -> None:
+        """A trial finished; ``best`` is the best feasible trial so far."""
+
+    def on_validation(self, number: int, repeat: int, result: TrialResult) -> None:
+        """One validation repeat finished."""
+
+    def on_finish(self, summary: RunSummary) -> None:
+        """Everything is written."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Config building
+
+
+def knobs_of(config: mc.ModelConfig) -> Knobs:
+    """The knobs a ModelConfig sets (the baseline's knobs)."""
+    batching = config.HasField("dynamic_batching")
+    return Knobs(
+        max_batch_size=max(config.max_batch_size, 1),
+        max_queue_delay_us=int(config.dynamic_batching.max_queue_delay_microseconds)
+        if batching
+        else 0,
+        preferred_batch_size=tuple(config.dynamic_batching.preferred_batch_size)
+        if batching
+        else (),
+        instance_count=sum(g.count or 1 for g in config.instance_group) or 1,
+        dynamic_batching=batching,
+    )
+
+
+def apply_knobs(base: mc.ModelConfig, knobs: Knobs) -> mc.ModelConfig:
+    """``base`` with the knobs set; everything else (inputs, backend, parameters) kept.
+
+    The instance count goes on the first instance group (one is created, of the base kind, when
+    the base has none); other groups are dropped because the count is a total.
+    """
+    config = mc.ModelConfig()
+    config.CopyFrom(base)
+    config.max_batch_size = knobs.max_batch_size
+    if knobs.dynamic_batching:
+        config.dynamic_batching.max_queue_delay_microseconds = knobs.max_queue_delay_us
+        del config.dynamic_batching.preferred_batch_size[:]
+        config.dynamic_batching.preferred_batch_size.extend(knobs.preferred_batch_size)
+    else:
+        config.ClearField("dynamic_batching")
+    first = mc.ModelInstanceGroup()
+    if base.instance_group:
+        first.CopyFrom(base.instance_group[0])
+    else:
+        first.kind = mc.ModelInstanceGroup.KIND_AUTO
+    first.count = knobs.instance_count
+    del config.instance_group[:]
+    config.instance_group.append(first)
+    return config
+
+
+def space_for(scenario: Scenario) -> SearchSpace:
+    """The search space the scenario bounds."""
+    s = scenario.space
+    return SearchSpace.from_bounds(
+        s.max_batch_size,
+        s.max_queue_delay_us,
+        s.delay_steps,
+        s.preferred_batch_size,
+        s.instance_count,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Measuring one config
+
+
+class Evaluator:
+    """Measures the loaded config the way the objective asks for."""
+
+    def __init__(self, scenario: Scenario, load: LoadGenerator, observer: SweepObserver) -> None:
+        self.scenario = scenario
+        self.load = load
+        self.observer = observer
+        self.goals = Goals(
+            p99_ms=scenario.goals.p99_ms, max_error_rate=scenario.goals.max_error_rate
+        )
+        self.reference_rps: float | None = scenario.traffic.rate_rps
+        self.hint_rps: float | None = None
+
+    def step(self, factor: float = 1.0) -> LoadSpec:
+        """The load-level template (windows ``factor`` times longer when validating)."""
+        t, b = self.scenario.traffic, self.scenario.budget
+        mode = LoadMode.REQUEST_RATE if t.mode == "rate" else LoadMode.CONCURRENCY
+        return LoadSpec(
+            mode=mode,
+            target=1.0,
+            arrival=Arrival(t.arrival),
+            warmup_s=b.warmup_s,
+            window_s=b.window_s * factor,
+            stable_windows=2,
+            max_windows=3,
+            seed=self.scenario.run.seed,
+        )
+
+    def evaluate(
+        self, factor: float = 1.0
+    ) -> tuple[dict[str, float], dict[str, Any], tuple[float, ...]]:
+        """Measure; returns (numbers for the record, raw measurement JSON, objective values)."""
+        objective = self.scenario.objective
+        if objective == "latency":
+            m = self._fixed(self._reference_target(), factor)
+            numbers = self._numbers(m, m.throughput_rps, m.target)
+            return numbers, m.to_dict(), (numbers["p99_ms"],)
+        capacity, best, raw = self._capacity(factor)
+        numbers = self._capacity_numbers(capacity, best, raw)
+        if objective == "throughput":
+            return numbers, raw, (numbers["throughput_rps"],)
+        ref = self._fixed(self._reference_target(), factor)
+        raw = {"capacity": raw, "reference": ref.to_dict()}
+        numbers["reference_p99_ms"] = ref.p99_ms
+        return numbers, raw, (numbers["throughput_rps"], ref.p99_ms)
+
+    def _reference_target(self) -> float:
+        t = self.scenario.traffic
+        if t.mode == "concurrency":
+            return float(t.concurrency or 1)
+        return float(self.reference_rps or t.min_rate_rps)
+
+    def _fixed(self, target: float, factor: float) -> Measurement:
+        self.observer.on_phase(
+            f"fixed load {target:g} {'req/s' if self.scenario.traffic.mode == 'rate' else 'users'}"
+        )
+        return self.load.measure(replace(self.step(factor), target=target, fail_fast=None))
+
+    def _capacity(self, factor: float) -> tuple[float, Measurement | None, dict[str, Any]]:
+        t, b = self.scenario.traffic, self.scenario.budget
+        if t.mode == "rate":
+            start = t.min_rate_rps
+            if self.hint_rps:
+                # Start near half the best capacity seen so far: two steps bracket most configs.
+                start = min(max(self.hint_rps / 2, t.min_rate_rps), t.max_rate_rps)
+            spec = CapacitySpec(
+                goals=self.goals,
+                start_rps=start,
+                max_rps=t.max_rate_rps,
+                min_rps=t.min_rate_rps,
+                resolution=b.capacity_resolution,
+                step=self.step(factor),
+            )
+            self.observer.on_phase(f"capacity search from {start:.0f} req/s")
+            result = self.load.find_capacity(spec)
+            return result.capacity_rps, result.best, result.to_dict()
+        return self._closed_loop_capacity(factor)
+
+    def _closed_loop_capacity(
+        self, factor: float
+    ) -> tuple[float, Measurement | None, dict[str, Any]]:
+        """Highest concurrency meeting the goals; its throughput is the capacity."""
+        t, b = self.scenario.traffic, self.scenario.budget
+        spec = CapacitySpec(
+            goals=self.goals,
+            start_rps=1,
+            max_rps=t.max_concurrency,
+            min_rps=1,
+            resolution=max(b.capacity_resolution, 0.01),
+        )
+        search = CapacitySearch(spec)
+        points: list[Measurement] = []
+        tried: dict[int, bool] = {}
+        while (level := search.next_rate()) is not None:
+            users = max(1, round(level))
+            if users in tried:  # integer levels: the bracket cannot narrow further
+                break
+            self.observer.on_phase(f"concurrency {users}")
+            m = self.load.measure(
+                replace(self.step(factor), target=float(users), fail_fast=self.goals)
+            )
+            points.append(m)
+            tried[users] = meets_goals(m, self.goals)[0]
+            search.record(level, tried[users])
+        passing = [m for m in points if meets_goals(m, self.goals)[0]]
+        best = max(passing, key=lambda m: m.throughput_rps, default=None)
+        raw = CapacityResult(
+            self.goals, best.throughput_rps if best else 0.0, tuple(points), best, search.bracketed
+        ).to_dict()
+        return (best.throughput_rps if best else 0.0), best, raw
+
+    def _capacity_numbers(
+        self, capacity: float, best: Measurement | None, raw: dict[str, Any]
+    ) -> dict[str, float]:
+        if best is not None:
+            return self._numbers(
+                best,
+                capacity,
+                best.target if self.scenario.traffic.mode == "rate" else best.offered_rps,
+            )
+        # Nothing met the goals: report the gentlest level tried, so the slack says by how much.
+        points = [Measurement.from_dict(p) for p in raw.get("points", [])]
+        if not points:
+            return {
+                "throughput_rps": 0.0,
+                "offered_rps": 0.0,
+                "p50_ms": 0.0,
+                "p90_ms": 0.0,
+                "p99_ms": math.inf,
+                "error_rate": 1.0,
+            }
+        gentlest = min(points, key=lambda m: m.target)
+        numbers = self._numbers(gentlest, 0.0, gentlest.target)
+        return numbers
+
+    @staticmethod
+    def _numbers(m: Measurement, throughput: float, offered: float) -> dict[str, float]:
+        return {
+            "throughput_rps": throughput,
+            "offered_rps": offered,
+            "p50_ms": m.p50_ms,
+            "p90_ms": m.p90_ms,
+            "p99_ms": m.p99_ms,
+            "error_rate": m.error_rate,
+        }
+
+    def constraints(self, numbers: dict[str, float]) -> dict[str, float]:
+        """Continuous slacks (<= 0: satisfied), the same keys for every trial."""
+        g = self.scenario.goals
+        p99 = numbers["p99_ms"] if math.isfinite(numbers["p99_ms"]) else 100 * g.p99_ms
+        required = g.min_throughput_rps
+        if self.scenario.objective == "latency" and self.scenario.traffic.mode == "rate":
+            required = max(required, 0.95 * numbers["offered_rps"])
+        if self.scenario.objective != "latency" and numbers["throughput_rps"] <= 0:
+            required = max(required, self.scenario.traffic.min_rate_rps)
+        throughput_slack = (
+            (required - numbers["throughput_rps"]) / required if required > 0 else -1.0
+        )
+        return {
+            "p99_slack": round((p99 - g.p99_ms) / g.p99_ms, 6),
+            "err_slack": round(numbers["error_rate"] - g.max_error_rate, 6),
+            "throughput_slack": round(throughput_slack, 6),
+        }
+
+
+# --------------------------------------------------------------------------------------------------
+# The sweep
+
+
+@dataclass
+class _State:
+    scenario: Scenario
+    run_dir: RunDirectory
+    target: Target
+    base_config: mc.ModelConfig
+    search: Search
+    evaluator: Evaluator
+    observer: SweepObserver
+    results: dict[int, TrialResult] = field(default_factory=dict)
+    baseline: TrialResult | None = None
+    target_failures: int = 0
+
+
+def run_sweep(
+    scenario: Scenario,
+    *,
+    target: Target | None = None,
+    load: LoadGenerator | None = None,
+    run_dir: Path | None = None,
+    resume: bool = False,
+    observer: SweepObserver | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> RunSummary:
+    """Run (or resume) a sweep and write its run directory.
+
+    Args:
+        scenario: The validated scenario.
+        target: The server under test; None = built from the scenario (managed or ``--url``).
+        load: The load generator; None = a Locust generator aimed at the target.
+        run_dir: The run directory; None = a new ``<output_dir>/<run-id>``. Required to resume.
+        resume: Continue the study stored in ``run_dir`` (finished trials are kept).
+        observer: Receives progress events.
+        clock: Monotonic clock (time budgets).
+
+    Returns:
+        The summary (also written as ``summary.json``).
+
+    Raises:
+        TargetError: The target could not be started or kept alive.
+        InputError: The scenario cannot run (e.g. the storage cannot be opened).
+    """
+    observer = observer or SweepObserver()
+    started = clock()
+    started_at = utc_now()
+    directory, run_state = _prepare_run_dir(scenario, run_dir, resume)
+    with contextlib.ExitStack() as stack:
+        if target is None:
+            target = _make_target(scenario, directory)
+            stack.callback(target.stop)
+        target.start()
+        if load is None:
+            load = stack.enter_context(_locust_generator(scenario, target))
+        base_config = target.model_config()
+        space = space_for(scenario)
+        directions, metrics = _directions(scenario)
+        search = Search(
+            space,
+            directions,
+            storage=run_state["storage"],
+            study_name=run_state["study_name"],
+            sampler=scenario.run.sampler,
+            seed=scenario.run.seed,
+            metric_names=metrics,
+        )
+        state = _State(
+            scenario,
+            directory,
+            target,
+            base_config,
+            search,
+            Evaluator(scenario, load, observer),
+            observer,
+        )
+        observer.on_start(directory.root, scenario, target.describe())
+        for record in directory.load_existing_trials():
+            result = TrialResult.from_record(record)
+            if result.number < 0:
+                state.baseline = result
+            else:
+                state.results[result.number] = result
+        if resume and scenario.run.storage is None:
+            search.recover_interrupted()
+
+        stop_reason = "interrupted"
+        try:
+            if state.baseline is None:
+                state.baseline = _measure_baseline(state)
+            if state.baseline.meets_goals:
+                state.evaluator.hint_rps = state.baseline.throughput_rps
+            if state.evaluator.reference_rps is None and scenario.objective == "pareto":
+                state.evaluator.reference_rps = max(
+                    0.5 * state.baseline.throughput_rps, scenario.traffic.min_rate_rps
+                )
+            if not search.finished() and search.started_count() == 0:
+                for knobs in space.seeds(knobs_of(base_config), scenario.goals.p99_ms):
+                    search.enqueue(knobs, "sensible default")
+            stop_reason = _search_loop(state, clock, started)
+            validation = _validate(state) if stop_reason != "interrupted" else []
+        except KeyboardInterrupt:
+            stop_reason, validation = "interrupted", []
+        summary = _finish(state, stop_reason, validation, started_at, clock() - started, run_state)
+    observer.on_finish(summary)
+    return summary
+
+
+def _prepare_run_dir(
+    scenario: Scenario, run_dir: Path | None, resume: bool
+) -> tuple[RunDirectory, dict[str, Any]]:
+    if resume:
+        if run_dir is None:
+            raise InputError("--resume needs the run directory")
+        directory = RunDirectory(Path(run_dir))
+        state = directory.read_run_state()
+        state.update(status="running", resumed_at=utc_now())
+        directory.write_run_state(state)
+        return directory, state
+    if run_dir is None:
+        run_id = new_run_id(scenario.model.name)
+        run_dir = scenario.run.output_dir / run_id
+        suffix = 1
+        while run_dir.exists():
+            suffix += 1
+            run_dir = scenario.run.output_dir / f"{run_id}-{suffix}"
+    directory = RunDirectory(Path(run_dir))
+    directory.root.mkdir(parents=True, exist_ok=True)
+    if directory.run_json.exists():
+        raise InputError(
+            f"{directory.root} already holds a run; use --resume {directory.root} or another directory"
+        )
+    from analyzer.results import write_atomic
+
+    write_atomic(directory.scenario_toml, scenario.to_toml())
+    state = {
+        "run_id": directory.root.name,
+        "status": "running",
+        "storage": scenario.run.storage or str(directory.journal),
+        "study_name": scenario.run.study_name or directory.root.name,
+        "scenario_hash": scenario.hash(),
+        "started_at": utc_now(),
+        "finished_at": None,
+    }
+    directory.write_run_state(state)
+    return directory, state
+
+
+def _make_target(scenario: Scenario, directory: RunDirectory) -> Target:
+    m = scenario.model
+    if m.url:
+        return RemoteTarget(m.url, m.name)
+    return ManagedServer(
+        m.name,
+        m.device,
+        directory.server_log,
+        repository=m.repository,
+        startup_timeout_s=m.startup_timeout_s,
+    )
+
+
+@contextlib.contextmanager
+def _locust_generator(scenario: Scenario, target: Target) -> Iterator[LoadGenerator]:
+    from analyzer.load import EngineOptions, LocustLoadGenerator  # gevent: only when measuring
+
+    address = target.url.split("://", 1)[-1]
+    options = EngineOptions(
+        url=address,
+        model=target.model,
+        protocol="http",
+        data_mode=scenario.input.data,
+        batch_size=scenario.input.batch_size,
+    )
+    if scenario.model.protocol == "grpc":
+        raise InputError(
+            "model.protocol = 'grpc' is not supported by `perfsweep run` yet; use http"
+        )
+    with LocustLoadGenerator(options) as generator:
+        yield generator
+
+
+def _directions(scenario: Scenario) -> tuple[list[Any], list[str]]:
+    if scenario.objective == "throughput":
+        return ["maximize"], ["throughput_rps"]
+    if scenario.objective == "latency":
+        return ["minimize"], ["p99_ms"]
+    return ["maximize", "minimize"], ["throughput_rps", "p99_ms"]
+
+
+def _measure_baseline(state: _State) -> TrialResult:
+    knobs = knobs_of(state.base_config)
+    state.run_dir.write_config(-1, state.base_config)
+    state.observer.on_trial_start(-1, "baseline", knobs, 0, state.scenario.budget.trials)
+    result = _run_trial(state, -1, "baseline", knobs, state.base_config)
+    state.run_dir.write_trial(result.to_record())
+    state.observer.on_trial_end(result, None)
+    return result
+
+
+def _run_trial(
+    state: _State,
+    number: int,
+    source: str,
+    knobs: Knobs,
+    config: mc.ModelConfig,
+    factor: float = 1.0,
+) -> TrialResult:
+    """Load ``config`` and measure it; a failure becomes a failed result, never an exception.
+
+    A target that died is restarted and the trial retried once.
+    """
+    started_at, t0 = utc_now(), time.monotonic()
+    failure = ""
+    for attempt in (1, 2):
+        try:
+            state.target.ensure_alive()
+            state.target.load_config(config)
+            numbers, raw, values = state.evaluator.evaluate(factor)
+        except ConfigRejectedError as exc:
+            failure = str(exc)
+            break
+        except TargetError as exc:
+            failure = str(exc)
+            if attempt == 1:
+                state.observer.on_phase(f"target failed ({exc}); restarting and retrying")
+                continue
+            state.target_failures += 1
+            break
+        except (OSError, RuntimeError, ValueError) as exc:  # load generator failures
+            failure = f"{type(exc).__name__}: {exc}"
+            break
+        state.target_failures = 0
+        constraints = state.evaluator.constraints(numbers)
+        return TrialResult(
+            number=number,
+            source=source,
+            knobs=knobs,
+            state="complete",
+            throughput_rps=numbers["throughput_rps"],
+            offered_rps=numbers["offered_rps"],
+            p50_ms=numbers["p50_ms"],
+            p90_ms=numbers["p90_ms"],
+            p99_ms=numbers["p99_ms"] if math.isfinite(numbers["p99_ms"]) else 0.0,
+            error_rate=numbers["error_rate"],
+            meets_goals=all(v <= 0 for v in constraints.values()),
+            constraints=constraints,
+            values=values,
+            started_at=started_at,
+            duration_s=time.monotonic() - t0,
+            measurement=raw,
+        )
+    return TrialResult(
+        number=number,
+        source=source,
+        knobs=knobs,
+        state="failed",
+        failure=failure,
+        started_at=started_at,
+        duration_s=time.monotonic() - t0,
+    )
+
+
+def _better(a: TrialResult, b: TrialResult | None, objective: str) -> bool:
+    if b is None:
+        return True
+    if objective == "latency":
+        return a.p99_ms < b.p99_ms
+    return a.throughput_rps > b.throughput_rps
+
+
+def _best(results: dict[int, TrialResult], objective: str) -> TrialResult | None:
+    best = None
+    for r in results.values():
+        if r.state == "complete" and r.meets_goals and _better(r, best, objective):
+            best = r
+    return best
+
+
+def _stagnant(results: dict[int, TrialResult], scenario: Scenario) -> bool:
+    """True after ``patience`` trials without a feasible improvement of ``min_improvement``."""
+    b = scenario.budget
+    best: TrialResult | None = None
+    since = 0
+    for number in sorted(results):
+        r = results[number]
+        improved = False
+        if r.state == "complete" and r.meets_goals:
+            if best is None:
+                improved = True
+            elif scenario.objective == "latency":
+                improved = r.p99_ms < best.p99_ms * (1 - b.min_improvement)
+            else:
+                improved = r.throughput_rps > best.throughput_rps * (1 + b.min_improvement)
+        if improved:
+            best, since = r, 0
+        else:
+            since += 1
+    return since >= b.patience
+
+
+def _search_loop(state: _State, clock: Callable[[], float], started: float) -> str:
+    scenario, search = state.scenario, state.search
+    budget = scenario.budget
+    while True:
+        done = search.started_count()
+        if done >= budget.trials:
+            return "trials"
+        if budget.time_budget_s is not None and clock() - started >= budget.time_budget_s:
+            return "time_budget"
+        if _stagnant(state.results, scenario):
+            return "stagnation"
+        asked = search.ask()
+        config = apply_knobs(state.base_config, asked.knobs)
+        state.run_dir.write_config(asked.number, config)
+        state.observer.on_trial_start(
+            asked.number, asked.source, asked.knobs, done + 1, budget.trials
+        )
+        try:
+            result = _run_trial(state, asked.number, asked.source, asked.knobs, config)
+        except KeyboardInterrupt:
+            search.fail(asked.number, INTERRUPTED_REASON)
+            search.enqueue(asked.knobs, "re-run")
+            raise
+        if result.state == "complete":
+            search.tell(
+                asked.number,
+                TrialOutcome(
+                    result.values,
+                    result.constraints,
+                    {"throughput_rps": result.throughput_rps, "p99_ms": result.p99_ms},
+                ),
+            )
+            if result.meets_goals and (state.evaluator.hint_rps or 0) < result.throughput_rps:
+                state.evaluator.hint_rps = result.throughput_rps
+        else:
+            search.fail(asked.number, result.failure or "failed")
+            if state.target_failures >= MAX_TARGET_FAILURES:
+                raise TargetError(f"{MAX_TARGET_FAILURES} trials in a row failed: {result.failure}")
+        state.results[asked.number] = result
+        state.run_dir.write_trial(result.to_record())
+        state.observer.on_trial_end(result, _best(state.results, scenario.objective))
+
+
+def _validate(state: _State) -> list[dict[str, Any]]:
+    """Re-measure the top feasible configs with longer windows; keep every repeat's numbers."""
+    scenario = state.scenario
+    b = scenario.budget
+    if scenario.objective == "pareto" or b.validate_top == 0:
+        return []
+    feasible = [r for r in state.results.values() if r.state == "complete" and r.meets_goals]
+    reverse = scenario.objective != "latency"
+    key = (lambda r: r.throughput_rps) if reverse else (lambda r: r.p99_ms)
+    top: list[TrialResult] = []
+    for r in sorted(feasible, key=key, reverse=reverse):
+        if r.knobs not in [t.knobs for t in top]:
+            top.append(r)
+        if len(top) == b.validate_top:
+            break
+    order = [(r, i) for i in range(b.validate_repeats) for r in top]
+    random.Random(scenario.run.seed).shuffle(order)  # interleaved: drift hits all alike
+    repeats: dict[int, list[TrialResult]] = {r.number: [] for r in top}
+    for r, i in order:
+        state.observer.on_trial_start(r.number, "validation", r.knobs, i + 1, b.validate_repeats)
+        config = apply_knobs(state.base_config, r.knobs)
+        result = _run_trial(
+            state, r.number, "validation", r.knobs, config, factor=b.validate_window_factor
+        )
+        repeats[r.number].append(result)
+        state.observer.on_validation(r.number, i + 1, result)
+    candidates = []
+    for r in top:
+        runs = repeats[r.number]
+        ok = [x for x in runs if x.state == "complete"]
+        worst_rps = min((x.throughput_rps if x.meets_goals else 0.0 for x in ok), default=0.0)
+        worst_p99 = max((x.p99_ms for x in ok), default=math.inf)
+        candidates.append(
+            {
+                "trial_number": r.number,
+                "config": r.knobs.to_dict(),
+                "search_throughput_rps": r.throughput_rps,
+                "throughput_rps": [x.throughput_rps for x in runs],
+                "p99_ms": [x.p99_ms for x in runs],
+                "meets_goals": [x.meets_goals for x in runs],
+                "worst_rps": worst_rps,
+                "worst_p99_ms": worst_p99 if math.isfinite(worst_p99) else None,
+                "all_meet_goals": bool(ok)
+                and len(ok) == len(runs)
+                and all(x.meets_goals for x in ok),
+            }
+        )
+    state.run_dir.write_validation(candidates)
+    return candidates
+
+
+def _choose(
+    state: _State, validation: list[dict[str, Any]]
+) -> tuple[TrialResult | None, float | None]:
+    """The best worst case among validated configs, else the best search trial."""
+    objective = state.scenario.objective
+    passing = [c for c in validation if c["all_meet_goals"]]
+    if passing:
+        if objective == "latency":
+            chosen = min(passing, key=lambda c: c["worst_p99_ms"])
+        else:
+            chosen = max(passing, key=lambda c: c["worst_rps"])
+        return state.results[chosen["trial_number"]], chosen["worst_rps"]
+    return _best(state.results, objective), None
+
+
+def _finish(
+    state: _State,
+    stop_reason: str,
+    validation: list[dict[str, Any]],
+    started_at: str,
+    duration_s: float,
+    run_state: dict[str, Any],
+) -> RunSummary:
+    scenario, directory = state.scenario, state.run_dir
+    best, validated_rps = _choose(state, validation)
+    best_path = directory.write_best(apply_knobs(state.base_config, best.knobs)) if best else None
+    pareto: list[TrialResult] = []
+    pareto_entries = []
+    if scenario.objective == "pareto":
+        front: list[FinishedTrial] = state.search.pareto_front()
+        pareto = sorted(
+            (state.results[f.number] for f in front if f.number in state.results),
+            key=lambda r: -r.throughput_rps,
+        )
+        paths = directory.write_pareto(apply_knobs(state.base_config, r.knobs) for r in pareto)
+        for rank, (r, path) in enumerate(zip(pareto, paths, strict=True), start=1):
+            pareto_entries.append(
+                {
+                    "rank": rank,
+                    "trial_number": r.number,
+                    "config": r.knobs.to_dict(),
+                    "throughput_rps": r.throughput_rps,
+                    "p99_ms": r.p99_ms,
+                    "reference_p99_ms": r.values[1] if len(r.values) > 1 else None,
+                    "config_path": directory.relative(path),
+                }
+            )
+    baseline = state.baseline
+    gain = None
+    if (
+        best
+        and baseline
+        and baseline.meets_goals
+        and scenario.objective != "latency"
+        and baseline.throughput_rps > 0
+    ):
+        gain = round(best.throughput_rps / baseline.throughput_rps, 3)
+    elif (
+        best
+        and baseline
+        and baseline.meets_goals
+        and scenario.objective == "latency"
+        and best.p99_ms > 0
+    ):
+        gain = round(baseline.p99_ms / best.p99_ms, 3)
+    counts: dict[str, int] = {"complete": 0, "failed": 0}
+    for r in state.results.values():
+        counts[r.state] = counts.get(r.state, 0) + 1
+    counts["total"] = sum(counts.values())
+    best_entry = None
+    if best:
+        best_entry = best.summary_entry()
+        best_entry["config_path"] = directory.relative(best_path) if best_path else None
+        best_entry["validated_throughput_rps"] = validated_rps
+    baseline_entry = None
+    if baseline:
+        baseline_entry = baseline.summary_entry()
+        baseline_entry["config_path"] = directory.relative(directory.trial_dir(-1) / "config.pbtxt")
+    target_info = state.target.describe()
+    data: dict[str, Any] = {
+        "run_id": run_state["run_id"],
+        "model": scenario.model.name,
+        "device": state.target.device,
+        "target_url": state.target.url,
+        "goals": scenario.goals.model_dump(),
+        "objective": scenario.objective,
+        "baseline": baseline_entry,
+        "best": best_entry,
+        "gain": gain,
+        "trials": counts,
+        "stop_reason": stop_reason,
+        "pareto": pareto_entries,
+        "validation": validation,
+        "environment": environment(scenario.hash(), target_info),
+        "scenario": scenario.to_dict(),
+        "study": {"storage": _redact(run_state["storage"]), "study_name": run_state["study_name"]},
+        "files": {
+            "best_config": directory.relative(best_path) if best_path else None,
+            "trials_csv": "trials.csv",
+            "report": "report.html",
+            "study": "study.journal" if scenario.run.storage is None else None,
+        },
+        "started_at": started_at,
+        "finished_at": utc_now(),
+        "duration_s": round(duration_s, 1),
+    }
+    directory.write_summary(data)
+    _write_report(directory, data)
+    run_state.update(
+        status="interrupted" if stop_reason == "interrupted" else "completed",
+        finished_at=data["finished_at"],
+    )
+    directory.write_run_state(run_state)
+    return RunSummary(
+        directory.root,
+        run_state["run_id"],
+        baseline,
+        best,
+        gain,
+        counts,
+        stop_reason,
+        best_path,
+        pareto,
+        data,
+    )
+
+
+def _write_report(directory: RunDirectory, data: dict[str, Any]) -> None:
+    """The rich report when ``analyzer.report.write_report`` exists, else the minimal one."""
+    try:
+        from analyzer.report import write_report  # type: ignore[attr-defined]
+    except ImportError:
+        directory.write_minimal_report(data)
+        return
+    try:
+        write_report(directory.root)
+    except Exception:  # the report must never lose a finished sweep
+        directory.write_minimal_report(data)
+
+
+def _redact(storage: str) -> str:
+    """A storage URL without its password."""
+    if "://" in storage and "@" in storage:
+        scheme, rest = storage.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}"
+    return storage

@@ -1,0 +1,403 @@
+"""The server under test, behind one protocol.
+
+Two implementations:
+
+* :class:`ManagedServer`: the reference server as a subprocess (``python -m reference_server``)
+  on loopback with free ports, its output appended to a log file in the run directory; it is
+  restarted when it dies.
+* :class:`RemoteTarget`: a server that is already running at ``--url`` (a real Triton or a
+  reference server); never restarted.
+
+Both push a config the same way Triton's Model Analyzer does in remote mode, without a
+restart: ``POST /v2/repository/models/<m>/load`` with ``{"parameters": {"config": <JSON>}}``,
+then wait until the model is ready. Only plain HTTP (urllib) is used here, so no gevent or
+tritonclient import is needed to manage a target.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Protocol
+
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from analyzer.errors import TargetError
+
+#: The line the reference server prints once it listens (``reference_server.app.READY_PREFIX``).
+READY_PREFIX = "perfsweep reference server ready:"
+
+
+class ConfigRejectedError(TargetError):
+    """The server refused a config (the trial fails; the sweep goes on)."""
+
+
+class Target(Protocol):
+    """The server under test.
+
+    Attributes:
+        model: The model being tuned.
+        url: Base HTTP URL (``http://host:port``).
+        device: ``sim``, ``cpu``, ``cuda`` for a managed server; ``remote`` otherwise.
+    """
+
+    model: str
+    url: str
+    device: str
+
+    def start(self) -> None:
+        """Start (or connect to) the server and wait until the model is ready."""
+        ...
+
+    def stop(self) -> None:
+        """Stop what :meth:`start` started (a remote server is left running)."""
+        ...
+
+    def model_config(self) -> mc.ModelConfig:
+        """The model's current config as the server reports it."""
+        ...
+
+    def load_config(self, config: mc.ModelConfig) -> None:
+        """Reload the model with ``config`` (no server restart) and wait until it is ready."""
+        ...
+
+    def ensure_alive(self) -> None:
+        """Restart a dead managed server (raise :class:`TargetError` when that is impossible)."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Facts for the summary: kind, url, device, server version."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------------
+# HTTP helpers
+
+
+def http_json(
+    method: str, url: str, body: dict[str, Any] | None = None, timeout_s: float = 30.0
+) -> tuple[int, Any]:
+    """One HTTP request with a JSON body; returns (status, decoded JSON or text)."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            status, raw = response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    try:
+        return status, json.loads(raw) if raw else None
+    except ValueError:
+        return status, raw.decode(errors="replace")
+
+
+def _error_text(payload: Any) -> str:
+    if isinstance(payload, dict) and "error" in payload:
+        return str(payload["error"])
+    return str(payload)
+
+
+def config_to_json(config: mc.ModelConfig) -> str:
+    """A ModelConfig as the JSON string the repository ``load`` override expects."""
+    return json_format.MessageToJson(config, preserving_proto_field_name=True, indent=None)
+
+
+def config_from_json(data: dict[str, Any]) -> mc.ModelConfig:
+    """Parse a server's ``GET .../config`` JSON (unknown fields from newer servers ignored)."""
+    return json_format.ParseDict(data, mc.ModelConfig(), ignore_unknown_fields=True)
+
+
+class _HttpTarget:
+    """What both targets share: the KServe v2 HTTP calls."""
+
+    model: str
+    url: str
+    load_timeout_s: float = 300.0
+
+    def _get(self, path: str, timeout_s: float = 10.0) -> tuple[int, Any]:
+        return http_json("GET", self.url + path, timeout_s=timeout_s)
+
+    def _is_ready(self) -> bool:
+        try:
+            status, _ = self._get(f"/v2/models/{self.model}/ready", timeout_s=5.0)
+        except OSError:
+            return False
+        return status == 200
+
+    def model_config(self) -> mc.ModelConfig:
+        try:
+            status, payload = self._get(f"/v2/models/{self.model}/config")
+        except OSError as exc:
+            raise TargetError(
+                f"cannot read the config of {self.model} from {self.url}: {exc}"
+            ) from exc
+        if status != 200 or not isinstance(payload, dict):
+            raise TargetError(
+                f"{self.url} has no model {self.model!r} ({status}: {_error_text(payload)}); "
+                "check --model and that the server loaded it"
+            )
+        return config_from_json(payload)
+
+    def load_config(self, config: mc.ModelConfig) -> None:
+        body = {"parameters": {"config": config_to_json(config)}}
+        url = f"{self.url}/v2/repository/models/{self.model}/load"
+        try:
+            status, payload = http_json("POST", url, body, timeout_s=self.load_timeout_s)
+        except OSError as exc:
+            raise TargetError(f"loading a config into {self.url} failed: {exc}") from exc
+        if status == 400:
+            raise ConfigRejectedError(f"the server refused the config: {_error_text(payload)}")
+        if status != 200:
+            raise TargetError(f"load of {self.model} failed ({status}): {_error_text(payload)}")
+        deadline = time.monotonic() + self.load_timeout_s
+        while not self._is_ready():
+            if time.monotonic() > deadline:
+                raise TargetError(
+                    f"{self.model} was not ready {self.load_timeout_s:.0f} s after load"
+                )
+            time.sleep(0.1)
+
+    def server_metadata(self) -> dict[str, Any]:
+        try:
+            status, payload = self._get("/v2")
+        except OSError:
+            return {}
+        return payload if status == 200 and isinstance(payload, dict) else {}
+
+
+# --------------------------------------------------------------------------------------------------
+# Remote
+
+
+class RemoteTarget(_HttpTarget):
+    """A running server at ``url`` (real Triton in explicit model-control mode, or ours)."""
+
+    def __init__(self, url: str, model: str, timeout_s: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self.model = model
+        self.device = "remote"
+        self.timeout_s = timeout_s
+
+    def start(self) -> None:
+        """Check that the server answers and the model is ready."""
+        deadline = time.monotonic() + self.timeout_s
+        last = "no answer"
+        while time.monotonic() < deadline:
+            try:
+                status, _ = self._get("/v2/health/ready", timeout_s=2.0)
+                if status == 200:
+                    break
+                last = f"HTTP {status}"
+            except OSError as exc:
+                last = str(getattr(exc, "reason", exc))
+            time.sleep(0.2)
+        else:
+            raise TargetError(f"cannot reach the server at {self.url} ({last}); check --url")
+        if not self._is_ready():
+            raise TargetError(
+                f"model {self.model!r} is not ready on {self.url}; load it first "
+                "(the server must run with --model-control-mode=explicit for perfsweep to reload it)"
+            )
+
+    def stop(self) -> None:
+        """Nothing to stop: the server belongs to someone else."""
+
+    def ensure_alive(self) -> None:
+        """Raise when the remote server stopped answering (it cannot be restarted from here)."""
+        try:
+            status, _ = self._get("/v2/health/live", timeout_s=5.0)
+        except OSError as exc:
+            raise TargetError(f"the server at {self.url} stopped answering: {exc}") from exc
+        if status != 200:
+            raise TargetError(f"the server at {self.url} is not live (HTTP {status})")
+
+    def describe(self) -> dict[str, Any]:
+        meta = self.server_metadata()
+        return {
+            "kind": "remote",
+            "url": self.url,
+            "device": self.device,
+            "server": meta.get("name"),
+            "server_version": meta.get("version"),
+        }
+
+
+# --------------------------------------------------------------------------------------------------
+# Managed reference server
+
+
+class ManagedServer(_HttpTarget):
+    """The reference server as a subprocess on loopback with free ports.
+
+    Args:
+        model: Model to load (a bundled model name, or a model in ``repository``).
+        device: ``auto``, ``cpu``, ``cuda`` or ``sim``.
+        log_path: File that receives the server's stdout and stderr (appended on restart).
+        repository: Model repository directory; None for a bundled model.
+        startup_timeout_s: How long to wait for the ready line and the model.
+        python: Interpreter to run the server with.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        device: str,
+        log_path: Path,
+        repository: Path | None = None,
+        startup_timeout_s: float = 180.0,
+        python: str = sys.executable,
+    ) -> None:
+        self.model = model
+        self.device = device
+        self.log_path = Path(log_path)
+        self.repository = repository
+        self.startup_timeout_s = startup_timeout_s
+        self.python = python
+        self.url = ""
+        self.restarts = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._last_config: mc.ModelConfig | None = None
+
+    def command(self) -> list[str]:
+        """The server's command line."""
+        cmd = [
+            self.python,
+            "-m",
+            "reference_server",
+            "--model",
+            self.model,
+            "--device",
+            self.device,
+            "--host",
+            "127.0.0.1",
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+        ]
+        if self.repository is not None:
+            cmd += ["--model-repository", str(self.repository)]
+        return cmd
+
+    def start(self) -> None:
+        """Start the subprocess, read its ports from the log, wait until the model is ready."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.log_path, "ab") as log:
+            log.write(f"--- perfsweep: starting {' '.join(self.command())}\n".encode())
+            log.flush()
+            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            self._proc = subprocess.Popen(
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        deadline = time.monotonic() + self.startup_timeout_s
+        while not self.url:
+            if self._proc.poll() is not None:
+                raise TargetError(
+                    f"the reference server exited with status {self._proc.returncode} during "
+                    f"startup: {self._log_tail(offset)} (full log: {self.log_path})"
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TargetError(
+                    f"the reference server did not start within {self.startup_timeout_s:.0f} s "
+                    f"(log: {self.log_path})"
+                )
+            match = re.search(re.escape(READY_PREFIX) + r".*?http=(\S+)", self._log_text(offset))
+            if match:
+                address = match.group(1)
+                self.url = address if address.startswith("http") else f"http://{address}"
+            else:
+                time.sleep(0.1)
+        while not self._is_ready():
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                raise TargetError(f"model {self.model!r} never became ready (log: {self.log_path})")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        """Terminate the subprocess (SIGTERM, then SIGKILL after 10 s)."""
+        proc, self._proc = self._proc, None
+        self.url = ""
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def alive(self) -> bool:
+        """Whether the subprocess runs and answers."""
+        if self._proc is None or self._proc.poll() is not None:
+            return False
+        try:
+            status, _ = self._get("/v2/health/live", timeout_s=5.0)
+        except OSError:
+            return False
+        return status == 200
+
+    def ensure_alive(self) -> None:
+        """Restart the server when it died, and reload the last config pushed to it."""
+        if self.alive():
+            return
+        code = self._proc.poll() if self._proc else None
+        self.stop()
+        with open(self.log_path, "ab") as log:
+            log.write(f"--- perfsweep: server died (status {code}); restarting\n".encode())
+        self.restarts += 1
+        self.start()
+        if self._last_config is not None:
+            super().load_config(self._last_config)
+
+    def load_config(self, config: mc.ModelConfig) -> None:
+        super().load_config(config)
+        self._last_config = config
+
+    def pid(self) -> int | None:
+        """The server's process id (tests kill it to check the restart)."""
+        return self._proc.pid if self._proc else None
+
+    def describe(self) -> dict[str, Any]:
+        meta = self.server_metadata() if self.url else {}
+        return {
+            "kind": "managed",
+            "url": self.url,
+            "device": self.device,
+            "restarts": self.restarts,
+            "server": meta.get("name"),
+            "server_version": meta.get("version"),
+            "log": str(self.log_path),
+        }
+
+    def _log_text(self, offset: int) -> str:
+        with open(self.log_path, "rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace")
+
+    def _log_tail(self, offset: int) -> str:
+        lines = [line for line in self._log_text(offset).splitlines() if line.strip()]
+        return lines[-1] if lines else "no output"
+
+    def __enter__(self) -> ManagedServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

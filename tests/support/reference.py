@@ -1,0 +1,209 @@
+"""The reference server with the same handle as :class:`tests.support.real_triton.RealTriton`.
+
+Differential tests and benchmarks start either server through :func:`start_server` and then use
+the same methods (``http_url``, ``load_model``, ``model_stats``, ``metrics_text``,
+``http_status``) on both. Model configs are written once, for Triton's Python backend; for the
+reference server the backend is swapped for its built-in ``identity`` backend, which reads the
+same ``execute_delay_ms`` / ``execute_delay_ms_per_item`` parameters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from tests.support.real_triton import (
+    RealTriton,
+    TritonInstall,
+    http_request,
+    model_config_json,
+    write_model,
+)
+
+ServerKind = Literal["triton", "reference"]
+
+#: The reference server's backend that mirrors the Python-backend sleep model.
+REFERENCE_BACKEND = "identity"
+
+
+def for_reference(config: mc.ModelConfig) -> mc.ModelConfig:
+    """A copy of a Triton sleep-model config for the reference server's identity backend."""
+    copy = mc.ModelConfig()
+    copy.CopyFrom(config)
+    copy.backend = REFERENCE_BACKEND
+    return copy
+
+
+class ReferenceServer:
+    """``reference_server.app.ServerThread`` on loopback with free ports and a written repository.
+
+    Args:
+        workdir: scratch directory; the repository goes to ``workdir/repo``.
+        models: configs (Triton flavour) written and loaded at startup.
+        delay_scheduler: ``TRITONSERVER_DELAY_SCHEDULER`` for the reference batcher.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        models: Sequence[mc.ModelConfig] = (),
+        delay_scheduler: int | None = None,
+    ) -> None:
+        self.workdir = workdir
+        self.models = list(models)
+        self.delay_scheduler = delay_scheduler
+        self._server: Any = None
+
+    @property
+    def repository(self) -> Path:
+        """The model repository directory."""
+        return self.workdir / "repo"
+
+    def start(self) -> None:
+        """Write the models and start the server thread (imports the reference server lazily)."""
+        from reference_server.app import ServerOptions, ServerThread
+
+        self.repository.mkdir(parents=True, exist_ok=True)
+        for config in self.models:
+            self.add_model(config)
+        options = ServerOptions(
+            model_repositories=(self.repository,),
+            models=tuple(c.name for c in self.models),
+            device="cpu",
+        )
+        field_names = {f.name for f in dataclasses.fields(ServerOptions)}
+        with _delay_scheduler_env(self.delay_scheduler, "delay_scheduler" in field_names):
+            if self.delay_scheduler is not None and "delay_scheduler" in field_names:
+                options = dataclasses.replace(options, delay_scheduler=self.delay_scheduler)  # type: ignore[call-arg]
+            self._server = ServerThread(options).start()
+
+    def stop(self) -> None:
+        """Stop the server thread."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop()
+
+    def __enter__(self) -> ReferenceServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def http_url(self) -> str:
+        """``host:port`` for ``tritonclient.http``."""
+        return str(self._server.http_url)
+
+    @property
+    def grpc_url(self) -> str:
+        """``host:port`` for ``tritonclient.grpc``."""
+        return str(self._server.grpc_url)
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port`` of the HTTP endpoint."""
+        return f"http://{self.http_url}"
+
+    @property
+    def metrics_url(self) -> str:
+        """Full URL of the Prometheus endpoint."""
+        return str(self._server.metrics_url)
+
+    def add_model(self, config: mc.ModelConfig, model_source: str | None = None) -> Path:
+        """Write a (Triton-flavoured) config into the repository, for the identity backend."""
+        return write_model(self.repository, for_reference(config), model_source="")
+
+    def load_model(self, name: str, config: mc.ModelConfig | None = None) -> None:
+        """Repository ``load``, optionally with a config override (converted like add_model)."""
+        body: dict[str, Any] = {}
+        if config is not None:
+            body = {"parameters": {"config": model_config_json(for_reference(config))}}
+        status, payload = self.http_status(
+            "POST", f"/v2/repository/models/{name}/load", body, timeout_s=120
+        )
+        if status != 200:
+            raise RuntimeError(f"load of {name!r} failed ({status}): {payload.decode()}")
+
+    def model_stats(self, name: str) -> dict[str, Any]:
+        """The statistics-extension entry of the model's (single) version."""
+        import json
+
+        status, payload = self.http_status("GET", f"/v2/models/{name}/stats")
+        if status != 200:
+            raise RuntimeError(f"stats of {name!r} failed ({status}): {payload.decode()}")
+        stats: dict[str, Any] = json.loads(payload)["model_stats"][0]
+        return stats
+
+    def metrics_text(self) -> str:
+        """The Prometheus exposition text."""
+        import urllib.request
+
+        with urllib.request.urlopen(self.metrics_url, timeout=10) as reply:
+            return str(reply.read().decode())
+
+    def http_status(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        timeout_s: float = 10.0,
+    ) -> tuple[int, bytes]:
+        """One plain HTTP request; ``(status, body)``."""
+        return http_request(self.base_url, method, path, body, timeout_s)
+
+
+@contextlib.contextmanager
+def _delay_scheduler_env(value: int | None, has_option: bool) -> Iterator[None]:
+    # Without a ServerOptions field the core reads the variable when a model's scheduler is
+    # built; it is set only around the start so other in-process servers are not affected.
+    if value is None or has_option:
+        yield
+        return
+    previous = os.environ.get("TRITONSERVER_DELAY_SCHEDULER")
+    os.environ["TRITONSERVER_DELAY_SCHEDULER"] = str(value)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("TRITONSERVER_DELAY_SCHEDULER", None)
+        else:
+            os.environ["TRITONSERVER_DELAY_SCHEDULER"] = previous
+
+
+@contextlib.contextmanager
+def start_server(
+    kind: ServerKind,
+    workdir: Path,
+    models: Sequence[mc.ModelConfig],
+    *,
+    delay_scheduler: int | None = None,
+    triton_install: TritonInstall | None = None,
+) -> Iterator[RealTriton | ReferenceServer]:
+    """Start either server with ``models`` loaded; stop it on exit.
+
+    Args:
+        kind: ``"triton"`` (needs ``triton_install``) or ``"reference"``.
+        workdir: scratch directory for the repository and logs.
+        models: Triton-flavoured configs (see :func:`for_reference`).
+        delay_scheduler: ``TRITONSERVER_DELAY_SCHEDULER``.
+        triton_install: the located Triton installation.
+    """
+    server: RealTriton | ReferenceServer
+    if kind == "triton":
+        if triton_install is None:
+            raise ValueError("a TritonInstall is needed to start the real Triton")
+        server = RealTriton(triton_install, workdir, models=models, delay_scheduler=delay_scheduler)
+    else:
+        server = ReferenceServer(workdir, models=models, delay_scheduler=delay_scheduler)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
