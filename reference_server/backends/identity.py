@@ -1,7 +1,9 @@
 """The identity backend: output i is a copy of input i (like Triton's identity backend).
 
 Config parameter ``execute_delay_ms`` makes each execution sleep that long (Triton's qa uses the
-same knob for timing tests); ``execute_delay_ms_per_item`` adds a delay per batch item.
+same knob for timing tests); ``execute_delay_ms_per_item`` adds a delay per batch item. A
+request parameter ``execute_delay_ms`` lengthens the execution of the batch that carries it
+(tests use it to make one particular batch slow).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class IdentityBackend:
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | ServerError]:
         assert self._args is not None
         delay = self._delay_s + self._per_item_s * sum(max(1, r.batch_size) for r in requests)
+        delay += max(_param_ms(r) for r in requests) / 1000.0
         if delay > 0:
             time.sleep(delay)
         responses: list[InferResponse | ServerError] = []
@@ -54,3 +57,11 @@ class IdentityBackend:
 
     def device_info(self) -> dict[str, str]:
         return {"backend": "identity", "device": "cpu"}
+
+
+def _param_ms(request: InferRequest) -> float:
+    value = request.parameters.get("execute_delay_ms", 0)
+    try:
+        return max(0.0, float(value))
+    except (TypeError, ValueError):
+        return 0.0
