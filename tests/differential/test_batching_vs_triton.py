@@ -327,7 +327,9 @@ def test_config_override_changes_instances_and_batching_on_triton(
 ) -> None:
     triton = probes["triton"]
     assert triton["before"]["instance_group"][0]["count"] == 1
-    assert "dynamic_batching" not in triton["before"] or triton["before"]["dynamic_batching"] is None
+    assert (
+        "dynamic_batching" not in triton["before"] or triton["before"]["dynamic_batching"] is None
+    )
     after = triton["after"]
     assert after["instance_group"][0]["count"] == 2
     assert after["dynamic_batching"]["preferred_batch_size"] == [4, 8]
@@ -356,7 +358,9 @@ def test_per_model_metric_families_match_triton(probes: dict[str, dict[str, Any]
     per_model = {name: kind for name, kind in triton.items() if name.startswith("nv_inference")}
     assert len(per_model) >= 10, sorted(triton)
     assert {name: reference.get(name) for name in per_model} == per_model
-    for sample in ('nv_inference_count{model="probe",version="1"} 2',
-                   'nv_inference_exec_count{model="probe",version="1"} 1'):
+    for sample in (
+        'nv_inference_count{model="probe",version="1"} 2',
+        'nv_inference_exec_count{model="probe",version="1"} 1',
+    ):
         assert sample in probes["triton"]["metrics"]
         assert sample in probes["reference"]["metrics"]

@@ -116,3 +116,33 @@ def test_stop_kills_server_and_stub_processes(
 def test_bytes_inputs_are_refused_with_a_reason() -> None:
     with pytest.raises(ValueError, match="numpy 2"):
         sleep_model_config("b", inputs=[TensorSpec(data_type="TYPE_STRING")])
+
+
+def test_start_retries_when_a_picked_port_is_taken(
+    triton_install: TritonInstall, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Triton logs "failed to start Metrics service" and keeps running when its metrics port is
+    # taken; the harness must notice and start again on other ports.
+    import socket
+
+    import tests.support.real_triton as real_triton_module
+
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        busy = squatter.getsockname()[1]
+        picks = real_triton_module._distinct_free_ports
+        calls: list[int] = []
+
+        def first_pick_collides(count: int) -> list[int]:
+            ports = picks(count)
+            if not calls:
+                ports[2] = busy
+            calls.append(count)
+            return ports
+
+        monkeypatch.setattr(real_triton_module, "_distinct_free_ports", first_pick_collides)
+        with RealTriton(triton_install, tmp_path, models=[sleep_model_config("m")]) as triton:
+            assert len(calls) == 2
+            assert triton.metrics_port != busy
+            assert "nv_inference_count" in triton.metrics_text()

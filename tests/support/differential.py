@@ -146,20 +146,14 @@ def _request(
         outcomes[index] = Outcome(end - start, end - origin)
     except InferenceServerException as exc:
         end = time.monotonic()
-        outcomes[index] = Outcome(
-            end - start, end - origin, str(exc.status()), str(exc.message())
-        )
+        outcomes[index] = Outcome(end - start, end - origin, str(exc.status()), str(exc.message()))
     finally:
         client.close()
 
 
-def group_by_completion(
-    outcomes: dict[int, Outcome], gap_s: float
-) -> tuple[tuple[int, ...], ...]:
+def group_by_completion(outcomes: dict[int, Outcome], gap_s: float) -> tuple[tuple[int, ...], ...]:
     """Split successful requests into executions: a new one starts after a gap > ``gap_s``."""
-    done = sorted(
-        (o.completed_at_s, i) for i, o in outcomes.items() if o.error_status is None
-    )
+    done = sorted((o.completed_at_s, i) for i, o in outcomes.items() if o.error_status is None)
     groups: list[list[int]] = []
     last = -1e9
     for completed, index in done:
@@ -192,7 +186,6 @@ def run_scenario(
     outcomes: dict[int, Outcome] = {}
     threads: list[threading.Thread] = []
     origin = time.monotonic()
-    queued = 0
     for index, send in enumerate(sends):
         if send.pause_s:
             time.sleep(send.pause_s)
@@ -203,9 +196,8 @@ def run_scenario(
         )
         thread.start()
         threads.append(thread)
-        queued += 1
         if send.wait_queued:
-            _wait_pending(target, model, queued)
+            _wait_pending(target, model, index + 1)
     deadline = time.monotonic() + settle_timeout_s
     for thread in threads:
         thread.join(max(0.0, deadline - time.monotonic()))

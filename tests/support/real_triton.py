@@ -68,6 +68,8 @@ __all__ = [
 ]
 
 PYTRITON_VERSION = "0.7.0"
+#: Log text of an endpoint that could not bind; Triton logs it and keeps running.
+_BIND_FAILED = "failed to start"
 
 
 class TritonUnavailable(RuntimeError):
@@ -554,7 +556,17 @@ class RealTriton:
                     f"tritonserver exited with {self._process.returncode}:\n{self.log_tail()}"
                 )
             if self.http_status("GET", "/v2/health/ready")[0] == 200:
-                return
+                # Triton keeps running when one of its endpoints cannot bind (a port taken
+                # between picking and binding): treat that as a failed start so it is retried.
+                current = self.log_tail(200_000).rsplit("\n=== ", 1)[-1]  # this attempt only
+                failed = [line for line in current.splitlines() if _BIND_FAILED in line]
+                if failed:
+                    raise TritonStartError(f"tritonserver endpoint failed: {failed[-1]}")
+                if (
+                    http_request(f"http://127.0.0.1:{self.metrics_port}", "GET", "/metrics")[0]
+                    == 200
+                ):
+                    return
             time.sleep(0.1)
         raise TritonStartError(
             f"tritonserver not ready after {self.startup_timeout_s:.0f} s:\n{self.log_tail()}"

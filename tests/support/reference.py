@@ -10,8 +10,6 @@ same ``execute_delay_ms`` / ``execute_delay_ms_per_item`` parameters.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -76,12 +74,10 @@ class ReferenceServer:
             model_repositories=(self.repository,),
             models=tuple(c.name for c in self.models),
             device="cpu",
+            # 0, not None: None would read TRITONSERVER_DELAY_SCHEDULER from this process.
+            delay_scheduler=self.delay_scheduler or 0,
         )
-        field_names = {f.name for f in dataclasses.fields(ServerOptions)}
-        with _delay_scheduler_env(self.delay_scheduler, "delay_scheduler" in field_names):
-            if self.delay_scheduler is not None and "delay_scheduler" in field_names:
-                options = dataclasses.replace(options, delay_scheduler=self.delay_scheduler)  # type: ignore[call-arg]
-            self._server = ServerThread(options).start()
+        self._server = ServerThread(options).start()
 
     def stop(self) -> None:
         """Stop the server thread."""
@@ -157,24 +153,6 @@ class ReferenceServer:
     ) -> tuple[int, bytes]:
         """One plain HTTP request; ``(status, body)``."""
         return http_request(self.base_url, method, path, body, timeout_s)
-
-
-@contextlib.contextmanager
-def _delay_scheduler_env(value: int | None, has_option: bool) -> Iterator[None]:
-    # Without a ServerOptions field the core reads the variable when a model's scheduler is
-    # built; it is set only around the start so other in-process servers are not affected.
-    if value is None or has_option:
-        yield
-        return
-    previous = os.environ.get("TRITONSERVER_DELAY_SCHEDULER")
-    os.environ["TRITONSERVER_DELAY_SCHEDULER"] = str(value)
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop("TRITONSERVER_DELAY_SCHEDULER", None)
-        else:
-            os.environ["TRITONSERVER_DELAY_SCHEDULER"] = previous
 
 
 @contextlib.contextmanager
