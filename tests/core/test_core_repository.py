@@ -1,0 +1,236 @@
+"""Repository control through the facade: index states, load/unload, config override, swap."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from reference_server.config import config_to_json
+from reference_server.core import CoreOptions, InferenceServer
+from reference_server.errors import Code, ServerError
+from reference_server.types import InferRequest
+from tests.core.conftest import Collector, ServerFactory, identity_config, request, write_model
+
+
+def test_index_states_and_reasons(tmp_path: Path, make_server: ServerFactory) -> None:
+    write_model(tmp_path, "a", identity_config("a"))
+    write_model(tmp_path, "b", identity_config("b"))
+    write_model(
+        tmp_path, "bad", identity_config("bad", "dynamic_batching { preferred_batch_size: [64] }")
+    )
+    server = make_server(models=("a", "bad"))
+    assert server.repository_index() == [
+        {"name": "a", "version": "1", "state": "READY"},
+        {"name": "b"},
+        {
+            "name": "bad",
+            "version": "1",
+            "state": "UNAVAILABLE",
+            "reason": "INVALID_ARG: dynamic batching preferred size must be <= max batch size for bad",
+        },
+    ]
+    assert not server.is_ready(), "strict readiness: a model failed to load"
+    assert server.repository_index(ready_only=True) == [
+        {"name": "a", "version": "1", "state": "READY"}
+    ]
+    server.unload_model("a")
+    server.unload_model("never-loaded")  # success, like Triton
+    # Unload returns at once; the state settles after draining.
+    for _ in range(200):
+        if server.repository_index()[0]["state"] == "UNAVAILABLE":
+            break
+        threading.Event().wait(0.01)
+    assert server.repository_index()[0] == {
+        "name": "a",
+        "version": "1",
+        "state": "UNAVAILABLE",
+        "reason": "unloaded",
+    }
+
+
+def test_lookup_errors_follow_triton(tmp_path: Path, make_server: ServerFactory) -> None:
+    write_model(tmp_path, "a", identity_config("a"))
+    server = make_server(models=("a",))
+    with pytest.raises(ServerError, match=r"^Request for unknown model: 'zz' is not found$") as e:
+        server.model_ready("zz")
+    assert e.value.code is Code.NOT_FOUND
+    with pytest.raises(ServerError, match="'a' version 7 is not found"):
+        server.model_metadata("a", "7")
+    server.unload_model("a")
+    col = Collector()
+    server.submit(request("a", 1.0, "x"), col.callback("x"))
+    col.wait(1)
+    err = col.results["x"]
+    assert isinstance(err, ServerError) and err.code is Code.NOT_FOUND
+    assert err.message == "Request for unknown model: 'a' has no available versions"
+    with pytest.raises(ServerError, match="is not at ready state") as e:
+        server.model_ready("a", "1")
+    assert e.value.code is Code.UNAVAILABLE
+
+
+def test_load_errors(tmp_path: Path, make_server: ServerFactory) -> None:
+    write_model(tmp_path, "a", identity_config("a"))
+    server = make_server(models=())
+    with pytest.raises(ServerError) as e:
+        server.load_model("nope")
+    assert e.value.code is Code.INTERNAL
+    assert e.value.message == "failed to load 'nope', failed to poll from model repository"
+    with pytest.raises(ServerError, match=r"^Invalid config override: ") as e:
+        server.load_model("a", config_json="{bad")
+    assert e.value.code is Code.INVALID_ARG
+    none_mode = make_server(model_control_mode="none")
+    with pytest.raises(ServerError, match="explicit model load / unload is not allowed") as e:
+        none_mode.load_model("a")
+    assert e.value.code is Code.UNAVAILABLE
+    assert none_mode.model_ready("a"), "mode none loads everything at start"
+
+
+def test_override_takes_effect_and_plain_load_reverts(
+    tmp_path: Path, make_server: ServerFactory
+) -> None:
+    write_model(tmp_path, "a", identity_config("a"))
+    server = make_server(models=("a",))
+    assert not server.model_config("a").HasField("dynamic_batching")
+    cfg = config_to_json(server.model_config("a"))
+    cfg["dynamic_batching"] = {"preferred_batch_size": [4], "max_queue_delay_microseconds": 500}
+    cfg["instance_group"] = [{"count": 2, "kind": "KIND_CPU"}]
+    server.load_model("a", config_json=json.dumps(cfg))
+    loaded = server.model_config("a")
+    assert loaded.dynamic_batching.max_queue_delay_microseconds == 500
+    assert [(g.name, g.count) for g in loaded.instance_group] == [("a_0", 2)]
+    assert len(server.device_info("a")) == 2
+    server.load_model("a")
+    assert not server.model_config("a").HasField("dynamic_batching")
+
+
+def test_invalid_override_keeps_serving(tmp_path: Path, make_server: ServerFactory) -> None:
+    write_model(tmp_path, "a", identity_config("a"))
+    write_model(tmp_path, "b", identity_config("b"))
+    server = make_server(models=("a", "b"))
+    bad = config_to_json(server.model_config("a"))
+    bad["dynamic_batching"] = {"preferred_batch_size": [99]}
+    with pytest.raises(ServerError) as e:
+        server.load_model("a", config_json=json.dumps(bad))
+    assert e.value.code is Code.INVALID_ARG
+    assert e.value.message == (
+        "load failed for model 'a': dynamic batching preferred size must be <= max batch size "
+        "for a\n"
+    )
+    assert server.infer_sync(request("a", 1.0), 10).outputs["OUTPUT0"].tolist() == [[1.0] * 4]
+    assert server.infer_sync(request("b", 2.0), 10).outputs["OUTPUT0"].tolist() == [[2.0] * 4]
+    assert server.is_ready()
+
+
+def test_reload_swaps_without_dropping_in_flight(
+    tmp_path: Path, make_server: ServerFactory
+) -> None:
+    write_model(
+        tmp_path,
+        "a",
+        identity_config(
+            "a",
+            "dynamic_batching { max_queue_delay_microseconds: 100000 }\n"
+            'parameters { key: "execute_delay_ms" value { string_value: "100" } }',
+        ),
+    )
+    server = make_server(models=("a",))
+    col = Collector()
+    for i in range(12):
+        server.submit(request("a", float(i), str(i)), col.callback(str(i)))
+    cfg = config_to_json(server.model_config("a"))
+    cfg["dynamic_batching"]["max_queue_delay_microseconds"] = 0
+    server.load_model("a", config_json=json.dumps(cfg))  # while those are queued/running
+    for i in range(12, 16):
+        server.submit(request("a", float(i), str(i)), col.callback(str(i)))
+    col.wait(16)
+    for i in range(16):
+        result = col.results[str(i)]
+        assert not isinstance(result, Exception), result
+        assert result.outputs["OUTPUT0"].tolist() == [[float(i)] * 4]
+    assert server.model_config("a").dynamic_batching.max_queue_delay_microseconds == 0
+    stats = server.model_statistics("a")["model_stats"][0]
+    assert stats["inference_stats"]["success"]["count"] == 4, "new version counts from 0"
+
+
+def test_versions_and_metadata(tmp_path: Path, make_server: ServerFactory) -> None:
+    write_model(
+        tmp_path,
+        "v",
+        identity_config("v", "version_policy { all {} }"),
+        versions=(1, 3),
+    )
+    server = make_server(models=("v",))
+    meta = server.model_metadata("v")
+    assert meta == {
+        "name": "v",
+        "versions": ["1", "3"],
+        "platform": "identity",
+        "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, 4]}],
+        "outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [-1, 4]}],
+    }
+    assert server.model_metadata("v", "1")["versions"] == ["1"]
+    out = server.infer_sync(request("v", 1.0), 10)
+    assert out.model_version == "3", "no version requested -> latest READY"
+    req = request("v", 1.0)
+    req.model_version = "1"
+    assert server.infer_sync(req, 10).model_version == "1"
+    assert [s["version"] for s in server.model_statistics("v")["model_stats"]] == ["1", "3"]
+
+
+def test_statistics_errors(tmp_path: Path, make_server: ServerFactory) -> None:
+    write_model(tmp_path, "a", identity_config("a"))
+    server = make_server(models=("a",))
+    with pytest.raises(ServerError, match="requested model 'zz' is not available"):
+        server.model_statistics("zz")
+    with pytest.raises(ServerError, match="requested model version is not available for model 'a'"):
+        server.model_statistics("a", "9")
+    assert [s["name"] for s in server.model_statistics()["model_stats"]] == ["a"]
+
+
+def test_validation_messages(tmp_path: Path, make_server: ServerFactory) -> None:
+    import numpy as np
+
+    write_model(tmp_path, "a", identity_config("a"))
+    server = make_server(models=("a",))
+
+    def error(req: InferRequest) -> ServerError:
+        col = Collector()
+        server.submit(req, col.callback("r"))
+        col.wait(1)
+        result = col.results["r"]
+        assert isinstance(result, ServerError)
+        return result
+
+    big = request("a", 1.0, "big", batch=9)
+    assert (
+        error(big).message == "[request id: big] inference request batch-size must be <= 8 for 'a'"
+    )
+    shape = request("a", 1.0, shape=(1, 5))
+    assert error(shape).message.startswith(
+        "[request id: <id_unknown>] unexpected shape for input 'INPUT0' for model 'a'. "
+        "Expected [-1,4], got [1,5]. NOTE: Setting a non-zero max_batch_size"
+    )
+    dtype = InferRequest("a", inputs={"INPUT0": np.zeros((1, 4), np.int32)})
+    assert error(dtype).message.endswith(
+        "inference input 'INPUT0' data-type is 'INT32', but model 'a' expects 'FP32'"
+    )
+    unknown = InferRequest("a", inputs={"X": np.zeros((1, 4), np.float32)})
+    assert "expected 1 inputs but got 1 inputs for model 'a'" in error(unknown).message
+    stats = server.model_statistics("a")["model_stats"][0]["inference_stats"]
+    assert stats["fail"]["count"] == 0 and stats["success"]["count"] == 0
+
+
+def test_stop_refuses_new_requests(tmp_path: Path) -> None:
+    write_model(tmp_path, "a", identity_config("a", "dynamic_batching {}"))
+    server = InferenceServer(CoreOptions(model_repositories=(tmp_path,), startup_models=("a",)))
+    server.start()
+    assert server.is_live() and server.is_ready()
+    server.stop()
+    col = Collector()
+    server.submit(request("a", 1.0, "late"), col.callback("late"))
+    result = col.results["late"]
+    assert isinstance(result, ServerError) and result.code is Code.UNAVAILABLE
+    assert "Server is stopping" in result.message
