@@ -124,6 +124,15 @@ def percentiles_us(hist: HdrHistogram, percentiles: Sequence[float]) -> dict[flo
     return out
 
 
+def count_above_us(hist: HdrHistogram, value_us: float) -> int:
+    """How many recorded values are above ``value_us`` (to bucket precision)."""
+    if hist.get_total_count() == 0:
+        return 0
+    counts = np.ctypeslib.as_array(hist.counts)[: hist.counts_len]
+    highest, _ = _bucket_values()
+    return int(counts[highest > value_us].sum())
+
+
 def mean_us(hist: HdrHistogram) -> float:
     """``HdrHistogram.get_mean_value``, vectorised."""
     total = hist.get_total_count()

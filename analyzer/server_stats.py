@@ -182,6 +182,7 @@ class ServerScraper:
         stats_source: returns the statistics document (see ``http_stats_source``); None to skip.
         metrics_url: full URL of the Prometheus endpoint; None to skip.
         timeout_s: per-request timeout.
+        metrics_optional: ``metrics_url`` is a guess; if it fails once, stop trying, silently.
     """
 
     def __init__(
@@ -190,8 +191,10 @@ class ServerScraper:
         stats_source: Callable[[], dict] | None,
         metrics_url: str | None,
         timeout_s: float = 5.0,
+        metrics_optional: bool = False,
     ) -> None:
         self.model = model
+        self.metrics_optional = metrics_optional
         self.stats_source = stats_source
         self.metrics_url = metrics_url
         self.timeout_s = timeout_s
@@ -218,7 +221,10 @@ class ServerScraper:
             text = _http_get(self.metrics_url, self.timeout_s).decode("utf-8", "replace")
             return parse_metrics(text, self.model)
         except (OSError, urllib.error.URLError, ValueError) as exc:
-            self.errors["metrics"] = f"{type(exc).__name__}: {exc}"
+            if self.metrics_optional:
+                self.metrics_url = None
+            else:
+                self.errors["metrics"] = f"{type(exc).__name__}: {exc}"
             return None
 
     def wait_drained(

@@ -21,6 +21,7 @@ from analyzer.measure import (
     ServerView,
     WindowStats,
     clearly_fails,
+    count_above_us,
     is_stable,
     load_output_dict,
     mean_us,
@@ -105,6 +106,8 @@ def test_vectorised_percentiles_equal_hdrh_own() -> None:
     for p, value in fast.items():
         assert value == hist.get_value_at_percentile(p)
     assert mean_us(hist) == pytest.approx(hist.get_mean_value(), rel=1e-9)
+    assert count_above_us(hist, 8_000_000) == 1
+    assert count_above_us(hist, 0) == 5001
 
 
 def test_out_of_range_values_are_clamped_not_dropped() -> None:

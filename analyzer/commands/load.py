@@ -1,0 +1,351 @@
+"""``perfsweep load``: measure a running KServe v2 server at fixed loads, or find its capacity.
+
+Examples::
+
+    perfsweep load --url 127.0.0.1:8000 --model m --concurrency 1,8,32
+    perfsweep load --url 127.0.0.1:8000 --model m --request-rate 100,200,400 --arrival constant
+    perfsweep load --url 127.0.0.1:8000 --model m --find-capacity --p99-ms 100 --output cap.json
+    perfsweep load ... --workers 2                      # Locust master + 2 local worker processes
+    perfsweep load ... --master --expect-workers 4 --master-bind-host 0.0.0.0   # across machines
+    perfsweep load --worker --master-host 10.0.0.5      # on each load machine
+
+Exit codes: 0 done, 1 ``--find-capacity`` found no rate meeting the goal, 2 bad input, 3 the target
+failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from analyzer.errors import GoalNotMetError, InputError
+from analyzer.measure import (
+    Arrival,
+    CapacityResult,
+    CapacitySpec,
+    Goals,
+    LoadMode,
+    LoadSpec,
+    Measurement,
+    WindowStats,
+    load_output_dict,
+)
+
+
+def _numbers(text: str | None, what: str) -> list[float]:
+    if not text:
+        return []
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise InputError(
+            f"{what} takes comma-separated numbers, e.g. 1,8,32; got {text!r}"
+        ) from exc
+    if not values or any(v <= 0 for v in values):
+        raise InputError(f"{what} needs positive numbers, got {text!r}")
+    return values
+
+
+def _shapes(items: list[str]) -> dict[str, list[int]] | None:
+    if not items:
+        return None
+    out = {}
+    for item in items:
+        name, _, dims = item.partition(":")
+        try:
+            out[name] = [int(d) for d in dims.split(",")]
+        except ValueError as exc:
+            raise InputError(f"--shape takes NAME:D1,D2, got {item!r}") from exc
+    return out
+
+
+def environment_record(url: str, model: str, protocol: str, workers: int) -> dict[str, Any]:
+    """Where the measurement ran (stored in the output JSON)."""
+    versions: dict[str, str | None] = {}
+    for pkg in ("perfsweep", "locust", "tritonclient", "gevent", "grpcio"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    return {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "packages": versions,
+        "target_url": url,
+        "model": model,
+        "protocol": protocol,
+        "generator_processes": workers,
+    }
+
+
+def results_table(measurements: list[Measurement], title: str = "perfsweep load") -> Table:
+    """The final table: one row per load level."""
+    table = Table(title=title)
+    for name in (
+        "mode",
+        "target",
+        "req/s",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "requests",
+        "errors",
+        "lag p99 ms",
+        "batch",
+        "queue us",
+        "infer us",
+        "stable",
+        "valid",
+    ):
+        table.add_column(name, justify="left" if name == "mode" else "right")
+    for m in measurements:
+        server = m.server
+        table.add_row(
+            "rate" if m.mode is LoadMode.REQUEST_RATE else "conc",
+            f"{m.target:g}",
+            f"{m.throughput_rps:.1f}",
+            f"{m.p50_ms:.2f}",
+            f"{m.p90_ms:.2f}",
+            f"{m.p99_ms:.2f}",
+            str(m.request_count),
+            str(m.error_count),
+            f"{m.send_lag_p99_ms:.2f}" if m.mode is LoadMode.REQUEST_RATE else "-",
+            f"{server.avg_batch_size:.2f}" if server else "-",
+            f"{server.queue_us:.0f}" if server else "-",
+            f"{server.compute_infer_us:.0f}" if server else "-",
+            "yes" if m.stable else "[yellow]no",
+            "yes" if m.valid else "[red]NO",
+        )
+    return table
+
+
+class _LiveWindows:
+    """A live table of the windows of the level being measured."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.rows: list[tuple[LoadSpec, WindowStats]] = []
+        self.live = Live(self._render(), console=console, auto_refresh=False, transient=True)
+
+    def _render(self) -> Table:
+        table = Table(title="windows (live)")
+        for name in (
+            "level",
+            "#",
+            "s",
+            "req/s",
+            "p50 ms",
+            "p99 ms",
+            "lag p99",
+            "cpu %",
+            "in flight",
+        ):
+            table.add_column(name, justify="right")
+        for spec, w in self.rows[-10:]:
+            table.add_row(
+                f"{spec.target:g}{'/s' if spec.mode is LoadMode.REQUEST_RATE else 'c'}",
+                str(w.index),
+                f"{w.duration_s:.1f}",
+                f"{w.throughput_rps:.1f}",
+                f"{w.p50_ms:.2f}",
+                f"{w.p99_ms:.2f}",
+                f"{w.send_lag_p99_ms:.2f}",
+                f"{w.generator_cpu_pct:.0f}",
+                str(w.max_in_flight),
+            )
+        return table
+
+    def __call__(self, spec: LoadSpec, window: WindowStats) -> None:
+        self.rows.append((spec, window))
+        self.live.update(self._render(), refresh=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``perfsweep load`` to ``app``."""
+
+    @app.command("load")
+    def load(
+        url: Annotated[
+            str, typer.Option(help="target HOST:PORT (HTTP or gRPC per --protocol)")
+        ] = "127.0.0.1:8000",
+        model: Annotated[str, typer.Option(help="model name")] = "",
+        protocol: Annotated[str, typer.Option(help="http or grpc")] = "http",
+        concurrency: Annotated[
+            str | None, typer.Option(help="closed-loop levels, e.g. 1,8,32")
+        ] = None,
+        request_rate: Annotated[
+            str | None, typer.Option(help="open-loop levels in req/s, e.g. 100,200,400")
+        ] = None,
+        arrival: Annotated[str, typer.Option(help="poisson or constant")] = "poisson",
+        find_capacity: Annotated[
+            bool, typer.Option("--find-capacity", help="search the highest rate meeting --p99-ms")
+        ] = False,
+        p99_ms: Annotated[float | None, typer.Option(help="p99 goal in ms")] = None,
+        max_error_rate: Annotated[float, typer.Option(help="error-rate goal (fraction)")] = 0.0,
+        start_rps: Annotated[float, typer.Option(help="capacity search: first rate")] = 10.0,
+        max_rps: Annotated[float, typer.Option(help="capacity search: highest rate")] = 100_000.0,
+        resolution: Annotated[
+            float, typer.Option(help="capacity search: relative precision")
+        ] = 0.05,
+        confirm_failures: Annotated[
+            bool, typer.Option(help="capacity search: repeat a failing step before it counts")
+        ] = False,
+        window_s: Annotated[float, typer.Option(help="window length, seconds")] = 3.0,
+        window_requests: Annotated[
+            int | None, typer.Option(help="window length in requests (instead of --window-s)")
+        ] = None,
+        warmup_s: Annotated[float, typer.Option(help="warm-up per level, seconds")] = 1.0,
+        max_windows: Annotated[int, typer.Option(help="windows per level at most")] = 10,
+        stability_pct: Annotated[float, typer.Option(help="stability tolerance, percent")] = 10.0,
+        workers: Annotated[int, typer.Option(help="local generator processes")] = 1,
+        master: Annotated[
+            bool, typer.Option("--master", help="be a Locust master for remote workers")
+        ] = False,
+        expect_workers: Annotated[
+            int, typer.Option(help="--master: remote workers to wait for")
+        ] = 1,
+        master_bind_host: Annotated[str, typer.Option(help="--master: bind address")] = "127.0.0.1",
+        master_port: Annotated[int, typer.Option(help="master port (0 = free port)")] = 5557,
+        worker: Annotated[
+            bool, typer.Option("--worker", help="be a Locust worker of a --master")
+        ] = False,
+        master_host: Annotated[str, typer.Option(help="--worker: master address")] = "127.0.0.1",
+        input_data: Annotated[
+            str, typer.Option(help="random, zeros, or a .npz/.json file of input tensors")
+        ] = "random",
+        batch_size: Annotated[int, typer.Option(help="request batch size")] = 1,
+        shape: Annotated[
+            list[str] | None, typer.Option(help="NAME:D1,D2 for variable input dims (repeatable)")
+        ] = None,
+        seed: Annotated[int, typer.Option(help="seed of arrivals and random inputs")] = 0,
+        pool_size: Annotated[
+            int, typer.Option(help="open loop: in-flight requests per process")
+        ] = 512,
+        metrics_url: Annotated[
+            str | None, typer.Option(help="Prometheus URL (default: http://URL/metrics if any)")
+        ] = None,
+        stats_url: Annotated[
+            str | None, typer.Option(help="HTTP HOST:PORT for statistics when --protocol grpc")
+        ] = None,
+        output: Annotated[Path | None, typer.Option(help="write results JSON here")] = None,
+    ) -> None:
+        """Measure throughput and exact latency percentiles of a KServe v2 / Triton model."""
+        if worker:
+            from analyzer.load.worker import run_worker
+
+            run_worker(master_host, master_port)
+            return
+        if not model:
+            raise InputError("--model NAME is required")
+        if protocol not in ("http", "grpc"):
+            raise InputError(f"--protocol must be http or grpc, got {protocol!r}")
+        if arrival not in ("poisson", "constant"):
+            raise InputError(f"--arrival must be poisson or constant, got {arrival!r}")
+        levels_c = _numbers(concurrency, "--concurrency")
+        levels_r = _numbers(request_rate, "--request-rate")
+        if sum(bool(x) for x in (levels_c, levels_r, find_capacity)) != 1:
+            raise InputError("give exactly one of --concurrency, --request-rate or --find-capacity")
+        if find_capacity and p99_ms is None:
+            raise InputError("--find-capacity needs a goal: --p99-ms X")
+        data_mode, data_file = input_data, None
+        if input_data not in ("random", "zeros"):
+            data_mode, data_file = "file", str(Path(input_data).resolve())
+
+        step = LoadSpec(
+            LoadMode.REQUEST_RATE,
+            1.0,
+            arrival=Arrival(arrival),
+            warmup_s=warmup_s,
+            window_s=window_s,
+            window_requests=window_requests,
+            max_windows=max_windows,
+            stability_pct=stability_pct,
+            seed=seed,
+        )
+        console = Console(stderr=True)
+        live = _LiveWindows(console)
+
+        from analyzer.load import EngineOptions, LocustLoadGenerator  # gevent: only from here on
+
+        options = EngineOptions(
+            url=url,
+            model=model,
+            protocol=protocol,
+            workers=workers,
+            expect_remote_workers=expect_workers if master else 0,
+            master_bind_host=master_bind_host,
+            master_port=master_port if master else 0,
+            data_mode=data_mode,
+            data_file=data_file,
+            batch_size=batch_size,
+            shapes=_shapes(shape or []),
+            pool_size=pool_size,
+            metrics_url=metrics_url,
+            stats_url=stats_url,
+            on_window=live,
+        )
+        measurements: list[Measurement] = []
+        capacity: CapacityResult | None = None
+        with live.live, LocustLoadGenerator(options) as generator:
+            if find_capacity:
+                assert p99_ms is not None
+                capacity = generator.find_capacity(
+                    CapacitySpec(
+                        goals=Goals(p99_ms=p99_ms, max_error_rate=max_error_rate),
+                        start_rps=start_rps,
+                        max_rps=max_rps,
+                        min_rps=min(1.0, start_rps),
+                        resolution=resolution,
+                        step=step,
+                        confirm_failures=confirm_failures,
+                    )
+                )
+                measurements = list(capacity.points)
+            else:
+                mode = LoadMode.CONCURRENCY if levels_c else LoadMode.REQUEST_RATE
+                for target in levels_c or levels_r:
+                    spec = LoadSpec(
+                        mode,
+                        target,
+                        arrival=step.arrival,
+                        warmup_s=warmup_s,
+                        window_s=window_s,
+                        window_requests=window_requests,
+                        max_windows=max_windows,
+                        stability_pct=stability_pct,
+                        seed=seed,
+                    )
+                    measurements.append(generator.measure(spec))
+                    generator.drain(30.0)
+
+        out = Console()
+        out.print(results_table(measurements))
+        for m in measurements:
+            for message in m.messages:
+                out.print(f"[dim]{m.mode.value} {m.target:g}:[/] {message}", highlight=False)
+        if capacity is not None:
+            out.print(f"[bold]{capacity.message}[/]", highlight=False)
+        if output is not None:
+            doc = load_output_dict(
+                measurements, capacity, environment_record(url, model, protocol, workers)
+            )
+            output.parent.mkdir(parents=True, exist_ok=True)
+            tmp = output.with_suffix(output.suffix + ".tmp")
+            tmp.write_text(json.dumps(doc, indent=2))
+            tmp.replace(output)
+            out.print(f"results written to {output}")
+        if capacity is not None and capacity.capacity_rps == 0:
+            raise GoalNotMetError(capacity.message)
