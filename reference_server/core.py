@@ -144,7 +144,9 @@ class InferenceServer:
         self._live = False
         self._stopping = False
         self.registry.register(
-            TritonCollector(self._metric_sources, self.cache.gauges if self.cache else None)
+            TritonCollector(
+                self._metric_sources, self.cache.gauges if self.cache is not None else None
+            )
         )
 
     # ------------------------------------------------------------------ life cycle
