@@ -95,13 +95,15 @@ EXTRA_MODELS: dict[str, str] = {
 }
 
 #: A one-instance model whose every execution sleeps, for queueing/cancellation tests; each
-#: test that needs one gets its own copy so statistics start at zero.
+#: test that needs one gets its own copy so statistics start at zero. The queue policy puts the
+#: batcher in non-prefetch mode (spec §3.5), so waiting requests stay in the scheduler queue,
+#: where a cancellation removes them (§3.8), instead of a prefetched batch.
 SLOW_MODEL = """
     backend: "identity" max_batch_size: 1
     input { name: "INPUT0" data_type: TYPE_FP32 dims: [4] }
     output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [4] }
     instance_group { count: 1 kind: KIND_CPU }
-    dynamic_batching { }
+    dynamic_batching { default_queue_policy { max_queue_size: 16 } }
     parameters { key: "execute_delay_ms" value { string_value: "%d" } }
 """
 
