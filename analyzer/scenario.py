@@ -201,6 +201,27 @@ class RunSection(_Section):
     """Study name in a shared storage; several workers with the same name share one study."""
 
 
+class GateSection(_Section):
+    """Criteria of ``perfsweep gate`` (CI performance gate). ``perfsweep run`` ignores this table,
+    and it is not part of :meth:`Scenario.hash`: changing a threshold changes no measurement."""
+
+    p99_ms: PositiveFloat | None = None
+    """The candidate's p99 latency must be at most this many milliseconds."""
+    min_throughput_rps: Annotated[float, Field(ge=0)] | None = None
+    """The candidate's throughput must be at least this many requests/s."""
+    max_error_rate: Annotated[float, Field(ge=0, lt=1)] | None = None
+    """The candidate's fraction of failed requests must be at most this."""
+    max_regression_pct: Annotated[float, Field(gt=0, lt=100)] | None = None
+    """Against a baseline: fail when throughput or p99 is worse by more than this percentage and
+    the change is statistically significant."""
+    alpha: Annotated[float, Field(gt=0, lt=0.5)] = 0.05
+    """Significance level of the one-sided rank test behind a regression verdict."""
+    repeats: Annotated[int, Field(ge=1)] = 3
+    """Measure-and-gate mode: measurements per target (interleaved with a live baseline)."""
+    baseline: str | None = None
+    """A baseline result (run directory, summary.json or ``perfsweep load`` output)."""
+
+
 class Scenario(_Section):
     """One sweep, fully described. Build it with :func:`load_scenario`."""
 
@@ -214,6 +235,7 @@ class Scenario(_Section):
     space: SpaceSection = SpaceSection()
     budget: BudgetSection = BudgetSection()
     run: RunSection = RunSection()
+    gate: GateSection = GateSection()
 
     @model_validator(mode="after")
     def _check_cross_fields(self) -> Scenario:
@@ -247,7 +269,9 @@ class Scenario(_Section):
 
     def hash(self) -> str:
         """A short, stable fingerprint of the scenario (recorded with every result)."""
-        text = json.dumps(self.to_dict(), sort_keys=True)
+        data = self.to_dict()
+        data.pop("gate", None)  # gate thresholds do not change what is measured
+        text = json.dumps(data, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
