@@ -14,6 +14,7 @@ model runtime (rejections) run outside it.
 from __future__ import annotations
 
 import collections
+import itertools
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -149,6 +150,7 @@ class Scheduler:
         self._instance_queue: collections.deque[Batch] = collections.deque()
         self._idle_waiting = 0
         self._next_slot = 0
+        self._earliest_deadline: int | None = None
         self._accepting = True
         self._batcher_done = params is None
         self._thread: threading.Thread | None = None
@@ -235,6 +237,10 @@ class Scheduler:
                     f"[request id: {rid}] Exceeds maximum queue size", Code.UNAVAILABLE
                 )
             self._queue.push(entry.level, entry)
+            if entry.deadline_ns is not None and (
+                self._earliest_deadline is None or entry.deadline_ns < self._earliest_deadline
+            ):
+                self._earliest_deadline = entry.deadline_ns
             self._cond.notify_all()
 
     def queued_count(self) -> int:
@@ -308,6 +314,7 @@ class Scheduler:
     def _batcher_loop(self) -> None:
         assert self.params is not None
         params = self.params
+        scan_limit = max(1, params.max_batch_size) + 1
         while True:
             dropped: list[tuple[Entry, str]] = []
             with self._cond:
@@ -324,18 +331,26 @@ class Scheduler:
                     if self._open.sealed or self._open.started:
                         self._open = Batch()
                     now = self._clock()
-                    dropped = self._queue.sweep(_is_cancelled, _expired_at(now))
-                    if dropped:
-                        break
-                    if not self._queue:
+                    # The scan never looks past MBS + 1 entries, so only that prefix matters.
+                    head = list(itertools.islice(self._queue, scan_limit))
+                    due = self._earliest_deadline is not None and now >= self._earliest_deadline
+                    if due or any(e.request.cancelled for e in head):
+                        dropped = self._queue.sweep(_is_cancelled, _expired_at(now))
+                        self._earliest_deadline = min(
+                            (e.deadline_ns for e in self._queue if e.deadline_ns is not None),
+                            default=None,
+                        )
+                        if dropped:
+                            break
+                        head = list(itertools.islice(self._queue, scan_limit))
+                    if not head:
                         self._cond.wait()
                         continue
                     if not self._slot_available():
                         self._cond.wait(None if self.prefetch else _SWEEP_INTERVAL_S)
                         continue
-                    entries = list(self._queue)
                     decision = decide(
-                        [e.candidate() for e in entries],
+                        [e.candidate() for e in head],
                         OpenBatch(self._open.size, self._open.shape_key),
                         params,
                         now,
@@ -357,9 +372,12 @@ class Scheduler:
                     # Nothing to send yet: sleep until the delay of the oldest pending request
                     # or the nearest queue deadline, or until an event.
                     wake = decision.wake_at_ns
-                    deadlines = [e.deadline_ns for e in entries if e.deadline_ns is not None]
-                    if deadlines:
-                        wake = min(deadlines) if wake is None else min(wake, *deadlines)
+                    if self._earliest_deadline is not None:
+                        wake = (
+                            self._earliest_deadline
+                            if wake is None
+                            else min(wake, self._earliest_deadline)
+                        )
                     timeout = None if wake is None else max(0.0, (wake - now) / 1e9)
                     self._cond.wait(timeout)
             for entry, reason in dropped:
