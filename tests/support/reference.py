@@ -10,6 +10,11 @@ same ``execute_delay_ms`` / ``execute_delay_ms_per_item`` parameters.
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -153,6 +158,113 @@ class ReferenceServer:
     ) -> tuple[int, bytes]:
         """One plain HTTP request; ``(status, body)``."""
         return http_request(self.base_url, method, path, body, timeout_s)
+
+
+class ReferenceProcess(ReferenceServer):
+    """The reference server as its own process (``python -m reference_server``).
+
+    Benchmarks use this so that the server does not share a GIL with the load generator, as the
+    real Triton does not. The handle is the same as :class:`ReferenceServer`'s.
+
+    Args:
+        workdir: scratch directory (repository, ``reference_server.log``).
+        models: configs (Triton flavour) written and loaded at startup.
+        python: interpreter to run it with (default: this one).
+        startup_timeout_s: how long to wait for the ready line.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        models: Sequence[mc.ModelConfig] = (),
+        *,
+        python: str = sys.executable,
+        startup_timeout_s: float = 60.0,
+    ) -> None:
+        super().__init__(workdir, models)
+        self.python = python
+        self.startup_timeout_s = startup_timeout_s
+        self._process: subprocess.Popen[str] | None = None
+        self._addresses: dict[str, str] = {}
+
+    @property
+    def pid(self) -> int | None:
+        """Process id while running."""
+        return self._process.pid if self._process is not None else None
+
+    def start(self) -> None:
+        """Write the models, start the process, wait for its ready line."""
+        self.repository.mkdir(parents=True, exist_ok=True)
+        for config in self.models:
+            self.add_model(config)
+        args = [self.python, "-m", "reference_server", f"--model-repository={self.repository}"]
+        args += [f"--model={c.name}" for c in self.models]
+        args += ["--http-port=0", "--grpc-port=0", "--metrics-port=0", "--device=cpu"]
+        env = dict(os.environ)
+        env.pop("TRITONSERVER_DELAY_SCHEDULER", None)
+        # The reference server is importable from the repository root (this file's grandparent).
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        log = (self.workdir / "reference_server.log").open("w")
+        self._process = subprocess.Popen(
+            args,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        line = _read_line(self._process, self.startup_timeout_s)
+        fields = dict(item.split("=", 1) for item in line.split(":", 1)[-1].split() if "=" in item)
+        if "http" not in fields:
+            self.stop()
+            raise RuntimeError(f"reference server did not start: {line!r} (see {log.name})")
+        self._addresses = fields
+
+    def stop(self) -> None:
+        """SIGTERM (clean shutdown), SIGKILL after 15 s."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(5)
+        if process.stdout is not None:
+            process.stdout.close()
+
+    @property
+    def http_url(self) -> str:
+        """``host:port`` for ``tritonclient.http``."""
+        return self._addresses["http"]
+
+    @property
+    def grpc_url(self) -> str:
+        """``host:port`` for ``tritonclient.grpc``."""
+        return self._addresses["grpc"]
+
+    @property
+    def metrics_url(self) -> str:
+        """Full URL of the Prometheus endpoint."""
+        return f"http://{self._addresses['metrics']}/metrics"
+
+
+def _read_line(process: subprocess.Popen[str], timeout_s: float) -> str:
+    # The ready line is the first line on stdout; a thread keeps the wait bounded.
+    assert process.stdout is not None
+    lines: list[str] = []
+    reader = threading.Thread(
+        target=lambda: lines.append(process.stdout.readline() if process.stdout else ""),
+        daemon=True,
+    )
+    reader.start()
+    reader.join(timeout_s)
+    return lines[0].strip() if lines else ""
 
 
 @contextlib.contextmanager
