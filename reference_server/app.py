@@ -16,14 +16,16 @@ import contextlib
 import dataclasses
 import errno
 import logging
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from reference_server.errors import Code, ServerError
 from reference_server.http_frontend import DEFAULT_MAX_INPUT_SIZE
@@ -139,56 +141,107 @@ def _url_host(host: str) -> str:
 
 
 class _Running:
-    """The started pieces, stopped in reverse order."""
+    """The started pieces: listeners first (a busy port fails fast, before minutes of model
+    loading), then the models; stopped core first, then the listeners."""
 
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.core: InferenceServer | None = None
-        self._stoppables: list[Callable[[], object]] = []
+        self._frontends: list[Any] = []
+        self._core_started = False
+        self._scratch: Path | None = None
 
     async def start(self) -> ServerAddresses:
         from reference_server.grpc_frontend import GrpcFrontend
         from reference_server.http_frontend import HttpFrontend, MetricsFrontend
 
         options = self.options
-        core = _make_core(options)
-        loop = asyncio.get_running_loop()
-        # Loading models can take seconds (the ONNX ResNet-50 build); keep the loop responsive
-        # so a SIGTERM during startup is handled once loading returns.
-        await loop.run_in_executor(None, core.start)
-        self.core = core
-        self._stoppables.append(lambda: loop.run_in_executor(None, core.stop))
         try:
+            repositories = options.model_repositories or (self._bundled_repository(),)
+            core = _make_core(options, repositories)
+            self.core = core
+            host = options.host
             http = HttpFrontend(core, max_input_size=options.max_input_size_bytes)
-            http_port = await _bind("HTTP", "--http-port", options.host, options.http_port, http)
-            self._stoppables.append(http.stop)
-            grpc_frontend = GrpcFrontend(core)
-            grpc_port = await _bind(
-                "gRPC", "--grpc-port", options.host, options.grpc_port, grpc_frontend
+            http_port = await self._listen("HTTP", "--http-port", http, options.http_port)
+            grpc_port = await self._listen(
+                "gRPC", "--grpc-port", GrpcFrontend(core), options.grpc_port
             )
-            self._stoppables.append(grpc_frontend.stop)
             metrics = MetricsFrontend(core.metrics_text)
-            metrics_port = await _bind(
-                "metrics", "--metrics-port", options.host, options.metrics_port, metrics
+            metrics_port = await self._listen(
+                "metrics", "--metrics-port", metrics, options.metrics_port
             )
-            self._stoppables.append(metrics.stop)
+            # Loading can take a while (ONNX sessions); keep the loop responsive meanwhile.
+            loop = asyncio.get_running_loop()
+            self._core_started = True
+            await loop.run_in_executor(None, core.start)
+            _check_startup_models(core, options, repositories)
         except BaseException:
             await self.stop()
             raise
-        return ServerAddresses(options.host, http_port, grpc_port, metrics_port)
+        return ServerAddresses(host, http_port, grpc_port, metrics_port)
+
+    async def _listen(self, what: str, flag: str, frontend: Any, port: int) -> int:
+        bound = await _bind(what, flag, self.options.host, port, frontend)
+        self._frontends.append(frontend)
+        return bound
+
+    def _bundled_repository(self) -> Path:
+        """Materialise the bundled models asked for (no ``--model-repository`` given)."""
+        from reference_server.zoo.resnet50 import MODEL_NAME, make_repository
+
+        unknown = [name for name in self.options.models if name != MODEL_NAME]
+        if not self.options.models or unknown:
+            raise ServerError(
+                f"no model repository given and {unknown or 'no model'} is not a bundled "
+                f"model: pass --model-repository DIR, or --model {MODEL_NAME} for the bundled "
+                "ResNet-50",
+                Code.INVALID_ARG,
+            )
+        self._scratch = Path(tempfile.mkdtemp(prefix="perfsweep-zoo-"))
+        return make_repository(self._scratch, device=self.options.device)
 
     async def stop(self) -> None:
+        loop = asyncio.get_running_loop()
         # The core drains first, while the frontends can still deliver the drained responses;
-        # its stop() makes new requests fail with UNAVAILABLE meanwhile.
-        order = self._stoppables[:1] + self._stoppables[:0:-1]
-        self._stoppables = []
-        for stop in order:
+        # meanwhile new requests are answered UNAVAILABLE.
+        if self.core is not None and self._core_started:
+            self._core_started = False
             try:
-                result = stop()
-                if asyncio.isfuture(result) or asyncio.iscoroutine(result):
-                    await result
+                await loop.run_in_executor(None, self.core.stop)
             except Exception:
-                logger.exception("error while stopping the server")
+                logger.exception("error while stopping the core")
+        for frontend in reversed(self._frontends):
+            try:
+                await frontend.stop()
+            except Exception:
+                logger.exception("error while stopping %s", type(frontend).__name__)
+        self._frontends = []
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+
+def _check_startup_models(
+    core: InferenceServer, options: ServerOptions, repositories: tuple[Path, ...]
+) -> None:
+    """Fail startup, as tritonserver does, when a requested model did not load."""
+    problems = []
+    for entry in core.repository_index():
+        if entry.get("state") == "UNAVAILABLE" and entry.get("reason"):
+            problems.append(
+                f"model '{entry['name']}' failed to load: {entry['reason'].rstrip()}; fix its "
+                "config.pbtxt"
+            )
+    known = {entry["name"] for entry in core.repository_index()}
+    for name in options.models:
+        if name != "*" and name not in known:
+            where = ", ".join(str(p) for p in repositories)
+            problems.append(
+                f"model '{name}' is not in the model repository ({where}): check --model and "
+                "--model-repository"
+            )
+    if problems:
+        raise ServerError("; ".join(problems), Code.INVALID_ARG)
 
 
 async def _bind(what: str, flag: str, host: str, port: int, frontend: object) -> int:
@@ -208,10 +261,10 @@ async def _bind(what: str, flag: str, host: str, port: int, frontend: object) ->
     return bound
 
 
-def _make_core(options: ServerOptions) -> InferenceServer:
+def _make_core(options: ServerOptions, repositories: tuple[Path, ...]) -> InferenceServer:
     from reference_server.core import CoreOptions, InferenceServer, delay_scheduler_from_env
 
-    for repository in options.model_repositories:
+    for repository in repositories:
         if not Path(repository).is_dir():
             raise ServerError(
                 f"model repository '{repository}' is not a directory: pass an existing "
@@ -219,7 +272,7 @@ def _make_core(options: ServerOptions) -> InferenceServer:
                 Code.INVALID_ARG,
             )
     core_options = CoreOptions(
-        model_repositories=tuple(Path(p) for p in options.model_repositories),
+        model_repositories=tuple(Path(p) for p in repositories),
         model_control_mode="explicit",
         # No --model means every model, as a user of "serve this repository" expects; the
         # repository API can still load and unload afterwards.
@@ -230,7 +283,8 @@ def _make_core(options: ServerOptions) -> InferenceServer:
             if options.delay_scheduler is None
             else options.delay_scheduler
         ),
-        # "sim" picks the simulated backend through the model's config, not a core device.
+        # "sim" picks the simulated backend through the bundled model's config (zoo), not
+        # through a core device.
         device="auto" if options.device == "sim" else options.device,
     )
     return InferenceServer(core_options)

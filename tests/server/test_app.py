@@ -1,0 +1,186 @@
+"""Starting and stopping the server: ``python -m reference_server``, options, startup errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from reference_server.app import (
+    ServerAddresses,
+    ServerOptions,
+    ServerThread,
+    parse_ready_line,
+)
+from reference_server.errors import Code, ServerError
+from tests.server.conftest import MODELS, raw_request, write_model, write_repository
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def start_subprocess(*args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO_ROOT))
+    return subprocess.Popen(
+        [sys.executable, "-m", "reference_server", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def read_ready_line(process: subprocess.Popen[str], timeout_s: float = 120.0) -> ServerAddresses:
+    """Read stdout lines until the ready line (bounded by ``timeout_s`` and process exit)."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        addresses = parse_ready_line(line.strip())
+        if addresses is not None:
+            return addresses
+    process.kill()
+    _, err = process.communicate(timeout=30)
+    raise AssertionError(f"no ready line; stderr: {err}")
+
+
+def test_ready_line_round_trip() -> None:
+    addresses = ServerAddresses("127.0.0.1", 8000, 8001, 8002)
+    line = addresses.ready_line()
+    assert line == (
+        "perfsweep reference server ready: http=127.0.0.1:8000 grpc=127.0.0.1:8001 "
+        "metrics=127.0.0.1:8002"
+    )
+    assert parse_ready_line(line) == addresses
+    assert parse_ready_line("something else") is None
+
+
+def test_options_are_validated_at_the_edge() -> None:
+    with pytest.raises(ServerError, match="not a TCP port"):
+        ServerOptions(http_port=70000)
+    with pytest.raises(ServerError, match="unknown device 'tpu'"):
+        ServerOptions(device="tpu")
+    defaults = ServerOptions()
+    assert (defaults.host, defaults.http_port, defaults.grpc_port, defaults.metrics_port) == (
+        "127.0.0.1",
+        8000,
+        8001,
+        8002,
+    )
+    assert defaults.max_input_size_bytes == 64 * 2**20
+
+
+def test_python_dash_m_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
+    repository = write_repository(tmp_path, {"nobatch": MODELS["nobatch"]})
+    process = start_subprocess(
+        "--model-repository",
+        str(repository),
+        "--http-port",
+        "0",
+        "--grpc-port",
+        "0",
+        "--metrics-port",
+        "0",
+    )
+    try:
+        addresses = read_ready_line(process)
+        assert addresses.host == "127.0.0.1"
+        assert len({addresses.http_port, addresses.grpc_port, addresses.metrics_port}) == 3
+        tensor = np.arange(4, dtype=np.int32).reshape(2, 2)
+        http = httpclient.InferenceServerClient(addresses.http_url)
+        http_input = httpclient.InferInput("INPUT0", [2, 2], "INT32")
+        http_input.set_data_from_numpy(tensor)
+        assert http.infer("nobatch", [http_input]).as_numpy("OUTPUT0").tolist() == [[0, 1], [2, 3]]
+        http.close()
+        grpc = grpcclient.InferenceServerClient(addresses.grpc_url)
+        grpc_input = grpcclient.InferInput("INPUT0", [2, 2], "INT32")
+        grpc_input.set_data_from_numpy(tensor)
+        assert grpc.infer("nobatch", [grpc_input]).as_numpy("OUTPUT0").tolist() == [[0, 1], [2, 3]]
+        grpc.close()
+        status, _, body = raw_request(
+            f"127.0.0.1:{addresses.metrics_port}", "GET", "/metrics", timeout_s=10
+        )
+        assert status == 200
+        assert b'nv_inference_request_success{model="nobatch",version="1"} 2' in body
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            _, err = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
+
+
+def test_python_dash_m_startup_errors_exit_2_with_the_fix(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    process = start_subprocess("--model-repository", str(missing), "--http-port", "0")
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 2
+    assert f"model repository '{missing}' is not a directory" in err
+    assert "Traceback" not in err
+
+
+def test_busy_port_names_the_flag(tmp_path: Path) -> None:
+    repository = write_repository(tmp_path, {"nobatch": MODELS["nobatch"]})
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = blocker.getsockname()[1]
+        for flag in ("http_port", "grpc_port", "metrics_port"):
+            ports = {"http_port": 0, "grpc_port": 0, "metrics_port": 0, flag: port}
+            options = ServerOptions(model_repositories=(repository,), **ports)
+            with pytest.raises(ServerError) as info:
+                ServerThread(options, keep_ports=True).start()
+            assert info.value.code is Code.UNAVAILABLE
+            assert f"127.0.0.1:{port}" in info.value.message
+            assert f"--{flag.replace('_', '-')} 0" in info.value.message
+
+
+def test_a_model_that_fails_to_load_fails_startup(tmp_path: Path) -> None:
+    write_model(
+        tmp_path,
+        "broken",
+        'backend: "identity" max_batch_size: 2 dynamic_batching { preferred_batch_size: [4] }\n'
+        'input { name: "I" data_type: TYPE_FP32 dims: [1] }\n'
+        'output { name: "O" data_type: TYPE_FP32 dims: [1] }',
+    )
+    with pytest.raises(ServerError) as info:
+        ServerThread(ServerOptions(model_repositories=(tmp_path,))).start()
+    assert info.value.code is Code.INVALID_ARG
+    assert "model 'broken' failed to load" in info.value.message
+    assert "fix its config.pbtxt" in info.value.message
+    with pytest.raises(ServerError, match="model 'ghost' is not in the model repository"):
+        ServerThread(ServerOptions(model_repositories=(tmp_path,), models=("ghost",))).start()
+
+
+def test_no_repository_and_no_bundled_model_is_refused() -> None:
+    with pytest.raises(ServerError, match="not a bundled model"):
+        ServerThread(ServerOptions(models=("mine",))).start()
+
+
+def test_server_thread_exposes_core_and_stops(tmp_path: Path) -> None:
+    repository = write_repository(tmp_path, {"nobatch": MODELS["nobatch"]})
+    server = ServerThread(ServerOptions(model_repositories=(repository,))).start()
+    try:
+        assert server.core.model_ready("nobatch")
+        assert raw_request(server.http_url, "GET", "/v2/health/ready")[0] == 200
+        url = server.http_url
+    finally:
+        server.stop()
+    with pytest.raises(OSError):
+        raw_request(url, "GET", "/v2/health/live", timeout_s=5)
+    with pytest.raises(RuntimeError, match="not running"):
+        _ = server.http_url
