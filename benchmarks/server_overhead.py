@@ -47,7 +47,7 @@ from tests.support.real_triton import (  # noqa: E402  (needs the repository roo
     TritonInstall,
     identity_model_config,
 )
-from tests.support.reference import ReferenceProcess  # noqa: E402
+from tests.support.reference import ReferenceProcess, ReferenceServer  # noqa: E402
 
 FORMAT_VERSION = 1
 MODEL = "identity"
@@ -113,7 +113,7 @@ def _drive(url: str, concurrency: int, duration_s: float) -> tuple[list[float], 
 
 def measure_level(
     name: str,
-    server: RealTriton | ReferenceProcess,
+    server: RealTriton | ReferenceServer,
     concurrency: int,
     duration_s: float,
     warmup_s: float,
@@ -210,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ReferenceProcess(workdir / "reference", models=[config]) as reference,
         ):
             environment = _environment(triton)
-            servers: list[tuple[str, RealTriton | ReferenceProcess]] = [
+            servers: list[tuple[str, RealTriton | ReferenceServer]] = [
                 ("reference", reference),
                 ("triton", triton),
             ]
