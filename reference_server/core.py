@@ -399,6 +399,11 @@ class InferenceServer:
             except ServerError as exc:
                 for runtime in new.values():
                     runtime.stop(wait=False)
+                with self._lock:
+                    # Versions that were only being added go back to UNAVAILABLE.
+                    for version, _ in versions:
+                        if version not in current:
+                            st.versions[version] = (UNAVAILABLE, f"{exc.code.value}: {exc.message}")
                 self._record_failure(name, exc)
                 raise ServerError(
                     f"load failed for model '{name}': {exc.message}\n", Code.INVALID_ARG
