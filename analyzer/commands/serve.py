@@ -1,0 +1,86 @@
+"""``perfsweep serve``: run the bundled reference server in the foreground.
+
+Examples::
+
+    perfsweep serve --model resnet50 --device cpu          # the bundled ResNet-50
+    perfsweep serve --model-repository models/ --model m1 --model m2 --http-port 0
+
+It prints one line with the bound ports once everything listens and stops on Ctrl-C/SIGTERM.
+Exit codes: 0 after a clean shutdown, 2 bad input (repository path, model config), 3 the server
+could not start (e.g. a port in use).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from analyzer.errors import InputError, PerfsweepError, TargetError
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``perfsweep serve`` to ``app``."""
+
+    @app.command("serve")
+    def serve(
+        model_repository: Annotated[
+            list[Path] | None,
+            typer.Option(
+                "--model-repository",
+                help="model repository directory (repeatable); omit for a bundled --model",
+            ),
+        ] = None,
+        model: Annotated[
+            list[str] | None,
+            typer.Option("--model", help="model to load at startup (repeatable; default: all)"),
+        ] = None,
+        host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+        http_port: Annotated[int, typer.Option(help="HTTP/REST port, 0 = free port")] = 8000,
+        grpc_port: Annotated[int, typer.Option(help="gRPC port, 0 = free port")] = 8001,
+        metrics_port: Annotated[int, typer.Option(help="Prometheus port, 0 = free port")] = 8002,
+        device: Annotated[str, typer.Option(help="auto, cpu, cuda or sim")] = "auto",
+        cache_size: Annotated[int, typer.Option(help="response cache size in bytes, 0 = off")] = 0,
+        http_max_input_size: Annotated[
+            int, typer.Option(help="largest JSON request header or raw body, bytes")
+        ] = 2**26,
+        log_verbose: Annotated[int, typer.Option(help="0 warnings, 1 info, 2 debug")] = 0,
+    ) -> None:
+        """Serve models over KServe v2 HTTP and gRPC with Triton's dynamic batching."""
+        # Imported here: the server pulls in grpc/aiohttp/onnxruntime, which other commands
+        # (and --help) do not need.
+        from reference_server.app import ServerOptions, run_server
+        from reference_server.errors import ServerError
+
+        try:
+            options = ServerOptions(
+                model_repositories=tuple(model_repository or ()),
+                models=tuple(model or ()),
+                host=host,
+                http_port=http_port,
+                grpc_port=grpc_port,
+                metrics_port=metrics_port,
+                device=device,
+                cache_size_bytes=cache_size,
+                max_input_size_bytes=http_max_input_size,
+                log_verbosity=log_verbose,
+            )
+            run_server(options)
+        except ServerError as exc:
+            raise startup_error(exc) from exc
+
+
+def startup_error(exc: Exception) -> PerfsweepError:
+    """Map a reference-server startup failure to the CLI's error (exit 2 or 3).
+
+    Problems with what the user passed (repository path, model config, option values) are
+    ``InputError``; anything else (a busy port, a backend that cannot start) is the target
+    failing, ``TargetError``.
+    """
+    from reference_server.errors import Code, ServerError
+
+    message = exc.message if isinstance(exc, ServerError) else str(exc)
+    if isinstance(exc, ServerError) and exc.code in (Code.INVALID_ARG, Code.NOT_FOUND):
+        return InputError(message)
+    return TargetError(message)

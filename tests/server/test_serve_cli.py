@@ -1,0 +1,125 @@
+"""``perfsweep serve`` as a user runs it: a subprocess, its ready line, exit codes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from tests.server.conftest import MODELS, write_model, write_repository
+from tests.server.test_app import REPO_ROOT, read_ready_line
+
+
+def perfsweep(*args: str) -> subprocess.Popen[str]:
+    """``perfsweep ARGS`` in a subprocess, from the repository root."""
+    script = Path(sys.executable).with_name("perfsweep")
+    command = (
+        [str(script)]
+        if script.exists()
+        else [sys.executable, "-c", "from analyzer.cli import main; main()"]
+    )
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO_ROOT))
+    return subprocess.Popen(
+        [*command, *args],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+FREE_PORTS = ("--http-port", "0", "--grpc-port", "0", "--metrics-port", "0")
+
+
+def finish(process: subprocess.Popen[str], timeout_s: float = 120) -> tuple[int, str]:
+    try:
+        _, err = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate(timeout=30)
+        raise
+    # rich wraps long error lines at the terminal width: compare whitespace-normalised text.
+    return process.returncode, " ".join(err.split())
+
+
+@pytest.mark.slow
+def test_serve_bundled_resnet50_over_http_and_grpc() -> None:
+    process = perfsweep("serve", "--model", "resnet50", "--device", "cpu", *FREE_PORTS)
+    try:
+        addresses = read_ready_line(process, timeout_s=300)
+        image = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
+        http = httpclient.InferenceServerClient(addresses.http_url, network_timeout=120)
+        http_input = httpclient.InferInput("input", [1, 3, 224, 224], "FP32")
+        http_input.set_data_from_numpy(image)
+        http_logits = http.infer("resnet50", [http_input]).as_numpy("output")
+        config = http.get_model_config("resnet50")
+        http.close()
+        grpc = grpcclient.InferenceServerClient(addresses.grpc_url)
+        grpc_input = grpcclient.InferInput("input", [1, 3, 224, 224], "FP32")
+        grpc_input.set_data_from_numpy(image)
+        grpc_logits = grpc.infer("resnet50", [grpc_input], client_timeout=120).as_numpy("output")
+        grpc.close()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code, err = finish(process)
+    assert http_logits.shape == (1, 1000)
+    assert np.isfinite(http_logits).all()
+    # Same model, same input: both protocols return the same logits.
+    np.testing.assert_allclose(http_logits, grpc_logits, rtol=1e-5, atol=1e-5)
+    assert config["backend"] == "onnxruntime"
+    assert code == 0, err
+
+
+def test_serve_bad_repository_exits_2(tmp_path: Path) -> None:
+    process = perfsweep("serve", "--model-repository", str(tmp_path / "missing"), *FREE_PORTS)
+    code, err = finish(process)
+    assert code == 2
+    assert "is not a directory" in err
+    assert "--model-repository" in err
+
+
+def test_serve_bad_config_exits_2(tmp_path: Path) -> None:
+    write_model(tmp_path, "bad", 'backend: "identity" max_batch_size: -3')
+    process = perfsweep("serve", "--model-repository", str(tmp_path), *FREE_PORTS)
+    code, err = finish(process)
+    assert code == 2
+    assert "model 'bad' failed to load" in err
+
+
+def test_serve_unknown_bundled_model_exits_2() -> None:
+    process = perfsweep("serve", "--model", "resnet51", *FREE_PORTS)
+    code, err = finish(process)
+    assert code == 2
+    assert "not a bundled model" in err
+
+
+def test_serve_port_in_use_exits_3(tmp_path: Path) -> None:
+    repository = write_repository(tmp_path, {"nobatch": MODELS["nobatch"]})
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = str(blocker.getsockname()[1])
+        process = perfsweep(
+            "serve",
+            "--model-repository",
+            str(repository),
+            "--http-port",
+            port,
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+        )
+        code, err = finish(process)
+    assert code == 3
+    assert f"127.0.0.1:{port}" in err
+    assert "--http-port 0" in err
