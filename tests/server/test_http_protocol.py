@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from reference_server.app import ServerThread
-from tests.server.conftest import error_message, raw_request
+from tests.server.conftest import error_message, raw_request, wait_until
 
 JSON = {"Content-Type": "application/json"}
 
@@ -598,3 +598,61 @@ def test_repository_load_errors(server: ServerThread) -> None:
     assert error_message(body).startswith("Invalid config override")
     status, _, _ = raw_request(url, "POST", "/v2/repository/models/ghost/unload", b"")
     assert status == 200
+
+
+def test_unloaded_model_lookup_errors_and_versioned_infer(server: ServerThread) -> None:
+    from tests.server.conftest import EXTRA_MODELS, write_model
+
+    write_model(server.options.model_repositories[0], "unload_me", EXTRA_MODELS["loadable"])
+    url = server.http_url
+    assert raw_request(url, "POST", "/v2/repository/models/unload_me/load", b"")[0] == 200
+    body = json.dumps({"inputs": [fp32_input([1.0, 2.0, 3.0, 4.0])]}).encode()
+    status, _, reply = raw_request(url, "POST", "/v2/models/unload_me/versions/1/infer", body)
+    assert status == 200
+    assert json.loads(reply)["model_version"] == "1"
+    status, _, reply = raw_request(url, "POST", "/v2/models/unload_me/versions/2/infer", body)
+    assert status == 404
+    assert "version 2 is not found" in error_message(reply)
+    assert raw_request(url, "POST", "/v2/repository/models/unload_me/unload", b"")[0] == 200
+
+    def gone() -> bool:
+        return raw_request(url, "GET", "/v2/models/unload_me/ready")[0] == 404
+
+    assert wait_until(gone)
+    status, _, reply = raw_request(url, "GET", "/v2/models/unload_me/ready")
+    assert (
+        error_message(reply) == "Request for unknown model: 'unload_me' has no available versions"
+    )
+    status, _, reply = raw_request(url, "GET", "/v2/models/unload_me/versions/1/ready")
+    assert status == 503
+    assert error_message(reply).endswith("version 1 is not at ready state")
+
+
+def test_rejected_requests_do_not_count_as_failures(server: ServerThread) -> None:
+    def fail_count() -> int:
+        stats = json.loads(raw_request(server.http_url, "GET", "/v2/models/nobatch/stats")[2])
+        return int(stats["model_stats"][0]["inference_stats"]["fail"]["count"])
+
+    before = fail_count()
+    bad = {"inputs": [{"name": "INPUT0", "shape": [3], "datatype": "INT32", "data": [1, 2, 3]}]}
+    assert infer_json(server, "nobatch", bad)[0] == 400
+    assert infer_json(server, "nobatch", {"inputs": "x"})[0] == 500
+    assert fail_count() == before
+
+
+def test_chunked_request_body_is_accepted(server: ServerThread) -> None:
+    body = json.dumps({"inputs": [fp32_input([2.0] * 16)]}).encode()
+    host, port = server.http_url.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        head = (
+            b"POST /v2/models/identity_fp32/infer HTTP/1.1\r\nHost: x\r\n"
+            b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        )
+        half = len(body) // 2
+        chunks = b"".join(
+            f"{len(part):x}\r\n".encode() + part + b"\r\n" for part in (body[:half], body[half:])
+        )
+        sock.sendall(head + chunks + b"0\r\n\r\n")
+        reply = _read_all(sock)
+    assert reply.startswith(b"HTTP/1.1 200")
+    assert b'"data":[2.0,2.0' in reply
