@@ -26,10 +26,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--model-repository",
         action="append",
-        required=True,
+        default=[],
         type=Path,
         metavar="DIR",
-        help="model repository directory (repeatable)",
+        help="model repository directory (repeatable); omit to serve a bundled --model (resnet50)",
     )
     parser.add_argument(
         "--model",

@@ -184,3 +184,28 @@ def test_server_thread_exposes_core_and_stops(tmp_path: Path) -> None:
         raw_request(url, "GET", "/v2/health/live", timeout_s=5)
     with pytest.raises(RuntimeError, match="not running"):
         _ = server.http_url
+
+
+def test_python_dash_m_bundled_model_with_sim_device() -> None:
+    """No --model-repository: the bundled resnet50 is materialised (simulated device: no ONNX)."""
+    process = start_subprocess(
+        "--model",
+        "resnet50",
+        "--device",
+        "sim",
+        "--http-port",
+        "0",
+        "--grpc-port",
+        "0",
+        "--metrics-port",
+        "0",
+    )
+    try:
+        addresses = read_ready_line(process)
+        status, _, body = raw_request(addresses.http_url, "GET", "/v2/models/resnet50/config")
+        assert status == 200
+        assert b'"backend":"simulated"' in body
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
