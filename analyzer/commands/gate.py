@@ -1,0 +1,582 @@
+"""``perfsweep gate``: a CI performance gate with honest statistics.
+
+Judge a result that exists::
+
+    perfsweep gate reports/run-1 --p99-ms 100 --min-throughput 500 --max-error-rate 0.001
+    perfsweep gate new.json --baseline old.json --max-regression 5%
+
+or measure and judge in one step (the managed reference server, or a running one with ``--url``)::
+
+    perfsweep gate --model resnet50 --device sim --rate-rps 60 --p99-ms 80 --repeats 3
+    perfsweep gate --url http://127.0.0.1:8000 --model m --scenario gate.toml \\
+        --baseline-url http://127.0.0.1:9000 --max-regression 5% --repeats 5
+
+With two live targets the measurements alternate (baseline, candidate, candidate, baseline, ...)
+so that drift of the machine hits both alike. Criteria come from flags, else the ``[gate]`` table
+of ``--scenario``, else ``./perfsweep.toml``'s ``[gate]``; in measure mode with none of these the
+scenario's ``[goals]`` are used.
+
+Outputs: a console table; Markdown (``--markdown FILE``, and appended to ``$GITHUB_STEP_SUMMARY``
+when set); JUnit XML (``--junit FILE``), one test case per criterion. Exit codes: 0 pass, 1 a
+criterion failed, 2 bad usage or input, 3 the target failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import socket
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from analyzer.errors import GoalNotMetError, InputError
+from analyzer.gate import (
+    Criteria,
+    GateInput,
+    GateReport,
+    evaluate,
+    from_measurements,
+    read_result,
+    render_console,
+    render_junit,
+    render_markdown,
+)
+from analyzer.measure import Arrival, LoadMode, LoadSpec, Measurement, load_output_dict
+from analyzer.scenario import GateSection, Scenario, bundled_scenario, load_scenario
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+if TYPE_CHECKING:
+    from analyzer.target import Target
+
+#: Offered rate relative to the throughput floor when no rate is given: an adequate server then
+#: clears the floor even though a finite window never completes exactly the offered rate.
+FLOOR_HEADROOM = 1.1
+
+PROJECT_FILE = Path("perfsweep.toml")
+
+
+def parse_fraction(text: str) -> float:
+    """``5%`` -> 0.05; ``0.05`` -> 0.05."""
+    raw = text.strip()
+    try:
+        return float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
+    except ValueError as exc:
+        raise InputError(
+            f"--max-regression takes a percentage like 5% (or 0.05), got {text!r}"
+        ) from exc
+
+
+def project_gate_table(path: Path = PROJECT_FILE) -> GateSection | None:
+    """The ``[gate]`` table of ``perfsweep.toml`` (other tables belong to other tools)."""
+    if not path.is_file():
+        return None
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(f"{path} is not valid TOML: {exc}") from exc
+    table = data.get("gate")
+    if table is None:
+        return None
+    try:
+        return GateSection.model_validate(table)
+    except ValueError as exc:
+        raise InputError(f"{path} [gate]: {exc}".splitlines()[0]) from exc
+
+
+@dataclass(frozen=True)
+class GateFlags:
+    """The criteria flags as given (None = not given)."""
+
+    p99_ms: float | None = None
+    min_throughput_rps: float | None = None
+    max_error_rate: float | None = None
+    max_regression: float | None = None
+    alpha: float | None = None
+
+
+def resolve_criteria(
+    flags: GateFlags, table: GateSection | None, goals_fallback: Scenario | None = None
+) -> Criteria:
+    """Flags win over the ``[gate]`` table; with no criterion at all, the scenario's goals."""
+    t = table or GateSection()
+    p99 = flags.p99_ms if flags.p99_ms is not None else t.p99_ms
+    floor = (
+        flags.min_throughput_rps if flags.min_throughput_rps is not None else t.min_throughput_rps
+    )
+    errors = flags.max_error_rate if flags.max_error_rate is not None else t.max_error_rate
+    regression = flags.max_regression
+    if regression is None and t.max_regression_pct is not None:
+        regression = t.max_regression_pct / 100.0
+    nothing = p99 is None and floor is None and errors is None and regression is None
+    if goals_fallback is not None and nothing:
+        g = goals_fallback.goals
+        p99, errors = g.p99_ms, g.max_error_rate
+        floor = g.min_throughput_rps or None
+    return Criteria(
+        p99_ms=p99,
+        min_throughput_rps=floor,
+        max_error_rate=errors,
+        max_regression=regression,
+        alpha=flags.alpha if flags.alpha is not None else t.alpha,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Measure mode
+
+
+@dataclass(frozen=True)
+class MeasurePlan:
+    """What one repeat measures, identical for candidate and live baseline."""
+
+    spec: LoadSpec
+    repeats: int
+
+    def describe(self) -> str:
+        unit = "req/s" if self.spec.mode is LoadMode.REQUEST_RATE else "users"
+        return f"{self.spec.target:g} {unit}, {self.repeats} repeat(s)"
+
+
+def plan_measurement(
+    scenario: Scenario,
+    criteria: Criteria,
+    repeats: int,
+    rate_rps: float | None,
+    concurrency: int | None,
+    arrival: str | None,
+    warmup_s: float | None,
+    window_s: float | None,
+    windows: int,
+) -> MeasurePlan:
+    """The fixed load level each repeat measures (flags > scenario > throughput floor)."""
+    t, b = scenario.traffic, scenario.budget
+    if rate_rps is not None and concurrency is not None:
+        raise InputError("give --rate-rps or --concurrency, not both")
+    if concurrency is not None or (rate_rps is None and t.mode == "concurrency"):
+        level = concurrency or t.concurrency
+        if level is None:
+            raise InputError("closed-loop gate needs --concurrency N (or traffic.concurrency)")
+        mode, target = LoadMode.CONCURRENCY, float(level)
+    else:
+        rate = rate_rps or t.rate_rps
+        if rate is None and criteria.min_throughput_rps:
+            rate = criteria.min_throughput_rps * FLOOR_HEADROOM
+        if rate is None:
+            raise InputError(
+                "measure-and-gate needs a load level: --rate-rps R (or traffic.rate_rps, or "
+                "--min-throughput, which offers 10% above the floor)"
+            )
+        mode, target = LoadMode.REQUEST_RATE, float(rate)
+    # Constant arrivals unless the scenario asks otherwise: a throughput floor then does not
+    # flake on Poisson noise in the number of arrivals per window.
+    chosen = arrival or (t.arrival if "arrival" in t.model_fields_set else "constant")
+    if chosen not in ("poisson", "constant"):
+        raise InputError(f"--arrival must be poisson or constant, got {chosen!r}")
+    if windows < 1:
+        raise InputError(f"--windows must be >= 1, got {windows}")
+    spec = LoadSpec(
+        mode=mode,
+        target=target,
+        arrival=Arrival(chosen),
+        warmup_s=b.warmup_s if warmup_s is None else warmup_s,
+        window_s=b.window_s if window_s is None else window_s,
+        # The gate wants comparable repeats, not early stops: every repeat runs all windows.
+        stable_windows=windows,
+        max_windows=windows,
+        seed=scenario.run.seed,
+    )
+    if repeats < 1:
+        raise InputError(f"--repeats must be >= 1, got {repeats}")
+    return MeasurePlan(spec, repeats)
+
+
+def measurement_hash(scenario: Scenario, plan: MeasurePlan, device: str) -> str:
+    """Fingerprint of what was measured (not where: URLs and paths change between CI runs)."""
+    s = plan.spec
+    data = {
+        "model": scenario.model.name,
+        "device": device,
+        "input": scenario.input.model_dump(),
+        "level": [s.mode.value, s.target, s.arrival.value],
+        "windows": [s.warmup_s, s.window_s, s.max_windows],
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _http_url(url: str) -> str:
+    return url if url.startswith(("http://", "https://")) else f"http://{url}"
+
+
+def make_target(scenario: Scenario, url: str | None, workdir: Path) -> Target:
+    """A remote target at ``url``, else the managed reference server the scenario describes."""
+    from analyzer.target import ManagedServer, RemoteTarget
+
+    m = scenario.model
+    if url:
+        return RemoteTarget(_http_url(url), m.name)
+    return ManagedServer(
+        m.name,
+        m.device,
+        workdir / "server" / "server.log",
+        repository=m.repository,
+        startup_timeout_s=m.startup_timeout_s,
+    )
+
+
+@contextlib.contextmanager
+def _started(target: Target | None) -> Iterator[None]:
+    if target is None:
+        yield
+        return
+    target.start()
+    try:
+        yield
+    finally:
+        target.stop()
+
+
+def measure_targets(
+    plan: MeasurePlan,
+    scenario: Scenario,
+    candidate: Target,
+    baseline: Target | None = None,
+    echo: Any = print,
+) -> tuple[list[Measurement], list[Measurement]]:
+    """Measure ``plan.repeats`` times each target; alternate the order with a live baseline.
+
+    Rounds go (baseline, candidate), (candidate, baseline), ... so a slow drift of the machine
+    adds about the same to both sides.
+
+    Returns:
+        (candidate measurements, baseline measurements) in the order taken.
+    """
+    with _started(candidate), _started(baseline):
+        from analyzer.load import EngineOptions, LocustLoadGenerator  # gevent: only from here on
+
+        def options(target: Target) -> EngineOptions:
+            return EngineOptions(
+                url=target.url.split("://", 1)[-1],
+                model=target.model,
+                protocol="http",
+                data_mode=scenario.input.data,
+                batch_size=scenario.input.batch_size,
+            )
+
+        with contextlib.ExitStack() as stack:
+            gens = {"candidate": stack.enter_context(LocustLoadGenerator(options(candidate)))}
+            if baseline is not None:
+                gens["baseline"] = stack.enter_context(LocustLoadGenerator(options(baseline)))
+            results: dict[str, list[Measurement]] = {name: [] for name in gens}
+            for i in range(plan.repeats):
+                order = list(gens)
+                if baseline is not None and i % 2 == 0:
+                    order.reverse()
+                for name in order:
+                    # Same seed for both sides of a round (paired), a new one per round.
+                    spec = dataclasses.replace(plan.spec, seed=plan.spec.seed + i)
+                    m = gens[name].measure(spec)
+                    gens[name].drain(30.0)
+                    results[name].append(m)
+                    echo(
+                        f"{name} repeat {i + 1}/{plan.repeats}: {m.throughput_rps:.1f} req/s, "
+                        f"p99 {m.p99_ms:.2f} ms, errors {m.error_count}/{m.request_count}"
+                    )
+    return results["candidate"], results.get("baseline", [])
+
+
+def live_environment(
+    scenario: Scenario, target: Target, plan: MeasurePlan, url: str | None
+) -> dict[str, Any]:
+    """The environment recorded with a measured result (and checked against a baseline)."""
+    return {
+        "host": socket.gethostname(),
+        "model": target.model,
+        "device": target.device,
+        "scenario_hash": measurement_hash(scenario, plan, target.device),
+        "target_url": url or "managed reference server",
+        "level": f"{plan.spec.mode.value} {plan.spec.target:g}",
+    }
+
+
+def _gate_environment(env: Mapping[str, Any], level: str) -> dict[str, str | None]:
+    return {
+        "model": env.get("model"),
+        "device": env.get("device"),
+        "scenario_hash": env.get("scenario_hash"),
+        "measure": level,
+        "host": env.get("host"),
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# Outputs
+
+
+def publish(report: GateReport, junit: Path | None, markdown: Path | None, echo: Any) -> None:
+    """Console table, Markdown (file and ``$GITHUB_STEP_SUMMARY``), JUnit XML."""
+    echo(render_console(report).rstrip("\n"))
+    for r in report.results:
+        echo(f"  {r.name}: {r.detail}")
+    for note in (*report.candidate.notes, *(report.baseline.notes if report.baseline else ())):
+        echo(f"  note: {note}")
+    for reason in report.forced:
+        echo(f"  forced despite: {reason}")
+    text = render_markdown(report)
+    if markdown is not None:
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(text, encoding="utf-8")
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        with open(step_summary, "a", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+    if junit is not None:
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.write_text(render_junit(report), encoding="utf-8")
+
+
+def _write_load_doc(path: Path, measurements: list[Measurement], env: Mapping[str, Any]) -> None:
+    from analyzer.results import write_json
+
+    write_json(path, load_output_dict(measurements, None, env))
+
+
+# --------------------------------------------------------------------------------------------------
+# The command
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``perfsweep gate`` to ``app``."""
+
+    @app.command("gate")
+    def gate(
+        result: Annotated[
+            Path | None,
+            typer.Argument(
+                help="Run directory, summary.json or `perfsweep load --output` file "
+                "(omit to measure now)."
+            ),
+        ] = None,
+        p99_ms: Annotated[float | None, typer.Option(help="Fail when p99 > this (ms).")] = None,
+        min_throughput: Annotated[
+            float | None, typer.Option(help="Fail when throughput < this (req/s).")
+        ] = None,
+        max_error_rate: Annotated[
+            float | None, typer.Option(help="Fail when the failed fraction > this.")
+        ] = None,
+        baseline: Annotated[
+            Path | None, typer.Option(help="Baseline result to compare with.")
+        ] = None,
+        max_regression: Annotated[
+            str | None,
+            typer.Option(
+                help="Tolerated worsening vs the baseline, e.g. 5% (significance needed)."
+            ),
+        ] = None,
+        alpha: Annotated[
+            float | None, typer.Option(help="Significance level of the regression test.")
+        ] = None,
+        force: Annotated[
+            bool,
+            typer.Option("--force", help="Compare results from different environments anyway."),
+        ] = False,
+        level: Annotated[
+            float | None, typer.Option(help="Load level (target) to judge in a load result.")
+        ] = None,
+        junit: Annotated[Path | None, typer.Option(help="Write JUnit XML here.")] = None,
+        markdown: Annotated[
+            Path | None, typer.Option(help="Write the Markdown summary here.")
+        ] = None,
+        scenario_file: Annotated[
+            Path | None,
+            typer.Option("--scenario", help="Scenario TOML (load level, windows, \\[gate] table)."),
+        ] = None,
+        url: Annotated[
+            str | None, typer.Option(help="Measure this running server (HTTP URL).")
+        ] = None,
+        model: Annotated[str | None, typer.Option(help="Model to measure.")] = None,
+        model_repository: Annotated[
+            Path | None, typer.Option(help="Model repository for the managed reference server.")
+        ] = None,
+        device: Annotated[
+            str | None, typer.Option(help="auto | cpu | cuda | sim (managed server).")
+        ] = None,
+        baseline_url: Annotated[
+            str | None,
+            typer.Option(help="A live baseline server, measured interleaved with the candidate."),
+        ] = None,
+        repeats: Annotated[
+            int | None, typer.Option(help="Measurements per target (default: [gate] or 3).")
+        ] = None,
+        rate_rps: Annotated[float | None, typer.Option(help="Offered load, req/s.")] = None,
+        concurrency: Annotated[
+            int | None, typer.Option(help="Closed-loop users (instead of --rate-rps).")
+        ] = None,
+        arrival: Annotated[str | None, typer.Option(help="constant (default) or poisson.")] = None,
+        warmup_s: Annotated[float | None, typer.Option(help="Warm-up per repeat, s.")] = None,
+        window_s: Annotated[float | None, typer.Option(help="Window length, s.")] = None,
+        windows: Annotated[int, typer.Option(help="Windows per repeat.")] = 2,
+        output: Annotated[
+            Path | None,
+            typer.Option(help="Save the candidate's measurements (a baseline for later gates)."),
+        ] = None,
+        baseline_output: Annotated[
+            Path | None, typer.Option(help="Save the live baseline's measurements.")
+        ] = None,
+    ) -> None:
+        """Fail CI when a result misses absolute goals or regresses significantly vs a baseline."""
+        flags = GateFlags(
+            p99_ms=p99_ms,
+            min_throughput_rps=min_throughput,
+            max_error_rate=max_error_rate,
+            max_regression=parse_fraction(max_regression) if max_regression else None,
+            alpha=alpha,
+        )
+        measure_flags = {
+            "--url": url,
+            "--model": model,
+            "--model-repository": model_repository,
+            "--device": device,
+            "--baseline-url": baseline_url,
+            "--repeats": repeats,
+            "--rate-rps": rate_rps,
+            "--concurrency": concurrency,
+            "--output": output,
+        }
+        echo = typer.echo
+        if result is not None:
+            given = [name for name, value in measure_flags.items() if value is not None]
+            if given:
+                raise InputError(
+                    f"{', '.join(given)} measure a live target; drop them to judge {result}, "
+                    "or drop RESULT to measure"
+                )
+            table = None
+            if scenario_file is not None:
+                table = load_scenario(scenario_file).gate
+            table = table or project_gate_table()
+            criteria = resolve_criteria(flags, table)
+            base_path = baseline or _table_baseline(table, scenario_file)
+            candidate = read_result(result, level)
+            base = read_result(base_path, level) if base_path else None
+            report = evaluate(candidate, criteria, base, force=force)
+        else:
+            report = _measure_and_gate(
+                flags,
+                scenario_file,
+                model,
+                model_repository,
+                device,
+                url,
+                baseline,
+                baseline_url,
+                repeats,
+                rate_rps,
+                concurrency,
+                arrival,
+                warmup_s,
+                window_s,
+                windows,
+                output,
+                baseline_output,
+                level,
+                force,
+                echo,
+            )
+        publish(report, junit, markdown, echo)
+        if not report.passed:
+            names = ", ".join(r.name for r in report.failures)
+            raise GoalNotMetError(f"performance gate failed: {names}")
+
+
+def _table_baseline(table: GateSection | None, scenario_file: Path | None) -> Path | None:
+    """``[gate] baseline`` resolved relative to the file that declares it."""
+    if table is None or table.baseline is None:
+        return None
+    path = Path(table.baseline)
+    if not path.is_absolute() and scenario_file is not None:
+        path = scenario_file.parent / path
+    return path
+
+
+def _measure_and_gate(
+    flags: GateFlags,
+    scenario_file: Path | None,
+    model: str | None,
+    model_repository: Path | None,
+    device: str | None,
+    url: str | None,
+    baseline: Path | None,
+    baseline_url: str | None,
+    repeats: int | None,
+    rate_rps: float | None,
+    concurrency: int | None,
+    arrival: str | None,
+    warmup_s: float | None,
+    window_s: float | None,
+    windows: int,
+    output: Path | None,
+    baseline_output: Path | None,
+    level: float | None,
+    force: bool,
+    echo: Any,
+) -> GateReport:
+    if baseline is not None and baseline_url is not None:
+        raise InputError("give --baseline (a result file) or --baseline-url (live), not both")
+    overrides = {
+        "model.name": model,
+        "model.repository": str(model_repository) if model_repository else None,
+        "model.device": device,
+    }
+    path = scenario_file
+    if path is None and url is None and model_repository is None:
+        path = bundled_scenario(model or "resnet50", device)
+    scenario = load_scenario(path, overrides)
+    table = scenario.gate if scenario_file is not None else None
+    table = table or project_gate_table()
+    criteria = resolve_criteria(flags, table, goals_fallback=scenario)
+    base_path = baseline or _table_baseline(table, scenario_file)
+    if base_path is None and baseline_url is None and criteria.max_regression is not None:
+        raise InputError("--max-regression needs --baseline FILE or --baseline-url URL")
+    n = repeats if repeats is not None else (table.repeats if table else GateSection().repeats)
+    plan = plan_measurement(
+        scenario, criteria, n, rate_rps, concurrency, arrival, warmup_s, window_s, windows
+    )
+    base_file = read_result(base_path, level) if base_path else None
+    echo(f"perfsweep gate: measuring {scenario.model.name} at {plan.describe()}")
+    with tempfile.TemporaryDirectory(prefix="perfsweep-gate-") as tmp:
+        candidate_target = make_target(scenario, url, Path(tmp))
+        from analyzer.target import RemoteTarget
+
+        baseline_target = (
+            RemoteTarget(_http_url(baseline_url), scenario.model.name) if baseline_url else None
+        )
+        cand_ms, base_ms = measure_targets(plan, scenario, candidate_target, baseline_target, echo)
+        cand_env = live_environment(scenario, candidate_target, plan, url)
+    level_text = f"{plan.spec.mode.value} {plan.spec.target:g}"
+    if output is not None:
+        _write_load_doc(output, cand_ms, cand_env)
+    candidate = from_measurements(
+        cand_ms, url or "managed reference server", _gate_environment(cand_env, level_text)
+    )
+    base: GateInput | None = base_file
+    if baseline_target is not None:
+        base_env = {**cand_env, "target_url": baseline_url}
+        if baseline_output is not None:
+            _write_load_doc(baseline_output, base_ms, base_env)
+        base = from_measurements(
+            base_ms, str(baseline_url), _gate_environment(base_env, level_text)
+        )
+    return evaluate(candidate, criteria, base, force=force)
