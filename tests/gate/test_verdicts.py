@@ -223,7 +223,7 @@ def test_incompatible_environments_are_refused_with_reasons_unless_forced() -> N
         "device differs: baseline 'cuda', candidate 'sim'",
         "scenario_hash differs: baseline '111', candidate '222'",
     ]
-    with pytest.raises(InputError, match="refusing to compare.*device differs.*--force") as info:
+    with pytest.raises(InputError, match=r"refusing to compare.*device differs.*--force") as info:
         evaluate(cand, Criteria(max_regression=0.05), baseline=base)
     assert info.value.exit_code == 2
     forced = evaluate(cand, Criteria(max_regression=0.05), baseline=base, force=True)
