@@ -698,7 +698,7 @@ def from_summary(
     env: dict[str, str | None] = {
         "model": _str(summary.get("model")),
         "device": _str(summary.get("device")),
-        "gpu": ", ".join(gpu) if isinstance(gpu, list) else _str(gpu),
+        "gpu": (", ".join(gpu) or None) if isinstance(gpu, list) else _str(gpu),
         "scenario_hash": _str(environment.get("scenario_hash")),
         "measure": measure,
         "host": _str(environment.get("host")),

@@ -1,0 +1,189 @@
+"""Reading results for the gate: run directories, summary.json, ``perfsweep load`` output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analyzer.errors import InputError, ResultFormatError
+from analyzer.gate import from_load_document, read_result
+from analyzer.measure import (
+    CapacityResult,
+    Goals,
+    LoadMode,
+    Measurement,
+    WindowStats,
+    load_output_dict,
+)
+from analyzer.results import RunDirectory
+
+
+def window(i: int, rps: float, p99: float) -> WindowStats:
+    return WindowStats(i, 1.0, int(rps), 0, rps, p99 / 2, p99, p99 / 2)
+
+
+def measurement(
+    target: float, rps: float, p99: float, windows: tuple[WindowStats, ...] = (), errors: int = 0
+) -> Measurement:
+    return Measurement(
+        mode=LoadMode.REQUEST_RATE,
+        target=target,
+        throughput_rps=rps,
+        p50_ms=p99 / 2,
+        p90_ms=p99 * 0.8,
+        p95_ms=p99 * 0.9,
+        p99_ms=p99,
+        request_count=1000,
+        error_count=errors,
+        stable=True,
+        valid=True,
+        send_lag_p99_ms=0.1,
+        server=None,
+        windows=windows,
+    )
+
+
+ENV = {"model": "m", "device": "sim", "scenario_hash": "h", "host": "ci"}
+
+
+def write(path: Path, doc: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_one_level_is_sampled_by_its_windows(tmp_path: Path) -> None:
+    m = measurement(50, 49.5, 8.0, (window(0, 49, 7.5), window(1, 50, 8.5), window(2, 49.5, 8.0)))
+    g = read_result(write(tmp_path / "r.json", load_output_dict([m], environment=ENV)))
+    assert (g.throughput_rps, g.p99_ms, g.error_rate) == (49.5, 8.0, 0.0)
+    assert g.sample_basis == "windows"
+    assert g.throughput_samples == (49.0, 50.0, 49.5)
+    assert g.p99_samples == (7.5, 8.5, 8.0)
+    assert g.environment["measure"] == "request_rate 50"
+    assert g.environment["scenario_hash"] == "h"
+
+
+def test_repeats_at_one_level_are_samples_and_the_headline_is_their_median() -> None:
+    doc = load_output_dict(
+        [measurement(50, 48, 9.0, errors=10), measurement(50, 50, 7.0), measurement(50, 49, 8.0)],
+        environment=ENV,
+    )
+    g = from_load_document(doc, "r.json")
+    assert g.sample_basis == "repeats"
+    assert g.throughput_samples == (48, 50, 49)
+    assert (g.throughput_rps, g.p99_ms) == (49, 8.0)
+    assert g.error_rate == pytest.approx(10 / 3000)
+
+
+def test_level_selection() -> None:
+    doc = load_output_dict([measurement(10, 10, 2.0), measurement(80, 79, 9.0)], environment=ENV)
+    highest = from_load_document(doc, "r.json")
+    assert highest.p99_ms == 9.0
+    assert any("highest load level" in n for n in highest.notes)
+    assert from_load_document(doc, "r.json", level=10).p99_ms == 2.0
+    with pytest.raises(InputError, match="no load level 20"):
+        from_load_document(doc, "r.json", level=20)
+
+
+def test_capacity_result_is_one_sample() -> None:
+    best = measurement(120, 119, 40.0)
+    cap = CapacityResult(Goals(p99_ms=50), 120.0, (best, measurement(240, 200, 300.0)), best, True)
+    g = from_load_document(load_output_dict(list(cap.points), cap, ENV), "cap.json")
+    assert (g.throughput_rps, g.p99_ms, g.sample_basis) == (120.0, 40.0, "single")
+    assert g.environment["measure"] == "capacity at p99 <= 50 ms"
+
+
+def test_unknown_load_format_version_is_refused(tmp_path: Path) -> None:
+    doc = {**load_output_dict([measurement(50, 50, 8.0)]), "format_version": 99}
+    with pytest.raises(ResultFormatError) as info:
+        read_result(write(tmp_path / "r.json", doc))
+    assert info.value.exit_code == 2
+
+
+def test_not_a_result(tmp_path: Path) -> None:
+    with pytest.raises(ResultFormatError, match="not a perfsweep result"):
+        read_result(write(tmp_path / "x.json", {"kind": "something"}))
+    with pytest.raises(InputError, match="does not exist"):
+        read_result(tmp_path / "missing.json")
+    with pytest.raises(InputError, match=r"no summary\.json"):
+        read_result(tmp_path)
+
+
+def summary(best_number: int | None, validation: list[dict[str, Any]]) -> dict[str, Any]:
+    config = {
+        "max_batch_size": 8,
+        "max_queue_delay_us": 100,
+        "preferred_batch_size": [],
+        "instance_count": 1,
+    }
+    best = (
+        None
+        if best_number is None
+        else {
+            "config": config,
+            "throughput_rps": 410.0,
+            "p50_ms": 9.0,
+            "p99_ms": 30.0,
+            "meets_goals": True,
+            "trial_number": best_number,
+            "config_path": "best/config.pbtxt",
+            "validated_throughput_rps": 400.0,
+        }
+    )
+    return {
+        "run_id": "m-20260101-000000",
+        "model": "m",
+        "device": "sim",
+        "target_url": "http://127.0.0.1:1",
+        "goals": {"p99_ms": 40.0, "min_throughput_rps": 0.0, "max_error_rate": 0.01},
+        "objective": "throughput",
+        "baseline": {
+            "config": config,
+            "throughput_rps": 100.0,
+            "p50_ms": 5.0,
+            "p99_ms": 12.0,
+            "meets_goals": True,
+            "trial_number": -1,
+        },
+        "best": best,
+        "gain": 4.1,
+        "validation": validation,
+        "environment": {"host": "ci", "gpu": [], "scenario_hash": "s1"},
+        "scenario": {},
+    }
+
+
+def test_run_directory_uses_validation_repeats_and_the_trial_record(tmp_path: Path) -> None:
+    run = RunDirectory(tmp_path / "run")
+    validation = [
+        {"trial_number": 3, "throughput_rps": [400.0, 420.0, 415.0], "p99_ms": [31.0, 29.0, 30.0]},
+        {"trial_number": 5, "throughput_rps": [300.0, 310.0], "p99_ms": [35.0, 36.0]},
+    ]
+    run.write_summary(summary(3, validation))
+    run.write_trial({"number": 3, "source": "search", "state": "complete", "error_rate": 0.002})
+    g = read_result(run.root)
+    assert (g.throughput_rps, g.p99_ms) == (410.0, 30.0)
+    assert g.sample_basis == "repeats"
+    assert g.throughput_samples == (400.0, 420.0, 415.0)
+    assert g.error_rate == 0.002
+    assert g.environment["measure"] == "capacity at p99 <= 40 ms"
+    assert g.environment["scenario_hash"] == "s1"
+    assert g.environment["gpu"] is None  # no GPU: the fact is unknown, not a mismatch
+    # The same summary read as a file also finds the trial record beside it.
+    assert read_result(run.summary_json).error_rate == 0.002
+
+
+def test_summary_without_best_judges_the_baseline_config(tmp_path: Path) -> None:
+    path = tmp_path / "summary.json"
+    doc = {"format_version": 1, "kind": "perfsweep.summary", **summary(None, [])}
+    g = read_result(write(path, doc))
+    assert (g.throughput_rps, g.sample_basis, g.error_rate) == (100.0, "single", None)
+    assert any("judging the baseline config" in n for n in g.notes)
+
+
+def test_unknown_summary_version_is_refused(tmp_path: Path) -> None:
+    doc = {"format_version": 2, "kind": "perfsweep.summary", **summary(3, [])}
+    with pytest.raises(ResultFormatError, match="format_version 2"):
+        read_result(write(tmp_path / "summary.json", doc))
