@@ -1,0 +1,401 @@
+"""Locust web UI extension: the "Server" tab, its JSON routes, the config form and the login.
+
+``install`` is an ``init`` event listener (registered by the locustfiles). On every process it
+makes the exact recorder reach the dashboard: a worker pushes its recorder delta to the master
+once a second (``perfsweep_tick`` message); the process with the web UI merges them (plus its
+own users' when it runs them) into a :class:`~analyzer.load.web.live.ClientWindow`, scrapes the
+target's statistics and metrics into a :class:`~analyzer.load.web.live.ServerWindow`, and serves:
+
+* ``GET /perfsweep/server``: the dashboard document (``live.dashboard``);
+* ``GET /perfsweep/config``, ``POST /perfsweep/config``: the model's batching knobs, read and
+  applied with the repository API (``POST /v2/repository/models/<m>/load`` with a config
+  override, as the sweep does) while load runs;
+* ``/perfsweep/static/*``: the panel script and style injected into Locust's page.
+
+Locust's own UI shows a "Server" tab (``extended_tabs``) whose table lists the headline numbers;
+the injected script adds charts, the batch-size histogram and the config form above that table.
+
+Safety: the dashboard binds 127.0.0.1 unless told otherwise; on any other address it refuses to
+start without ``--web-login`` and a password from ``PERFSWEEP_UI_PASSWORD``.
+"""
+
+from __future__ import annotations
+
+import analyzer.load._gevent  # noqa: F401  (isort: skip) patch first
+import collections
+import hmac
+import json
+import logging
+import secrets
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gevent
+from flask import Blueprint, Response, jsonify, redirect, request, send_from_directory, session
+from flask_login import UserMixin, login_user
+from jinja2 import ChoiceLoader, DictLoader
+from locust.env import Environment
+from locust.html import DEFAULT_BUILD_PATH
+from locust.runners import LocalRunner, MasterRunner, WorkerRunner
+
+from analyzer.errors import InputError, PerfsweepError
+from analyzer.load.recorder import Tick
+from analyzer.load.web.live import (
+    HISTORY_POINTS,
+    ClientWindow,
+    Point,
+    ServerWindow,
+    dashboard,
+    parse_config_request,
+    table_rows,
+    tick_point,
+)
+from analyzer.load.web.options import (
+    TargetSettings,
+    exposure_problem,
+    login_from_env,
+)
+from analyzer.load.web.users import live_state
+from analyzer.server_stats import ServerScraper, http_stats_source
+
+log = logging.getLogger(__name__)
+
+TICK_MESSAGE = "perfsweep_tick"
+TAB_KEY = "server"
+STATIC_DIR = Path(__file__).parent / "static"
+#: How often (seconds) the dashboard re-reads the model config (it may change from elsewhere).
+CONFIG_REFRESH_S = 5.0
+#: The line ``perfsweep ui`` (and tests) read to learn the dashboard's address.
+READY_PREFIX = "perfsweep ui: dashboard at "
+
+
+class Dashboard:
+    """The web UI process's live view: collects ticks, scrapes the server, applies configs.
+
+    Args:
+        environment: Locust environment (its runner and host are read on every step).
+        clock: Monotonic clock (tests pass a fake one).
+    """
+
+    def __init__(self, environment: Environment, clock: Callable[[], float] = time.monotonic):
+        self.environment = environment
+        self.clock = clock
+        self.client = ClientWindow()
+        self.server = ServerWindow()
+        self.history: collections.deque[Point] = collections.deque(maxlen=HISTORY_POINTS)
+        self.config: dict[str, Any] | None = None
+        self.errors: dict[str, str] = {}
+        self._worker_ticks: list[dict[str, Any]] = []
+        self._scraper: ServerScraper | None = None
+        self._scraper_key: tuple[str, str, str] | None = None
+        self._config_read_at = -1e9
+        self.doc: dict[str, Any] = self._document(self.clock())
+
+    # ---- inputs -----------------------------------------------------------------------------
+
+    def on_worker_tick(self, environment: Environment, msg: Any, **_: Any) -> None:
+        """A worker's recorder delta (``perfsweep_tick`` message)."""
+        self._worker_ticks.append(msg.data)
+
+    def reset(self, **_: Any) -> None:
+        """A new test (or Locust's "reset stats"): the exact numbers start afresh too."""
+        self.client.reset()
+        self.history.clear()
+
+    # ---- the once-a-second step -------------------------------------------------------------
+
+    def settings(self) -> tuple[TargetSettings, str] | None:
+        """Target settings and model name, or None (recorded in ``errors``) when unknown."""
+        try:
+            settings = live_state(self.environment).settings()
+            model = live_state(self.environment).model(settings)
+        except (ValueError, PerfsweepError) as exc:
+            self.errors["target"] = str(exc)
+            return None
+        self.errors.pop("target", None)
+        return settings, model
+
+    def step(self) -> None:
+        """Collect one second of ticks and one server snapshot; rebuild the document."""
+        now = self.clock()
+        raw, self._worker_ticks = self._worker_ticks, []
+        if isinstance(self.environment.runner, LocalRunner):
+            raw.append(live_state(self.environment).recorder.take_tick())
+        tick = Tick.merge(raw) if raw else Tick()
+        self.client.add(now, tick)
+        view = None
+        target = self.settings()
+        if target is not None:
+            settings, model = target
+            scraper = self._scraper_for(settings, model)
+            view = self.server.add(now, scraper.snapshot())
+            self.errors.update({f"server {k}": v for k, v in scraper.errors.items()})
+            if now - self._config_read_at >= CONFIG_REFRESH_S:
+                self._refresh_config(settings, model)
+        runner = self.environment.runner
+        if tick.completed or (runner is not None and runner.user_count > 0):
+            self.history.append(tick_point(now, tick, view))
+        self.doc = self._document(now)
+
+    def _scraper_for(self, settings: TargetSettings, model: str) -> ServerScraper:
+        key = (settings.http_url, model, settings.metrics_url)
+        if self._scraper is None or key != self._scraper_key:
+            explicit = bool(getattr(self.environment.parsed_options, "metrics_url", ""))
+            self._scraper = ServerScraper(
+                model,
+                http_stats_source(settings.http_url, model),
+                settings.metrics_url,
+                metrics_optional=not explicit,  # a guessed port that fails is dropped silently
+            )
+            self._scraper_key = key
+            self.server = ServerWindow()
+        return self._scraper
+
+    def _target(self, settings: TargetSettings, model: str) -> Any:
+        from analyzer.target import RemoteTarget
+
+        return RemoteTarget(settings.http_url, model)
+
+    def _refresh_config(self, settings: TargetSettings, model: str) -> None:
+        from analyzer.sweep import knobs_of
+
+        self._config_read_at = self.clock()
+        try:
+            self.config = knobs_of(self._target(settings, model).model_config()).to_dict()
+            self.errors.pop("config", None)
+        except PerfsweepError as exc:
+            self.errors["config"] = str(exc)
+
+    def apply_config(self, posted: Any) -> dict[str, Any]:
+        """Apply posted knobs with the repository API; return the config the server now reports.
+
+        Raises:
+            InputError: the post is invalid or the server refused the config.
+            TargetError: the server could not be reached or the model did not come back.
+        """
+        from analyzer.search import Knobs
+        from analyzer.sweep import apply_knobs, knobs_of
+        from analyzer.target import ConfigRejectedError
+
+        target_settings = self.settings()
+        if target_settings is None:
+            raise InputError(self.errors.get("target", "no target"))
+        settings, model = target_settings
+        target = self._target(settings, model)
+        base = target.model_config()
+        wanted = Knobs.from_dict(parse_config_request(posted, knobs_of(base).to_dict()))
+        try:
+            target.load_config(apply_knobs(base, wanted))
+        except ConfigRejectedError as exc:
+            raise InputError(str(exc)) from exc
+        log.info("perfsweep: applied %s to %s", wanted.label(), model)
+        self._refresh_config(settings, model)
+        self.doc = self._document(self.clock())
+        return self.config or {}
+
+    def _document(self, now: float) -> dict[str, Any]:
+        runner = self.environment.runner
+        state = live_state(self.environment)
+        try:
+            settings = state.settings()
+            url, model = settings.http_url, state.known_model(settings)
+        except ValueError:
+            url, model = "", ""
+        return dashboard(
+            now=now,
+            model=model,
+            target=url,
+            state=runner.state if runner is not None else "missing",
+            users=runner.user_count if runner is not None else 0,
+            client=self.client,
+            server=self.server,
+            history=list(self.history),
+            config=self.config,
+            errors=self.errors,
+        )
+
+    def run(self, interval_s: float = 1.0) -> None:
+        """Step forever (a greenlet); one failed step is logged and does not stop the loop."""
+        while True:
+            started = self.clock()
+            try:
+                self.step()
+            except Exception:  # the dashboard must outlive a bad scrape
+                log.exception("perfsweep dashboard step failed")
+            gevent.sleep(max(0.05, interval_s - (self.clock() - started)))
+
+
+# --------------------------------------------------------------------------------------------------
+# Installation on Locust
+
+
+def _push_ticks(environment: Environment, runner: WorkerRunner, interval_s: float = 1.0) -> None:
+    state = live_state(environment)
+    while True:
+        gevent.sleep(interval_s)
+        runner.send_message(TICK_MESSAGE, state.recorder.take_tick())
+
+
+def _index_template() -> str:
+    """Locust's index.html with the panel's container, style and script added."""
+    html = (Path(DEFAULT_BUILD_PATH) / "index.html").read_text()
+    extra = (
+        '<div id="perfsweep-panel" hidden></div>\n'
+        '<link rel="stylesheet" href="./perfsweep/static/panel.css">\n'
+        '<script src="./perfsweep/static/panel.js"></script>\n'
+    )
+    return html.replace("</body>", extra + "</body>", 1)
+
+
+class _LoginUser(UserMixin):
+    def __init__(self, user_id: str) -> None:
+        self.id = user_id
+
+
+def _setup_login(web_ui: Any, credentials: tuple[str, str], bp: Blueprint) -> None:
+    user, password = credentials
+    web_ui.app.config["SECRET_KEY"] = secrets.token_hex(32)
+    web_ui.auth_args = {"username_password_callback": "./perfsweep/login"}
+
+    @web_ui.login_manager.user_loader
+    def load_user(user_id: str) -> _LoginUser | None:
+        return _LoginUser(user_id) if user_id == user else None
+
+    @bp.route("/login", methods=["POST"])
+    def login_submit() -> Any:
+        given_user = request.form.get("username", "")
+        given_password = request.form.get("password", "")
+        ok_user = hmac.compare_digest(given_user.encode(), user.encode())
+        ok_password = hmac.compare_digest(given_password.encode(), password.encode())
+        if ok_user and ok_password:
+            login_user(_LoginUser(user))
+            return redirect("../")
+        session["auth_error"] = "Invalid username or password"
+        return redirect("../login")
+
+
+def _check_exposure(web_ui: Any) -> tuple[str, str] | None:
+    """Bind loopback by default; refuse other addresses without a login. Returns credentials."""
+    credentials = login_from_env()
+    if web_ui.host == "" and not web_ui.web_login:
+        # Locust's default is every interface; perfsweep's is this machine only.
+        web_ui.host = "127.0.0.1"
+    problem = exposure_problem(web_ui.host, web_ui.web_login, credentials)
+    if problem:
+        log.error("perfsweep: %s", problem)
+        sys.stderr.write(f"error: {problem}\n")
+        sys.exit(2)
+    return credentials if web_ui.web_login else None
+
+
+def _announce(web_ui: Any, login_user_name: str | None) -> None:
+    """Print the bound address once the server listens (``--web-port 0`` picks a free one)."""
+    for _ in range(600):
+        server = web_ui.server
+        if server is not None and getattr(server, "socket", None) is not None:
+            host = web_ui.host or "0.0.0.0"
+            shown = f"[{host}]" if ":" in host else host
+            line = f"{READY_PREFIX}http://{shown}:{server.server_port}/"
+            if login_user_name:
+                line += f" (login required: user {login_user_name!r})"
+            else:
+                line += " (no login: loopback only)"
+            print(line, flush=True)
+            return
+        gevent.sleep(0.05)
+
+
+def install(environment: Environment, runner: Any = None, web_ui: Any = None, **_: Any) -> None:
+    """``init`` listener: wire the exact recorder, the Server tab, its routes and the login."""
+    runner = runner or environment.runner
+    if isinstance(runner, WorkerRunner):
+        gevent.spawn(_push_ticks, environment, runner)
+        return
+    if web_ui is None:
+        return  # headless: nothing to show
+    credentials = _check_exposure(web_ui)
+    if web_ui.userclass_picker_is_active:
+        environment.shape_class = None  # the form's "Default" until a shape is picked
+
+    board = Dashboard(environment)
+    environment.perfsweep_dashboard = board  # type: ignore[attr-defined]
+    if isinstance(runner, MasterRunner):
+        runner.register_message(TICK_MESSAGE, board.on_worker_tick)
+    environment.events.test_start.add_listener(board.reset)
+    environment.events.reset_stats.add_listener(board.reset)
+
+    app = web_ui.app
+    bp = Blueprint("perfsweep", __name__, url_prefix="/perfsweep")
+    auth = web_ui.auth_required_if_enabled
+
+    @bp.route("/server")
+    @auth
+    def server_doc() -> Response:
+        return jsonify(board.doc)
+
+    @bp.route("/config", methods=["GET"])
+    @auth
+    def get_config() -> Response:
+        target = board.settings()
+        if target is not None:
+            board._refresh_config(*target)
+        if board.config is None:
+            return _json_error(board.errors.get("config") or board.errors.get("target", ""), 503)
+        return jsonify({"ok": True, "config": board.config})
+
+    @bp.route("/config", methods=["POST"])
+    @auth
+    def post_config() -> Response:
+        try:
+            config = board.apply_config(request.get_json(force=True, silent=True))
+        except InputError as exc:
+            return _json_error(str(exc), 400)
+        except PerfsweepError as exc:
+            return _json_error(str(exc), 502)
+        return jsonify({"ok": True, "config": config})
+
+    @bp.route("/static/<path:name>")
+    def static(name: str) -> Response:
+        return send_from_directory(STATIC_DIR, name, max_age=0)
+
+    if credentials is not None:
+        _setup_login(web_ui, credentials, bp)
+    app.register_blueprint(bp)
+
+    if not web_ui.app.template_folder or Path(web_ui.app.template_folder) == Path(
+        DEFAULT_BUILD_PATH
+    ):
+        app.jinja_env.loader = ChoiceLoader(
+            [DictLoader({"index.html": _index_template()}), app.jinja_env.loader]
+        )
+    web_ui.template_args["extended_tabs"] = [{"title": "Server", "key": TAB_KEY}]
+    web_ui.template_args["extended_tables"] = [
+        {
+            "key": TAB_KEY,
+            "structure": [
+                {"key": "metric", "title": "Server metric"},
+                {"key": "value", "title": "Value"},
+            ],
+        }
+    ]
+
+    @app.after_request
+    def add_server_rows(response: Response) -> Response:
+        # /stats/requests is what Locust's page polls every 2 s: the tab's table rides along.
+        if request.path.endswith("/stats/requests") and response.is_json:
+            data = response.get_json()
+            data["extended_stats"] = [{"key": TAB_KEY, "data": table_rows(board.doc)}]
+            response.set_data(json.dumps(data))
+        return response
+
+    gevent.spawn(board.run)
+    gevent.spawn(_announce, web_ui, credentials[0] if credentials else None)
+
+
+def _json_error(message: str, status: int) -> Response:
+    response = jsonify({"ok": False, "error": message})
+    response.status_code = status
+    return response

@@ -1,0 +1,157 @@
+"""perfsweep's custom Locust arguments and the target settings read from them (no gevent here).
+
+The arguments are added to Locust's own parser (``init_command_line_parser``), so they work the
+same under ``perfsweep ui`` and a plain ``locust -f scenarios/locustfile.py``; the ones marked
+``include_in_web_ui`` appear in the web form's "Custom parameters" and reach every worker when a
+test starts.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+#: Environment variables holding the dashboard login (never on the command line: ``ps`` shows it).
+USER_ENV = "PERFSWEEP_UI_USER"
+PASSWORD_ENV = "PERFSWEEP_UI_PASSWORD"
+DEFAULT_USER = "perfsweep"
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def add_arguments(parser: Any) -> None:
+    """Add perfsweep's options to Locust's argument parser (a ``LocustArgumentParser``)."""
+    # Locust's parser takes ``include_in_web_ui`` only on top-level arguments, not in groups.
+    group = parser
+    group.add_argument(
+        "--triton-model",
+        default="",
+        include_in_web_ui=True,
+        help="Model to load-test (default: the first READY model in the repository index).",
+    )
+    group.add_argument(
+        "--grpc-url",
+        default="",
+        include_in_web_ui=True,
+        help="gRPC HOST:PORT for the gRPC users (default: the HTTP port + 1, Triton's layout).",
+    )
+    group.add_argument(
+        "--metrics-url",
+        default="",
+        help="Prometheus URL of the target (default: HTTP port + 2, Triton's layout).",
+    )
+    group.add_argument(
+        "--rate-per-user",
+        type=float,
+        default=10.0,
+        include_in_web_ui=True,
+        help="Open-loop users: requests/second each user offers (users x rate = offered load).",
+    )
+    group.add_argument(
+        "--arrival",
+        default="poisson",
+        choices=["poisson", "constant"],
+        include_in_web_ui=True,
+        help="Open-loop users: arrival process.",
+    )
+    group.add_argument(
+        "--shape-period-s",
+        type=float,
+        default=60.0,
+        include_in_web_ui=True,
+        help="Load shapes: ramp length, spike period, or the length of a diurnal 'day' (seconds).",
+    )
+    group.add_argument(
+        "--spike-factor",
+        type=float,
+        default=3.0,
+        include_in_web_ui=True,
+        help="Spike shape: users during a spike = users x this factor.",
+    )
+
+
+@dataclass(frozen=True)
+class TargetSettings:
+    """Where the Triton users send requests and where the dashboard reads the server's view.
+
+    Attributes:
+        http_url: ``http://host:port`` (Locust's host).
+        model: Model name ("" = discover).
+        grpc_url: ``host:port`` of the gRPC endpoint.
+        metrics_url: Full Prometheus URL.
+        rate_per_user: Open-loop requests/second per user.
+        arrival: ``poisson`` or ``constant``.
+    """
+
+    http_url: str
+    model: str = ""
+    grpc_url: str = ""
+    metrics_url: str = ""
+    rate_per_user: float = 10.0
+    arrival: str = "poisson"
+
+    @property
+    def http_address(self) -> str:
+        """``host:port`` without a scheme (what tritonclient expects)."""
+        parts = urlsplit(self.http_url if "://" in self.http_url else f"http://{self.http_url}")
+        return parts.netloc
+
+    @classmethod
+    def from_locust(cls, host: str | None, parsed_options: Any) -> TargetSettings:
+        """Build from Locust's host and parsed options (defaults follow Triton's port layout)."""
+        if not host:
+            raise ValueError(
+                "no target: set the Host field to the server's HTTP URL, e.g. http://127.0.0.1:8000"
+            )
+        http_url = host.rstrip("/")
+        if "://" not in http_url:
+            http_url = "http://" + http_url
+        parts = urlsplit(http_url)
+        hostname = parts.hostname or "127.0.0.1"
+        port = parts.port or 80
+        shown = f"[{hostname}]" if ":" in hostname else hostname
+
+        def opt(name: str, default: Any) -> Any:
+            value = getattr(parsed_options, name, None) if parsed_options is not None else None
+            return default if value in (None, "") else value
+
+        return cls(
+            http_url=http_url,
+            model=str(opt("triton_model", "")),
+            grpc_url=str(opt("grpc_url", f"{shown}:{port + 1}")),
+            metrics_url=str(opt("metrics_url", f"http://{shown}:{port + 2}/metrics")),
+            rate_per_user=float(opt("rate_per_user", 10.0)),
+            arrival=str(opt("arrival", "poisson")),
+        )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps the dashboard on this machine ("" = all interfaces: no)."""
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def login_from_env(environ: Any = os.environ) -> tuple[str, str] | None:
+    """(user, password) from ``PERFSWEEP_UI_USER`` / ``PERFSWEEP_UI_PASSWORD``; None when unset."""
+    password = environ.get(PASSWORD_ENV, "")
+    if not password:
+        return None
+    return environ.get(USER_ENV, "") or DEFAULT_USER, password
+
+
+def exposure_problem(web_host: str, web_login: bool, credentials: tuple[str, str] | None) -> str:
+    """Why serving the dashboard this way is unsafe ("" when it is fine)."""
+    if web_login and credentials is None:
+        return (
+            f"--web-login needs a password: set {PASSWORD_ENV} (and optionally {USER_ENV}, "
+            f"default {DEFAULT_USER!r}) in the environment"
+        )
+    if is_loopback(web_host) or web_login:
+        return ""
+    shown = web_host or "all interfaces"
+    return (
+        f"refusing to serve the dashboard on {shown} without a login: anyone who can reach it "
+        "could start load against your server and change its model config. Bind 127.0.0.1 "
+        f"(the default), or add --web-login and set {PASSWORD_ENV} (and optionally {USER_ENV})"
+    )

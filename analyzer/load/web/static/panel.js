@@ -1,0 +1,226 @@
+// perfsweep's Server panel: charts, batch-size histogram and the config form, shown above the
+// "Server" tab's table in Locust's page. Plain DOM (no build step); every value goes in through
+// textContent, never innerHTML, because it comes from a server.
+(function () {
+  "use strict";
+  var TAB = "server";
+  var POLL_MS = 1000;
+  var panel = document.getElementById("perfsweep-panel");
+  if (!panel) return;
+  var built = false;
+  var timer = null;
+  var el = {};
+
+  function activeTab() {
+    return new URLSearchParams(window.location.search).get("tab");
+  }
+
+  function make(tag, attrs, parent, text) {
+    var node = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
+    if (text !== undefined) node.textContent = text;
+    if (parent) parent.appendChild(node);
+    return node;
+  }
+
+  function build() {
+    panel.textContent = "";
+    var cards = make("div", { "class": "ps-cards" }, panel);
+    [["p50", "exact p50 (ms)"], ["p99", "exact p99 (ms)"], ["rps", "throughput (req/s)"],
+     ["batch", "avg batch size"], ["queue", "queue / request (us)"],
+     ["compute", "compute / request (us)"], ["pending", "pending requests"],
+     ["fails", "failed (client / server)"]].forEach(function (c) {
+      var card = make("div", { "class": "ps-card" }, cards);
+      el[c[0]] = make("div", { "class": "ps-value", "data-ps": c[0] }, card, "-");
+      make("div", { "class": "ps-label" }, card, c[1]);
+    });
+    var charts = make("div", { "class": "ps-row" }, panel);
+    var lat = make("div", { "class": "ps-box" }, charts);
+    make("h3", {}, lat, "Exact latency per second (ms): p50, p99");
+    el.latChart = make("canvas", { width: 560, height: 180, "data-ps": "latency-chart" }, lat);
+    var bat = make("div", { "class": "ps-box" }, charts);
+    make("h3", {}, bat, "Average batch size and throughput per second");
+    el.batchChart = make("canvas", { width: 560, height: 180, "data-ps": "batch-chart" }, bat);
+
+    var row = make("div", { "class": "ps-row" }, panel);
+    var hist = make("div", { "class": "ps-box" }, row);
+    make("h3", {}, hist, "Executions by batch size (window)");
+    el.hist = make("div", { "class": "ps-hist", "data-ps": "batch-histogram" }, hist);
+    var split = make("div", { "class": "ps-box" }, row);
+    make("h3", {}, split, "Per request: queue vs compute (us)");
+    el.split = make("div", { "class": "ps-split", "data-ps": "queue-compute" }, split);
+    make("h3", {}, split, "Failures by reason");
+    el.failures = make("div", { "class": "ps-failures", "data-ps": "failures" }, split);
+
+    var cfg = make("form", { "class": "ps-box ps-config", "data-ps": "config-form" }, row);
+    make("h3", {}, cfg, "Model config (applied with the repository API)");
+    [["max_batch_size", "max batch size"], ["max_queue_delay_us", "max queue delay (us)"],
+     ["preferred_batch_size", "preferred batch sizes (e.g. 8,4)"],
+     ["instance_count", "instances"]].forEach(function (f) {
+      var label = make("label", {}, cfg, f[1]);
+      el["cfg_" + f[0]] = make("input", { name: f[0], type: "text", "data-ps": "cfg-" + f[0] }, label);
+    });
+    var apply = make("button", { type: "submit", "data-ps": "apply" }, cfg, "Apply to server");
+    el.cfgStatus = make("div", { "class": "ps-status", "data-ps": "config-status" }, cfg);
+    cfg.addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      applyConfig(apply);
+    });
+    el.meta = make("div", { "class": "ps-meta", "data-ps": "meta" }, panel);
+    built = true;
+  }
+
+  function fmt(v, digits) {
+    if (v === null || v === undefined) return "-";
+    return Number(v).toFixed(digits);
+  }
+
+  function drawLines(canvas, points, series) {
+    var ctx = canvas.getContext("2d");
+    var w = canvas.width, h = canvas.height, pad = 34;
+    ctx.clearRect(0, 0, w, h);
+    ctx.font = "11px sans-serif";
+    ctx.strokeStyle = "#8888";
+    ctx.strokeRect(pad, 6, w - pad - 6, h - pad);
+    if (!points.length) return;
+    series.forEach(function (s, i) {
+      var values = points.map(function (p) { return p[s.key]; });
+      var max = Math.max.apply(null, values.filter(function (v) { return v !== null; }).concat([1e-9]));
+      ctx.strokeStyle = s.color;
+      ctx.fillStyle = s.color;
+      ctx.beginPath();
+      var started = false;
+      values.forEach(function (v, j) {
+        if (v === null) return;
+        var x = pad + (w - pad - 6) * (points.length === 1 ? 1 : j / (points.length - 1));
+        var y = 6 + (h - pad) * (1 - v / (max * 1.1));
+        if (started) ctx.lineTo(x, y); else ctx.moveTo(x, y);
+        started = true;
+      });
+      ctx.stroke();
+      ctx.fillText(s.label + " (max " + fmt(max, 1) + ")", pad + 6 + i * 170, h - 10);
+    });
+  }
+
+  function render(doc) {
+    if (!built) build();
+    var c = doc.client.window;
+    var s = doc.server || {};
+    var sw = s.window || {};
+    el.p50.textContent = fmt(c.p50_ms, 2);
+    el.p99.textContent = fmt(c.p99_ms, 2);
+    el.rps.textContent = fmt(c.throughput_rps, 1);
+    el.batch.textContent = fmt(sw.avg_batch_size, 2);
+    el.queue.textContent = fmt(sw.queue_us, 0);
+    el.compute.textContent = fmt(sw.compute_us, 0);
+    el.pending.textContent = s.pending_requests === null || s.pending_requests === undefined ? "-" : String(s.pending_requests);
+    el.fails.textContent = c.errors + " / " + (sw.failure_count === undefined ? "-" : sw.failure_count);
+
+    var pts = doc.history.slice(-120);
+    drawLines(el.latChart, pts, [{ key: "p50_ms", label: "p50", color: "#2e7dd7" },
+                                 { key: "p99_ms", label: "p99", color: "#d7462e" }]);
+    drawLines(el.batchChart, pts, [{ key: "avg_batch_size", label: "batch", color: "#7b3fc4" },
+                                   { key: "throughput_rps", label: "req/s", color: "#2e9d4f" }]);
+
+    el.hist.textContent = "";
+    var sizes = sw.batch_sizes || {};
+    var top = Math.max.apply(null, Object.values(sizes).concat([1]));
+    Object.keys(sizes).forEach(function (k) {
+      var line = make("div", { "class": "ps-bar-row", "data-batch-size": k }, el.hist);
+      make("span", { "class": "ps-bar-key" }, line, k);
+      var bar = make("span", { "class": "ps-bar" }, line);
+      bar.style.width = Math.max(1, Math.round(200 * sizes[k] / top)) + "px";
+      make("span", { "class": "ps-bar-n" }, line, String(sizes[k]));
+    });
+    if (!Object.keys(sizes).length) make("div", {}, el.hist, "no executions in the window");
+
+    el.split.textContent = "";
+    var q = sw.queue_us || 0, comp = sw.compute_us || 0, total = Math.max(q + comp, 1e-9);
+    var stack = make("div", { "class": "ps-stack" }, el.split);
+    var qb = make("span", { "class": "ps-queue" }, stack, "queue " + fmt(q, 0));
+    var cb = make("span", { "class": "ps-compute" }, stack, "compute " + fmt(comp, 0));
+    qb.style.width = (100 * q / total) + "%";
+    cb.style.width = (100 * comp / total) + "%";
+
+    el.failures.textContent = "";
+    var reasons = sw.failures_by_reason || {};
+    Object.keys(reasons).forEach(function (r) { make("div", {}, el.failures, r + ": " + reasons[r]); });
+    Object.keys(c.error_kinds || {}).forEach(function (k) {
+      make("div", { "class": "ps-error" }, el.failures, "client: " + k + " x" + c.error_kinds[k]);
+    });
+
+    if (doc.config) {
+      ["max_batch_size", "max_queue_delay_us", "instance_count"].forEach(function (f) {
+        var input = el["cfg_" + f];
+        if (document.activeElement !== input && !input.dataset.dirty) input.value = String(doc.config[f]);
+      });
+      var pref = el.cfg_preferred_batch_size;
+      if (document.activeElement !== pref && !pref.dataset.dirty) pref.value = doc.config.preferred_batch_size.join(",");
+    }
+    el.meta.textContent = "model " + doc.model + " at " + doc.target + " | " + doc.state +
+      ", " + doc.users + " users | window " + doc.client.window_s + " s | config reloads seen: " +
+      doc.server_reloads + (Object.keys(doc.errors).length ? " | " + JSON.stringify(doc.errors) : "");
+  }
+
+  function applyConfig(button) {
+    var body = {};
+    ["max_batch_size", "max_queue_delay_us", "preferred_batch_size", "instance_count"].forEach(function (f) {
+      body[f] = el["cfg_" + f].value;
+    });
+    button.disabled = true;
+    el.cfgStatus.textContent = "applying...";
+    fetch("./perfsweep/config", {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+    }).then(function (r) { return r.json(); }).then(function (res) {
+      if (res.ok) {
+        var c = res.config;
+        el.cfgStatus.textContent = "applied: max_batch_size " + c.max_batch_size + ", delay " +
+          c.max_queue_delay_us + " us, preferred [" + c.preferred_batch_size.join(",") +
+          "], instances " + c.instance_count;
+        ["max_batch_size", "max_queue_delay_us", "preferred_batch_size", "instance_count"].forEach(function (f) {
+          delete el["cfg_" + f].dataset.dirty;
+        });
+      } else {
+        el.cfgStatus.textContent = "refused: " + res.error;
+      }
+    }).catch(function (e) { el.cfgStatus.textContent = "failed: " + e; })
+      .finally(function () { button.disabled = false; });
+  }
+
+  function poll() {
+    fetch("./perfsweep/server").then(function (r) { return r.json(); }).then(render)
+      .catch(function () { /* the next poll retries */ });
+  }
+
+  function anchor() {
+    // The native table of the Server tab (Locust renders it); the panel goes right above it.
+    var heads = document.querySelectorAll("th");
+    for (var i = 0; i < heads.length; i++) {
+      if (heads[i].textContent === "Server metric") {
+        var container = heads[i].closest(".MuiTableContainer-root") || heads[i].closest("table");
+        return container;
+      }
+    }
+    return null;
+  }
+
+  function sync() {
+    var show = activeTab() === TAB;
+    if (show) {
+      var a = anchor();
+      if (a && panel.nextSibling !== a) a.parentNode.insertBefore(panel, a);
+      else if (!a && !panel.isConnected) document.body.appendChild(panel);
+      panel.hidden = false;
+      if (!timer) { poll(); timer = setInterval(poll, POLL_MS); }
+    } else {
+      panel.hidden = true;
+      if (timer) { clearInterval(timer); timer = null; }
+    }
+  }
+
+  document.addEventListener("input", function (ev) {
+    if (ev.target && ev.target.closest && ev.target.closest("#perfsweep-panel")) ev.target.dataset.dirty = "1";
+  });
+  setInterval(sync, 300);
+  sync();
+})();

@@ -1,0 +1,188 @@
+"""The dashboard's Triton users: the measurement engine's users, configured from Locust itself.
+
+The engine's ``ClosedLoopUser`` and ``OpenLoopUser`` get their ``EngineConfig`` from perfsweep's
+controller. Here there is no controller: the target comes from Locust's host field and perfsweep's
+custom arguments (``options.py``), so the same classes work under ``perfsweep ui`` and a plain
+``locust -f``. Each subclass only replaces ``on_start`` (where the context comes from); the task
+loops, hence the timing rules (open loop timed from the intended send), are the engine's.
+
+Every user of a process records into one shared ``Recorder`` (``LiveState.recorder``); the
+dashboard collects it once a second.
+"""
+
+from __future__ import annotations
+
+import analyzer.load._gevent  # noqa: F401  (isort: skip) patch before anything touches sockets
+import collections
+import logging
+import random
+from dataclasses import replace
+from typing import ClassVar
+
+from gevent.lock import Semaphore
+from gevent.pool import Pool
+from locust.env import Environment
+
+from analyzer.errors import TargetError
+from analyzer.load.clients import make_client
+from analyzer.load.recorder import Recorder
+from analyzer.load.users import ClosedLoopUser, EngineConfig, OpenLoopUser, ProcessContext
+from analyzer.load.web.options import TargetSettings
+from analyzer.target import http_json
+
+log = logging.getLogger(__name__)
+
+_STATE_ATTR = "perfsweep_live_state"
+
+
+class LiveState:
+    """Per-process state of the dashboard's users: settings, shared recorder, one context per protocol."""
+
+    def __init__(self, environment: Environment) -> None:
+        self.environment = environment
+        self.recorder = Recorder()
+        self._contexts: dict[str, tuple[tuple[str, str, str], ProcessContext]] = {}
+        self._lock = Semaphore()
+        self._discovered: dict[str, str] = {}
+
+    def settings(self) -> TargetSettings:
+        """The target as Locust's host field and perfsweep's options say now."""
+        env = self.environment
+        return TargetSettings.from_locust(env.host, env.parsed_options)
+
+    def model(self, settings: TargetSettings) -> str:
+        """The model name: the option, or the first READY model of the server's repository."""
+        if settings.model:
+            return settings.model
+        if settings.http_url not in self._discovered:
+            self._discovered[settings.http_url] = discover_model(settings.http_url)
+        return self._discovered[settings.http_url]
+
+    def known_model(self, settings: TargetSettings) -> str:
+        """The model name if known without asking the server ("" otherwise)."""
+        return settings.model or self._discovered.get(settings.http_url, "")
+
+    def context(self, protocol: str) -> ProcessContext:
+        """A configured engine context for ``protocol`` whose recorder is the shared one.
+
+        Built once per (protocol, target, model); rebuilt when the host or model changes in the form.
+        """
+        with self._lock:  # the first users start together; fetch the model documents once
+            settings = self.settings()
+            model = self.model(settings)
+            url = settings.grpc_url if protocol == "grpc" else settings.http_address
+            key = (url, model, settings.http_url)
+            cached = self._contexts.get(protocol)
+            if cached is not None and cached[0] == key:
+                return cached[1]
+            ctx = ProcessContext(0)
+            ctx.configure(
+                EngineConfig(
+                    protocol=protocol,
+                    url=url,
+                    model=model,
+                    mode="concurrency",
+                    rate_per_user=settings.rate_per_user,
+                    arrival=settings.arrival,
+                )
+            )
+            ctx.recorder = self.recorder
+            self._contexts[protocol] = (key, ctx)
+            return ctx
+
+
+def live_state(environment: Environment) -> LiveState:
+    """The process's ``LiveState`` (created on first use)."""
+    state = getattr(environment, _STATE_ATTR, None)
+    if state is None:
+        state = LiveState(environment)
+        setattr(environment, _STATE_ATTR, state)
+    assert isinstance(state, LiveState)
+    return state
+
+
+def discover_model(http_url: str) -> str:
+    """The first READY model in ``http_url``'s repository index (TargetError when none is)."""
+    try:
+        status, index = http_json("POST", f"{http_url}/v2/repository/index", {}, timeout_s=10.0)
+    except OSError as exc:
+        raise TargetError(f"cannot reach {http_url}: {exc}") from exc
+    ready = [m["name"] for m in index or [] if isinstance(m, dict) and m.get("state") == "READY"]
+    if status != 200 or not ready:
+        raise TargetError(
+            f"no READY model found at {http_url} (HTTP {status}); pass --triton-model NAME"
+        )
+    if len(set(ready)) > 1:
+        log.warning(
+            "several models are ready on %s; using %s (set --triton-model)", http_url, ready[0]
+        )
+    return str(ready[0])
+
+
+class _ClosedLoop(ClosedLoopUser):
+    abstract = True
+    protocol: ClassVar[str] = "http"
+
+    def on_start(self) -> None:
+        """Connect using the live context (same attributes as the engine's ``on_start``)."""
+        ctx = live_state(self.environment).context(self.protocol)
+        assert ctx.config is not None and ctx.inputs is not None
+        self.ctx = ctx
+        self.infer_client = make_client(self.protocol, ctx.config.url, ctx.inputs, 1)
+        self.request_index = ctx.next_user_index()
+
+
+class _OpenLoop(OpenLoopUser):
+    abstract = True
+    protocol: ClassVar[str] = "http"
+
+    def on_start(self) -> None:
+        """Set up the dispatcher with the rate and arrival process from the form."""
+        state = live_state(self.environment)
+        ctx = state.context(self.protocol)
+        assert ctx.config is not None and ctx.inputs is not None
+        settings = state.settings()
+        self.ctx = ctx
+        self.config = replace(
+            ctx.config,
+            mode="request_rate",
+            rate_per_user=settings.rate_per_user,
+            arrival=settings.arrival,
+        )
+        if self.config.rate_per_user <= 0:
+            raise TargetError("--rate-per-user must be positive for open-loop users")
+        self.pool = Pool(self.config.pool_size)
+        self.backlog = collections.deque()
+        self.infer_client = make_client(
+            self.protocol, self.config.url, ctx.inputs, self.config.pool_size
+        )
+        index = ctx.next_user_index()
+        self.rng = random.Random(self.config.seed * 1_000_003 + index)
+        self.request_index = index * 1_000_000
+
+
+class TritonHttpUser(_ClosedLoop):
+    """Closed loop over HTTP: one request outstanding per user (users = concurrency)."""
+
+    protocol = "http"
+
+
+class TritonGrpcUser(_ClosedLoop):
+    """Closed loop over gRPC: one request outstanding per user."""
+
+    protocol = "grpc"
+
+
+class TritonHttpOpenLoopUser(_OpenLoop):
+    """Open loop over HTTP: each user offers ``--rate-per-user`` requests/second (CO-free latency)."""
+
+    protocol = "http"
+
+
+class TritonGrpcOpenLoopUser(_OpenLoop):
+    """Open loop over gRPC: each user offers ``--rate-per-user`` requests/second."""
+
+    protocol = "grpc"
+
+
+USER_CLASSES = [TritonHttpUser, TritonGrpcUser, TritonHttpOpenLoopUser, TritonGrpcOpenLoopUser]
