@@ -443,6 +443,50 @@ class Search:
         return [f for f in self.finished() if f.number in best and f.feasible]
 
 
+def param_importances(storage: str, study_name: str) -> dict[str, float]:
+    """How much each searched parameter mattered for reaching the best trials of a stored study.
+
+    Optuna's default evaluator (PED-ANOVA) with ``target_quantile=0.25`` instead of 0.1, because
+    sweeps have tens of trials, not hundreds, and the top 10 % would be one or two trials. A
+    multi-objective study is judged by closeness to its Pareto front.
+
+    Args:
+        storage: The study's storage (journal file path or RDB URL, as run.json records it).
+        study_name: Name of the study inside the storage.
+
+    Returns:
+        Parameter name (``log2_mbs``, ``delay_idx``, ``pref_depth``, ``instances``) -> importance,
+        normalised to sum to 1, largest first.
+
+    Raises:
+        InputError: The study cannot be opened, or has too few complete trials to judge.
+    """
+    import warnings
+
+    try:
+        study = optuna.load_study(study_name=study_name, storage=_open_storage(storage))
+    except InputError:
+        raise
+    except Exception as exc:
+        raise InputError(
+            f"cannot open the Optuna study {study_name!r} in {storage}: {_first_line(exc)}"
+        ) from exc
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len(complete) < 4:
+        raise InputError(
+            f"{len(complete)} complete trials in study {study_name!r}: too few to judge "
+            "parameter importance (at least 4 are needed)"
+        )
+    evaluator = optuna.importance.PedAnovaImportanceEvaluator(target_quantile=0.25)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # experimental-feature and quantile notices
+            values = optuna.importance.get_param_importances(study, evaluator=evaluator)
+    except (RuntimeError, ValueError) as exc:
+        raise InputError(f"parameter importance unavailable: {_first_line(exc)}") from exc
+    return {name: float(v) for name, v in values.items()}
+
+
 def _make_sampler(name: str, seed: int, n_objectives: int) -> optuna.samplers.BaseSampler:
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)

@@ -1,0 +1,472 @@
+"""Matplotlib figures of a report record, as inline SVG text.
+
+Every function takes the record (data only) and returns a :class:`Figure`, or None when the data
+for it was not recorded. Figures never contain strings from the run (model names, scenario
+values): titles and captions with such strings live in the HTML, where the template escapes
+them. Matplotlib escapes SVG text itself as well.
+
+Each SVG gets its own ``svg.hashsalt``, so the ids matplotlib generates (clip paths, markers) do
+not collide when several figures sit inline in one HTML page.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: reports are rendered on servers and in CI
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure as MplFigure
+
+from analyzer.report.record import (
+    KNOBS,
+    LoadCurve,
+    ReportRecord,
+    TimeSeries,
+    TrialPoint,
+)
+
+#: Colours: baseline grey, best green, other feasible blue, infeasible red (colour-blind safe-ish).
+BASELINE = "#6b6b6b"
+BEST = "#1a9850"
+FEASIBLE = "#2c7fb8"
+INFEASIBLE = "#d7301f"
+SECONDARY = "#fdae61"
+
+_STYLE: Any = {
+    "figure.dpi": 100,
+    "font.size": 9,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "svg.fonttype": "none",  # text stays text: smaller files, selectable labels
+}
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One rendered figure.
+
+    Attributes:
+        name: Stable identifier (``data-figure`` attribute in the HTML).
+        svg: The ``<svg>`` element (no XML prolog).
+        alt: What the figure shows, for screen readers and text browsers.
+    """
+
+    name: str
+    svg: str
+    alt: str
+
+
+def to_svg(fig: MplFigure, name: str) -> str:
+    """Serialise and close a figure; the SVG's ids are salted with ``name``."""
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.hashsalt": name}):
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg") :]
+
+
+def _figure(width: float = 6.4, height: float = 3.6, ncols: int = 1) -> tuple[MplFigure, list]:
+    with plt.rc_context(_STYLE):
+        fig, axes = plt.subplots(1, ncols, figsize=(width, height), squeeze=False)
+    return fig, list(axes[0])
+
+
+def _styled(build: Callable[[], Figure | None]) -> Figure | None:
+    with plt.rc_context(_STYLE):
+        return build()
+
+
+# --------------------------------------------------------------------------------------------------
+# 2. Throughput vs p99
+
+
+def throughput_vs_p99(record: ReportRecord) -> Figure | None:
+    """Every complete trial: p99 (x) against throughput (y), SLO line, front, baseline and best."""
+    return _styled(lambda: _throughput_vs_p99(record))
+
+
+def _throughput_vs_p99(record: ReportRecord) -> Figure | None:
+    points = [t for t in record.trials if t.throughput_rps is not None and t.p99_ms is not None]
+    if not points:
+        return None
+    fig, (ax,) = _figure(6.8, 4.2)
+    goal = record.verdict.goals.get("p99_ms")
+    feasible = [t for t in points if t.meets_goals and t.number >= 0]
+    infeasible = [t for t in points if not t.meets_goals and t.number >= 0]
+    ax.scatter(
+        [t.p99_ms for t in feasible],
+        [t.throughput_rps for t in feasible],
+        s=22,
+        color=FEASIBLE,
+        alpha=0.8,
+        label=f"meets goals ({len(feasible)})",
+    )
+    ax.scatter(
+        [t.p99_ms for t in infeasible],
+        [t.throughput_rps for t in infeasible],
+        s=26,
+        marker="x",
+        color=INFEASIBLE,
+        alpha=0.8,
+        label=f"misses goals ({len(infeasible)})",
+    )
+    front = sorted((t for t in points if t.on_front), key=lambda t: t.p99_ms or 0.0)
+    if front:
+        ax.step(
+            [t.p99_ms for t in front],
+            [t.throughput_rps for t in front],
+            where="post",
+            color=FEASIBLE,
+            linewidth=1,
+            alpha=0.7,
+            label="Pareto front",
+        )
+    if goal:
+        ax.axvline(float(goal), color=INFEASIBLE, linestyle="--", linewidth=1, label="p99 goal")
+    for role, result in (("baseline", record.verdict.baseline), ("best", record.verdict.best)):
+        if result is not None:
+            _mark(ax, points, result.trial_number, role)
+    ax.set_xlabel("p99 latency at the trial's operating point (ms)")
+    ax.set_ylabel("throughput (req/s)")
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="best", fontsize=8, frameon=False)
+    alt = (
+        f"Scatter of {len(points)} measured configs, throughput against p99 latency; "
+        f"{len(feasible)} meet the goals, {len(infeasible)} miss them."
+    )
+    return Figure("throughput_vs_p99", to_svg(fig, "throughput_vs_p99"), alt)
+
+
+def _mark(ax: Any, points: Sequence[TrialPoint], number: int, role: str) -> None:
+    match = [t for t in points if t.number == number]
+    if not match:
+        return
+    t = match[0]
+    color = BEST if role == "best" else BASELINE
+    marker = "*" if role == "best" else "s"
+    ax.scatter(
+        [t.p99_ms],
+        [t.throughput_rps],
+        s=180 if role == "best" else 70,
+        marker=marker,
+        color=color,
+        edgecolor="black",
+        linewidth=0.6,
+        zorder=5,
+        label=role,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. Search progress
+
+
+def best_so_far(record: ReportRecord) -> Figure | None:
+    """Each trial's objective value and the best feasible value so far, by trial number."""
+    return _styled(lambda: _best_so_far(record))
+
+
+def _best_so_far(record: ReportRecord) -> Figure | None:
+    progress = record.progress
+    pts = [p for p in progress.points if p.value is not None]
+    if not pts:
+        return None
+    fig, (ax,) = _figure(6.8, 3.2)
+    ax.scatter(
+        [p.number for p in pts if p.meets_goals],
+        [p.value for p in pts if p.meets_goals],
+        s=14,
+        color=FEASIBLE,
+        label="trial (meets goals)",
+    )
+    ax.scatter(
+        [p.number for p in pts if not p.meets_goals],
+        [p.value for p in pts if not p.meets_goals],
+        s=16,
+        marker="x",
+        color=INFEASIBLE,
+        label="trial (misses goals)",
+    )
+    steps = [p for p in progress.points if p.best_so_far is not None]
+    if steps:
+        ax.step(
+            [p.number for p in steps],
+            [p.best_so_far for p in steps],
+            where="post",
+            color=BEST,
+            linewidth=1.6,
+            label="best so far",
+        )
+    base = record.verdict.baseline
+    if base is not None and base.meets_goals:
+        value = base.p99_ms if not progress.higher_is_better else base.throughput_rps
+        ax.axhline(value, color=BASELINE, linestyle=":", linewidth=1, label="baseline")
+    ax.set_xlabel("trial number")
+    ax.set_ylabel("p99 (ms)" if not progress.higher_is_better else "throughput (req/s)")
+    ax.legend(loc="best", fontsize=8, frameon=False)
+    alt = f"Objective value of {len(pts)} trials by trial number, with the best so far as a step line."
+    return Figure("best_so_far", to_svg(fig, "best_so_far"), alt)
+
+
+def importance(record: ReportRecord) -> Figure | None:
+    """Horizontal bars: Optuna's parameter importance per knob."""
+    return _styled(lambda: _importance(record))
+
+
+def _importance(record: ReportRecord) -> Figure | None:
+    values = record.progress.importances
+    if not values:
+        return None
+    names = list(values)[::-1]
+    fig, (ax,) = _figure(6.0, 0.5 + 0.45 * len(names))
+    ax.barh(names, [values[n] for n in names], color=FEASIBLE)
+    ax.set_xlabel("importance (PED-ANOVA, share of total)")
+    ax.set_xlim(0, max(1.0, max(values.values())))
+    ax.grid(axis="y", visible=False)
+    alt = "Parameter importance: " + ", ".join(f"{k} {v:.2f}" for k, v in values.items())
+    return Figure("importance", to_svg(fig, "importance"), alt)
+
+
+def slices(record: ReportRecord) -> Figure | None:
+    """One panel per knob: the knob's value against the objective for every trial."""
+    return _styled(lambda: _slices(record))
+
+
+def _slices(record: ReportRecord) -> Figure | None:
+    knobs = [k for k, _ in KNOBS if k in record.progress.slices]
+    if not knobs:
+        return None
+    fig, axes = _figure(3.0 * len(knobs), 2.8, ncols=len(knobs))
+    for ax, knob in zip(axes, knobs, strict=True):
+        rows = record.progress.slices[knob]
+        ok = [r for r in rows if r.meets_goals]
+        bad = [r for r in rows if not r.meets_goals]
+        ax.scatter([r.knob_value for r in ok], [r.objective for r in ok], s=14, color=FEASIBLE)
+        ax.scatter(
+            [r.knob_value for r in bad],
+            [r.objective for r in bad],
+            s=16,
+            marker="x",
+            color=INFEASIBLE,
+        )
+        label = "preferred sizes set" if knob == "preferred_batch_size" else knob
+        ax.set_xlabel(label)
+        if knob in ("max_batch_size", "max_queue_delay_us"):
+            positive = [r.knob_value for r in rows if r.knob_value > 0]
+            if positive and max(positive) / min(positive) >= 8:
+                ax.set_xscale("symlog", linthresh=max(min(positive), 1.0))
+    axes[0].set_ylabel("throughput (req/s)" if record.progress.higher_is_better else "p99 (ms)")
+    alt = "Each knob's value against the objective, one panel per knob: " + ", ".join(knobs)
+    return Figure("slices", to_svg(fig, "slices"), alt)
+
+
+# --------------------------------------------------------------------------------------------------
+# 4. Why the winner wins
+
+
+def latency_breakdown(record: ReportRecord) -> Figure | None:
+    """Stacked bars: server queue and compute phases per request, baseline vs best."""
+    return _styled(lambda: _latency_breakdown(record))
+
+
+def _latency_breakdown(record: ReportRecord) -> Figure | None:
+    views = list(record.breakdown)
+    if not views:
+        return None
+    fig, (ax,) = _figure(6.8, 0.9 + 0.6 * len(views))
+    phases = (
+        ("queue", "queue_us", "#fdae61"),
+        ("compute input", "compute_input_us", "#abd9e9"),
+        ("compute infer", "compute_infer_us", "#2c7bb6"),
+        ("compute output", "compute_output_us", "#8073ac"),
+    )
+    labels = [f"{v.role} @ {v.measured_at_rps:.0f} req/s" for v in views]
+    left = [0.0] * len(views)
+    for name, attr, color in phases:
+        widths = [getattr(v, attr) / 1000.0 for v in views]
+        ax.barh(labels, widths, left=left, color=color, label=name)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    for y, total in enumerate(left):
+        ax.text(total, y, f"  {total:.2f} ms", va="center", fontsize=8)
+    ax.set_xlabel("server time per request (ms, averages from the statistics extension)")
+    ax.set_xlim(0, max(left) * 1.25 if max(left) > 0 else 1)
+    ax.grid(axis="y", visible=False)
+    ax.legend(loc="lower right", fontsize=8, frameon=False, ncols=4, bbox_to_anchor=(1, 1))
+    alt = "Server-side time per request split into queue and compute phases: " + "; ".join(
+        f"{v.role} queue {v.queue_us / 1000:.2f} ms, infer {v.compute_infer_us / 1000:.2f} ms"
+        for v in views
+    )
+    return Figure("latency_breakdown", to_svg(fig, "latency_breakdown"), alt)
+
+
+def batch_sizes(record: ReportRecord) -> Figure | None:
+    """Executions per batch size (share of all executions), baseline vs best."""
+    return _styled(lambda: _batch_sizes(record))
+
+
+def _batch_sizes(record: ReportRecord) -> Figure | None:
+    views = [v for v in record.breakdown if v.batch_sizes]
+    if not views:
+        return None
+    sizes = sorted({s for v in views for s in v.batch_sizes})
+    fig, (ax,) = _figure(6.8, 3.0)
+    width = 0.8 / len(views)
+    positions = range(len(sizes))
+    for i, v in enumerate(views):
+        total = sum(v.batch_sizes.values()) or 1
+        ax.bar(
+            [p + (i - (len(views) - 1) / 2) * width for p in positions],
+            [100.0 * v.batch_sizes.get(s, 0) / total for s in sizes],
+            width=width,
+            color=BEST if v.role == "best" else BASELINE,
+            label=f"{v.role} (mean batch {v.avg_batch_size:.1f})",
+        )
+    ax.set_xticks(list(positions), [str(s) for s in sizes])
+    ax.set_xlabel("batch size executed")
+    ax.set_ylabel("share of executions (%)")
+    ax.legend(loc="best", fontsize=8, frameon=False)
+    alt = "Distribution of executed batch sizes: " + "; ".join(
+        f"{v.role} mean {v.avg_batch_size:.1f}" for v in views
+    )
+    return Figure("batch_sizes", to_svg(fig, "batch_sizes"), alt)
+
+
+# --------------------------------------------------------------------------------------------------
+# 5. Load curves
+
+
+def load_curves(record: ReportRecord) -> Figure | None:
+    """Throughput and p99 against offered load for baseline and best, with the knee marked."""
+    return _styled(lambda: _load_curves(record.load_curves, record.verdict.goals.get("p99_ms")))
+
+
+def _load_curves(
+    curves: Sequence[LoadCurve], goal: float | None, name: str = "load_curves", by_role: bool = True
+) -> Figure | None:
+    curves = [c for c in curves if c.points]
+    if not curves:
+        return None
+    fig, (ax_t, ax_p) = _figure(8.8, 3.4, ncols=2)
+    colors = [BASELINE, BEST, FEASIBLE, SECONDARY]
+    for i, c in enumerate(curves):
+        color = colors[i % len(colors)]
+        if by_role:  # single run: the report's role colours; comparisons: one colour per curve
+            color = {"baseline": BASELINE, "best": BEST}.get(c.role, color)
+        xs = [p.offered_rps for p in c.points]
+        label = c.role
+        ax_t.plot(
+            xs, [p.throughput_rps for p in c.points], marker="o", ms=3, color=color, label=label
+        )
+        ax_p.plot(
+            xs,
+            [min(p.p99_ms, (goal or math.inf) * 5) for p in c.points],
+            marker="o",
+            ms=3,
+            color=color,
+            label=label,
+        )
+        for ax in (ax_t, ax_p):
+            ax.axvline(c.capacity_rps, color=color, linestyle=":", linewidth=1)
+        bad = [p for p in c.points if not p.meets_goals]
+        ax_p.scatter(
+            [p.offered_rps for p in bad],
+            [min(p.p99_ms, (goal or math.inf) * 5) for p in bad],
+            marker="x",
+            color=INFEASIBLE,
+            s=30,
+            zorder=5,
+        )
+    top = max(p.offered_rps for c in curves for p in c.points)
+    ax_t.plot(
+        [0, top], [0, top], color="#bbbbbb", linewidth=0.8, linestyle="--", label="served = offered"
+    )
+    if goal:
+        ax_p.axhline(float(goal), color=INFEASIBLE, linestyle="--", linewidth=1, label="p99 goal")
+        ax_p.set_ylim(0, float(goal) * 5.2)
+    ax_t.set_xlabel("offered load (req/s)")
+    ax_t.set_ylabel("throughput (req/s)")
+    ax_p.set_xlabel("offered load (req/s)")
+    ax_p.set_ylabel("p99 (ms, clipped at 5x goal)")
+    ax_t.legend(loc="upper left", fontsize=8, frameon=False)
+    ax_p.legend(loc="upper left", fontsize=8, frameon=False)
+    alt = "Throughput and p99 against offered load: " + "; ".join(
+        f"{c.role} capacity {c.capacity_rps:.0f} req/s" for c in curves
+    )
+    return Figure(name, to_svg(fig, name), alt)
+
+
+# --------------------------------------------------------------------------------------------------
+# 6. Time series
+
+
+def time_series(record: ReportRecord) -> Figure | None:
+    """Per-window throughput and p99 of each recorded series; flagged series drawn dashed."""
+    return _styled(lambda: _time_series(record.time_series, record.verdict.goals.get("p99_ms")))
+
+
+def _time_series(series: Sequence[TimeSeries], goal: float | None) -> Figure | None:
+    series = [s for s in series if s.points]
+    if not series:
+        return None
+    fig, (ax_t, ax_p) = _figure(8.8, 3.2, ncols=2)
+    palette = [BASELINE, BEST, FEASIBLE, SECONDARY, "#8073ac", "#b35806"]
+    for i, s in enumerate(series):
+        color = (
+            BASELINE
+            if s.role == "baseline"
+            else BEST
+            if s.role == "best"
+            else palette[i % len(palette)]
+        )
+        style = "-" if not s.flags else "--"
+        # Labels are built by the record from numbers and roles only (no run strings).
+        label = s.label + (" (flagged)" if s.flags else "")
+        xs = [p.end_s for p in s.points]
+        ax_t.plot(
+            xs,
+            [p.throughput_rps for p in s.points],
+            style,
+            marker="o",
+            ms=3,
+            color=color,
+            label=label,
+        )
+        ax_p.plot(
+            xs, [p.p99_ms for p in s.points], style, marker="o", ms=3, color=color, label=label
+        )
+    if goal:
+        ax_p.axhline(float(goal), color=INFEASIBLE, linestyle="--", linewidth=1, label="p99 goal")
+    ax_t.set_xlabel("time into the measurement (s, window ends)")
+    ax_t.set_ylabel("throughput (req/s)")
+    ax_t.set_ylim(bottom=0)
+    ax_p.set_xlabel("time into the measurement (s, window ends)")
+    ax_p.set_ylabel("p99 (ms)")
+    ax_p.set_ylim(bottom=0)
+    ax_t.legend(loc="lower right", fontsize=8, frameon=False)
+    ax_p.legend(loc="upper right", fontsize=8, frameon=False)
+    alt = f"Per-window throughput and p99 of {len(series)} measurement(s)."
+    return Figure("time_series", to_svg(fig, "time_series"), alt)
+
+
+def report_figures(record: ReportRecord) -> dict[str, Figure | None]:
+    """Every figure of the single-run report, keyed by name (None: data not recorded)."""
+    return {
+        "throughput_vs_p99": throughput_vs_p99(record),
+        "best_so_far": best_so_far(record),
+        "importance": importance(record),
+        "slices": slices(record),
+        "latency_breakdown": latency_breakdown(record),
+        "batch_sizes": batch_sizes(record),
+        "load_curves": load_curves(record),
+        "time_series": time_series(record),
+    }
