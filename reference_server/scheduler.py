@@ -14,7 +14,9 @@ model runtime (rejections) run outside it.
 from __future__ import annotations
 
 import collections
+import ctypes
 import itertools
+import sys
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -33,6 +35,8 @@ from reference_server.types import InferRequest
 
 #: Non-prefetch mode sweeps REJECT timeouts at least this often while no instance is free.
 _SWEEP_INTERVAL_S = 0.5
+_PR_SET_TIMERSLACK = 29
+_TIMER_SLACK_NS = 1000
 #: ``TRITONSERVER_DELAY_SCHEDULER`` polls the queue length this often (as Triton does).
 _DELAY_POLL_S = 0.01
 
@@ -313,6 +317,7 @@ class Scheduler:
 
     def _batcher_loop(self) -> None:
         assert self.params is not None
+        _reduce_timer_slack()
         params = self.params
         scan_limit = max(1, params.max_batch_size) + 1
         while True:
@@ -388,6 +393,21 @@ class Scheduler:
                 else:
                     error = ServerError("Request timeout expired", Code.UNAVAILABLE)
                 self._on_reject(entry, reason, error)
+
+
+def _reduce_timer_slack() -> None:
+    """Ask Linux to wake this thread's timed waits on time (default slack is 50 µs).
+
+    Queue delays are often a few hundred µs; the default slack would add a visible, avoidable
+    overshoot to every one. Elsewhere (or if prctl is unavailable) nothing changes.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_TIMERSLACK, ctypes.c_ulong(_TIMER_SLACK_NS), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _is_cancelled(entry: Entry) -> bool:
