@@ -28,6 +28,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -68,6 +69,10 @@ class LevelResult:
         p50_ms: median latency.
         p99_ms: 99th percentile latency.
         mean_batch_size: server-side ``inference_count / execution_count`` delta.
+        server_request_us: server-side mean request duration (statistics ``success``): core
+            receipt to response handed back; client latency minus this is frontend + network.
+        server_queue_us: server-side mean queue time (``queue``).
+        server_compute_us: server-side mean ``compute_input + compute_infer + compute_output``.
     """
 
     server: str
@@ -79,6 +84,19 @@ class LevelResult:
     p50_ms: float
     p99_ms: float
     mean_batch_size: float
+    server_request_us: float
+    server_queue_us: float
+    server_compute_us: float
+
+
+def _mean_us(before: dict[str, Any], after: dict[str, Any], *keys: str) -> float:
+    """Mean duration per request (µs) of the statistics ``keys`` between two snapshots."""
+    b, a = before["inference_stats"], after["inference_stats"]
+    count = a["success"]["count"] - b["success"]["count"]
+    if count <= 0:
+        return 0.0
+    ns = sum(a[k]["ns"] - b[k]["ns"] for k in keys)
+    return round(ns / count / 1000.0, 1)
 
 
 def _worker(url: str, stop_at: float, latencies: list[float], errors: list[str]) -> None:
@@ -117,7 +135,7 @@ def measure_level(
     concurrency: int,
     duration_s: float,
     warmup_s: float,
-) -> LevelResult:
+) -> tuple[LevelResult, list[float]]:
     """Warm up, then measure one concurrency level on one server."""
     _drive(server.http_url, concurrency, warmup_s)
     before = server.model_stats(MODEL)
@@ -125,17 +143,52 @@ def measure_level(
     after = server.model_stats(MODEL)
     executions = after["execution_count"] - before["execution_count"]
     inferences = after["inference_count"] - before["inference_count"]
-    values = np.asarray(latencies) * 1000.0
-    return LevelResult(
+    p50_ms, p99_ms = _percentiles_ms(latencies)
+    result = LevelResult(
         server=name,
         concurrency=concurrency,
         requests=len(latencies),
         errors=len(errors),
         duration_s=round(elapsed, 3),
         throughput_rps=round(len(latencies) / elapsed, 1),
-        p50_ms=round(float(np.percentile(values, 50)), 3) if len(values) else float("nan"),
-        p99_ms=round(float(np.percentile(values, 99)), 3) if len(values) else float("nan"),
+        p50_ms=p50_ms,
+        p99_ms=p99_ms,
         mean_batch_size=round(inferences / executions, 2) if executions else 0.0,
+        server_request_us=_mean_us(before, after, "success"),
+        server_queue_us=_mean_us(before, after, "queue"),
+        server_compute_us=_mean_us(
+            before, after, "compute_input", "compute_infer", "compute_output"
+        ),
+    )
+    return result, latencies
+
+
+def _percentiles_ms(latencies: Sequence[float]) -> tuple[float, float]:
+    if not latencies:
+        return float("nan"), float("nan")
+    values = np.asarray(latencies) * 1000.0
+    return round(float(np.percentile(values, 50)), 3), round(float(np.percentile(values, 99)), 3)
+
+
+def _summarize(
+    name: str, concurrency: int, rounds: Sequence[LevelResult], latencies: Sequence[float]
+) -> LevelResult:
+    """One row per server and level: median throughput of the rounds, pooled percentiles."""
+    mine = [r for r in rounds if r.server == name and r.concurrency == concurrency]
+    p50_ms, p99_ms = _percentiles_ms(latencies)
+    return LevelResult(
+        server=name,
+        concurrency=concurrency,
+        requests=sum(r.requests for r in mine),
+        errors=sum(r.errors for r in mine),
+        duration_s=round(sum(r.duration_s for r in mine), 3),
+        throughput_rps=round(float(np.median([r.throughput_rps for r in mine])), 1),
+        p50_ms=p50_ms,
+        p99_ms=p99_ms,
+        mean_batch_size=round(float(np.median([r.mean_batch_size for r in mine])), 2),
+        server_request_us=round(float(np.median([r.server_request_us for r in mine])), 1),
+        server_queue_us=round(float(np.median([r.server_queue_us for r in mine])), 1),
+        server_compute_us=round(float(np.median([r.server_compute_us for r in mine])), 1),
     )
 
 
@@ -166,13 +219,15 @@ def _environment(triton: RealTriton) -> dict[str, Any]:
 
 def _table(results: Sequence[LevelResult], ratios: Sequence[dict[str, Any]]) -> str:
     lines = [
-        "| server | concurrency | requests | throughput (req/s) | p50 (ms) | p99 (ms) | mean batch |",
-        "|---|---|---|---|---|---|---|",
+        "| server | concurrency | requests | throughput (req/s) | p50 (ms) | p99 (ms) "
+        "| mean batch | server request (µs) | server queue (µs) | server compute (µs) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
             f"| {r.server} | {r.concurrency} | {r.requests} | {r.throughput_rps:,.0f} | "
-            f"{r.p50_ms:.2f} | {r.p99_ms:.2f} | {r.mean_batch_size:.2f} |"
+            f"{r.p50_ms:.2f} | {r.p99_ms:.2f} | {r.mean_batch_size:.2f} | "
+            f"{r.server_request_us:.0f} | {r.server_queue_us:.0f} | {r.server_compute_us:.0f} |"
         )
     lines += [
         "",
@@ -192,16 +247,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--duration-s", type=float, default=5.0, help="measured time per level")
     parser.add_argument("--warmup-s", type=float, default=1.0, help="discarded time per level")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="measurements per server and level (interleaved)"
+    )
+    parser.add_argument(
+        "--max-queue-delay-us",
+        type=int,
+        default=QUEUE_DELAY_US,
+        help="dynamic_batching.max_queue_delay_microseconds of both models",
+    )
     parser.add_argument("--output", type=Path, default=None, help="results JSON path")
     parser.add_argument("--workdir", type=Path, default=None, help="scratch dir (default: temp)")
     parser.add_argument("--check", action="store_true", help="exit 1 if the goal is missed")
     args = parser.parse_args(argv)
 
-    import tempfile
-
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     output = args.output or ROOT / "benchmarks" / "results" / f"server_overhead-{stamp}.json"
-    config = identity_model_config(MODEL, max_queue_delay_us=QUEUE_DELAY_US)
+    config = identity_model_config(MODEL, max_queue_delay_us=args.max_queue_delay_us)
     with tempfile.TemporaryDirectory(prefix="server_overhead-") as tmp:
         workdir = args.workdir or Path(tmp)
         install = TritonInstall.locate()
@@ -214,15 +276,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ("reference", reference),
                 ("triton", triton),
             ]
-            results: list[LevelResult] = []
+            rounds: list[LevelResult] = []
+            pooled: dict[tuple[str, int], list[float]] = {}
             for concurrency in args.concurrency:
-                for name, server in servers:
-                    result = measure_level(
-                        name, server, concurrency, args.duration_s, args.warmup_s
-                    )
-                    print(f"  {result}", file=sys.stderr, flush=True)
-                    results.append(result)
+                for round_index in range(args.rounds):
+                    # Alternate who goes first so drift of a shared machine hits both alike.
+                    order = servers if round_index % 2 == 0 else servers[::-1]
+                    for name, server in order:
+                        result, latencies = measure_level(
+                            name, server, concurrency, args.duration_s, args.warmup_s
+                        )
+                        print(f"  round {round_index}: {result}", file=sys.stderr, flush=True)
+                        rounds.append(result)
+                        pooled.setdefault((name, concurrency), []).extend(latencies)
 
+    results = [
+        _summarize(name, concurrency, rounds, pooled[(name, concurrency)])
+        for concurrency in args.concurrency
+        for name in ("reference", "triton")
+    ]
     ratios = []
     for concurrency in args.concurrency:
         ref = next(r for r in results if r.server == "reference" and r.concurrency == concurrency)
@@ -250,13 +322,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "environment": environment,
         "settings": {
             "model": "FP32 identity, INPUT0 [1,16], max_batch_size 8, 1 CPU instance",
-            "max_queue_delay_us": QUEUE_DELAY_US,
+            "max_queue_delay_us": args.max_queue_delay_us,
             "client": "gevent greenlets, tritonclient.http infer loop, binary tensors",
             "duration_s": args.duration_s,
             "warmup_s": args.warmup_s,
             "concurrency": args.concurrency,
+            "rounds": args.rounds,
+            "summary": "throughput = median of rounds; p50/p99 over all rounds' latencies",
         },
         "results": [asdict(r) for r in results],
+        "rounds": [asdict(r) for r in rounds],
         "ratios_reference_over_triton": ratios,
         "goals_met": goals,
     }
