@@ -113,6 +113,7 @@ class _ModelState:
     versions: dict[str, tuple[str, str]] = field(default_factory=dict)
     runtimes: dict[str, ModelRuntime] = field(default_factory=dict)
     from_override: bool = False
+    fingerprint: tuple[tuple[str, int, int], ...] = ()
     failed: bool = False
 
 
@@ -383,6 +384,7 @@ class InferenceServer:
                 and current
                 and set(current) == {v for v, _ in versions}
                 and all(rt.config == cfg for rt in current.values())
+                and source.fingerprint == st.fingerprint
             )
             if unchanged:
                 return
@@ -411,6 +413,7 @@ class InferenceServer:
             with self._lock:
                 st.runtimes = new
                 st.from_override = source.from_override
+                st.fingerprint = source.fingerprint
                 st.failed = False
                 for version in current:
                     if version not in new:

@@ -34,12 +34,15 @@ class ModelSource:
         directory: The model directory (the versions live below it).
         config: Parsed config, before normalization.
         from_override: The config came from a load override rather than config.pbtxt.
+        fingerprint: Paths, sizes and modification times of the model's files, so a plain
+            load can tell whether anything changed on disk since the last one.
     """
 
     name: str
     directory: Path
     config: mc.ModelConfig
     from_override: bool = False
+    fingerprint: tuple[tuple[str, int, int], ...] = ()
 
 
 class ModelRepository:
@@ -105,7 +108,7 @@ class ModelRepository:
                 f"failed to load '{name}': no config.pbtxt in {directory} (this server does "
                 "not auto-complete configs)"
             )
-        return ModelSource(name, directory, load_config_file(path))
+        return ModelSource(name, directory, load_config_file(path), False, fingerprint(directory))
 
     def _materialize(self, name: str, files: Mapping[str, bytes]) -> Path:
         scratch = tempfile.TemporaryDirectory(prefix=f"override-{name}-")
@@ -126,6 +129,19 @@ class ModelRepository:
         for scratch in self._scratch:
             scratch.cleanup()
         self._scratch.clear()
+
+
+def fingerprint(directory: Path) -> tuple[tuple[str, int, int], ...]:
+    """``(relative path, size, mtime_ns)`` of every file below ``directory``, sorted."""
+    entries = []
+    for path in directory.rglob("*"):
+        try:
+            if path.is_file():
+                st = path.stat()
+                entries.append((str(path.relative_to(directory)), st.st_size, st.st_mtime_ns))
+        except OSError:
+            continue
+    return tuple(sorted(entries))
 
 
 def select_versions(config: mc.ModelConfig, directory: Path) -> list[tuple[str, Path]]:

@@ -241,3 +241,28 @@ def test_without_preserve_ordering_fast_response_overtakes(
     server.submit(request("m", 1.0, "fast"), col.callback("fast"))
     col.wait(2)
     assert col.order == ["fast", "slow"], "two instances run concurrently"
+
+
+def test_instance_merges_prefetched_batches_older_than_delay(
+    tmp_path: Path, make_server: ServerFactory
+) -> None:
+    # §3.6: batches prefetched behind a busy instance are merged when it picks them up, if
+    # their oldest request waited longer than the delay and the sum fits max_batch_size.
+    write_model(
+        tmp_path,
+        "m",
+        identity_config(
+            "m",
+            "dynamic_batching { preferred_batch_size: [2] max_queue_delay_microseconds: 50000 }",
+        ),
+    )
+    server = make_server()
+    col = Collector()
+    server.submit(request("m", 0.0, "busy", delay_ms=500), col.callback("busy"))
+    wait_until(lambda: pending(server, "m") == 0)
+    for i in range(3):  # -> one sealed batch of 3 (preferred 2 + the §3.4 absorb quirk)
+        server.submit(request("m", float(i), str(i)), col.callback(str(i)))
+    time.sleep(0.1)
+    server.submit(request("m", 3.0, "3"), col.callback("3"))  # -> a second batch after D
+    col.wait(5)
+    assert batch_stats(server, "m") == {1: 1, 4: 1}

@@ -234,3 +234,16 @@ def test_stop_refuses_new_requests(tmp_path: Path) -> None:
     result = col.results["late"]
     assert isinstance(result, ServerError) and result.code is Code.UNAVAILABLE
     assert "Server is stopping" in result.message
+
+
+def test_plain_load_is_noop_unless_files_changed(
+    tmp_path: Path, make_server: ServerFactory
+) -> None:
+    model_dir = write_model(tmp_path, "a", identity_config("a"))
+    server = make_server(models=("a",))
+    server.infer_sync(request("a", 1.0), 10)
+    server.load_model("a")  # nothing changed: same model object, statistics kept
+    assert server.model_statistics("a")["model_stats"][0]["execution_count"] == 1
+    (model_dir / "1" / "weights.bin").write_bytes(b"new")
+    server.load_model("a")  # a file changed: reloaded, statistics start again
+    assert server.model_statistics("a")["model_stats"][0]["execution_count"] == 0
