@@ -1,0 +1,86 @@
+"""``perfsweep ui``: Locust's web dashboard for a Triton-compatible target, with a Server tab.
+
+Examples::
+
+    perfsweep ui --model resnet50 --device sim          # starts the reference server
+    perfsweep ui --url 127.0.0.1:8000 --model resnet50  # a running Triton / reference server
+    PERFSWEEP_UI_PASSWORD=... perfsweep ui --web-host 0.0.0.0 --web-login --url ...
+
+Exit codes: 0 Locust exited normally, 2 bad or unsafe options, 3 the target failed, 130 Ctrl-C.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``perfsweep ui`` to ``app``."""
+
+    @app.command("ui")
+    def ui(
+        url: Annotated[
+            str | None,
+            typer.Option(
+                help="HTTP HOST:PORT of a running server (default: start the reference server)"
+            ),
+        ] = None,
+        model: Annotated[str, typer.Option(help="model to load-test")] = "resnet50",
+        device: Annotated[
+            str, typer.Option(help="reference server device: auto, cpu, cuda or sim")
+        ] = "auto",
+        model_repository: Annotated[
+            Path | None, typer.Option(help="reference server model repository (default: bundled)")
+        ] = None,
+        grpc_url: Annotated[
+            str | None, typer.Option(help="gRPC HOST:PORT for the gRPC users (default: derived)")
+        ] = None,
+        metrics_url: Annotated[
+            str | None, typer.Option(help="Prometheus URL of the target (default: derived)")
+        ] = None,
+        web_host: Annotated[
+            str, typer.Option(help="dashboard address (other than loopback needs --web-login)")
+        ] = "127.0.0.1",
+        web_port: Annotated[int, typer.Option(help="dashboard port (0 = a free port)")] = 8089,
+        web_login: Annotated[
+            bool,
+            typer.Option(
+                "--web-login", help="require a login (PERFSWEEP_UI_USER / PERFSWEEP_UI_PASSWORD)"
+            ),
+        ] = False,
+        workers: Annotated[int, typer.Option(help="Locust worker processes")] = 1,
+        rate_per_user: Annotated[
+            float, typer.Option(help="open-loop users: requests/second per user (default in form)")
+        ] = 10.0,
+        log_dir: Annotated[
+            Path, typer.Option(help="managed server log and repository directory")
+        ] = Path("reports/ui"),
+    ) -> None:
+        """Open Locust's web UI on a Triton target, with live server metrics and config changes."""
+        from analyzer.load.web.launcher import UiOptions, run_ui
+
+        if device not in ("auto", "cpu", "cuda", "sim"):
+            from analyzer.errors import InputError
+
+            raise InputError(f"--device must be auto, cpu, cuda or sim, got {device!r}")
+        code = run_ui(
+            UiOptions(
+                url=url,
+                model=model,
+                device=device,
+                model_repository=model_repository,
+                grpc_url=grpc_url,
+                metrics_url=metrics_url,
+                web_host=web_host,
+                web_port=web_port,
+                web_login=web_login,
+                workers=workers,
+                rate_per_user=rate_per_user,
+                log_dir=log_dir,
+            )
+        )
+        if code:
+            raise typer.Exit(code)

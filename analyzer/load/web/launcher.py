@@ -1,0 +1,204 @@
+"""``run_ui``: start (or reach) the target, then Locust's web UI with perfsweep's locustfile.
+
+The dashboard runs in Locust's own process model: ``python -m locust -f <locustfile>`` with
+``--class-picker``, plus ``--workers N`` worker processes (``locust --worker``) on loopback. Locust
+owns argument parsing, the form, ``--web-login`` and shapes; perfsweep adds the users, the
+Server tab and the target. This module itself never imports locust or gevent, so the CLI process
+stays unpatched and the managed reference server stays a plain subprocess.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from analyzer.errors import InputError
+from analyzer.load.web.options import exposure_problem, login_from_env
+from analyzer.target import READY_PREFIX as SERVER_READY_PREFIX
+from analyzer.target import ManagedServer, RemoteTarget
+
+LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+@dataclass(frozen=True)
+class UiOptions:
+    """What ``perfsweep ui`` needs.
+
+    Attributes:
+        url: HTTP URL of a running Triton-compatible server; None starts the reference server.
+        model: Model to load-test (bundled model name when the reference server is started).
+        device: Reference server device (``auto``, ``cpu``, ``cuda``, ``sim``).
+        model_repository: Reference server repository (None: the bundled model).
+        grpc_url: ``host:port`` for the gRPC users (None: the managed server's, or HTTP port + 1).
+        metrics_url: Prometheus URL (None: the managed server's, or HTTP port + 2).
+        web_host: Address the dashboard binds (loopback unless a login is configured).
+        web_port: Dashboard port (0 = a free port, printed at startup).
+        web_login: Require a login (user/password from ``PERFSWEEP_UI_USER``/``_PASSWORD``).
+        workers: Locust worker processes (1 = users run in the dashboard's process).
+        rate_per_user: Default open-loop rate per user, requests/second (editable in the form).
+        log_dir: Where the managed server's log and repository go.
+    """
+
+    url: str | None = None
+    model: str = "resnet50"
+    device: str = "auto"
+    model_repository: Path | None = None
+    grpc_url: str | None = None
+    metrics_url: str | None = None
+    web_host: str = "127.0.0.1"
+    web_port: int = 8089
+    web_login: bool = False
+    workers: int = 1
+    rate_per_user: float = 10.0
+    log_dir: Path = Path("reports/ui")
+
+    def check(self) -> None:
+        """Refuse unsafe or impossible options before anything starts (``InputError``)."""
+        problem = exposure_problem(self.web_host, self.web_login, login_from_env())
+        if problem:
+            raise InputError(problem)
+        if self.workers < 1:
+            raise InputError(f"--workers must be at least 1, got {self.workers}")
+        if not 0 <= self.web_port <= 65535:
+            raise InputError(f"--web-port must be 0..65535, got {self.web_port}")
+        if self.rate_per_user <= 0:
+            raise InputError(f"--rate-per-user must be positive, got {self.rate_per_user}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def managed_addresses(log_path: Path) -> tuple[str | None, str | None]:
+    """(grpc ``host:port``, metrics URL) from the managed server's last ready line."""
+    text = log_path.read_text(errors="replace") if log_path.exists() else ""
+    lines = [line for line in text.splitlines() if line.startswith(SERVER_READY_PREFIX)]
+    if not lines:
+        return None, None
+    grpc = re.search(r"grpc=(\S+)", lines[-1])
+    metrics = re.search(r"metrics=(\S+)", lines[-1])
+    return (
+        grpc.group(1) if grpc else None,
+        f"http://{metrics.group(1)}/metrics" if metrics else None,
+    )
+
+
+def locust_commands(
+    options: UiOptions, http_url: str, grpc_url: str | None, metrics_url: str | None
+) -> tuple[list[str], list[list[str]]]:
+    """The Locust master (web UI) command line and one command line per worker."""
+    base = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
+    master = [
+        *base,
+        "--host",
+        http_url,
+        "--web-host",
+        options.web_host,
+        "--web-port",
+        str(options.web_port),
+        "--class-picker",
+        "--triton-model",
+        options.model,
+        "--rate-per-user",
+        f"{options.rate_per_user:g}",
+    ]
+    if grpc_url:
+        master += ["--grpc-url", grpc_url]
+    if metrics_url:
+        master += ["--metrics-url", metrics_url]
+    if options.web_login:
+        master.append("--web-login")
+    workers: list[list[str]] = []
+    if options.workers > 1:
+        port = _free_port()
+        master += ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port)]
+        workers = [
+            [*base, "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
+            for _ in range(options.workers)
+        ]
+    return master, workers
+
+
+def _child_env() -> dict[str, str]:
+    # The locustfile imports ``analyzer``: make that work from a source checkout too.
+    existing = os.environ.get("PYTHONPATH", "")
+    root = str(REPO_ROOT)
+    return {**os.environ, "PYTHONPATH": root + (os.pathsep + existing if existing else "")}
+
+
+def _stop(procs: Sequence[subprocess.Popen[bytes]], timeout_s: float = 10.0) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def run_ui(options: UiOptions) -> int:
+    """Serve the dashboard until Locust exits (Ctrl-C); return Locust's exit status.
+
+    Raises:
+        InputError: unsafe or invalid options (nothing was started).
+        TargetError: the target could not be started or reached.
+    """
+    options.check()
+    server: ManagedServer | None = None
+    if options.url is None:
+        log_path = options.log_dir / "server.log"
+        server = ManagedServer(options.model, options.device, log_path, options.model_repository)
+        print(f"perfsweep ui: starting the reference server ({options.device}); log: {log_path}")
+        server.start()
+        http_url = server.url
+        grpc, metrics = managed_addresses(log_path)
+        grpc_url, metrics_url = options.grpc_url or grpc, options.metrics_url or metrics
+    else:
+        http_url = options.url if "://" in options.url else f"http://{options.url}"
+        RemoteTarget(http_url, options.model).start()
+        grpc_url, metrics_url = options.grpc_url, options.metrics_url
+    print(f"perfsweep ui: target {http_url} model {options.model}", flush=True)
+    master_cmd, worker_cmds = locust_commands(options, http_url, grpc_url, metrics_url)
+    env = _child_env()
+    procs: list[subprocess.Popen[bytes]] = []
+    previous = _terminate_as_interrupt()
+    try:
+        master = subprocess.Popen(master_cmd, env=env)
+        procs.append(master)
+        procs += [subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL) for cmd in worker_cmds]
+        try:
+            return master.wait()
+        except KeyboardInterrupt:
+            return 130
+    finally:
+        _stop(list(reversed(procs)))
+        if server is not None:
+            server.stop()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate_as_interrupt() -> Any:
+    """Make SIGTERM unwind like Ctrl-C, so Locust and the managed server are stopped too."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, interrupt)
