@@ -108,7 +108,12 @@ def parse_infer_request(
     if parameters is not None:
         _parse_parameters(request, parameters)
 
-    inputs = header.get("inputs")
+    if "inputs" not in header:
+        raise ServerError(
+            "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'",
+            Code.INTERNAL,
+        )
+    inputs = header["inputs"]
     if not isinstance(inputs, list):
         raise _json_type("inputs", "array")
     offset = 0
@@ -149,8 +154,8 @@ def _parse_parameters(request: InferRequest, parameters: Any) -> None:
             request.parameters[key] = value
         else:
             raise ServerError(
-                f"parameter '{key}' has invalid type. It should be either 'int', 'bool', "
-                "'float' or 'string'.",
+                f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or "
+                "'string'.",
                 Code.INVALID_ARG,
             )
 
@@ -196,14 +201,12 @@ def _parse_input(
         raise ServerError(
             "Input must set only one of the following fields: 'data', 'binary_data_size' in "
             "'parameters', 'shared_memory_region' in 'parameters'. But "
-            + _which_set(has_data, binary_size is not None, region is not None)
-            + f" for input '{name}'",
+            + _which_set(has_data, binary_size is not None, region is not None),
             Code.INVALID_ARG,
         )
     if region is not None:
-        raise ServerError(
-            f"Unable to find system shared memory region: '{region}'", Code.INVALID_ARG
-        )
+        # No shared-memory extension here, so no region is ever registered.
+        raise ServerError(f"Unable to find shared memory region: '{region}'", Code.NOT_FOUND)
     if binary_size is not None:
         if not has_header_length:
             raise ServerError(
@@ -213,8 +216,9 @@ def _parse_input(
             )
         size = _uint("binary_data_size", binary_size)
         if offset + size > len(binary):
+            missing = offset + size - len(binary)  # Triton reports the shortfall
             raise ServerError(
-                f"unexpected size for input '{name}', expecting {size} additional bytes for "
+                f"unexpected size for input '{name}', expecting {missing} additional bytes for "
                 f"model '{request.model_name}'",
                 Code.INVALID_ARG,
             )
@@ -247,8 +251,8 @@ def _parse_output(entry: Any) -> RequestedOutput:
         raise _json_type("parameters", "object")
     if params.get("shared_memory_region") is not None:
         raise ServerError(
-            f"Unable to find system shared memory region: '{params['shared_memory_region']}'",
-            Code.INVALID_ARG,
+            f"Unable to find shared memory region: '{params['shared_memory_region']}'",
+            Code.NOT_FOUND,
         )
     binary = params.get("binary_data", False)
     class_count = params.get("classification", 0)

@@ -78,7 +78,9 @@ class HttpFrontend:
         Raises:
             OSError: The address cannot be bound (typically: the port is in use).
         """
-        server = web.Server(self.handle, handler_cancellation=True, access_log=None)
+        server = web.Server(
+            self.handle, handler_cancellation=True, access_log=None, auto_decompress=False
+        )
         self._runner = web.ServerRunner(server, shutdown_timeout=5.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, reuse_address=True)
@@ -237,8 +239,10 @@ class HttpFrontend:
         for key, value in parameters.items():
             # Triton fails to build a parameter of any other name or type with this INTERNAL
             # message (spec §2.6); keep it so clients see the same error.
-            if not isinstance(value, str) or not (key == "config" or key.startswith("file:")):
+            if not (key == "config" or key.startswith("file:")):
                 raise ServerError("unexpected error on creating Triton parameter", Code.INTERNAL)
+            if not isinstance(value, str):
+                raise ServerError("attempt to access JSON non-string as string", Code.INTERNAL)
             if key == "config":
                 config = value
             else:
@@ -251,19 +255,18 @@ class HttpFrontend:
         # Loading builds models (seconds for ONNX); keep the event loop serving meanwhile.
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self._core.load_model, args[0], config, files or None)
-        return web.Response()
+        return web.Response(content_type=_JSON)  # empty, but typed as Triton does
 
     async def _unload(self, request: web.BaseRequest, args: tuple[str, ...]) -> web.StreamResponse:
         body = await self._read_json_object(request)
         parameters = body.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise ServerError("Unable to parse 'parameters'", Code.INTERNAL)
-        dependents = parameters.get("unload_dependents", False)
-        if not isinstance(dependents, bool):
-            raise ServerError("unexpected error on creating Triton parameter", Code.INTERNAL)
+        # Triton ignores an unload_dependents that is not a boolean; so does this server.
+        dependents = parameters.get("unload_dependents") is True
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self._core.unload_model, args[0], dependents)
-        return web.Response()
+        return web.Response(content_type=_JSON)
 
     async def _repository_named(
         self, request: web.BaseRequest, args: tuple[str, ...]
@@ -324,30 +327,46 @@ class HttpFrontend:
     # -- bodies -------------------------------------------------------------------------------
 
     async def _read_body(self, request: web.BaseRequest, limit: int) -> bytes:
-        """Read the (decompressed) body, refusing more than ``limit`` bytes.
+        """Read the body, inflating gzip/deflate, refusing more than ``limit`` inflated bytes.
 
-        aiohttp's parser already inflates gzip/deflate bodies chunk by chunk, so the limit
-        also bounds what a small compressed bomb could expand to.
+        Inflation happens here rather than in aiohttp's parser so that an unsupported encoding
+        is refused before any byte is decoded, and a small compressed bomb is stopped at
+        ``limit``.
         """
         encoding = request.headers.get("Content-Encoding")
-        if encoding is not None and encoding.strip().lower() not in _ACCEPTED_ENCODINGS:
-            raise _UnsupportedEncoding()
-        if encoding is None and request.content_length is not None:
+        inflater = None
+        if encoding is not None:
+            encoding = encoding.strip().lower()
+            if encoding not in _ACCEPTED_ENCODINGS:
+                raise _UnsupportedEncoding()
+            if encoding != "identity":
+                # wbits 32+15: zlib or gzip header, detected automatically.
+                inflater = zlib.decompressobj(32 + zlib.MAX_WBITS)
+        if inflater is None and request.content_length is not None:
             _check_size(request.content_length, limit, "Request body")
         chunks: list[bytes] = []
         total = 0
         try:
             async for chunk in request.content.iter_any():
+                if inflater is not None:
+                    chunk = inflater.decompress(chunk, limit - total + 1)
                 total += len(chunk)
                 if total > limit:
                     _check_size(total, limit, "Request body")
                 chunks.append(chunk)
-        except ServerError:
+        except (ServerError, asyncio.CancelledError, ConnectionError):
             raise
-        except (asyncio.CancelledError, ConnectionError):
-            raise
-        except Exception as exc:  # corrupt compressed stream, truncated chunked body
+        except zlib.error as exc:
+            raise ServerError(
+                f"failed to decompress the request body (Content-Encoding: {encoding}): {exc}",
+                Code.INVALID_ARG,
+            ) from None
+        except Exception as exc:  # truncated chunked body and the like
             raise ServerError(f"failed to read the request body: {exc}", Code.INVALID_ARG) from None
+        if inflater is not None and not inflater.eof:
+            raise ServerError(
+                f"the request body is not a complete {encoding} stream", Code.INVALID_ARG
+            )
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def _read_json_object(self, request: web.BaseRequest) -> dict[str, Any]:
@@ -402,7 +421,7 @@ def _compressed(
     accept = request.headers.get("Accept-Encoding")
     encoding = _preferred_encoding(accept) if accept else None
     if encoding == "gzip":
-        body = gzip.compress(body, compresslevel=6)
+        body = gzip.compress(body, compresslevel=6, mtime=0)
         headers["Content-Encoding"] = "gzip"
     elif encoding == "deflate":
         body = zlib.compress(body)

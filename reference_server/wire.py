@@ -176,7 +176,7 @@ def from_json(name: str, datatype: str, shape: Sequence[int], data: Any) -> np.n
         for index, item in enumerate(flat):
             if not isinstance(item, str):
                 raise ServerError(
-                    "Unable to parse 'data': attempt to access JSON non-string as string",
+                    "Unable to parse JSON bytes array: attempt to access JSON non-string as string",
                     Code.INTERNAL,
                 )
             array[index] = item.encode("utf-8")
@@ -191,12 +191,15 @@ def from_json(name: str, datatype: str, shape: Sequence[int], data: Any) -> np.n
     kind = parsed.dtype.kind
     if datatype == "BOOL":
         if kind != "b":
-            raise _type_error("boolean")
-    elif datatype.startswith(("INT", "UINT")):
+            raise _type_error("boolean", "boolean")
+    elif datatype.startswith("INT"):
         if kind not in _INT_KINDS:
-            raise _type_error("integer")
+            raise _type_error("signed-integer", "signed-integer")
+    elif datatype.startswith("UINT"):
+        if kind not in _INT_KINDS:
+            raise _type_error("unsigned-integer", "unsigned-integer")
     elif kind not in "iuf":
-        raise _type_error("number")
+        raise _type_error("number", "double")
     dtype = NUMPY_DTYPES[datatype]
     if kind in _INT_KINDS and dtype.kind in _INT_KINDS:
         # Out-of-range JSON integers wrap silently in Triton; astype does the same.
@@ -228,9 +231,10 @@ def _shape_mismatch() -> ServerError:
     )
 
 
-def _type_error(expected: str) -> ServerError:
+def _type_error(kind: str, target: str) -> ServerError:
+    # Triton's JSON helper wording, e.g. "attempt to access JSON non-number as double".
     return ServerError(
-        f"Unable to parse 'data': attempt to access JSON non-{expected} as {expected}",
+        f"Unable to parse 'data': attempt to access JSON non-{kind} as {target}",
         Code.INTERNAL,
     )
 

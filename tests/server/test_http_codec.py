@@ -106,11 +106,11 @@ def _binary_input(size: int) -> dict[str, object]:
     }
 
 
-def test_binary_too_few_bytes_is_400() -> None:
+def test_binary_too_few_bytes_is_400_naming_the_shortfall() -> None:
     error = error_of(_binary_input(8), b"\x00" * 4)
     assert error.code is Code.INVALID_ARG
     assert (
-        error.message == "unexpected size for input 'A', expecting 8 additional bytes for model 'm'"
+        error.message == "unexpected size for input 'A', expecting 4 additional bytes for model 'm'"
     )
 
 

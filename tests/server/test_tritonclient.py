@@ -228,10 +228,15 @@ def test_load_with_config_override_then_revert_and_unload(client: Client, protoc
     entries = index if protocol == "http" else [_index_dict(m) for m in index.models]
     assert {"name": name, "version": "1", "state": "READY"} in entries
     client.unload_model(name)
-    assert wait_until(lambda: not _ready(client, name))
-    index = client.get_model_repository_index()
-    entries = index if protocol == "http" else [_index_dict(m) for m in index.models]
-    assert {"name": name, "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"} in entries
+    unloaded = {"name": name, "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}
+
+    def index_entries() -> list[dict[str, str]]:
+        index = client.get_model_repository_index()
+        return list(index) if protocol == "http" else [_index_dict(m) for m in index.models]
+
+    # Unload returns at once (state UNLOADING); UNAVAILABLE follows once it drained.
+    assert wait_until(lambda: unloaded in index_entries())
+    assert not _ready(client, name)
 
 
 def test_load_with_file_override(client: Client, protocol: str) -> None:
