@@ -160,31 +160,34 @@ def run_ui(options: UiOptions) -> int:
     """
     options.check()
     server: ManagedServer | None = None
-    if options.url is None:
-        log_path = options.log_dir / "server.log"
-        server = ManagedServer(options.model, options.device, log_path, options.model_repository)
-        print(f"perfsweep ui: starting the reference server ({options.device}); log: {log_path}")
-        server.start()
-        http_url = server.url
-        grpc, metrics = managed_addresses(log_path)
-        grpc_url, metrics_url = options.grpc_url or grpc, options.metrics_url or metrics
-    else:
-        http_url = options.url if "://" in options.url else f"http://{options.url}"
-        RemoteTarget(http_url, options.model).start()
-        grpc_url, metrics_url = options.grpc_url, options.metrics_url
-    print(f"perfsweep ui: target {http_url} model {options.model}", flush=True)
-    master_cmd, worker_cmds = locust_commands(options, http_url, grpc_url, metrics_url)
-    env = _child_env()
     procs: list[subprocess.Popen[bytes]] = []
     previous = _terminate_as_interrupt()
     try:
+        if options.url is None:
+            log_path = options.log_dir / "server.log"
+            server = ManagedServer(
+                options.model, options.device, log_path, options.model_repository
+            )
+            print(
+                f"perfsweep ui: starting the reference server ({options.device}); log: {log_path}"
+            )
+            server.start()
+            http_url = server.url
+            grpc, metrics = managed_addresses(log_path)
+            grpc_url, metrics_url = options.grpc_url or grpc, options.metrics_url or metrics
+        else:
+            http_url = options.url if "://" in options.url else f"http://{options.url}"
+            RemoteTarget(http_url, options.model).start()
+            grpc_url, metrics_url = options.grpc_url, options.metrics_url
+        print(f"perfsweep ui: target {http_url} model {options.model}", flush=True)
+        master_cmd, worker_cmds = locust_commands(options, http_url, grpc_url, metrics_url)
+        env = _child_env()
         master = subprocess.Popen(master_cmd, env=env)
         procs.append(master)
         procs += [subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL) for cmd in worker_cmds]
-        try:
-            return master.wait()
-        except KeyboardInterrupt:
-            return 130
+        return master.wait()
+    except KeyboardInterrupt:
+        return 130
     finally:
         _stop(list(reversed(procs)))
         if server is not None:

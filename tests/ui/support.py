@@ -1,0 +1,207 @@
+"""Helpers for the dashboard tests: a small simulated model, the reference server and
+``perfsweep ui`` / ``locust`` as child processes whose stdout lines are read without blocking."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+UI_READY = "perfsweep ui: dashboard at "
+SERVER_READY = "perfsweep reference server ready:"
+MODEL = "simple"
+
+
+def write_sim_model(repository: Path, name: str = MODEL) -> Path:
+    """A 16-float simulated model: 2 ms + 0.2 ms per batch item, no jitter, batching up to 8."""
+    model_dir = repository / name
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    (model_dir / "profile.toml").write_text(
+        textwrap.dedent(
+            f"""\
+            name = "{name}_profile"
+            provenance = "SYNTHETIC test profile: 2 ms + 0.2 ms per item, no jitter"
+            seed = 0
+            jitter = 0.0
+
+            [device]
+            a_ms = 2.0
+            b_ms = 0.2
+            """
+        )
+    )
+    (model_dir / "config.pbtxt").write_text(
+        textwrap.dedent(
+            f"""\
+            name: "{name}"
+            backend: "simulated"
+            max_batch_size: 8
+            input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }} ]
+            output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }} ]
+            instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+            dynamic_batching {{ max_queue_delay_microseconds: 1000 }}
+            parameters {{ key: "profile" value: {{ string_value: "profile.toml" }} }}
+            """
+        )
+    )
+    return repository
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This environment, with the repository importable and ``extra`` set."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    env.pop("PERFSWEEP_UI_PASSWORD", None)
+    env.pop("PERFSWEEP_UI_USER", None)
+    env.update(extra)
+    return env
+
+
+class Child:
+    """A child process; a thread moves its stdout lines into a queue (stderr goes to a file)."""
+
+    def __init__(self, args: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.log = log
+        self._stderr = log.open("wb")
+        self.proc = subprocess.Popen(
+            list(args),
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env or child_env(),
+            cwd=REPO_ROOT,
+            start_new_session=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+
+    def wait_line(self, prefix: str, timeout_s: float = 120.0) -> str:
+        """The first stdout line starting with ``prefix`` (fails with the log tail on timeout)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.2)
+            except queue.Empty:
+                if self.proc.poll() is not None and self.lines.empty():
+                    break
+                continue
+            self.seen.append(line)
+            if line.startswith(prefix):
+                return line
+        raise AssertionError(
+            f"no line starting {prefix!r}; stdout {self.seen[-5:]}; stderr tail: {self.tail()}"
+        )
+
+    def tail(self) -> str:
+        """Last lines of stderr."""
+        self._stderr.flush()
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-15:])
+
+    def stop(self, timeout_s: float = 20.0) -> int:
+        """SIGTERM the child (which cleans up its own children), SIGKILL the group if it hangs."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+        with contextlib.suppress(ProcessLookupError):  # anything it left behind in its group
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self._stderr.close()
+        return int(self.proc.returncode)
+
+
+def perfsweep(*args: str) -> list[str]:
+    """The ``perfsweep`` command line in this interpreter."""
+    return [sys.executable, "-c", "from analyzer.cli import main; main()", *args]
+
+
+@contextlib.contextmanager
+def reference_server(repository: Path, log: Path) -> Iterator[dict[str, str]]:
+    """The reference server serving ``repository`` (sim device); yields its ready-line fields."""
+    child = Child(
+        [
+            sys.executable,
+            "-m",
+            "reference_server",
+            "--model-repository",
+            str(repository),
+            "--device",
+            "sim",
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+        ],
+        log,
+    )
+    try:
+        line = child.wait_line(SERVER_READY, 60.0)
+        yield dict(item.split("=", 1) for item in line[len(SERVER_READY) :].split())
+    finally:
+        child.stop()
+
+
+def http(
+    method: str,
+    url: str,
+    body: Any = None,
+    form: dict[str, Any] | None = None,
+    opener: urllib.request.OpenerDirector | None = None,
+    timeout_s: float = 30.0,
+) -> tuple[int, Any]:
+    """One request; JSON decoded when the answer is JSON, text otherwise."""
+    data = None
+    headers = {}
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    elif form is not None:
+        data = urllib.parse.urlencode(form, doseq=True).encode()
+        headers["Content-Type"] = "application/x-www-form-urlencoded"
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with (opener or urllib.request.build_opener()).open(request, timeout=timeout_s) as resp:
+            status, raw, ctype = resp.status, resp.read(), resp.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as exc:
+        status, raw, ctype = exc.code, exc.read(), exc.headers.get("Content-Type", "")
+    if "json" in ctype:
+        return status, json.loads(raw)
+    return status, raw.decode(errors="replace")
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 0.5) -> Any:
+    """Poll until ``predicate()`` is truthy; return it (AssertionError naming ``what`` otherwise)."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what} (last: {last!r})")

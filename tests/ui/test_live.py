@@ -1,0 +1,266 @@
+"""The dashboard's pure parts: exact windows, server deltas across reloads, the config form,
+load profiles, target settings and the exposure rule (no sockets, no gevent)."""
+
+from __future__ import annotations
+
+import argparse
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analyzer.errors import InputError
+from analyzer.load.recorder import Recorder, Tick
+from analyzer.load.web import profiles
+from analyzer.load.web.launcher import UiOptions, locust_commands, managed_addresses
+from analyzer.load.web.live import (
+    ClientWindow,
+    ServerWindow,
+    dashboard,
+    parse_config_request,
+    restarted,
+    table_rows,
+)
+from analyzer.load.web.options import (
+    TargetSettings,
+    exposure_problem,
+    is_loopback,
+    login_from_env,
+)
+from analyzer.server_stats import MetricsSnapshot, ServerSnapshot, StatsSnapshot
+
+
+def _tick(latencies_s: list[float], errors: int = 0) -> Tick:
+    rec = Recorder()
+    for i, lat in enumerate(latencies_s):
+        rec.dispatched_one(0.0)
+        rec.done(lat, lat, "HTTP 503: busy" if i < errors else None)
+    return Tick.merge([rec.take_tick()])
+
+
+def _nearest_rank_ms(values_ms: np.ndarray, p: float) -> float:
+    """The percentile definition HDR (and perfsweep) use: the value at rank round(p% of n)."""
+    rank = max(int(p * values_ms.size / 100 + 0.5), 1)
+    return float(np.sort(values_ms)[rank - 1])
+
+
+def _close(reported_ms: float, true_ms: float) -> bool:
+    # HDR with 3 significant figures: within 0.1 %, plus the 1 us recording resolution.
+    return abs(reported_ms - true_ms) <= 1e-3 * true_ms + 1e-3
+
+
+def test_client_window_percentiles_are_exact_and_roll() -> None:
+    rng = random.Random(7)
+    seconds = [[rng.lognormvariate(-4.5, 0.6) for _ in range(400)] for _ in range(15)]
+    window = ClientWindow(window_s=10)
+    for i, lat in enumerate(seconds):
+        window.add(100.0 + i, _tick(lat))
+    doc = window.summary(114.0)
+    # The window holds the last 10 seconds only; since_start holds all 15.
+    in_window = np.concatenate(seconds[5:]) * 1000.0
+    everything = np.concatenate(seconds) * 1000.0
+    assert doc["window"]["requests"] == in_window.size
+    assert doc["since_start"]["requests"] == everything.size
+    for key, q in (("p50_ms", 50), ("p99_ms", 99)):
+        assert _close(doc["window"][key], _nearest_rank_ms(in_window, q))
+        assert _close(doc["since_start"][key], _nearest_rank_ms(everything, q))
+    assert doc["window"]["throughput_rps"] == pytest.approx(in_window.size / 10.0, rel=1e-3)
+    window.reset()
+    assert window.summary(200.0)["since_start"]["requests"] == 0
+
+
+def test_client_window_counts_error_kinds() -> None:
+    window = ClientWindow()
+    window.add(1.0, _tick([0.01] * 10, errors=3))
+    doc = window.summary(1.0)
+    assert doc["window"]["errors"] == 3
+    assert doc["window"]["error_kinds"] == {"HTTP 503: busy": 3}
+    assert doc["window"]["throughput_rps"] == pytest.approx(7.0)
+
+
+def _snap(
+    inferences: int, executions: int, batches: dict[int, int], queue_ns: int, failures: int = 0
+) -> ServerSnapshot:
+    durations = {
+        "success": (inferences, 0),
+        "fail": (0, 0),
+        "queue": (inferences, queue_ns),
+        "compute_input": (inferences, 0),
+        "compute_infer": (inferences, 2_000 * inferences),
+        "compute_output": (inferences, 0),
+    }
+    return ServerSnapshot(
+        stats=StatsSnapshot(inferences, executions, durations, batches),
+        metrics=MetricsSnapshot({"REJECTED": failures, "OTHER": 0}, pending_requests=2),
+    )
+
+
+def test_server_window_deltas_and_reload() -> None:
+    window = ServerWindow(window_s=10)
+    assert window.add(0.0, _snap(0, 0, {}, 0)) is None
+    view = window.add(1.0, _snap(40, 10, {4: 10}, 40 * 500_000, failures=1))
+    assert view is not None
+    assert view.avg_batch_size == pytest.approx(4.0)
+    assert view.queue_us == pytest.approx(500.0)
+    assert view.compute_infer_us == pytest.approx(2.0)
+    assert view.failures_by_reason["REJECTED"] == 1
+    window.add(2.0, _snap(100, 25, {4: 25}, 100 * 500_000, failures=1))
+    summary = window.window_view()
+    assert summary is not None and summary.batch_sizes == {4: 25}
+    # A config change reloads the model: counters restart at 0; no negative deltas appear.
+    view = window.add(3.0, _snap(6, 3, {2: 3}, 6 * 100_000))
+    assert window.reloads == 1
+    assert view is not None and view.batch_sizes == {2: 3} and view.avg_batch_size == 2.0
+    assert view.failures_by_reason["REJECTED"] == 0
+    assert restarted(_snap(5, 5, {1: 5}, 0).stats, _snap(5, 5, {1: 4}, 0).stats)
+
+
+def _doc() -> dict:
+    client = ClientWindow()
+    client.add(1.0, _tick([0.004] * 50))
+    server = ServerWindow()
+    server.add(0.0, _snap(0, 0, {}, 0))
+    server.add(1.0, _snap(50, 20, {2: 15, 4: 5}, 50 * 300_000))
+    config = {
+        "max_batch_size": 8,
+        "max_queue_delay_us": 1000,
+        "preferred_batch_size": [4],
+        "instance_count": 1,
+    }
+    return dashboard(
+        now=1.0,
+        model="m",
+        target="http://127.0.0.1:1",
+        state="running",
+        users=2,
+        client=client,
+        server=server,
+        history=[],
+        config=config,
+        errors={},
+    )
+
+
+def test_dashboard_document_and_table_rows() -> None:
+    doc = _doc()
+    assert doc["server"]["window"]["avg_batch_size"] == pytest.approx(2.5)
+    assert doc["server"]["window"]["batch_share"] == {"2": 0.75, "4": 0.25}
+    assert doc["server"]["totals"]["batch_executions"] == {"2": 15, "4": 5}
+    assert doc["server"]["pending_requests"] == 2
+    rows = {r["metric"]: r["value"] for r in table_rows(doc)}
+    assert rows["average batch size"] == "2.50"
+    assert rows["executions by batch size"] == "2:15 4:5"
+    assert rows["queue time / request"] == "300 us"
+    assert rows["pending requests"] == "2"
+    assert "preferred [4]" in rows["model config"]
+
+
+CURRENT = {
+    "max_batch_size": 8,
+    "max_queue_delay_us": 100,
+    "preferred_batch_size": [],
+    "instance_count": 1,
+}
+
+
+def test_config_request_merges_and_parses() -> None:
+    out = parse_config_request(
+        {"max_queue_delay_us": "2500", "preferred_batch_size": "2, 8 4"}, CURRENT
+    )
+    assert out == {**CURRENT, "max_queue_delay_us": 2500, "preferred_batch_size": [8, 4, 2]}
+    assert parse_config_request({"preferred_batch_size": ""}, CURRENT)["preferred_batch_size"] == []
+    baseline = {**CURRENT, "dynamic_batching": False}
+    assert "dynamic_batching" not in parse_config_request({"max_queue_delay_us": 5}, baseline)
+    assert parse_config_request({"instance_count": 2}, baseline)["dynamic_batching"] is False
+
+
+@pytest.mark.parametrize(
+    ("posted", "message"),
+    [
+        ({"max_queue_delay": 5}, "unknown config field"),
+        ({"max_batch_size": "x"}, "must be an integer"),
+        ({"instance_count": 0}, "between 1 and 64"),
+        ({"preferred_batch_size": [16]}, "exceed max_batch_size 8"),
+        ({"max_batch_size": True}, "must be an integer"),
+        ([1, 2], "JSON object"),
+    ],
+)
+def test_config_request_refuses_bad_input(posted: object, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        parse_config_request(posted, CURRENT)
+
+
+def test_profiles() -> None:
+    assert profiles.steady(123.0, 7) == 7
+    assert [profiles.ramp(t, 10, 10.0) for t in (0, 1, 5, 10, 30)] == [1, 1, 5, 10, 10]
+    calm = [profiles.spike(t, 4, 10.0, 3.0, 2.0) for t in range(0, 8)]
+    burst = [profiles.spike(t, 4, 10.0, 3.0, 2.0) for t in (8, 9, 18)]
+    assert set(calm) == {4} and set(burst) == {12}
+    day = [profiles.diurnal(t, 100, 60.0) for t in range(0, 61, 15)]
+    assert day == [20, 60, 100, 60, 20]
+
+
+def test_target_settings_follow_triton_port_layout() -> None:
+    s = TargetSettings.from_locust("http://127.0.0.1:8000/", None)
+    assert (s.http_address, s.grpc_url, s.metrics_url) == (
+        "127.0.0.1:8000",
+        "127.0.0.1:8001",
+        "http://127.0.0.1:8002/metrics",
+    )
+    opts = argparse.Namespace(
+        triton_model="m", grpc_url="h:9", metrics_url="", rate_per_user=5.0, arrival="constant"
+    )
+    s = TargetSettings.from_locust("127.0.0.1:7000", opts)
+    assert (s.model, s.grpc_url, s.rate_per_user, s.arrival) == ("m", "h:9", 5.0, "constant")
+    assert s.metrics_url == "http://127.0.0.1:7002/metrics"
+    with pytest.raises(ValueError, match="Host field"):
+        TargetSettings.from_locust("", None)
+
+
+def test_exposure_rule() -> None:
+    creds = ("perfsweep", "pw")
+    assert exposure_problem("127.0.0.1", False, None) == ""
+    assert is_loopback("localhost") and not is_loopback("") and not is_loopback("0.0.0.0")
+    assert "refusing to serve the dashboard on 0.0.0.0" in exposure_problem("0.0.0.0", False, None)
+    assert "all interfaces" in exposure_problem("", False, None)
+    assert exposure_problem("0.0.0.0", True, creds) == ""
+    assert "PERFSWEEP_UI_PASSWORD" in exposure_problem("0.0.0.0", True, None)
+    assert login_from_env({"PERFSWEEP_UI_PASSWORD": "pw"}) == creds
+    assert login_from_env({}) is None
+
+
+def test_ui_options_refuse_before_starting_anything(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PERFSWEEP_UI_PASSWORD", raising=False)
+    with pytest.raises(InputError, match="refusing"):
+        UiOptions(web_host="0.0.0.0").check()
+    with pytest.raises(InputError, match="workers"):
+        UiOptions(workers=0).check()
+    monkeypatch.setenv("PERFSWEEP_UI_PASSWORD", "pw")
+    UiOptions(web_host="0.0.0.0", web_login=True).check()
+
+
+def test_locust_command_lines() -> None:
+    master, workers = locust_commands(
+        UiOptions(workers=2, web_port=0), "http://127.0.0.1:5", "127.0.0.1:6", None
+    )
+    assert master[master.index("--host") + 1] == "http://127.0.0.1:5"
+    assert master[master.index("--web-host") + 1] == "127.0.0.1"
+    assert "--class-picker" in master and "--master" in master
+    assert master[master.index("--master-bind-host") + 1] == "127.0.0.1"
+    port = master[master.index("--master-bind-port") + 1]
+    assert len(workers) == 2 and all(w[w.index("--master-port") + 1] == port for w in workers)
+    assert "--metrics-url" not in master
+    single, none = locust_commands(UiOptions(), "http://h:1", None, "http://h:3/metrics")
+    assert none == [] and "--master" not in single and "--metrics-url" in single
+
+
+def test_managed_addresses_read_the_last_ready_line(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(
+        "perfsweep reference server ready: http=127.0.0.1:1 grpc=127.0.0.1:2 metrics=127.0.0.1:3\n"
+        "--- restart\n"
+        "perfsweep reference server ready: http=127.0.0.1:4 grpc=127.0.0.1:5 metrics=127.0.0.1:6\n"
+    )
+    assert managed_addresses(log) == ("127.0.0.1:5", "http://127.0.0.1:6/metrics")
+    assert managed_addresses(tmp_path / "missing.log") == (None, None)
