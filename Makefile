@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: run test setup setup-test lint typecheck pytest clean
+.PHONY: run test setup setup-test lint typecheck pytest clean gate-dogfood
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,18 @@ pytest: setup-test
 	$(BIN)/pytest $(ARGS)
 
 test: lint typecheck pytest
+
+# Dogfood the CI performance gate (README "CI performance gates"): a small measure-and-gate run
+# on the reference server with the simulated device. The bounds are loose for a shared 2-core CI
+# machine, yet a server that serves fewer than 20 of the offered 25 req/s, fails a request, or
+# has a p99 above 150 ms (about 35x the simulated device's 4.25 ms per request) breaks them.
+GATE_DIR ?= reports/gate-dogfood
+gate-dogfood: setup
+	$(BIN)/perfsweep gate --model resnet50 --device sim \
+		--rate-rps 25 --min-throughput 20 --p99-ms 150 --max-error-rate 0 \
+		--repeats 2 --warmup-s 1 --window-s 1.5 --windows 2 \
+		--junit $(GATE_DIR)/junit.xml --markdown $(GATE_DIR)/summary.md \
+		--output $(GATE_DIR)/result.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
