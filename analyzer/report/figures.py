@@ -5,14 +5,16 @@ for it was not recorded. Figures never contain strings from the run (model names
 values): titles and captions with such strings live in the HTML, where the template escapes
 them. Matplotlib escapes SVG text itself as well.
 
-Each SVG gets its own ``svg.hashsalt``, so the ids matplotlib generates (clip paths, markers) do
-not collide when several figures sit inline in one HTML page.
+Every id inside a figure's SVG is prefixed with the figure's name, so the ids matplotlib generates
+(``axes_1``, clip paths, markers) do not collide when several figures sit inline in one page; a
+fixed ``svg.hashsalt`` keeps the output deterministic.
 """
 
 from __future__ import annotations
 
 import io
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -72,7 +74,25 @@ def to_svg(fig: MplFigure, name: str) -> str:
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
     text = buf.getvalue()
-    return text[text.index("<svg") :]
+    return _prefix_ids(text[text.index("<svg") :], name)
+
+
+_ID_REF = re.compile(r'(id="|href="#|url\(#)([^"()]+)')
+
+
+def _prefix_ids(svg: str, prefix: str) -> str:
+    """Prefix every id (and every reference to one) so inline figures never share an id.
+
+    Matplotlib names groups ``figure_1``, ``axes_1``, ``PathCollection_1`` in every figure, which
+    would repeat across several inline SVGs in one page.
+    """
+    ids = set(re.findall(r'id="([^"]+)"', svg))
+
+    def swap(match: re.Match[str]) -> str:
+        head, name = match.groups()
+        return f"{head}{prefix}-{name}" if name in ids else match.group(0)
+
+    return _ID_REF.sub(swap, svg)
 
 
 def _figure(width: float = 6.4, height: float = 3.6, ncols: int = 1) -> tuple[MplFigure, list]:
@@ -375,8 +395,9 @@ def _load_curves(
             color=color,
             label=label,
         )
-        for ax in (ax_t, ax_p):
-            ax.axvline(c.capacity_rps, color=color, linestyle=":", linewidth=1)
+        if c.capacity_rps > 0:  # the knee; a config that met the goals nowhere has none
+            for ax in (ax_t, ax_p):
+                ax.axvline(c.capacity_rps, color=color, linestyle=":", linewidth=1)
         bad = [p for p in c.points if not p.meets_goals]
         ax_p.scatter(
             [p.offered_rps for p in bad],

@@ -463,6 +463,12 @@ def build_record(run: RunData) -> ReportRecord:
     series = _time_series(run, roles, by_number)
     if not series:
         missing["time_series"] = "not recorded: the measurements hold no per-window results"
+    elif not any(s.source == "validation" for s in series):
+        missing["validation_series"] = (
+            "The validation runs' windows are not recorded in the run directory (validation.json "
+            "keeps one number per repeat); shown instead: the search measurement at each "
+            "config's operating point."
+        )
 
     progress = _progress(objective, trials, run.importances, run.importance_note)
     if progress.importances is None:
@@ -716,12 +722,13 @@ def _series(
         )
     stable = bool(measurement.get("stable", False))
     valid = bool(measurement.get("valid", False))
-    flags = []
-    if not valid:
+    # The engine's own messages say what went wrong and what to do; generic flags only when
+    # it gave none.
+    flags = [str(m) for m in measurement.get("messages") or ()]
+    if not flags and not valid:
         flags.append("invalid: the load generator saturated, so these numbers describe it")
-    if not stable:
+    if not flags and not stable:
         flags.append("unstable: the last windows disagree by more than the stability threshold")
-    flags.extend(str(m) for m in measurement.get("messages") or ())
     return TimeSeries(
         label=label,
         role=role,

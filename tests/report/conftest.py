@@ -77,12 +77,14 @@ def sweep_run_dir(
     objective: str = "throughput",
     fail_loads: set[int] | None = None,
     seed: int = 0,
+    min_throughput_rps: float = 0.0,
 ) -> RunSummary:
     """A complete run directory written by ``run_sweep`` against the planted fake."""
     overrides = {
         "model.name": model,
         "objective": objective,
         "goals.p99_ms": 25.0,
+        "goals.min_throughput_rps": min_throughput_rps,
         "budget.trials": trials,
         "budget.patience": trials,
         "budget.validate_top": 2,
@@ -105,13 +107,14 @@ def sweep_run_dir(
 def planted_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One run directory of the planted sweep (shared: tests must not modify it)."""
     root = tmp_path_factory.mktemp("report") / "planted-run"
-    sweep_run_dir(root, fail_loads={4})
+    sweep_run_dir(root, fail_loads={5, 6})  # load and its retry: one failed trial
     return root
 
 
 @pytest.fixture(scope="session")
 def hostile_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A run whose model name (and so failure messages) is a script tag."""
+    """A run whose model name (and so failure messages) is a script tag; some trials infeasible."""
     root = tmp_path_factory.mktemp("report") / "hostile-run"
-    sweep_run_dir(root, model=HOSTILE, trials=6, fail_loads={3})
+    # A throughput floor some configs (and the baseline) miss: infeasible trials, no gain.
+    sweep_run_dir(root, model=HOSTILE, trials=8, fail_loads={3, 4}, min_throughput_rps=285.0)
     return root
