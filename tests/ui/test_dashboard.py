@@ -1,0 +1,275 @@
+"""``perfsweep ui`` end to end: a real reference server, Locust's web UI on port 0, real requests.
+
+One ``perfsweep ui --url`` process (module fixture) serves the page and JSON tests; the numbers
+it reports are compared with what the server itself says on ``/v2/models/<m>/stats`` and
+``/metrics`` once the load has stopped. Separate processes cover the login, the refusal to bind
+other addresses without one, and Locust workers.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from collections.abc import Iterator
+from http.cookiejar import CookieJar
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.ui.support import (
+    MODEL,
+    UI_READY,
+    Child,
+    child_env,
+    http,
+    perfsweep,
+    reference_server,
+    wait_for,
+    write_sim_model,
+)
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    root = tmp_path_factory.mktemp("ui-server")
+    with reference_server(write_sim_model(root / "repo"), root / "server.log") as fields:
+        yield fields
+
+
+def _start_ui(tmp: Path, server: dict[str, str], *extra: str, **env: str) -> tuple[Child, str]:
+    child = Child(
+        perfsweep(
+            "ui",
+            "--url",
+            f"http://{server['http']}",
+            "--model",
+            MODEL,
+            "--grpc-url",
+            server["grpc"],
+            "--metrics-url",
+            f"http://{server['metrics']}/metrics",
+            "--web-port",
+            "0",
+            *extra,
+        ),
+        tmp / "ui.log",
+        env=child_env(**env),
+    )
+    line = child.wait_line(UI_READY)
+    match = re.search(r"(http://\S+?)/? ", line + " ")
+    assert match, line
+    return child, match.group(1)
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory: pytest.TempPathFactory, server: dict[str, str]) -> Iterator[str]:
+    child, base = _start_ui(tmp_path_factory.mktemp("ui"), server)
+    try:
+        yield base
+    finally:
+        assert child.stop() in (0, 130), child.tail()
+
+
+def _doc(base: str) -> dict[str, Any]:
+    status, doc = http("GET", f"{base}/perfsweep/server")
+    assert status == 200, doc
+    assert isinstance(doc, dict)
+    return doc
+
+
+def _swarm(base: str, users: int, classes: list[str], **extra: Any) -> None:
+    form = {"user_count": users, "spawn_rate": users, "user_classes": classes, **extra}
+    status, answer = http("POST", f"{base}/swarm", form=form)
+    assert status == 200 and answer["success"], answer
+
+
+def _server_truth(server: dict[str, str]) -> dict[str, Any]:
+    """What the server itself reports: statistics totals and failure counters."""
+    _, stats = http("GET", f"http://{server['http']}/v2/models/{MODEL}/stats")
+    entry = stats["model_stats"][0]
+    batches = {str(b["batch_size"]): int(b["compute_infer"]["count"]) for b in entry["batch_stats"]}
+    _, text = http("GET", f"http://{server['metrics']}/metrics")
+    failures: dict[str, int] = {}
+    pending = None
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.labels.get("model") != MODEL:
+                continue
+            # prometheus_client's parser names counter samples with a _total suffix.
+            if s.name.removesuffix("_total") == "nv_inference_request_failure":
+                failures[s.labels["reason"]] = int(s.value)
+            elif s.name == "nv_inference_pending_request_count":
+                pending = int(s.value)
+    return {
+        "inference_count": int(entry["inference_count"]),
+        "execution_count": int(entry["execution_count"]),
+        "batch_executions": batches,
+        "failures_by_reason": failures,
+        "pending_requests": pending,
+    }
+
+
+def test_page_has_the_server_tab_and_panel(ui: str) -> None:
+    status, page = http("GET", ui + "/")
+    assert status == 200
+    assert "./perfsweep/static/panel.js" in page
+    assert re.search(r'"extended_tabs":\s*\[\{"key":\s*"server",\s*"title":\s*"Server"\}\]', page)
+    for name in ("TritonHttpUser", "TritonGrpcOpenLoopUser", "SpikeShape", "DiurnalShape"):
+        assert name in page  # the class picker offers users and shapes
+    assert "rate_per_user" in page  # perfsweep's custom parameters in the form
+    status, script = http("GET", ui + "/perfsweep/static/panel.js")
+    assert status == 200 and "textContent" in script
+
+
+def test_server_json_matches_the_servers_own_numbers(ui: str, server: dict[str, str]) -> None:
+    _swarm(ui, 4, ["TritonHttpUser", "TritonGrpcUser"])
+    doc = wait_for(
+        lambda: (
+            (d := _doc(ui))["client"]["window"]["requests"] >= 300
+            and (d.get("server") or {}).get("window", {}).get("execution_count", 0) > 0
+            and d
+        ),
+        60,
+        "300 requests seen by the dashboard",
+    )
+    assert doc["state"] in ("running", "spawning") and doc["users"] == 4
+    window = doc["server"]["window"]
+    assert window["avg_batch_size"] >= 1.0
+    assert sum(window["batch_sizes"].values()) == window["execution_count"]
+    assert window["queue_us"] > 0 and window["compute_us"] > 0
+    client = doc["client"]["window"]
+    assert client["errors"] == 0 and 0 < client["p50_ms"] <= client["p99_ms"] <= client["max_ms"]
+    rows = http("GET", ui + "/stats/requests")[1]["extended_stats"]
+    assert rows[0]["key"] == "server"
+    assert {r["metric"] for r in rows[0]["data"]} >= {"average batch size", "pending requests"}
+
+    assert http("POST", ui + "/stop")[0] == 200
+    truth = wait_for(
+        lambda: (t := _server_truth(server))["pending_requests"] == 0 and t, 30, "a drained server"
+    )
+
+    def settled() -> dict[str, Any] | None:
+        totals = _doc(ui)["server"]["totals"]
+        return totals if totals["inference_count"] == truth["inference_count"] else None
+
+    totals = wait_for(settled, 15, "the dashboard's next scrape")
+    for key in ("execution_count", "batch_executions", "failures_by_reason", "pending_requests"):
+        assert totals[key] == truth[key], key
+    # Every request the client recorded reached the server; at most one per user was cut off
+    # when Locust stopped the users mid-request.
+    recorded = _doc(ui)["client"]["since_start"]["requests"]
+    assert truth["inference_count"] - 4 <= recorded <= truth["inference_count"]
+
+
+def test_config_change_applies_while_load_runs(ui: str, server: dict[str, str]) -> None:
+    _swarm(ui, 3, ["TritonHttpOpenLoopUser"], rate_per_user=40)
+    wait_for(lambda: _doc(ui)["client"]["window"]["requests"] >= 50, 60, "open-loop traffic")
+    status, answer = http(
+        "POST",
+        ui + "/perfsweep/config",
+        body={
+            "max_queue_delay_us": 3000,
+            "preferred_batch_size": "4,2",
+            "max_batch_size": 8,
+            "instance_count": 2,
+        },
+    )
+    assert status == 200, answer
+    expected = {
+        "max_batch_size": 8,
+        "max_queue_delay_us": 3000,
+        "preferred_batch_size": [4, 2],
+        "instance_count": 2,
+    }
+    assert answer["config"] == expected
+    _, config = http("GET", f"http://{server['http']}/v2/models/{MODEL}/config")
+    assert int(config["dynamic_batching"]["max_queue_delay_microseconds"]) == 3000
+    assert [int(s) for s in config["dynamic_batching"]["preferred_batch_size"]] == [4, 2]
+    assert sum(int(g["count"]) for g in config["instance_group"]) == 2
+    # The dashboard notices the reload and keeps reporting from the new counters.
+    doc = wait_for(
+        lambda: (
+            (d := _doc(ui))["server_reloads"] >= 1
+            and d["config"] == expected
+            and (d["server"] or {}).get("window", {}).get("execution_count", 0) > 0
+            and d
+        ),
+        30,
+        "the reloaded model's numbers",
+    )
+    assert doc["client"]["window"]["errors"] == 0  # no request was lost to the reload
+    status, refused = http("POST", ui + "/perfsweep/config", body={"preferred_batch_size": [64]})
+    assert status == 400 and "exceed max_batch_size" in refused["error"]
+    status, refused = http("POST", ui + "/perfsweep/config", body={"max_batch_size": 0})
+    assert status == 400 and "between 1" in refused["error"]
+    assert http("POST", ui + "/stop")[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["--web-host", "0.0.0.0"], {}, "refusing to serve the dashboard on 0.0.0.0"),
+        (["--web-host", "0.0.0.0", "--web-login"], {}, "--web-login needs a password"),
+    ],
+)
+def test_non_loopback_without_credentials_is_refused(
+    tmp_path: Path, args: list[str], env: dict[str, str], message: str
+) -> None:
+    # The URL points nowhere: the refusal must come before anything is contacted or started.
+    child = Child(
+        perfsweep("ui", "--url", "http://127.0.0.1:9", "--web-port", "0", *args),
+        tmp_path / "ui.log",
+        env=child_env(**env),
+    )
+    assert child.proc.wait(60) == 2
+    text = " ".join(child.tail().split())
+    assert message in text and "PERFSWEEP_UI_PASSWORD" in text
+
+
+def test_login_protects_the_dashboard(tmp_path: Path, server: dict[str, str]) -> None:
+    child, base = _start_ui(
+        tmp_path, server, "--web-login", PERFSWEEP_UI_PASSWORD="s3cret", PERFSWEEP_UI_USER="ops"
+    )
+    try:
+        assert "login required: user 'ops'" in child.seen[-1]
+        status, body = http("GET", base + "/perfsweep/server")
+        assert status != 200 or not isinstance(body, dict)  # the login page, not the data
+        jar = CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        form = {"username": "ops", "password": "wrong"}
+        http("POST", base + "/perfsweep/login", form=form, opener=opener)
+        status, body = http("GET", base + "/perfsweep/server", opener=opener)
+        assert not isinstance(body, dict)
+        form["password"] = "s3cret"
+        http("POST", base + "/perfsweep/login", form=form, opener=opener)
+        status, body = http("GET", base + "/perfsweep/server", opener=opener)
+        assert status == 200 and isinstance(body, dict) and body["model"] == MODEL
+    finally:
+        child.stop()
+
+
+@pytest.mark.slow
+def test_workers_report_exact_latencies_to_the_dashboard(
+    tmp_path: Path, server: dict[str, str]
+) -> None:
+    child, base = _start_ui(tmp_path, server, "--workers", "2")
+    try:
+        wait_for(
+            lambda: http("GET", base + "/worker-count")[1].get("worker_count") == 2,
+            60,
+            "two workers",
+        )
+        _swarm(base, 4, ["TritonHttpUser"])
+        doc = wait_for(
+            lambda: (d := _doc(base))["client"]["window"]["requests"] >= 200 and d,
+            60,
+            "worker ticks",
+        )
+        assert doc["client"]["window"]["p99_ms"] > 0
+        assert http("POST", base + "/stop")[0] == 200
+    finally:
+        assert child.stop() in (0, 130), child.tail()
