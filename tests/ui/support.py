@@ -89,7 +89,8 @@ class Child:
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
-        threading.Thread(target=self._pump, daemon=True).start()
+        self._pump_thread = threading.Thread(target=self._pump, daemon=True)
+        self._pump_thread.start()
 
     def _pump(self) -> None:
         assert self.proc.stdout is not None
@@ -112,6 +113,11 @@ class Child:
         raise AssertionError(
             f"no line starting {prefix!r}; stdout {self.seen[-5:]}; stderr tail: {self.tail()}"
         )
+
+    def stdout(self, timeout_s: float = 10.0) -> str:
+        """Everything the (exited) child printed, once its stdout is read to the end."""
+        self._pump_thread.join(timeout_s)
+        return "\n".join([*self.seen, *self.lines.queue])
 
     def tail(self) -> str:
         """Last lines of stderr."""
