@@ -99,12 +99,18 @@ def _identity(r: ReportRecord) -> RunIdentity:
     )
 
 
-def _row(metric: str, a: float | None, b: float | None, higher_is_better: bool) -> CompareRow:
+def _row(
+    metric: str, a: float | None, b: float | None, higher_is_better: bool | None
+) -> CompareRow:
+    """One metric; ``higher_is_better`` None: a count, not a quality (no "better" side)."""
     change = None
     better = None
     if a is not None and b is not None and b != 0:
         change = round((a - b) / abs(b), 4)
-        better = "same" if abs(change) < NOISE else "a" if (change > 0) == higher_is_better else "b"
+        if higher_is_better is not None:
+            better = (
+                "same" if abs(change) < NOISE else "a" if (change > 0) == higher_is_better else "b"
+            )
     return CompareRow(metric, a, b, change, better)
 
 
@@ -151,7 +157,7 @@ def build_comparison(a: ReportRecord, b: ReportRecord) -> Comparison:
             "complete trials",
             float(va.trials.get("complete", 0)),
             float(vb.trials.get("complete", 0)),
-            True,
+            None,
         ),
     ]
     differences: list[str] = []
@@ -306,7 +312,11 @@ def curves_overlay(a: ReportRecord, b: ReportRecord) -> Figure | None:
             if c.role == "best":
                 curves.append(dataclasses.replace(c, role=f"run {name} best"))
     goal = a.verdict.goals.get("p99_ms")
-    return _styled(lambda: _load_curves(curves, goal, name="compare_curves", by_role=False))
+    return _styled(
+        lambda: _load_curves(
+            curves, goal, name="compare_curves", palette=(BEST, SECONDARY), by_role=False
+        )
+    )
 
 
 def render_comparison(comparison: Comparison, a: ReportRecord, b: ReportRecord) -> str:

@@ -371,15 +371,18 @@ def load_curves(record: ReportRecord) -> Figure | None:
 
 
 def _load_curves(
-    curves: Sequence[LoadCurve], goal: float | None, name: str = "load_curves", by_role: bool = True
+    curves: Sequence[LoadCurve],
+    goal: float | None,
+    name: str = "load_curves",
+    palette: Sequence[str] = (BASELINE, BEST, FEASIBLE, SECONDARY),
+    by_role: bool = True,
 ) -> Figure | None:
     curves = [c for c in curves if c.points]
     if not curves:
         return None
     fig, (ax_t, ax_p) = _figure(8.8, 3.4, ncols=2)
-    colors = [BASELINE, BEST, FEASIBLE, SECONDARY]
     for i, c in enumerate(curves):
-        color = colors[i % len(colors)]
+        color = palette[i % len(palette)]
         if by_role:  # single run: the report's role colours; comparisons: one colour per curve
             color = {"baseline": BASELINE, "best": BEST}.get(c.role, color)
         xs = [p.offered_rps for p in c.points]
