@@ -29,7 +29,7 @@
     [["p50", "exact p50 (ms)"], ["p99", "exact p99 (ms)"], ["rps", "throughput (req/s)"],
      ["batch", "avg batch size"], ["queue", "queue / request (us)"],
      ["compute", "compute / request (us)"], ["pending", "pending requests"],
-     ["fails", "failed (client / server)"]].forEach(function (c) {
+     ["fails", "failed (client / server)"], ["requests", "requests since start"]].forEach(function (c) {
       var card = make("div", { "class": "ps-card" }, cards);
       el[c[0]] = make("div", { "class": "ps-value", "data-ps": c[0] }, card, "-");
       make("div", { "class": "ps-label" }, card, c[1]);
@@ -114,6 +114,7 @@
     el.queue.textContent = fmt(sw.queue_us, 0);
     el.compute.textContent = fmt(sw.compute_us, 0);
     el.pending.textContent = s.pending_requests === null || s.pending_requests === undefined ? "-" : String(s.pending_requests);
+    el.requests.textContent = String(doc.client.since_start.requests);
     el.fails.textContent = c.errors + " / " + (sw.failure_count === undefined ? "-" : sw.failure_count);
 
     var pts = doc.history.slice(-120);
