@@ -201,6 +201,12 @@ class ServerScraper:
         #: Last error per source, for the result's messages.
         self.errors: dict[str, str] = {}
 
+    def close(self) -> None:
+        """Release the statistics source's connection, if it has one."""
+        close = getattr(self.stats_source, "close", None)
+        if close is not None:
+            close()
+
     def snapshot(self) -> ServerSnapshot:
         """Read both sources now."""
         return ServerSnapshot(stats=self._stats(), metrics=self._metrics())

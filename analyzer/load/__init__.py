@@ -1,9 +1,10 @@
 """The measurement engine on Locust: the ONLY package that imports locust or gevent.
 
-Importing anything from here monkey-patches the process (``import locust`` runs gevent's
-``patch_all``) and initialises gRPC for gevent, in that order, before any channel exists (see
-``research/locust.md`` §1.7 and §5). Modules outside ``analyzer/load`` import it lazily, inside
-the function that needs it, so ``perfsweep serve`` and ``--help`` stay unpatched.
+Importing ``LocustLoadGenerator`` or ``EngineOptions`` from here monkey-patches the process
+(``import locust`` runs gevent's ``patch_all``) and initialises gRPC for gevent, in that order
+(``analyzer/load/_gevent.py``). Importing the package itself, or its pure modules ``inputs`` and
+``recorder``, patches nothing. Modules outside ``analyzer/load`` import the engine lazily,
+inside the function that needs it, so ``perfsweep serve`` and ``--help`` stay unpatched.
 
 Public API::
 
@@ -12,11 +13,17 @@ Public API::
 
 from __future__ import annotations
 
-import locust  # noqa: F401  (first: patches the standard library for gevent)
-from grpc.experimental import gevent as _grpc_gevent
+from typing import TYPE_CHECKING, Any
 
-_grpc_gevent.init_gevent()
-
-from analyzer.load.runner import EngineOptions, LocustLoadGenerator  # noqa: E402
+if TYPE_CHECKING:
+    from analyzer.load.runner import EngineOptions, LocustLoadGenerator
 
 __all__ = ["EngineOptions", "LocustLoadGenerator"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from analyzer.load import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module 'analyzer.load' has no attribute {name!r}")

@@ -15,6 +15,7 @@ Both also read metadata, config and statistics, so one code path serves any KSer
 
 from __future__ import annotations
 
+import analyzer.load._gevent  # noqa: F401  (isort: skip) patch first
 import json
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -42,6 +43,17 @@ class InferClient(Protocol):
     def close(self) -> None:
         """Release connections."""
         ...
+
+
+def _close_grpc(client: grpcclient.InferenceServerClient) -> None:
+    """Close a tritonclient.grpc client exactly once.
+
+    Its ``__del__`` closes again; a second close that runs at interpreter shutdown, after the
+    gevent hub is gone, hangs inside grpc's gevent channel accounting. So close now and make
+    the destructor's call a no-op.
+    """
+    client.close()
+    setattr(client, "close", lambda: None)  # noqa: B010 - shadow the bound method on purpose
 
 
 def _split_url(url: str) -> tuple[str, int]:
@@ -143,7 +155,7 @@ class GrpcInferClient:
 
     def close(self) -> None:
         """Close the channel."""
-        self._client.close()
+        _close_grpc(self._client)
 
 
 def make_client(protocol: str, url: str, inputs: InputSet, concurrency: int) -> InferClient:
@@ -164,7 +176,7 @@ def fetch_model_documents(protocol: str, url: str, model: str) -> tuple[dict, di
                 metadata: dict = g.get_model_metadata(model, as_json=True)
                 config: dict = g.get_model_config(model, as_json=True).get("config", {})
             finally:
-                g.close()
+                _close_grpc(g)
         else:
             h = httpclient.InferenceServerClient(url)
             try:
@@ -184,16 +196,26 @@ def fetch_model_documents(protocol: str, url: str, model: str) -> tuple[dict, di
     return metadata, config
 
 
+class GrpcStatsSource:
+    """Fetches the statistics document over gRPC (``as_json``); call ``close`` when done."""
+
+    def __init__(self, url: str, model: str) -> None:
+        self._client = grpcclient.InferenceServerClient(url)
+        self._model = model
+
+    def __call__(self) -> dict[str, Any]:
+        doc: dict[str, Any] = self._client.get_inference_statistics(self._model, as_json=True)
+        return doc
+
+    def close(self) -> None:
+        """Close the channel."""
+        _close_grpc(self._client)
+
+
 def stats_source(protocol: str, url: str, model: str) -> Callable[[], dict[str, Any]]:
     """A statistics fetcher over ``protocol`` (used by ``ServerScraper``)."""
     if protocol == "grpc":
-        client = grpcclient.InferenceServerClient(url)
-
-        def fetch_grpc() -> dict[str, Any]:
-            doc: dict[str, Any] = client.get_inference_statistics(model, as_json=True)
-            return doc
-
-        return fetch_grpc
+        return GrpcStatsSource(url, model)
     from analyzer.server_stats import http_stats_source
 
     return http_stats_source(url, model)

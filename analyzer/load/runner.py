@@ -15,6 +15,7 @@ agree (stable), at ``max_windows`` (unstable, marked), or early when a capacity 
 
 from __future__ import annotations
 
+import analyzer.load._gevent  # noqa: F401  (isort: skip) patch first
 import logging
 import math
 import os
@@ -298,10 +299,12 @@ class LocustLoadGenerator:
         self.close()
 
     def close(self) -> None:
-        """Stop Locust and any worker processes."""
+        """Stop Locust and any worker processes; close the statistics connection."""
         if self._backend is not None:
             backend, self._backend = self._backend, None
             backend.close()
+        if self._scraper is not None:
+            self._scraper.close()
 
     def _ensure_backend(self) -> _Backend:
         if self._backend is None:

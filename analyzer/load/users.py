@@ -15,6 +15,7 @@ controller before each load level), the ``InputSet`` built from it, and the ``Re
 
 from __future__ import annotations
 
+import analyzer.load._gevent  # noqa: F401  (isort: skip) patch first
 import collections
 import random
 import time

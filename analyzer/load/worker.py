@@ -12,9 +12,9 @@ import argparse
 import logging
 from typing import Any
 
+import analyzer.load._gevent  # noqa: F401  (isort: skip) patch first
 from locust.env import Environment
 
-import analyzer.load  # noqa: F401  (patch + grpc gevent init before anything else)
 from analyzer.load.users import USER_CLASSES, EngineConfig, ProcessContext, attach_context
 
 

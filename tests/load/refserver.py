@@ -103,7 +103,10 @@ class RefServer:
         assert self.proc.stdout.readline().strip() == "paused"
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         if self.proc is not None:
             if self.proc.stdin:

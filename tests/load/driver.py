@@ -1,0 +1,108 @@
+"""Run load-engine scenarios in a child process, so the test process is never gevent-patched.
+
+``run_driver(spec)`` (called by tests) starts ``python -m tests.load.driver`` with a JSON spec on
+stdin; the child starts a reference server with one simulated model (``RefServer``), runs the
+requested levels through ``LocustLoadGenerator`` (optionally pausing the simulated device during a
+level), and prints the measurements as JSON on its last stdout line.
+
+Spec keys: ``model`` (kwargs of ``write_sim_model`` minus the repository), ``protocol``,
+``workers``, ``levels`` (list of ``LoadSpec`` fields plus an optional ``pause_after_s`` /
+``pause_s``), ``capacity`` (``CapacitySpec`` fields, optional).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_driver(spec: dict[str, Any], timeout_s: float = 240.0) -> dict[str, Any]:
+    """Run ``spec`` in a child process and return its JSON answer."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.load.driver"],
+        input=json.dumps(spec),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"driver failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return answer
+
+
+def _level(data: dict[str, Any]) -> Any:
+    from analyzer.measure import Arrival, LoadMode, LoadSpec
+
+    fields = {k: v for k, v in data.items() if not k.startswith("pause")}
+    fields["mode"] = LoadMode(fields["mode"])
+    if "arrival" in fields:
+        fields["arrival"] = Arrival(fields["arrival"])
+    return LoadSpec(**fields)
+
+
+def main() -> None:
+    """Child side: read the spec, run it, print the answer."""
+    spec = json.loads(sys.stdin.read())
+    started = time.monotonic()
+
+    def phase(text: str) -> None:  # timings on stderr: shown when a test fails
+        print(f"[driver {time.monotonic() - started:6.2f}s] {text}", file=sys.stderr, flush=True)
+
+    import gevent
+
+    from analyzer.load import EngineOptions, LocustLoadGenerator
+    from analyzer.measure import CapacitySpec, Goals
+    from tests.load.refserver import RefServer, write_sim_model
+
+    repo = Path(tempfile.mkdtemp(prefix="perfsweep-load-"))
+    model = spec["model"]
+    write_sim_model(repo, **model)
+    answer: dict[str, Any] = {"levels": []}
+    phase("imported")
+    with RefServer(repo, (model["name"],)) as srv:
+        phase(f"server ready at {srv.http_url}")
+        protocol = spec.get("protocol", "http")
+        options = EngineOptions(
+            url=srv.grpc_url if protocol == "grpc" else srv.http_url,
+            model=model["name"],
+            protocol=protocol,
+            workers=spec.get("workers", 1),
+            metrics_url=srv.metrics_url,
+            stats_url=srv.http_url,
+        )
+        with LocustLoadGenerator(options) as generator:
+            for level in spec.get("levels", []):
+                pause = None
+                if "pause_after_s" in level:
+                    pause = gevent.spawn_later(
+                        level["pause_after_s"], srv.pause, model["name"], level["pause_s"]
+                    )
+                answer["levels"].append(generator.measure(_level(level)).to_dict())
+                phase(f"measured {level['mode']} {level['target']}")
+                if pause is not None:
+                    pause.join()
+                generator.drain(30.0)
+            if "capacity" in spec:
+                cap = dict(spec["capacity"])
+                cap["goals"] = Goals(**cap["goals"])
+                cap["step"] = _level(cap["step"])
+                answer["capacity"] = generator.find_capacity(CapacitySpec(**cap)).to_dict()
+                phase("capacity search done")
+        phase("generator closed")
+    phase("server stopped")
+    print(json.dumps(answer), flush=True)
+
+
+if __name__ == "__main__":
+    main()
