@@ -353,7 +353,7 @@ def minimal_report(summary: Mapping[str, Any], rows: list[Mapping[str, Any]]) ->
     goals = summary.get("goals", {})
     gain = summary.get("gain")
     # JSON inside <script> is not HTML-decoded: escape only what could close the element.
-    data = json.dumps(summary, default=_json_default).replace("</", "<\\/")
+    data = json.dumps(summary, default=_json_default).replace("<", "\\u003c")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>perfsweep {esc(summary.get("run_id"))}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}

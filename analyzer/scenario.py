@@ -94,7 +94,10 @@ class TrafficSection(_Section):
     concurrency: Annotated[int, Field(ge=1)] | None = None
     """Fixed number of users for the ``latency`` objective in closed-loop mode."""
     min_rate_rps: PositiveFloat = 1.0
-    """Lowest offered rate the capacity search tries."""
+    """Lowest offered rate the capacity search tries (it descends there when the start fails)."""
+    start_rps: PositiveFloat | None = None
+    """First rate of a capacity search before any capacity is known (default: 10x min_rate_rps,
+    within the bounds); later searches start near half the best capacity found so far."""
     max_rate_rps: PositiveFloat = 2000.0
     """Highest offered rate the capacity search tries (the client's own ceiling on this host)."""
     max_concurrency: Annotated[int, Field(ge=1)] = 256
@@ -172,9 +175,10 @@ class BudgetSection(_Section):
     warmup_s: Annotated[float, Field(ge=0)] = 2.0
     """Warm-up after each config load; its samples are discarded."""
     window_s: PositiveFloat = 4.0
-    """Length of one measurement window (a load level of the capacity search)."""
+    """Shortest measurement window, seconds (a load level measures two windows)."""
     min_requests: Annotated[int, Field(ge=1)] = 200
-    """A window counts only once it holds at least this many requests."""
+    """A window lasts until it holds at least this many requests (a p99 from fewer requests is
+    decided by one or two outliers)."""
     capacity_resolution: Annotated[float, Field(gt=0, lt=1)] = 0.1
     """The capacity search stops when its bracket is narrower than this fraction (0.1 = 10 %)."""
     validate_top: Annotated[int, Field(ge=0)] = 3
@@ -239,6 +243,15 @@ class Scenario(_Section):
 
     @model_validator(mode="after")
     def _check_cross_fields(self) -> Scenario:
+        start = self.traffic.start_rps
+        if (
+            start is not None
+            and not self.traffic.min_rate_rps <= start <= self.traffic.max_rate_rps
+        ):
+            raise ValueError(
+                f"traffic.start_rps ({start}) must lie within traffic.min_rate_rps "
+                f"({self.traffic.min_rate_rps}) and traffic.max_rate_rps ({self.traffic.max_rate_rps})"
+            )
         if self.traffic.min_rate_rps > self.traffic.max_rate_rps:
             raise ValueError(
                 f"traffic.min_rate_rps ({self.traffic.min_rate_rps}) is above "

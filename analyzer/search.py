@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -356,14 +357,23 @@ class Search:
                 f"{list(self.directions)}; use another --study-name"
             )
         if metric_names and not self._study.metric_names:
-            self._study.set_metric_names(list(metric_names))
+            with warnings.catch_warnings():  # experimental API, stable enough for a label
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                self._study.set_metric_names(list(metric_names))
 
     # -- seeding and resume ----------------------------------------------------------------------
 
-    def enqueue(self, knobs: Knobs, reason: str) -> None:
-        """Queue ``knobs`` to be tried next (skipped when the same point was already tried)."""
+    def enqueue(self, knobs: Knobs, reason: str, again: bool = False) -> None:
+        """Queue ``knobs`` to be tried next.
+
+        Args:
+            knobs: The config (moved onto the grid).
+            reason: Why (kept as the trial's ``seed`` attribute).
+            again: Queue it even if the same point was tried before (re-running an interrupted
+                trial); otherwise such a point is skipped.
+        """
         params = self.space.encode(knobs)
-        self._study.enqueue_trial(params, user_attrs={"seed": reason}, skip_if_exists=True)
+        self._study.enqueue_trial(params, user_attrs={"seed": reason}, skip_if_exists=not again)
 
     def recover_interrupted(self) -> list[int]:
         """Fail trials left RUNNING by a killed run and queue their configs again.

@@ -255,21 +255,30 @@ class Evaluator:
             arrival=Arrival(t.arrival),
             warmup_s=b.warmup_s,
             window_s=b.window_s * factor,
+            # Count windows: a window ends after min_requests requests (and at least window_s),
+            # so a p99 always rests on enough samples, whatever the rate.
+            window_requests=round(b.min_requests * factor),
+            min_window_s=b.window_s * factor,
+            # Two agreeing windows are enough for a search step; validation allows a third.
             stable_windows=2,
-            max_windows=3,
+            max_windows=2 if factor == 1.0 else 3,
             seed=self.scenario.run.seed,
         )
 
     def evaluate(
-        self, factor: float = 1.0
+        self, factor: float = 1.0, near_rps: float | None = None
     ) -> tuple[dict[str, float], dict[str, Any], tuple[float, ...]]:
-        """Measure; returns (numbers for the record, raw measurement JSON, objective values)."""
+        """Measure; returns (numbers for the record, raw measurement JSON, objective values).
+
+        ``near_rps`` (validation) starts the capacity search just below a known capacity and
+        grows in small steps, so a re-measurement costs a few levels, not a full bracket.
+        """
         objective = self.scenario.objective
         if objective == "latency":
             m = self._fixed(self._reference_target(), factor)
             numbers = self._numbers(m, m.throughput_rps, m.target)
             return numbers, m.to_dict(), (numbers["p99_ms"],)
-        capacity, best, raw = self._capacity(factor)
+        capacity, best, raw = self._capacity(factor, near_rps)
         numbers = self._capacity_numbers(capacity, best, raw)
         if objective == "throughput":
             return numbers, raw, (numbers["throughput_rps"],)
@@ -290,11 +299,16 @@ class Evaluator:
         )
         return self.load.measure(replace(self.step(factor), target=target, fail_fast=None))
 
-    def _capacity(self, factor: float) -> tuple[float, Measurement | None, dict[str, Any]]:
+    def _capacity(
+        self, factor: float, near_rps: float | None = None
+    ) -> tuple[float, Measurement | None, dict[str, Any]]:
         t, b = self.scenario.traffic, self.scenario.budget
         if t.mode == "rate":
-            start = t.min_rate_rps
-            if self.hint_rps:
+            start = t.start_rps or min(10 * t.min_rate_rps, t.max_rate_rps)
+            growth = 2.0
+            if near_rps:
+                start, growth = min(max(0.85 * near_rps, t.min_rate_rps), t.max_rate_rps), 1.3
+            elif self.hint_rps:
                 # Start near half the best capacity seen so far: two steps bracket most configs.
                 start = min(max(self.hint_rps / 2, t.min_rate_rps), t.max_rate_rps)
             spec = CapacitySpec(
@@ -303,6 +317,7 @@ class Evaluator:
                 max_rps=t.max_rate_rps,
                 min_rps=t.min_rate_rps,
                 resolution=b.capacity_resolution,
+                growth=growth,
                 step=self.step(factor),
             )
             self.observer.on_phase(f"capacity search from {start:.0f} req/s")
@@ -605,6 +620,7 @@ def _run_trial(
     knobs: Knobs,
     config: mc.ModelConfig,
     factor: float = 1.0,
+    near_rps: float | None = None,
 ) -> TrialResult:
     """Load ``config`` and measure it; a failure becomes a failed result, never an exception.
 
@@ -616,7 +632,7 @@ def _run_trial(
         try:
             state.target.ensure_alive()
             state.target.load_config(config)
-            numbers, raw, values = state.evaluator.evaluate(factor)
+            numbers, raw, values = state.evaluator.evaluate(factor, near_rps)
         except ConfigRejectedError as exc:
             failure = str(exc)
             break
@@ -696,7 +712,8 @@ def _stagnant(results: dict[int, TrialResult], scenario: Scenario) -> bool:
             best, since = r, 0
         else:
             since += 1
-    return since >= b.patience
+    # Without any feasible config there is nothing to stagnate on: keep searching for one.
+    return best is not None and since >= b.patience
 
 
 def _search_loop(state: _State, clock: Callable[[], float], started: float) -> str:
@@ -720,7 +737,7 @@ def _search_loop(state: _State, clock: Callable[[], float], started: float) -> s
             result = _run_trial(state, asked.number, asked.source, asked.knobs, config)
         except KeyboardInterrupt:
             search.fail(asked.number, INTERRUPTED_REASON)
-            search.enqueue(asked.knobs, "re-run")
+            search.enqueue(asked.knobs, "re-run", again=True)
             raise
         if result.state == "complete":
             search.tell(

@@ -291,9 +291,37 @@ class ManagedServer(_HttpTarget):
             cmd += ["--model-repository", str(self.repository)]
         return cmd
 
+    def _bundled_repository(self) -> Path:
+        """Materialise a bundled model's repository beside the log (in a child process, so
+        this process never imports the server package)."""
+        root = self.log_path.parent / "repository"
+        if not (root / self.model / "config.pbtxt").exists():
+            code = (
+                "import sys; from pathlib import Path; "
+                "from reference_server.zoo.resnet50 import MODEL_NAME, make_repository; "
+                "assert sys.argv[1] == MODEL_NAME, 'not a bundled model: ' + sys.argv[1]; "
+                "make_repository(Path(sys.argv[2]), sys.argv[3])"
+            )
+            done = subprocess.run(
+                [self.python, "-c", code, self.model, str(root), self.device],
+                capture_output=True,
+                text=True,
+                timeout=self.startup_timeout_s,
+                cwd=self.log_path.parent,
+            )
+            if done.returncode != 0:
+                tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+                raise TargetError(
+                    f"cannot prepare the bundled model {self.model!r}: {tail}; "
+                    "pass --model-repository DIR for your own models"
+                )
+        return root
+
     def start(self) -> None:
         """Start the subprocess, read its ports from the log, wait until the model is ready."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.repository is None:
+            self.repository = self._bundled_repository()
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             log.write(f"--- perfsweep: starting {' '.join(self.command())}\n".encode())

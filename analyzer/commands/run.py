@@ -1,0 +1,282 @@
+"""``perfsweep run``: find the best dynamic-batching config, write it as config.pbtxt.
+
+The command builds the scenario (bundled or ``--scenario`` file, ``PERFSWEEP_*`` variables,
+flags), calls :func:`analyzer.sweep.run_sweep` with a live view, and prints a summary table.
+Ctrl-C stops after the current step; finished trials are kept and the command prints how to
+resume. Exit codes: 0 done (a config meets the goals), 1 nothing met the goals, 2 bad input,
+3 the target failed, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from analyzer.errors import GoalNotMetError, InputError
+from analyzer.scenario import Scenario, bundled_scenario, load_scenario
+from analyzer.search import Knobs
+from analyzer.sweep import RunSummary, SweepObserver, TrialResult
+
+
+class LiveView(SweepObserver):
+    """Progress with ETA, the current trial, a table of finished trials and the best so far."""
+
+    def __init__(self, console: Console, budget: int) -> None:
+        self.console = console
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=console,
+        )
+        self.task = self.progress.add_task("trials", total=budget)
+        self.current = ""
+        self.phase = ""
+        self.rows: list[TrialResult] = []
+        self.best: TrialResult | None = None
+        self.live = Live(self._render(), console=console, refresh_per_second=2, transient=False)
+
+    def __enter__(self) -> LiveView:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.live.__exit__(*exc)
+
+    def _render(self) -> Group:
+        table = Table(title="finished trials", expand=False, show_lines=False)
+        for name in ("#", "source", "config", "rps", "p99 ms", "goals"):
+            table.add_column(name, justify="right" if name in ("#", "rps", "p99 ms") else "left")
+        for r in self.rows[-12:]:
+            table.add_row(
+                "base" if r.number < 0 else str(r.number),
+                r.source,
+                r.knobs.label(),
+                f"{r.throughput_rps:.1f}" if r.state == "complete" else "-",
+                f"{r.p99_ms:.1f}" if r.state == "complete" else "-",
+                ("[green]met" if r.meets_goals else "[red]missed")
+                if r.state == "complete"
+                else f"[red]failed: {(r.failure or '')[:60]}",
+            )
+        best = (
+            f"best so far: trial {self.best.number}  {self.best.knobs.label()}  "
+            f"{self.best.throughput_rps:.1f} req/s  p99 {self.best.p99_ms:.1f} ms"
+            if self.best
+            else "best so far: none meets the goals yet"
+        )
+        return Group(self.progress, f"now: {self.current}  {self.phase}", table, best)
+
+    def _refresh(self) -> None:
+        self.live.update(self._render())
+
+    def on_start(self, run_dir: Path, scenario: Scenario, target: dict[str, Any]) -> None:
+        self.console.print(
+            f"perfsweep run: model [bold]{scenario.model.name}[/] on {target.get('device')} "
+            f"at {target.get('url')}; goal p99 <= {scenario.goals.p99_ms:g} ms; "
+            f"results in {run_dir}",
+            highlight=False,
+        )
+
+    def on_trial_start(
+        self, number: int, source: str, knobs: Knobs, index: int, budget: int
+    ) -> None:
+        label = "baseline" if number < 0 else f"trial {number} ({source})"
+        self.current = f"{label}: {knobs.label()}"
+        self.phase = ""
+        self._refresh()
+
+    def on_phase(self, text: str) -> None:
+        self.phase = text
+        self._refresh()
+
+    def on_trial_end(self, result: TrialResult, best: TrialResult | None) -> None:
+        self.rows.append(result)
+        self.best = best or self.best
+        if result.number >= 0:
+            self.progress.advance(self.task)
+        self._refresh()
+
+    def on_validation(self, number: int, repeat: int, result: TrialResult) -> None:
+        self.phase = f"validated trial {number} repeat {repeat}: {result.throughput_rps:.1f} req/s"
+        self._refresh()
+
+
+def summary_table(summary: RunSummary) -> Table:
+    """Baseline vs best, gain, and where the files are."""
+    table = Table(title=f"perfsweep run {summary.run_id}")
+    for name in (
+        "",
+        "max_batch_size",
+        "delay us",
+        "preferred",
+        "instances",
+        "req/s",
+        "p50 ms",
+        "p99 ms",
+        "goals",
+    ):
+        table.add_column(name, justify="left" if name in ("", "preferred", "goals") else "right")
+    for label, r in (("baseline", summary.baseline), ("best", summary.best)):
+        if r is None:
+            table.add_row(label, "-", "-", "-", "-", "-", "-", "-", "none met the goals")
+            continue
+        k = r.knobs
+        table.add_row(
+            label,
+            str(k.max_batch_size),
+            str(k.max_queue_delay_us) if k.dynamic_batching else "off",
+            " ".join(str(s) for s in k.preferred_batch_size) or "-",
+            str(k.instance_count),
+            f"{r.throughput_rps:.1f}",
+            f"{r.p50_ms:.1f}",
+            f"{r.p99_ms:.1f}",
+            "met" if r.meets_goals else "missed",
+        )
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``perfsweep run`` to the app."""
+
+    @app.command("run")
+    def run(
+        model: Annotated[
+            str | None,
+            typer.Option(help="Bundled model name, or a model in --model-repository / at --url."),
+        ] = None,
+        scenario_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--scenario", help="Scenario TOML file (default: scenarios/<model>.toml)."
+            ),
+        ] = None,
+        model_repository: Annotated[
+            Path | None, typer.Option(help="Model repository for the managed reference server.")
+        ] = None,
+        url: Annotated[
+            str | None,
+            typer.Option(
+                help="HTTP URL of a running server (Triton or reference); nothing is started."
+            ),
+        ] = None,
+        device: Annotated[
+            str | None, typer.Option(help="auto | cpu | cuda | sim (managed server).")
+        ] = None,
+        objective: Annotated[
+            str | None, typer.Option(help="throughput | latency | pareto.")
+        ] = None,
+        p99_ms: Annotated[float | None, typer.Option(help="P99 latency goal, ms.")] = None,
+        min_throughput_rps: Annotated[
+            float | None, typer.Option(help="Minimum throughput goal, req/s.")
+        ] = None,
+        rate_rps: Annotated[
+            float | None, typer.Option(help="Offered load for --objective latency, req/s.")
+        ] = None,
+        trials: Annotated[
+            int | None, typer.Option(help="Search trials (baseline and validation come on top).")
+        ] = None,
+        time_budget: Annotated[
+            float | None, typer.Option(help="Stop starting trials after this many seconds.")
+        ] = None,
+        patience: Annotated[
+            int | None, typer.Option(help="Stop after this many trials without improvement.")
+        ] = None,
+        window_s: Annotated[float | None, typer.Option(help="Measurement window, seconds.")] = None,
+        seed: Annotated[int | None, typer.Option(help="Sampler and load seed.")] = None,
+        output_dir: Annotated[
+            Path | None, typer.Option(help="Root of run directories (default reports/).")
+        ] = None,
+        storage: Annotated[
+            str | None, typer.Option(help="Shared Optuna storage URL (postgresql://...).")
+        ] = None,
+        study_name: Annotated[
+            str | None, typer.Option(help="Study name in --storage (shared by workers).")
+        ] = None,
+        resume: Annotated[
+            Path | None, typer.Option(help="Continue the run in this directory.")
+        ] = None,
+        run_dir: Annotated[
+            Path | None,
+            typer.Option(help="Exact run directory to create (default: <output-dir>/<run-id>)."),
+        ] = None,
+    ) -> None:
+        """Find the dynamic-batching config that serves the most traffic within the P99 goal."""
+        overrides: dict[str, Any] = {
+            "model.name": model,
+            "model.repository": str(model_repository) if model_repository else None,
+            "model.url": url,
+            "model.device": device,
+            "objective": objective,
+            "goals.p99_ms": p99_ms,
+            "goals.min_throughput_rps": min_throughput_rps,
+            "traffic.rate_rps": rate_rps,
+            "budget.trials": trials,
+            "budget.time_budget_s": time_budget,
+            "budget.patience": patience,
+            "budget.window_s": window_s,
+            "run.seed": seed,
+            "run.output_dir": str(output_dir) if output_dir else None,
+            "run.storage": storage,
+            "run.study_name": study_name,
+        }
+        if resume is not None:
+            saved = resume / "scenario.toml"
+            if not saved.is_file():
+                raise InputError(f"{resume} is not a perfsweep run directory (no scenario.toml)")
+            # Only budgets may change on resume: the study's space and goals must stay the same.
+            allowed = {k: v for k, v in overrides.items() if k.startswith("budget.")}
+            scenario = load_scenario(saved, allowed)
+        else:
+            path = scenario_file
+            if path is None and url is None and model_repository is None:
+                path = bundled_scenario(model or "resnet50", device)
+            scenario = load_scenario(path, overrides)
+        _run(scenario, resume, run_dir)
+
+
+def _run(scenario: Scenario, resume: Path | None, run_dir: Path | None) -> None:
+    # The engine monkey-patches the process for gevent on import; that must happen before any
+    # thread exists (the live view starts one), or the patch deadlocks on the import lock.
+    import analyzer.load.runner  # noqa: F401
+    from analyzer.sweep import run_sweep
+
+    console = Console()
+    t0 = time.monotonic()
+    with LiveView(console, scenario.budget.trials) as view:
+        summary = run_sweep(
+            scenario, run_dir=resume or run_dir, resume=resume is not None, observer=view
+        )
+    console.print(summary_table(summary))
+    gain = f"{summary.gain:.2f}x" if summary.gain is not None else "n/a"
+    console.print(
+        f"gain over baseline: [bold]{gain}[/]   trials: {summary.trials}   stopped by: {summary.stop_reason}   "
+        f"({time.monotonic() - t0:.0f} s)",
+        highlight=False,
+    )
+    root = summary.run_dir
+    if summary.best_config_path:
+        console.print(f"best config:  {summary.best_config_path}", highlight=False)
+    console.print(
+        f"summary:      {root / 'summary.json'}\nreport:       {root / 'report.html'}",
+        highlight=False,
+    )
+    if summary.stop_reason == "interrupted":
+        console.print(
+            f"interrupted: finished trials are kept. Resume with: perfsweep run --resume {root}",
+            highlight=False,
+        )
+        raise typer.Exit(130)
+    if summary.best is None:
+        raise GoalNotMetError(
+            f"no config met p99 <= {scenario.goals.p99_ms:g} ms; relax --p99-ms or widen the space ({root})"
+        )

@@ -1,0 +1,238 @@
+"""The whole sweep against the planted model behind the real seams (Target, LoadGenerator).
+
+Pure and fast: ``FakeTarget`` keeps the loaded ModelConfig in memory and ``FakeLoadGenerator``
+answers from the planted formula, so these tests check the search, the records and the run
+directory, not a server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from analyzer.measure import CapacityResult, CapacitySpec
+from analyzer.results import load_summary, load_trial_record, parse_config_text
+from analyzer.scenario import Scenario, load_scenario
+from analyzer.search import Knobs
+from analyzer.sweep import apply_knobs, knobs_of, run_sweep, space_for
+from tests.sweep.planted import (
+    FakeLoadGenerator,
+    FakeTarget,
+    PlantedModel,
+    brute_force,
+    knobs_from_config,
+)
+
+#: A CPU-like device: expensive items, strong contention between instances. Its optimum is not
+#: one of the seeds, so reaching it is the search's work.
+CPU_LIKE = PlantedModel(
+    base_ms=1.0, per_item_ms=2.0, superlinear_ms=0.03, host_item_ms=0.3, contention=0.35
+)
+GOAL_MS = 15.0
+
+
+def scenario(tmp_path: Path, **overrides: Any) -> Scenario:
+    flags = {
+        "goals.p99_ms": GOAL_MS,
+        "space.max_batch_size": [1, 64],
+        "space.instance_count": [1, 4],
+        "space.max_queue_delay_us": [0, 10000],
+        "traffic.min_rate_rps": 5.0,
+        "traffic.max_rate_rps": 20000.0,
+        "budget.capacity_resolution": 0.05,
+        "run.output_dir": str(tmp_path),
+        **overrides,
+    }
+    return load_scenario(None, flags, env={})
+
+
+def test_planted_optimum_reached_within_default_budget(tmp_path: Path) -> None:
+    s = scenario(tmp_path)
+    assert s.budget.trials == Scenario().budget.trials  # the default budget, not a tuned one
+    space = space_for(s)
+    assert space.size() >= 200
+    best_knobs, optimum, table = brute_force(CPU_LIKE, space, GOAL_MS)
+    target = FakeTarget()
+    seeds = space.seeds(knobs_of(target.model_config()), GOAL_MS)
+    assert max(table[k] for k in seeds) < 0.95 * optimum  # the seeds alone do not get there
+
+    summary = run_sweep(s, target=target, load=FakeLoadGenerator(target, CPU_LIKE, seed=0))
+
+    assert summary.best is not None
+    true_capacity = CPU_LIKE.capacity_rps(summary.best.knobs, GOAL_MS)
+    assert true_capacity >= 0.95 * optimum, (summary.best.knobs, best_knobs, true_capacity, optimum)
+    assert summary.trials["complete"] <= s.budget.trials
+    # The config written is the config chosen, and it is what the server was given.
+    written = parse_config_text(summary.best_config_path.read_text())  # type: ignore[union-attr]
+    assert knobs_from_config(written) == summary.best.knobs
+    assert all(
+        size <= cfg.max_batch_size
+        for cfg in target.loads
+        for size in cfg.dynamic_batching.preferred_batch_size
+    )
+
+
+def test_run_directory_matches_the_documented_layout(tmp_path: Path) -> None:
+    s = scenario(tmp_path, **{"budget.trials": 6})
+    target = FakeTarget()
+    summary = run_sweep(s, target=target, load=FakeLoadGenerator(target, CPU_LIKE))
+    root = summary.run_dir
+    for name in (
+        "run.json",
+        "scenario.toml",
+        "study.journal",
+        "trials.csv",
+        "summary.json",
+        "report.html",
+        "best/config.pbtxt",
+        "baseline/config.pbtxt",
+        "baseline/measurement.json",
+        "validation.json",
+    ):
+        assert (root / name).exists(), name
+    numbers = sorted(int(p.name) for p in (root / "trials").iterdir())
+    assert numbers == list(range(6))
+    for n in numbers:
+        rec = load_trial_record(root / "trials" / f"{n:03d}" / "measurement.json")
+        assert set(rec["constraints"]) == {"p99_slack", "err_slack", "throughput_slack"}
+        assert parse_config_text((root / "trials" / f"{n:03d}" / "config.pbtxt").read_text())
+    data = load_summary(root)
+    for key in (
+        "format_version",
+        "model",
+        "device",
+        "goals",
+        "objective",
+        "baseline",
+        "best",
+        "gain",
+        "trials",
+        "environment",
+    ):
+        assert key in data, key
+    for entry in (data["baseline"], data["best"]):
+        assert set(entry["config"]) >= {
+            "max_batch_size",
+            "max_queue_delay_us",
+            "preferred_batch_size",
+            "instance_count",
+        }
+        assert {"throughput_rps", "p50_ms", "p99_ms", "meets_goals"} <= set(entry)
+    assert data["best"]["config_path"] == "best/config.pbtxt"
+    assert data["baseline"]["config"]["dynamic_batching"] is False
+    assert data["gain"] == pytest.approx(
+        data["best"]["throughput_rps"] / data["baseline"]["throughput_rps"], rel=1e-3
+    )
+    assert data["trials"]["total"] == 6
+    assert data["environment"]["scenario_hash"] == s.hash()
+    frame = pd.read_csv(root / "trials.csv")
+    assert list(frame["number"]) == [-1, 0, 1, 2, 3, 4, 5]
+    assert data["validation"] and all(
+        len(c["throughput_rps"]) == s.budget.validate_repeats for c in data["validation"]
+    )
+
+
+def test_failed_load_is_a_failed_trial_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    s = scenario(tmp_path, **{"budget.trials": 5, "budget.validate_top": 0})
+    # Load 1 is the baseline; loads 3 and 4 are trial 1 and its retry: that trial fails.
+    target = FakeTarget(fail_loads={3, 4})
+    summary = run_sweep(s, target=target, load=FakeLoadGenerator(target, CPU_LIKE))
+    rec = load_trial_record(summary.run_dir / "trials" / "001" / "measurement.json")
+    assert rec["state"] == "failed"
+    assert "planted failure #4" in rec["failure"]
+    assert summary.trials == {"complete": 4, "failed": 1, "total": 5}
+    frame = pd.read_csv(summary.run_dir / "trials.csv")
+    assert frame.loc[frame.number == 1, "state"].item() == "failed"
+
+
+@dataclass
+class InterruptingGenerator(FakeLoadGenerator):
+    """Raises KeyboardInterrupt (as Ctrl-C would) on the n-th capacity search."""
+
+    interrupt_at: int = 0
+
+    def find_capacity(self, spec: CapacitySpec) -> CapacityResult:
+        if self.calls + 1 == self.interrupt_at:
+            self.calls += 1
+            raise KeyboardInterrupt
+        return super().find_capacity(spec)
+
+
+def test_ctrl_c_keeps_finished_trials_and_resume_completes_the_budget(tmp_path: Path) -> None:
+    s = scenario(tmp_path, **{"budget.trials": 6, "budget.validate_top": 0})
+    target = FakeTarget()
+    # Call 1 is the baseline, calls 2-4 are trials 0-2; call 5 (trial 3) is interrupted.
+    first = run_sweep(
+        s, target=target, load=InterruptingGenerator(target, CPU_LIKE, interrupt_at=5)
+    )
+    assert first.stop_reason == "interrupted"
+    assert first.trials["complete"] == 3
+    assert load_summary(first.run_dir)["stop_reason"] == "interrupted"
+    before = {
+        n: load_trial_record(first.run_dir / "trials" / f"{n:03d}" / "measurement.json")
+        for n in range(3)
+    }
+    interrupted_config = (first.run_dir / "trials" / "003" / "config.pbtxt").read_text()
+
+    resumed = run_sweep(
+        s,
+        target=target,
+        load=FakeLoadGenerator(target, CPU_LIKE),
+        run_dir=first.run_dir,
+        resume=True,
+    )
+    assert resumed.stop_reason == "trials"
+    assert resumed.trials["complete"] == 6
+    for n, rec in before.items():  # finished trials untouched
+        assert load_trial_record(first.run_dir / "trials" / f"{n:03d}" / "measurement.json") == rec
+    # The interrupted config ran again under a new number.
+    reruns = [
+        p
+        for p in (first.run_dir / "trials").iterdir()
+        if p.name != "003" and (p / "config.pbtxt").read_text() == interrupted_config
+    ]
+    assert reruns
+    assert load_summary(first.run_dir)["baseline"] is not None
+
+
+def test_pareto_objective_writes_the_front(tmp_path: Path) -> None:
+    s = scenario(tmp_path, objective="pareto", **{"budget.trials": 8})
+    target = FakeTarget()
+    summary = run_sweep(s, target=target, load=FakeLoadGenerator(target, CPU_LIKE))
+    assert summary.pareto
+    rates = [r.throughput_rps for r in summary.pareto]
+    assert rates == sorted(rates, reverse=True)
+    data = load_summary(summary.run_dir)
+    for entry in data["pareto"]:
+        path = summary.run_dir / entry["config_path"]
+        assert knobs_from_config(parse_config_text(path.read_text())) == Knobs.from_dict(
+            entry["config"]
+        )
+
+
+def test_latency_objective_minimises_p99_at_fixed_load(tmp_path: Path) -> None:
+    s = scenario(tmp_path, objective="latency", **{"traffic.rate_rps": 60.0, "budget.trials": 8})
+    target = FakeTarget()
+    summary = run_sweep(s, target=target, load=FakeLoadGenerator(target, CPU_LIKE, noise=0.0))
+    assert summary.best is not None
+    results = [
+        load_trial_record(p / "measurement.json") for p in (summary.run_dir / "trials").iterdir()
+    ]
+    feasible = [r["p99_ms"] for r in results if r["meets_goals"]]
+    assert summary.best.p99_ms == pytest.approx(min(feasible))
+    assert all(r["offered_rps"] == 60.0 for r in results)
+
+
+def test_apply_knobs_keeps_everything_else() -> None:
+    base = FakeTarget().model_config()
+    base.parameters["profile"].string_value = "x"
+    cfg = apply_knobs(base, Knobs(16, 250, (16, 8), 3))
+    assert cfg.parameters["profile"].string_value == "x" and cfg.backend == base.backend
+    assert knobs_from_config(cfg) == Knobs(16, 250, (16, 8), 3)
+    assert knobs_of(apply_knobs(cfg, Knobs(4, dynamic_batching=False))) == Knobs(
+        4, dynamic_batching=False
+    )

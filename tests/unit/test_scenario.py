@@ -1,0 +1,104 @@
+"""Scenario: TOML + PERFSWEEP_* + flags, unknown keys named, cross-field checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from analyzer.errors import ScenarioError
+from analyzer.scenario import SCENARIO_DIR, Scenario, bundled_scenario, env_overrides, load_scenario
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    return path
+
+
+def test_bundled_scenarios_load_and_differ_by_device() -> None:
+    default = load_scenario(bundled_scenario("resnet50"), env={})
+    sim = load_scenario(bundled_scenario("resnet50", "sim"), env={})
+    assert default.model.device == "auto"
+    assert sim.model.device == "sim"
+    assert bundled_scenario("resnet50", "cpu") == SCENARIO_DIR / "resnet50.toml"
+    assert bundled_scenario("no-such-model") is None
+
+
+def test_layers_flags_beat_env_beat_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "[goals]\np99_ms = 10\n[budget]\ntrials = 3\n")
+    env = {"PERFSWEEP_GOALS_P99_MS": "20", "PERFSWEEP_BUDGET_TRIALS": "4", "PERFSWEEP_HOME": "x"}
+    s = load_scenario(path, {"goals.p99_ms": 30.0, "budget.trials": None}, env=env)
+    assert s.goals.p99_ms == 30.0  # flag wins
+    assert s.budget.trials == 4  # env beats file; a None flag means "not given"
+
+
+def test_env_values_parse_as_toml() -> None:
+    parsed = env_overrides(
+        {"PERFSWEEP_SPACE_MAX_BATCH_SIZE": "[2, 8]", "PERFSWEEP_OBJECTIVE": "latency", "OTHER": "1"}
+    )
+    assert parsed == {"space.max_batch_size": [2, 8], "objective": "latency"}
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("[goals]\np99 = 3\n", "unknown key 'goals.p99'"),
+        ("colour = 'red'\n", "unknown key 'colour'"),
+        (
+            "[space]\nmax_batch_size = [1, 8]\npreferred_batch_size = [16]\n",
+            "preferred size 16 is above",
+        ),
+        ("[goals]\np99_ms = 0\n", "goals.p99_ms"),
+        ("[goals]\np99_ms = -5\n", "greater than 0"),
+        ("[space]\nmax_batch_size = [1, 12]\n", "powers of two"),
+        ("[model]\nurl = 'ftp://host'\n", "model.url must start with http"),
+        ("objective = 'latency'\n", "needs traffic.rate_rps"),
+        ("[run]\nstorage = 'postgresql://x/y'\n", "needs run.study_name"),
+        ("[goals\n", "not valid TOML"),
+    ],
+)
+def test_bad_scenarios_are_one_line_errors_naming_the_problem(
+    tmp_path: Path, text: str, needle: str
+) -> None:
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(write(tmp_path, text), env={})
+    message = str(info.value)
+    assert needle in message
+    assert "\n" not in message
+
+
+def test_unknown_env_or_flag_key_in_known_section_is_an_error() -> None:
+    with pytest.raises(ScenarioError, match="PERFSWEEP_GOALS_P99"):
+        load_scenario(None, env={"PERFSWEEP_GOALS_P99": "5"})
+    with pytest.raises(ScenarioError, match=r"unknown key 'budget\.trails'"):
+        load_scenario(None, {"budget.trails": 5}, env={})
+
+
+def test_missing_file_is_a_scenario_error(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match="does not exist"):
+        load_scenario(tmp_path / "nope.toml", env={})
+
+
+def test_toml_round_trip_and_hash_are_stable(tmp_path: Path) -> None:
+    s = load_scenario(
+        None,
+        {
+            "goals.p99_ms": 12.5,
+            "space.preferred_batch_size": [8, 4],
+            "traffic.rate_rps": 40.0,
+            "objective": "latency",
+            "run.output_dir": "out",
+        },
+        env={},
+    )
+    again = load_scenario(write(tmp_path, s.to_toml()), env={})
+    assert again == s
+    assert again.hash() == s.hash()
+    assert s.hash() != Scenario().hash()
+
+
+def test_scenario_is_frozen() -> None:
+    s = Scenario()
+    with pytest.raises(Exception):  # noqa: B017 - pydantic's frozen error type is internal
+        s.goals.p99_ms = 1.0  # type: ignore[misc]

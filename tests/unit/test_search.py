@@ -1,0 +1,151 @@
+"""Search space encoding (no invalid config can be sampled) and the Optuna ask/tell wrapper."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzer.errors import InputError
+from analyzer.search import (
+    INTERRUPTED_REASON,
+    Knobs,
+    Search,
+    SearchSpace,
+    TrialOutcome,
+    delay_ladder,
+    preferred_sizes,
+)
+
+
+def test_delay_ladder_starts_at_zero_and_grows_geometrically() -> None:
+    ladder = delay_ladder(0, 10_000, 8)
+    assert ladder[0] == 0 and ladder[-1] == 10_000 and len(ladder) == 8
+    ratios = [b / a for a, b in itertools.pairwise(ladder[1:])]
+    assert all(1.9 < r < 2.1 for r in ratios)
+    assert delay_ladder(100, 1000, 2) == (100, 1000)
+    assert delay_ladder(0, 0, 4) == (0,)
+
+
+@given(st.integers(0, 8), st.integers(0, 6))
+def test_preferred_sizes_never_exceed_max_batch(log2: int, depth: int) -> None:
+    sizes = preferred_sizes(2**log2, depth)
+    assert all(1 <= s <= 2**log2 for s in sizes)
+    assert list(sizes) == sorted(set(sizes), reverse=True)
+    assert len(sizes) <= depth
+
+
+@settings(max_examples=30)
+@given(
+    lo=st.integers(0, 4),
+    span=st.integers(0, 4),
+    dmax=st.integers(0, 20_000),
+    steps=st.integers(1, 10),
+    ilo=st.integers(1, 3),
+    ispan=st.integers(0, 3),
+)
+def test_every_grid_point_is_a_config_triton_accepts(
+    lo: int, span: int, dmax: int, steps: int, ilo: int, ispan: int
+) -> None:
+    space = SearchSpace.from_bounds(
+        (2**lo, 2 ** (lo + span)), (0, dmax), steps, "auto", (ilo, ilo + ispan)
+    )
+    points = list(space.points())
+    assert len(points) == space.size()
+    for params in points:
+        knobs = space.decode(params)
+        assert 2**lo <= knobs.max_batch_size <= 2 ** (lo + span)
+        assert all(s <= knobs.max_batch_size for s in knobs.preferred_batch_size)
+        assert 0 <= knobs.max_queue_delay_us <= dmax
+        assert ilo <= knobs.instance_count <= ilo + ispan
+        assert space.decode(space.encode(knobs)) == knobs
+
+
+def test_fixed_preferred_sizes_raise_the_smallest_max_batch() -> None:
+    space = SearchSpace.from_bounds((1, 32), (0, 1000), 3, [8, 4], (1, 2))
+    sizes = {space.decode(p).max_batch_size for p in space.points()}
+    assert min(sizes) == 8
+    assert all(space.decode(p).preferred_batch_size == (8, 4) for p in space.points())
+    with pytest.raises(InputError, match="above the largest max_batch_size"):
+        SearchSpace.from_bounds((1, 4), (0, 1000), 3, [8], (1, 2))
+
+
+def test_seeds_are_unique_grid_points_including_the_start() -> None:
+    space = SearchSpace.from_bounds((1, 64), (0, 10_000), 8, "auto", (1, 4))
+    start = Knobs(max_batch_size=8, instance_count=1, dynamic_batching=False)
+    seeds = space.seeds(start, p99_goal_ms=20)
+    assert len(seeds) == len(set(seeds)) >= 3
+    assert seeds[0] == Knobs(max_batch_size=8, instance_count=1)  # start, moved onto the grid
+    grid = {space.decode(p) for p in space.points()}
+    assert all(s in grid for s in seeds)
+    assert any(s.max_queue_delay_us > 0 for s in seeds)
+
+
+def test_knobs_dict_round_trip() -> None:
+    k = Knobs(16, 500, (16, 8), 3)
+    assert Knobs.from_dict(k.to_dict()) == k
+    base = Knobs(32, dynamic_batching=False)
+    assert base.to_dict()["dynamic_batching"] is False
+    assert Knobs.from_dict(base.to_dict()) == base
+
+
+def small_space() -> SearchSpace:
+    return SearchSpace.from_bounds((1, 8), (0, 1000), 3, "auto", (1, 2))
+
+
+def test_ask_tell_stores_values_constraints_and_seeds(tmp_path: Path) -> None:
+    storage = str(tmp_path / "study.journal")
+    search = Search(small_space(), ["maximize"], storage, "s", seed=1)
+    search.enqueue(Knobs(8, 0, (), 2), "default")
+    first = search.ask()
+    assert first.source == "seed" and first.knobs == Knobs(8, 0, (), 2)
+    search.tell(first.number, TrialOutcome((100.0,), {"p99_slack": -0.5}, {"note": "x"}))
+    second = search.ask()
+    search.fail(second.number, "load refused")
+    finished = search.finished()
+    assert [f.state for f in finished] == ["complete", "failed"]
+    assert finished[0].feasible and finished[0].values == (100.0,)
+    assert finished[0].constraints == {"p99_slack": -0.5}
+    assert finished[1].user_attrs["failure"] == "load refused"
+    # The same study reopened from the journal sees the same trials.
+    again = Search(small_space(), ["maximize"], storage, "s")
+    assert [f.number for f in again.finished()] == [0, 1]
+    assert again.started_count() == 2
+
+
+def test_direction_mismatch_on_reopen_is_refused(tmp_path: Path) -> None:
+    storage = str(tmp_path / "study.journal")
+    Search(small_space(), ["maximize"], storage, "s")
+    with pytest.raises(InputError, match="use another --study-name"):
+        Search(small_space(), ["minimize"], storage, "s")
+
+
+def test_interrupted_trial_is_failed_and_rerun(tmp_path: Path) -> None:
+    storage = str(tmp_path / "study.journal")
+    search = Search(small_space(), ["maximize"], storage, "s", seed=3)
+    asked = search.ask()  # the process "dies" here: the trial stays RUNNING in the journal
+    resumed = Search(small_space(), ["maximize"], storage, "s", seed=3)
+    assert resumed.recover_interrupted() == [asked.number]
+    assert resumed.finished() == []  # interrupted trials are not results
+    assert resumed.started_count() == 0
+    rerun = resumed.ask()
+    assert rerun.params == asked.params
+    assert rerun.number != asked.number
+
+
+def test_interrupted_reason_is_a_failure_attr(tmp_path: Path) -> None:
+    storage = str(tmp_path / "study.journal")
+    search = Search(small_space(), ["maximize"], storage, "s")
+    asked = search.ask()
+    search.fail(asked.number, INTERRUPTED_REASON)
+    assert search.finished() == []
+
+
+def test_unknown_sampler_and_bad_storage_are_input_errors(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="unknown sampler"):
+        Search(small_space(), ["maximize"], str(tmp_path / "j"), "s", sampler="cma")
+    with pytest.raises(InputError, match="cannot open"):
+        Search(small_space(), ["maximize"], "postgresql://u:p@127.0.0.1:1/db", "s")
