@@ -19,8 +19,8 @@ Verdicts:
   baseline moved by the threshold *and* a one-sided Mann-Whitney U test on the samples says so at
   level ``alpha``: for throughput, the test's alternative is "candidate < baseline x (1 - t)"; for
   p99, "candidate > baseline x (1 + t)". A change beyond the threshold that the test cannot
-  confirm is reported as ``not significant`` (and passes). With one sample on either side the
-  smallest attainable p-value is 0.5, so a single-sample comparison is never significant.
+  confirm is reported as ``not significant`` (and passes). A side with a single sample is never
+  significant, whatever the p-value: one run cannot tell a regression from a bad moment.
 
 Everything above the "Reading results" section is pure: no files, no sockets.
 """
@@ -325,8 +325,8 @@ def compare_metric(
 
     Returns:
         FAIL when the median change is worse than ``threshold`` and the one-sided rank test
-        against the threshold-shifted baseline is significant; NOT_SIGNIFICANT when only the
-        first holds; PASS otherwise.
+        against the threshold-shifted baseline is significant with at least two samples on each
+        side; NOT_SIGNIFICANT when only the first holds; PASS otherwise.
     """
     if not candidate or not baseline:
         raise InputError(f"no samples of {name} to compare")
@@ -345,7 +345,7 @@ def compare_metric(
     what = f"median {abs(change):.1%} {direction} than the baseline"
     if worse_by <= threshold:
         outcome, verdict = Outcome.PASS, f"{what}: within the {threshold:.0%} tolerance"
-    elif p <= alpha:
+    elif p <= alpha and min(len(candidate), len(baseline)) >= 2:
         outcome = Outcome.FAIL
         verdict = (
             f"{what}: a regression beyond {threshold:.0%}, significant (one-sided "
@@ -353,11 +353,12 @@ def compare_metric(
         )
     else:
         outcome = Outcome.NOT_SIGNIFICANT
-        why = (
-            "a single sample on a side can never be significant; measure repeats"
-            if min(len(candidate), len(baseline)) < 2
-            else "more repeats would tell"
-        )
+        if min(len(candidate), len(baseline)) < 2:
+            why = "a single sample on a side can never be significant; measure repeats"
+        elif 1.0 / math.comb(len(candidate) + len(baseline), len(candidate)) > alpha:
+            why = f"so few samples can never reach p <= {alpha:g}; measure more repeats"
+        else:
+            why = "more repeats would tell"
         verdict = (
             f"{what}: beyond {threshold:.0%} but not significant "
             f"(p={p:.3g} > {alpha:g}, {n}; {why})"

@@ -67,6 +67,10 @@ FLOOR_HEADROOM = 1.1
 
 PROJECT_FILE = Path("perfsweep.toml")
 
+#: An invalid repeat (the generator, not the server, missed its schedule) is measured again up to
+#: this many times before it counts as it is (its note then says so).
+INVALID_RETRIES = 2
+
 
 def parse_fraction(text: str) -> float:
     """``5%`` -> 0.05; ``0.05`` -> 0.05."""
@@ -258,7 +262,8 @@ def measure_targets(
     """Measure ``plan.repeats`` times each target; alternate the order with a live baseline.
 
     Rounds go (baseline, candidate), (candidate, baseline), ... so a slow drift of the machine
-    adds about the same to both sides.
+    adds about the same to both sides. A repeat whose generator missed its schedule (invalid) is
+    measured again, at most ``INVALID_RETRIES`` times.
 
     Returns:
         (candidate measurements, baseline measurements) in the order taken.
@@ -287,8 +292,15 @@ def measure_targets(
                 for name in order:
                     # Same seed for both sides of a round (paired), a new one per round.
                     spec = dataclasses.replace(plan.spec, seed=plan.spec.seed + i)
-                    m = gens[name].measure(spec)
-                    gens[name].drain(30.0)
+                    for attempt in range(1 + INVALID_RETRIES):
+                        m = gens[name].measure(spec)
+                        gens[name].drain(30.0)
+                        if m.valid or attempt == INVALID_RETRIES:
+                            break
+                        echo(
+                            f"{name} repeat {i + 1}: the load generator could not keep its "
+                            "schedule (numbers describe the generator); measuring again"
+                        )
                     results[name].append(m)
                     echo(
                         f"{name} repeat {i + 1}/{plan.repeats}: {m.throughput_rps:.1f} req/s, "

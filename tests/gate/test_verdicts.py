@@ -264,3 +264,10 @@ def test_criteria_validation(kwargs: dict[str, float]) -> None:
 def test_zero_baseline_change_is_infinite() -> None:
     assert math.isinf(gate.relative_change(1.0, 0.0))
     assert gate.relative_change(0.0, 0.0) == 0.0
+
+
+def test_too_few_repeats_to_ever_be_significant_say_so() -> None:
+    r = compare_metric("p99_ms", [30, 31], [10, 11], 0.05, 0.05, higher_is_better=False, unit="ms")
+    assert r.outcome is Outcome.NOT_SIGNIFICANT
+    assert r.p_value == pytest.approx(1 / 6)
+    assert "can never reach p <= 0.05" in r.detail
