@@ -60,6 +60,17 @@ _CONTENTS_FIELD = {
     "FP64": "fp64_contents",
     "BYTES": "bytes_contents",
 }
+# The datatype Triton names for data found in a contents field of the wrong type.
+_FIELD_DATATYPE = {
+    "bool_contents": "BOOL",
+    "int_contents": "INT32",
+    "int64_contents": "INT64",
+    "uint_contents": "UINT32",
+    "uint64_contents": "UINT64",
+    "fp32_contents": "FP32",
+    "fp64_contents": "FP64",
+    "bytes_contents": "BYTES",
+}
 _IGNORED_PARAMETERS = frozenset(
     {"sequence_id", "sequence_start", "sequence_end", "binary_data_output"}
 )
@@ -260,23 +271,25 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             grpc.StatusCode.UNIMPLEMENTED, f"{what} is not supported by the reference server"
         )
 
+    # Status and unregister are answered truthfully (no region is ever registered), so clients
+    # that clean up shared memory on exit work; registering is what is not supported.
     async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        return await self._unsupported(context, "system shared memory")
+        return pb.SystemSharedMemoryStatusResponse()
 
     async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
         return await self._unsupported(context, "system shared memory")
 
     async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        return await self._unsupported(context, "system shared memory")
+        return pb.SystemSharedMemoryUnregisterResponse()
 
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        return await self._unsupported(context, "CUDA shared memory")
+        return pb.CudaSharedMemoryStatusResponse()
 
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
         return await self._unsupported(context, "CUDA shared memory")
 
     async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        return await self._unsupported(context, "CUDA shared memory")
+        return pb.CudaSharedMemoryUnregisterResponse()
 
     async def TraceSetting(self, request: Any, context: Any) -> Any:
         return await self._unsupported(context, "the trace extension")
@@ -339,11 +352,6 @@ def to_infer_request(message: Any) -> InferRequest:
             )
         request.inputs[name] = array
         request.input_datatypes[name] = datatype
-    if len(raw) > len(message.inputs):
-        raise ServerError(
-            f"unexpected additional input data for model '{request.model_name}'",
-            Code.INVALID_ARG,
-        )
     for output in message.outputs:
         if "shared_memory_region" in output.parameters:
             raise ServerError(
@@ -371,16 +379,27 @@ def _from_contents(
     for descriptor, _ in contents.ListFields():
         if descriptor.name != field:
             raise ServerError(
-                f"{_prefix(request)}unexpected '{descriptor.name}' for input '{name}' of "
-                f"datatype {datatype} for model '{request.model_name}', expected '{field}'",
+                f"unexpected explicit tensor data for input tensor '{name}' for model "
+                f"'{request.model_name}' of type '{_FIELD_DATATYPE[descriptor.name]}', "
+                f"expected datatype '{datatype}'",
                 Code.INVALID_ARG,
             )
     values = getattr(contents, field)
     count = wire.element_count(shape)
     if len(values) != count:
+        # Triton turns typed contents into bytes first, so a wrong count is a byte-size error.
+        itemsize = wire.NUMPY_DTYPES[datatype].itemsize
+        expected, got = (
+            (count, len(values))
+            if datatype == "BYTES"
+            else (
+                count * itemsize,
+                len(values) * itemsize,
+            )
+        )
         raise ServerError(
-            f"{_prefix(request)}unexpected number of elements for input '{name}' for model "
-            f"'{request.model_name}'. Expected {count}, got {len(values)}",
+            f"{_prefix(request)}input byte size mismatch for input '{name}' for model "
+            f"'{request.model_name}'. Expected {expected}, got {got}",
             Code.INVALID_ARG,
         )
     if datatype == "BYTES":
@@ -400,26 +419,31 @@ def _parse_parameters(request: InferRequest, parameters: Any) -> None:
         kind = param.WhichOneof("parameter_choice")
         if key.startswith("triton_") and key not in _ALLOWED_TRITON_PARAMETERS:
             raise ServerError(
-                "parameter keys starting with 'triton_' are reserved for Triton usage and "
-                "should not be specified.",
+                "parameter keys starting with 'triton_' are reserved for Triton usage. Only "
+                "the following keys starting with 'triton_' are allowed: "
+                + ", ".join(sorted(_ALLOWED_TRITON_PARAMETERS)),
                 Code.INVALID_ARG,
             )
         if key == "priority":
-            if kind == "uint64_param" or (kind == "int64_param" and param.int64_param >= 0):
-                request.priority = int(getattr(param, kind))
-            else:
+            if kind not in ("int64_param", "uint64_param"):
                 raise ServerError(
                     "invalid value type for 'priority' parameter, expected int64_param or "
                     "uint64_param.",
                     Code.INVALID_ARG,
                 )
+            if kind == "int64_param" and param.int64_param < 0:
+                raise ServerError(
+                    "invalid value for 'priority', expected value >= 0.", Code.INVALID_ARG
+                )
+            request.priority = int(getattr(param, kind))
         elif key == "timeout":
-            if kind != "int64_param" or param.int64_param < 0:
+            if kind != "int64_param":
                 raise ServerError(
                     "invalid value type for 'timeout' parameter, expected int64_param.",
                     Code.INVALID_ARG,
                 )
-            request.timeout_us = param.int64_param
+            # Triton accepts a negative timeout; it cannot mean anything but "none".
+            request.timeout_us = max(0, param.int64_param)
         elif key in _IGNORED_PARAMETERS or key in _ALLOWED_TRITON_PARAMETERS:
             continue
         elif kind is not None:

@@ -135,6 +135,8 @@ class HttpFrontend:
             return self._models(rest[1:])
         elif head == "repository":
             return self._repository(rest[1:])
+        elif head in ("systemsharedmemory", "cudasharedmemory"):
+            return self._shared_memory(rest[1:])
         raise _NOT_FOUND
 
     def _models(self, rest: list[str]) -> tuple[str, Handler, tuple[str, ...]]:
@@ -172,6 +174,37 @@ class HttpFrontend:
                 return "POST", self._repository_named, ()
             return "POST", handler, (unquote(rest[1]),)
         raise _NOT_FOUND
+
+    def _shared_memory(self, rest: list[str]) -> tuple[str, Handler, tuple[str, ...]]:
+        # /v2/{system,cuda}sharedmemory[/region/<r>]/(status|register|unregister). No region is
+        # ever registered here: status lists none, unregister is a no-op, register is refused.
+        if len(rest) == 3 and rest[0] == "region" and rest[1]:
+            rest = rest[2:]
+        if rest == ["status"]:
+            return "GET", self._shm_status, ()
+        if rest == ["unregister"]:
+            return "POST", self._shm_unregister, ()
+        if rest == ["register"]:
+            return "POST", self._shm_register, ()
+        raise _NOT_FOUND
+
+    async def _shm_status(
+        self, request: web.BaseRequest, args: tuple[str, ...]
+    ) -> web.StreamResponse:
+        return _json([])
+
+    async def _shm_unregister(
+        self, request: web.BaseRequest, args: tuple[str, ...]
+    ) -> web.StreamResponse:
+        return web.Response(content_type=_JSON)
+
+    async def _shm_register(
+        self, request: web.BaseRequest, args: tuple[str, ...]
+    ) -> web.StreamResponse:
+        raise ServerError(
+            "shared memory registration is not supported by the reference server",
+            Code.UNSUPPORTED,
+        )
 
     # -- health and metadata ------------------------------------------------------------------
 

@@ -123,6 +123,7 @@ def test_raw_size_mismatch_is_invalid(stub: service_pb2_grpc.GRPCInferenceServic
         ("priority", pb.InferParameter(int64_param=1), True),
         ("priority", pb.InferParameter(uint64_param=1), True),
         ("priority", pb.InferParameter(int64_param=-1), False),
+        ("timeout", pb.InferParameter(int64_param=-1), True),
         ("priority", pb.InferParameter(string_param="1"), False),
         ("timeout", pb.InferParameter(int64_param=10_000_000), True),
         ("timeout", pb.InferParameter(uint64_param=10_000_000), False),
@@ -169,13 +170,18 @@ def test_config_and_metadata_messages(stub: service_pb2_grpc.GRPCInferenceServic
 
 def test_unimplemented_optional_rpcs(stub: service_pb2_grpc.GRPCInferenceServiceStub) -> None:
     calls = [
-        (stub.SystemSharedMemoryStatus, pb.SystemSharedMemoryStatusRequest()),
+        (stub.SystemSharedMemoryRegister, pb.SystemSharedMemoryRegisterRequest()),
         (stub.CudaSharedMemoryRegister, pb.CudaSharedMemoryRegisterRequest()),
         (stub.TraceSetting, pb.TraceSettingRequest()),
         (stub.LogSettings, pb.LogSettingsRequest()),
     ]
     for call, request in calls:
         assert rpc_error(call, request).code() == grpc.StatusCode.UNIMPLEMENTED
+    # No region is ever registered: status lists none and unregistering is a no-op.
+    status = stub.SystemSharedMemoryStatus(pb.SystemSharedMemoryStatusRequest(), timeout=30)
+    assert not status.regions
+    assert not stub.CudaSharedMemoryStatus(pb.CudaSharedMemoryStatusRequest(), timeout=30).regions
+    stub.SystemSharedMemoryUnregister(pb.SystemSharedMemoryUnregisterRequest(), timeout=30)
 
 
 def test_repository_load_parameter_types(stub: service_pb2_grpc.GRPCInferenceServiceStub) -> None:

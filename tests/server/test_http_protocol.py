@@ -14,6 +14,7 @@ import zlib
 
 import numpy as np
 import pytest
+import tritonclient.http as httpclient
 
 from reference_server.app import ServerThread
 from tests.server.conftest import error_message, raw_request, wait_until
@@ -674,3 +675,19 @@ def test_chunked_request_body_is_accepted(server: ServerThread) -> None:
         reply = _read_all(sock)
     assert reply.startswith(b"HTTP/1.1 200")
     assert b'"data":[2.0,2.0' in reply
+
+
+def test_shared_memory_endpoints_report_no_regions(server: ServerThread) -> None:
+    url = server.http_url
+    for kind in ("systemsharedmemory", "cudasharedmemory"):
+        status, _, body = raw_request(url, "GET", f"/v2/{kind}/status")
+        assert (status, json.loads(body)) == (200, [])
+        assert raw_request(url, "POST", f"/v2/{kind}/unregister", b"")[0] == 200
+        assert raw_request(url, "POST", f"/v2/{kind}/region/r1/unregister", b"")[0] == 200
+        status, _, body = raw_request(url, "POST", f"/v2/{kind}/region/r1/register", b"{}")
+        assert status == 501
+        assert "not supported" in error_message(body)
+    client = httpclient.InferenceServerClient(url)
+    assert client.get_system_shared_memory_status() == []
+    client.unregister_system_shared_memory()
+    client.close()
