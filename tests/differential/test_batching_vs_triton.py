@@ -28,6 +28,7 @@ from tests.support.differential import (
     key_structure,
     metric_families,
     run_scenario,
+    settled_stats,
 )
 from tests.support.real_triton import (
     TensorSpec,
@@ -306,7 +307,7 @@ def _override_and_probe(
         return {
             "before": _config_view(before),
             "after": _config_view(after),
-            "stats": server.model_stats("probe"),
+            "stats": settled_stats(server, "probe", successes=1, items=2),
             "metrics": server.metrics_text(),
         }
 

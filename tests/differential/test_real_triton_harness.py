@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from tests.support.differential import settled_stats
 from tests.support.real_triton import (
     RealTriton,
     TensorSpec,
@@ -39,7 +40,7 @@ def _infer(url: str, model: str, batch: int = 1, name: str = "INPUT0") -> np.nda
 def test_session_server_serves_identity_on_loopback(real_triton: RealTriton) -> None:
     assert real_triton.http_url.startswith("127.0.0.1:")
     _infer(real_triton.http_url, "identity", batch=3)
-    stats = real_triton.model_stats("identity")
+    stats = settled_stats(real_triton, "identity", successes=1, items=3)
     assert stats["inference_count"] >= 3
     assert 'nv_inference_count{model="identity",version="1"}' in real_triton.metrics_text()
 
@@ -52,7 +53,8 @@ def test_execute_delay_parameters_reach_the_model(real_triton: RealTriton) -> No
     real_triton.add_model(config)
     real_triton.load_model("harness_delay")
     _infer(real_triton.http_url, "harness_delay", batch=4)
-    infer_ns = real_triton.model_stats("harness_delay")["inference_stats"]["compute_infer"]["ns"]
+    stats = settled_stats(real_triton, "harness_delay", successes=1, items=4)
+    infer_ns = stats["inference_stats"]["compute_infer"]["ns"]
     assert infer_ns >= 130e6
 
 
@@ -93,7 +95,7 @@ def test_delay_scheduler_holds_the_batcher_until_n_requests(
             thread.start()
         for thread in threads:
             thread.join(timeout=30)
-        stats = triton.model_stats("held")
+        stats = settled_stats(triton, "held", successes=3, items=3)
     assert stats["execution_count"] == 1
     assert [b["batch_size"] for b in stats["batch_stats"]] == [3]
 

@@ -203,7 +203,9 @@ def run_scenario(
         thread.join(max(0.0, deadline - time.monotonic()))
     missing = [i for i in range(len(sends)) if i not in outcomes]
     assert not missing, f"requests {missing} did not finish within {settle_timeout_s} s"
-    stats = target.model_stats(model)
+    succeeded = [i for i, o in outcomes.items() if o.error_status is None]
+    items = sum(sends[i].batch if config.max_batch_size > 0 else 1 for i in succeeded)
+    stats = settled_stats(target, model, successes=len(succeeded), items=items)
     return Observation(
         batch_stats=batch_stats_counts(stats),
         execution_count=int(stats["execution_count"]),
@@ -221,6 +223,30 @@ def run_scenario(
             if o.error_status is None and queue_delay_s > 0 and o.latency_s >= queue_delay_s
         ),
     )
+
+
+def settled_stats(
+    target: Target, model: str, *, successes: int, items: int, timeout_s: float = 10.0
+) -> dict[str, Any]:
+    """The model's statistics once they account for ``successes`` requests and ``items``.
+
+    Triton's Python backend reports statistics after it has sent the responses, so a client
+    that reads them right after its last response can miss the last execution. Polls until
+    ``success.count``, ``inference_count`` and the executed batch sizes have caught up (or
+    ``timeout_s`` passed; the caller's assertions then show what was missing).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stats = target.model_stats(model)
+        executed = sum(size * count for size, count in batch_stats_counts(stats).items())
+        caught_up = (
+            stats["inference_stats"]["success"]["count"] >= successes
+            and stats["inference_count"] >= items
+            and executed >= items
+        )
+        if caught_up or time.monotonic() > deadline:
+            return stats
+        time.sleep(0.02)
 
 
 def key_structure(value: Any) -> Any:
