@@ -214,6 +214,8 @@ def _environment(triton: RealTriton) -> dict[str, Any]:
         "triton_version": json.loads(body)["version"] if status == 200 else "unknown",
         "packages": {p: version(p) for p in ("tritonclient", "nvidia-pytriton", "gevent", "numpy")},
         "git_commit": commit,
+        # Other work on a shared machine moves these numbers; the load says how much there was.
+        "load_average_1m_at_start": round(os.getloadavg()[0], 2),
     }
 
 
@@ -335,6 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ratios_reference_over_triton": ratios,
         "goals_met": goals,
     }
+    environment["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(document, indent=2) + "\n")
     print(_table(results, ratios))
