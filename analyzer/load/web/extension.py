@@ -60,6 +60,7 @@ from analyzer.load.web.options import (
 )
 from analyzer.load.web.users import live_state
 from analyzer.server_stats import ServerScraper, http_stats_source
+from analyzer.target import ConfigRejectedError, RemoteTarget
 
 log = logging.getLogger(__name__)
 
@@ -131,10 +132,13 @@ class Dashboard:
         if target is not None:
             settings, model = target
             scraper = self._scraper_for(settings, model)
+            scraper.errors.clear()  # show this step's scrape problems, not stale ones
             view = self.server.add(now, scraper.snapshot())
+            for key in [k for k in self.errors if k.startswith("server ")]:
+                del self.errors[key]
             self.errors.update({f"server {k}": v for k, v in scraper.errors.items()})
             if now - self._config_read_at >= CONFIG_REFRESH_S:
-                self._refresh_config(settings, model)
+                self.refresh_config(settings, model)
         runner = self.environment.runner
         if tick.completed or (runner is not None and runner.user_count > 0):
             self.history.append(tick_point(now, tick, view))
@@ -154,13 +158,12 @@ class Dashboard:
             self.server = ServerWindow()
         return self._scraper
 
-    def _target(self, settings: TargetSettings, model: str) -> Any:
-        from analyzer.target import RemoteTarget
-
+    def _target(self, settings: TargetSettings, model: str) -> RemoteTarget:
         return RemoteTarget(settings.http_url, model)
 
-    def _refresh_config(self, settings: TargetSettings, model: str) -> None:
-        from analyzer.sweep import knobs_of
+    def refresh_config(self, settings: TargetSettings, model: str) -> None:
+        """Re-read the model's knobs from the server (errors go to ``errors["config"]``)."""
+        from analyzer.sweep import knobs_of  # sweep imports optuna: only when first needed
 
         self._config_read_at = self.clock()
         try:
@@ -178,7 +181,6 @@ class Dashboard:
         """
         from analyzer.search import Knobs
         from analyzer.sweep import apply_knobs, knobs_of
-        from analyzer.target import ConfigRejectedError
 
         target_settings = self.settings()
         if target_settings is None:
@@ -192,7 +194,7 @@ class Dashboard:
         except ConfigRejectedError as exc:
             raise InputError(str(exc)) from exc
         log.info("perfsweep: applied %s to %s", wanted.label(), model)
-        self._refresh_config(settings, model)
+        self.refresh_config(settings, model)
         self.doc = self._document(self.clock())
         return self.config or {}
 
@@ -328,7 +330,9 @@ def install(environment: Environment, runner: Any = None, web_ui: Any = None, **
     environment.events.reset_stats.add_listener(board.reset)
 
     app = web_ui.app
-    bp = Blueprint("perfsweep", __name__, url_prefix="/perfsweep")
+    # Under Locust's --web-base-path too, so the page's relative "./perfsweep/..." URLs resolve.
+    base_path = getattr(environment.parsed_options, "web_base_path", "") or ""
+    bp = Blueprint("perfsweep", __name__, url_prefix=base_path.rstrip("/") + "/perfsweep")
     auth = web_ui.auth_required_if_enabled
 
     @bp.route("/server")
@@ -341,7 +345,7 @@ def install(environment: Environment, runner: Any = None, web_ui: Any = None, **
     def get_config() -> Response:
         target = board.settings()
         if target is not None:
-            board._refresh_config(*target)
+            board.refresh_config(*target)
         if board.config is None:
             return _json_error(board.errors.get("config") or board.errors.get("target", ""), 503)
         return jsonify({"ok": True, "config": board.config})

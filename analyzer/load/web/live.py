@@ -30,7 +30,7 @@ from analyzer.server_stats import MetricsSnapshot, ServerSnapshot, StatsSnapshot
 #: Seconds the headline numbers (throughput, exact p50/p99, server deltas) cover.
 WINDOW_S = 10
 #: Per-second points kept for the charts.
-HISTORY_POINTS = 600
+HISTORY_POINTS = 300
 
 
 @dataclass(frozen=True)
