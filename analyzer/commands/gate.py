@@ -111,6 +111,41 @@ class GateFlags:
     alpha: float | None = None
 
 
+@dataclass(frozen=True)
+class MeasureRequest:
+    """Measure-and-gate flags as given (None = not given; the scenario or a default decides)."""
+
+    scenario_file: Path | None = None
+    model: str | None = None
+    model_repository: Path | None = None
+    device: str | None = None
+    #: The candidate: a running server; None = the managed reference server.
+    url: str | None = None
+    #: A baseline result file, or ...
+    baseline: Path | None = None
+    #: ... a live baseline server, measured interleaved with the candidate.
+    baseline_url: str | None = None
+    repeats: int | None = None
+    rate_rps: float | None = None
+    concurrency: int | None = None
+    arrival: str | None = None
+    warmup_s: float | None = None
+    window_s: float | None = None
+    windows: int | None = None
+    #: Save the candidate's (and the live baseline's) measurements as a load document.
+    output: Path | None = None
+    baseline_output: Path | None = None
+
+    def live_flags(self) -> list[str]:
+        """The flags given that only make sense when measuring."""
+        skip = {"scenario_file", "baseline"}
+        return [
+            "--" + f.name.replace("_", "-")
+            for f in dataclasses.fields(self)
+            if f.name not in skip and getattr(self, f.name) is not None
+        ]
+
+
 def resolve_criteria(
     flags: GateFlags, table: GateSection | None, goals_fallback: Scenario | None = None
 ) -> Criteria:
@@ -439,7 +474,7 @@ def register(app: typer.Typer) -> None:
         arrival: Annotated[str | None, typer.Option(help="constant (default) or poisson.")] = None,
         warmup_s: Annotated[float | None, typer.Option(help="Warm-up per repeat, s.")] = None,
         window_s: Annotated[float | None, typer.Option(help="Window length, s.")] = None,
-        windows: Annotated[int, typer.Option(help="Windows per repeat.")] = 2,
+        windows: Annotated[int | None, typer.Option(help="Windows per repeat (default 2).")] = None,
         output: Annotated[
             Path | None,
             typer.Option(help="Save the candidate's measurements (a baseline for later gates)."),
@@ -456,57 +491,41 @@ def register(app: typer.Typer) -> None:
             max_regression=parse_fraction(max_regression) if max_regression else None,
             alpha=alpha,
         )
-        measure_flags = {
-            "--url": url,
-            "--model": model,
-            "--model-repository": model_repository,
-            "--device": device,
-            "--baseline-url": baseline_url,
-            "--repeats": repeats,
-            "--rate-rps": rate_rps,
-            "--concurrency": concurrency,
-            "--output": output,
-        }
+        request = MeasureRequest(
+            scenario_file=scenario_file,
+            model=model,
+            model_repository=model_repository,
+            device=device,
+            url=url,
+            baseline=baseline,
+            baseline_url=baseline_url,
+            repeats=repeats,
+            rate_rps=rate_rps,
+            concurrency=concurrency,
+            arrival=arrival,
+            warmup_s=warmup_s,
+            window_s=window_s,
+            windows=windows,
+            output=output,
+            baseline_output=baseline_output,
+        )
         echo = typer.echo
-        if result is not None:
-            given = [name for name, value in measure_flags.items() if value is not None]
+        if result is None:
+            report = measure_and_gate(flags, request, level, force, echo)
+        else:
+            given = request.live_flags()
             if given:
                 raise InputError(
                     f"{', '.join(given)} measure a live target; drop them to judge {result}, "
                     "or drop RESULT to measure"
                 )
-            table = None
-            if scenario_file is not None:
-                table = load_scenario(scenario_file).gate
+            table = load_scenario(scenario_file).gate if scenario_file is not None else None
             table = table or project_gate_table()
             criteria = resolve_criteria(flags, table)
             base_path = baseline or _table_baseline(table, scenario_file)
             candidate = read_result(result, level)
             base = read_result(base_path, level) if base_path else None
             report = evaluate(candidate, criteria, base, force=force)
-        else:
-            report = _measure_and_gate(
-                flags,
-                scenario_file,
-                model,
-                model_repository,
-                device,
-                url,
-                baseline,
-                baseline_url,
-                repeats,
-                rate_rps,
-                concurrency,
-                arrival,
-                warmup_s,
-                window_s,
-                windows,
-                output,
-                baseline_output,
-                level,
-                force,
-                echo,
-            )
         publish(report, junit, markdown, echo)
         if not report.passed:
             names = ", ".join(r.name for r in report.failures)
@@ -523,72 +542,73 @@ def _table_baseline(table: GateSection | None, scenario_file: Path | None) -> Pa
     return path
 
 
-def _measure_and_gate(
+def measure_and_gate(
     flags: GateFlags,
-    scenario_file: Path | None,
-    model: str | None,
-    model_repository: Path | None,
-    device: str | None,
-    url: str | None,
-    baseline: Path | None,
-    baseline_url: str | None,
-    repeats: int | None,
-    rate_rps: float | None,
-    concurrency: int | None,
-    arrival: str | None,
-    warmup_s: float | None,
-    window_s: float | None,
-    windows: int,
-    output: Path | None,
-    baseline_output: Path | None,
-    level: float | None,
-    force: bool,
-    echo: Any,
+    request: MeasureRequest,
+    level: float | None = None,
+    force: bool = False,
+    echo: Any = print,
 ) -> GateReport:
-    if baseline is not None and baseline_url is not None:
+    """Measure the candidate (and a live baseline, interleaved), then judge it.
+
+    Raises:
+        InputError: Inconsistent flags or an unreadable scenario/baseline.
+        TargetError: A target failed to start or stopped answering.
+    """
+    r = request
+    if r.baseline is not None and r.baseline_url is not None:
         raise InputError("give --baseline (a result file) or --baseline-url (live), not both")
     overrides = {
-        "model.name": model,
-        "model.repository": str(model_repository) if model_repository else None,
-        "model.device": device,
+        "model.name": r.model,
+        "model.repository": str(r.model_repository) if r.model_repository else None,
+        "model.device": r.device,
     }
-    path = scenario_file
-    if path is None and url is None and model_repository is None:
-        path = bundled_scenario(model or "resnet50", device)
+    path = r.scenario_file
+    if path is None and r.url is None and r.model_repository is None:
+        path = bundled_scenario(r.model or "resnet50", r.device)
     scenario = load_scenario(path, overrides)
-    table = scenario.gate if scenario_file is not None else None
+    url = r.url or scenario.model.url
+    table = scenario.gate if r.scenario_file is not None else None
     table = table or project_gate_table()
     criteria = resolve_criteria(flags, table, goals_fallback=scenario)
-    base_path = baseline or _table_baseline(table, scenario_file)
-    if base_path is None and baseline_url is None and criteria.max_regression is not None:
+    base_path = r.baseline or _table_baseline(table, r.scenario_file)
+    if base_path is None and r.baseline_url is None and criteria.max_regression is not None:
         raise InputError("--max-regression needs --baseline FILE or --baseline-url URL")
-    n = repeats if repeats is not None else (table.repeats if table else GateSection().repeats)
+    repeats = r.repeats if r.repeats is not None else (table or GateSection()).repeats
     plan = plan_measurement(
-        scenario, criteria, n, rate_rps, concurrency, arrival, warmup_s, window_s, windows
+        scenario,
+        criteria,
+        repeats,
+        r.rate_rps,
+        r.concurrency,
+        r.arrival,
+        r.warmup_s,
+        r.window_s,
+        r.windows if r.windows is not None else 2,
     )
     base_file = read_result(base_path, level) if base_path else None
     echo(f"perfsweep gate: measuring {scenario.model.name} at {plan.describe()}")
+    from analyzer.target import RemoteTarget
+
+    baseline_target = (
+        RemoteTarget(_http_url(r.baseline_url), scenario.model.name) if r.baseline_url else None
+    )
     with tempfile.TemporaryDirectory(prefix="perfsweep-gate-") as tmp:
         candidate_target = make_target(scenario, url, Path(tmp))
-        from analyzer.target import RemoteTarget
-
-        baseline_target = (
-            RemoteTarget(_http_url(baseline_url), scenario.model.name) if baseline_url else None
-        )
         cand_ms, base_ms = measure_targets(plan, scenario, candidate_target, baseline_target, echo)
         cand_env = live_environment(scenario, candidate_target, plan, url)
     level_text = f"{plan.spec.mode.value} {plan.spec.target:g}"
-    if output is not None:
-        _write_load_doc(output, cand_ms, cand_env)
+    if r.output is not None:
+        _write_load_doc(r.output, cand_ms, cand_env)
     candidate = from_measurements(
         cand_ms, url or "managed reference server", _gate_environment(cand_env, level_text)
     )
     base: GateInput | None = base_file
     if baseline_target is not None:
-        base_env = {**cand_env, "target_url": baseline_url}
-        if baseline_output is not None:
-            _write_load_doc(baseline_output, base_ms, base_env)
+        base_env = {**cand_env, "target_url": r.baseline_url}
+        if r.baseline_output is not None:
+            _write_load_doc(r.baseline_output, base_ms, base_env)
         base = from_measurements(
-            base_ms, str(baseline_url), _gate_environment(base_env, level_text)
+            base_ms, str(r.baseline_url), _gate_environment(base_env, level_text)
         )
     return evaluate(candidate, criteria, base, force=force)

@@ -1,0 +1,121 @@
+"""Measure-and-gate planning: criteria precedence, the load level, compatibility fingerprint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from analyzer.commands.gate import (
+    FLOOR_HEADROOM,
+    GateFlags,
+    MeasureRequest,
+    measurement_hash,
+    parse_fraction,
+    plan_measurement,
+    project_gate_table,
+    resolve_criteria,
+)
+from analyzer.errors import InputError
+from analyzer.measure import Arrival, LoadMode
+from analyzer.scenario import GateSection, Scenario, load_scenario
+
+
+def scenario(tmp_path: Path, text: str) -> Scenario:
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    return load_scenario(path, env={})
+
+
+def test_parse_fraction() -> None:
+    assert parse_fraction("5%") == pytest.approx(0.05)
+    assert parse_fraction(" 0.1 ") == pytest.approx(0.1)
+    with pytest.raises(InputError):
+        parse_fraction("five")
+
+
+def test_flags_win_over_the_table_and_goals_are_only_a_fallback(tmp_path: Path) -> None:
+    s = scenario(tmp_path, "[goals]\np99_ms = 40\nmax_error_rate = 0.02\n")
+    table = GateSection(p99_ms=80, max_regression_pct=5, alpha=0.1)
+    c = resolve_criteria(GateFlags(p99_ms=60), table, goals_fallback=s)
+    assert (c.p99_ms, c.max_regression, c.alpha, c.max_error_rate) == (60, 0.05, 0.1, None)
+    fallback = resolve_criteria(GateFlags(), None, goals_fallback=s)
+    assert (fallback.p99_ms, fallback.max_error_rate, fallback.min_throughput_rps) == (
+        40,
+        0.02,
+        None,
+    )
+    # A regression-only gate does not silently pick up the scenario's absolute goals.
+    only = resolve_criteria(GateFlags(max_regression=0.05), None, goals_fallback=s)
+    assert not only.absolute
+
+
+def test_level_from_flags_scenario_or_floor(tmp_path: Path) -> None:
+    s = scenario(tmp_path, "[traffic]\nrate_rps = 30\n[budget]\nwarmup_s = 0.5\nwindow_s = 2\n")
+    plan = plan_measurement(
+        s, resolve_criteria(GateFlags(p99_ms=9), None), 3, None, None, None, None, None, 2
+    )
+    spec = plan.spec
+    assert (spec.mode, spec.target, spec.arrival) == (LoadMode.REQUEST_RATE, 30.0, Arrival.CONSTANT)
+    assert (spec.warmup_s, spec.window_s, spec.stable_windows, spec.max_windows) == (0.5, 2.0, 2, 2)
+    assert plan.repeats == 3
+    flagged = plan_measurement(
+        s, resolve_criteria(GateFlags(p99_ms=9), None), 1, 12.0, None, "poisson", 1.0, 1.0, 3
+    )
+    assert (flagged.spec.target, flagged.spec.arrival, flagged.spec.max_windows) == (
+        12.0,
+        Arrival.POISSON,
+        3,
+    )
+    bare = scenario(tmp_path, "")
+    floor = resolve_criteria(GateFlags(min_throughput_rps=100), None)
+    assert plan_measurement(
+        bare, floor, 1, None, None, None, None, None, 2
+    ).spec.target == pytest.approx(100 * FLOOR_HEADROOM)
+    with pytest.raises(InputError, match="needs a load level"):
+        plan_measurement(
+            bare, resolve_criteria(GateFlags(p99_ms=5), None), 1, None, None, None, None, None, 2
+        )
+    closed = plan_measurement(bare, floor, 1, None, 8, None, None, None, 2)
+    assert (closed.spec.mode, closed.spec.target) == (LoadMode.CONCURRENCY, 8.0)
+
+
+def test_scenario_arrival_is_kept_when_the_file_sets_it(tmp_path: Path) -> None:
+    s = scenario(tmp_path, '[traffic]\nrate_rps = 30\narrival = "poisson"\n')
+    plan = plan_measurement(
+        s, resolve_criteria(GateFlags(p99_ms=9), None), 1, None, None, None, None, None, 2
+    )
+    assert plan.spec.arrival is Arrival.POISSON
+
+
+def test_measurement_hash_ignores_where_but_not_what(tmp_path: Path) -> None:
+    a = scenario(tmp_path, '[model]\nname = "m"\nrepository = "/tmp/a"\n[traffic]\nrate_rps = 30\n')
+    b = scenario(tmp_path, '[model]\nname = "m"\nrepository = "/tmp/b"\n[traffic]\nrate_rps = 30\n')
+    c = scenario(tmp_path, '[model]\nname = "m"\n[traffic]\nrate_rps = 31\n')
+    crit = resolve_criteria(GateFlags(p99_ms=9), None)
+
+    def fingerprint(s: Scenario, device: str = "sim") -> str:
+        return measurement_hash(
+            s, plan_measurement(s, crit, 1, None, None, None, None, None, 2), device
+        )
+
+    assert fingerprint(a) == fingerprint(b)
+    assert fingerprint(a) != fingerprint(c)
+    assert fingerprint(a) != fingerprint(a, "cuda")
+
+
+def test_project_file_gate_table(tmp_path: Path) -> None:
+    path = tmp_path / "perfsweep.toml"
+    assert project_gate_table(path) is None
+    path.write_text("[other]\nx = 1\n")
+    assert project_gate_table(path) is None
+    path.write_text("[gate]\np99_ms = 12\nrepeats = 4\n")
+    assert project_gate_table(path) == GateSection(p99_ms=12, repeats=4)
+    path.write_text("[gate]\nrepeats = 0\n")
+    with pytest.raises(InputError, match=r"perfsweep\.toml \[gate\]"):
+        project_gate_table(path)
+
+
+def test_live_only_flags_are_named() -> None:
+    request = MeasureRequest(baseline=Path("b.json"), url="http://x", windows=3)
+    assert request.live_flags() == ["--url", "--windows"]
