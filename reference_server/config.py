@@ -220,9 +220,18 @@ def normalize(
 
 
 def validate(
-    cfg: mc.ModelConfig, *, dir_name: str | None = None, gpu_ids: Sequence[int] = ()
+    cfg: mc.ModelConfig,
+    *,
+    dir_name: str | None = None,
+    gpu_ids: Sequence[int] = (),
+    instance_groups: bool = True,
 ) -> None:
     """Refuse a normalized config that Triton would refuse, with Triton's message.
+
+    Triton checks most of the config when it polls the repository, but instance groups only
+    when it loads the model (the two fail with different replies, see
+    :meth:`reference_server.core.InferenceServer.load_model`); ``instance_groups=False`` runs
+    just the poll-stage checks, :func:`validate_instance_groups` the rest.
 
     Raises:
         ModelConfigError: the first problem found.
@@ -257,13 +266,25 @@ def validate(
     if cfg.response_cache.enable:
         if cfg.HasField("sequence_batching"):
             raise ModelConfigError(
-                f"Response Cache does not currently support model {name} with sequence batching"
+                f"Response Cache does not currently support model {name} with sequence "
+                "batching scheduler. Please disable the response cache."
             )
         if cfg.model_transaction_policy.decoupled:
             raise ModelConfigError(
-                f"Response Cache does not currently support model {name} with decoupled "
-                "transaction policy"
+                f"Response Cache does not currently support model {name} with 'decoupled' "
+                "transaction policy. Please disable the response cache."
             )
+    if instance_groups:
+        validate_instance_groups(cfg, gpu_ids)
+
+
+def validate_instance_groups(cfg: mc.ModelConfig, gpu_ids: Sequence[int] = ()) -> None:
+    """Triton's load-stage instance-group checks (``ValidateInstanceGroup``).
+
+    Raises:
+        ModelConfigError: the first problem found.
+    """
+    name = cfg.name
     for group in cfg.instance_group:
         if group.kind in (mc.ModelInstanceGroup.KIND_CPU, mc.ModelInstanceGroup.KIND_MODEL):
             if group.gpus:

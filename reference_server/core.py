@@ -26,7 +26,12 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from reference_server import TRITON_COMPAT_VERSION
 from reference_server.cache import ResponseCache
-from reference_server.config import config_from_json, normalize, validate
+from reference_server.config import (
+    config_from_json,
+    normalize,
+    validate,
+    validate_instance_groups,
+)
 from reference_server.errors import Code, ModelConfigError, ServerError
 from reference_server.instances import DeviceRegistry
 from reference_server.model import ModelRuntime, RuntimeOptions
@@ -88,6 +93,23 @@ class CoreOptions:
     device: str = "auto"
 
 
+#: Triton's ``Status::CodeString`` phrases, used in load-failure reasons.
+_CODE_PHRASES = {
+    Code.UNKNOWN: "Unknown",
+    Code.INTERNAL: "Internal",
+    Code.NOT_FOUND: "Not found",
+    Code.INVALID_ARG: "Invalid argument",
+    Code.UNAVAILABLE: "Unavailable",
+    Code.UNSUPPORTED: "Unsupported",
+    Code.ALREADY_EXISTS: "Already exists",
+    Code.CANCELLED: "Cancelled",
+}
+
+
+def _code_phrase(code: Code) -> str:
+    return _CODE_PHRASES.get(code, code.value)
+
+
 def delay_scheduler_from_env(environ: dict[str, str] | None = None) -> int:
     """Read ``TRITONSERVER_DELAY_SCHEDULER`` (0 when unset or not a number)."""
     env = os.environ if environ is None else environ
@@ -115,6 +137,7 @@ class _ModelState:
     from_override: bool = False
     fingerprint: tuple[tuple[str, int, int], ...] = ()
     failed: bool = False
+    last_error: str = ""
 
 
 class InferenceServer:
@@ -361,39 +384,55 @@ class InferenceServer:
         override: mc.ModelConfig | None,
         files: dict[str, bytes] | None,
     ) -> None:
+        """Load (or reload) a model the way Triton does, in two stages.
+
+        Poll stage (read, normalize, validate the config): failures are INTERNAL ``failed to
+        poll``, and the model's lifecycle is untouched. Load stage (instance groups, versions,
+        backends): failures are INVALID_ARG ``load failed ... version <v> is at UNAVAILABLE
+        state: ...`` and the index records the reason. Either way a version already serving
+        keeps serving.
+        """
         with self._load_lock(name):
             try:
                 source = self.repository.read(name, override, files)
                 cfg = normalize(source.config, model_name=name, gpu_ids=self.gpu_ids)
-                validate(cfg, dir_name=name, gpu_ids=self.gpu_ids)
-                self._check_rate_limiter(cfg)
-                versions = select_versions(cfg, source.directory)
+                validate(cfg, dir_name=name, gpu_ids=self.gpu_ids, instance_groups=False)
             except ServerError as exc:
                 if exc.code == Code.INTERNAL and "failed to poll" in exc.message:
                     raise
-                self._record_failure(name, exc)
+                # Triton 2.51 leaves no index entry for a model refused at this stage; it is
+                # recorded here anyway (UNAVAILABLE + reason, as for load-stage failures) so
+                # that startup checks and users can see why a model is missing.
+                self._record_failure(name, f"{_code_phrase(exc.code)}: {exc.message}")
+                # Triton answers only "failed to poll" and logs the reason; the reason is
+                # appended here so that clients see why (a deliberate, documented addition).
                 raise ServerError(
-                    f"load failed for model '{name}': {exc.message}\n", Code.INVALID_ARG
+                    f"failed to load '{name}', failed to poll from model repository: {exc.message}",
+                    Code.INTERNAL,
                 ) from exc
             with self._lock:
                 st = self._models.setdefault(name, _ModelState())
                 current = dict(st.runtimes)
-            unchanged = (
-                not source.from_override
-                and not st.from_override
-                and current
-                and set(current) == {v for v, _ in versions}
-                and all(rt.config == cfg for rt in current.values())
-                and source.fingerprint == st.fingerprint
-            )
-            if unchanged:
-                return
+            version = "1"
             new: dict[str, ModelRuntime] = {}
-            with self._lock:
-                for version, _ in versions:
-                    if version not in current:
-                        st.versions[version] = (LOADING, "")
             try:
+                validate_instance_groups(cfg, self.gpu_ids)
+                self._check_rate_limiter(cfg)
+                versions = select_versions(cfg, source.directory)
+                unchanged = (
+                    not source.from_override
+                    and not st.from_override
+                    and current
+                    and set(current) == {v for v, _ in versions}
+                    and all(rt.config == cfg for rt in current.values())
+                    and source.fingerprint == st.fingerprint
+                )
+                if unchanged:
+                    return
+                with self._lock:
+                    for v, _ in versions:
+                        if v not in current:
+                            st.versions[v] = (LOADING, "")
                 for version, path in versions:
                     runtime = ModelRuntime(cfg, version, path, self._runtime_options)
                     runtime.load()
@@ -401,36 +440,47 @@ class InferenceServer:
             except ServerError as exc:
                 for runtime in new.values():
                     runtime.stop(wait=False)
-                with self._lock:
-                    # Versions that were only being added go back to UNAVAILABLE.
-                    for version, _ in versions:
-                        if version not in current:
-                            st.versions[version] = (UNAVAILABLE, f"{exc.code.value}: {exc.message}")
-                self._record_failure(name, exc)
+                reason = f"{_code_phrase(exc.code)}: {exc.message}"
+                self._record_failure(name, reason)
                 raise ServerError(
-                    f"load failed for model '{name}': {exc.message}\n", Code.INVALID_ARG
+                    f"load failed for model '{name}': version {version} is at UNAVAILABLE "
+                    f"state: {reason};\n",
+                    Code.INVALID_ARG,
                 ) from exc
             with self._lock:
                 st.runtimes = new
                 st.from_override = source.from_override
                 st.fingerprint = source.fingerprint
                 st.failed = False
-                for version in current:
-                    if version not in new:
-                        st.versions[version] = (UNAVAILABLE, "unloaded")
-                for version in new:
-                    st.versions[version] = (READY, "")
+                for v in current:
+                    if v not in new:
+                        st.versions[v] = (UNAVAILABLE, "unloaded")
+                for v in new:
+                    st.versions[v] = (READY, "")
             for runtime in current.values():
                 runtime.stop(wait=False)
 
-    def _record_failure(self, name: str, exc: ServerError) -> None:
-        reason = f"{exc.code.value}: {exc.message}"
+    def load_errors(self) -> dict[str, str]:
+        """Why each model that is not serving failed to load (``"<code phrase>: <msg>"``)."""
+        with self._lock:
+            return {
+                name: st.last_error
+                for name, st in sorted(self._models.items())
+                if st.failed and not st.runtimes and st.last_error
+            }
+
+    def _record_failure(self, name: str, reason: str) -> None:
         with self._lock:
             st = self._models.setdefault(name, _ModelState())
-            if st.runtimes:
-                # A failed reload leaves the serving version in place.
+            serving = set(st.runtimes)
+            # Versions that were being added become UNAVAILABLE; a serving one stays READY.
+            for version, (state, _) in list(st.versions.items()):
+                if version not in serving and state != UNAVAILABLE:
+                    st.versions[version] = (UNAVAILABLE, reason)
+            if serving:
                 return
             st.failed = True
+            st.last_error = reason
             if not st.versions:
                 st.versions["1"] = (UNAVAILABLE, reason)
             else:

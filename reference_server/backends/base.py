@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from reference_server.errors import BackendError, ServerError
+from reference_server.errors import BackendError, Code, ServerError
 from reference_server.types import InferRequest, InferResponse
 
 if TYPE_CHECKING:
@@ -125,5 +125,6 @@ def create_backend(config: mc.ModelConfig) -> Backend:
         return OnnxRuntimeBackend()
     raise BackendError(
         f"unable to find backend library for backend '{name}', try specifying runtime on the "
-        "model configuration. Backends available here: identity, add_sub, simulated, onnxruntime"
+        "model configuration.",
+        Code.INVALID_ARG,
     )

@@ -89,7 +89,10 @@ def test_onnxruntime_failure_fails_the_batch_as_backend(
 def test_onnxruntime_missing_file_refuses_load(tmp_path: Path, make_server: ServerFactory) -> None:
     write_model(tmp_path, "add1", ADD_ONE)
     server = make_server(models=())
-    with pytest.raises(ServerError, match="load failed for model 'add1': unable to find"):
+    with pytest.raises(
+        ServerError,
+        match="load failed for model 'add1': version 1 is at UNAVAILABLE state: Internal: unable",
+    ):
         server.load_model("add1")
 
 

@@ -21,7 +21,10 @@ def test_index_states_and_reasons(tmp_path: Path, make_server: ServerFactory) ->
     write_model(
         tmp_path, "bad", identity_config("bad", "dynamic_batching { preferred_batch_size: [64] }")
     )
-    server = make_server(models=("a", "bad"))
+    write_model(tmp_path, "gpu", identity_config("gpu", "instance_group [{ kind: KIND_GPU }]"))
+    server = make_server(models=("a", "bad", "gpu"))
+    # Reasons read "<code phrase>: <message>" as in real Triton 2.51 (which, unlike this
+    # server, leaves a model refused at the config-poll stage without any index state).
     assert server.repository_index() == [
         {"name": "a", "version": "1", "state": "READY"},
         {"name": "b"},
@@ -29,10 +32,19 @@ def test_index_states_and_reasons(tmp_path: Path, make_server: ServerFactory) ->
             "name": "bad",
             "version": "1",
             "state": "UNAVAILABLE",
-            "reason": "INVALID_ARG: dynamic batching preferred size must be <= max batch size for bad",
+            "reason": "Invalid argument: dynamic batching preferred size must be <= max batch "
+            "size for bad",
+        },
+        {
+            "name": "gpu",
+            "version": "1",
+            "state": "UNAVAILABLE",
+            "reason": "Invalid argument: instance group gpu_0 of model gpu has kind KIND_GPU "
+            "but no GPUs are available",
         },
     ]
     assert not server.is_ready(), "strict readiness: a model failed to load"
+    assert set(server.load_errors()) == {"bad", "gpu"}
     assert server.repository_index(ready_only=True) == [
         {"name": "a", "version": "1", "state": "READY"}
     ]
@@ -114,11 +126,22 @@ def test_invalid_override_keeps_serving(tmp_path: Path, make_server: ServerFacto
     bad["dynamic_batching"] = {"preferred_batch_size": [99]}
     with pytest.raises(ServerError) as e:
         server.load_model("a", config_json=json.dumps(bad))
+    # Triton answers INTERNAL "failed to poll" (and logs the reason, which we append).
+    assert e.value.code is Code.INTERNAL
+    assert e.value.message == (
+        "failed to load 'a', failed to poll from model repository: dynamic batching preferred "
+        "size must be <= max batch size for a"
+    )
+    gpu = config_to_json(server.model_config("a"))
+    gpu["instance_group"] = [{"kind": "KIND_GPU", "count": 1}]
+    with pytest.raises(ServerError) as e:
+        server.load_model("a", config_json=json.dumps(gpu))
     assert e.value.code is Code.INVALID_ARG
     assert e.value.message == (
-        "load failed for model 'a': dynamic batching preferred size must be <= max batch size "
-        "for a\n"
+        "load failed for model 'a': version 1 is at UNAVAILABLE state: Invalid argument: "
+        "instance group a_0 of model a has kind KIND_GPU but no GPUs are available;\n"
     )
+    assert server.repository_index()[0] == {"name": "a", "version": "1", "state": "READY"}
     assert server.infer_sync(request("a", 1.0), 10).outputs["OUTPUT0"].tolist() == [[1.0] * 4]
     assert server.infer_sync(request("b", 2.0), 10).outputs["OUTPUT0"].tolist() == [[2.0] * 4]
     assert server.is_ready()
