@@ -78,19 +78,11 @@ class HttpFrontend:
         Raises:
             OSError: The address cannot be bound (typically: the port is in use).
         """
+        # auto_decompress off: _read_body inflates, bounded, and refuses other encodings first.
         server = web.Server(
             self.handle, handler_cancellation=True, access_log=None, auto_decompress=False
         )
-        self._runner = web.ServerRunner(server, shutdown_timeout=5.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, reuse_address=True)
-        try:
-            await site.start()
-        except OSError:
-            await self._runner.cleanup()
-            self._runner = None
-            raise
-        bound: int = self._runner.addresses[0][1]
+        self._runner, bound = await _listen(server, host, port)
         return bound
 
     async def stop(self) -> None:
@@ -104,7 +96,7 @@ class HttpFrontend:
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """aiohttp entry point: route, run, and map every failure to Triton's error reply."""
         try:
-            method, handler, args = self._route(request.method, request.raw_path)
+            method, handler, args = self._route(request.raw_path)
             if method != request.method:
                 return _error(405, "Method Not Allowed")
             return await handler(request, args)
@@ -116,12 +108,13 @@ class HttpFrontend:
             logger.exception("unhandled error serving %s %s", request.method, request.path)
             return _error(500, f"internal server error: {type(exc).__name__}: {exc}")
 
-    def _route(self, method: str, raw_path: str) -> tuple[str, Handler, tuple[str, ...]]:
+    def _route(self, raw_path: str) -> tuple[str, Handler, tuple[str, ...]]:
+        """``(allowed method, handler, handler args)`` for a path; raises 404 if none."""
         path = raw_path.split("?", 1)[0]
         parts = path.split("/")
         # parts[0] is "" (leading slash); everything lives under /v2.
         if len(parts) < 2 or parts[0] or parts[1] != "v2":
-            raise _NOT_FOUND
+            raise _not_found()
         rest = parts[2:]
         if not rest:
             return "GET", self._server_metadata, ()
@@ -137,7 +130,7 @@ class HttpFrontend:
             return self._repository(rest[1:])
         elif head in ("systemsharedmemory", "cudasharedmemory"):
             return self._shared_memory(rest[1:])
-        raise _NOT_FOUND
+        raise _not_found()
 
     def _models(self, rest: list[str]) -> tuple[str, Handler, tuple[str, ...]]:
         if rest == ["stats"]:
@@ -145,20 +138,20 @@ class HttpFrontend:
             # metadata URL.
             return "GET", self._all_stats, ()
         if not rest or not rest[0]:
-            raise _NOT_FOUND
+            raise _not_found()
         name = unquote(rest[0])
         version = ""
         tail = rest[1:]
         if tail[:1] == ["versions"]:
             if len(tail) < 2 or not tail[1].isdigit() or not tail[1].isascii():
-                raise _NOT_FOUND
+                raise _not_found()
             version = tail[1]
             tail = tail[2:]
         if len(tail) > 1:
-            raise _NOT_FOUND
+            raise _not_found()
         action = self._model_actions.get(tail[0] if tail else "")
         if action is None:
-            raise _NOT_FOUND
+            raise _not_found()
         return action[0], action[1], (name, version)
 
     def _repository(self, rest: list[str]) -> tuple[str, Handler, tuple[str, ...]]:
@@ -173,7 +166,7 @@ class HttpFrontend:
             if named_repo:
                 return "POST", self._repository_named, ()
             return "POST", handler, (unquote(rest[1]),)
-        raise _NOT_FOUND
+        raise _not_found()
 
     def _shared_memory(self, rest: list[str]) -> tuple[str, Handler, tuple[str, ...]]:
         # /v2/{system,cuda}sharedmemory[/region/<r>]/(status|register|unregister). No region is
@@ -186,7 +179,7 @@ class HttpFrontend:
             return "POST", self._shm_unregister, ()
         if rest == ["register"]:
             return "POST", self._shm_register, ()
-        raise _NOT_FOUND
+        raise _not_found()
 
     async def _shm_status(
         self, request: web.BaseRequest, args: tuple[str, ...]
@@ -415,12 +408,26 @@ class HttpFrontend:
         return parsed
 
 
+async def _listen(server: web.Server, host: str, port: int) -> tuple[web.ServerRunner, int]:
+    """Bind ``server`` to ``host:port``; returns the runner (for cleanup) and the bound port."""
+    runner = web.ServerRunner(server, shutdown_timeout=5.0)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port, reuse_address=True).start()
+    except OSError:
+        await runner.cleanup()
+        raise
+    bound: int = runner.addresses[0][1]
+    return runner, bound
+
+
 class _UnsupportedEncoding(ServerError):
     def __init__(self) -> None:
         super().__init__("Unsupported compression type", Code.UNSUPPORTED)
 
 
-_NOT_FOUND = ServerError("Not Found", Code.NOT_FOUND)
+def _not_found() -> ServerError:
+    return ServerError("Not Found", Code.NOT_FOUND)
 
 
 def _check_size(size: int, limit: int, what: str) -> None:
@@ -497,16 +504,7 @@ class MetricsFrontend:
 
     async def start(self, host: str, port: int) -> int:
         """Listen on ``host:port`` (0 = a free port) and return the bound port."""
-        server = web.Server(self.handle, access_log=None)
-        self._runner = web.ServerRunner(server, shutdown_timeout=2.0)
-        await self._runner.setup()
-        try:
-            await web.TCPSite(self._runner, host, port, reuse_address=True).start()
-        except OSError:
-            await self._runner.cleanup()
-            self._runner = None
-            raise
-        bound: int = self._runner.addresses[0][1]
+        self._runner, bound = await _listen(web.Server(self.handle, access_log=None), host, port)
         return bound
 
     async def stop(self) -> None:
