@@ -434,7 +434,8 @@ class InferenceServer:
                         if v not in current:
                             st.versions[v] = (LOADING, "")
                 for version, path in versions:
-                    runtime = ModelRuntime(cfg, version, path, self._runtime_options)
+                    metrics = current[version].stats.metrics if version in current else None
+                    runtime = ModelRuntime(cfg, version, path, self._runtime_options, metrics)
                     runtime.load()
                     new[version] = runtime
             except ServerError as exc:
@@ -532,7 +533,13 @@ class InferenceServer:
         with self._lock:
             runtimes = [rt for st in self._models.values() for rt in st.runtimes.values()]
         return [
-            MetricSource(rt.stats, dict(rt.config.metric_tags), rt.cache is not None)
+            MetricSource(
+                rt.name,
+                rt.version,
+                rt.stats.metrics,
+                dict(rt.config.metric_tags),
+                rt.cache is not None,
+            )
             for rt in sorted(runtimes, key=lambda r: (r.name, int(r.version)))
         ]
 

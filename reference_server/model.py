@@ -25,7 +25,7 @@ from reference_server.config import numpy_dtype, protocol_datatype
 from reference_server.errors import BackendError, Code, ServerError
 from reference_server.instances import DeviceRegistry, InstanceSpec, ModelInstance, PauseGate
 from reference_server.scheduler import Batch, Entry, Scheduler
-from reference_server.stats import ModelStats, RequestTiming
+from reference_server.stats import ModelMetrics, ModelStats, RequestTiming
 from reference_server.types import InferRequest, InferResponse
 
 Callback = Callable[[InferResponse | ServerError], None]
@@ -101,17 +101,23 @@ class ModelRuntime:
         version: Version string.
         version_dir: ``<model dir>/<version>``.
         options: Server-wide settings.
+        metrics: The version's metric counters, shared with the version it replaces.
     """
 
     def __init__(
-        self, config: mc.ModelConfig, version: str, version_dir: Path, options: RuntimeOptions
+        self,
+        config: mc.ModelConfig,
+        version: str,
+        version_dir: Path,
+        options: RuntimeOptions,
+        metrics: ModelMetrics | None = None,
     ) -> None:
         self.config = config
         self.name = config.name
         self.version = version
         self.version_dir = version_dir
         self._options = options
-        self.stats = ModelStats(self.name, version)
+        self.stats = ModelStats(self.name, version, metrics)
         self.cache = options.cache if config.response_cache.enable else None
         self.instances: list[ModelInstance] = []
         self.pause_gate = PauseGate()
@@ -200,7 +206,7 @@ class ModelRuntime:
         self.scheduler.start()
         for instance in self.instances:
             instance.start()
-        self.stats.load_duration_s = time.monotonic() - start
+        self.stats.metrics.load_duration_s = time.monotonic() - start
 
     def _load_labels(self) -> None:
         model_dir = self.version_dir.parent

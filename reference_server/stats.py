@@ -59,18 +59,102 @@ class RequestTiming:
     request_end_ns: int
 
 
+class ModelMetrics:
+    """Prometheus counters of one model version; thread-safe.
+
+    Unlike :class:`ModelStats`, these outlive a reload: Triton keeps a model's metric series
+    (same labels) across reloads and removes them only on unload, while the statistics
+    extension starts again from zero with the new model object.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.success = 0
+        self.failures: dict[str, int] = dict.fromkeys(FAILURE_REASONS, 0)
+        self.inference_count = 0
+        self.execution_count = 0
+        # Durations in µs, accumulated per observation (ns // 1000) like Triton.
+        self.us: dict[str, int] = dict.fromkeys(
+            (
+                "request",
+                "queue",
+                "compute_input",
+                "compute_infer",
+                "compute_output",
+                "cache_hit",
+                "cache_miss",
+            ),
+            0,
+        )
+        self.cache_hits = 0
+        self.cache_misses = 0
+        self.pending = 0
+        self.load_duration_s = 0.0
+
+    def pending_add(self, delta: int) -> None:
+        """Move the ``nv_inference_pending_request_count`` gauge."""
+        with self._lock:
+            self.pending += delta
+
+    def observe(
+        self,
+        *,
+        success: int = 0,
+        inferences: int = 0,
+        executions: int = 0,
+        failure: str | None = None,
+        cache_hit: bool = False,
+        cache_miss: bool = False,
+        durations_ns: dict[str, int] | None = None,
+    ) -> None:
+        """Add one event's counts and durations (ns, keyed like ``us``)."""
+        with self._lock:
+            self.success += success
+            self.inference_count += inferences
+            self.execution_count += executions
+            if failure is not None:
+                self.failures[failure] = self.failures.get(failure, 0) + 1
+            self.cache_hits += int(cache_hit)
+            self.cache_misses += int(cache_miss)
+            for key, ns in (durations_ns or {}).items():
+                self.us[key] += max(0, ns) // 1000
+
+    def snapshot(self) -> dict[str, Any]:
+        """All values in one consistent read."""
+        with self._lock:
+            return {
+                "success": self.success,
+                "failures": dict(self.failures),
+                "inference_count": self.inference_count,
+                "execution_count": self.execution_count,
+                "us": dict(self.us),
+                "pending": self.pending,
+                "cache_hits": self.cache_hits,
+                "cache_misses": self.cache_misses,
+                "load_duration_s": self.load_duration_s,
+            }
+
+
 class ModelStats:
-    """Statistics of one loaded model version; thread-safe.
+    """Statistics of one loaded model version (the statistics extension); thread-safe.
 
     Args:
         name: Model name.
         version: Version string.
+        metrics: The version's metric counters (kept across reloads); new ones by default.
         wall_clock: ``time.time`` (injectable), for ``last_inference`` in ms since epoch.
     """
 
-    def __init__(self, name: str, version: str, wall_clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        name: str,
+        version: str,
+        metrics: ModelMetrics | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
         self.name = name
         self.version = version
+        self.metrics = metrics if metrics is not None else ModelMetrics()
         self._wall = wall_clock
         self._lock = threading.Lock()
         self.success = Duration()
@@ -85,26 +169,12 @@ class ModelStats:
         self.execution_count = 0
         self.last_inference_ms = 0
         self._batches: dict[int, _BatchStat] = {}
-        # Metric counters in µs, accumulated per observation like Triton.
-        self.us: dict[str, int] = {
-            "request": 0,
-            "queue": 0,
-            "compute_input": 0,
-            "compute_infer": 0,
-            "compute_output": 0,
-            "cache_hit": 0,
-            "cache_miss": 0,
-        }
-        self.failures: dict[str, int] = dict.fromkeys(FAILURE_REASONS, 0)
-        self.pending = 0
-        self.load_duration_s = 0.0
 
     # ------------------------------------------------------------------ events
 
     def pending_add(self, delta: int) -> None:
         """Move the ``nv_inference_pending_request_count`` gauge."""
-        with self._lock:
-            self.pending += delta
+        self.metrics.pending_add(delta)
 
     def record_success(self, t: RequestTiming, batch_size: int, cache_miss_ns: int = 0) -> None:
         """A request executed and answered successfully."""
@@ -120,14 +190,23 @@ class ModelStats:
             self.compute_infer.add(cinf)
             self.compute_output.add(cout)
             self.inference_count += batch_size
-            self.us["request"] += max(0, request_ns) // 1000
-            self.us["queue"] += max(0, queue_ns) // 1000
-            self.us["compute_input"] += max(0, cin) // 1000
-            self.us["compute_infer"] += max(0, cinf) // 1000
-            self.us["compute_output"] += max(0, cout) // 1000
             if cache_miss_ns:
                 self.cache_miss.add(cache_miss_ns)
-                self.us["cache_miss"] += cache_miss_ns // 1000
+        durations = {
+            "request": request_ns,
+            "queue": queue_ns,
+            "compute_input": cin,
+            "compute_infer": cinf,
+            "compute_output": cout,
+        }
+        if cache_miss_ns:
+            durations["cache_miss"] = cache_miss_ns
+        self.metrics.observe(
+            success=1,
+            inferences=batch_size,
+            cache_miss=bool(cache_miss_ns),
+            durations_ns=durations,
+        )
 
     def record_cache_hit(self, request_ns: int, queue_ns: int, lookup_ns: int) -> None:
         """A request answered from the response cache (§4): no execution, no inference."""
@@ -135,15 +214,17 @@ class ModelStats:
             self.success.add(request_ns)
             self.queue.add(queue_ns)
             self.cache_hit.add(lookup_ns)
-            self.us["request"] += max(0, request_ns) // 1000
-            self.us["queue"] += max(0, queue_ns) // 1000
-            self.us["cache_hit"] += max(0, lookup_ns) // 1000
+        self.metrics.observe(
+            success=1,
+            cache_hit=True,
+            durations_ns={"request": request_ns, "queue": queue_ns, "cache_hit": lookup_ns},
+        )
 
     def record_failure(self, reason: str, request_start_ns: int, end_ns: int) -> None:
         """An accepted request failed (timeout, cancellation, backend error)."""
         with self._lock:
             self.fail.add(end_ns - request_start_ns)
-            self.failures[reason] = self.failures.get(reason, 0) + 1
+        self.metrics.observe(failure=reason)
 
     def record_execution(
         self, batch_size: int, compute_input_ns: int, compute_infer_ns: int, compute_output_ns: int
@@ -156,6 +237,7 @@ class ModelStats:
             stat.compute_input.add(compute_input_ns)
             stat.compute_infer.add(compute_infer_ns)
             stat.compute_output.add(compute_output_ns)
+        self.metrics.observe(executions=1)
 
     # ------------------------------------------------------------------ views
 
@@ -196,27 +278,14 @@ class ModelStats:
                 "memory_usage": [],
             }
 
-    def snapshot(self) -> dict[str, Any]:
-        """Metric values in one consistent read."""
-        with self._lock:
-            return {
-                "success": self.success.count,
-                "failures": dict(self.failures),
-                "inference_count": self.inference_count,
-                "execution_count": self.execution_count,
-                "us": dict(self.us),
-                "pending": self.pending,
-                "cache_hits": self.cache_hit.count,
-                "cache_misses": self.cache_miss.count,
-                "load_duration_s": self.load_duration_s,
-            }
-
 
 @dataclass(frozen=True)
 class MetricSource:
-    """One loaded model as the collector sees it."""
+    """One loaded model version as the collector sees it."""
 
-    stats: ModelStats
+    name: str
+    version: str
+    metrics: ModelMetrics
     tags: dict[str, str]
     cache_enabled: bool = False
 
@@ -324,8 +393,8 @@ class TritonCollector(Collector):
         }
         any_cache = False
         for src in self._sources():
-            snap = src.stats.snapshot()
-            labels = {"model": src.stats.name, "version": src.stats.version}
+            snap = src.metrics.snapshot()
+            labels = {"model": src.name, "version": src.version}
             labels.update({f"_{k}": v for k, v in src.tags.items()})
             us = snap["us"]
             values = {

@@ -176,6 +176,9 @@ def test_reload_swaps_without_dropping_in_flight(
     assert server.model_config("a").dynamic_batching.max_queue_delay_microseconds == 0
     stats = server.model_statistics("a")["model_stats"][0]
     assert stats["inference_stats"]["success"]["count"] == 4, "new version counts from 0"
+    # ... but, as in Triton 2.51, the metric series of model/version keep counting.
+    text = server.metrics_text()
+    assert 'nv_inference_request_success{model="a",version="1"} 16' in text
 
 
 def test_versions_and_metadata(tmp_path: Path, make_server: ServerFactory) -> None:
