@@ -83,6 +83,8 @@
     ctx.strokeStyle = "#8888";
     ctx.strokeRect(pad, 6, w - pad - 6, h - pad);
     if (!points.length) return;
+    ctx.fillStyle = "#888";
+    ctx.fillText("last " + points.length + " s", w - 70, h - 10);
     series.forEach(function (s, i) {
       var values = points.map(function (p) { return p[s.key]; });
       var max = Math.max.apply(null, values.filter(function (v) { return v !== null; }).concat([1e-9]));
