@@ -50,7 +50,8 @@ def main() -> None:
     try:
         app(standalone_mode=False)
     except PerfsweepError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        # soft_wrap: the message stays one line (scripts and tests grep it), whatever the width.
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")

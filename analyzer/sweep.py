@@ -462,6 +462,46 @@ def run_sweep(
     started = clock()
     started_at = utc_now()
     directory, run_state = _prepare_run_dir(scenario, run_dir, resume)
+    try:
+        summary = _sweep(
+            scenario,
+            directory,
+            run_state,
+            target,
+            load,
+            resume,
+            observer,
+            clock,
+            started,
+            started_at,
+        )
+    except BaseException as exc:
+        # Keep the directory honest for --resume and for readers: this run did not finish.
+        if not isinstance(exc, KeyboardInterrupt):
+            run_state.update(
+                status="failed", error=str(exc).splitlines()[0] if str(exc) else repr(exc)
+            )
+        else:
+            run_state.update(status="interrupted")
+        run_state["finished_at"] = utc_now()
+        directory.write_run_state(run_state)
+        raise
+    observer.on_finish(summary)
+    return summary
+
+
+def _sweep(
+    scenario: Scenario,
+    directory: RunDirectory,
+    run_state: dict[str, Any],
+    target: Target | None,
+    load: LoadGenerator | None,
+    resume: bool,
+    observer: SweepObserver,
+    clock: Callable[[], float],
+    started: float,
+    started_at: str,
+) -> RunSummary:
     with contextlib.ExitStack() as stack:
         if target is None:
             target = _make_target(scenario, directory)
@@ -517,9 +557,7 @@ def run_sweep(
             validation = _validate(state) if stop_reason != "interrupted" else []
         except KeyboardInterrupt:
             stop_reason, validation = "interrupted", []
-        summary = _finish(state, stop_reason, validation, started_at, clock() - started, run_state)
-    observer.on_finish(summary)
-    return summary
+        return _finish(state, stop_reason, validation, started_at, clock() - started, run_state)
 
 
 def _prepare_run_dir(

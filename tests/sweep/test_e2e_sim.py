@@ -1,0 +1,161 @@
+"""`perfsweep run` end to end on a real reference server (simulated device) and real Locust.
+
+A small simulated model (16 floats in, the bundled GPU-like latency profile) keeps requests
+cheap, so the generator on a 2-core machine is not the bottleneck. Budgets are tiny: these tests
+check the plumbing (subprocess server, repository loads, run directory, resume after SIGKILL),
+not the quality of the answer (the planted-optimum tests do that).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from analyzer.results import load_summary, load_trial_record, parse_config_text
+from reference_server.config import validate
+
+pytestmark = pytest.mark.slow
+
+SCENARIO = """
+objective = "throughput"
+[model]
+name = "tiny"
+[traffic]
+min_rate_rps = 10.0
+start_rps = 40.0
+max_rate_rps = 400.0
+[goals]
+p99_ms = 150.0
+max_error_rate = 0.01
+[space]
+max_batch_size = [1, 16]
+max_queue_delay_us = [0, 4000]
+delay_steps = 3
+instance_count = [1, 2]
+[budget]
+trials = {trials}
+patience = 10
+warmup_s = 0.3
+window_s = 0.5
+min_requests = 60
+capacity_resolution = 0.3
+validate_top = 1
+validate_repeats = 1
+validate_window_factor = 1.0
+"""
+
+MODEL_CONFIG = """
+name: "tiny"
+backend: "simulated"
+max_batch_size: 16
+input { name: "x" data_type: TYPE_FP32 dims: [16] }
+output { name: "y" data_type: TYPE_FP32 dims: [4] }
+instance_group { count: 1 kind: KIND_CPU }
+parameters { key: "profile" value { string_value: "resnet50_sim" } }
+"""
+
+
+def make_repo(root: Path) -> Path:
+    (root / "repo" / "tiny" / "1").mkdir(parents=True)
+    (root / "repo" / "tiny" / "config.pbtxt").write_text(MODEL_CONFIG)
+    return root / "repo"
+
+
+def command(tmp_path: Path, trials: int, run_dir: Path) -> list[str]:
+    scenario = tmp_path / f"tiny-{trials}.toml"
+    scenario.write_text(SCENARIO.format(trials=trials))
+    return [
+        sys.executable,
+        "-c",
+        "from analyzer.cli import main; main()",
+        "run",
+        "--scenario",
+        str(scenario),
+        "--model-repository",
+        str(make_repo(tmp_path)),
+        "--model",
+        "tiny",
+        "--device",
+        "sim",
+        "--run-dir",
+        str(run_dir),
+    ]
+
+
+def test_sweep_on_simulated_device_writes_a_loadable_best_config(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        command(tmp_path, 3, run_dir), capture_output=True, text=True, timeout=280
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = load_summary(run_dir)
+    assert summary["trials"]["complete"] == 3
+    assert summary["baseline"]["throughput_rps"] > 0
+    assert summary["best"]["meets_goals"] and summary["best"]["throughput_rps"] > 0
+    best = parse_config_text((run_dir / "best" / "config.pbtxt").read_text())
+    validate(best)  # the reference server's Triton-rule validation accepts it
+    assert (
+        best.name == "tiny" and best.max_batch_size == summary["best"]["config"]["max_batch_size"]
+    )
+    assert best.parameters["profile"].string_value == "resnet50_sim"
+    for n in range(3):
+        record = load_trial_record(run_dir / "trials" / f"{n:03d}" / "measurement.json")
+        assert record["measurement"]["points"], "the capacity search measured load levels"
+    assert "ready" in (run_dir / "server" / "server.log").read_text()
+    assert "best config:" in done.stdout and "gain over baseline" in done.stdout
+
+
+def test_sigkill_mid_trial_then_resume_loses_no_finished_trial(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    # Its own session, so one killpg takes the sweep and its managed server down together.
+    proc = subprocess.Popen(
+        command(tmp_path, 4, run_dir),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not (run_dir / "trials" / "002" / "config.pbtxt").exists():  # trial 2 has started
+            assert proc.poll() is None, "the sweep ended before it could be killed"
+            assert time.monotonic() < deadline, "trial 2 never started"
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finished = {
+        n: load_trial_record(run_dir / "trials" / f"{n:03d}" / "measurement.json") for n in (0, 1)
+    }
+    assert (
+        json.loads((run_dir / "run.json").read_text())["status"] == "running"
+    )  # killed, not closed
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from analyzer.cli import main; main()",
+            "run",
+            "--resume",
+            str(run_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for n, record in finished.items():
+        assert load_trial_record(run_dir / "trials" / f"{n:03d}" / "measurement.json") == record
+    summary = load_summary(run_dir)
+    assert summary["trials"]["complete"] == 4
+    numbers = sorted(int(p.parent.name) for p in (run_dir / "trials").glob("*/measurement.json"))
+    assert numbers[:2] == [0, 1] and len(numbers) == 4
+    assert 2 not in numbers  # the killed trial has no result; its config ran again as a new trial
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
