@@ -8,6 +8,7 @@ Bounds are loose: the 2-core CI machine is shared with other tests.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -82,11 +83,16 @@ def test_gate_passes_on_the_reference_server_and_a_slowed_profile_fails(tmp_path
 def test_live_baseline_is_interleaved_and_a_slower_candidate_fails(tmp_path: Path) -> None:
     fast = repository(tmp_path / "fast", device_ms=1.0)
     slow = repository(tmp_path / "slow", device_ms=100.0)  # serves 10 of the offered 20 req/s
+    # The form: --url ... --model ... --scenario FILE, criteria from its [gate] table.
+    scenario = tmp_path / "gate.toml"
+    scenario.write_text(
+        "[traffic]\nrate_rps = 20\n[budget]\nwarmup_s = 0.5\nwindow_s = 1.0\n"
+        "[gate]\nmax_regression_pct = 20\nrepeats = 3\n"
+    )
     with RefServer(fast, ("m",)) as base_server, RefServer(slow, ("m",)) as cand_server:
         done = perfsweep(
             "gate", "--url", cand_server.http_url, "--baseline-url", base_server.http_url,
-            "--model", "m", "--max-regression", "20%", "--repeats", "3", *FAST_LOAD,
-            "--junit", str(tmp_path / "live.xml"),
+            "--model", "m", "--scenario", str(scenario), "--junit", str(tmp_path / "live.xml"),
             cwd=tmp_path,
         )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
@@ -95,8 +101,8 @@ def test_live_baseline_is_interleaved_and_a_slower_candidate_fails(tmp_path: Pat
         "p99_ms regression <= 20%": True,
     }
     # Rounds alternate which target goes first, so drift of the machine hits both alike.
-    order = [line.split()[0] for line in done.stdout.splitlines() if " repeat " in line]
-    assert order == ["baseline", "candidate", "candidate", "baseline", "baseline", "candidate"]
+    finished = re.findall(r"^(baseline|candidate) repeat \d+/3:", done.stdout, re.MULTILINE)
+    assert finished == ["baseline", "candidate", "candidate", "baseline", "baseline", "candidate"]
 
 
 def test_a_target_that_fails_to_start_exits_3(tmp_path: Path) -> None:
