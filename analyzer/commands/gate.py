@@ -31,14 +31,15 @@ import os
 import socket
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import typer
 
-from analyzer.errors import GoalNotMetError, InputError
+from analyzer.errors import GoalNotMetError, InputError, TargetError
 from analyzer.gate import (
     Criteria,
     GateInput,
@@ -287,60 +288,102 @@ def _started(target: Target | None) -> Iterator[None]:
         target.stop()
 
 
-def measure_targets(
-    plan: MeasurePlan,
-    scenario: Scenario,
-    candidate: Target,
-    baseline: Target | None = None,
-    echo: Any = print,
-) -> tuple[list[Measurement], list[Measurement]]:
-    """Measure ``plan.repeats`` times each target; alternate the order with a live baseline.
+class GateGenerator(Protocol):
+    """What measure-and-gate needs from a load generator (``LocustLoadGenerator`` has it)."""
 
-    Rounds go (baseline, candidate), (candidate, baseline), ... so a slow drift of the machine
-    adds about the same to both sides. A repeat whose generator missed its schedule (invalid) is
-    measured again, at most ``INVALID_RETRIES`` times.
+    def measure(self, spec: LoadSpec) -> Measurement: ...
 
-    Returns:
-        (candidate measurements, baseline measurements) in the order taken.
-    """
-    with _started(candidate), _started(baseline):
-        from analyzer.load import EngineOptions, LocustLoadGenerator  # gevent: only from here on
+    def drain(self, timeout_s: float) -> bool: ...
 
-        def options(target: Target) -> EngineOptions:
-            return EngineOptions(
+
+#: Makes the load generator for one started target (a context manager that owns it).
+GeneratorFactory = Callable[["Target"], AbstractContextManager[GateGenerator]]
+
+
+def locust_generators(scenario: Scenario) -> GeneratorFactory:
+    """The real generator factory: one Locust engine per target (gevent is imported on first use)."""
+
+    def make(target: Target) -> AbstractContextManager[GateGenerator]:
+        from analyzer.load import EngineOptions, LocustLoadGenerator
+
+        return LocustLoadGenerator(
+            EngineOptions(
                 url=target.url.split("://", 1)[-1],
                 model=target.model,
                 protocol="http",
                 data_mode=scenario.input.data,
                 batch_size=scenario.input.batch_size,
             )
+        )
 
-        with contextlib.ExitStack() as stack:
-            gens = {"candidate": stack.enter_context(LocustLoadGenerator(options(candidate)))}
-            if baseline is not None:
-                gens["baseline"] = stack.enter_context(LocustLoadGenerator(options(baseline)))
-            results: dict[str, list[Measurement]] = {name: [] for name in gens}
-            for i in range(plan.repeats):
-                order = list(gens)
-                if baseline is not None and i % 2 == 0:
-                    order.reverse()
-                for name in order:
-                    # Same seed for both sides of a round (paired), a new one per round.
-                    spec = dataclasses.replace(plan.spec, seed=plan.spec.seed + i)
-                    for attempt in range(1 + INVALID_RETRIES):
-                        m = gens[name].measure(spec)
-                        gens[name].drain(30.0)
-                        if m.valid or attempt == INVALID_RETRIES:
-                            break
-                        echo(
-                            f"{name} repeat {i + 1}: the load generator could not keep its "
-                            "schedule (numbers describe the generator); measuring again"
-                        )
-                    results[name].append(m)
+    return make
+
+
+def check_alive(target: Target) -> None:
+    """Raise :class:`TargetError` when the server under test stopped answering.
+
+    A managed server is not restarted here (as a sweep would): a gate must report that the
+    build under test died, not measure a fresh process and pass.
+    """
+    from analyzer.target import ManagedServer
+
+    if isinstance(target, ManagedServer):
+        if not target.alive():
+            raise TargetError(
+                f"the reference server died during the measurement (log: {target.log_path})"
+            )
+    else:
+        target.ensure_alive()
+
+
+def measure_targets(
+    plan: MeasurePlan,
+    candidate: Target,
+    baseline: Target | None,
+    generators: GeneratorFactory,
+    echo: Callable[[str], Any] = print,
+) -> tuple[list[Measurement], list[Measurement]]:
+    """Measure ``plan.repeats`` times each target; alternate the order with a live baseline.
+
+    Rounds go (baseline, candidate), (candidate, baseline), ... so a slow drift of the machine
+    adds about the same to both sides. A repeat whose generator missed its schedule (invalid) is
+    measured again, at most ``INVALID_RETRIES`` times. After every measurement the target must
+    still answer.
+
+    Returns:
+        (candidate measurements, baseline measurements) in the order taken.
+
+    Raises:
+        TargetError: A target failed to start or stopped answering.
+    """
+    with _started(candidate), _started(baseline), contextlib.ExitStack() as stack:
+        targets = {"candidate": candidate}
+        if baseline is not None:
+            targets["baseline"] = baseline
+        gens = {name: stack.enter_context(generators(t)) for name, t in targets.items()}
+        results: dict[str, list[Measurement]] = {name: [] for name in gens}
+        for i in range(plan.repeats):
+            order = list(gens)
+            if baseline is not None and i % 2 == 0:
+                order.reverse()
+            for name in order:
+                # Same seed for both sides of a round (paired), a new one per round.
+                spec = dataclasses.replace(plan.spec, seed=plan.spec.seed + i)
+                for attempt in range(1 + INVALID_RETRIES):
+                    m = gens[name].measure(spec)
+                    check_alive(targets[name])
+                    gens[name].drain(30.0)
+                    if m.valid or attempt == INVALID_RETRIES:
+                        break
                     echo(
-                        f"{name} repeat {i + 1}/{plan.repeats}: {m.throughput_rps:.1f} req/s, "
-                        f"p99 {m.p99_ms:.2f} ms, errors {m.error_count}/{m.request_count}"
+                        f"{name} repeat {i + 1}: the load generator could not keep its "
+                        "schedule (numbers describe the generator); measuring again"
                     )
+                results[name].append(m)
+                echo(
+                    f"{name} repeat {i + 1}/{plan.repeats}: {m.throughput_rps:.1f} req/s, "
+                    f"p99 {m.p99_ms:.2f} ms, errors {m.error_count}/{m.request_count}"
+                )
     return results["candidate"], results.get("baseline", [])
 
 
@@ -547,9 +590,12 @@ def measure_and_gate(
     request: MeasureRequest,
     level: float | None = None,
     force: bool = False,
-    echo: Any = print,
+    echo: Callable[[str], Any] = print,
+    generators: GeneratorFactory | None = None,
 ) -> GateReport:
     """Measure the candidate (and a live baseline, interleaved), then judge it.
+
+    ``generators`` replaces the Locust engine (tests pass a fake).
 
     Raises:
         InputError: Inconsistent flags or an unreadable scenario/baseline.
@@ -595,7 +641,9 @@ def measure_and_gate(
     )
     with tempfile.TemporaryDirectory(prefix="perfsweep-gate-") as tmp:
         candidate_target = make_target(scenario, url, Path(tmp))
-        cand_ms, base_ms = measure_targets(plan, scenario, candidate_target, baseline_target, echo)
+        cand_ms, base_ms = measure_targets(
+            plan, candidate_target, baseline_target, generators or locust_generators(scenario), echo
+        )
         cand_env = live_environment(scenario, candidate_target, plan, url)
     level_text = f"{plan.spec.mode.value} {plan.spec.target:g}"
     if r.output is not None:
