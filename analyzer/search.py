@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -520,14 +521,20 @@ def _open_storage(storage: str) -> optuna.storages.BaseStorage:
         url = storage
         if url.startswith("postgresql://"):
             url = "postgresql+psycopg2://" + url[len("postgresql://") :]
-        try:
-            # No heartbeat: Optuna only beats inside study.optimize, not in ask/tell loops.
-            return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
-        except Exception as exc:
-            raise InputError(
-                f"cannot open the study storage {storage}: {_first_line(exc)}; "
-                "check the URL, that the database exists and accepts connections"
-            ) from exc
+        error: Exception | None = None
+        for attempt in range(3):
+            try:
+                # No heartbeat: Optuna only beats inside study.optimize, not in ask/tell loops.
+                return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+            except Exception as exc:
+                # Workers starting together race to create the schema; the loser's retry finds
+                # it in place. Other errors (refused connection, bad URL) fail the same way again.
+                error = exc
+                time.sleep(0.5 * (attempt + 1))
+        raise InputError(
+            f"cannot open the study storage {storage}: {_first_line(error or Exception())}; "
+            "check the URL, that the database exists and accepts connections"
+        ) from error
     return journal_storage(storage)
 
 

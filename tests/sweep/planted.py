@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -222,6 +223,8 @@ class FakeLoadGenerator:
     noise: float = 0.03
     seed: int = 0
     calls: int = 0
+    #: Wall time each capacity search takes (lets concurrent workers overlap in tests).
+    delay_s: float = 0.0
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
@@ -259,6 +262,8 @@ class FakeLoadGenerator:
 
     def find_capacity(self, spec: CapacitySpec) -> CapacityResult:
         self.calls += 1
+        if self.delay_s:
+            time.sleep(self.delay_s)
         knobs = knobs_from_config(self.target.current)
         search = CapacitySearch(spec)
         points = []
