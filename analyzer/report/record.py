@@ -389,6 +389,8 @@ class ReportRecord:
     validation: tuple[ValidationRow, ...]
     configs: ConfigTexts
     provenance: Provenance
+    #: Plain sentences on why the best beats the baseline, from the server's own statistics.
+    explanation: tuple[str, ...] = ()
     #: Report part -> why it is not shown (absent key: shown).
     missing: dict[str, str] = field(default_factory=dict)
     format_version: int = REPORT_FORMAT_VERSION
@@ -494,8 +496,45 @@ def build_record(run: RunData) -> ReportRecord:
         validation=validation,
         configs=configs,
         provenance=_provenance(run),
+        explanation=explain(breakdown),
         missing=missing,
     )
+
+
+def explain(breakdown: Sequence[ServerBreakdown]) -> tuple[str, ...]:
+    """Why the best config serves more: batching, compute per request, queueing, instances.
+
+    Triton charges every request of a batch the whole execution's compute time, so compute per
+    request divided by the mean batch size is what one request really costs the device.
+    """
+    views = {b.role: b for b in breakdown}
+    base, best = views.get("baseline"), views.get("best")
+    if base is None or best is None:
+        return ()
+    out = [
+        f"Measured at each config's own operating point: {best.measured_at_rps:.0f} req/s for the "
+        f"best, {base.measured_at_rps:.0f} req/s for the baseline."
+    ]
+    out.append(
+        f"Batching: {best.avg_batch_size:.2f} requests per execution vs "
+        f"{base.avg_batch_size:.2f} for the baseline."
+    )
+    if best.avg_batch_size > 0 and base.avg_batch_size > 0:
+        cost_best = best.compute_infer_us / best.avg_batch_size / 1000
+        cost_base = base.compute_infer_us / base.avg_batch_size / 1000
+        out.append(
+            f"Device time per request (compute infer / mean batch): {cost_best:.3f} ms vs "
+            f"{cost_base:.3f} ms."
+        )
+    out.append(
+        f"Time queued per request: {best.queue_us / 1000:.3f} ms vs {base.queue_us / 1000:.3f} ms."
+    )
+    if best.instance_busy_pct is not None and base.instance_busy_pct is not None:
+        out.append(
+            f"Instances busy: {best.instance_busy_pct:.0f} % vs {base.instance_busy_pct:.0f} % "
+            "of the measurement."
+        )
+    return tuple(out)
 
 
 def knob_label(config: Mapping[str, Any]) -> str:

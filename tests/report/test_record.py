@@ -263,3 +263,12 @@ def test_moved_run_directory_still_finds_its_study(planted_run: Path, tmp_path: 
     (copy / "run.json").write_text(json.dumps(state))
     record = build_record(load_run(copy))
     assert record.progress.importances is not None
+
+
+def test_explanation_uses_the_breakdown(record) -> None:
+    views = {b.role: b for b in record.breakdown}
+    text = "\n".join(record.explanation)
+    assert f"{views['best'].avg_batch_size:.2f} requests per execution" in text
+    assert f"vs {views['baseline'].avg_batch_size:.2f} for the baseline" in text
+    per_request = views["best"].compute_infer_us / views["best"].avg_batch_size / 1000
+    assert f"{per_request:.3f} ms vs" in text
