@@ -48,7 +48,7 @@ from tests.support.real_triton import (  # noqa: E402  (needs the repository roo
     TritonInstall,
     identity_model_config,
 )
-from tests.support.reference import ReferenceProcess, ReferenceServer  # noqa: E402
+from tests.support.reference import ReferenceProcess  # noqa: E402
 
 FORMAT_VERSION = 1
 MODEL = "identity"
@@ -73,6 +73,9 @@ class LevelResult:
             receipt to response handed back; client latency minus this is frontend + network.
         server_queue_us: server-side mean queue time (``queue``).
         server_compute_us: server-side mean ``compute_input + compute_infer + compute_output``.
+        server_cpu_us: CPU time (user + system) of the server's processes per request, including
+            Triton's Python-backend stub processes.
+        context_switches: context switches of all server threads per request.
     """
 
     server: str
@@ -87,6 +90,36 @@ class LevelResult:
     server_request_us: float
     server_queue_us: float
     server_compute_us: float
+    server_cpu_us: float
+    context_switches: float
+
+
+def _process_group_usage(pgid: int) -> tuple[float, int]:
+    """(CPU seconds, context switches) summed over the processes and threads of a group.
+
+    Both servers run in their own session (process group), so this covers Triton's stub
+    processes too. Linux ``/proc`` only; the benchmark needs Linux for Triton anyway.
+    """
+    cpu_s, switches = 0.0, 0
+    ticks = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry)) != pgid:
+                continue
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            cpu_s += (int(fields[11]) + int(fields[12])) / ticks
+            for task in os.listdir(f"/proc/{entry}/task"):
+                status = Path(f"/proc/{entry}/task/{task}/status").read_text()
+                switches += sum(
+                    int(line.split()[1])
+                    for line in status.splitlines()
+                    if "ctxt_switches:" in line  # voluntary_ and nonvoluntary_
+                )
+        except (OSError, ValueError, IndexError):
+            continue  # the process or thread went away meanwhile
+    return cpu_s, switches
 
 
 def _mean_us(before: dict[str, Any], after: dict[str, Any], *keys: str) -> float:
@@ -131,16 +164,21 @@ def _drive(url: str, concurrency: int, duration_s: float) -> tuple[list[float], 
 
 def measure_level(
     name: str,
-    server: RealTriton | ReferenceServer,
+    server: RealTriton | ReferenceProcess,
     concurrency: int,
     duration_s: float,
     warmup_s: float,
 ) -> tuple[LevelResult, list[float]]:
     """Warm up, then measure one concurrency level on one server."""
     _drive(server.http_url, concurrency, warmup_s)
+    pid = server.pid
+    assert pid is not None, "the server must run in its own process group"
     before = server.model_stats(MODEL)
+    cpu_before, switches_before = _process_group_usage(pid)
     latencies, errors, elapsed = _drive(server.http_url, concurrency, duration_s)
+    cpu_after, switches_after = _process_group_usage(pid)
     after = server.model_stats(MODEL)
+    done = max(1, len(latencies))
     executions = after["execution_count"] - before["execution_count"]
     inferences = after["inference_count"] - before["inference_count"]
     p50_ms, p99_ms = _percentiles_ms(latencies)
@@ -159,6 +197,8 @@ def measure_level(
         server_compute_us=_mean_us(
             before, after, "compute_input", "compute_infer", "compute_output"
         ),
+        server_cpu_us=round((cpu_after - cpu_before) / done * 1e6, 1),
+        context_switches=round((switches_after - switches_before) / done, 1),
     )
     return result, latencies
 
@@ -189,6 +229,8 @@ def _summarize(
         server_request_us=round(float(np.median([r.server_request_us for r in mine])), 1),
         server_queue_us=round(float(np.median([r.server_queue_us for r in mine])), 1),
         server_compute_us=round(float(np.median([r.server_compute_us for r in mine])), 1),
+        server_cpu_us=round(float(np.median([r.server_cpu_us for r in mine])), 1),
+        context_switches=round(float(np.median([r.context_switches for r in mine])), 1),
     )
 
 
@@ -222,14 +264,16 @@ def _environment(triton: RealTriton) -> dict[str, Any]:
 def _table(results: Sequence[LevelResult], ratios: Sequence[dict[str, Any]]) -> str:
     lines = [
         "| server | concurrency | requests | throughput (req/s) | p50 (ms) | p99 (ms) "
-        "| mean batch | server request (µs) | server queue (µs) | server compute (µs) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| mean batch | server request (µs) | server queue (µs) | server compute (µs) "
+        "| server CPU (µs/req) | ctx switches/req |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
             f"| {r.server} | {r.concurrency} | {r.requests} | {r.throughput_rps:,.0f} | "
             f"{r.p50_ms:.2f} | {r.p99_ms:.2f} | {r.mean_batch_size:.2f} | "
-            f"{r.server_request_us:.0f} | {r.server_queue_us:.0f} | {r.server_compute_us:.0f} |"
+            f"{r.server_request_us:.0f} | {r.server_queue_us:.0f} | {r.server_compute_us:.0f} | "
+            f"{r.server_cpu_us:.0f} | {r.context_switches:.1f} |"
         )
     lines += [
         "",
@@ -274,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ReferenceProcess(workdir / "reference", models=[config]) as reference,
         ):
             environment = _environment(triton)
-            servers: list[tuple[str, RealTriton | ReferenceServer]] = [
+            servers: list[tuple[str, RealTriton | ReferenceProcess]] = [
                 ("reference", reference),
                 ("triton", triton),
             ]

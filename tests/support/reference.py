@@ -189,8 +189,12 @@ class ReferenceProcess(ReferenceServer):
 
     @property
     def pid(self) -> int | None:
-        """Process id while running."""
+        """Process id (and process group id) while running."""
         return self._process.pid if self._process is not None else None
+
+    def __enter__(self) -> ReferenceProcess:
+        self.start()
+        return self
 
     def start(self) -> None:
         """Write the models, start the process, wait for its ready line."""
