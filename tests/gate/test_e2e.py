@@ -52,7 +52,7 @@ def junit_cases(path: Path) -> dict[str, bool]:
 def test_gate_passes_on_the_reference_server_and_a_slowed_profile_fails(tmp_path: Path) -> None:
     fast = repository(tmp_path / "fast", device_ms=2.0)
     slow = repository(tmp_path / "slow", device_ms=80.0)  # 20 req/s need <= 50 ms per request
-    common = ["--model", "m", "--device", "sim", "--p99-ms", "60", *FAST_LOAD, "--repeats", "3"]
+    common = ["--model", "m", "--device", "sim", "--p99-ms", "150", *FAST_LOAD, "--repeats", "3"]
 
     ok = perfsweep(
         "gate", "--model-repository", str(fast), *common,
@@ -61,7 +61,7 @@ def test_gate_passes_on_the_reference_server_and_a_slowed_profile_fails(tmp_path
     )  # fmt: skip
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "gate PASSED" in ok.stdout
-    assert junit_cases(tmp_path / "fast.xml") == {"p99_ms <= 60": False}
+    assert junit_cases(tmp_path / "fast.xml") == {"p99_ms <= 150": False}
     assert (tmp_path / "base.json").is_file()
 
     bad = perfsweep(
@@ -72,7 +72,7 @@ def test_gate_passes_on_the_reference_server_and_a_slowed_profile_fails(tmp_path
     )  # fmt: skip
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert junit_cases(tmp_path / "slow.xml") == {
-        "p99_ms <= 60": True,
+        "p99_ms <= 150": True,
         "throughput_rps regression <= 10%": True,  # 80 ms per request: at most 12.5 req/s
         "p99_ms regression <= 10%": True,
     }
