@@ -508,7 +508,8 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="A live baseline server, measured interleaved with the candidate."),
         ] = None,
         repeats: Annotated[
-            int | None, typer.Option(help="Measurements per target (default: [gate] or 3).")
+            int | None,
+            typer.Option(help="Measurements per target (default: \\[gate] repeats, else 3)."),
         ] = None,
         rate_rps: Annotated[float | None, typer.Option(help="Offered load, req/s.")] = None,
         concurrency: Annotated[
