@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -199,6 +200,63 @@ def http(
     if "json" in ctype:
         return status, json.loads(raw)
     return status, raw.decode(errors="replace")
+
+
+def start_ui(
+    tmp: Path, http_url: str, model: str, grpc_url: str, metrics_url: str, *extra: str, **env: str
+) -> tuple[Child, str]:
+    """``perfsweep ui --url`` on a free port; returns the child and the dashboard's base URL."""
+    child = Child(
+        perfsweep(
+            "ui",
+            "--url",
+            http_url,
+            "--model",
+            model,
+            "--grpc-url",
+            grpc_url,
+            "--metrics-url",
+            metrics_url,
+            "--web-port",
+            "0",
+            *extra,
+        ),
+        tmp / "ui.log",
+        env=child_env(**env),
+    )
+    line = child.wait_line(UI_READY)
+    match = re.search(r"(http://\S+?)/? ", line + " ")
+    assert match, line
+    return child, match.group(1)
+
+
+def server_truth(http_url: str, metrics_url: str, model: str) -> dict[str, Any]:
+    """What a server itself reports for ``model``: statistics totals and Prometheus counters."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    _, stats = http("GET", f"{http_url}/v2/models/{model}/stats")
+    entry = stats["model_stats"][0]
+    batches = {str(b["batch_size"]): int(b["compute_infer"]["count"]) for b in entry["batch_stats"]}
+    _, text = http("GET", metrics_url)
+    failures: dict[str, int] = {}
+    pending = None
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.labels.get("model") != model:
+                continue
+            # prometheus_client's parser names counter samples with a _total suffix.
+            if s.name.removesuffix("_total") == "nv_inference_request_failure":
+                reason = s.labels.get("reason", "OTHER")
+                failures[reason] = failures.get(reason, 0) + int(s.value)
+            elif s.name == "nv_inference_pending_request_count":
+                pending = (pending or 0) + int(s.value)
+    return {
+        "inference_count": int(entry["inference_count"]),
+        "execution_count": int(entry["execution_count"]),
+        "batch_executions": batches,
+        "failures_by_reason": failures,
+        "pending_requests": pending,
+    }
 
 
 def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 0.5) -> Any:

@@ -16,16 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.ui.support import (
     MODEL,
-    UI_READY,
     Child,
     child_env,
     http,
     perfsweep,
     reference_server,
+    server_truth,
+    start_ui,
     wait_for,
     write_sim_model,
 )
@@ -41,28 +41,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
 
 
 def _start_ui(tmp: Path, server: dict[str, str], *extra: str, **env: str) -> tuple[Child, str]:
-    child = Child(
-        perfsweep(
-            "ui",
-            "--url",
-            f"http://{server['http']}",
-            "--model",
-            MODEL,
-            "--grpc-url",
-            server["grpc"],
-            "--metrics-url",
-            f"http://{server['metrics']}/metrics",
-            "--web-port",
-            "0",
-            *extra,
-        ),
-        tmp / "ui.log",
-        env=child_env(**env),
+    return start_ui(
+        tmp,
+        f"http://{server['http']}",
+        MODEL,
+        server["grpc"],
+        f"http://{server['metrics']}/metrics",
+        *extra,
+        **env,
     )
-    line = child.wait_line(UI_READY)
-    match = re.search(r"(http://\S+?)/? ", line + " ")
-    assert match, line
-    return child, match.group(1)
 
 
 @pytest.fixture(scope="module")
@@ -88,29 +75,7 @@ def _swarm(base: str, users: int, classes: list[str], **extra: Any) -> None:
 
 
 def _server_truth(server: dict[str, str]) -> dict[str, Any]:
-    """What the server itself reports: statistics totals and failure counters."""
-    _, stats = http("GET", f"http://{server['http']}/v2/models/{MODEL}/stats")
-    entry = stats["model_stats"][0]
-    batches = {str(b["batch_size"]): int(b["compute_infer"]["count"]) for b in entry["batch_stats"]}
-    _, text = http("GET", f"http://{server['metrics']}/metrics")
-    failures: dict[str, int] = {}
-    pending = None
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.labels.get("model") != MODEL:
-                continue
-            # prometheus_client's parser names counter samples with a _total suffix.
-            if s.name.removesuffix("_total") == "nv_inference_request_failure":
-                failures[s.labels["reason"]] = int(s.value)
-            elif s.name == "nv_inference_pending_request_count":
-                pending = int(s.value)
-    return {
-        "inference_count": int(entry["inference_count"]),
-        "execution_count": int(entry["execution_count"]),
-        "batch_executions": batches,
-        "failures_by_reason": failures,
-        "pending_requests": pending,
-    }
+    return server_truth(f"http://{server['http']}", f"http://{server['metrics']}/metrics", MODEL)
 
 
 def test_page_has_the_server_tab_and_panel(ui: str) -> None:

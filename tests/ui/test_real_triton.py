@@ -1,0 +1,84 @@
+"""The dashboard against a real Triton (pytriton's ``tritonserver``): same numbers as Triton's
+own statistics and metrics, and a config change applied with Triton's repository API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.real_triton import RealTriton, identity_model_config
+from tests.ui.support import http, server_truth, start_ui, wait_for
+
+pytestmark = [pytest.mark.triton, pytest.mark.timeout(300)]
+
+MODEL = "ui_identity"  # our own model on the shared server: nobody else sends it requests
+
+
+def test_dashboard_on_real_triton(real_triton: RealTriton, tmp_path: Path) -> None:
+    real_triton.add_model(identity_model_config(MODEL, max_queue_delay_us=500))
+    real_triton.load_model(MODEL)
+    child, base = start_ui(
+        tmp_path, real_triton.base_url, MODEL, real_triton.grpc_url, real_triton.metrics_url
+    )
+    try:
+        form = {
+            "user_count": 4,
+            "spawn_rate": 4,
+            "user_classes": ["TritonHttpUser", "TritonGrpcUser"],
+        }
+        assert http("POST", base + "/swarm", form=form)[1]["success"]
+
+        def doc() -> dict[str, Any]:
+            return http("GET", base + "/perfsweep/server")[1]
+
+        seen = wait_for(
+            lambda: (
+                (d := doc())["client"]["window"]["requests"] >= 200
+                and (d.get("server") or {}).get("window", {}).get("execution_count", 0) > 0
+                and d
+            ),
+            90,
+            "traffic seen by the dashboard",
+        )
+        assert seen["client"]["window"]["errors"] == 0
+        assert seen["server"]["window"]["avg_batch_size"] >= 1.0
+
+        # A config change through the dashboard, while the load runs.
+        status, answer = http(
+            "POST",
+            base + "/perfsweep/config",
+            body={"max_queue_delay_us": 2000, "preferred_batch_size": [4], "instance_count": 2},
+        )
+        assert status == 200, answer
+        _, config = http("GET", f"{real_triton.base_url}/v2/models/{MODEL}/config")
+        assert int(config["dynamic_batching"]["max_queue_delay_microseconds"]) == 2000
+        assert [int(s) for s in config["dynamic_batching"]["preferred_batch_size"]] == [4]
+        assert sum(int(g["count"]) for g in config["instance_group"]) == 2
+        wait_for(lambda: doc()["server_reloads"] >= 1, 30, "the dashboard to see the reload")
+
+        assert http("POST", base + "/stop")[0] == 200
+        truth = wait_for(
+            lambda: (
+                (t := server_truth(real_triton.base_url, real_triton.metrics_url, MODEL))[
+                    "pending_requests"
+                ]
+                == 0
+                and t
+            ),
+            30,
+            "a drained Triton",
+        )
+        totals = wait_for(
+            lambda: (
+                (t := doc()["server"]["totals"])["inference_count"] == truth["inference_count"]
+                and t
+            ),
+            15,
+            "the dashboard's next scrape",
+        )
+        for key in ("execution_count", "batch_executions", "failures_by_reason"):
+            assert totals[key] == truth[key], key
+    finally:
+        child.stop()
