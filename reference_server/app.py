@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from reference_server.errors import Code, ServerError
 from reference_server.http_frontend import DEFAULT_MAX_INPUT_SIZE
@@ -140,6 +140,14 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+class _Frontend(Protocol):
+    """What app needs of a listener (HTTP, gRPC, metrics)."""
+
+    async def start(self, host: str, port: int) -> int: ...
+
+    async def stop(self) -> None: ...
+
+
 class _Running:
     """The started pieces: listeners first (a busy port fails fast, before minutes of model
     loading), then the models; stopped core first, then the listeners."""
@@ -147,7 +155,7 @@ class _Running:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.core: InferenceServer | None = None
-        self._frontends: list[Any] = []
+        self._frontends: list[_Frontend] = []
         self._core_started = False
         self._scratch: Path | None = None
 
@@ -180,7 +188,7 @@ class _Running:
             raise
         return ServerAddresses(host, http_port, grpc_port, metrics_port)
 
-    async def _listen(self, what: str, flag: str, frontend: Any, port: int) -> int:
+    async def _listen(self, what: str, flag: str, frontend: _Frontend, port: int) -> int:
         bound = await _bind(what, flag, self.options.host, port, frontend)
         self._frontends.append(frontend)
         return bound
@@ -244,9 +252,9 @@ def _check_startup_models(
         raise ServerError("; ".join(problems), Code.INVALID_ARG)
 
 
-async def _bind(what: str, flag: str, host: str, port: int, frontend: object) -> int:
+async def _bind(what: str, flag: str, host: str, port: int, frontend: _Frontend) -> int:
     try:
-        bound: int = await frontend.start(host, port)  # type: ignore[attr-defined]
+        bound = await frontend.start(host, port)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         hint = (
@@ -342,9 +350,8 @@ def run_server(options: ServerOptions) -> None:
         import uvloop
     except ImportError:
         asyncio.run(main())
-    else:  # pragma: no cover - uvloop is optional
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(main())
+    else:  # pragma: no cover - uvloop is optional (not a dependency)
+        uvloop.run(main())
 
 
 def _configure_logging(verbosity: int) -> None:
@@ -370,7 +377,7 @@ class ServerThread:
         self,
         options: ServerOptions,
         *,
-        startup_timeout_s: float = 120.0,
+        startup_timeout_s: float = 300.0,
         keep_ports: bool = False,
     ) -> None:
         if not keep_ports:
