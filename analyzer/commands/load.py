@@ -332,6 +332,8 @@ def register(app: typer.Typer) -> None:
                     generator.drain(30.0)
 
         out = Console()
+        if not out.is_terminal:  # piped or captured: never truncate the numbers to 80 columns
+            out = Console(width=160)
         out.print(results_table(measurements))
         for m in measurements:
             for message in m.messages:

@@ -1,0 +1,88 @@
+"""``perfsweep load`` as a user runs it: flags, exit codes, the table and the JSON file."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.load.refserver import REPO_ROOT, RefServer, write_sim_model
+
+PERFSWEEP = str(Path(sys.executable).parent / "perfsweep")
+
+
+def _load(*args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PERFSWEEP, "load", *args], capture_output=True, text=True, timeout=timeout_s, cwd=REPO_ROOT
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "m"], "exactly one of"),
+        (["--model", "m", "--concurrency", "1", "--request-rate", "5"], "exactly one of"),
+        (["--model", "m", "--find-capacity"], "--p99-ms"),
+        (["--model", "m", "--concurrency", "two"], "comma-separated"),
+        (["--model", "m", "--request-rate", "5", "--protocol", "udp"], "http or grpc"),
+        (["--concurrency", "1"], "--model"),
+    ],
+)
+def test_usage_errors_exit_2_and_say_what_to_do(args: list[str], message: str) -> None:
+    done = _load(*args)
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+def test_unreachable_target_exits_3() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = _load("--url", f"127.0.0.1:{port}", "--model", "m", "--concurrency", "1")
+    assert done.returncode == 3
+    assert "cannot reach" in done.stderr
+
+
+def test_fixed_levels_write_versioned_json(tmp_path: Path) -> None:
+    write_sim_model(tmp_path / "repo", "cli", 5.0, max_batch_size=4)
+    out = tmp_path / "levels.json"
+    with RefServer(tmp_path / "repo", ("cli",)) as srv:
+        done = _load(
+            "--url",
+            srv.http_url,
+            "--model",
+            "cli",
+            "--metrics-url",
+            srv.metrics_url,
+            "--concurrency",
+            "1,3",
+            "--window-requests",
+            "60",
+            "--max-windows",
+            "3",
+            "--warmup-s",
+            "0.3",
+            "--batch-size",
+            "2",
+            "--output",
+            str(out),
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["format_version"] == 1 and doc["kind"] == "perfsweep.load"
+    assert doc["environment"]["model"] == "cli" and doc["environment"]["packages"]["locust"]
+    one, three = doc["results"]
+    assert (one["mode"], one["target"], three["target"]) == ("concurrency", 1, 3)
+    for m in (one, three):
+        assert m["error_count"] == 0
+        assert all(w["request_count"] >= 60 for w in m["windows"])  # count windows
+        assert m["server"]["inference_count"] == 2 * m["server"]["success_count"]  # batch 2
+        assert any("coordinated omission" in msg for msg in m["messages"])
+    # three users on one 5 ms device: about three times one user's throughput is impossible,
+    # the device serialises them, so latency grows instead
+    assert three["p50_ms"] > one["p50_ms"]
+    assert "conc" in done.stdout and "p99 ms" in done.stdout  # the final table
