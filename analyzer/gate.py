@@ -22,7 +22,7 @@ Verdicts:
   confirm is reported as ``not significant`` (and passes). A side with a single sample is never
   significant, whatever the p-value: one run cannot tell a regression from a bad moment.
 
-Everything above the "Reading results" section is pure: no files, no sockets.
+Only :func:`read_result` (the last section) touches files; nothing here opens a socket.
 """
 
 from __future__ import annotations
