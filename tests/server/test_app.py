@@ -209,3 +209,53 @@ def test_python_dash_m_bundled_model_with_sim_device() -> None:
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_shutdown_answers_the_requests_in_flight(tmp_path: Path, signum: int) -> None:
+    """A signal while one request executes and one waits: both get an HTTP answer (the running
+    one 200, the waiting one 200 or 503), then the process exits 0."""
+    import threading
+
+    from tests.server.conftest import SLOW_MODEL, wait_until
+
+    write_model(tmp_path, "slow", SLOW_MODEL % 1000)
+    process = start_subprocess(
+        "--model-repository",
+        str(tmp_path),
+        "--http-port",
+        "0",
+        "--grpc-port",
+        "0",
+        "--metrics-port",
+        "0",
+    )
+    answers: list[int | str] = []
+
+    def send(url: str) -> None:
+        body = b'{"inputs":[{"name":"INPUT0","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}'
+        try:
+            answers.append(raw_request(url, "POST", "/v2/models/slow/infer", body)[0])
+        except OSError as exc:
+            answers.append(repr(exc))
+
+    try:
+        addresses = read_ready_line(process)
+        senders = [threading.Thread(target=send, args=(addresses.http_url,)) for _ in range(2)]
+        for sender in senders:
+            sender.start()
+        # One executes (1 s) while the other waits in the queue: the pending gauge shows 1.
+        metrics = f"127.0.0.1:{addresses.metrics_port}"
+        queued = 'nv_inference_pending_request_count{model="slow",version="1"} 1'
+        assert wait_until(
+            lambda: queued in raw_request(metrics, "GET", "/metrics", timeout_s=10)[2].decode()
+        )
+        process.send_signal(signum)
+        for sender in senders:
+            sender.join(60)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    assert len(answers) == 2 and 200 in answers and set(answers) <= {200, 503}, answers
+    assert process.returncode == 0, err
