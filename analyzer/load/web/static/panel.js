@@ -23,6 +23,11 @@
     return node;
   }
 
+  function fmt(v, digits) {
+    if (v === null || v === undefined) return "-";
+    return Number(v).toFixed(digits);
+  }
+
   function build() {
     panel.textContent = "";
     var cards = make("div", { "class": "ps-cards" }, panel);
@@ -70,12 +75,9 @@
     built = true;
   }
 
-  function fmt(v, digits) {
-    if (v === null || v === undefined) return "-";
-    return Number(v).toFixed(digits);
-  }
-
-  function drawLines(canvas, points, series) {
+  // One line per series. Same-unit series share a y scale (shared=true); otherwise each is
+  // scaled to its own maximum, which its label states.
+  function drawLines(canvas, points, series, shared) {
     var ctx = canvas.getContext("2d");
     var w = canvas.width, h = canvas.height, pad = 34;
     ctx.clearRect(0, 0, w, h);
@@ -83,16 +85,22 @@
     ctx.strokeStyle = "#8888";
     ctx.strokeRect(pad, 6, w - pad - 6, h - pad);
     if (!points.length) return;
+    function maxOf(key) {
+      var vs = points.map(function (p) { return p[key]; }).filter(function (v) { return v !== null; });
+      return Math.max.apply(null, vs.concat([1e-9]));
+    }
+    var common = Math.max.apply(null, series.map(function (s) { return maxOf(s.key); }));
     ctx.fillStyle = "#888";
     ctx.fillText("last " + points.length + " s", w - 70, h - 10);
+    if (shared) ctx.fillText(fmt(common * 1.1, 0), 2, 16);
     series.forEach(function (s, i) {
-      var values = points.map(function (p) { return p[s.key]; });
-      var max = Math.max.apply(null, values.filter(function (v) { return v !== null; }).concat([1e-9]));
+      var max = shared ? common : maxOf(s.key);
       ctx.strokeStyle = s.color;
       ctx.fillStyle = s.color;
       ctx.beginPath();
       var started = false;
-      values.forEach(function (v, j) {
+      points.forEach(function (p, j) {
+        var v = p[s.key];
         if (v === null) return;
         var x = pad + (w - pad - 6) * (points.length === 1 ? 1 : j / (points.length - 1));
         var y = 6 + (h - pad) * (1 - v / (max * 1.1));
@@ -100,7 +108,7 @@
         started = true;
       });
       ctx.stroke();
-      ctx.fillText(s.label + " (max " + fmt(max, 1) + ")", pad + 6 + i * 170, h - 10);
+      ctx.fillText(s.label + " (max " + fmt(maxOf(s.key), 1) + ")", pad + 6 + i * 170, h - 10);
     });
   }
 
@@ -121,9 +129,9 @@
 
     var pts = doc.history.slice(-120);
     drawLines(el.latChart, pts, [{ key: "p50_ms", label: "p50", color: "#2e7dd7" },
-                                 { key: "p99_ms", label: "p99", color: "#d7462e" }]);
+                                 { key: "p99_ms", label: "p99", color: "#d7462e" }], true);
     drawLines(el.batchChart, pts, [{ key: "avg_batch_size", label: "batch", color: "#7b3fc4" },
-                                   { key: "throughput_rps", label: "req/s", color: "#2e9d4f" }]);
+                                   { key: "throughput_rps", label: "req/s", color: "#2e9d4f" }], false);
 
     el.hist.textContent = "";
     var sizes = sw.batch_sizes || {};
