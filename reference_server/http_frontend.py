@@ -370,6 +370,10 @@ class HttpFrontend:
                 inflater = zlib.decompressobj(32 + zlib.MAX_WBITS)
         if inflater is None and request.content_length is not None:
             _check_size(request.content_length, limit, "Request body")
+        if request.headers.get("Expect", "").lower() == "100-continue":
+            # curl and others wait for this before sending a large body; aiohttp's low-level
+            # server (no router) leaves it to the handler.
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         chunks: list[bytes] = []
         total = 0
         try:

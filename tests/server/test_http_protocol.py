@@ -691,3 +691,20 @@ def test_shared_memory_endpoints_report_no_regions(server: ServerThread) -> None
     assert client.get_system_shared_memory_status() == []
     client.unregister_system_shared_memory()
     client.close()
+
+
+def test_expect_100_continue(server: ServerThread) -> None:
+    body = json.dumps({"inputs": [fp32_input([3.0] * 16)]}).encode()
+    host, port = server.http_url.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        head = (
+            "POST /v2/models/identity_fp32/infer HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        ).encode()
+        sock.sendall(head)
+        interim = sock.recv(4096)
+        assert interim.startswith(b"HTTP/1.1 100 Continue")
+        sock.sendall(body)
+        reply = interim + _read_all(sock)
+    final = reply[reply.index(b"\r\n\r\n") + 4 :]
+    assert final.startswith(b"HTTP/1.1 200")
