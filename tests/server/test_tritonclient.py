@@ -361,3 +361,34 @@ def test_metrics_endpoint_counts_requests(server: ServerThread) -> None:
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(server.metrics_url.replace("/metrics", "/other"), timeout=10)
     assert info.value.code == 404
+
+
+def test_asyncio_clients(server: ServerThread) -> None:
+    """``tritonclient.http.aio`` (aiohttp) and ``tritonclient.grpc.aio`` work too."""
+    import asyncio
+
+    import tritonclient.grpc.aio as grpc_aio
+    import tritonclient.http.aio as http_aio
+
+    array = np.arange(32, dtype=np.float32).reshape(2, 16)
+
+    async def scenario() -> None:
+        http = http_aio.InferenceServerClient(server.http_url)
+        grpc = grpc_aio.InferenceServerClient(server.grpc_url)
+        try:
+            assert await http.is_model_ready("identity_fp32")
+            http_input = http_aio.InferInput("INPUT0", [2, 16], "FP32")
+            http_input.set_data_from_numpy(array)
+            grpc_input = grpc_aio.InferInput("INPUT0", [2, 16], "FP32")
+            grpc_input.set_data_from_numpy(array)
+            results = await asyncio.gather(
+                *[http.infer("identity_fp32", [http_input]) for _ in range(4)],
+                *[grpc.infer("identity_fp32", [grpc_input]) for _ in range(4)],
+            )
+            for result in results:
+                np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), array)
+        finally:
+            await http.close()
+            await grpc.close()
+
+    asyncio.run(scenario())
