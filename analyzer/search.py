@@ -9,7 +9,7 @@ the sampler sees an ordered space::
 
     log2_mbs    max_batch_size = 2 ** log2_mbs          (bounds from the scenario)
     delay_idx   max_queue_delay_us = ladder[delay_idx]  (0, then a geometric ladder)
-    pref_depth  0: no preferred sizes; d: {mbs, mbs/2, ..., mbs/2**(d-1)} (never above mbs)
+    pref_depth  0: no preferred sizes; d: {mbs, mbs/2, ..., mbs/2**d} (never above mbs)
     instances   instance_group[0].count
 
 Preferred sizes are relative to ``max_batch_size`` because Triton refuses a preferred size above
@@ -117,9 +117,15 @@ def delay_ladder(low_us: int, high_us: int, steps: int) -> tuple[int, ...]:
 
 
 def preferred_sizes(max_batch_size: int, depth: int) -> tuple[int, ...]:
-    """Preferred sizes at ``depth``: the ``depth`` largest halvings of ``max_batch_size``."""
-    sizes = {max_batch_size >> i for i in range(depth) if max_batch_size >> i >= 1}
-    return tuple(sorted(sizes, reverse=True))
+    """Preferred sizes at ``depth``: ``max_batch_size`` and its ``depth`` next halvings.
+
+    Depth 0 is no preferred size. ``{max_batch_size}`` alone is never produced: Triton
+    normalises an empty list to exactly that, so it would repeat depth 0.
+    """
+    if depth <= 0:
+        return ()
+    sizes = {max_batch_size >> i for i in range(depth + 1) if max_batch_size >> i >= 1}
+    return tuple(sorted(sizes, reverse=True)) if len(sizes) > 1 else ()
 
 
 @dataclass(frozen=True)
@@ -213,7 +219,7 @@ class SearchSpace:
             range(len(self.delays_us)),
             key=lambda i: abs(self.delays_us[i] - knobs.max_queue_delay_us),
         )
-        depth = min(len(knobs.preferred_batch_size), self.max_pref_depth)
+        depth = min(max(len(knobs.preferred_batch_size) - 1, 0), self.max_pref_depth)
         instances = min(max(knobs.instance_count, self.instances[0]), self.instances[1])
         params = {
             "log2_mbs": log2,

@@ -175,16 +175,20 @@ class SweepObserver:
 
 
 def knobs_of(config: mc.ModelConfig) -> Knobs:
-    """The knobs a ModelConfig sets (the baseline's knobs)."""
+    """The knobs a ModelConfig sets (the baseline's knobs).
+
+    A preferred list of exactly ``[max_batch_size]`` reads as none: it is how Triton normalises
+    ``dynamic_batching {}``, and it batches the same way.
+    """
     batching = config.HasField("dynamic_batching")
+    batcher = config.dynamic_batching
+    preferred = tuple(batcher.preferred_batch_size) if batching else ()
+    if preferred == (config.max_batch_size,):
+        preferred = ()
     return Knobs(
         max_batch_size=max(config.max_batch_size, 1),
-        max_queue_delay_us=int(config.dynamic_batching.max_queue_delay_microseconds)
-        if batching
-        else 0,
-        preferred_batch_size=tuple(config.dynamic_batching.preferred_batch_size)
-        if batching
-        else (),
+        max_queue_delay_us=int(batcher.max_queue_delay_microseconds) if batching else 0,
+        preferred_batch_size=preferred,
         instance_count=sum(g.count or 1 for g in config.instance_group) or 1,
         dynamic_batching=batching,
     )

@@ -35,7 +35,10 @@ def test_preferred_sizes_never_exceed_max_batch(log2: int, depth: int) -> None:
     sizes = preferred_sizes(2**log2, depth)
     assert all(1 <= s <= 2**log2 for s in sizes)
     assert list(sizes) == sorted(set(sizes), reverse=True)
-    assert len(sizes) <= depth
+    assert len(sizes) <= depth + 1
+    assert sizes != (2**log2,)  # Triton's normal form of "none": never a separate point
+    if depth and log2:
+        assert sizes[0] == 2**log2 and len(sizes) >= 2
 
 
 @settings(max_examples=30)
