@@ -343,7 +343,9 @@ def compare_metric(
     n = f"n={len(candidate)}/{len(baseline)}"
     direction = "lower" if change < 0 else "higher"
     what = f"median {abs(change):.1%} {direction} than the baseline"
-    if worse_by <= threshold:
+    if worse_by <= 0:
+        outcome, verdict = Outcome.PASS, f"{what}: no regression"
+    elif worse_by <= threshold:
         outcome, verdict = Outcome.PASS, f"{what}: within the {threshold:.0%} tolerance"
     elif p <= alpha and min(len(candidate), len(baseline)) >= 2:
         outcome = Outcome.FAIL
@@ -675,8 +677,9 @@ def from_summary(
     """A sweep's ``summary.json`` (and, from a run directory, the chosen trial's record).
 
     The chosen config is ``best`` (the baseline config when nothing met the sweep's goals).
-    Samples are the validation repeats of that config when there are several; for a fixed-load
-    (``latency``) sweep the trial record's windows; else the single value.
+    When validation re-measured it, its repeats are the samples and their median the headline
+    (longer windows than the search step); otherwise, for a fixed-load (``latency``) sweep, the
+    trial record's windows are the samples; else the single search value.
     """
     notes: list[str] = []
     entry = summary.get("best")
@@ -710,10 +713,16 @@ def from_summary(
     basis = "single"
     number = entry.get("trial_number")
     for v in summary.get("validation") or ():
-        if v.get("trial_number") == number and len(v.get("throughput_rps") or ()) >= 2:
+        if v.get("trial_number") == number and v.get("throughput_rps") and v.get("p99_ms"):
+            # Validation re-measured the chosen config with longer windows: trust it over the
+            # search step, and judge the median of its repeats.
             tp_samples = tuple(float(x) for x in v["throughput_rps"])
             p99_samples = tuple(float(x) for x in v["p99_ms"])
-            basis = "repeats"
+            throughput, p99 = _median(tp_samples), _median(p99_samples)
+            basis = "repeats" if len(tp_samples) > 1 else "single"
+            notes.append(
+                f"{label}: judged the validation repeats of trial {number}, not its search step"
+            )
     error_rate = None
     if trial_record is not None:
         error_rate = trial_record.get("error_rate")

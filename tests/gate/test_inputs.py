@@ -164,7 +164,9 @@ def test_run_directory_uses_validation_repeats_and_the_trial_record(tmp_path: Pa
     run.write_summary(summary(3, validation))
     run.write_trial({"number": 3, "source": "search", "state": "complete", "error_rate": 0.002})
     g = read_result(run.root)
-    assert (g.throughput_rps, g.p99_ms) == (410.0, 30.0)
+    # The validated numbers (median of the repeats), not the search step's 410 req/s.
+    assert (g.throughput_rps, g.p99_ms) == (415.0, 30.0)
+    assert any("validation repeats of trial 3" in n for n in g.notes)
     assert g.sample_basis == "repeats"
     assert g.throughput_samples == (400.0, 420.0, 415.0)
     assert g.error_rate == 0.002
@@ -173,6 +175,14 @@ def test_run_directory_uses_validation_repeats_and_the_trial_record(tmp_path: Pa
     assert g.environment["gpu"] is None  # no GPU: the fact is unknown, not a mismatch
     # The same summary read as a file also finds the trial record beside it.
     assert read_result(run.summary_json).error_rate == 0.002
+
+
+def test_a_single_validation_repeat_is_the_headline_but_one_sample(tmp_path: Path) -> None:
+    path = tmp_path / "summary.json"
+    validation = [{"trial_number": 3, "throughput_rps": [62.5], "p99_ms": [28.0]}]
+    doc = {"format_version": 1, "kind": "perfsweep.summary", **summary(3, validation)}
+    g = read_result(write(path, doc))
+    assert (g.throughput_rps, g.p99_ms, g.sample_basis) == (62.5, 28.0, "single")
 
 
 def test_summary_without_best_judges_the_baseline_config(tmp_path: Path) -> None:

@@ -154,7 +154,9 @@ def test_change_within_tolerance_passes_even_when_significant() -> None:
 def test_improvement_passes() -> None:
     base = planted(500, 20, n=5, noise=0.01, seed=1)
     cand = planted(700, 10, n=5, noise=0.01, seed=2)
-    assert evaluate(cand, Criteria(max_regression=0.05), baseline=base).passed
+    report = evaluate(cand, Criteria(max_regression=0.05), baseline=base)
+    assert report.passed
+    assert all(r.detail.endswith("no regression") for r in report.results)
 
 
 @settings(max_examples=200, deadline=None)
