@@ -12,6 +12,7 @@ fixed ``svg.hashsalt`` keeps the output deterministic.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 import re
@@ -119,6 +120,13 @@ def _throughput_vs_p99(record: ReportRecord) -> Figure | None:
     points = [t for t in record.trials if t.throughput_rps is not None and t.p99_ms is not None]
     if not points:
         return None
+    if record.verdict.objective == "pareto":
+        # The front trades capacity against p99 at the fixed reference load: plot that p99.
+        points = [
+            dataclasses.replace(t, p99_ms=t.reference_p99_ms)
+            for t in points
+            if t.reference_p99_ms is not None
+        ]
     fig, (ax,) = _figure(6.8, 4.2)
     goal = record.verdict.goals.get("p99_ms")
     feasible = [t for t in points if t.meets_goals and t.number >= 0]
@@ -151,12 +159,16 @@ def _throughput_vs_p99(record: ReportRecord) -> Figure | None:
             alpha=0.7,
             label="Pareto front",
         )
-    if goal:
+    if goal and record.verdict.objective != "pareto":
         ax.axvline(float(goal), color=INFEASIBLE, linestyle="--", linewidth=1, label="p99 goal")
     for role, result in (("baseline", record.verdict.baseline), ("best", record.verdict.best)):
         if result is not None:
             _mark(ax, points, result.trial_number, role)
-    ax.set_xlabel("p99 latency at the trial's operating point (ms)")
+    ax.set_xlabel(
+        "p99 at the reference load (ms)"
+        if record.verdict.objective == "pareto"
+        else "p99 latency at the trial's operating point (ms)"
+    )
     ax.set_ylabel("throughput (req/s)")
     ax.set_ylim(bottom=0)
     ax.legend(loc="best", fontsize=8, frameon=False)

@@ -197,6 +197,8 @@ class TrialPoint:
     #: The generator kept up (None: not recorded).
     valid: bool | None
     on_front: bool = False
+    #: Objective ``pareto``: p99 at the fixed reference load (the front's second objective).
+    reference_p99_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -594,6 +596,7 @@ def _trial_point(record: Mapping[str, Any], front: set[int]) -> TrialPoint:
     config = dict(record.get("config") or {})
     op = _operating_point(record.get("measurement"))
     complete = record.get("state") == "complete"
+    values = record.get("values") or []
     return TrialPoint(
         number=int(record["number"]),
         source=str(record.get("source", "")),
@@ -612,6 +615,7 @@ def _trial_point(record: Mapping[str, Any], front: set[int]) -> TrialPoint:
         stable=bool(op["stable"]) if op and "stable" in op else None,
         valid=bool(op["valid"]) if op and "valid" in op else None,
         on_front=int(record["number"]) in front,
+        reference_p99_ms=_num(values[1]) if complete and len(values) > 1 else None,
     )
 
 

@@ -272,3 +272,20 @@ def test_explanation_uses_the_breakdown(record) -> None:
     assert f"vs {views['baseline'].avg_batch_size:.2f} for the baseline" in text
     per_request = views["best"].compute_infer_us / views["best"].avg_batch_size / 1000
     assert f"{per_request:.3f} ms vs" in text
+
+
+def test_pareto_objective_uses_the_study_front(tmp_path: Path) -> None:
+    from analyzer.report.figures import throughput_vs_p99
+
+    sweep_run_dir(tmp_path / "run", objective="pareto", trials=6)
+    summary = load_summary(tmp_path / "run")
+    record = build_record(load_run(tmp_path / "run", importances=False))
+    assert {t.number for t in record.trials if t.on_front} == {
+        p["trial_number"] for p in summary["pareto"]
+    }
+    files = _records(tmp_path / "run")
+    for t in record.trials:
+        if t.state == "complete":
+            assert t.reference_p99_ms == pytest.approx(files[t.number]["values"][1])
+    figure = throughput_vs_p99(record)
+    assert figure is not None and "p99 at the reference load" in figure.svg
