@@ -1,8 +1,10 @@
 """``python -m reference_server``: serve a model repository over KServe v2 HTTP and gRPC.
 
 Flags follow ``tritonserver`` where one exists (``--model-repository``, ``--load-model``,
-``--http-port``, ``--grpc-port``, ``--metrics-port``, ``--http-max-input-size``). Exit status:
-0 after a clean shutdown, 2 for a startup error (the message says what to fix).
+``--http-port``, ``--grpc-port``, ``--metrics-port``, ``--http-max-input-size``). Exit status
+(as ``perfsweep serve``): 0 after a clean shutdown, 2 for bad input (repository path, model
+config, option values), 3 when the server cannot start otherwise (e.g. a port in use); the
+message says what to fix.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from reference_server.app import ServerOptions, run_server
-from reference_server.errors import ServerError
+from reference_server.errors import Code, ServerError
 from reference_server.http_frontend import DEFAULT_MAX_INPUT_SIZE
 
 
@@ -80,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_server(options)
     except ServerError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
-        return 2
+        return 2 if exc.code in (Code.INVALID_ARG, Code.NOT_FOUND) else 3
     return 0
 
 

@@ -259,3 +259,24 @@ def test_shutdown_answers_the_requests_in_flight(tmp_path: Path, signum: int) ->
         _, err = process.communicate(timeout=60)
     assert len(answers) == 2 and 200 in answers and set(answers) <= {200, 503}, answers
     assert process.returncode == 0, err
+
+
+def test_python_dash_m_busy_port_exits_3(tmp_path: Path) -> None:
+    repository = write_repository(tmp_path, {"nobatch": MODELS["nobatch"]})
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = str(blocker.getsockname()[1])
+        process = start_subprocess(
+            "--model-repository",
+            str(repository),
+            "--grpc-port",
+            port,
+            "--http-port",
+            "0",
+            "--metrics-port",
+            "0",
+        )
+        _, err = process.communicate(timeout=120)
+    assert process.returncode == 3
+    assert "--grpc-port 0" in " ".join(err.split())
