@@ -41,7 +41,7 @@ from tests.support.reference import ServerKind, start_server
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
 #: Execution time of every scenario model: executions finish at least this far apart.
-EXEC_MS = 300
+EXEC_MS = 500
 MODEL = "batcher"
 
 
@@ -121,7 +121,7 @@ SCENARIOS = [
     Scenario(
         "gt_max_preferred",
         _model(preferred=(2, 6), delay_us=2_000_000),
-        (Send(batch=3), Send(batch=7, pause_s=0.2)),
+        (Send(batch=3, wait_queued=True), Send(batch=7)),
         batch_stats={3: 1, 7: 1},
         groups=((0,), (1,)),
     ),
@@ -129,7 +129,7 @@ SCENARIOS = [
     Scenario(
         "sum_gt_max_preferred",
         _model(preferred=(2, 6), delay_us=2_000_000),
-        (Send(batch=3), Send(batch=4, pause_s=0.2)),
+        (Send(batch=3, wait_queued=True), Send(batch=4)),
         batch_stats={3: 1, 4: 1},
         groups=((0,), (1,)),
         waited_for_delay=frozenset({1}),
@@ -163,7 +163,11 @@ SCENARIOS = [
     Scenario(
         "priority_order",
         _model(preferred=(4, 8), delay_us=2_000_000, priority_levels=2, default_priority_level=2),
-        (Send(batch=2), Send(batch=1, pause_s=0.2), Send(batch=2, priority=1, pause_s=0.2)),
+        (
+            Send(batch=2, wait_queued=True),
+            Send(batch=1, wait_queued=True),
+            Send(batch=2, priority=1),
+        ),
         batch_stats={4: 1, 1: 1},
         groups=((0, 2), (1,)),
         waited_for_delay=frozenset({1}),
@@ -181,7 +185,7 @@ SCENARIOS = [
     Scenario(
         "queue_full",
         _model(preferred=(8,), delay_us=2_000_000, max_queue_size=1),
-        (Send(batch=1), Send(batch=1, pause_s=0.3)),
+        (Send(batch=1, wait_queued=True), Send(batch=1)),
         batch_stats={1: 1},
         groups=((0,),),
         errors={1: ("503", "[request id: <id_unknown>] Exceeds maximum queue size")},

@@ -47,8 +47,10 @@ class Send:
         priority: request ``priority`` parameter (0 = not sent).
         timeout_us: request ``timeout`` parameter (None = not sent).
         pause_s: sleep before sending this request.
-        wait_queued: after sending, wait until the server reports it pending (use with
-            ``TRITONSERVER_DELAY_SCHEDULER`` so the arrival order is the send order).
+        wait_queued: after sending, wait until the server reports every request sent so far
+            as pending (``nv_inference_pending_request_count``), so the arrival order is the
+            send order. Only for requests that stay queued: held by
+            ``TRITONSERVER_DELAY_SCHEDULER`` or waiting for the queue delay.
     """
 
     batch: int = 1
