@@ -126,7 +126,16 @@ def test_python_dash_m_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
 
 def test_python_dash_m_startup_errors_exit_2_with_the_fix(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere"
-    process = start_subprocess("--model-repository", str(missing), "--http-port", "0")
+    process = start_subprocess(
+        "--model-repository",
+        str(missing),
+        "--http-port",
+        "0",
+        "--grpc-port",
+        "0",
+        "--metrics-port",
+        "0",
+    )
     _, err = process.communicate(timeout=120)
     assert process.returncode == 2
     assert f"model repository '{missing}' is not a directory" in err
