@@ -210,7 +210,10 @@ class DistributedBackend:
         self._seq += 1
         self._replies = {}
         self._got_all.clear()
-        self.runner.send_message("ps_request", {"kind": kind, "seq": self._seq, **payload})
+        # One message per worker, each with a distinct index (seeds of arrivals and data).
+        for index, client_id in enumerate(sorted(self.runner.clients), start=1):
+            message = {"kind": kind, "seq": self._seq, "index": index, **payload}
+            self.runner.send_message("ps_request", message, client_id=client_id)
         if not self._got_all.wait(timeout_s):
             raise TargetError(
                 f"{len(self._replies)} of {self.processes} Locust workers answered {kind!r} "

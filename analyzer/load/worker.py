@@ -29,6 +29,7 @@ def run_worker(master_host: str, master_port: int, index: int = 0) -> None:
         data = msg.data
         reply: dict[str, Any] = {"seq": data["seq"]}
         if data["kind"] == "configure":
+            ctx.process_index = int(data.get("index", ctx.process_index))
             try:
                 ctx.configure(EngineConfig.from_dict(data["config"]))
             except Exception as exc:  # reported to the controller, which raises TargetError

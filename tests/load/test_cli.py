@@ -86,3 +86,68 @@ def test_fixed_levels_write_versioned_json(tmp_path: Path) -> None:
     # the device serialises them, so latency grows instead
     assert three["p50_ms"] > one["p50_ms"]
     assert "conc" in done.stdout and "p99 ms" in done.stdout  # the final table
+
+
+@pytest.mark.slow
+def test_master_and_worker_commands(tmp_path: Path) -> None:
+    """``--master`` + ``--worker --master-host``: the cross-machine mode, here on loopback."""
+    write_sim_model(tmp_path / "repo", "mw", 5.0)
+    out = tmp_path / "mw.json"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    with RefServer(tmp_path / "repo", ("mw",)) as srv:
+        master = subprocess.Popen(
+            [
+                PERFSWEEP,
+                "load",
+                "--url",
+                srv.http_url,
+                "--model",
+                "mw",
+                "--metrics-url",
+                srv.metrics_url,
+                "--master",
+                "--expect-workers",
+                "1",
+                "--master-port",
+                port,
+                "--request-rate",
+                "30",
+                "--arrival",
+                "constant",
+                "--window-s",
+                "1",
+                "--max-windows",
+                "3",
+                "--warmup-s",
+                "0.5",
+                "--output",
+                str(out),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO_ROOT,
+        )
+        worker = subprocess.Popen(
+            [PERFSWEEP, "load", "--worker", "--master-host", "127.0.0.1", "--master-port", port],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO_ROOT,
+        )
+        try:
+            _, master_err = master.communicate(timeout=180)
+            worker.wait(timeout=60)  # the worker leaves when the master quits
+        finally:
+            for proc in (master, worker):
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    assert master.returncode == 0, master_err[-3000:]
+    assert worker.returncode == 0
+    (m,) = json.loads(out.read_text())["results"]
+    assert m["workers"] == 1 and m["error_count"] == 0
+    assert m["request_count"] == pytest.approx(30 * m["duration_s"], rel=0.15)
+    assert m["server"]["success_count"] == pytest.approx(m["request_count"], abs=4)
