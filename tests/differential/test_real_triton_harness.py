@@ -148,3 +148,31 @@ def test_start_retries_when_a_picked_port_is_taken(
             assert len(calls) == 2
             assert triton.metrics_port != busy
             assert "nv_inference_count" in triton.metrics_text()
+
+
+def test_sleep_model_echoes_several_inputs_of_other_types(real_triton: RealTriton) -> None:
+    config = sleep_model_config(
+        "harness_types",
+        max_batch_size=4,
+        inputs=(
+            TensorSpec("INPUT0", dims=(3,), data_type="TYPE_INT32"),
+            TensorSpec("INPUT1", dims=(-1,), data_type="TYPE_FP16"),
+        ),
+    )
+    real_triton.add_model(config)
+    real_triton.load_model("harness_types")
+    ints = np.array([[1, -2, 3], [4, 5, -6]], dtype=np.int32)
+    halves = np.array([[0.5, 1.5, -2.0, 8.0, 0.25]] * 2, dtype=np.float16)
+    client = httpclient.InferenceServerClient(real_triton.http_url)
+    try:
+        inputs = [
+            httpclient.InferInput("INPUT0", list(ints.shape), "INT32"),
+            httpclient.InferInput("INPUT1", list(halves.shape), "FP16"),
+        ]
+        inputs[0].set_data_from_numpy(ints)
+        inputs[1].set_data_from_numpy(halves)
+        result = client.infer("harness_types", inputs)
+    finally:
+        client.close()
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), ints)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), halves)
