@@ -7,6 +7,8 @@ and the optional RPCs are exercised here with the raw stub it is built on.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -243,3 +245,35 @@ def test_client_deadline_is_deadline_exceeded_and_server_keeps_serving(
     finally:
         client.unload_model("slow_grpc")
         client.close()
+
+
+def test_deadline_while_queued_cancels_the_request(repository: Path, start_server: Any) -> None:
+    """gRPC deadline = client gone: a queued request is dropped and counted CANCELED."""
+    import tritonclient.grpc as grpcclient
+
+    from tests.server.conftest import SLOW_MODEL, wait_until, write_model
+
+    write_model(repository, "slow_grpc_cancel", SLOW_MODEL % 1500)
+    server = start_server(repository, ("slow_grpc_cancel",))
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    tensor = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+    tensor.set_data_from_numpy(np.zeros((1, 4), dtype=np.float32))
+    outcomes: list[Any] = []
+    # Both calls give up after 0.5 s. One of them executes (1.5 s) and still completes on the
+    # server; the other waits in the queue when its deadline passes and is dropped.
+    for _ in range(2):
+        client.async_infer(
+            "slow_grpc_cancel",
+            [tensor],
+            callback=lambda result, error: outcomes.append(error),
+            client_timeout=0.5,
+        )
+
+    def counts() -> tuple[int, int]:
+        stats = client.get_inference_statistics("slow_grpc_cancel").model_stats[0]
+        return stats.inference_stats.success.count, stats.inference_stats.fail.count
+
+    assert wait_until(lambda: counts() == (1, 1))
+    assert wait_until(lambda: len(outcomes) == 2)
+    assert all(error is not None and "DEADLINE_EXCEEDED" in error.status() for error in outcomes)
+    client.close()
