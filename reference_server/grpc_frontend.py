@@ -236,13 +236,16 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 )
 
         async def read_all() -> None:
-            async for message in request_iterator:
-                task = asyncio.create_task(run_one(message))
-                running.add(task)
-                task.add_done_callback(running.discard)
-            while running:
-                await asyncio.wait(set(running))
-            await results.put(None)
+            try:
+                async for message in request_iterator:
+                    task = asyncio.create_task(run_one(message))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                while running:
+                    await asyncio.wait(set(running))
+            finally:
+                # Also when reading fails: the writer below must not wait forever.
+                results.put_nowait(None)
 
         reader = asyncio.create_task(read_all())
         try:
