@@ -443,6 +443,7 @@ def run_sweep(
     resume: bool = False,
     observer: SweepObserver | None = None,
     clock: Callable[[], float] = time.monotonic,
+    command: list[str] | None = None,
 ) -> RunSummary:
     """Run (or resume) a sweep and write its run directory.
 
@@ -454,6 +455,7 @@ def run_sweep(
         resume: Continue the study stored in ``run_dir`` (finished trials are kept).
         observer: Receives progress events.
         clock: Monotonic clock (time budgets).
+        command: The command line that started the run (recorded in run.json for the report).
 
     Returns:
         The summary (also written as ``summary.json``).
@@ -466,6 +468,9 @@ def run_sweep(
     started = clock()
     started_at = utc_now()
     directory, run_state = _prepare_run_dir(scenario, run_dir, resume)
+    if command is not None:
+        run_state.setdefault("command", list(command))
+        directory.write_run_state(run_state)
     try:
         summary = _sweep(
             scenario,
@@ -841,6 +846,7 @@ def _validate(state: _State) -> list[dict[str, Any]]:
                 "throughput_rps": [x.throughput_rps for x in runs],
                 "p99_ms": [x.p99_ms for x in runs],
                 "meets_goals": [x.meets_goals for x in runs],
+                "measurements": [x.measurement for x in runs],
                 "worst_rps": worst_rps,
                 "worst_p99_ms": worst_p99 if math.isfinite(worst_p99) else None,
                 "all_meet_goals": bool(ok)

@@ -9,6 +9,7 @@ resume. Exit codes: 0 done (a config meets the goals), 1 nothing met the goals, 
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -254,7 +255,11 @@ def _run(scenario: Scenario, resume: Path | None, run_dir: Path | None) -> None:
     t0 = time.monotonic()
     with LiveView(console, scenario.budget.trials) as view:
         summary = run_sweep(
-            scenario, run_dir=resume or run_dir, resume=resume is not None, observer=view
+            scenario,
+            run_dir=resume or run_dir,
+            resume=resume is not None,
+            observer=view,
+            command=["perfsweep", *sys.argv[1:]],
         )
     console.print(summary_table(summary))
     gain = f"{summary.gain:.2f}x" if summary.gain is not None else "n/a"
