@@ -27,20 +27,25 @@ SERVER_READY = "perfsweep reference server ready:"
 MODEL = "simple"
 
 
-def write_sim_model(repository: Path, name: str = MODEL) -> Path:
-    """A 16-float simulated model: 2 ms + 0.2 ms per batch item, no jitter, batching up to 8."""
+def write_sim_model(
+    repository: Path, name: str = MODEL, device_ms: float = 2.0, batching: str = ""
+) -> Path:
+    """A 16-float simulated model: ``device_ms`` + 0.2 ms per batch item, no jitter, batches to 8.
+
+    ``batching`` goes inside ``dynamic_batching { ... }`` (e.g. a queue policy).
+    """
     model_dir = repository / name
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
     (model_dir / "profile.toml").write_text(
         textwrap.dedent(
             f"""\
             name = "{name}_profile"
-            provenance = "SYNTHETIC test profile: 2 ms + 0.2 ms per item, no jitter"
+            provenance = "SYNTHETIC test profile: {device_ms} ms + 0.2 ms per item, no jitter"
             seed = 0
             jitter = 0.0
 
             [device]
-            a_ms = 2.0
+            a_ms = {device_ms}
             b_ms = 0.2
             """
         )
@@ -54,7 +59,7 @@ def write_sim_model(repository: Path, name: str = MODEL) -> Path:
             input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }} ]
             output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }} ]
             instance_group [ {{ kind: KIND_CPU count: 1 }} ]
-            dynamic_batching {{ max_queue_delay_microseconds: 1000 }}
+            dynamic_batching {{ max_queue_delay_microseconds: 1000 {batching} }}
             parameters {{ key: "profile" value: {{ string_value: "profile.toml" }} }}
             """
         )

@@ -33,10 +33,22 @@ from tests.ui.support import (
 pytestmark = pytest.mark.timeout(240)
 
 
+#: A second model whose queue timeout rejects requests under load (failures by reason: REJECTED,
+#: which Triton counts for queue timeouts, not for a full queue).
+FULL = "queue_timeout"
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     root = tmp_path_factory.mktemp("ui-server")
-    with reference_server(write_sim_model(root / "repo"), root / "server.log") as fields:
+    repo = write_sim_model(root / "repo")
+    write_sim_model(
+        repo,
+        FULL,
+        device_ms=20.0,
+        batching="default_queue_policy { timeout_action: REJECT default_timeout_microseconds: 2000 }",
+    )
+    with reference_server(repo, root / "server.log") as fields:
         yield fields
 
 
@@ -172,6 +184,51 @@ def test_config_change_applies_while_load_runs(ui: str, server: dict[str, str]) 
     status, refused = http("POST", ui + "/perfsweep/config", body={"max_batch_size": 0})
     assert status == 400 and "between 1" in refused["error"]
     assert http("POST", ui + "/stop")[0] == 200
+
+
+def test_failures_by_reason_match_the_server(tmp_path: Path, server: dict[str, str]) -> None:
+    http_url, metrics_url = f"http://{server['http']}", f"http://{server['metrics']}/metrics"
+    child, base = start_ui(tmp_path, http_url, FULL, server["grpc"], metrics_url)
+    try:
+        _swarm(base, 12, ["TritonHttpUser"])
+        doc = wait_for(
+            lambda: (
+                (d := _doc(base))["client"]["window"]["errors"] >= 20
+                and (d.get("server") or {})
+                .get("window", {})
+                .get("failures_by_reason", {})
+                .get("REJECTED", 0)
+                > 0
+                and d
+            ),
+            60,
+            "rejected requests",
+        )
+        kinds = doc["client"]["window"]["error_kinds"]
+        assert kinds and all("HTTP 503: Request timeout expired" in k for k in kinds), kinds
+        assert http("POST", base + "/stop")[0] == 200
+        truth = wait_for(
+            lambda: (t := server_truth(http_url, metrics_url, FULL))["pending_requests"] == 0 and t,
+            30,
+            "a drained server",
+        )
+        assert truth["failures_by_reason"]["REJECTED"] > 0
+        totals = wait_for(
+            lambda: (
+                (t := _doc(base)["server"]["totals"])["failures_by_reason"]
+                == truth["failures_by_reason"]
+                and t
+            ),
+            15,
+            "the dashboard's next scrape",
+        )
+        assert totals["inference_count"] == truth["inference_count"]
+        recorded = _doc(base)["client"]["since_start"]
+        rejected = truth["failures_by_reason"]["REJECTED"]
+        # Client errors are the server's rejections (a stop may cut one request per user).
+        assert rejected - 12 <= recorded["errors"] <= rejected
+    finally:
+        child.stop()
 
 
 @pytest.mark.parametrize(
