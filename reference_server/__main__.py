@@ -42,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="model to load at startup (repeatable; default: every model in the repositories)",
     )
+    parser.add_argument(
+        "--model-control-mode",
+        choices=("explicit", "none"),
+        default="explicit",
+        help="explicit: the repository API loads/unloads (default); none: load/unload refused",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--http-port", type=int, default=8000, help="0 = a free port")
     parser.add_argument("--grpc-port", type=int, default=8001, help="0 = a free port")
@@ -78,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cache_size_bytes=args.cache_size,
             max_input_size_bytes=args.http_max_input_size,
             log_verbosity=args.log_verbose,
+            model_control_mode=args.model_control_mode,
         )
         run_server(options)
     except ServerError as exc:

@@ -58,6 +58,9 @@ class ServerOptions:
         log_verbosity: 0 = warnings, 1 = info, 2 = debug.
         delay_scheduler: ``TRITONSERVER_DELAY_SCHEDULER`` test hook (batchers wait for this
             many queued requests before the first batch); None reads the environment variable.
+        model_control_mode: ``explicit`` (the repository API loads and unloads; what perfsweep
+            needs) or ``none`` (every model at startup, load/unload refused with 503), as
+            ``tritonserver --model-control-mode``.
     """
 
     model_repositories: tuple[Path, ...] = ()
@@ -71,6 +74,7 @@ class ServerOptions:
     max_input_size_bytes: int = DEFAULT_MAX_INPUT_SIZE
     log_verbosity: int = 0
     delay_scheduler: int | None = None
+    model_control_mode: str = "explicit"
 
     def __post_init__(self) -> None:
         for name in ("http_port", "grpc_port", "metrics_port"):
@@ -84,6 +88,11 @@ class ServerOptions:
         if self.device not in ("auto", "cpu", "cuda", "sim"):
             raise ServerError(
                 f"unknown device '{self.device}': use auto, cpu, cuda or sim", Code.INVALID_ARG
+            )
+        if self.model_control_mode not in ("explicit", "none"):
+            raise ServerError(
+                f"unknown model control mode '{self.model_control_mode}': use explicit or none",
+                Code.INVALID_ARG,
             )
         if self.max_input_size_bytes <= 0:
             raise ServerError("the HTTP max input size must be positive", Code.INVALID_ARG)
@@ -281,7 +290,7 @@ def _make_core(options: ServerOptions, repositories: tuple[Path, ...]) -> Infere
             )
     core_options = CoreOptions(
         model_repositories=tuple(Path(p) for p in repositories),
-        model_control_mode="explicit",
+        model_control_mode="none" if options.model_control_mode == "none" else "explicit",
         # No --model means every model, as a user of "serve this repository" expects; the
         # repository API can still load and unload afterwards.
         startup_models=tuple(options.models) or ("*",),

@@ -289,3 +289,26 @@ def test_python_dash_m_busy_port_exits_3(tmp_path: Path) -> None:
         _, err = process.communicate(timeout=120)
     assert process.returncode == 3
     assert "--grpc-port 0" in " ".join(err.split())
+
+
+def test_model_control_mode_none_refuses_load_and_unload(tmp_path: Path) -> None:
+    repository = write_repository(tmp_path, {"nobatch": MODELS["nobatch"]})
+    options = ServerOptions(model_repositories=(repository,), model_control_mode="none")
+    with ServerThread(options) as server:
+        message = "explicit model load / unload is not allowed if polling is enabled"
+        for action in ("load", "unload"):
+            status, _, body = raw_request(
+                server.http_url, "POST", f"/v2/repository/models/nobatch/{action}", b""
+            )
+            assert status == 503
+            assert message in body.decode()
+        grpc = grpcclient.InferenceServerClient(server.grpc_url)
+        from tritonclient.utils import InferenceServerException
+
+        with pytest.raises(InferenceServerException) as info:
+            grpc.load_model("nobatch")
+        assert info.value.status() == "StatusCode.UNAVAILABLE"
+        assert grpc.is_model_ready("nobatch")
+        grpc.close()
+    with pytest.raises(ServerError, match="unknown model control mode 'poll'"):
+        ServerOptions(model_control_mode="poll")
