@@ -9,6 +9,7 @@ other addresses without one, and Locust workers.
 from __future__ import annotations
 
 import re
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from http.cookiejar import CookieJar
@@ -100,6 +101,29 @@ def test_page_has_the_server_tab_and_panel(ui: str) -> None:
     assert "rate_per_user" in page  # perfsweep's custom parameters in the form
     status, script = http("GET", ui + "/perfsweep/static/panel.js")
     assert status == 200 and "textContent" in script
+
+
+def test_other_web_pages_cannot_drive_the_dashboard(ui: str) -> None:
+    request = urllib.request.Request(
+        ui + "/perfsweep/config",
+        data=b'{"max_queue_delay_us": 1}',
+        method="POST",
+        headers={"Content-Type": "application/json", "Origin": "http://evil.example"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 403
+    swarm = urllib.request.Request(
+        ui + "/swarm", data=b"user_count=1&spawn_rate=1", headers={"Origin": "http://evil.example"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(swarm, timeout=10)
+    assert refused.value.code == 403
+    rebound = urllib.request.Request(ui + "/perfsweep/server", headers={"Host": "evil.example"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(rebound, timeout=10)
+    assert refused.value.code == 403
+    assert _doc(ui)["state"] in ("ready", "stopped")  # nothing was started
 
 
 def test_server_json_matches_the_servers_own_numbers(ui: str, server: dict[str, str]) -> None:

@@ -27,6 +27,7 @@ from analyzer.load.web.options import (
     exposure_problem,
     is_loopback,
     login_from_env,
+    request_problem,
 )
 from analyzer.server_stats import MetricsSnapshot, ServerSnapshot, StatsSnapshot
 
@@ -228,6 +229,19 @@ def test_exposure_rule() -> None:
     assert "PERFSWEEP_UI_PASSWORD" in exposure_problem("0.0.0.0", True, None)
     assert login_from_env({"PERFSWEEP_UI_PASSWORD": "pw"}) == creds
     assert login_from_env({}) is None
+
+
+def test_request_guard_against_other_pages() -> None:
+    own = "127.0.0.1:8089"
+    assert request_problem("POST", own, f"http://{own}", "127.0.0.1") == ""
+    assert request_problem("POST", own, None, "127.0.0.1") == ""  # scripts, curl: no Origin
+    assert request_problem("GET", own, "http://evil.example", "127.0.0.1") == ""
+    assert "cross-origin POST" in request_problem("POST", own, "http://evil.example", "127.0.0.1")
+    assert "cross-origin" in request_problem("POST", own, "null", "127.0.0.1")
+    # DNS rebinding: the attacker's name resolves to 127.0.0.1.
+    assert "loopback host names" in request_problem("GET", "evil.example:8089", None, "127.0.0.1")
+    assert request_problem("GET", "localhost:8089", None, "127.0.0.1") == ""
+    assert request_problem("GET", "dash.corp:8089", None, "0.0.0.0") == ""
 
 
 def test_ui_options_refuse_before_starting_anything(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -57,6 +57,7 @@ from analyzer.load.web.options import (
     TargetSettings,
     exposure_problem,
     login_from_env,
+    request_problem,
 )
 from analyzer.load.web.users import live_state
 from analyzer.server_stats import ServerScraper, http_stats_source
@@ -330,6 +331,14 @@ def install(environment: Environment, runner: Any = None, web_ui: Any = None, **
     environment.events.reset_stats.add_listener(board.reset)
 
     app = web_ui.app
+
+    @app.before_request
+    def same_origin_only() -> Response | None:
+        problem = request_problem(
+            request.method, request.host, request.headers.get("Origin"), web_ui.host
+        )
+        return _json_error(problem, 403) if problem else None
+
     # Under Locust's --web-base-path too, so the page's relative "./perfsweep/..." URLs resolve.
     base_path = getattr(environment.parsed_options, "web_base_path", "") or ""
     bp = Blueprint("perfsweep", __name__, url_prefix=base_path.rstrip("/") + "/perfsweep")

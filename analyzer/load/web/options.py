@@ -155,3 +155,22 @@ def exposure_problem(web_host: str, web_login: bool, credentials: tuple[str, str
         "could start load against your server and change its model config. Bind 127.0.0.1 "
         f"(the default), or add --web-login and set {PASSWORD_ENV} (and optionally {USER_ENV})"
     )
+
+
+def request_problem(method: str, host_header: str, origin: str | None, bound_host: str) -> str:
+    """Why the dashboard should refuse one HTTP request ("" to serve it).
+
+    Locust's web UI answers CORS requests from any origin, so a web page the user visits could
+    otherwise start load or reconfigure the model through a loopback-bound dashboard:
+
+    * a state-changing request whose ``Origin`` is not the dashboard itself is refused;
+    * on a loopback-bound dashboard, a ``Host`` that is not a loopback name is refused (a DNS
+      rebinding page reaches 127.0.0.1 under its own host name).
+    """
+    host_name = urlsplit(f"http://{host_header}").hostname or ""
+    if is_loopback(bound_host) and not is_loopback(host_name):
+        return f"this dashboard only answers to loopback host names, not {host_name!r}"
+    changes_state = method.upper() not in ("GET", "HEAD", "OPTIONS")
+    if changes_state and origin and urlsplit(origin).netloc.lower() != host_header.lower():
+        return f"cross-origin {method} from {origin} refused"
+    return ""
