@@ -16,6 +16,7 @@ from tests.support.real_triton import (
     RealTriton,
     TensorSpec,
     TritonInstall,
+    _mapped_shm_regions,
     dynamic_batching,
     sleep_model_config,
 )
@@ -109,10 +110,13 @@ def test_stop_kills_server_and_stub_processes(
     triton.start()
     pid = triton.pid
     assert pid is not None
+    regions = _mapped_shm_regions(pid)
+    assert len(regions) == 2  # one shared-memory region per stub process
     triton.stop()
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)  # the whole group (server + stubs) is gone
     assert triton.http_status("GET", "/v2/health/live")[0] == 0
+    assert not [region for region in regions if region.exists()]
 
 
 def test_bytes_inputs_are_refused_with_a_reason() -> None:

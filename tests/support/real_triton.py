@@ -526,7 +526,7 @@ class RealTriton:
             "--http-address=127.0.0.1",
             "--grpc-address=127.0.0.1",
             "--metrics-address=127.0.0.1",
-            "--exit-timeout-secs=2",
+            "--exit-timeout-secs=30",
             *(f"--load-model={config.name}" for config in self.models),
             *self.extra_args,
         ]
@@ -572,28 +572,40 @@ class RealTriton:
             f"tritonserver not ready after {self.startup_timeout_s:.0f} s:\n{self.log_tail()}"
         )
 
-    def stop(self, timeout_s: float = 15.0) -> None:
-        """Stop the server (SIGTERM to its process group, SIGKILL after ``timeout_s``)."""
+    def stop(self, graceful: bool = False, timeout_s: float = 30.0) -> None:
+        """Stop the server and its Python-backend stub processes.
+
+        Args:
+            graceful: SIGTERM and let Triton unload its models (2-4 s with Python models),
+                SIGKILL after ``timeout_s``. Default: SIGKILL the process group at once, which
+                tests and benchmarks prefer; the shared-memory regions the stubs had mapped
+                (``/dev/shm/triton_python_backend_shm_region_*``), which only a graceful
+                unload removes, are then deleted here.
+            timeout_s: grace period of a graceful stop.
+        """
         process, self._process = self._process, None
         if process is None:
             return
-        for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
+        regions = _mapped_shm_regions(process.pid)
+        if graceful:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, sig)
-            try:
-                process.wait(wait_s)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        # Stub processes of the group may outlive the server by a moment: kill what is left and
-        # wait until init has reaped them, so the caller sees no leftovers.
-        deadline = time.monotonic() + 5.0
+                os.killpg(process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout_s)
+        # Kill whatever is left of the group (stubs may outlive the server by a moment) and wait
+        # until it is gone, so the caller sees no leftovers.
+        deadline = time.monotonic() + 10.0
         while time.monotonic() < deadline:
             try:
                 os.killpg(process.pid, signal.SIGKILL)
             except ProcessLookupError:
                 break
-            time.sleep(0.05)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(0.05)
+        process.poll()
+        for region in regions:
+            with contextlib.suppress(FileNotFoundError):
+                region.unlink()
 
     def restart(self) -> None:
         """Stop and start again (fresh statistics and metrics; models reloaded from disk)."""
@@ -685,6 +697,25 @@ def http_request(
         return int(exc.code), bytes(exc.read())
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return 0, b""
+
+
+def _mapped_shm_regions(pgid: int) -> set[Path]:
+    """Python-backend shared-memory files mapped by the processes of a process group."""
+    regions: set[Path] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry)) != pgid:
+                continue
+            with open(f"/proc/{entry}/maps") as maps:
+                for line in maps:
+                    path = line.rsplit(maxsplit=1)[-1]
+                    if path.startswith("/dev/shm/triton_python_backend_shm_region_"):
+                        regions.add(Path(path))
+        except OSError:
+            continue  # the process went away meanwhile
+    return regions
 
 
 def _distinct_free_ports(count: int) -> list[int]:
