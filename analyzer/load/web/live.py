@@ -275,7 +275,7 @@ def table_rows(doc: Mapping[str, Any]) -> list[dict[str, str]]:
     rows: list[tuple[str, str]] = []
     window = doc["client"]["window"]
     span = doc["client"]["window_s"]
-    rows.append((f"exact p50 (client, last {span:g} s)", f"{window['p50_ms']:.2f} ms"))
+    rows.append((f"exact p50 (client, last {span:.0f} s)", f"{window['p50_ms']:.2f} ms"))
     rows.append(("exact p99 (client)", f"{window['p99_ms']:.2f} ms"))
     rows.append(("throughput (client)", f"{window['throughput_rps']:.1f} req/s"))
     rows.append(("failed requests (client)", str(window["errors"])))
