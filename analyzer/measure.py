@@ -563,6 +563,8 @@ def meets_goals(m: Measurement, goals: Goals) -> tuple[bool, str]:
         return False, "no request completed"
     if not m.valid:
         return False, "invalid measurement (generator saturated)"
+    if m.stopped_early is not None:
+        return False, f"stopped early: {m.stopped_early}"
     if m.p99_ms > goals.p99_ms:
         return False, f"p99 {m.p99_ms:.2f} ms > goal {goals.p99_ms:g} ms"
     if m.error_rate > goals.max_error_rate:

@@ -171,6 +171,9 @@ def test_meets_goals_checks_p99_errors_and_validity() -> None:
     assert not meets_goals(_measurement(error_count=20), goals)[0]
     assert not meets_goals(_measurement(valid=False), goals)[0]
     assert not meets_goals(_measurement(request_count=0), goals)[0]
+    # a step stopped early (backlog beyond bound) failed even if its p99 looks fine so far
+    ok, why = meets_goals(_measurement(stopped_early="600 requests in flight > bound 400"), goals)
+    assert not ok and "in flight" in why
 
 
 def test_clearly_fails_on_backlog_or_p99() -> None:
