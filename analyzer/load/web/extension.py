@@ -330,18 +330,33 @@ def install(environment: Environment, runner: Any = None, web_ui: Any = None, **
     environment.events.test_start.add_listener(board.reset)
     environment.events.reset_stats.add_listener(board.reset)
 
-    app = web_ui.app
+    _guard_requests(web_ui)
+    # Under Locust's --web-base-path too, so the page's relative "./perfsweep/..." URLs resolve.
+    base_path = getattr(environment.parsed_options, "web_base_path", "") or ""
+    bp = _routes(board, web_ui, url_prefix=base_path.rstrip("/") + "/perfsweep")
+    if credentials is not None:
+        _setup_login(web_ui, credentials, bp)
+    web_ui.app.register_blueprint(bp)
+    _add_server_tab(web_ui, board)
 
-    @app.before_request
+    gevent.spawn(board.run)
+    gevent.spawn(_announce, web_ui, credentials[0] if credentials else None)
+
+
+def _guard_requests(web_ui: Any) -> None:
+    """403 for other web pages' state changes and DNS-rebound hosts (``request_problem``)."""
+
+    @web_ui.app.before_request
     def same_origin_only() -> Response | None:
         problem = request_problem(
             request.method, request.host, request.headers.get("Origin"), web_ui.host
         )
         return _json_error(problem, 403) if problem else None
 
-    # Under Locust's --web-base-path too, so the page's relative "./perfsweep/..." URLs resolve.
-    base_path = getattr(environment.parsed_options, "web_base_path", "") or ""
-    bp = Blueprint("perfsweep", __name__, url_prefix=base_path.rstrip("/") + "/perfsweep")
+
+def _routes(board: Dashboard, web_ui: Any, url_prefix: str) -> Blueprint:
+    """``/perfsweep/server``, ``/perfsweep/config`` (GET/POST) and the panel's static files."""
+    bp = Blueprint("perfsweep", __name__, url_prefix=url_prefix)
     auth = web_ui.auth_required_if_enabled
 
     @bp.route("/server")
@@ -374,13 +389,15 @@ def install(environment: Environment, runner: Any = None, web_ui: Any = None, **
     def static(name: str) -> Response:
         return send_from_directory(STATIC_DIR, name, max_age=0)
 
-    if credentials is not None:
-        _setup_login(web_ui, credentials, bp)
-    app.register_blueprint(bp)
+    return bp
 
-    if not web_ui.app.template_folder or Path(web_ui.app.template_folder) == Path(
-        DEFAULT_BUILD_PATH
-    ):
+
+def _add_server_tab(web_ui: Any, board: Dashboard) -> None:
+    """The "Server" tab: Locust's native table (template args + ``extended_stats``) and the
+    panel script injected into Locust's index.html."""
+    app = web_ui.app
+    if not app.template_folder or Path(app.template_folder) == Path(DEFAULT_BUILD_PATH):
+        # Only Locust's own page gets the panel; a custom --build-path is left alone.
         app.jinja_env.loader = ChoiceLoader(
             [DictLoader({"index.html": _index_template()}), app.jinja_env.loader]
         )
@@ -403,9 +420,6 @@ def install(environment: Environment, runner: Any = None, web_ui: Any = None, **
             data["extended_stats"] = [{"key": TAB_KEY, "data": table_rows(board.doc)}]
             response.set_data(json.dumps(data))
         return response
-
-    gevent.spawn(board.run)
-    gevent.spawn(_announce, web_ui, credentials[0] if credentials else None)
 
 
 def _json_error(message: str, status: int) -> Response:
