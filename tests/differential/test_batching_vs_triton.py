@@ -65,17 +65,18 @@ def _model(
     delay_us: int = 0,
     max_batch_size: int = 8,
     dims: tuple[int, ...] = (16,),
+    batching: bool = True,
+    exec_ms: int = EXEC_MS,
     **policy: Any,
 ) -> Callable[[], mc.ModelConfig]:
     def build() -> mc.ModelConfig:
+        block = dynamic_batching(preferred=preferred, max_queue_delay_us=delay_us, **policy)
         return sleep_model_config(
             MODEL,
             max_batch_size=max_batch_size,
             inputs=(TensorSpec(dims=dims),),
-            dynamic_batching=dynamic_batching(
-                preferred=preferred, max_queue_delay_us=delay_us, **policy
-            ),
-            execute_delay_ms=EXEC_MS,
+            dynamic_batching=block if batching else None,
+            execute_delay_ms=exec_ms,
         )
 
     return build
@@ -157,6 +158,32 @@ SCENARIOS = [
         batch_stats={1: 3},
         groups=((0,), (1,), (2,)),
         delay_scheduler=3,
+    ),
+    # §11 B1 / §3.5 prefetch: while the only instance is busy, single requests arriving one by
+    # one join the batch waiting for it, which runs as one execution once the instance is free.
+    Scenario(
+        "prefetch_grows_waiting_batch",
+        _model(delay_us=0, exec_ms=1500),
+        (
+            Send(),
+            *(
+                Send(wait_queued=True, pending=n, pause_s=0.2 if n == 1 else 0.0)
+                for n in (1, 2, 3, 4, 5)
+            ),
+        ),
+        batch_stats={1: 1, 5: 1},
+        groups=((0,), (1, 2, 3, 4, 5)),
+    ),
+    # §11 B12: without dynamic_batching concurrent requests are never batched.
+    Scenario(
+        "no_dynamic_batching",
+        _model(batching=False),
+        (
+            Send(),
+            *(Send(wait_queued=True, pending=n, pause_s=0.2 if n == 1 else 0.0) for n in (1, 2)),
+        ),
+        batch_stats={1: 3},
+        groups=((0,), (1,), (2,)),
     ),
     # §11 B19: the priority-1 request jumps the queue and completes a preferred batch with the
     # first default-level request; the bs=1 request waits for the delay.

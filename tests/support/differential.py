@@ -51,6 +51,8 @@ class Send:
             as pending (``nv_inference_pending_request_count``), so the arrival order is the
             send order. Only for requests that stay queued: held by
             ``TRITONSERVER_DELAY_SCHEDULER`` or waiting for the queue delay.
+        pending: with ``wait_queued``, the pending count to wait for instead of "every request
+            sent so far" (for scenarios where earlier requests are already executing).
     """
 
     batch: int = 1
@@ -59,6 +61,7 @@ class Send:
     timeout_us: int | None = None
     pause_s: float = 0.0
     wait_queued: bool = False
+    pending: int | None = None
 
 
 @dataclass(frozen=True)
@@ -184,6 +187,7 @@ def run_scenario(
         settle_timeout_s: upper bound for the whole scenario.
     """
     execute_delay_s = float(config.parameters["execute_delay_ms"].string_value or 0) / 1000
+    # Without dynamic batching there is no queue delay (the proto default reads 0 as well).
     queue_delay_s = config.dynamic_batching.max_queue_delay_microseconds / 1e6
     outcomes: dict[int, Outcome] = {}
     threads: list[threading.Thread] = []
@@ -199,7 +203,7 @@ def run_scenario(
         thread.start()
         threads.append(thread)
         if send.wait_queued:
-            _wait_pending(target, model, index + 1)
+            _wait_pending(target, model, index + 1 if send.pending is None else send.pending)
     deadline = time.monotonic() + settle_timeout_s
     for thread in threads:
         thread.join(max(0.0, deadline - time.monotonic()))
