@@ -628,6 +628,9 @@ def _locust_generator(scenario: Scenario, target: Target) -> Iterator[LoadGenera
 
     address = target.url.split("://", 1)[-1]
     options = EngineOptions(
+        # Latency is timed from the intended send, so send lag is already in every p99; a lag
+        # of a tenth of the goal cannot flip a verdict, so only more than that is "saturated".
+        max_send_lag_ms=max(10.0, 0.1 * scenario.goals.p99_ms),
         url=address,
         model=target.model,
         protocol="http",
@@ -821,14 +824,25 @@ def _validate(state: _State) -> list[dict[str, Any]]:
             top.append(r)
         if len(top) == b.validate_top:
             break
+    baseline = state.baseline
+    if top and baseline and baseline.meets_goals and baseline.knobs not in [t.knobs for t in top]:
+        # The starting config competes too: a sweep must never recommend a config that is
+        # worse than what the model already had, just because one search measurement was lucky.
+        top.append(baseline)
     order = [(r, i) for i in range(b.validate_repeats) for r in top]
     random.Random(scenario.run.seed).shuffle(order)  # interleaved: drift hits all alike
     repeats: dict[int, list[TrialResult]] = {r.number: [] for r in top}
     for r, i in order:
         state.observer.on_trial_start(r.number, "validation", r.knobs, i + 1, b.validate_repeats)
-        config = apply_knobs(state.base_config, r.knobs)
+        config = state.base_config if r.number < 0 else apply_knobs(state.base_config, r.knobs)
         result = _run_trial(
-            state, r.number, "validation", r.knobs, config, factor=b.validate_window_factor
+            state,
+            r.number,
+            "validation",
+            r.knobs,
+            config,
+            factor=b.validate_window_factor,
+            near_rps=r.throughput_rps,
         )
         repeats[r.number].append(result)
         state.observer.on_validation(r.number, i + 1, result)
@@ -869,7 +883,10 @@ def _choose(
             chosen = min(passing, key=lambda c: c["worst_p99_ms"])
         else:
             chosen = max(passing, key=lambda c: c["worst_rps"])
-        return state.results[chosen["trial_number"]], chosen["worst_rps"]
+        number = chosen["trial_number"]
+        if number < 0 and state.baseline is not None:
+            return state.baseline, chosen["worst_rps"]
+        return state.results[number], chosen["worst_rps"]
     return _best(state.results, objective), None
 
 

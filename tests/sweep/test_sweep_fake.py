@@ -236,3 +236,29 @@ def test_apply_knobs_keeps_everything_else() -> None:
     assert knobs_of(apply_knobs(cfg, Knobs(4, dynamic_batching=False))) == Knobs(
         4, dynamic_batching=False
     )
+
+
+def test_baseline_is_kept_when_no_searched_config_beats_it(tmp_path: Path) -> None:
+    # Every searched config waits >= 8 ms for a batch: at a 15 ms goal that only hurts.
+    s = scenario(
+        tmp_path,
+        **{
+            "space.max_queue_delay_us": [8000, 10000],
+            "space.delay_steps": 2,
+            "space.instance_count": [1, 1],
+            "space.max_batch_size": [4, 16],
+            "budget.trials": 4,
+            "budget.validate_top": 2,
+        },
+    )
+    target = FakeTarget()
+    summary = run_sweep(s, target=target, load=FakeLoadGenerator(target, CPU_LIKE, noise=0.0))
+    assert summary.baseline is not None and summary.baseline.meets_goals
+    searched = [load_trial_record(p) for p in summary.run_dir.glob("trials/*/measurement.json")]
+    assert all(r["throughput_rps"] < summary.baseline.throughput_rps for r in searched)
+    assert summary.best is not None and summary.best.number == -1
+    assert summary.gain == 1.0
+    written = parse_config_text(summary.best_config_path.read_text())  # type: ignore[union-attr]
+    assert not written.HasField("dynamic_batching")
+    validated = load_summary(summary.run_dir)["validation"]
+    assert -1 in [c["trial_number"] for c in validated]
