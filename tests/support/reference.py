@@ -209,22 +209,28 @@ class ReferenceProcess(ReferenceServer):
         # The reference server is importable from the repository root (this file's grandparent).
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        log = (self.workdir / "reference_server.log").open("w")
-        self._process = subprocess.Popen(
-            args,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            env=env,
-            start_new_session=True,
-        )
-        line = _read_line(self._process, self.startup_timeout_s)
-        fields = dict(item.split("=", 1) for item in line.split(":", 1)[-1].split() if "=" in item)
-        if "http" not in fields:
+        log_path = self.workdir / "reference_server.log"
+        with log_path.open("w") as log:  # the child keeps its own descriptor
+            self._process = subprocess.Popen(
+                args,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                env=env,
+                start_new_session=True,
+            )
+        from reference_server.app import parse_ready_line
+
+        addresses = parse_ready_line(_read_ready_line(self._process, self.startup_timeout_s))
+        if addresses is None:
             self.stop()
-            raise RuntimeError(f"reference server did not start: {line!r} (see {log.name})")
-        self._addresses = fields
+            raise RuntimeError(f"reference server did not start; see {log_path}")
+        self._addresses = {
+            "http": addresses.http_url,
+            "grpc": addresses.grpc_url,
+            "metrics": addresses.metrics_url.removeprefix("http://").removesuffix("/metrics"),
+        }
 
     def stop(self) -> None:
         """SIGTERM (clean shutdown), SIGKILL after 15 s."""
@@ -258,17 +264,25 @@ class ReferenceProcess(ReferenceServer):
         return f"http://{self._addresses['metrics']}/metrics"
 
 
-def _read_line(process: subprocess.Popen[str], timeout_s: float) -> str:
-    # The ready line is the first line on stdout; a thread keeps the wait bounded.
+def _read_ready_line(process: subprocess.Popen[str], timeout_s: float) -> str:
+    """The server's ready line (``READY_PREFIX ...``), or ``""`` after EOF or ``timeout_s``."""
+    from reference_server.app import READY_PREFIX
+
     assert process.stdout is not None
-    lines: list[str] = []
-    reader = threading.Thread(
-        target=lambda: lines.append(process.stdout.readline() if process.stdout else ""),
-        daemon=True,
-    )
+    stdout = process.stdout
+    found: list[str] = []
+
+    def scan() -> None:
+        # A thread keeps the wait bounded; other output before the ready line is skipped.
+        for line in stdout:
+            if line.startswith(READY_PREFIX):
+                found.append(line.strip())
+                return
+
+    reader = threading.Thread(target=scan, daemon=True)
     reader.start()
     reader.join(timeout_s)
-    return lines[0].strip() if lines else ""
+    return found[0] if found else ""
 
 
 @contextlib.contextmanager
