@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 from tests.support.real_triton import (  # noqa: E402  (needs the repository root on sys.path)
     RealTriton,
     TritonInstall,
+    TritonUnavailable,
     identity_model_config,
 )
 from tests.support.reference import ReferenceProcess  # noqa: E402
@@ -312,7 +313,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = identity_model_config(MODEL, max_queue_delay_us=args.max_queue_delay_us)
     with tempfile.TemporaryDirectory(prefix="server_overhead-") as tmp:
         workdir = args.workdir or Path(tmp)
-        install = TritonInstall.locate()
+        try:
+            install = TritonInstall.locate()
+        except TritonUnavailable as exc:
+            print(f"server_overhead needs the real Triton: {exc}", file=sys.stderr)
+            return 2
         with (
             RealTriton(install, workdir / "triton", models=[config]) as triton,
             ReferenceProcess(workdir / "reference", models=[config]) as reference,
