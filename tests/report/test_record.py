@@ -42,6 +42,10 @@ def test_verdict_matches_summary(planted_run: Path, record) -> None:
         summary["best"]["validated_throughput_rps"]
     )
     assert v.baseline.throughput_rps == pytest.approx(summary["baseline"]["throughput_rps"])
+    baseline_record = load_trial_record(planted_run / "baseline" / "measurement.json")
+    assert v.baseline.offered_rps == pytest.approx(baseline_record["offered_rps"])
+    assert f"{summary['best']['throughput_rps']:.1f} req/s" in v.headline
+    assert f"{summary['best']['validated_throughput_rps']:.1f} req/s (worst repeat)" in v.headline
     assert v.gain == pytest.approx(summary["gain"])
     assert v.goals_met is True
     assert v.device == "sim"
@@ -156,14 +160,28 @@ def test_load_curves_are_the_capacity_points(planted_run: Path, record) -> None:
 
 def test_time_series_are_the_windows(planted_run: Path, record) -> None:
     files = _records(planted_run)
-    assert {s.role for s in record.time_series} == {"baseline", "best"}
-    for s in record.time_series:
+    search = [s for s in record.time_series if s.source == "search"]
+    assert {s.role for s in search} == {"baseline", "best"}
+    for s in search:
         windows = files[s.trial_number]["measurement"]["best"]["windows"]
         assert [p.throughput_rps for p in s.points] == [w["throughput_rps"] for w in windows]
         assert [p.p99_ms for p in s.points] == [w["p99_ms"] for w in windows]
         assert s.points[-1].end_s == pytest.approx(sum(w["duration_s"] for w in windows))
         assert s.stable and s.valid and not s.flags
-    assert "validation_series" in record.missing
+    # validation.json keeps every repeat's measurement: each becomes a series of its own.
+    candidates = json.loads((planted_run / "validation.json").read_text())["candidates"]
+    expected = [
+        (c["trial_number"], m["best"]["windows"])
+        for c in candidates
+        for m in c.get("measurements") or ()
+        if m and m.get("best")
+    ]
+    validation = [s for s in record.time_series if s.source == "validation"]
+    assert expected and len(validation) == len(expected)
+    for s, (number, windows) in zip(validation, expected, strict=True):
+        assert s.trial_number == number
+        assert [p.p99_ms for p in s.points] == [w["p99_ms"] for w in windows]
+    assert "validation_series" not in record.missing
 
 
 def test_configs_and_provenance(planted_run: Path, record) -> None:
