@@ -208,6 +208,16 @@ SCENARIOS = [
         groups=((1, 2),),
         errors={0: ("503", "Request timeout expired")},
     ),
+    # §11 B17: with the DELAY action the expired request is not rejected but moved behind the
+    # unexpired ones: the two later requests run first, the first one after the queue delay.
+    Scenario(
+        "timeout_delay_action",
+        _model(preferred=(4, 8), delay_us=3_000_000, timeout_us=500_000, timeout_action="DELAY"),
+        (Send(batch=1), Send(batch=2, pause_s=1.0), Send(batch=2, pause_s=0.05)),
+        batch_stats={4: 1, 1: 1},
+        groups=((1, 2), (0,)),
+        waited_for_delay=frozenset({0}),
+    ),
     # §11 B14: with max_queue_size 1 the second request is refused while the first waits.
     Scenario(
         "queue_full",
