@@ -199,6 +199,22 @@ SCENARIOS = [
         groups=((0, 2), (1,)),
         waited_for_delay=frozenset({1}),
     ),
+    # §11 B20: priority 99 (> priority_levels) silently means the default level (here 1, the
+    # highest): the bs=2 request goes ahead of the two level-2 requests and completes the
+    # preferred size 4 with the first one. Clamped to level 2 it would queue last and the
+    # two level-2 requests would be sent together instead.
+    Scenario(
+        "out_of_range_priority_is_default",
+        _model(preferred=(4,), delay_us=2_000_000, priority_levels=2, default_priority_level=1),
+        (
+            Send(batch=2, priority=2, wait_queued=True),
+            Send(batch=1, priority=2, wait_queued=True),
+            Send(batch=2, priority=99),
+        ),
+        batch_stats={4: 1, 1: 1},
+        groups=((0, 2), (1,)),
+        waited_for_delay=frozenset({1}),
+    ),
     # §11 B16: the expired request is answered 503 by the REJECT policy; the later two run.
     Scenario(
         "timeout_reject",
