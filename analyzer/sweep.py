@@ -432,6 +432,8 @@ class _State:
     results: dict[int, TrialResult] = field(default_factory=dict)
     baseline: TrialResult | None = None
     target_failures: int = 0
+    #: Validation repeats per trial number (-1 = the baseline).
+    validated: dict[int, list[TrialResult]] = field(default_factory=dict)
 
 
 def run_sweep(
@@ -845,6 +847,7 @@ def _validate(state: _State) -> list[dict[str, Any]]:
             near_rps=r.throughput_rps,
         )
         repeats[r.number].append(result)
+        state.validated.setdefault(r.number, []).append(result)
         state.observer.on_validation(r.number, i + 1, result)
     candidates = []
     for r in top:
@@ -890,6 +893,21 @@ def _choose(
     return _best(state.results, objective), None
 
 
+def _headline(state: _State, result: TrialResult | None) -> TrialResult | None:
+    """``result`` as its worst validation repeat (numbered like the trial), when it was validated
+    and every repeat completed; the search measurement otherwise."""
+    if result is None:
+        return None
+    runs = state.validated.get(result.number, [])
+    if not runs or any(r.state != "complete" for r in runs):
+        return result
+    if state.scenario.objective == "latency":
+        worst = max(runs, key=lambda r: r.p99_ms)
+    else:
+        worst = min(runs, key=lambda r: r.throughput_rps if r.meets_goals else 0.0)
+    return replace(worst, number=result.number)
+
+
 def _finish(
     state: _State,
     stop_reason: str,
@@ -899,8 +917,14 @@ def _finish(
     run_state: dict[str, Any],
 ) -> RunSummary:
     scenario, directory = state.scenario, state.run_dir
-    best, validated_rps = _choose(state, validation)
-    best_path = directory.write_best(apply_knobs(state.base_config, best.knobs)) if best else None
+    chosen, validated_rps = _choose(state, validation)
+    best_path = (
+        directory.write_best(apply_knobs(state.base_config, chosen.knobs)) if chosen else None
+    )
+    # Headline numbers: the worst validation repeat when validated, so that baseline, best and
+    # gain all rest on the longer, re-measured windows rather than on one lucky search step.
+    best = _headline(state, chosen)
+    baseline = _headline(state, state.baseline)
     pareto: list[TrialResult] = []
     pareto_entries = []
     if scenario.objective == "pareto":
@@ -922,7 +946,6 @@ def _finish(
                     "config_path": directory.relative(path),
                 }
             )
-    baseline = state.baseline
     gain = None
     if (
         best
@@ -945,14 +968,18 @@ def _finish(
         counts[r.state] = counts.get(r.state, 0) + 1
     counts["total"] = sum(counts.values())
     best_entry = None
-    if best:
+    if best and chosen:
         best_entry = best.summary_entry()
         best_entry["config_path"] = directory.relative(best_path) if best_path else None
         best_entry["validated_throughput_rps"] = validated_rps
+        best_entry["search_throughput_rps"] = chosen.throughput_rps
+        best_entry["source"] = best.source
     baseline_entry = None
-    if baseline:
+    if baseline and state.baseline:
         baseline_entry = baseline.summary_entry()
         baseline_entry["config_path"] = directory.relative(directory.trial_dir(-1) / "config.pbtxt")
+        baseline_entry["search_throughput_rps"] = state.baseline.throughput_rps
+        baseline_entry["source"] = baseline.source
     target_info = state.target.describe()
     data: dict[str, Any] = {
         "run_id": run_state["run_id"],

@@ -251,7 +251,8 @@ def _run(scenario: Scenario, resume: Path | None, run_dir: Path | None) -> None:
     import analyzer.load.runner  # noqa: F401
     from analyzer.sweep import run_sweep
 
-    console = Console()
+    # Piped output (CI logs, `| tee`) gets a fixed width instead of rich's 80-column default.
+    console = Console(width=None if sys.stdout.isatty() else 120)
     t0 = time.monotonic()
     with LiveView(console, scenario.budget.trials) as view:
         summary = run_sweep(
