@@ -201,14 +201,18 @@ def register(app: typer.Typer) -> None:
             float, typer.Option(help="capacity search: relative precision")
         ] = 0.05,
         confirm_failures: Annotated[
-            bool, typer.Option(help="capacity search: repeat a failing step before it counts")
-        ] = False,
+            bool,
+            typer.Option(help="capacity search: repeat a failing step before it counts"),
+        ] = True,
         window_s: Annotated[float, typer.Option(help="window length, seconds")] = 3.0,
         window_requests: Annotated[
             int | None, typer.Option(help="window length in requests (instead of --window-s)")
         ] = None,
         warmup_s: Annotated[float, typer.Option(help="warm-up per level, seconds")] = 1.0,
-        max_windows: Annotated[int, typer.Option(help="windows per level at most")] = 10,
+        max_windows: Annotated[
+            int | None,
+            typer.Option(help="windows per level at most [default: 10, capacity steps 4]"),
+        ] = None,
         stability_pct: Annotated[float, typer.Option(help="stability tolerance, percent")] = 10.0,
         workers: Annotated[int, typer.Option(help="local generator processes")] = 1,
         master: Annotated[
@@ -264,6 +268,8 @@ def register(app: typer.Typer) -> None:
         if input_data not in ("random", "zeros"):
             data_mode, data_file = "file", str(Path(input_data).resolve())
 
+        if max_windows is None:
+            max_windows = 4 if find_capacity else 10
         step = LoadSpec(
             LoadMode.REQUEST_RATE,
             1.0,

@@ -372,7 +372,7 @@ class LocustLoadGenerator:
             if spec.fail_fast is not None:
                 tick = current.tick
                 reason = clearly_fails(
-                    percentiles_us(tick.latency, [99])[99] / 1000.0,
+                    percentiles_us(tick.latency, [90])[90] / 1000.0,
                     tick.completed,
                     tick.errors,
                     tick.in_flight,

@@ -176,12 +176,13 @@ def test_meets_goals_checks_p99_errors_and_validity() -> None:
     assert not ok and "in flight" in why
 
 
-def test_clearly_fails_on_backlog_or_p99() -> None:
+def test_clearly_fails_on_backlog_or_systematic_latency() -> None:
     goals = Goals(p99_ms=10.0)
     assert clearly_fails(5.0, 500, 0, 10, goals, 100) is None
     assert "in flight" in (clearly_fails(5.0, 500, 0, 101, goals, 100) or "")
-    assert "p99" in (clearly_fails(50.0, 500, 0, 10, goals, 100) or "")
+    assert "p90" in (clearly_fails(50.0, 500, 0, 10, goals, 100) or "")
     assert clearly_fails(50.0, 10, 0, 10, goals, 100) is None  # too few samples to judge
+    assert "error rate" in (clearly_fails(5.0, 500, 100, 10, goals, 100) or "")
 
 
 def test_specs_reject_nonsense() -> None:
