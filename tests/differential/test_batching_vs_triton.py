@@ -224,6 +224,28 @@ SCENARIOS = [
         groups=((1, 2),),
         errors={0: ("503", "Request timeout expired")},
     ),
+    # §11 B18: allow_timeout_override lets a request shorten the default timeout: the first
+    # request is rejected after 200 ms instead of running with the second one at the delay.
+    Scenario(
+        "timeout_override_shortens",
+        _model(
+            preferred=(8,), delay_us=1_000_000, timeout_us=2_000_000, allow_timeout_override=True
+        ),
+        (Send(timeout_us=200_000), Send(pause_s=0.5)),
+        batch_stats={1: 1},
+        groups=((1,),),
+        errors={0: ("503", "Request timeout expired")},
+        waited_for_delay=frozenset({1}),
+    ),
+    # §11 B18 / quirk §12.3: with default_timeout_microseconds 0 a request timeout is ignored.
+    Scenario(
+        "timeout_override_needs_a_default",
+        _model(preferred=(8,), delay_us=1_000_000, allow_timeout_override=True),
+        (Send(timeout_us=200_000),),
+        batch_stats={1: 1},
+        groups=((0,),),
+        waited_for_delay=frozenset({0}),
+    ),
     # §11 B17: with the DELAY action the expired request is not rejected but moved behind the
     # unexpired ones: the two later requests run first, the first one after the queue delay.
     Scenario(
