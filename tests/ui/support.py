@@ -264,6 +264,50 @@ def server_truth(http_url: str, metrics_url: str, model: str) -> dict[str, Any]:
     }
 
 
+def quiet_truth(http_url: str, metrics_url: str, model: str, timeout_s: float = 30.0) -> dict:
+    """``server_truth`` once the server is quiet: nothing pending and nothing changing for 1 s.
+
+    After Locust stops its users, requests already on the wire still arrive for a moment, so a
+    single "pending == 0" reading is not the end of the traffic.
+    """
+    deadline = time.monotonic() + timeout_s
+    last: dict | None = None
+    while time.monotonic() < deadline:
+        now = server_truth(http_url, metrics_url, model)
+        if now == last and now["pending_requests"] in (0, None):
+            return now
+        last = now
+        time.sleep(1.0)
+    raise AssertionError(f"{model} on {http_url} did not go quiet in {timeout_s:g} s: {last}")
+
+
+TOTAL_KEYS = (
+    "inference_count",
+    "execution_count",
+    "batch_executions",
+    "failures_by_reason",
+    "pending_requests",
+)
+
+
+def wait_agreement(dashboard_url: str, truth: dict, timeout_s: float = 15.0) -> dict:
+    """Wait until the dashboard's server totals equal ``truth`` (a quiet server's own numbers).
+
+    The dashboard scrapes once a second, so its next document must agree on every key; if it
+    never does, the assertion shows both sides.
+    """
+    deadline = time.monotonic() + timeout_s
+    totals: dict = {}
+    while time.monotonic() < deadline:
+        _, doc = http("GET", f"{dashboard_url}/perfsweep/server")
+        totals = (doc.get("server") or {}).get("totals", {})
+        if all(totals.get(k) == truth[k] for k in TOTAL_KEYS):
+            return dict(totals)
+        time.sleep(0.5)
+    diff = {k: (totals.get(k), truth[k]) for k in TOTAL_KEYS if totals.get(k) != truth[k]}
+    raise AssertionError(f"dashboard vs server (dashboard, server): {diff}")
+
+
 def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 0.5) -> Any:
     """Poll until ``predicate()`` is truthy; return it (AssertionError naming ``what`` otherwise)."""
     deadline = time.monotonic() + timeout_s

@@ -24,9 +24,10 @@ from tests.ui.support import (
     child_env,
     http,
     perfsweep,
+    quiet_truth,
     reference_server,
-    server_truth,
     start_ui,
+    wait_agreement,
     wait_for,
     write_sim_model,
 )
@@ -87,10 +88,6 @@ def _swarm(base: str, users: int, classes: list[str], **extra: Any) -> None:
     assert status == 200 and answer["success"], answer
 
 
-def _server_truth(server: dict[str, str]) -> dict[str, Any]:
-    return server_truth(f"http://{server['http']}", f"http://{server['metrics']}/metrics", MODEL)
-
-
 def test_page_has_the_server_tab_and_panel(ui: str) -> None:
     status, page = http("GET", ui + "/")
     assert status == 200
@@ -149,17 +146,8 @@ def test_server_json_matches_the_servers_own_numbers(ui: str, server: dict[str, 
     assert {r["metric"] for r in rows[0]["data"]} >= {"average batch size", "pending requests"}
 
     assert http("POST", ui + "/stop")[0] == 200
-    truth = wait_for(
-        lambda: (t := _server_truth(server))["pending_requests"] == 0 and t, 30, "a drained server"
-    )
-
-    def settled() -> dict[str, Any] | None:
-        totals = _doc(ui)["server"]["totals"]
-        return totals if totals["inference_count"] == truth["inference_count"] else None
-
-    totals = wait_for(settled, 15, "the dashboard's next scrape")
-    for key in ("execution_count", "batch_executions", "failures_by_reason", "pending_requests"):
-        assert totals[key] == truth[key], key
+    truth = quiet_truth(f"http://{server['http']}", f"http://{server['metrics']}/metrics", MODEL)
+    wait_agreement(ui, truth)
     # Every request the client recorded reached the server; at most one per user was cut off
     # when Locust stopped the users mid-request.
     recorded = _doc(ui)["client"]["since_start"]["requests"]
@@ -231,22 +219,9 @@ def test_failures_by_reason_match_the_server(tmp_path: Path, server: dict[str, s
         kinds = doc["client"]["window"]["error_kinds"]
         assert kinds and all("HTTP 503: Request timeout expired" in k for k in kinds), kinds
         assert http("POST", base + "/stop")[0] == 200
-        truth = wait_for(
-            lambda: (t := server_truth(http_url, metrics_url, FULL))["pending_requests"] == 0 and t,
-            30,
-            "a drained server",
-        )
+        truth = quiet_truth(http_url, metrics_url, FULL)
         assert truth["failures_by_reason"]["REJECTED"] > 0
-        totals = wait_for(
-            lambda: (
-                (t := _doc(base)["server"]["totals"])["failures_by_reason"]
-                == truth["failures_by_reason"]
-                and t
-            ),
-            15,
-            "the dashboard's next scrape",
-        )
-        assert totals["inference_count"] == truth["inference_count"]
+        wait_agreement(base, truth)
         recorded = _doc(base)["client"]["since_start"]
         rejected = truth["failures_by_reason"]["REJECTED"]
         # Client errors are the server's rejections (a stop may cut one request per user).
