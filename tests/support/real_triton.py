@@ -26,6 +26,10 @@ reference server's ``identity`` backend, so one config drives both servers.
 deterministic: each dynamic batcher holds its queue until N requests are queued. It is read when
 a model's batcher thread starts, i.e. once per (re)load of a model, and applies to every model of
 that server, so scenarios needing different N need different servers.
+
+Caveat: the wheel's stub is built against numpy 1. With numpy 2 (this project's), building an
+output with ``pb_utils.Tensor(name, ndarray)`` yields zeros and BYTES inputs crash the stub, so
+the model hands outputs over with DLPack and :func:`sleep_model_config` refuses BYTES.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ __all__ = [
     "TritonUnavailable",
     "dynamic_batching",
     "free_port",
+    "http_request",
     "identity_model_config",
     "model_config_json",
     "sleep_model_config",
