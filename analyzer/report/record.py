@@ -491,6 +491,9 @@ def build_record(run: RunData) -> ReportRecord:
 
     validation = _validation_rows(run.validation, best)
     verdict = _verdict(summary, run.run_state, objective, baseline, best, trials, validation)
+    ceiling = _ceiling_warning(summary, best, curves)
+    if ceiling:
+        verdict = dataclasses.replace(verdict, warnings=(*verdict.warnings, ceiling))
     return ReportRecord(
         verdict=verdict,
         trials=trials,
@@ -503,6 +506,22 @@ def build_record(run: RunData) -> ReportRecord:
         provenance=_provenance(run),
         explanation=explain(breakdown),
         missing=missing,
+    )
+
+
+def _ceiling_warning(
+    summary: Mapping[str, Any], best: ConfigResult | None, curves: Sequence[LoadCurve]
+) -> str | None:
+    """A best config that never failed below the rate ceiling has an unknown true capacity."""
+    curve = next((c for c in curves if c.role == "best"), None)
+    if best is None or curve is None or curve.first_failing_rps is not None:
+        return None
+    traffic = (summary.get("scenario") or {}).get("traffic") or {}
+    ceiling = traffic.get("max_rate_rps")
+    where = f"traffic.max_rate_rps ({ceiling:g} req/s)" if ceiling else "the highest rate tried"
+    return (
+        f"The best config met the goals at every load tried, up to {where}: its real capacity "
+        "may be higher. Raise traffic.max_rate_rps (within what this load generator can send)."
     )
 
 
@@ -981,15 +1000,14 @@ def _verdict(
             f"{_numbers_text(unstable)}): treat their numbers as rough."
         )
     for row in validation:
+        name = "The baseline" if row.trial_number < 0 else f"Trial {row.trial_number}"
         if not row.all_meet_goals:
-            warnings.append(
-                f"Trial {row.trial_number} missed the goals when re-measured in validation."
-            )
+            warnings.append(f"{name} missed the goals when re-measured in validation.")
         elif row.search_throughput_rps and row.worst_rps is not None:
             drift = abs(row.worst_rps - row.search_throughput_rps) / row.search_throughput_rps
             if drift > VALIDATION_DRIFT:
                 warnings.append(
-                    f"Trial {row.trial_number}: validation measured {row.worst_rps:.1f} req/s "
+                    f"{name}: validation measured {row.worst_rps:.1f} req/s "
                     f"(worst case) vs {row.search_throughput_rps:.1f} req/s in the search "
                     f"({drift:.0%} apart): measurements on this machine are noisy."
                 )

@@ -307,3 +307,30 @@ def test_pareto_objective_uses_the_study_front(tmp_path: Path) -> None:
             assert t.reference_p99_ms == pytest.approx(files[t.number]["values"][1])
     figure = throughput_vs_p99(record)
     assert figure is not None and "p99 at the reference load" in figure.svg
+
+
+def test_unbracketed_best_is_flagged(tmp_path: Path) -> None:
+    """A rate ceiling below the best config's capacity: the report says the capacity is a floor."""
+    from analyzer.scenario import load_scenario
+    from analyzer.sweep import run_sweep
+    from tests.report.conftest import ServerViewLoadGenerator
+    from tests.sweep.planted import FakeTarget
+
+    scenario = load_scenario(
+        None,
+        {
+            "budget.trials": 4,
+            "budget.validate_top": 1,
+            "goals.p99_ms": 25.0,
+            "traffic.min_rate_rps": 10.0,
+            "traffic.max_rate_rps": 150.0,
+        },
+        env={},
+    )
+    target = FakeTarget()
+    run_sweep(scenario, target=target, load=ServerViewLoadGenerator(target), run_dir=tmp_path / "r")
+    record = build_record(load_run(tmp_path / "r", importances=False))
+    best_curve = next(c for c in record.load_curves if c.role == "best")
+    assert best_curve.first_failing_rps is None
+    assert best_curve.capacity_rps == pytest.approx(150.0)
+    assert any("traffic.max_rate_rps (150 req/s)" in w for w in record.verdict.warnings)
