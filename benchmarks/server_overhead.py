@@ -69,6 +69,8 @@ class LevelResult:
         throughput_rps: ``requests / duration_s``.
         p50_ms: median latency.
         p99_ms: 99th percentile latency.
+        mean_ms: mean latency; ``mean_ms * 1000 - server_request_us`` is the time outside the
+            server's core (frontend, network, client), comparable between the two servers.
         mean_batch_size: server-side ``inference_count / execution_count`` delta.
         server_request_us: server-side mean request duration (statistics ``success``): core
             receipt to response handed back; client latency minus this is frontend + network.
@@ -87,6 +89,7 @@ class LevelResult:
     throughput_rps: float
     p50_ms: float
     p99_ms: float
+    mean_ms: float
     mean_batch_size: float
     server_request_us: float
     server_queue_us: float
@@ -192,6 +195,7 @@ def measure_level(
         throughput_rps=round(len(latencies) / elapsed, 1),
         p50_ms=p50_ms,
         p99_ms=p99_ms,
+        mean_ms=round(float(np.mean(latencies)) * 1000.0, 3) if latencies else float("nan"),
         mean_batch_size=round(inferences / executions, 2) if executions else 0.0,
         server_request_us=_mean_us(before, after, "success"),
         server_queue_us=_mean_us(before, after, "queue"),
@@ -226,6 +230,7 @@ def _summarize(
         throughput_rps=round(float(np.median([r.throughput_rps for r in mine])), 1),
         p50_ms=p50_ms,
         p99_ms=p99_ms,
+        mean_ms=round(float(np.mean(latencies)) * 1000.0, 3) if latencies else float("nan"),
         mean_batch_size=round(float(np.median([r.mean_batch_size for r in mine])), 2),
         server_request_us=round(float(np.median([r.server_request_us for r in mine])), 1),
         server_queue_us=round(float(np.median([r.server_queue_us for r in mine])), 1),
@@ -265,14 +270,14 @@ def _environment(triton: RealTriton) -> dict[str, Any]:
 def _table(results: Sequence[LevelResult], ratios: Sequence[dict[str, Any]]) -> str:
     lines = [
         "| server | concurrency | requests | throughput (req/s) | p50 (ms) | p99 (ms) "
-        "| mean batch | server request (µs) | server queue (µs) | server compute (µs) "
-        "| server CPU (µs/req) | ctx switches/req |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| mean (ms) | mean batch | server request (µs) | server queue (µs) "
+        "| server compute (µs) | server CPU (µs/req) | ctx switches/req |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
             f"| {r.server} | {r.concurrency} | {r.requests} | {r.throughput_rps:,.0f} | "
-            f"{r.p50_ms:.2f} | {r.p99_ms:.2f} | {r.mean_batch_size:.2f} | "
+            f"{r.p50_ms:.2f} | {r.p99_ms:.2f} | {r.mean_ms:.2f} | {r.mean_batch_size:.2f} | "
             f"{r.server_request_us:.0f} | {r.server_queue_us:.0f} | {r.server_compute_us:.0f} | "
             f"{r.server_cpu_us:.0f} | {r.context_switches:.1f} |"
         )
