@@ -446,50 +446,59 @@ def _load_curves(
 
 
 def time_series(record: ReportRecord) -> Figure | None:
-    """Per-window throughput and p99 of each recorded series; flagged series drawn dashed."""
-    return _styled(lambda: _time_series(record.time_series, record.verdict.goals.get("p99_ms")))
+    """Per-window throughput and p99 of each recorded series.
+
+    Colour says which config (best green, baseline grey), line style which run (validation solid,
+    search dashed), and an ``x`` marker a measurement that failed its self-checks.
+    """
+    best = record.verdict.best.trial_number if record.verdict.best else None
+    return _styled(
+        lambda: _time_series(record.time_series, record.verdict.goals.get("p99_ms"), best)
+    )
 
 
-def _time_series(series: Sequence[TimeSeries], goal: float | None) -> Figure | None:
+def _time_series(
+    series: Sequence[TimeSeries], goal: float | None, best_number: int | None
+) -> Figure | None:
     series = [s for s in series if s.points]
     if not series:
         return None
     fig, (ax_t, ax_p) = _figure(8.8, 3.2, ncols=2)
-    palette = [BASELINE, BEST, FEASIBLE, SECONDARY, "#8073ac", "#b35806"]
+    others = [FEASIBLE, SECONDARY, "#8073ac", "#b35806"]
     for i, s in enumerate(series):
-        color = (
-            BASELINE
-            if s.role == "baseline"
-            else BEST
-            if s.role == "best"
-            else palette[i % len(palette)]
-        )
-        style = "-" if not s.flags else "--"
+        if s.trial_number < 0:
+            color = BASELINE
+        elif s.trial_number == best_number:
+            color = BEST
+        else:
+            color = others[i % len(others)]
+        style = "-" if s.source == "validation" else "--"
         # Labels are built by the record from numbers and roles only (no run strings).
         label = s.label + (" (flagged)" if s.flags else "")
+        marker = "x" if s.flags else "o"
         xs = [p.end_s for p in s.points]
-        ax_t.plot(
-            xs,
-            [p.throughput_rps for p in s.points],
-            style,
-            marker="o",
-            ms=3,
-            color=color,
-            label=label,
-        )
-        ax_p.plot(
-            xs, [p.p99_ms for p in s.points], style, marker="o", ms=3, color=color, label=label
-        )
+        for ax, ys in (
+            (ax_t, [p.throughput_rps for p in s.points]),
+            (ax_p, [p.p99_ms for p in s.points]),
+        ):
+            ax.plot(xs, ys, style, marker=marker, ms=4, color=color, label=label)
     if goal:
         ax_p.axhline(float(goal), color=INFEASIBLE, linestyle="--", linewidth=1, label="p99 goal")
-    ax_t.set_xlabel("time into the measurement (s, window ends)")
-    ax_t.set_ylabel("throughput (req/s)")
-    ax_t.set_ylim(bottom=0)
-    ax_p.set_xlabel("time into the measurement (s, window ends)")
-    ax_p.set_ylabel("p99 (ms)")
-    ax_p.set_ylim(bottom=0)
-    ax_t.legend(loc="lower right", fontsize=8, frameon=False)
-    ax_p.legend(loc="upper right", fontsize=8, frameon=False)
+    for ax, name in ((ax_t, "throughput (req/s)"), (ax_p, "p99 (ms)")):
+        ax.set_xlabel("time into the measurement (s, window ends)")
+        ax.set_ylabel(name)
+        ax.set_ylim(bottom=0)
+    handles, labels = ax_p.get_legend_handles_labels()
+    # One legend under both panels: inside, it would hide the lines it explains.
+    fig.legend(
+        handles,
+        labels,
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncols=min(3, len(labels)),
+        fontsize=8,
+        frameon=False,
+    )
     alt = f"Per-window throughput and p99 of {len(series)} measurement(s)."
     return Figure("time_series", to_svg(fig, "time_series"), alt)
 
