@@ -378,6 +378,7 @@ class ModelRuntime:
             req.request_start_ns = time.monotonic_ns()
         ctx = _Context(callback)
         entry = Entry(req, batch_size, shape_key=key, context=ctx)
+        req.cancel_hook = self.scheduler.wake
         self.stats.pending_add(1)
         if self.cache is not None:
             lookup_start = time.monotonic_ns()

@@ -247,6 +247,11 @@ class Scheduler:
                 self._earliest_deadline = entry.deadline_ns
             self._cond.notify_all()
 
+    def wake(self) -> None:
+        """Make the batcher look at its queue now (e.g. a queued request was cancelled)."""
+        with self._cond:
+            self._cond.notify_all()
+
     def queued_count(self) -> int:
         """Requests waiting in the scheduler queue (not yet in a batch)."""
         with self._cond:

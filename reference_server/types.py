@@ -6,6 +6,7 @@ batches). BYTES tensors are numpy ``object`` arrays whose elements are ``bytes``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,10 +59,19 @@ class InferRequest:
     compute_input_end_ns: int = 0
     compute_output_start_ns: int = 0
     compute_end_ns: int = 0
+    #: Set by the core while the request is queued: wakes its scheduler on :meth:`cancel`.
+    cancel_hook: Callable[[], None] | None = field(default=None, repr=False)
 
     def cancel(self) -> None:
-        """Mark the request cancelled (the client went away); queued requests are dropped."""
+        """Mark the request cancelled (the client went away).
+
+        A queued request is then dropped and answered CANCELLED at once; setting
+        ``cancelled`` directly works too but is only noticed at the batcher's next look.
+        """
         self.cancelled = True
+        hook = self.cancel_hook
+        if hook is not None:
+            hook()
 
 
 @dataclass

@@ -207,7 +207,7 @@ def test_cancelled_while_queued(tmp_path: Path, make_server: ServerFactory) -> N
         "m",
         identity_config(
             "m",
-            "dynamic_batching { preferred_batch_size: [8] max_queue_delay_microseconds: 300000 "
+            "dynamic_batching { preferred_batch_size: [8] max_queue_delay_microseconds: 20000000 "
             "default_queue_policy { max_queue_size: 10 } }",
         ),
     )
@@ -215,10 +215,31 @@ def test_cancelled_while_queued(tmp_path: Path, make_server: ServerFactory) -> N
     col = Collector()
     req = request("m", 0.0, "gone")
     server.submit(req, col.callback("gone"))
+    wait_until(lambda: pending(server, "m") == 1)
     req.cancel()
-    col.wait(1)
+    col.wait(1, timeout=5)  # at once, not after the 20 s queue delay
     result = col.results["gone"]
     assert isinstance(result, ServerError) and result.code is Code.CANCELLED
     assert (
         metric(server, 'nv_inference_request_failure{model="m",reason="CANCELED",version="1"}') == 1
     )
+    assert pending(server, "m") == 0
+    stats = server.model_statistics("m")["model_stats"][0]["inference_stats"]
+    assert stats["fail"]["count"] == 1
+
+
+def test_unload_returns_before_in_flight_work_finishes(
+    tmp_path: Path, make_server: ServerFactory
+) -> None:
+    write_model(tmp_path, "m", identity_config("m", "dynamic_batching {}"))
+    server = make_server(models=("m",))
+    col = Collector()
+    server.submit(request("m", 4.0, "slow", delay_ms=400), col.callback("slow"))
+    wait_until(lambda: pending(server, "m") == 0)
+    server.unload_model("m")
+    assert server.repository_index() == [{"name": "m", "version": "1", "state": "UNLOADING"}]
+    assert "slow" not in col.results
+    col.wait(1)
+    result = col.results["slow"]
+    assert not isinstance(result, Exception), "in-flight request finished normally"
+    wait_until(lambda: server.repository_index()[0]["state"] == "UNAVAILABLE")
