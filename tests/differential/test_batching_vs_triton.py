@@ -27,6 +27,7 @@ from tests.support.differential import (
     Send,
     key_structure,
     metric_families,
+    model_series,
     run_scenario,
     settled_stats,
 )
@@ -438,6 +439,13 @@ def test_per_model_metric_families_match_triton(probes: dict[str, dict[str, Any]
     per_model = {name: kind for name, kind in triton.items() if name.startswith("nv_inference")}
     assert len(per_model) >= 10, sorted(triton)
     assert {name: reference.get(name) for name in per_model} == per_model
+    # The same series exist for the model: every counter, and all four failure reasons. The
+    # reference also exports nv_model_load_duration_secs, which Triton added after 2.51 (the
+    # spec follows 2.73); nothing else may differ.
+    ours = model_series(probes["reference"]["metrics"], "probe")
+    theirs = model_series(probes["triton"]["metrics"], "probe")
+    assert theirs <= ours
+    assert {series.split("{")[0] for series in ours - theirs} <= {"nv_model_load_duration_secs"}
     for sample in (
         'nv_inference_count{model="probe",version="1"} 2',
         'nv_inference_exec_count{model="probe",version="1"} 1',

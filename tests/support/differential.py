@@ -280,3 +280,16 @@ def metric_families(text: str) -> dict[str, str]:
             _, _, name, kind = line.split(maxsplit=3)
             families[name] = kind
     return families
+
+
+def model_series(text: str, model: str) -> set[str]:
+    """Series (``name{labels}``, labels sorted, value dropped) that carry ``model="<model>"``."""
+    series: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("#") or f'model="{model}"' not in line:
+            continue
+        head = line.rsplit(maxsplit=1)[0]
+        name, _, labels = head.partition("{")
+        parts = sorted(p for p in labels.rstrip("}").split(",") if p)
+        series.add(f"{name}{{{','.join(parts)}}}")
+    return series
