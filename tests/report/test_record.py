@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -334,3 +335,13 @@ def test_unbracketed_best_is_flagged(tmp_path: Path) -> None:
     assert best_curve.first_failing_rps is None
     assert best_curve.capacity_rps == pytest.approx(150.0)
     assert any("traffic.max_rate_rps (150 req/s)" in w for w in record.verdict.warnings)
+
+
+def test_recorded_command_is_shown_verbatim(planted_run: Path) -> None:
+    run = load_run(planted_run, importances=False)
+    state = dict(run.run_state or {})
+    state["command"] = ["perfsweep", "run", "--model", "resnet50", "--p99-ms", "40 ms; rm -rf /"]
+    record = build_record(dataclasses.replace(run, run_state=state))
+    assert record.provenance.command == "perfsweep run --model resnet50 --p99-ms '40 ms; rm -rf /'"
+    assert record.provenance.command_note == ""
+    assert "not recorded" in build_record(run).provenance.command_note
