@@ -9,6 +9,7 @@ models on that device) while host work overlaps, as on real hardware.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +17,8 @@ from dataclasses import dataclass, field
 
 from reference_server.backends.base import Backend
 from reference_server.scheduler import Batch, Scheduler
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -130,6 +133,9 @@ class ModelInstance:
         while (batch := self._scheduler.next_batch()) is not None:
             try:
                 self._run_batch(self, batch)
+            except Exception:
+                # A bug in one execution must not take the instance down with it.
+                logger.exception("instance %s failed to run a batch", self.spec.name)
             finally:
                 self.execution_count += 1
                 self._scheduler.batch_done()

@@ -8,6 +8,7 @@ The facade (:mod:`reference_server.core`) looks models up and calls :meth:`Model
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -29,6 +30,8 @@ from reference_server.stats import ModelMetrics, ModelStats, RequestTiming
 from reference_server.types import InferRequest, InferResponse
 
 Callback = Callable[[InferResponse | ServerError], None]
+
+logger = logging.getLogger(__name__)
 
 _SHAPE_NOTE = (
     "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension "
@@ -412,16 +415,16 @@ class ModelRuntime:
         self.stats.record_cache_hit(end - req.request_start_ns, 0, ctx.lookup_ns)
         if self.scheduler.preserve_ordering:
             slot = self.scheduler.reserve_slot()
-            self._sequencer.complete(slot, lambda: ctx.callback(resp))
+            self._sequencer.complete(slot, lambda: _deliver(ctx.callback, resp))
         else:
-            ctx.callback(resp)
+            _deliver(ctx.callback, resp)
 
     def _on_reject(self, entry: Entry, reason: str, error: ServerError) -> None:
         ctx = entry.context
         assert isinstance(ctx, _Context)
         self.stats.pending_add(-1)
         self.stats.record_failure(reason, entry.request.request_start_ns, time.monotonic_ns())
-        ctx.callback(error)
+        _deliver(ctx.callback, error)
 
     # ------------------------------------------------------------------ execution
 
@@ -497,9 +500,9 @@ class ModelRuntime:
             self.stats.record_success(timing, entry.batch_size, miss_ns)
         if entry.slot >= 0:
             final = out
-            self._sequencer.complete(entry.slot, lambda: ctx.callback(final))
+            self._sequencer.complete(entry.slot, lambda: _deliver(ctx.callback, final))
         else:
-            ctx.callback(out)
+            _deliver(ctx.callback, out)
 
     def _select_outputs(self, req: InferRequest, resp: InferResponse) -> InferResponse:
         if not req.requested_outputs:
@@ -544,6 +547,14 @@ class ModelRuntime:
     def pause(self, seconds: float) -> None:
         """Hold executions starting in the next ``seconds`` back (coordinated-omission tests)."""
         self.pause_gate.pause(seconds)
+
+
+def _deliver(callback: Callback, result: InferResponse | ServerError) -> None:
+    # A failing frontend callback must not kill the instance or batcher thread that runs it.
+    try:
+        callback(result)
+    except Exception:
+        logger.exception("response callback failed")
 
 
 def _datatype_of(array: np.ndarray) -> str:

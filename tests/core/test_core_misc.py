@@ -120,3 +120,17 @@ def test_delay_scheduler_env_is_read_at_the_edge() -> None:
     assert delay_scheduler_from_env({"TRITONSERVER_DELAY_SCHEDULER": "6"}) == 6
     assert delay_scheduler_from_env({}) == 0
     assert delay_scheduler_from_env({"TRITONSERVER_DELAY_SCHEDULER": "x"}) == 0
+
+
+def test_failing_callback_does_not_stop_the_model(
+    tmp_path: Path, make_server: ServerFactory
+) -> None:
+    write_model(tmp_path, "a", identity_config("a", "dynamic_batching {}"))
+    server = make_server(models=("a",))
+
+    def explode(result: object) -> None:
+        raise RuntimeError("frontend bug")
+
+    server.submit(request("a", 1.0), explode)
+    out = server.infer_sync(request("a", 2.0), 10)
+    assert out.outputs["OUTPUT0"].tolist() == [[2.0] * 4]
