@@ -2,8 +2,9 @@
 
 ::
 
-    record = build_record(load_run(run_dir))     # data (analyzer.report.record)
-    html = render_report(record)                 # figures + jinja2 (analyzer.report.render)
+    run = load_run(run_dir)          # read the run directory     (analyzer.report.load)
+    record = build_record(run)       # the typed record, pure      (analyzer.report.build, .record)
+    html = render_report(record)     # figures + jinja2           (analyzer.report.render)
 
 :func:`write_report` does both and writes ``report.html`` into the run directory; the sweep calls
 it when a run ends, and ``perfsweep report RUN_DIR`` re-renders. ``--compare`` renders two runs
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analyzer.report.record import ReportRecord, RunData, build_record, load_run
+from analyzer.report.build import build_record
+from analyzer.report.load import RunData, load_run
+from analyzer.report.record import ReportRecord
 from analyzer.results import write_atomic
 
 __all__ = [

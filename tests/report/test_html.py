@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.report import write_compare_report, write_report
+from analyzer.report import build_record, load_run, write_compare_report, write_report
 from analyzer.report.compare import build_comparison
-from analyzer.report.record import build_record, load_run
 from analyzer.report.render import embed_json
 from tests.report.conftest import HOSTILE
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.report.record import build_record, load_run
+from analyzer.report import build_record, load_run
 from analyzer.scenario import bundled_scenario, load_scenario
 from analyzer.sweep import run_sweep
 from tests.report.test_html import FIGURES, assert_no_external_urls, embedded, parse

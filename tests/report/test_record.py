@@ -11,12 +11,9 @@ from pathlib import Path
 import pytest
 
 from analyzer.errors import ResultFormatError
-from analyzer.report.record import (
-    PARAM_TO_KNOB,
-    build_record,
-    load_run,
-    pareto_front,
-)
+from analyzer.report import build_record, load_run
+from analyzer.report.build import pareto_front
+from analyzer.report.record import PARAM_TO_KNOB
 from analyzer.results import load_summary, load_trial_record
 from tests.report.conftest import HOSTILE, sweep_run_dir
 

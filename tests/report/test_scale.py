@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.measure import CapacitySpec, Goals
-from analyzer.report import write_report
-from analyzer.report.record import build_record, load_run
+from analyzer.report import build_record, load_run, write_report
 from analyzer.results import RunDirectory, environment, trial_row, utc_now, write_json
 from analyzer.scenario import load_scenario
 from analyzer.search import Knobs, Search, TrialOutcome

@@ -1,0 +1,135 @@
+"""Reading a run directory for the report (the only I/O of the record).
+
+Everything is parsed and nothing derived: :func:`analyzer.report.build.build_record` does that.
+Parameter importances come from the stored Optuna study through ``analyzer.search`` (the only
+optuna importer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from analyzer.errors import InputError, PerfsweepError
+from analyzer.results import RunDirectory, load_summary, load_trial_record, read_json
+
+
+@dataclass(frozen=True)
+class RunData:
+    """The raw contents of a run directory (parsed JSON and texts, nothing derived).
+
+    Attributes:
+        root: The run directory.
+        summary: summary.json.
+        trials: Trial records (baseline first, then by number).
+        run_state: run.json (None when absent).
+        validation: validation.json candidates (None when the file is absent).
+        best_config_text: best/config.pbtxt (None when no config met the goals).
+        baseline_config_text: baseline/config.pbtxt.
+        scenario_toml: scenario.toml as written by the sweep.
+        importances: Optuna parameter -> importance, or None.
+        importance_note: Why importances are missing (empty when present).
+    """
+
+    root: Path
+    summary: dict[str, Any]
+    trials: tuple[dict[str, Any], ...]
+    run_state: dict[str, Any] | None = None
+    validation: tuple[dict[str, Any], ...] | None = None
+    best_config_text: str | None = None
+    baseline_config_text: str | None = None
+    scenario_toml: str | None = None
+    importances: dict[str, float] | None = None
+    importance_note: str = ""
+
+
+def load_run(run_dir: Path, *, importances: bool = True) -> RunData:
+    """Read a run directory.
+
+    Args:
+        run_dir: A directory written by ``perfsweep run``.
+        importances: Compute parameter importances from the stored Optuna study (imports optuna).
+
+    Returns:
+        The parsed files.
+
+    Raises:
+        ResultFormatError: summary.json or a trial record is missing, damaged or of an unknown
+            format version.
+    """
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise InputError(f"{root} is not a directory; pass a run directory (reports/<run-id>)")
+    directory = RunDirectory(root)
+    summary = load_summary(directory.summary_json)
+    trials = []
+    paths = [directory.trial_dir(-1) / "measurement.json"]
+    paths += sorted((root / "trials").glob("*/measurement.json"))
+    for path in paths:
+        if path.exists():
+            trials.append(load_trial_record(path))
+    trials.sort(key=lambda r: int(r["number"]))
+    run_state = None
+    if directory.run_json.exists():
+        run_state = directory.read_run_state()
+    validation = None
+    if directory.validation_json.exists():
+        doc = read_json(directory.validation_json, "perfsweep.validation")
+        validation = tuple(doc.get("candidates", ()))
+    importance_values, note = None, ""
+    if importances:
+        importance_values, note = _importances(summary, run_state, root)
+    else:
+        note = "not computed (importances disabled)"
+    return RunData(
+        root=root,
+        summary=summary,
+        trials=tuple(trials),
+        run_state=run_state,
+        validation=validation,
+        best_config_text=_read_text(root, (summary.get("best") or {}).get("config_path")),
+        baseline_config_text=_read_text(root, (summary.get("baseline") or {}).get("config_path")),
+        scenario_toml=_read_text(root, "scenario.toml"),
+        importances=importance_values,
+        importance_note=note,
+    )
+
+
+def _read_text(root: Path, relative: str | None) -> str | None:
+    if not relative:
+        return None
+    path = (root / relative).resolve()
+    if not path.is_relative_to(root.resolve()):  # a summary must not point outside its run
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
+def _importances(
+    summary: Mapping[str, Any], run_state: Mapping[str, Any] | None, root: Path
+) -> tuple[dict[str, float] | None, str]:
+    """Importances from the stored study, or None and why not."""
+    storage = (run_state or {}).get("storage")
+    study_name = (run_state or {}).get("study_name") or (summary.get("study") or {}).get(
+        "study_name"
+    )
+    if not storage or not study_name:
+        return None, "not recorded: run.json names no study storage"
+    if "://" not in storage:
+        # run.json records the journal path as the sweep saw it; a moved directory (a CI
+        # artifact) still holds the journal next to run.json.
+        local = root / Path(storage).name
+        if not Path(storage).exists() and local.exists():
+            storage = str(local)
+        if not Path(storage).exists():
+            return None, f"not available: the study journal {Path(storage).name} is missing"
+    from analyzer.search import param_importances  # optuna: only when a report is built
+
+    try:
+        return param_importances(storage, study_name), ""
+    except PerfsweepError as exc:
+        return None, f"not available: {exc}"

@@ -1,0 +1,183 @@
+"""The verdict: headline, goals met, gain, and the warnings that say how far to trust them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from analyzer.report.record import (
+    ConfigResult,
+    LoadCurve,
+    ServerBreakdown,
+    TrialPoint,
+    ValidationRow,
+    Verdict,
+    as_float,
+)
+
+#: Search and validation throughput that differ by more than this fraction earn a warning.
+VALIDATION_DRIFT = 0.10
+
+
+def ceiling_warning(
+    summary: Mapping[str, Any], best: ConfigResult | None, curves: Sequence[LoadCurve]
+) -> str | None:
+    """A best config that never failed below the rate ceiling has an unknown true capacity."""
+    curve = next((c for c in curves if c.role == "best"), None)
+    if best is None or curve is None or curve.first_failing_rps is not None:
+        return None
+    traffic = (summary.get("scenario") or {}).get("traffic") or {}
+    ceiling = traffic.get("max_rate_rps")
+    where = f"traffic.max_rate_rps ({ceiling:g} req/s)" if ceiling else "the highest rate tried"
+    return (
+        f"The best config met the goals at every load tried, up to {where}: its real capacity "
+        "may be higher. Raise traffic.max_rate_rps (within what this load generator can send)."
+    )
+
+
+def explain(breakdown: Sequence[ServerBreakdown]) -> tuple[str, ...]:
+    """Why the best config serves more: batching, compute per request, queueing, instances.
+
+    Triton charges every request of a batch the whole execution's compute time, so compute per
+    request divided by the mean batch size is what one request really costs the device.
+    """
+    views = {b.role: b for b in breakdown}
+    base, best = views.get("baseline"), views.get("best")
+    if base is None or best is None:
+        return ()
+    out = [
+        f"Measured at each config's own operating point: {best.measured_at_rps:.0f} req/s for the "
+        f"best, {base.measured_at_rps:.0f} req/s for the baseline."
+    ]
+    out.append(
+        f"Batching: {best.avg_batch_size:.2f} requests per execution vs "
+        f"{base.avg_batch_size:.2f} for the baseline."
+    )
+    if best.avg_batch_size > 0 and base.avg_batch_size > 0:
+        cost_best = best.compute_infer_us / best.avg_batch_size / 1000
+        cost_base = base.compute_infer_us / base.avg_batch_size / 1000
+        out.append(
+            f"Device time per request (compute infer / mean batch): {cost_best:.3f} ms vs "
+            f"{cost_base:.3f} ms."
+        )
+    out.append(
+        f"Time queued per request: {best.queue_us / 1000:.3f} ms vs {base.queue_us / 1000:.3f} ms."
+    )
+    if best.instance_busy_pct is not None and base.instance_busy_pct is not None:
+        out.append(
+            f"Instances busy: {best.instance_busy_pct:.0f} % vs {base.instance_busy_pct:.0f} % "
+            "of the measurement."
+        )
+    return tuple(out)
+
+
+def _machine(env: Mapping[str, Any]) -> str:
+    gpus = env.get("gpu") or []
+    gpu = ", ".join(str(g) for g in gpus) if gpus else "no GPU"
+    return f"{env.get('host', '?')}: {env.get('cpu', '?')} x{env.get('cpu_count', '?')}, {gpu}"
+
+
+def build_verdict(
+    summary: Mapping[str, Any],
+    run_state: Mapping[str, Any] | None,
+    objective: str,
+    baseline: ConfigResult | None,
+    best: ConfigResult | None,
+    trials: Sequence[TrialPoint],
+    validation: Sequence[ValidationRow],
+) -> Verdict:
+    goals = dict(summary.get("goals") or {})
+    env = summary.get("environment") or {}
+    counts = dict(summary.get("trials") or {})
+    status = str((run_state or {}).get("status") or "unknown")
+    stop_reason = str(summary.get("stop_reason", ""))
+    gain = as_float(summary.get("gain"))
+    goals_met = best is not None and best.meets_goals
+    p99_goal = goals.get("p99_ms")
+
+    if best is None:
+        headline = f"No config met the goals (p99 ≤ {p99_goal} ms)."
+    elif objective == "latency":
+        headline = f"Best config: p99 {best.p99_ms:.1f} ms (goal ≤ {p99_goal} ms)"
+        if gain is not None and baseline is not None:
+            headline += f", {gain:.2f}x lower than the baseline's {baseline.p99_ms:.1f} ms."
+        else:
+            headline += "; the baseline missed the goals, so there is no gain to state."
+    else:
+        # Search numbers throughout (throughput, p99 and the gain come from one measurement);
+        # the validation's worst case is stated beside them, not mixed in.
+        headline = (
+            f"Best config serves {best.throughput_rps:.1f} req/s within p99 ≤ {p99_goal} ms "
+            f"(p99 {best.p99_ms:.1f} ms)"
+        )
+        if gain is not None and baseline is not None:
+            headline += f": {gain:.2f}x the baseline's {baseline.throughput_rps:.1f} req/s."
+        else:
+            headline += "; the baseline missed the goals, so there is no gain to state."
+        if best.validated_throughput_rps is not None:
+            headline += (
+                f" Re-measured in validation: {best.validated_throughput_rps:.1f} req/s "
+                "(worst repeat)."
+            )
+
+    warnings: list[str] = []
+    if status not in ("completed", "unknown"):
+        warnings.append(f"The run is {status}: the results cover only the trials that finished.")
+    if stop_reason == "interrupted":
+        warnings.append("The sweep was interrupted; resume it with `perfsweep run --resume`.")
+    if summary.get("device") == "sim":
+        warnings.append(
+            "Measured on the simulated device: latencies come from a latency profile, not real "
+            "hardware. Use them to compare configs, not as the accelerator's real capacity."
+        )
+    if baseline is not None and not baseline.meets_goals:
+        warnings.append("The baseline config missed the goals, so no gain over it is stated.")
+    failed = [t for t in trials if t.state != "complete"]
+    if failed:
+        reasons = "; ".join(dict.fromkeys((t.failure or "unknown")[:120] for t in failed[:3]))
+        warnings.append(f"{len(failed)} trial(s) failed: {reasons}")
+    invalid = [t.number for t in trials if t.valid is False]
+    if invalid:
+        warnings.append(
+            f"{len(invalid)} measurement(s) were generator-saturated (trials "
+            f"{_numbers_text(invalid)}): their numbers describe the load generator."
+        )
+    unstable = [t.number for t in trials if t.stable is False]
+    if unstable:
+        warnings.append(
+            f"{len(unstable)} measurement(s) did not stabilise (trials "
+            f"{_numbers_text(unstable)}): treat their numbers as rough."
+        )
+    for row in validation:
+        name = "The baseline" if row.trial_number < 0 else f"Trial {row.trial_number}"
+        if not row.all_meet_goals:
+            warnings.append(f"{name} missed the goals when re-measured in validation.")
+        elif row.search_throughput_rps and row.worst_rps is not None:
+            drift = abs(row.worst_rps - row.search_throughput_rps) / row.search_throughput_rps
+            if drift > VALIDATION_DRIFT:
+                warnings.append(
+                    f"{name}: validation measured {row.worst_rps:.1f} req/s "
+                    f"(worst case) vs {row.search_throughput_rps:.1f} req/s in the search "
+                    f"({drift:.0%} apart): measurements on this machine are noisy."
+                )
+    return Verdict(
+        model=str(summary.get("model", "")),
+        objective=objective,
+        goals=goals,
+        goals_met=goals_met,
+        headline=headline,
+        baseline=baseline,
+        best=best,
+        gain=gain,
+        device=str(summary.get("device", "")),
+        machine=_machine(env),
+        status=status,
+        stop_reason=stop_reason,
+        trials=counts,
+        warnings=tuple(warnings),
+    )
+
+
+def _numbers_text(numbers: Sequence[int], limit: int = 8) -> str:
+    shown = ", ".join("baseline" if n < 0 else str(n) for n in numbers[:limit])
+    return shown + (f" and {len(numbers) - limit} more" if len(numbers) > limit else "")
