@@ -300,12 +300,16 @@ class ModelRuntime:
             if out.name in seen:
                 raise fail(f"output '{out.name}' already exists in request")
             seen.add(out.name)
+        # As Triton 2.51 does it (checked against the binary): the names of a request whose
+        # input count is out of range are listed in reverse order and an empty "missing" list
+        # prints as "]"; with the count in range only unknown names are refused (no prefix),
+        # so a missing required input is not detected when an optional one stands in for it.
         given = list(req.inputs)
-        missing = [n for n in self._required if n not in req.inputs]
         n_all, n_req = len(self._inputs), len(self._required)
-        if missing or not n_req <= len(given) <= n_all:
-            got = "[" + ",".join(f"'{n}'" for n in given) + "]"
-            miss = "[" + ",".join(f"'{n}'" for n in missing) + "]"
+        if not n_req <= len(given) <= n_all:
+            missing = [n for n in self._required if n not in req.inputs]
+            got = "[" + ",".join(f"'{n}'" for n in reversed(given)) + "]"
+            miss = "[" + ",".join(f"'{n}'" for n in missing) + "]" if missing else "]"
             expected = (
                 f"expected {n_all} inputs"
                 if n_req == n_all
@@ -316,12 +320,15 @@ class ModelRuntime:
                 f"{got}, but missing required input(s) {miss}. Please provide all required "
                 "input(s)."
             )
+        for in_name in given:
+            if in_name not in self._inputs:
+                raise ServerError(
+                    f"unexpected inference input '{in_name}' for model '{name}'", Code.INVALID_ARG
+                )
         batching = self.config.max_batch_size > 0
         batch_size = 0
         for in_name, array in req.inputs.items():
-            spec = self._inputs.get(in_name)
-            if spec is None:
-                raise fail(f"unexpected inference input '{in_name}' for model '{name}'")
+            spec = self._inputs[in_name]
             if batching and not spec.is_shape_tensor:
                 if array.ndim == 0:
                     raise fail(

@@ -243,8 +243,18 @@ def test_validation_messages(tmp_path: Path, make_server: ServerFactory) -> None
     assert error(dtype).message.endswith(
         "inference input 'INPUT0' data-type is 'INT32', but model 'a' expects 'FP32'"
     )
-    unknown = InferRequest("a", inputs={"X": np.zeros((1, 4), np.float32)})
-    assert "expected 1 inputs but got 1 inputs for model 'a'" in error(unknown).message
+    # Triton 2.51's exact texts (no request-id prefix on this one).
+    unknown = InferRequest("a", id="u", inputs={"X": np.zeros((1, 4), np.float32)})
+    assert error(unknown).message == "unexpected inference input 'X' for model 'a'"
+    extra = InferRequest(
+        "a",
+        id="e",
+        inputs={"INPUT0": np.zeros((1, 4), np.float32), "X": np.zeros((1, 4), np.float32)},
+    )
+    assert error(extra).message == (
+        "[request id: e] expected 1 inputs but got 2 inputs for model 'a'. Got input(s) "
+        "['X','INPUT0'], but missing required input(s) ]. Please provide all required input(s)."
+    )
     stats = server.model_statistics("a")["model_stats"][0]["inference_stats"]
     assert stats["fail"]["count"] == 0 and stats["success"]["count"] == 0
 

@@ -1,0 +1,159 @@
+"""Core behaviours of the reference server against the real Triton 2.51, side by side.
+
+Both servers get the same models (Triton: Python-backend sleep model; reference: identity) and
+the same requests; the answers must match where this server follows Triton literally:
+
+* input-count and unknown-input validation (Triton 2.51's exact texts and quirks: names of an
+  out-of-range request listed in reverse, an empty "missing" list printed as ``]``, no request-id
+  prefix on an unknown name, and a missing required input accepted when an optional one makes
+  the count right);
+* load failures: the status, Triton's message as a prefix of ours (we append the reason Triton
+  only logs), the serving version staying READY, and the index reason of a load-stage failure;
+* reloads: statistics restart while the model's metric series keep counting.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from tritonclient.grpc import model_config_pb2 as mc
+
+from tests.support.real_triton import (
+    RealTriton,
+    TensorSpec,
+    TritonInstall,
+    sleep_model_config,
+)
+from tests.support.reference import ReferenceServer
+
+pytestmark = [pytest.mark.triton, pytest.mark.slow]
+
+TWO = sleep_model_config("two", inputs=(TensorSpec("INPUT0"), TensorSpec("INPUT1")))
+OPT = sleep_model_config(
+    "opt",
+    inputs=(TensorSpec("INPUT0"), TensorSpec("INPUT1", optional=True), TensorSpec("INPUT2")),
+)
+IDM = sleep_model_config("idm")
+Servers = tuple[RealTriton, ReferenceServer]
+
+
+@pytest.fixture(scope="module")
+def servers(
+    triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Servers]:
+    models = (TWO, OPT, IDM)
+    with (
+        RealTriton(triton_install, tmp_path_factory.mktemp("triton"), models=models) as triton,
+        ReferenceServer(tmp_path_factory.mktemp("reference"), models=models) as reference,
+    ):
+        yield triton, reference
+
+
+def _infer_body(names: list[str]) -> dict[str, Any]:
+    return {
+        "id": "q",
+        "inputs": [
+            {"name": n, "shape": [1, 16], "datatype": "FP32", "data": [0.0] * 16} for n in names
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("model", "names"),
+    [
+        ("two", ["INPUT0"]),
+        ("two", ["INPUT0", "INPUT1", "INPUTX"]),
+        ("two", ["INPUT1", "INPUTX", "INPUT0"]),
+        ("two", ["INPUT0", "INPUTX"]),
+        ("opt", ["INPUT1"]),
+        ("opt", []),
+        ("opt", ["INPUT0", "INPUT1"]),
+        ("opt", ["INPUT2", "INPUTZ"]),
+        ("two", ["INPUT1", "INPUT0"]),
+    ],
+)
+def test_input_validation_matches(servers: Servers, model: str, names: list[str]) -> None:
+    triton, reference = servers
+    path = f"/v2/models/{model}/infer"
+    expected = triton.http_status("POST", path, _infer_body(names))
+    assert reference.http_status("POST", path, _infer_body(names)) == expected
+
+
+def _broken(mutate: str) -> mc.ModelConfig:
+    cfg = mc.ModelConfig()
+    cfg.CopyFrom(IDM)
+    if mutate == "preferred":
+        cfg.dynamic_batching.preferred_batch_size.append(64)
+    elif mutate == "ordering":
+        cfg.dynamic_batching.preserve_ordering = True
+        cfg.dynamic_batching.priority_levels = 2
+        cfg.dynamic_batching.default_priority_level = 1
+    elif mutate == "gpu":
+        cfg.instance_group[0].kind = mc.ModelInstanceGroup.KIND_GPU
+    return cfg
+
+
+def _load(server: RealTriton | ReferenceServer, cfg: mc.ModelConfig) -> tuple[int, str]:
+    try:
+        server.load_model("idm", cfg)
+    except RuntimeError as exc:
+        status = int(str(exc).split("(", 1)[1].split(")", 1)[0])
+        return status, json.loads(str(exc).split("): ", 1)[1])["error"]
+    return 200, ""
+
+
+@pytest.mark.parametrize("mutate", ["preferred", "ordering", "gpu"])
+def test_failed_reload_matches_and_keeps_serving(servers: Servers, mutate: str) -> None:
+    triton, reference = servers
+    t_status, t_error = _load(triton, _broken(mutate))
+    r_status, r_error = _load(reference, _broken(mutate))
+    assert (r_status, r_error[: len(t_error)]) == (t_status, t_error)
+    assert t_status in (400, 500)
+    for server in servers:
+        _, body = server.http_status("POST", "/v2/repository/index", {})
+        entry = next(e for e in json.loads(body) if e["name"] == "idm")
+        assert entry == {"name": "idm", "version": "1", "state": "READY"}
+        assert server.http_status("POST", "/v2/models/idm/infer", _infer_body(["INPUT0"]))[0] == 200
+
+
+def test_load_stage_failure_reason_in_index_matches(servers: Servers) -> None:
+    cfg = sleep_model_config("gpuonly")
+    cfg.instance_group[0].kind = mc.ModelInstanceGroup.KIND_GPU
+    entries = []
+    for server in servers:
+        server.add_model(cfg)
+        status, _ = _load_named(server, "gpuonly")
+        assert status == 400
+        _, body = server.http_status("POST", "/v2/repository/index", {})
+        entries.append(next(e for e in json.loads(body) if e["name"] == "gpuonly"))
+    assert entries[1] == entries[0]
+    assert entries[0]["reason"].startswith("Invalid argument: instance group gpuonly_0")
+
+
+def _load_named(server: RealTriton | ReferenceServer, name: str) -> tuple[int, bytes]:
+    return server.http_status("POST", f"/v2/repository/models/{name}/load", {}, timeout_s=120)
+
+
+def test_reload_restarts_statistics_but_not_metrics(servers: Servers) -> None:
+    for server in servers:
+        server.load_model("idm", IDM)  # a fresh model object
+        for _ in range(3):
+            status, _ = server.http_status("POST", "/v2/models/idm/infer", _infer_body(["INPUT0"]))
+            assert status == 200
+        before = _success_metric(server)
+        cfg = mc.ModelConfig()
+        cfg.CopyFrom(IDM)
+        cfg.dynamic_batching.max_queue_delay_microseconds = 50
+        server.load_model("idm", cfg)
+        assert server.model_stats("idm")["inference_stats"]["success"]["count"] == 0
+        assert _success_metric(server) == before >= 3
+
+
+def _success_metric(server: RealTriton | ReferenceServer) -> float:
+    for line in server.metrics_text().splitlines():
+        if line.startswith('nv_inference_request_success{model="idm",version="1"}'):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("no success series for idm")
