@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -120,12 +122,28 @@ def delay_scheduler_from_env(environ: dict[str, str] | None = None) -> int:
 
 
 def detect_gpus() -> tuple[int, ...]:
-    """GPU ids visible through the NVIDIA driver (empty on CPU-only hosts)."""
+    """GPU ids visible through the NVIDIA driver (empty on CPU-only hosts).
+
+    Reads ``/proc/driver/nvidia/gpus``; where that is not mounted (some containers), asks
+    ``nvidia-smi -L``.
+    """
     root = Path("/proc/driver/nvidia/gpus")
     try:
-        return tuple(range(len(list(root.iterdir()))))
+        count = len(list(root.iterdir()))
+        if count:
+            return tuple(range(count))
     except OSError:
+        pass
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
         return ()
+    try:
+        listing = subprocess.run(
+            [smi, "-L"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return tuple(range(sum(1 for line in listing.splitlines() if line.startswith("GPU "))))
 
 
 @dataclass
