@@ -37,7 +37,7 @@ from reference_server.config import (
 from reference_server.errors import Code, ModelConfigError, ServerError
 from reference_server.instances import DeviceRegistry
 from reference_server.model import ModelRuntime, RuntimeOptions
-from reference_server.repository import ModelRepository, select_versions
+from reference_server.repository import DUPLICATE_REASON, ModelRepository, select_versions
 from reference_server.stats import MetricSource, TritonCollector, render_text
 from reference_server.types import InferRequest, InferResponse
 
@@ -421,7 +421,9 @@ class InferenceServer:
                 # Triton 2.51 leaves no index entry for a model refused at this stage; it is
                 # recorded here anyway (UNAVAILABLE + reason, as for load-stage failures) so
                 # that startup checks and users can see why a model is missing.
-                self._record_failure(name, f"{_code_phrase(exc.code)}: {exc.message}")
+                duplicate = exc.message == DUPLICATE_REASON
+                reason = exc.message if duplicate else f"{_code_phrase(exc.code)}: {exc.message}"
+                self._record_failure(name, reason)
                 # Triton answers only "failed to poll" and logs the reason; the reason is
                 # appended here so that clients see why (a deliberate, documented addition).
                 raise ServerError(
@@ -436,6 +438,12 @@ class InferenceServer:
             try:
                 validate_instance_groups(cfg, self.gpu_ids)
                 self._check_rate_limiter(cfg)
+                if cfg.HasField("sequence_batching"):
+                    raise ServerError(
+                        "sequence batching is not implemented by this server; use "
+                        "dynamic_batching (or no scheduler) for this model",
+                        Code.UNSUPPORTED,
+                    )
                 versions = select_versions(cfg, source.directory)
                 unchanged = (
                     not source.from_override

@@ -134,3 +134,32 @@ def test_failing_callback_does_not_stop_the_model(
     server.submit(request("a", 1.0), explode)
     out = server.infer_sync(request("a", 2.0), 10)
     assert out.outputs["OUTPUT0"].tolist() == [[2.0] * 4]
+
+
+def test_sequence_batching_refused_clearly(tmp_path: Path, make_server: ServerFactory) -> None:
+    write_model(tmp_path, "s", identity_config("s", "sequence_batching {}"))
+    server = make_server(models=())
+    with pytest.raises(ServerError, match="Unsupported: sequence batching is not implemented"):
+        server.load_model("s")
+
+
+def test_same_model_in_two_repositories(tmp_path: Path) -> None:
+    from reference_server.core import CoreOptions, InferenceServer
+
+    for repo in ("r1", "r2"):
+        write_model(tmp_path / repo, "dup", identity_config("dup"))
+    server = InferenceServer(
+        CoreOptions(model_repositories=(tmp_path / "r1", tmp_path / "r2"), startup_models=("dup",))
+    )
+    server.start()
+    try:
+        assert server.repository_index() == [
+            {
+                "name": "dup",
+                "version": "1",
+                "state": "UNAVAILABLE",
+                "reason": "model appears in two or more repositories",
+            }
+        ]
+    finally:
+        server.stop()
