@@ -553,6 +553,63 @@ def is_stable(windows: Sequence[WindowStats], stability_pct: float = 10.0, neede
     return True
 
 
+@dataclass(frozen=True)
+class GeneratorLimits:
+    """Above these the generator, not the server, decided a measurement (it is then invalid)."""
+
+    #: Busiest generator process's CPU over a window, percent of one core.
+    max_cpu_pct: float = 90.0
+    #: A request sent later than this after its intended time counts as late.
+    max_send_lag_ms: float = 10.0
+    #: Late requests tolerated: this fraction of those sent (and always at least 2).
+    max_late_fraction: float = 0.01
+    #: Open loop: requests offered must reach this fraction of the schedule (beyond Poisson noise).
+    min_offered_ratio: float = 0.95
+
+
+def generator_problems(
+    limits: GeneratorLimits,
+    open_loop: bool,
+    cpu_pct: float,
+    sent: int,
+    late: int,
+    expected_sent: float,
+    arrival: Arrival,
+) -> list[str]:
+    """Why a measurement is invalid (empty when the generator kept up).
+
+    Args:
+        limits: the thresholds.
+        open_loop: request-rate mode (lag and offered-rate rules apply only there).
+        cpu_pct: busiest generator process's CPU, percent of one core.
+        sent: requests dispatched in the measured windows.
+        late: how many of them left more than ``limits.max_send_lag_ms`` after their intended time.
+        expected_sent: requests the schedule asked for in those windows (0: skip that rule).
+        arrival: the schedule's distribution (Poisson counts vary by sqrt(n)).
+    """
+    problems = []
+    if cpu_pct > limits.max_cpu_pct:
+        problems.append(f"generator CPU {cpu_pct:.0f}% of a core > {limits.max_cpu_pct:g}%")
+    if not open_loop:
+        return problems
+    # One OS scheduling hiccup on a busy machine is not saturation: with few samples p99 is the
+    # maximum, so the rule counts late requests rather than reading the lag's p99.
+    if late > max(limits.max_late_fraction * sent, 2):
+        problems.append(f"{late} of {sent} requests sent over {limits.max_send_lag_ms:g} ms late")
+    if expected_sent > 0:
+        if arrival is Arrival.CONSTANT:
+            slack = (1 - limits.min_offered_ratio) * expected_sent + 2
+        else:  # only a shortfall beyond 3 sigma of a Poisson count is the generator's
+            slack = max(
+                (1 - limits.min_offered_ratio) * expected_sent, 3 * math.sqrt(expected_sent)
+            )
+        if sent < expected_sent - slack:
+            problems.append(
+                f"offered {sent} requests where the schedule asked for {expected_sent:.0f}"
+            )
+    return problems
+
+
 def meets_goals(m: Measurement, goals: Goals) -> tuple[bool, str]:
     """Whether a measurement meets ``goals``, and a one-line reason either way.
 

@@ -156,6 +156,44 @@ def server_view(before: ServerSnapshot, after: ServerSnapshot) -> ServerView | N
     return ServerView(**kwargs)
 
 
+def combine_views(views: list[ServerView | None]) -> ServerView | None:
+    """Combine per-window views into one: counts add, per-request times are re-weighted by
+    successes, the pending gauge is the last one. None when no window had a view."""
+    present = [v for v in views if v is not None]
+    if not present:
+        return None
+    success = sum(v.success_count for v in present)
+    executions = sum(v.execution_count for v in present)
+    inferences = sum(v.inference_count for v in present)
+
+    def weighted(attr: str) -> float:
+        return (
+            sum(getattr(v, attr) * v.success_count for v in present) / success if success else 0.0
+        )
+
+    batch_sizes: dict[int, int] = {}
+    failures: dict[str, int] = {}
+    for v in present:
+        for size, n in v.batch_sizes.items():
+            batch_sizes[size] = batch_sizes.get(size, 0) + n
+        for reason, n in v.failures_by_reason.items():
+            failures[reason] = failures.get(reason, 0) + n
+    return ServerView(
+        success_count=success,
+        failure_count=sum(v.failure_count for v in present),
+        failures_by_reason=failures,
+        inference_count=inferences,
+        execution_count=executions,
+        avg_batch_size=inferences / executions if executions else 0.0,
+        queue_us=weighted("queue_us"),
+        compute_input_us=weighted("compute_input_us"),
+        compute_infer_us=weighted("compute_infer_us"),
+        compute_output_us=weighted("compute_output_us"),
+        batch_sizes=batch_sizes,
+        pending_requests=present[-1].pending_requests,
+    )
+
+
 def _http_get(url: str, timeout_s: float) -> bytes:
     with urllib.request.urlopen(url, timeout=timeout_s) as resp:
         data: bytes = resp.read()

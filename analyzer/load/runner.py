@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import analyzer.load._gevent  # noqa: F401  (isort: skip) patch first
 import logging
-import math
 import os
 import socket
 import subprocess
@@ -45,25 +44,25 @@ from analyzer.load.users import (
     attach_context,
 )
 from analyzer.measure import (
-    Arrival,
     CapacityResult,
     CapacitySearch,
     CapacitySpec,
+    GeneratorLimits,
     LatencySummary,
     LoadMode,
     LoadSpec,
     Measurement,
-    ServerView,
     WindowStats,
     clearly_fails,
     count_above_us,
+    generator_problems,
     is_stable,
     meets_goals,
     merge_histograms,
     new_histogram,
     percentiles_us,
 )
-from analyzer.server_stats import ServerScraper, ServerSnapshot, server_view
+from analyzer.server_stats import ServerScraper, ServerSnapshot, combine_views, server_view
 
 log = logging.getLogger(__name__)
 
@@ -455,25 +454,19 @@ class LocustLoadGenerator:
         )
 
         messages: list[str] = []
-        problems: list[str] = []
-        if cpu > o.max_cpu_pct:
-            problems.append(f"generator CPU {cpu:.0f}% of a core > {o.max_cpu_pct:g}%")
-        late = count_above_us(total.lag, o.max_send_lag_ms * 1000.0)
-        # One OS scheduling hiccup on a busy machine is not saturation: with few samples p99 is
-        # the maximum, so the rule counts late requests (over 1 %, and at least 3 of them).
-        if open_loop and late > max(0.01 * total.dispatched, 2):
-            problems.append(
-                f"send-lag p99 {lag.p99_ms:.1f} ms; {late} requests sent over "
-                f"{o.max_send_lag_ms:g} ms late"
-            )
-        if open_loop and stopped_early is None and duration > 0:
-            expected = spec.target * duration
-            # Poisson counts vary by sqrt(n): only a shortfall beyond 3 sigma is the generator's.
-            slack = max((1 - o.min_offered_ratio) * expected, 3 * math.sqrt(expected))
-            if spec.arrival is Arrival.CONSTANT:
-                slack = (1 - o.min_offered_ratio) * expected + 2
-            if total.dispatched < expected - slack:
-                problems.append(f"offered {offered:.0f} req/s of the {spec.target:g} req/s target")
+        problems = generator_problems(
+            GeneratorLimits(
+                o.max_cpu_pct, o.max_send_lag_ms, min_offered_ratio=o.min_offered_ratio
+            ),
+            open_loop,
+            cpu,
+            total.dispatched,
+            count_above_us(total.lag, o.max_send_lag_ms * 1000.0),
+            spec.target * duration if open_loop and stopped_early is None else 0.0,
+            spec.arrival,
+        )
+        if problems and open_loop:
+            problems.append(f"send-lag p99 {lag.p99_ms:.1f} ms")
         if problems:
             messages.append(
                 "INVALID: the load generator was saturated ("
@@ -524,7 +517,7 @@ class LocustLoadGenerator:
             stable=stable,
             valid=not problems,
             send_lag_p99_ms=lag.p99_ms if open_loop else 0.0,
-            server=_sum_views([w.server for w in used]),
+            server=combine_views([w.server for w in used]),
             arrival=spec.arrival if open_loop else None,
             p999_ms=lat.p999_ms,
             mean_ms=lat.mean_ms,
@@ -601,40 +594,3 @@ class LocustLoadGenerator:
             bracketed=search.bracketed,
             message=message,
         )
-
-
-def _sum_views(views: list[ServerView | None]) -> ServerView | None:
-    """Combine per-window server views into one (counts add; per-request times re-weighted)."""
-    present = [v for v in views if v is not None]
-    if not present:
-        return None
-    success = sum(v.success_count for v in present)
-    executions = sum(v.execution_count for v in present)
-    inferences = sum(v.inference_count for v in present)
-
-    def weighted(attr: str) -> float:
-        return (
-            sum(getattr(v, attr) * v.success_count for v in present) / success if success else 0.0
-        )
-
-    batch_sizes: dict[int, int] = {}
-    failures: dict[str, int] = {}
-    for v in present:
-        for size, n in v.batch_sizes.items():
-            batch_sizes[size] = batch_sizes.get(size, 0) + n
-        for reason, n in v.failures_by_reason.items():
-            failures[reason] = failures.get(reason, 0) + n
-    return ServerView(
-        success_count=success,
-        failure_count=sum(v.failure_count for v in present),
-        failures_by_reason=failures,
-        inference_count=inferences,
-        execution_count=executions,
-        avg_batch_size=inferences / executions if executions else 0.0,
-        queue_us=weighted("queue_us"),
-        compute_input_us=weighted("compute_input_us"),
-        compute_infer_us=weighted("compute_infer_us"),
-        compute_output_us=weighted("compute_output_us"),
-        batch_sizes=batch_sizes,
-        pending_requests=present[-1].pending_requests,
-    )

@@ -13,6 +13,7 @@ from analyzer.measure import (
     CapacityResult,
     CapacitySearch,
     CapacitySpec,
+    GeneratorLimits,
     Goals,
     LatencySummary,
     LoadMode,
@@ -22,6 +23,7 @@ from analyzer.measure import (
     WindowStats,
     clearly_fails,
     count_above_us,
+    generator_problems,
     is_stable,
     load_output_dict,
     mean_us,
@@ -275,3 +277,26 @@ def test_load_output_is_versioned_and_round_trips() -> None:
     doc["format_version"] = 99
     with pytest.raises(ResultFormatError, match="re-run"):
         read_load_output(doc)
+
+
+# ---- generator self-checks -------------------------------------------------------------------
+
+
+def test_generator_problems_flag_cpu_lag_and_shortfall() -> None:
+    limits = GeneratorLimits()
+    ok = generator_problems(limits, True, 40.0, 1000, 5, 1000.0, Arrival.POISSON)
+    assert ok == []
+    assert "CPU 95%" in generator_problems(limits, False, 95.0, 1000, 0, 0.0, Arrival.POISSON)[0]
+    late = generator_problems(limits, True, 40.0, 1000, 11, 1000.0, Arrival.POISSON)
+    assert late and "11 of 1000" in late[0]
+    # two late requests out of 50 is a hiccup, three is a pattern
+    assert generator_problems(limits, True, 10.0, 50, 2, 50.0, Arrival.POISSON) == []
+    assert generator_problems(limits, True, 10.0, 50, 3, 50.0, Arrival.POISSON) != []
+    # Poisson counts: 90 of 100 expected is within 3 sigma; 850 of 1000 is not
+    assert generator_problems(limits, True, 10.0, 90, 0, 100.0, Arrival.POISSON) == []
+    assert generator_problems(limits, True, 10.0, 850, 0, 1000.0, Arrival.POISSON) != []
+    # constant arrivals are exact: 5 % slack plus 2
+    assert generator_problems(limits, True, 10.0, 93, 0, 100.0, Arrival.CONSTANT) == []
+    assert generator_problems(limits, True, 10.0, 92, 0, 100.0, Arrival.CONSTANT) != []
+    # closed loop: only CPU matters
+    assert generator_problems(limits, False, 10.0, 10, 10, 1000.0, Arrival.POISSON) == []

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from analyzer.measure import ServerView
 from analyzer.server_stats import (
     MetricsSnapshot,
     ServerScraper,
     ServerSnapshot,
     StatsSnapshot,
+    combine_views,
     parse_metrics,
     parse_model_stats,
     server_view,
@@ -136,3 +138,37 @@ def test_wait_drained_times_out_when_stats_keep_moving() -> None:
 def test_snapshot_records_are_plain_values() -> None:
     assert StatsSnapshot() == StatsSnapshot()
     assert MetricsSnapshot().pending_requests is None
+
+
+def test_combine_views_weights_times_by_successes() -> None:
+    a = ServerView(
+        success_count=100,
+        inference_count=100,
+        execution_count=100,
+        queue_us=100.0,
+        compute_infer_us=1000.0,
+        batch_sizes={1: 100},
+        failures_by_reason={"REJECTED": 1},
+        pending_requests=3,
+    )
+    b = ServerView(
+        success_count=300,
+        inference_count=300,
+        execution_count=75,
+        queue_us=500.0,
+        compute_infer_us=2000.0,
+        batch_sizes={4: 75},
+        failures_by_reason={"REJECTED": 2},
+        failure_count=2,
+        pending_requests=0,
+    )
+    c = combine_views([a, None, b])
+    assert c is not None
+    assert c.success_count == 400 and c.execution_count == 175
+    assert c.avg_batch_size == pytest.approx(400 / 175)
+    assert c.queue_us == pytest.approx((100 * 100 + 300 * 500) / 400)
+    assert c.compute_infer_us == pytest.approx((100 * 1000 + 300 * 2000) / 400)
+    assert c.batch_sizes == {1: 100, 4: 75}
+    assert c.failures_by_reason == {"REJECTED": 3} and c.failure_count == 2
+    assert c.pending_requests == 0
+    assert combine_views([None, None]) is None
