@@ -20,6 +20,7 @@ import pytest
 
 from tests.ui.support import (
     MODEL,
+    UI_READY,
     Child,
     child_env,
     http,
@@ -294,3 +295,38 @@ def test_workers_report_exact_latencies_to_the_dashboard(
         assert http("POST", base + "/stop")[0] == 200
     finally:
         assert child.stop() in (0, 130), child.tail()
+
+
+def test_managed_server_is_started_and_stopped_with_the_dashboard(tmp_path: Path) -> None:
+    repo = write_sim_model(tmp_path / "repo")
+    child = Child(
+        perfsweep(
+            "ui",
+            "--model-repository",
+            str(repo),
+            "--model",
+            MODEL,
+            "--device",
+            "sim",
+            "--web-port",
+            "0",
+            "--log-dir",
+            str(tmp_path / "ui"),
+        ),
+        tmp_path / "ui.log",
+    )
+    try:
+        target = child.wait_line("perfsweep ui: target ", 120).split()[3]
+        base = re.search(r"(http://\S+?)/ ", child.wait_line(UI_READY) + " ")
+        assert base, child.seen
+        doc = wait_for(lambda: (d := _doc(base.group(1)))["config"] and d, 30, "the model config")
+        assert doc["model"] == MODEL and doc["target"] == target
+        assert doc["config"]["max_batch_size"] == 8
+        assert doc["config"]["max_queue_delay_us"] == 1000
+        assert doc["server"]["pending_requests"] == 0  # metrics URL taken from the ready line
+        assert http("GET", f"{target}/v2/health/ready")[0] == 200
+    finally:
+        assert child.stop() in (0, 130), child.tail()
+    # SIGTERM to perfsweep ui stops Locust and the reference server it started.
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"{target}/v2/health/live", timeout=5)
