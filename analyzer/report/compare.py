@@ -19,9 +19,9 @@ from analyzer.report.figures import (
     INFEASIBLE,
     SECONDARY,
     Figure,
-    _figure,
-    _load_curves,
-    _styled,
+    load_curves_figure,
+    new_figure,
+    styled,
     to_svg,
 )
 from analyzer.report.record import (
@@ -29,7 +29,7 @@ from analyzer.report.record import (
     ConfigResult,
     LoadCurve,
     ReportRecord,
-    _jsonable,
+    jsonable,
 )
 
 #: Relative changes smaller than this are called "about the same" (measurement noise).
@@ -83,7 +83,7 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
-        return _jsonable(dataclasses.asdict(self))
+        return jsonable(dataclasses.asdict(self))
 
 
 def _identity(r: ReportRecord) -> RunIdentity:
@@ -251,14 +251,14 @@ def build_comparison(a: ReportRecord, b: ReportRecord) -> Comparison:
 
 def tradeoff_overlay(a: ReportRecord, b: ReportRecord) -> Figure | None:
     """Both runs' trials on one throughput-vs-p99 plot, bests marked."""
-    return _styled(lambda: _tradeoff_overlay(a, b))
+    return styled(lambda: _tradeoff_overlay(a, b))
 
 
 def _tradeoff_overlay(a: ReportRecord, b: ReportRecord) -> Figure | None:
     runs = [("A", a, BEST), ("B", b, SECONDARY)]
     if not any(t.throughput_rps is not None for _, r, _ in runs for t in r.trials):
         return None
-    fig, (ax,) = _figure(6.8, 4.2)
+    fig, (ax,) = new_figure(6.8, 4.2)
     for name, r, color in runs:
         pts = [t for t in r.trials if t.throughput_rps is not None and t.p99_ms is not None]
         ok = [t for t in pts if t.meets_goals]
@@ -316,8 +316,8 @@ def curves_overlay(a: ReportRecord, b: ReportRecord) -> Figure | None:
             if c.role == "best":
                 curves.append(dataclasses.replace(c, role=f"run {name} best"))
     goal = a.verdict.goals.get("p99_ms")
-    return _styled(
-        lambda: _load_curves(
+    return styled(
+        lambda: load_curves_figure(
             curves, goal, name="compare_curves", palette=(BEST, SECONDARY), by_role=False
         )
     )

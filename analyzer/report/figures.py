@@ -96,13 +96,15 @@ def _prefix_ids(svg: str, prefix: str) -> str:
     return _ID_REF.sub(swap, svg)
 
 
-def _figure(width: float = 6.4, height: float = 3.6, ncols: int = 1) -> tuple[MplFigure, list]:
+def new_figure(width: float = 6.4, height: float = 3.6, ncols: int = 1) -> tuple[MplFigure, list]:
+    """A figure with ``ncols`` axes in one row, in the report's style."""
     with plt.rc_context(_STYLE):
         fig, axes = plt.subplots(1, ncols, figsize=(width, height), squeeze=False)
     return fig, list(axes[0])
 
 
-def _styled(build: Callable[[], Figure | None]) -> Figure | None:
+def styled(build: Callable[[], Figure | None]) -> Figure | None:
+    """Run a figure builder under the report's matplotlib style."""
     with plt.rc_context(_STYLE):
         return build()
 
@@ -113,7 +115,7 @@ def _styled(build: Callable[[], Figure | None]) -> Figure | None:
 
 def throughput_vs_p99(record: ReportRecord) -> Figure | None:
     """Every complete trial: p99 (x) against throughput (y), SLO line, front, baseline and best."""
-    return _styled(lambda: _throughput_vs_p99(record))
+    return styled(lambda: _throughput_vs_p99(record))
 
 
 def _throughput_vs_p99(record: ReportRecord) -> Figure | None:
@@ -127,7 +129,7 @@ def _throughput_vs_p99(record: ReportRecord) -> Figure | None:
             for t in points
             if t.reference_p99_ms is not None
         ]
-    fig, (ax,) = _figure(6.8, 4.2)
+    fig, (ax,) = new_figure(6.8, 4.2)
     goal = record.verdict.goals.get("p99_ms")
     feasible = [t for t in points if t.meets_goals and t.number >= 0]
     infeasible = [t for t in points if not t.meets_goals and t.number >= 0]
@@ -205,7 +207,7 @@ def _mark(ax: Any, points: Sequence[TrialPoint], number: int, role: str) -> None
 
 def best_so_far(record: ReportRecord) -> Figure | None:
     """Each trial's objective value and the best feasible value so far, by trial number."""
-    return _styled(lambda: _best_so_far(record))
+    return styled(lambda: _best_so_far(record))
 
 
 def _best_so_far(record: ReportRecord) -> Figure | None:
@@ -213,7 +215,7 @@ def _best_so_far(record: ReportRecord) -> Figure | None:
     pts = [p for p in progress.points if p.value is not None]
     if not pts:
         return None
-    fig, (ax,) = _figure(6.8, 3.2)
+    fig, (ax,) = new_figure(6.8, 3.2)
     ax.scatter(
         [p.number for p in pts if p.meets_goals],
         [p.value for p in pts if p.meets_goals],
@@ -252,7 +254,7 @@ def _best_so_far(record: ReportRecord) -> Figure | None:
 
 def importance(record: ReportRecord) -> Figure | None:
     """Horizontal bars: Optuna's parameter importance per knob."""
-    return _styled(lambda: _importance(record))
+    return styled(lambda: _importance(record))
 
 
 def _importance(record: ReportRecord) -> Figure | None:
@@ -260,7 +262,7 @@ def _importance(record: ReportRecord) -> Figure | None:
     if not values:
         return None
     names = list(values)[::-1]
-    fig, (ax,) = _figure(6.0, 0.5 + 0.45 * len(names))
+    fig, (ax,) = new_figure(6.0, 0.5 + 0.45 * len(names))
     ax.barh(names, [values[n] for n in names], color=FEASIBLE)
     ax.set_xlabel("importance (PED-ANOVA, share of total)")
     ax.set_xlim(0, max(1.0, max(values.values())))
@@ -271,14 +273,14 @@ def _importance(record: ReportRecord) -> Figure | None:
 
 def slices(record: ReportRecord) -> Figure | None:
     """One panel per knob: the knob's value against the objective for every trial."""
-    return _styled(lambda: _slices(record))
+    return styled(lambda: _slices(record))
 
 
 def _slices(record: ReportRecord) -> Figure | None:
     knobs = [k for k, _ in KNOBS if k in record.progress.slices]
     if not knobs:
         return None
-    fig, axes = _figure(3.0 * len(knobs), 2.8, ncols=len(knobs))
+    fig, axes = new_figure(3.0 * len(knobs), 2.8, ncols=len(knobs))
     for ax, knob in zip(axes, knobs, strict=True):
         rows = record.progress.slices[knob]
         ok = [r for r in rows if r.meets_goals]
@@ -308,14 +310,14 @@ def _slices(record: ReportRecord) -> Figure | None:
 
 def latency_breakdown(record: ReportRecord) -> Figure | None:
     """Stacked bars: server queue and compute phases per request, baseline vs best."""
-    return _styled(lambda: _latency_breakdown(record))
+    return styled(lambda: _latency_breakdown(record))
 
 
 def _latency_breakdown(record: ReportRecord) -> Figure | None:
     views = list(record.breakdown)
     if not views:
         return None
-    fig, (ax,) = _figure(6.8, 0.9 + 0.6 * len(views))
+    fig, (ax,) = new_figure(6.8, 0.9 + 0.6 * len(views))
     phases = (
         ("queue", "queue_us", "#fdae61"),
         ("compute input", "compute_input_us", "#abd9e9"),
@@ -343,7 +345,7 @@ def _latency_breakdown(record: ReportRecord) -> Figure | None:
 
 def batch_sizes(record: ReportRecord) -> Figure | None:
     """Executions per batch size (share of all executions), baseline vs best."""
-    return _styled(lambda: _batch_sizes(record))
+    return styled(lambda: _batch_sizes(record))
 
 
 def _batch_sizes(record: ReportRecord) -> Figure | None:
@@ -351,7 +353,7 @@ def _batch_sizes(record: ReportRecord) -> Figure | None:
     if not views:
         return None
     sizes = sorted({s for v in views for s in v.batch_sizes})
-    fig, (ax,) = _figure(6.8, 3.0)
+    fig, (ax,) = new_figure(6.8, 3.0)
     width = 0.8 / len(views)
     positions = range(len(sizes))
     for i, v in enumerate(views):
@@ -379,20 +381,31 @@ def _batch_sizes(record: ReportRecord) -> Figure | None:
 
 def load_curves(record: ReportRecord) -> Figure | None:
     """Throughput and p99 against offered load for baseline and best, with the knee marked."""
-    return _styled(lambda: _load_curves(record.load_curves, record.verdict.goals.get("p99_ms")))
+    return styled(
+        lambda: load_curves_figure(record.load_curves, record.verdict.goals.get("p99_ms"))
+    )
 
 
-def _load_curves(
+def load_curves_figure(
     curves: Sequence[LoadCurve],
     goal: float | None,
     name: str = "load_curves",
     palette: Sequence[str] = (BASELINE, BEST, FEASIBLE, SECONDARY),
     by_role: bool = True,
 ) -> Figure | None:
+    """Throughput and p99 against offered load for ``curves`` (single run or comparison).
+
+    Args:
+        curves: The load curves to draw.
+        goal: The p99 goal (ms), drawn as a line.
+        name: Figure name (``data-figure`` and SVG id prefix).
+        palette: Colours in curve order.
+        by_role: Colour baseline grey and best green whatever the palette says.
+    """
     curves = [c for c in curves if c.points]
     if not curves:
         return None
-    fig, (ax_t, ax_p) = _figure(8.8, 3.4, ncols=2)
+    fig, (ax_t, ax_p) = new_figure(8.8, 3.4, ncols=2)
     for i, c in enumerate(curves):
         color = palette[i % len(palette)]
         if by_role:  # single run: the report's role colours; comparisons: one colour per curve
@@ -452,7 +465,7 @@ def time_series(record: ReportRecord) -> Figure | None:
     search dashed), and an ``x`` marker a measurement that failed its self-checks.
     """
     best = record.verdict.best.trial_number if record.verdict.best else None
-    return _styled(
+    return styled(
         lambda: _time_series(record.time_series, record.verdict.goals.get("p99_ms"), best)
     )
 
@@ -463,7 +476,7 @@ def _time_series(
     series = [s for s in series if s.points]
     if not series:
         return None
-    fig, (ax_t, ax_p) = _figure(8.8, 3.2, ncols=2)
+    fig, (ax_t, ax_p) = new_figure(8.8, 3.2, ncols=2)
     others = [FEASIBLE, SECONDARY, "#8073ac", "#b35806"]
     for i, s in enumerate(series):
         if s.trial_number < 0:
