@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -91,43 +92,63 @@ def environment_record(url: str, model: str, protocol: str, workers: int) -> dic
     }
 
 
+def _num(value: float) -> str:
+    """Three significant-ish digits that stay narrow: 3.21, 85.5, 1235."""
+    if value >= 100:
+        return f"{value:.0f}"
+    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+
+def _level(m: Measurement | LoadSpec) -> str:
+    return f"{m.target:g}/s" if m.mode is LoadMode.REQUEST_RATE else f"c={m.target:g}"
+
+
 def results_table(measurements: list[Measurement], title: str = "perfsweep load") -> Table:
-    """The final table: one row per load level."""
-    table = Table(title=title)
+    """The final table: one row per load level (fits 80 columns)."""
+    table = Table(
+        title=f"{title} (latency ms, server times us)",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1, 0, 0),
+        show_edge=False,
+    )
     for name in (
-        "mode",
-        "target",
+        "level",
         "req/s",
-        "p50 ms",
-        "p90 ms",
-        "p99 ms",
-        "requests",
-        "errors",
-        "lag p99 ms",
+        "p50",
+        "p90",
+        "p99",
+        "n",
+        "err",
+        "lag99",
         "batch",
-        "queue us",
-        "infer us",
-        "stable",
-        "valid",
+        "queue",
+        "infer",
+        "verdict",
     ):
-        table.add_column(name, justify="left" if name == "mode" else "right")
+        table.add_column(name, justify="left" if name in ("level", "verdict") else "right")
     for m in measurements:
         server = m.server
+        if not m.valid:
+            verdict = "[red]INVALID"
+        elif m.stopped_early:
+            verdict = "[yellow]stop"
+        elif not m.stable:
+            verdict = "[yellow]unst."
+        else:
+            verdict = "[green]ok"
         table.add_row(
-            "rate" if m.mode is LoadMode.REQUEST_RATE else "conc",
-            f"{m.target:g}",
-            f"{m.throughput_rps:.1f}",
-            f"{m.p50_ms:.2f}",
-            f"{m.p90_ms:.2f}",
-            f"{m.p99_ms:.2f}",
+            _level(m),
+            _num(m.throughput_rps),
+            _num(m.p50_ms),
+            _num(m.p90_ms),
+            _num(m.p99_ms),
             str(m.request_count),
             str(m.error_count),
-            f"{m.send_lag_p99_ms:.2f}" if m.mode is LoadMode.REQUEST_RATE else "-",
+            f"{m.send_lag_p99_ms:.1f}" if m.mode is LoadMode.REQUEST_RATE else "-",
             f"{server.avg_batch_size:.2f}" if server else "-",
             f"{server.queue_us:.0f}" if server else "-",
             f"{server.compute_infer_us:.0f}" if server else "-",
-            "yes" if m.stable else "[yellow]no",
-            "yes" if m.valid else "[red]NO",
+            verdict,
         )
     return table
 
@@ -141,7 +162,9 @@ class _LiveWindows:
         self.live = Live(self._render(), console=console, auto_refresh=False, transient=True)
 
     def _render(self) -> Table:
-        table = Table(title="windows (live)")
+        table = Table(
+            title="windows (live)", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False
+        )
         for name in (
             "level",
             "#",
@@ -156,7 +179,7 @@ class _LiveWindows:
             table.add_column(name, justify="right")
         for spec, w in self.rows[-10:]:
             table.add_row(
-                f"{spec.target:g}{'/s' if spec.mode is LoadMode.REQUEST_RATE else 'c'}",
+                _level(spec),
                 str(w.index),
                 f"{w.duration_s:.1f}",
                 f"{w.throughput_rps:.1f}",
