@@ -1,8 +1,8 @@
 """The search: knobs, their encoding, and the Optuna study behind the ask/tell loop.
 
 This is the only module that imports optuna. Everything else sees :class:`Knobs` (the searched part
-of a model config), :class:`SearchSpace` (a finite grid of knobs) and :class:`Search` (ask a
-trial, tell its outcome).
+of a model config, defined in ``analyzer.trial``), :class:`SearchSpace` (a finite grid of knobs)
+and :class:`Search` (ask a trial, tell its outcome).
 
 Encoding (why integers): every knob is an integer index, so no invalid config can be sampled and
 the sampler sees an ordered space::
@@ -33,63 +33,26 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from analyzer.errors import InputError
+from analyzer.trial import Knobs
+
+__all__ = [  # Knobs is defined in analyzer.trial (no optuna there) and re-exported here
+    "INTERRUPTED_REASON",
+    "AskedTrial",
+    "FinishedTrial",
+    "Knobs",
+    "Search",
+    "SearchSpace",
+    "TrialOutcome",
+    "delay_ladder",
+    "journal_storage",
+    "param_importances",
+    "preferred_sizes",
+]
 
 Direction = Literal["maximize", "minimize"]
 
 #: Reason recorded on trials that were RUNNING when a previous process died; they are re-run.
 INTERRUPTED_REASON = "interrupted: the run stopped during this trial; it is re-run on --resume"
-
-
-@dataclass(frozen=True)
-class Knobs:
-    """The searched part of a model config.
-
-    Attributes:
-        max_batch_size: Largest batch the scheduler forms (``max_batch_size``).
-        max_queue_delay_us: How long a request may wait for a batch to fill, microseconds.
-        preferred_batch_size: Batch sizes the scheduler dispatches as soon as it can form them.
-        instance_count: Model instances (``instance_group[0].count``).
-        dynamic_batching: False only for a baseline config without a dynamic batcher.
-    """
-
-    max_batch_size: int
-    max_queue_delay_us: int = 0
-    preferred_batch_size: tuple[int, ...] = ()
-    instance_count: int = 1
-    dynamic_batching: bool = True
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``config`` object of every result file (see docs/internals.md)."""
-        out: dict[str, Any] = {
-            "max_batch_size": self.max_batch_size,
-            "max_queue_delay_us": self.max_queue_delay_us,
-            "preferred_batch_size": list(self.preferred_batch_size),
-            "instance_count": self.instance_count,
-        }
-        if not self.dynamic_batching:
-            out["dynamic_batching"] = False
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Knobs:
-        """Inverse of :meth:`to_dict`."""
-        return cls(
-            max_batch_size=int(data["max_batch_size"]),
-            max_queue_delay_us=int(data["max_queue_delay_us"]),
-            preferred_batch_size=tuple(int(s) for s in data["preferred_batch_size"]),
-            instance_count=int(data["instance_count"]),
-            dynamic_batching=bool(data.get("dynamic_batching", True)),
-        )
-
-    def label(self) -> str:
-        """Short human label: ``mbs=16 delay=500us pref=[16,8] x2``."""
-        if not self.dynamic_batching:
-            return f"mbs={self.max_batch_size} no dynamic batching x{self.instance_count}"
-        pref = ",".join(str(s) for s in self.preferred_batch_size) or "-"
-        return (
-            f"mbs={self.max_batch_size} delay={self.max_queue_delay_us}us "
-            f"pref=[{pref}] x{self.instance_count}"
-        )
 
 
 def delay_ladder(low_us: int, high_us: int, steps: int) -> tuple[int, ...]:
