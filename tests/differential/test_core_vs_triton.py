@@ -9,7 +9,9 @@ the same requests; the answers must match where this server follows Triton liter
   the count right);
 * load failures: the status, Triton's message as a prefix of ours (we append the reason Triton
   only logs), the serving version staying READY, and the index reason of a load-stage failure;
-* reloads: statistics restart while the model's metric series keep counting.
+* reloads: statistics restart while the model's metric series keep counting;
+* scheduling the batching scenarios of ``test_batching_vs_triton.py`` do not cover:
+  non-prefetch queue overflow and the instance-side merge of prefetched batches.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from typing import Any
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
+from tests.support.differential import Send, run_scenario
 from tests.support.real_triton import (
     RealTriton,
     TensorSpec,
     TritonInstall,
+    dynamic_batching,
     sleep_model_config,
 )
 from tests.support.reference import ReferenceServer
@@ -157,3 +161,52 @@ def _success_metric(server: RealTriton | ReferenceServer) -> float:
         if line.startswith('nv_inference_request_success{model="idm",version="1"}'):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError("no success series for idm")
+
+
+# ----------------------------------------------------------------------------- scheduling
+
+SCENARIOS = {
+    # §11 B.15: non-prefetch (max_queue_size) keeps waiting requests in the queue, so with the
+    # instance busy on a batch of 8, exactly 2 of 10 more requests overflow max_queue_size 8.
+    "queue_full_non_prefetch": (
+        sleep_model_config(
+            "qfull",
+            dynamic_batching=dynamic_batching(preferred=(8,), max_queue_size=8),
+            execute_delay_ms=300,
+        ),
+        [Send(batch=8), *(Send(batch=1, pause_s=0.1 if i == 0 else 0.0) for i in range(10))],
+    ),
+    # §3.6: a sealed batch of 3 and a later batch of 1 wait behind a busy instance; the
+    # instance takes both as one execution of 4 because the second one's delay expired.
+    "instance_merges_prefetched": (
+        sleep_model_config(
+            "merge",
+            dynamic_batching=dynamic_batching(preferred=(2,), max_queue_delay_us=50_000),
+            execute_delay_ms=500,
+        ),
+        [Send(), Send(pause_s=0.1), Send(), Send(), Send(pause_s=0.1)],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_scheduling_scenario_matches(
+    name: str, triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    config, sends = SCENARIOS[name]
+    observed = {}
+    for kind in ("triton", "reference"):
+        workdir = tmp_path_factory.mktemp(f"{name}-{kind}")
+        server = (
+            RealTriton(triton_install, workdir, models=(config,))
+            if kind == "triton"
+            else ReferenceServer(workdir, models=(config,))
+        )
+        with server:
+            observed[kind] = run_scenario(server, config.name, config, sends)
+    triton, reference = observed["triton"], observed["reference"]
+    assert reference.batch_stats == triton.batch_stats
+    assert reference.execution_count == triton.execution_count
+    assert len(reference.errors) == len(triton.errors)
+    assert set(reference.errors.values()) == set(triton.errors.values())
+    assert [len(g) for g in reference.groups] == [len(g) for g in triton.groups]
