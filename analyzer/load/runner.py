@@ -360,14 +360,16 @@ class LocustLoadGenerator:
         o = self.options
         gevent.sleep(spec.warmup_s)
         backend.collect()  # warm-up samples are dropped, never mixed with measured ones
+        # A window spans from one collect to another, so no request falls between windows.
+        current = _Window(time.monotonic(), server_before=self._snapshot())
         windows: list[WindowStats] = []
         ticks: list[Tick] = []
-        current = _Window(time.monotonic(), server_before=self._snapshot())
         bound = spec.in_flight_bound()
         while True:
             gevent.sleep(o.tick_s)
             current.tick.add(backend.collect())
-            elapsed = time.monotonic() - current.started
+            collected_at = time.monotonic()
+            elapsed = collected_at - current.started
             if spec.fail_fast is not None:
                 tick = current.tick
                 reason = clearly_fails(
@@ -379,7 +381,8 @@ class LocustLoadGenerator:
                     bound,
                 )
                 if reason is not None:
-                    windows.append(self._close_window(len(windows), current, elapsed, spec))
+                    stats, _ = self._close_window(len(windows), current, elapsed, spec)
+                    windows.append(stats)
                     ticks.append(current.tick)
                     return windows, ticks, reason
             if spec.window_requests is not None:
@@ -390,28 +393,28 @@ class LocustLoadGenerator:
                 done = elapsed >= spec.window_s
             if not done:
                 continue
-            windows.append(self._close_window(len(windows), current, elapsed, spec))
+            stats, after = self._close_window(len(windows), current, elapsed, spec)
+            windows.append(stats)
             ticks.append(current.tick)
             if o.on_window is not None:
-                o.on_window(spec, windows[-1])
+                o.on_window(spec, stats)
             if is_stable(windows, spec.stability_pct, spec.stable_windows):
                 break
             if len(windows) >= spec.max_windows:
                 break
-            current = _Window(time.monotonic(), server_before=self._last_after)
-        n = spec.stable_windows
-        return windows, ticks[-n:], None
+            current = _Window(collected_at, server_before=after)
+        return windows, ticks[-spec.stable_windows :], None
 
-    _last_after: ServerSnapshot | None = None
-
-    def _close_window(self, index: int, w: _Window, elapsed: float, spec: LoadSpec) -> WindowStats:
+    def _close_window(
+        self, index: int, w: _Window, elapsed: float, spec: LoadSpec
+    ) -> tuple[WindowStats, ServerSnapshot | None]:
+        """The window's record, and the server snapshot that closes it (the next one's start)."""
         after = self._snapshot()
-        self._last_after = after
         view = server_view(w.server_before, after) if w.server_before and after else None
         t = w.tick
         lat = LatencySummary.from_histogram(t.latency)
         lag = LatencySummary.from_histogram(t.lag)
-        return WindowStats(
+        stats = WindowStats(
             index=index,
             duration_s=elapsed,
             request_count=t.completed,
@@ -426,6 +429,7 @@ class LocustLoadGenerator:
             max_in_flight=t.max_in_flight,
             server=view,
         )
+        return stats, after
 
     def _result(
         self,
