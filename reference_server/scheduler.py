@@ -106,7 +106,6 @@ class Scheduler:
         preserve_ordering: Number each request when it enters a batch (``Entry.slot``).
         on_reject: Called (outside the lock) for requests dropped from the queue, with the
             failure reason (``"REJECTED"`` / ``"CANCELED"``) and the error to answer.
-        on_dispatch: Called under the lock when requests move into a batch (keep it cheap).
         delay_count: ``TRITONSERVER_DELAY_SCHEDULER``: hold the batcher until this many
             requests are queued (0 = off).
         clock_ns: Monotonic clock (injectable for tests).
@@ -124,7 +123,6 @@ class Scheduler:
         instance_count: int = 1,
         preserve_ordering: bool = False,
         on_reject: RejectCallback | None = None,
-        on_dispatch: Callable[[list[Entry]], None] | None = None,
         delay_count: int = 0,
         clock_ns: Callable[[], int] = time.monotonic_ns,
     ) -> None:
@@ -137,7 +135,6 @@ class Scheduler:
         self.instance_count = instance_count
         self.preserve_ordering = preserve_ordering
         self._on_reject = on_reject
-        self._on_dispatch = on_dispatch
         self._delay_count = delay_count
         self._clock = clock_ns
         # §3.5: prefetching (forming batches while every instance is busy) only without
@@ -179,10 +176,6 @@ class Scheduler:
         """Wait for the batcher thread to finish draining."""
         if self._thread is not None:
             self._thread.join(timeout)
-
-    @property
-    def accepting(self) -> bool:
-        return self._accepting
 
     # ---------------------------------------------------------------- producer side
 
@@ -317,8 +310,6 @@ class Scheduler:
             for entry in entries:
                 entry.slot = self._next_slot
                 self._next_slot += 1
-        if self._on_dispatch is not None:
-            self._on_dispatch(entries)
 
     def _batcher_loop(self) -> None:
         assert self.params is not None
