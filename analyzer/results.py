@@ -47,6 +47,15 @@ TRIAL_COLUMNS = (
 _PACKAGES = ("perfsweep", "optuna", "locust", "tritonclient", "onnxruntime", "numpy", "pandas")
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
+
+
 def utc_now() -> str:
     """Current time, ISO-8601 UTC with seconds."""
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
@@ -63,6 +72,8 @@ def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        # mkstemp creates 0600; results are ordinary files, readable as the umask allows.
+        os.chmod(tmp, 0o666 & ~_UMASK)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

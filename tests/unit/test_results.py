@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -80,6 +81,9 @@ def test_trial_records_and_csv_are_written_per_trial(tmp_path: Path) -> None:
     again = RunDirectory(tmp_path)
     assert [r["number"] for r in again.load_existing_trials()] == [-1, 1, 3]
     assert not list(tmp_path.rglob(".*.json.*"))  # no temp files left behind
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "trials.csv").stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's 0600
 
 
 def test_loaders_refuse_unknown_versions_and_kinds(tmp_path: Path) -> None:
