@@ -104,7 +104,7 @@ def test_prefetch_growth_while_instance_busy(tmp_path: Path, make_server: Server
     write_model(tmp_path, "m", identity_config("m", "dynamic_batching {}"))
     server = make_server()
     col = Collector()
-    server.submit(request("m", 0.0, "slow", delay_ms=400), col.callback("slow"))
+    server.submit(request("m", 0.0, "slow", delay_ms=1000), col.callback("slow"))
     wait_until(lambda: pending(server, "m") == 0)  # the slow one is executing
     for i in range(5):
         server.submit(request("m", float(i), str(i)), col.callback(str(i)))
@@ -258,7 +258,7 @@ def test_instance_merges_prefetched_batches_older_than_delay(
     )
     server = make_server()
     col = Collector()
-    server.submit(request("m", 0.0, "busy", delay_ms=500), col.callback("busy"))
+    server.submit(request("m", 0.0, "busy", delay_ms=1000), col.callback("busy"))
     wait_until(lambda: pending(server, "m") == 0)
     for i in range(3):  # -> one sealed batch of 3 (preferred 2 + the §3.4 absorb quirk)
         server.submit(request("m", float(i), str(i)), col.callback(str(i)))

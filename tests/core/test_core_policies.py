@@ -121,7 +121,7 @@ def test_delay_timeout_moves_request_behind(tmp_path: Path, make_server: ServerF
         "m",
         identity_config(
             "m",
-            "dynamic_batching { preferred_batch_size: [4, 8] max_queue_delay_microseconds: 600000 "
+            "dynamic_batching { preferred_batch_size: [4, 8] max_queue_delay_microseconds: 1000000 "
             "default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 100000 } }",
         ),
     )
@@ -135,7 +135,7 @@ def test_delay_timeout_moves_request_behind(tmp_path: Path, make_server: ServerF
     col.wait(3)
     assert col.order[-1] == "a"
     assert all(not isinstance(r, Exception) for r in col.results.values())
-    assert col.times["a"] - start >= 0.59, "the delayed request waited for the queue delay"
+    assert col.times["a"] - start >= 0.99, "the delayed request waited for the queue delay"
     assert batch_stats(server, "m") == {1: 1, 4: 1}
 
 
@@ -152,14 +152,12 @@ def test_timeout_override_shortens_only(tmp_path: Path, make_server: ServerFacto
     server = make_server()
     col = Collector()
     start = time.monotonic()
-    server.submit(request("m", 0.0, "short", timeout_us=100_000), col.callback("short"))
-    col.wait(1, timeout=5)
-    assert isinstance(col.results["short"], ServerError)
-    assert 0.09 <= col.times["short"] - start < 0.9, "100 ms override honoured, not 1 s"
-    start = time.monotonic()
     server.submit(request("m", 0.0, "long", timeout_us=10_000_000), col.callback("long"))
-    col.wait(2, timeout=5)
-    assert isinstance(col.results["long"], ServerError)
+    server.submit(request("m", 0.0, "short", timeout_us=100_000), col.callback("short"))
+    col.wait(2, timeout=10)
+    assert all(isinstance(r, ServerError) for r in col.results.values())
+    assert col.order == ["short", "long"], "100 ms override honoured, 10 s capped at 1 s"
+    assert col.times["short"] - start >= 0.09
     assert col.times["long"] - start >= 0.95, "10 s ignored: the 1 s default applies"
 
 

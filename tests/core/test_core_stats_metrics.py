@@ -110,7 +110,7 @@ def test_pending_gauge_rises_and_returns_to_zero(
 ) -> None:
     write_model(tmp_path, "a", identity_config("a"))
     server = make_server(models=("a",))
-    server.pause_device("a", 0.4)
+    server.pause_device("a", 1.0)
     col = Collector()
     server.submit(request("a", 0.0, "0"), col.callback("0"))
     for i in range(1, 4):
