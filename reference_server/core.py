@@ -38,7 +38,7 @@ from reference_server.errors import Code, ModelConfigError, ServerError
 from reference_server.instances import DeviceRegistry
 from reference_server.model import ModelRuntime, RuntimeOptions
 from reference_server.repository import DUPLICATE_REASON, ModelRepository, select_versions
-from reference_server.stats import MetricSource, TritonCollector, render_text
+from reference_server.stats import MetricSource, ModelMetrics, TritonCollector, render_text
 from reference_server.types import InferRequest, InferResponse
 
 READY = "READY"
@@ -82,6 +82,10 @@ class CoreOptions:
         strict_readiness: Server not ready while a model failed to load.
         device: Default device of onnxruntime models (``"cpu"``, ``"cuda"`` or ``"auto"``)
             unless their config sets the ``device`` parameter.
+        metrics_counter_latencies: ``--metrics-config counter_latencies`` (Triton quirk: false
+            freezes every per-model counter).
+        metrics_histogram_latencies: ``--metrics-config histogram_latencies``: publish
+            ``nv_inference_first_response_histogram_ms``.
     """
 
     model_repositories: tuple[Path, ...] = ()
@@ -93,6 +97,8 @@ class CoreOptions:
     gpu_ids: tuple[int, ...] | None = None
     strict_readiness: bool = True
     device: str = "auto"
+    metrics_counter_latencies: bool = True
+    metrics_histogram_latencies: bool = False
 
 
 #: Triton's ``Status::CodeString`` phrases, used in load-failure reasons.
@@ -460,7 +466,14 @@ class InferenceServer:
                         if v not in current:
                             st.versions[v] = (LOADING, "")
                 for version, path in versions:
-                    metrics = current[version].stats.metrics if version in current else None
+                    metrics = (
+                        current[version].stats.metrics
+                        if version in current
+                        else ModelMetrics(
+                            counters=self.options.metrics_counter_latencies,
+                            histogram=self.options.metrics_histogram_latencies,
+                        )
+                    )
                     runtime = ModelRuntime(cfg, version, path, self._runtime_options, metrics)
                     runtime.load()
                     new[version] = runtime

@@ -11,6 +11,7 @@ counters to ``<name>_total``, so :func:`render_text` writes the exposition text 
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 import time
@@ -22,6 +23,9 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+#: Default bucket bounds of ``nv_inference_first_response_histogram_ms``.
+HISTOGRAM_BUCKETS_MS = (100, 500, 2000, 5000)
+_HISTOGRAM = "nv_inference_first_response_histogram_ms"
 
 
 @dataclass
@@ -65,10 +69,21 @@ class ModelMetrics:
     Unlike :class:`ModelStats`, these outlive a reload: Triton keeps a model's metric series
     (same labels) across reloads and removes them only on unload, while the statistics
     extension starts again from zero with the new model object.
+
+    Args:
+        counters: ``--metrics-config counter_latencies``. Triton quirk kept: when false, every
+            per-model counter stops (not only the latency ones).
+        histogram: ``--metrics-config histogram_latencies``: also keep
+            ``nv_inference_first_response_histogram_ms`` (buckets 100/500/2000/5000 ms).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, counters: bool = True, histogram: bool = False) -> None:
         self._lock = threading.Lock()
+        self.counters = counters
+        self.histogram: list[int] | None = (
+            [0] * (len(HISTOGRAM_BUCKETS_MS) + 1) if histogram else None
+        )
+        self.histogram_sum_ms = 0.0
         self.success = 0
         self.failures: dict[str, int] = dict.fromkeys(FAILURE_REASONS, 0)
         self.inference_count = 0
@@ -108,6 +123,8 @@ class ModelMetrics:
         durations_ns: dict[str, int] | None = None,
     ) -> None:
         """Add one event's counts and durations (ns, keyed like ``us``)."""
+        if not self.counters:
+            return
         with self._lock:
             self.success += success
             self.inference_count += inferences
@@ -119,10 +136,21 @@ class ModelMetrics:
             for key, ns in (durations_ns or {}).items():
                 self.us[key] += max(0, ns) // 1000
 
+    def observe_first_response(self, duration_ns: int) -> None:
+        """One request's time to its first response (histogram; ms, truncated like Triton)."""
+        if self.histogram is None:
+            return
+        ms = max(0, duration_ns) // 1_000_000
+        with self._lock:
+            self.histogram[bisect.bisect_left(HISTOGRAM_BUCKETS_MS, ms)] += 1
+            self.histogram_sum_ms += ms
+
     def snapshot(self) -> dict[str, Any]:
         """All values in one consistent read."""
         with self._lock:
             return {
+                "histogram": None if self.histogram is None else list(self.histogram),
+                "histogram_sum_ms": self.histogram_sum_ms,
                 "success": self.success,
                 "failures": dict(self.failures),
                 "inference_count": self.inference_count,
@@ -207,6 +235,7 @@ class ModelStats:
             cache_miss=bool(cache_miss_ns),
             durations_ns=durations,
         )
+        self.metrics.observe_first_response(request_ns)
 
     def record_cache_hit(self, request_ns: int, queue_ns: int, lookup_ns: int) -> None:
         """A request answered from the response cache (§4): no execution, no inference."""
@@ -219,6 +248,7 @@ class ModelStats:
             cache_hit=True,
             durations_ns={"request": request_ns, "queue": queue_ns, "cache_hit": lookup_ns},
         )
+        self.metrics.observe_first_response(request_ns)
 
     def record_failure(self, reason: str, request_start_ns: int, end_ns: int) -> None:
         """An accepted request failed (timeout, cancellation, backend error)."""
@@ -392,6 +422,9 @@ class TritonCollector(Collector):
             name: Metric(name, help_, typ) for name, typ, help_ in _CACHE_MODEL_METRICS
         }
         any_cache = False
+        histogram = Metric(
+            _HISTOGRAM, "Duration from request to first response in milliseconds", "histogram"
+        )
         for src in self._sources():
             snap = src.metrics.snapshot()
             labels = {"model": src.name, "version": src.version}
@@ -417,6 +450,16 @@ class TritonCollector(Collector):
                     {**labels, "reason": reason},
                     snap["failures"].get(reason, 0),
                 )
+            if snap["histogram"] is not None:
+                cumulative = 0
+                bounds = [str(b) for b in HISTOGRAM_BUCKETS_MS] + ["+Inf"]
+                for bound, count in zip(bounds, snap["histogram"], strict=True):
+                    cumulative += count
+                    histogram.add_sample(
+                        f"{_HISTOGRAM}_bucket", {**labels, "le": bound}, cumulative
+                    )
+                histogram.add_sample(f"{_HISTOGRAM}_sum", labels, snap["histogram_sum_ms"])
+                histogram.add_sample(f"{_HISTOGRAM}_count", labels, cumulative)
             if src.cache_enabled:
                 any_cache = True
                 cache_values = {
@@ -428,6 +471,8 @@ class TritonCollector(Collector):
                 for name, value in cache_values.items():
                     cache_families[name].add_sample(name, labels, value)
         yield from families.values()
+        if histogram.samples:
+            yield histogram
         if any_cache:
             yield from cache_families.values()
         gauges = self._cache_gauges() if self._cache_gauges else None
@@ -469,9 +514,9 @@ def render_text(registry: CollectorRegistry) -> str:
         lines.append(f"# TYPE {metric.name} {mtype}")
         for sample in metric.samples:
             if sample.labels:
-                body = ",".join(
-                    f'{k}="{_escape_label(str(v))}"' for k, v in sorted(sample.labels.items())
-                )
+                # Sorted like Triton's labels, but "le" last as Prometheus clients expect.
+                ordered = sorted(sample.labels.items(), key=lambda kv: (kv[0] == "le", kv[0]))
+                body = ",".join(f'{k}="{_escape_label(str(v))}"' for k, v in ordered)
                 lines.append(f"{sample.name}{{{body}}} {_format_value(sample.value)}")
             else:
                 lines.append(f"{sample.name} {_format_value(sample.value)}")

@@ -149,3 +149,37 @@ def test_registry_is_per_server(tmp_path: Path) -> None:
     finally:
         one.stop()
         two.stop()
+
+
+def test_histogram_latencies_option(tmp_path: Path, make_server: ServerFactory) -> None:
+    write_model(
+        tmp_path,
+        "a",
+        identity_config(
+            "a", 'parameters { key: "execute_delay_ms" value { string_value: "120" } }'
+        ),
+    )
+    server = make_server(models=("a",), metrics_histogram_latencies=True)
+    server.infer_sync(request("a", 1.0), 10)
+    server.infer_sync(request("a", 2.0), 10)
+    text = server.metrics_text()
+    name = "nv_inference_first_response_histogram_ms"
+    assert f"# TYPE {name} histogram" in text
+    # Each request took >= 120 ms: both land above the 100 ms bucket.
+    assert f'{name}_bucket{{model="a",version="1",le="100"}} 0' in text
+    assert f'{name}_bucket{{model="a",version="1",le="+Inf"}} 2' in text
+    assert f'{name}_count{{model="a",version="1"}} 2' in text
+    assert metric(server, f'{name}_sum{{model="a",version="1"}}') >= 240
+
+
+def test_counter_latencies_off_freezes_all_counters(
+    tmp_path: Path, make_server: ServerFactory
+) -> None:
+    write_model(tmp_path, "a", identity_config("a"))
+    server = make_server(models=("a",), metrics_counter_latencies=False)
+    server.infer_sync(request("a", 1.0), 10)
+    assert metric(server, 'nv_inference_request_success{model="a",version="1"}') == 0
+    assert metric(server, 'nv_inference_count{model="a",version="1"}') == 0
+    assert "nv_inference_first_response_histogram_ms" not in server.metrics_text()
+    stats = server.model_statistics("a")["model_stats"][0]
+    assert stats["inference_stats"]["success"]["count"] == 1, "statistics are unaffected"
