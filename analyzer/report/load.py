@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analyzer.errors import InputError, PerfsweepError
+from analyzer.errors import InputError, PerfsweepError, ResultFormatError
 from analyzer.results import RunDirectory, load_summary, load_trial_record, read_json
 
 
@@ -63,6 +63,14 @@ def load_run(run_dir: Path, *, importances: bool = True) -> RunData:
     if not root.is_dir():
         raise InputError(f"{root} is not a directory; pass a run directory (reports/<run-id>)")
     directory = RunDirectory(root)
+    if not directory.summary_json.exists() and directory.run_json.exists():
+        status = directory.read_run_state().get("status", "unknown")
+        finished = len(list((root / "trials").glob("*/measurement.json")))
+        raise ResultFormatError(
+            f"{root} has no summary.json yet: the run is {status} with {finished} trial(s) "
+            "finished, and the summary is written when it ends. Wait for it, or continue a "
+            f"stopped run with `perfsweep run --resume {root}`"
+        )
     summary = load_summary(directory.summary_json)
     trials = []
     paths = [directory.trial_dir(-1) / "measurement.json"]

@@ -342,3 +342,11 @@ def test_recorded_command_is_shown_verbatim(planted_run: Path) -> None:
     assert record.provenance.command == "perfsweep run --model resnet50 --p99-ms '40 ms; rm -rf /'"
     assert record.provenance.command_note == ""
     assert "not recorded" in build_record(run).provenance.command_note
+
+
+def test_unfinished_run_says_what_to_do(planted_run: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "running"
+    shutil.copytree(planted_run, copy)
+    (copy / "summary.json").unlink()
+    with pytest.raises(ResultFormatError, match=r"no summary.json yet.*--resume"):
+        load_run(copy)
