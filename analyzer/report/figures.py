@@ -283,22 +283,25 @@ def _slices(record: ReportRecord) -> Figure | None:
     fig, axes = new_figure(3.0 * len(knobs), 2.8, ncols=len(knobs))
     for ax, knob in zip(axes, knobs, strict=True):
         rows = record.progress.slices[knob]
-        ok = [r for r in rows if r.meets_goals]
-        bad = [r for r in rows if not r.meets_goals]
-        ax.scatter([r.knob_value for r in ok], [r.objective for r in ok], s=14, color=FEASIBLE)
-        ax.scatter(
-            [r.knob_value for r in bad],
-            [r.objective for r in bad],
-            s=16,
-            marker="x",
-            color=INFEASIBLE,
+        # Knob values form a small ladder (powers of two, a geometric delay ladder): one evenly
+        # spaced slot per value tried, labelled with the value, reads better than any scale.
+        values = sorted({r.knob_value for r in rows})
+        slot = {v: i for i, v in enumerate(values)}
+        for ok, marker, color in ((True, "o", FEASIBLE), (False, "x", INFEASIBLE)):
+            picked = [r for r in rows if r.meets_goals == ok]
+            ax.scatter(
+                [slot[r.knob_value] for r in picked],
+                [r.objective for r in picked],
+                s=16,
+                marker=marker,
+                color=color,
+            )
+        step = max(1, len(values) // 8)
+        ax.set_xticks(
+            list(range(0, len(values), step)), [f"{v:g}" for v in values[::step]], fontsize=8
         )
-        label = "preferred sizes set" if knob == "preferred_batch_size" else knob
-        ax.set_xlabel(label)
-        if knob in ("max_batch_size", "max_queue_delay_us"):
-            positive = [r.knob_value for r in rows if r.knob_value > 0]
-            if positive and max(positive) / min(positive) >= 8:
-                ax.set_xscale("symlog", linthresh=max(min(positive), 1.0))
+        ax.set_xlim(-0.5, len(values) - 0.5)
+        ax.set_xlabel("preferred sizes set" if knob == "preferred_batch_size" else knob)
     axes[0].set_ylabel("throughput (req/s)" if record.progress.higher_is_better else "p99 (ms)")
     alt = "Each knob's value against the objective, one panel per knob: " + ", ".join(knobs)
     return Figure("slices", to_svg(fig, "slices"), alt)
