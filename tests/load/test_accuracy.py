@@ -57,6 +57,7 @@ def test_latency_matches_the_simulated_device(protocol: str) -> None:
             "model": {"name": "fixed20", "device_ms": DEVICE_MS},
             "protocol": protocol,
             "levels": _levels(),
+            "retry_invalid": True,
         }
     )
     open_levels, closed = answer["levels"][:-1], answer["levels"][-1]
