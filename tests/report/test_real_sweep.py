@@ -31,12 +31,12 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             # first test accepts; everything else comes from real measurements.
             "budget.trials": 3,
             "budget.patience": 3,
-            "budget.time_budget_s": 90,
+            "budget.time_budget_s": 60,
+            # Validation repeats are the longest measurements; the fake-sweep tests cover them.
+            "budget.validate_top": 0,
             # Short windows: this checks what reaches the report, not the sweep's accuracy.
             "budget.window_s": 1.0,
             "budget.warmup_s": 0.3,
-            "budget.validate_top": 1,
-            "budget.validate_repeats": 1,
         },
         env={},
     )
@@ -53,8 +53,15 @@ def test_sweep_writes_the_full_report(real_run: Path) -> None:
     assert_no_external_urls(parser)
     shown = {a.get("data-figure") for tag, a in parser.tags if tag == "figure"}
     expected = set(FIGURES)
-    if data["progress"]["importances"] is None:  # fewer than 4 trials completed in the budget
+    # On a busy machine the time budget may admit only a trial or two: importance needs 4
+    # complete trials and the slices two different configs; the page then says why.
+    complete = [t for t in data["trials"] if t["number"] >= 0 and t["state"] == "complete"]
+    if data["progress"]["importances"] is None:
+        assert len(complete) < 4 and "too few" in data["missing"]["importance"]
         expected.discard("importance")
+    if not data["progress"]["slices"]:
+        assert len(complete) < 2 or len({json.dumps(t["config"]) for t in complete}) < 2
+        expected.discard("slices")
     assert shown == expected, data["missing"]
 
 
