@@ -2,7 +2,8 @@
 
 The sweep runs through the library (``run_sweep``) with the bundled ``resnet50.sim`` scenario cut
 down to a few trials; the report it writes must show every part from real measurements: server
-statistics, capacity search points, measurement windows, parameter importance.
+statistics, capacity search points, measurement windows (and parameter importance when enough
+trials finish within the time budget).
 """
 
 from __future__ import annotations
