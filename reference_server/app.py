@@ -359,7 +359,7 @@ def run_server(options: ServerOptions) -> None:
         import uvloop
     except ImportError:
         asyncio.run(main())
-    else:  # pragma: no cover - uvloop is optional (not a dependency)
+    else:  # pragma: no cover - a dependency except on Windows, where it does not exist
         uvloop.run(main())
 
 

@@ -13,6 +13,7 @@ in and lets the old one drain its queued and running requests, so no request is 
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import shutil
 import subprocess
@@ -152,6 +153,56 @@ def detect_gpus() -> tuple[int, ...]:
     return tuple(range(sum(1 for line in listing.splitlines() if line.startswith("GPU "))))
 
 
+class _LoopInbox:
+    """Hands results from worker threads to one asyncio loop, many per wake-up.
+
+    ``loop.call_soon_threadsafe`` writes to the loop's self-pipe on every call; at high
+    concurrency that was a visible share of the event-loop thread's time. Results are queued
+    here instead and one scheduled drain resolves every result that arrived before it runs, so a
+    batch completed on an instance thread costs the loop one wake-up, not one per request.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._items: collections.deque[
+            tuple[asyncio.Future[InferResponse], InferResponse | ServerError]
+        ] = collections.deque()
+        self._scheduled = False
+
+    def put(
+        self, future: asyncio.Future[InferResponse], result: InferResponse | ServerError
+    ) -> None:
+        """Queue ``result`` for ``future`` (any thread); schedules a drain if none is pending.
+
+        Raises:
+            RuntimeError: the loop is closed (the caller logs it, as before).
+        """
+        with self._lock:
+            self._items.append((future, result))
+            if self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            self.loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:
+            with self._lock:
+                self._scheduled = False
+            raise
+
+    def _drain(self) -> None:
+        with self._lock:
+            items, self._items = self._items, collections.deque()
+            self._scheduled = False
+        for future, result in items:
+            if future.done():
+                continue  # the handler was cancelled (client went away)
+            if isinstance(result, ServerError):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+
 @dataclass
 class _ModelState:
     """Lifecycle of one model name: per version state and reason, and what is serving."""
@@ -191,6 +242,7 @@ class InferenceServer:
         self._load_locks: dict[str, threading.Lock] = {}
         self._live = False
         self._stopping = False
+        self._inbox: _LoopInbox | None = None  # of the loop that called infer() last
         self.registry.register(
             TritonCollector(
                 self._metric_sources, self.cache.gauges if self.cache is not None else None
@@ -614,18 +666,15 @@ class InferenceServer:
             ServerError: with Triton's code and message.
         """
         loop = asyncio.get_running_loop()
+        inbox = self._inbox
+        if inbox is None or inbox.loop is not loop:
+            # Normally one loop serves both frontends; a new one (tests) gets a new inbox, and
+            # requests still in flight keep theirs through the callback below.
+            inbox = self._inbox = _LoopInbox(loop)
         future: asyncio.Future[InferResponse] = loop.create_future()
 
-        def resolve(result: InferResponse | ServerError) -> None:
-            if future.done():
-                return
-            if isinstance(result, ServerError):
-                future.set_exception(result)
-            else:
-                future.set_result(result)
-
         def callback(result: InferResponse | ServerError) -> None:
-            loop.call_soon_threadsafe(resolve, result)
+            inbox.put(future, result)
 
         self.submit(request, callback)
         try:

@@ -7,8 +7,11 @@ changes (an arrival, an instance picking up or finishing a batch, a timer); with
 request becomes its own batch at once (Triton's "default scheduler").
 
 Instance threads (:mod:`reference_server.instances`) call :meth:`Scheduler.next_batch` to take
-the oldest queued batch. All state is guarded by one ``threading.Condition``; callbacks into the
-model runtime (rejections) run outside it.
+the oldest queued batch. All state is guarded by one lock with two conditions on it, one the
+batcher waits on and one the instances wait on, and each change wakes only the side whose next
+step depends on it: every wake-up is an OS context switch plus a GIL hand-over, and on the
+request path those cost more than the batching logic itself. Callbacks into the model runtime
+(rejections) run outside the lock.
 """
 
 from __future__ import annotations
@@ -146,7 +149,11 @@ class Scheduler:
             and not self._default_policy.allow_timeout_override
             and self._default_policy.max_queue_size == 0
         )
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        # The batcher waits on _cond (the name other code and tests know), instances on
+        # _instances_cond; both share _lock, so every state change is still atomic.
+        self._cond = threading.Condition(self._lock)
+        self._instances_cond = threading.Condition(self._lock)
         self._open = Batch()
         self._instance_queue: collections.deque[Batch] = collections.deque()
         self._idle_waiting = 0
@@ -171,6 +178,7 @@ class Scheduler:
         with self._cond:
             self._accepting = False
             self._cond.notify_all()
+            self._instances_cond.notify_all()
 
     def join(self, timeout: float | None = None) -> None:
         """Wait for the batcher thread to finish draining."""
@@ -224,7 +232,7 @@ class Scheduler:
                 self._assign_slots([entry])
                 batch.add([entry])
                 self._instance_queue.append(batch)
-                self._cond.notify_all()
+                self._instances_cond.notify()
                 return
             entry.level = self.level_for(req.priority)
             entry.deadline_ns = self.deadline_for(entry.level, req.timeout_us, entry.enqueue_ns)
@@ -238,7 +246,7 @@ class Scheduler:
                 self._earliest_deadline is None or entry.deadline_ns < self._earliest_deadline
             ):
                 self._earliest_deadline = entry.deadline_ns
-            self._cond.notify_all()
+            self._cond.notify()
 
     def wake(self) -> None:
         """Make the batcher look at its queue now (e.g. a queued request was cancelled)."""
@@ -256,24 +264,36 @@ class Scheduler:
         """Block until a batch is ready for this instance; None once drained and stopped."""
         with self._cond:
             self._idle_waiting += 1
-            self._cond.notify_all()
+            if not self.prefetch:
+                # Non-prefetch: an idle instance is what lets the batcher form a batch.
+                self._cond.notify()
             try:
                 while not self._instance_queue:
                     if not self._accepting and self._batcher_done:
                         return None
-                    self._cond.wait()
+                    self._instances_cond.wait()
+                was_full = not self._slot_available()
                 batch = self._instance_queue.popleft()
                 batch.started = True
                 self._merge_following(batch)
+                # The batcher cares when a prefetch slot frees up, or when the batch it is still
+                # filling was taken while requests wait (it decides anew for an empty batch);
+                # otherwise leave it asleep: its next event (an arrival) comes anyway.
+                if not self.prefetch or was_full or (self._open.started and self._queue):
+                    self._cond.notify()
                 return batch
             finally:
                 self._idle_waiting -= 1
-                self._cond.notify_all()
 
     def batch_done(self) -> None:
-        """An instance finished a batch (wakes the batcher: a slot may have freed)."""
-        with self._cond:
-            self._cond.notify_all()
+        """An instance finished a batch.
+
+        Only the non-prefetch batcher waits for this (it forms a batch only for an idle
+        instance); with prefetching a finished execution changes nothing it looks at.
+        """
+        if not self.prefetch:
+            with self._cond:
+                self._cond.notify()
 
     def _merge_following(self, batch: Batch) -> None:
         # §3.6 instance-side merge: absorb prefetched batches whose oldest request has waited
@@ -322,7 +342,7 @@ class Scheduler:
                 while True:
                     if not self._accepting and not self._queue:
                         self._batcher_done = True
-                        self._cond.notify_all()
+                        self._instances_cond.notify_all()
                         return
                     if self._delay_count:
                         if len(self._queue) < self._delay_count and self._accepting:
@@ -365,7 +385,7 @@ class Scheduler:
                         if not self._open.queued:
                             self._open.queued = True
                             self._instance_queue.append(self._open)
-                        self._cond.notify_all()
+                            self._instances_cond.notify()
                     if decision.seal:
                         self._open.sealed = True
                     if decision.take or (decision.seal and self._open.size):
