@@ -7,7 +7,7 @@ level), and prints the measurements as JSON on its last stdout line.
 
 Spec keys: ``model`` (kwargs of ``write_sim_model`` minus the repository), ``protocol``,
 ``workers``, ``levels`` (list of ``LoadSpec`` fields plus an optional ``pause_after_s`` /
-``pause_s``), ``retry_invalid`` (measure a level again, once, when the generator was starved),
+``pause_s``), ``pool_size``, ``retry_invalid`` (measure a level again, once, when the generator was starved),
 ``capacity`` (``CapacitySpec`` fields, optional).
 """
 
@@ -79,6 +79,7 @@ def main() -> None:
             model=model["name"],
             protocol=protocol,
             workers=spec.get("workers", 1),
+            pool_size=spec.get("pool_size", 512),
             metrics_url=srv.metrics_url,
             stats_url=srv.http_url,
         )

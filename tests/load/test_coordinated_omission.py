@@ -58,3 +58,32 @@ def test_open_loop_p99_shows_the_stall_closed_loop_does_not() -> None:
     assert closed_loop["latency_basis"] == "actual_send"
     assert any("coordinated omission" in msg for msg in closed_loop["messages"])
     assert not any("coordinated omission" in msg for msg in open_loop["messages"])
+
+
+def test_a_full_pool_delays_requests_but_never_drops_them() -> None:
+    """One request slot per process: bursts queue in the backlog, timed from the intended send."""
+    answer = run_driver(
+        {
+            "model": {"name": "pool", "device_ms": 10.0},
+            "pool_size": 1,
+            "levels": [
+                {
+                    "mode": "request_rate",
+                    "target": 60,
+                    "arrival": "poisson",
+                    "warmup_s": 0.3,
+                    "window_s": 3.0,
+                    "max_windows": 1,
+                    "stable_windows": 1,
+                }
+            ],
+        }
+    )
+    (m,) = answer["levels"]
+    assert any("pool (1 in flight per process) was full" in msg for msg in m["messages"])
+    assert m["max_in_flight"] >= 2  # the backlog counts as in flight
+    # every scheduled request was sent and answered (Poisson count: 180 +- 3 sigma)
+    assert abs(m["request_count"] - 60 * m["duration_s"]) <= 3 * (60 * m["duration_s"]) ** 0.5 + 5
+    assert m["error_count"] == 0
+    # waiting for the slot is part of the latency, not of the service time
+    assert m["p99_ms"] > m["service_p99_ms"] + 5
