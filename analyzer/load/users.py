@@ -27,7 +27,7 @@ from gevent.pool import Pool
 from locust import User, constant, task
 from locust.env import Environment
 
-from analyzer.load.clients import InferClient, fetch_model_documents, make_client
+from analyzer.load.clients import InferClient, InferError, fetch_model_documents, make_client
 from analyzer.load.inputs import DataMode, InputSet, build_inputs
 from analyzer.load.recorder import Recorder
 
@@ -126,6 +126,12 @@ def context_of(env: Environment) -> ProcessContext:
     return ctx
 
 
+def _kind(error: BaseException | None) -> BaseException | str | None:
+    """What the recorder files an error under: the server's status and message for failed
+    inferences ("HTTP 503: ..."), the exception class and message for anything else."""
+    return str(error) if isinstance(error, InferError) else error
+
+
 def _fire(env: Environment, name: str, seconds: float, error: BaseException | None) -> None:
     # Locust's own (rounded) stats only feed its UI; perfsweep's numbers come from the Recorder.
     env.events.request.fire(
@@ -166,7 +172,7 @@ class ClosedLoopUser(User):
         except Exception as exc:  # any failure is a failed request, recorded by kind
             error = exc
         end = time.perf_counter()
-        recorder.done(end - start, end - start, error)
+        recorder.done(end - start, end - start, _kind(error))
         _fire(
             self.environment, self.ctx.inputs.model if self.ctx.inputs else "", end - start, error
         )
@@ -237,7 +243,7 @@ class OpenLoopUser(User):
             except Exception as exc:  # any failure is a failed request, recorded by kind
                 error = exc
             end = time.perf_counter()
-            recorder.done(end - intended, end - start, error)
+            recorder.done(end - intended, end - start, _kind(error))
             _fire(self.environment, model, end - intended, error)
             if not self.backlog:
                 return

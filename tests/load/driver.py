@@ -7,7 +7,7 @@ level), and prints the measurements as JSON on its last stdout line.
 
 Spec keys: ``model`` (kwargs of ``write_sim_model`` minus the repository), ``protocol``,
 ``workers``, ``levels`` (list of ``LoadSpec`` fields plus an optional ``pause_after_s`` /
-``pause_s``), ``pool_size``, ``retry_invalid`` (measure a level again, once, when the generator was starved),
+``pause_s``, or ``unload_after_s``: unload the model mid-level), ``pool_size``, ``retry_invalid`` (measure a level again, once, when the generator was starved),
 ``capacity`` (``CapacitySpec`` fields, optional).
 """
 
@@ -45,11 +45,21 @@ def run_driver(spec: dict[str, Any], timeout_s: float = 240.0) -> dict[str, Any]
 def _level(data: dict[str, Any]) -> Any:
     from analyzer.measure import Arrival, LoadMode, LoadSpec
 
-    fields = {k: v for k, v in data.items() if not k.startswith("pause")}
+    fields = {k: v for k, v in data.items() if not k.startswith(("pause", "unload"))}
     fields["mode"] = LoadMode(fields["mode"])
     if "arrival" in fields:
         fields["arrival"] = Arrival(fields["arrival"])
     return LoadSpec(**fields)
+
+
+def _unload(http_url: str, model: str) -> None:
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"http://{http_url}/v2/repository/models/{model}/unload", data=b"{}", method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        resp.read()
 
 
 def main() -> None:
@@ -89,6 +99,10 @@ def main() -> None:
                 if "pause_after_s" in level:
                     pause = gevent.spawn_later(
                         level["pause_after_s"], srv.pause, model["name"], level["pause_s"]
+                    )
+                if "unload_after_s" in level:
+                    gevent.spawn_later(
+                        level["unload_after_s"], _unload, srv.http_url, model["name"]
                     )
                 m = generator.measure(_level(level))
                 if not m.valid and spec.get("retry_invalid"):

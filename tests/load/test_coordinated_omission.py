@@ -87,3 +87,34 @@ def test_a_full_pool_delays_requests_but_never_drops_them() -> None:
     assert m["error_count"] == 0
     # waiting for the slot is part of the latency, not of the service time
     assert m["p99_ms"] > m["service_p99_ms"] + 5
+
+
+def test_failures_are_counted_by_kind_not_hidden() -> None:
+    """The model disappears mid-level: every later request fails, and the result says how."""
+    answer = run_driver(
+        {
+            "model": {"name": "gone", "device_ms": 2.0},
+            "levels": [
+                {
+                    "mode": "request_rate",
+                    "target": 50,
+                    "arrival": "constant",
+                    "warmup_s": 0.3,
+                    "window_s": 3.0,
+                    "max_windows": 1,
+                    "stable_windows": 1,
+                    "unload_after_s": 1.8,
+                }
+            ],
+        }
+    )
+    (m,) = answer["levels"]
+    assert m["request_count"] == pytest.approx(150, rel=0.1)  # failed requests still count
+    assert 0.3 * m["request_count"] < m["error_count"] < 0.9 * m["request_count"]
+    assert m["errors"] and all(kind.startswith("HTTP ") for kind in m["errors"])
+    assert sum(m["errors"].values()) == m["error_count"]
+    assert any("failed requests" in msg for msg in m["messages"])
+    # throughput counts successes only
+    assert m["throughput_rps"] * m["duration_s"] == pytest.approx(
+        m["request_count"] - m["error_count"], abs=1
+    )
