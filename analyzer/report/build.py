@@ -89,9 +89,9 @@ def build_record(run: RunData) -> ReportRecord:
         missing["time_series"] = "not recorded: the measurements hold no per-window results"
     elif not any(s.source == "validation" for s in series):
         missing["validation_series"] = (
-            "The validation runs' windows are not recorded in the run directory (validation.json "
-            "keeps one number per repeat); shown instead: the search measurement at each "
-            "config's operating point."
+            "No validation repeat with per-window results is recorded (validation did not run, "
+            "or the run predates recorded validation measurements); shown instead: the search "
+            "measurement at each config's operating point."
         )
 
     progress = _progress(objective, trials, run.importances, run.importance_note)

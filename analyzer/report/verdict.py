@@ -92,11 +92,20 @@ def build_verdict(
     status = str((run_state or {}).get("status") or "unknown")
     stop_reason = str(summary.get("stop_reason", ""))
     gain = as_float(summary.get("gain"))
-    goals_met = best is not None and best.meets_goals
+    # The baseline is a config too: a run whose search found nothing better still has one
+    # config that meets the goals, the model's own.
+    goals_met = (best is not None and best.meets_goals) or (
+        best is None and baseline is not None and baseline.meets_goals
+    )
     p99_goal = goals.get("p99_ms")
 
     if best is None:
         headline = f"No config met the goals (p99 ≤ {p99_goal} ms)."
+        if baseline is not None and baseline.meets_goals:
+            headline = (
+                f"No searched config met the goals (p99 ≤ {p99_goal} ms); the baseline does, "
+                f"at {baseline.throughput_rps:.1f} req/s: keep the model's own config."
+            )
     elif objective == "latency":
         headline = f"Best config: p99 {best.p99_ms:.1f} ms (goal ≤ {p99_goal} ms)"
         if gain is not None and baseline is not None:

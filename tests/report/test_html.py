@@ -245,3 +245,23 @@ def test_cli_renders_and_refuses_bad_input(
     )
     assert done.returncode == 2
     assert "not a directory" in done.stderr
+
+
+def test_run_where_every_trial_failed_still_renders(tmp_path: Path) -> None:
+    from tests.report.conftest import sweep_run_dir
+
+    # Load 1 is the baseline; every later config load (and its retry) fails.
+    # Two trials: a third target failure in a row would abort the sweep (no summary at all).
+    sweep_run_dir(tmp_path / "run", trials=2, fail_loads=set(range(2, 50)))
+    out = write_report(tmp_path / "run", tmp_path / "report.html")
+    _, parser = parse(out)
+    data = embedded(parser)
+    assert data["verdict"]["best"] is None
+    assert all(t["state"] == "failed" for t in data["trials"] if t["number"] >= 0)
+    assert any("2 trial(s) failed" in w for w in data["verdict"]["warnings"])
+    # The baseline met the goals: the page says to keep it rather than "nothing works".
+    assert data["verdict"]["baseline"]["meets_goals"]
+    assert "keep the model's own config" in data["verdict"]["headline"]
+    assert parser.text_by_id["goals-badge"] == "goals met"
+    assert "no best config.pbtxt" in data["missing"]["config"]
+    assert_no_external_urls(parser)
