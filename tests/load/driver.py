@@ -91,7 +91,6 @@ def main() -> None:
             workers=spec.get("workers", 1),
             pool_size=spec.get("pool_size", 512),
             metrics_url=srv.metrics_url,
-            stats_url=srv.http_url,
         )
         with LocustLoadGenerator(options) as generator:
             for level in spec.get("levels", []):
