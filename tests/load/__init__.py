@@ -1,0 +1,1 @@
+"""Tests of the Locust measurement engine and ``perfsweep load`` (run the engine in child processes)."""
