@@ -44,3 +44,22 @@ def real_triton(
         yield triton
     finally:
         triton.stop()
+
+
+@pytest.fixture(autouse=True)
+def _process_stays_unpatched(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail the test that monkey-patched the pytest process with gevent (by importing Locust).
+
+    A patched process turns later tests' threads into greenlets and hangs them; tests that need
+    the real load engine run it in a child process (``perfsweep`` CLI or ``python -c``).
+    """
+    yield
+    import sys
+
+    monkey = sys.modules.get("gevent.monkey")
+    if monkey is not None and monkey.is_module_patched("threading"):
+        pytest.fail(
+            f"{request.node.nodeid} monkey-patched the test process with gevent; "
+            "run the load engine in a subprocess instead",
+            pytrace=False,
+        )

@@ -9,40 +9,59 @@ trials finish within the time budget).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from analyzer.report import build_record, load_run
-from analyzer.scenario import bundled_scenario, load_scenario
-from analyzer.sweep import run_sweep
+from analyzer.scenario import bundled_scenario
 from tests.report.test_html import FIGURES, assert_no_external_urls, embedded, parse
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
+# The sweep runs in a child process: the real load engine imports Locust, which monkey-patches
+# the interpreter with gevent, and the pytest process must stay unpatched for the other tests.
+SWEEP_SCRIPT = """
+import sys
+from pathlib import Path
+from analyzer.scenario import bundled_scenario, load_scenario
+from analyzer.sweep import run_sweep
+
+scenario = load_scenario(
+    bundled_scenario("resnet50", "sim"),
+    {
+        # Few trials: with fewer than 4 the importance part says why it is missing, which the
+        # first test accepts; everything else comes from real measurements.
+        "budget.trials": 3,
+        "budget.patience": 3,
+        "budget.time_budget_s": 60,
+        # Validation repeats are the longest measurements; the fake-sweep tests cover them.
+        "budget.validate_top": 0,
+        # Short windows: this checks what reaches the report, not the sweep's accuracy.
+        "budget.window_s": 1.0,
+        "budget.warmup_s": 0.3,
+    },
+    env={},
+)
+run_sweep(scenario, run_dir=Path(sys.argv[1]))
+"""
+
+
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = bundled_scenario("resnet50", "sim")
-    assert path is not None
-    scenario = load_scenario(
-        path,
-        {
-            # Few trials: with fewer than 4 the importance part says why it is missing, which the
-            # first test accepts; everything else comes from real measurements.
-            "budget.trials": 3,
-            "budget.patience": 3,
-            "budget.time_budget_s": 60,
-            # Validation repeats are the longest measurements; the fake-sweep tests cover them.
-            "budget.validate_top": 0,
-            # Short windows: this checks what reaches the report, not the sweep's accuracy.
-            "budget.window_s": 1.0,
-            "budget.warmup_s": 0.3,
-        },
-        env={},
-    )
+    assert bundled_scenario("resnet50", "sim") is not None
     root = tmp_path_factory.mktemp("real") / "resnet50-sim"
-    run_sweep(scenario, run_dir=root)
+    subprocess.run(
+        [sys.executable, "-c", SWEEP_SCRIPT, str(root)],
+        cwd=REPO_ROOT,
+        check=True,
+        timeout=800,
+    )
     return root
 
 
