@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from reference_server.backends.base import Backend
-from reference_server.scheduler import Batch, Scheduler
+from reference_server.scheduler import Batch, Scheduler, reduce_timer_slack
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +130,8 @@ class ModelInstance:
             self._thread.join(timeout)
 
     def _loop(self) -> None:
+        # An idle instance runs the batcher's timed waits itself (Scheduler.next_batch).
+        reduce_timer_slack()
         while (batch := self._scheduler.next_batch()) is not None:
             try:
                 self._run_batch(self, batch)

@@ -12,6 +12,13 @@ batcher waits on and one the instances wait on, and each change wakes only the s
 step depends on it: every wake-up is an OS context switch plus a GIL hand-over, and on the
 request path those cost more than the batching logic itself. Callbacks into the model runtime
 (rejections) run outside the lock.
+
+For the same reason, with prefetching an *idle instance* runs the batcher steps itself while it
+waits (same steps, same state, under the same lock, so the same decisions at the same moments):
+at low load a request then goes from the frontend to the executing thread in one hand-over
+instead of two. As soon as no instance is idle the batcher thread leads again, so batches keep
+forming while every instance is busy (§3.5 prefetch). Without prefetching (priorities, queue
+policies) the batcher thread always leads.
 """
 
 from __future__ import annotations
@@ -246,12 +253,13 @@ class Scheduler:
                 self._earliest_deadline is None or entry.deadline_ns < self._earliest_deadline
             ):
                 self._earliest_deadline = entry.deadline_ns
-            self._cond.notify()
+            self._notify_leader()
 
     def wake(self) -> None:
         """Make the batcher look at its queue now (e.g. a queued request was cancelled)."""
         with self._cond:
             self._cond.notify_all()
+            self._instances_cond.notify_all()
 
     def queued_count(self) -> int:
         """Requests waiting in the scheduler queue (not yet in a batch)."""
@@ -261,29 +269,60 @@ class Scheduler:
     # ---------------------------------------------------------------- consumer side
 
     def next_batch(self) -> Batch | None:
-        """Block until a batch is ready for this instance; None once drained and stopped."""
-        with self._cond:
-            self._idle_waiting += 1
-            if not self.prefetch:
-                # Non-prefetch: an idle instance is what lets the batcher form a batch.
-                self._cond.notify()
-            try:
-                while not self._instance_queue:
-                    if not self._accepting and self._batcher_done:
-                        return None
-                    self._instances_cond.wait()
-                was_full = not self._slot_available()
-                batch = self._instance_queue.popleft()
-                batch.started = True
-                self._merge_following(batch)
-                # The batcher cares when a prefetch slot frees up, or when the batch it is still
-                # filling was taken while requests wait (it decides anew for an empty batch);
-                # otherwise leave it asleep: its next event (an arrival) comes anyway.
-                if not self.prefetch or was_full or (self._open.started and self._queue):
-                    self._cond.notify()
-                return batch
-            finally:
-                self._idle_waiting -= 1
+        """Block until a batch is ready for this instance; None once drained and stopped.
+
+        While an instance waits here with prefetching on, it runs the batcher's steps itself
+        (see :meth:`_instance_led`): the batch it forms is the one the batcher thread would
+        have formed at that moment, but the request skips one thread hand-over on its way to
+        execution. The batcher thread takes over again whenever no instance is idle.
+        """
+        while True:
+            dropped: list[tuple[Entry, str]] = []
+            with self._cond:
+                self._idle_waiting += 1
+                try:
+                    batch = self._wait_for_batch(dropped)
+                finally:
+                    self._idle_waiting -= 1
+                if batch is not None:
+                    self._after_pop()
+                    return batch
+                if not dropped:
+                    return None
+            self._reject(dropped)  # outside the lock, then look again
+
+    def _wait_for_batch(self, dropped: list[tuple[Entry, str]]) -> Batch | None:
+        """Under the lock: pop the next batch, or None when stopped or ``dropped`` was filled."""
+        if not self.prefetch:
+            # Non-prefetch: an idle instance is what lets the batcher form a batch.
+            self._cond.notify()
+        while not self._instance_queue:
+            if not self._accepting and self._batcher_done:
+                return None
+            timeout: float | None = None
+            if self._instance_led():
+                timeout = self._run_steps(dropped)
+                if dropped:
+                    return None
+                if self._instance_queue:
+                    break
+            self._instances_cond.wait(timeout)
+        was_full = not self._slot_available()
+        batch = self._instance_queue.popleft()
+        batch.started = True
+        self._merge_following(batch)
+        # The batcher cares when a prefetch slot frees up, or when the batch it is still
+        # filling was taken while requests wait (it decides anew for an empty batch);
+        # otherwise leave it asleep: its next event (an arrival) comes anyway.
+        if not self.prefetch or was_full or (self._open.started and self._queue):
+            self._cond.notify()
+        return batch
+
+    def _after_pop(self) -> None:
+        # This instance is busy from now on: requests still queued need whoever leads now
+        # (another idle instance, or the batcher thread when none is idle).
+        if self._queue:
+            self._notify_leader()
 
     def batch_done(self) -> None:
         """An instance finished a batch.
@@ -331,11 +370,42 @@ class Scheduler:
                 entry.slot = self._next_slot
                 self._next_slot += 1
 
+    def _instance_led(self) -> bool:
+        """Whether idle instances form batches now instead of the batcher thread.
+
+        Only with prefetching (no priorities or queue policies, so a step never depends on
+        which thread runs it or on instance availability), outside the delayed start and while
+        accepting (draining on stop is the batcher's job, as is marking it done).
+        """
+        return (
+            self.prefetch
+            and self.params is not None
+            and self._idle_waiting > 0
+            and self._accepting
+            and not self._delay_count
+        )
+
+    def _notify_leader(self) -> None:
+        """Wake whoever forms batches now: an idle instance, or the batcher thread."""
+        if self._instance_led():
+            self._instances_cond.notify()
+        else:
+            self._cond.notify()
+
+    def _reject(self, dropped: list[tuple[Entry, str]]) -> None:
+        """Answer requests dropped from the queue (outside the lock)."""
+        for entry, reason in dropped:
+            if self._on_reject is None:
+                continue
+            if reason == "CANCELED":
+                error = ServerError("", Code.CANCELLED)
+            else:
+                error = ServerError("Request timeout expired", Code.UNAVAILABLE)
+            self._on_reject(entry, reason, error)
+
     def _batcher_loop(self) -> None:
         assert self.params is not None
-        _reduce_timer_slack()
-        params = self.params
-        scan_limit = max(1, params.max_batch_size) + 1
+        reduce_timer_slack()
         while True:
             dropped: list[tuple[Entry, str]] = []
             with self._cond:
@@ -349,69 +419,82 @@ class Scheduler:
                             self._cond.wait(_DELAY_POLL_S)
                             continue
                         self._delay_count = 0
-                    if self._open.sealed or self._open.started:
-                        self._open = Batch()
-                    now = self._clock()
-                    # The scan never looks past MBS + 1 entries, so only that prefix matters.
-                    head = list(itertools.islice(self._queue, scan_limit))
-                    due = self._earliest_deadline is not None and now >= self._earliest_deadline
-                    if due or any(e.request.cancelled for e in head):
-                        dropped = self._queue.sweep(_is_cancelled, _expired_at(now))
-                        self._earliest_deadline = min(
-                            (e.deadline_ns for e in self._queue if e.deadline_ns is not None),
-                            default=None,
-                        )
-                        if dropped:
-                            break
-                        head = list(itertools.islice(self._queue, scan_limit))
-                    if not head:
+                    if self._instance_led():
+                        # An idle instance forms the batches (and hands back when it gets
+                        # busy); make sure one looks at what is queued.
+                        if self._queue:
+                            self._instances_cond.notify()
                         self._cond.wait()
                         continue
-                    if not self._slot_available():
-                        self._cond.wait(None if self.prefetch else _SWEEP_INTERVAL_S)
-                        continue
-                    decision = decide(
-                        [e.candidate() for e in head],
-                        OpenBatch(self._open.size, self._open.shape_key),
-                        params,
-                        now,
-                    )
-                    if decision.merge_blocked:
-                        self._open.merge_blocked = True
-                    if decision.take:
-                        taken = self._queue.pop_front(decision.take)
-                        self._assign_slots(taken)
-                        self._open.add(taken)
-                        if not self._open.queued:
-                            self._open.queued = True
-                            self._instance_queue.append(self._open)
-                            self._instances_cond.notify()
-                    if decision.seal:
-                        self._open.sealed = True
-                    if decision.take or (decision.seal and self._open.size):
-                        continue
-                    # Nothing to send yet: sleep until the delay of the oldest pending request
-                    # or the nearest queue deadline, or until an event.
-                    wake = decision.wake_at_ns
-                    if self._earliest_deadline is not None:
-                        wake = (
-                            self._earliest_deadline
-                            if wake is None
-                            else min(wake, self._earliest_deadline)
-                        )
-                    timeout = None if wake is None else max(0.0, (wake - now) / 1e9)
+                    timeout = self._run_steps(dropped)
+                    if dropped:
+                        break
                     self._cond.wait(timeout)
-            for entry, reason in dropped:
-                if self._on_reject is None:
-                    continue
-                if reason == "CANCELED":
-                    error = ServerError("", Code.CANCELLED)
-                else:
-                    error = ServerError("Request timeout expired", Code.UNAVAILABLE)
-                self._on_reject(entry, reason, error)
+            self._reject(dropped)
+
+    def _run_steps(self, dropped: list[tuple[Entry, str]]) -> float | None:
+        """Run batcher steps (§3.4) until one would wait; under the lock, on any thread.
+
+        Returns:
+            How long to wait for the next step (None = until an event). When requests were
+            dropped from the queue (cancelled, timed out) they are appended to ``dropped`` and
+            the caller answers them outside the lock before stepping again.
+        """
+        params = self.params
+        assert params is not None
+        # The scan never looks past MBS + 1 entries, so only that prefix matters.
+        scan_limit = max(1, params.max_batch_size) + 1
+        while True:
+            if self._open.sealed or self._open.started:
+                self._open = Batch()
+            now = self._clock()
+            head = list(itertools.islice(self._queue, scan_limit))
+            due = self._earliest_deadline is not None and now >= self._earliest_deadline
+            if due or any(e.request.cancelled for e in head):
+                swept = self._queue.sweep(_is_cancelled, _expired_at(now))
+                self._earliest_deadline = min(
+                    (e.deadline_ns for e in self._queue if e.deadline_ns is not None),
+                    default=None,
+                )
+                if swept:
+                    dropped.extend(swept)
+                    return None
+                head = list(itertools.islice(self._queue, scan_limit))
+            if not head:
+                return None
+            if not self._slot_available():
+                return None if self.prefetch else _SWEEP_INTERVAL_S
+            decision = decide(
+                [e.candidate() for e in head],
+                OpenBatch(self._open.size, self._open.shape_key),
+                params,
+                now,
+            )
+            if decision.merge_blocked:
+                self._open.merge_blocked = True
+            if decision.take:
+                taken = self._queue.pop_front(decision.take)
+                self._assign_slots(taken)
+                self._open.add(taken)
+                if not self._open.queued:
+                    self._open.queued = True
+                    self._instance_queue.append(self._open)
+                    self._instances_cond.notify()
+            if decision.seal:
+                self._open.sealed = True
+            if decision.take or (decision.seal and self._open.size):
+                continue
+            # Nothing to send yet: sleep until the delay of the oldest pending request or the
+            # nearest queue deadline, or until an event.
+            wake = decision.wake_at_ns
+            if self._earliest_deadline is not None:
+                wake = (
+                    self._earliest_deadline if wake is None else min(wake, self._earliest_deadline)
+                )
+            return None if wake is None else max(0.0, (wake - now) / 1e9)
 
 
-def _reduce_timer_slack() -> None:
+def reduce_timer_slack() -> None:
     """Ask Linux to wake this thread's timed waits on time (default slack is 50 µs).
 
     Queue delays are often a few hundred µs; the default slack would add a visible, avoidable
