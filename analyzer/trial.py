@@ -250,6 +250,7 @@ class Evaluator:
         grows in small steps, so a re-measurement costs a few levels, not a full bracket.
         """
         objective = self.scenario.objective
+        self._warm_up()
         if objective == "latency":
             m = self._fixed(self._reference_target(), factor)
             numbers = self._numbers(m, m.throughput_rps, m.target)
@@ -262,6 +263,32 @@ class Evaluator:
         raw = {"capacity": raw, "reference": ref.to_dict()}
         numbers["reference_p99_ms"] = ref.p99_ms
         return numbers, raw, (numbers["throughput_rps"], ref.p99_ms)
+
+    def _warm_up(self) -> None:
+        """Light load right after a config load, discarded.
+
+        The first requests after a reload pay for new instances, allocations and the
+        generator's own start-up; measured, they made the first level of every capacity search
+        fail. Each level still has its own ``warmup_s`` on top.
+        """
+        t, b = self.scenario.traffic, self.scenario.budget
+        if b.warmup_s <= 0:
+            return
+        target = float(t.concurrency or 1) if t.mode == "concurrency" else t.min_rate_rps
+        if t.mode == "rate":
+            target = min(max(t.start_rps or target, target), t.max_rate_rps)
+        self.on_phase("warm-up after the config load")
+        spec = replace(
+            self.step(),
+            target=target,
+            warmup_s=0.0,
+            window_s=b.warmup_s,
+            window_requests=None,
+            stable_windows=1,
+            max_windows=1,
+            fail_fast=None,
+        )
+        self.load.measure(spec)
 
     def _reference_target(self) -> float:
         t = self.scenario.traffic
@@ -283,10 +310,12 @@ class Evaluator:
             start = t.start_rps or min(10 * t.min_rate_rps, t.max_rate_rps)
             growth = 2.0
             if near_rps:
-                start, growth = min(max(0.85 * near_rps, t.min_rate_rps), t.max_rate_rps), 1.3
+                start, growth = min(max(0.85 * near_rps, t.min_rate_rps), t.max_rate_rps), 1.5
             elif self.hint_rps:
-                # Start near half the best capacity seen so far: two steps bracket most configs.
-                start = min(max(self.hint_rps / 2, t.min_rate_rps), t.max_rate_rps)
+                # Start near half the best capacity seen so far (two steps bracket most configs),
+                # but not below the configured start: one unlucky early measurement must not
+                # make every later search crawl up from a very low rate.
+                start = min(max(self.hint_rps / 2, start), t.max_rate_rps)
             spec = CapacitySpec(
                 goals=self.goals,
                 start_rps=start,

@@ -114,7 +114,13 @@ class LiveView(SweepObserver):
 
 def summary_table(summary: RunSummary) -> Table:
     """Baseline vs best, gain, and where the files are."""
-    table = Table(title=f"perfsweep run {summary.run_id}")
+    validated = any(
+        r is not None and r.source == "validation" for r in (summary.baseline, summary.best)
+    )
+    caption = "req/s: highest load meeting the goals"
+    if validated:
+        caption += " (worst validation repeat: longer windows, re-measured after the search)"
+    table = Table(title=f"perfsweep run {summary.run_id}", caption=caption)
     for name in (
         "",
         "max_batch_size",
@@ -262,6 +268,7 @@ def _run(scenario: Scenario, resume: Path | None, run_dir: Path | None) -> None:
             observer=view,
             command=["perfsweep", *sys.argv[1:]],
         )
+    console.line()  # the live view leaves its cursor at the end of its last line
     console.print(summary_table(summary))
     gain = f"{summary.gain:.2f}x" if summary.gain is not None else "n/a"
     console.print(
