@@ -70,14 +70,14 @@ def test_latency_matches_the_simulated_device(protocol: str) -> None:
         assert DEVICE_MS <= m["p50_ms"] <= DEVICE_MS + OVERHEAD_P50_MS, _brief(m)
         assert DEVICE_MS <= m["p90_ms"] <= DEVICE_MS + OVERHEAD_P90_MS, _brief(m)
         assert DEVICE_MS <= m["p99_ms"] <= DEVICE_MS + OVERHEAD_P99_MS, _brief(m)
-        assert m["throughput_rps"] == pytest.approx(rate, rel=0.10)
+        assert m["throughput_rps"] == pytest.approx(rate, rel=0.10), _brief(m)
         # 3 windows of 1.5 s at the rate (the last 3 windows are merged)
         assert m["request_count"] == pytest.approx(rate * m["duration_s"], rel=0.10)
         server = m["server"]
         assert server["compute_infer_us"] == pytest.approx(DEVICE_MS * 1000, rel=0.10)
         assert server["batch_sizes"] == {"1": server["execution_count"]}
         assert server["avg_batch_size"] == 1.0
-        assert server["success_count"] == pytest.approx(m["request_count"], abs=3)
+        assert server["success_count"] == pytest.approx(m["request_count"], abs=6), _brief(m)
     # Closed loop, one user: back-to-back requests; throughput = 1 / latency.
     assert closed["latency_basis"] == "actual_send"
     assert DEVICE_MS <= closed["p50_ms"] <= DEVICE_MS + OVERHEAD_P50_MS, _brief(closed)
