@@ -225,6 +225,8 @@ class FakeLoadGenerator:
     calls: int = 0
     #: Wall time each capacity search takes (lets concurrent workers overlap in tests).
     delay_s: float = 0.0
+    #: Every LoadSpec passed to ``measure`` (warm-ups included), in order.
+    measured: list[LoadSpec] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
@@ -257,6 +259,7 @@ class FakeLoadGenerator:
 
     def measure(self, spec: LoadSpec) -> Measurement:
         self.calls += 1
+        self.measured.append(spec)
         knobs = knobs_from_config(self.target.current)
         return self._measurement(spec.target, knobs, self.model.p99_ms(knobs, spec.target))
 

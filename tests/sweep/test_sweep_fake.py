@@ -79,8 +79,13 @@ def test_planted_optimum_reached_within_default_budget(tmp_path: Path) -> None:
 def test_run_directory_matches_the_documented_layout(tmp_path: Path) -> None:
     s = scenario(tmp_path, **{"budget.trials": 6})
     target = FakeTarget()
-    summary = run_sweep(s, target=target, load=FakeLoadGenerator(target, CPU_LIKE))
+    generator = FakeLoadGenerator(target, CPU_LIKE)
+    summary = run_sweep(s, target=target, load=generator)
     root = summary.run_dir
+    # One discarded single-window warm-up per config load (baseline, trials, validation).
+    warmups = [m for m in generator.measured if m.max_windows == 1 and m.fail_fast is None]
+    repeats = sum(len(c["throughput_rps"]) for c in load_summary(root)["validation"])
+    assert len(warmups) == len(target.loads) == 1 + 6 + repeats
     for name in (
         "run.json",
         "scenario.toml",
@@ -154,10 +159,11 @@ class InterruptingGenerator(FakeLoadGenerator):
     """Raises KeyboardInterrupt (as Ctrl-C would) on the n-th capacity search."""
 
     interrupt_at: int = 0
+    searches: int = 0
 
     def find_capacity(self, spec: CapacitySpec) -> CapacityResult:
-        if self.calls + 1 == self.interrupt_at:
-            self.calls += 1
+        self.searches += 1
+        if self.searches == self.interrupt_at:
             raise KeyboardInterrupt
         return super().find_capacity(spec)
 
