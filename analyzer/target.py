@@ -127,6 +127,13 @@ class _HttpTarget:
     def _get(self, path: str, timeout_s: float = 10.0) -> tuple[int, Any]:
         return http_json("GET", self.url + path, timeout_s=timeout_s)
 
+    def _is_live(self) -> bool:
+        try:
+            status, _ = self._get("/v2/health/live", timeout_s=5.0)
+        except OSError:
+            return False
+        return status == 200
+
     def _is_ready(self) -> bool:
         try:
             status, _ = self._get(f"/v2/models/{self.model}/ready", timeout_s=5.0)
@@ -155,9 +162,14 @@ class _HttpTarget:
             status, payload = http_json("POST", url, body, timeout_s=self.load_timeout_s)
         except OSError as exc:
             raise TargetError(f"loading a config into {self.url} failed: {exc}") from exc
-        if status == 400:
-            raise ConfigRejectedError(f"the server refused the config: {_error_text(payload)}")
         if status != 200:
+            # A server that still answers refused this config (Triton reports a refused override
+            # as 400 or as a 500 "failed to load"): the trial fails, the sweep goes on. A server
+            # that went away is a target failure (restart and retry).
+            if self._is_live():
+                raise ConfigRejectedError(
+                    f"the server refused the config ({status}): {_error_text(payload)}"
+                )
             raise TargetError(f"load of {self.model} failed ({status}): {_error_text(payload)}")
         deadline = time.monotonic() + self.load_timeout_s
         while not self._is_ready():

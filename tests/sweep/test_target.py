@@ -1,0 +1,88 @@
+"""Targets against a real reference server process: config push, refusal, restart after death."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from analyzer.errors import TargetError
+from analyzer.target import ConfigRejectedError, ManagedServer, RemoteTarget
+from analyzer.trial import Knobs, apply_knobs, knobs_of
+from tests.sweep.test_e2e_sim import make_repo
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagedServer]:
+    root = tmp_path_factory.mktemp("target")
+    managed = ManagedServer(
+        "tiny", "sim", root / "server" / "server.log", repository=make_repo(root)
+    )
+    managed.start()
+    try:
+        yield managed
+    finally:
+        managed.stop()
+
+
+def test_config_push_without_restart(server: ManagedServer) -> None:
+    pid = server.pid()
+    base = server.model_config()
+    assert knobs_of(base) == Knobs(16, instance_count=1, dynamic_batching=False)
+    wanted = Knobs(8, 500, (8, 4), 2)
+    server.load_config(apply_knobs(base, wanted))
+    served = server.model_config()
+    assert knobs_of(served) == wanted
+    assert served.parameters["profile"].string_value == "resnet50_sim"  # the rest is untouched
+    assert server.pid() == pid  # same process: reloaded through the repository API
+
+
+def test_a_config_the_server_refuses_is_a_rejection_not_a_crash(server: ManagedServer) -> None:
+    bad = apply_knobs(server.model_config(), Knobs(4, 100, (), 1))
+    bad.dynamic_batching.preferred_batch_size.append(16)  # above max_batch_size: Triton refuses
+    with pytest.raises(ConfigRejectedError, match="preferred"):
+        server.load_config(bad)
+    server.ensure_alive()  # still serving
+
+
+def test_dead_server_is_restarted_with_the_last_config(server: ManagedServer) -> None:
+    wanted = Knobs(4, 1000, (4, 2), 1)
+    server.load_config(apply_knobs(server.model_config(), wanted))
+    old_pid = server.pid()
+    assert old_pid is not None
+    os.kill(old_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while server.alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    server.ensure_alive()
+    assert server.pid() != old_pid and server.restarts == 1
+    assert knobs_of(server.model_config()) == wanted
+    log = server.log_path.read_text()
+    assert "server died" in log and log.count("perfsweep reference server ready") == 2
+
+
+def test_remote_target_checks_reachability_and_model(server: ManagedServer) -> None:
+    remote = RemoteTarget(server.url, "tiny")
+    remote.start()
+    assert remote.describe()["kind"] == "remote"
+    with pytest.raises(TargetError, match="not ready"):
+        RemoteTarget(server.url, "no_such_model").start()
+
+
+def test_managed_server_startup_failure_names_the_log(tmp_path: Path) -> None:
+    broken = ManagedServer(
+        "tiny",
+        "sim",
+        tmp_path / "server.log",
+        repository=tmp_path / "missing",
+        startup_timeout_s=60,
+    )
+    with pytest.raises(TargetError, match=r"server\.log"):
+        broken.start()
+    broken.stop()
