@@ -162,6 +162,10 @@ def run_sweep(
         InputError: The scenario cannot run (e.g. the storage cannot be opened).
     """
     observer = observer or SweepObserver()
+    if load is None and scenario.model.protocol == "grpc":
+        raise InputError(
+            "model.protocol = 'grpc' is not supported by `perfsweep run` yet; use http"
+        )
     started = clock()
     started_at = utc_now()
     directory, run_state = _prepare_run_dir(scenario, run_dir, resume)
@@ -214,7 +218,7 @@ def _sweep(
             stack.callback(target.stop)
         target.start()
         if load is None:
-            load = stack.enter_context(_locust_generator(scenario, target))
+            load = stack.enter_context(_locust_generator(scenario, target, observer))
         base_config = target.model_config()
         space = space_for(scenario)
         directions, metrics = _directions(scenario)
@@ -320,8 +324,18 @@ def _make_target(scenario: Scenario, directory: RunDirectory) -> Target:
 
 
 @contextlib.contextmanager
-def _locust_generator(scenario: Scenario, target: Target) -> Iterator[LoadGenerator]:
+def _locust_generator(
+    scenario: Scenario, target: Target, observer: SweepObserver
+) -> Iterator[LoadGenerator]:
     from analyzer.load import EngineOptions, LocustLoadGenerator  # gevent: only when measuring
+    from analyzer.measure import LoadMode, LoadSpec, WindowStats
+
+    def on_window(spec: LoadSpec, window: WindowStats) -> None:
+        unit = "req/s" if spec.mode is LoadMode.REQUEST_RATE else "users"
+        observer.on_phase(
+            f"load {spec.target:g} {unit}: window {window.index + 1} "
+            f"{window.throughput_rps:.1f} req/s, p99 {window.p99_ms:.1f} ms"
+        )
 
     address = target.url.split("://", 1)[-1]
     options = EngineOptions(
@@ -333,11 +347,8 @@ def _locust_generator(scenario: Scenario, target: Target) -> Iterator[LoadGenera
         protocol="http",
         data_mode=scenario.input.data,
         batch_size=scenario.input.batch_size,
+        on_window=on_window,
     )
-    if scenario.model.protocol == "grpc":
-        raise InputError(
-            "model.protocol = 'grpc' is not supported by `perfsweep run` yet; use http"
-        )
     with LocustLoadGenerator(options) as generator:
         yield generator
 

@@ -268,3 +268,18 @@ def test_baseline_is_kept_when_no_searched_config_beats_it(tmp_path: Path) -> No
     assert not written.HasField("dynamic_batching")
     validated = load_summary(summary.run_dir)["validation"]
     assert -1 in [c["trial_number"] for c in validated]
+
+
+def test_closed_loop_capacity_searches_whole_user_counts(tmp_path: Path) -> None:
+    s = scenario(
+        tmp_path,
+        **{"traffic.mode": "concurrency", "traffic.max_concurrency": 64, "budget.trials": 3},
+    )
+    target = FakeTarget()
+    generator = FakeLoadGenerator(target, CPU_LIKE, noise=0.0)
+    summary = run_sweep(s, target=target, load=generator)
+    levels = [m.target for m in generator.measured if m.max_windows != 1]  # warm-ups excluded
+    assert levels and all(t == int(t) and 1 <= t <= 64 for t in levels)
+    assert summary.best is not None and summary.best.throughput_rps > 0
+    record = load_trial_record(summary.run_dir / "trials" / "000" / "measurement.json")
+    assert record["measurement"]["points"]
