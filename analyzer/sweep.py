@@ -31,7 +31,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.errors import InputError, TargetError
 from analyzer.measure import LoadGenerator
-from analyzer.results import RunDirectory, environment, new_run_id, utc_now
+from analyzer.results import RunDirectory, environment, new_run_id, utc_now, write_atomic
 from analyzer.scenario import Scenario
 from analyzer.search import INTERRUPTED_REASON, FinishedTrial, Search, SearchSpace, TrialOutcome
 from analyzer.target import ConfigRejectedError, ManagedServer, RemoteTarget, Target
@@ -294,8 +294,6 @@ def _prepare_run_dir(
         raise InputError(
             f"{directory.root} already holds a run; use --resume {directory.root} or another directory"
         )
-    from analyzer.results import write_atomic
-
     write_atomic(directory.scenario_toml, scenario.to_toml())
     state = {
         "run_id": directory.root.name,
