@@ -220,6 +220,12 @@ def _sweep(
         if load is None:
             load = stack.enter_context(_locust_generator(scenario, target, observer))
         base_config = target.model_config()
+        if base_config.max_batch_size == 0:
+            # Its inputs carry no batch dimension: no batching config could ever load.
+            raise InputError(
+                f"model {target.model!r} has max_batch_size 0 (no batch dimension), so it cannot "
+                "be batched; give it a batch dimension and max_batch_size >= 1 to tune it"
+            )
         space = space_for(scenario)
         directions, metrics = _directions(scenario)
         search = Search(

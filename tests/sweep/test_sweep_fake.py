@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from analyzer.errors import InputError
 from analyzer.measure import CapacityResult, CapacitySpec
 from analyzer.results import load_summary, load_trial_record, parse_config_text
 from analyzer.scenario import Scenario, load_scenario
@@ -283,3 +284,12 @@ def test_closed_loop_capacity_searches_whole_user_counts(tmp_path: Path) -> None
     assert summary.best is not None and summary.best.throughput_rps > 0
     record = load_trial_record(summary.run_dir / "trials" / "000" / "measurement.json")
     assert record["measurement"]["points"]
+
+
+def test_a_model_without_batch_dimension_is_refused_up_front(tmp_path: Path) -> None:
+    target = FakeTarget(base_max_batch_size=0)
+    with pytest.raises(InputError, match="max_batch_size 0"):
+        run_sweep(scenario(tmp_path), target=target, load=FakeLoadGenerator(target, CPU_LIKE))
+    assert target.loads == []  # nothing was pushed to the server
+    (run_json,) = tmp_path.glob("*/run.json")
+    assert '"status": "failed"' in run_json.read_text()
