@@ -28,7 +28,7 @@ objective = "throughput"
 [model]
 name = "tiny"
 [traffic]
-min_rate_rps = 10.0
+min_rate_rps = 5.0
 start_rps = 40.0
 max_rate_rps = 400.0
 [goals]

@@ -23,11 +23,11 @@ MODEL = "sweep_sleep"
 SCENARIO = """
 objective = "throughput"
 [traffic]
-min_rate_rps = 10.0
+min_rate_rps = 5.0
 start_rps = 40.0
 max_rate_rps = 400.0
 [goals]
-p99_ms = 200.0
+p99_ms = 300.0
 max_error_rate = 0.01
 [space]
 max_batch_size = [1, 8]
