@@ -119,6 +119,26 @@ KNOWN_DIFFERENCES: dict[str, tuple[tuple[str, str, bytes, dict[str, str]], tuple
 
 
 @pytest.fixture(scope="module")
+def real_triton(
+    triton_install: object, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[object]:
+    """A Triton of this module's own: the index cases compare whole model lists, so the session
+    server (where other tests load extra models) would make the answer depend on test order."""
+    from tests.support.real_triton import RealTriton, identity_model_config
+
+    triton = RealTriton(
+        triton_install,  # type: ignore[arg-type]
+        tmp_path_factory.mktemp("triton_vs_reference"),
+        models=[identity_model_config()],
+    )
+    triton.start()
+    try:
+        yield triton
+    finally:
+        triton.stop()
+
+
+@pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from tests.support.real_triton import identity_model_config
     from tests.support.reference import ReferenceServer
