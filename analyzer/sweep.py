@@ -19,6 +19,7 @@ fakes for all three.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import random
 import time
@@ -36,6 +37,8 @@ from analyzer.scenario import Scenario
 from analyzer.search import INTERRUPTED_REASON, FinishedTrial, Search, SearchSpace, TrialOutcome
 from analyzer.target import ConfigRejectedError, ManagedServer, RemoteTarget, Target
 from analyzer.trial import Evaluator, Knobs, TrialResult, apply_knobs, knobs_of
+
+_LOG = logging.getLogger(__name__)
 
 __all__ = [  # knobs_of, apply_knobs and TrialResult live in analyzer.trial; kept importable here
     "RunSummary",
@@ -740,15 +743,21 @@ def _finish(
 
 
 def _write_report(directory: RunDirectory, data: dict[str, Any]) -> None:
-    """The rich report when ``analyzer.report.write_report`` exists, else the minimal one."""
-    try:
-        from analyzer.report import write_report  # type: ignore[attr-defined]
-    except ImportError:
-        directory.write_minimal_report(data)
-        return
+    """Render ``report.html``; a rendering failure must never lose a finished sweep.
+
+    On failure the minimal page is written instead and the reason is logged, so the run
+    directory stays complete and ``perfsweep report RUN_DIR`` can be re-run after a fix.
+    """
+    from analyzer.report import write_report
+
     try:
         write_report(directory.root)
-    except Exception:  # the report must never lose a finished sweep
+    except Exception:
+        _LOG.exception(
+            "report.html could not be rendered; wrote a minimal page instead "
+            "(re-render with: perfsweep report %s)",
+            directory.root,
+        )
         directory.write_minimal_report(data)
 
 
