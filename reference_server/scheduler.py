@@ -429,6 +429,8 @@ class Scheduler:
                     timeout = self._run_steps(dropped)
                     if dropped:
                         break
+                    if not self._accepting and not self._queue:
+                        continue  # drained while stopping: the first check above ends the loop
                     self._cond.wait(timeout)
             self._reject(dropped)
 

@@ -97,3 +97,30 @@ def test_batcher_prefetches_while_the_instance_is_busy(
     col.wait(5, timeout=10)
     assert col.order[0] == "slow"
     assert _batch_sizes(server, "m") == {1: 1, 4: 1}
+
+
+def test_stop_drains_the_queue_and_ends_every_thread(
+    tmp_path: Path, make_server: ServerFactory
+) -> None:
+    write_model(
+        tmp_path,
+        "m",
+        identity_config("m", "dynamic_batching { max_queue_delay_microseconds: 100 }"),
+    )
+    server = make_server()
+    runtime = server._lookup("m")
+    col = Collector()
+    # A paused device holds the instance inside its first batch, so that at stop() two batches
+    # wait in the instance queue and the rest in the scheduler queue: the batcher must drain
+    # them and then finish, whichever thread emptied the queue.
+    server.pause_device("m", 0.5)
+    for i in range(40):
+        server.submit(request("m", float(i), f"r{i}"), col.callback(f"r{i}"))
+    server.stop()
+    col.wait(40, timeout=10)
+    assert all(not isinstance(r, ServerError) for r in col.results.values())
+    assert runtime.scheduler._thread is not None
+    assert not runtime.scheduler._thread.is_alive(), "the batcher thread did not finish"
+    assert all(
+        inst._thread is not None and not inst._thread.is_alive() for inst in runtime.instances
+    )
