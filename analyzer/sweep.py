@@ -35,7 +35,13 @@ from analyzer.measure import LoadGenerator
 from analyzer.results import RunDirectory, environment, new_run_id, utc_now, write_atomic
 from analyzer.scenario import Scenario
 from analyzer.search import INTERRUPTED_REASON, FinishedTrial, Search, SearchSpace, TrialOutcome
-from analyzer.target import ConfigRejectedError, ManagedServer, RemoteTarget, Target
+from analyzer.target import (
+    ConfigRejectedError,
+    ManagedServer,
+    RemoteTarget,
+    Target,
+    observed_device,
+)
 from analyzer.trial import Evaluator, Knobs, TrialResult, apply_knobs, knobs_of
 
 _LOG = logging.getLogger(__name__)
@@ -694,10 +700,14 @@ def _finish(
         baseline_entry["search_throughput_rps"] = state.baseline.throughput_rps
         baseline_entry["source"] = baseline.source
     target_info = state.target.describe()
+    devices = target_info.get("devices") or []
     data: dict[str, Any] = {
         "run_id": run_state["run_id"],
         "model": scenario.model.name,
-        "device": state.target.device,
+        # The device that actually ran (the server's own report), not only the one asked for.
+        "device": observed_device(devices, state.target.device),
+        "device_requested": state.target.device,
+        "devices": devices,
         "target_url": state.target.url,
         "goals": scenario.goals.model_dump(),
         "objective": scenario.objective,

@@ -117,6 +117,30 @@ def config_from_json(data: dict[str, Any]) -> mc.ModelConfig:
     return json_format.ParseDict(data, mc.ModelConfig(), ignore_unknown_fields=True)
 
 
+_DEVICE_INFO = re.compile(r"^perfsweep_model_device_info\{([^}]*)\}", re.MULTILINE)
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_device_info(metrics_text: str, model: str) -> list[dict[str, str]]:
+    """The ``perfsweep_model_device_info`` series of ``model`` as label dicts (one per instance)."""
+    found = []
+    for match in _DEVICE_INFO.finditer(metrics_text):
+        labels = dict(_LABEL.findall(match.group(1)))
+        if labels.get("model") == model:
+            found.append(labels)
+    return found
+
+
+def observed_device(devices: list[dict[str, str]], requested: str) -> str:
+    """``sim``, ``cuda`` or ``cpu`` as the server reports it; ``requested`` when unknown."""
+    if not devices:
+        return requested
+    if all(d.get("backend") == "simulated" for d in devices):
+        return "sim"
+    kinds = {d.get("device", "") for d in devices}
+    return "cuda" if "cuda" in kinds else (kinds.pop() if len(kinds) == 1 else requested)
+
+
 class _HttpTarget:
     """What both targets share: the KServe v2 HTTP calls."""
 
@@ -276,6 +300,7 @@ class ManagedServer(_HttpTarget):
         self.startup_timeout_s = startup_timeout_s
         self.python = python
         self.url = ""
+        self.metrics_url = ""
         self.restarts = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._last_config: mc.ModelConfig | None = None
@@ -359,10 +384,13 @@ class ManagedServer(_HttpTarget):
                     f"the reference server did not start within {self.startup_timeout_s:.0f} s "
                     f"(log: {self.log_path})"
                 )
-            match = re.search(re.escape(READY_PREFIX) + r".*?http=(\S+)", self._log_text(offset))
+            text = self._log_text(offset)
+            match = re.search(re.escape(READY_PREFIX) + r".*?http=(\S+)", text)
             if match:
                 address = match.group(1)
                 self.url = address if address.startswith("http") else f"http://{address}"
+                metrics = re.search(re.escape(READY_PREFIX) + r".*?metrics=(\S+)", text)
+                self.metrics_url = f"http://{metrics.group(1)}/metrics" if metrics else ""
             else:
                 time.sleep(0.1)
         while not self._is_ready():
@@ -414,12 +442,28 @@ class ManagedServer(_HttpTarget):
         """The server's process id (tests kill it to check the restart)."""
         return self._proc.pid if self._proc else None
 
+    def devices(self) -> list[dict[str, str]]:
+        """What each instance of the model actually runs on, as the server reports it.
+
+        Read from the reference server's ``perfsweep_model_device_info`` metric (backend,
+        device, execution provider or simulated profile); empty when it cannot be read.
+        """
+        if not self.metrics_url:
+            return []
+        try:
+            with urllib.request.urlopen(self.metrics_url, timeout=5.0) as response:
+                text = response.read().decode("utf-8", errors="replace")
+        except OSError:
+            return []
+        return parse_device_info(text, self.model)
+
     def describe(self) -> dict[str, Any]:
         meta = self.server_metadata() if self.url else {}
         return {
             "kind": "managed",
             "url": self.url,
             "device": self.device,
+            "devices": self.devices() if self.url else [],
             "restarts": self.restarts,
             "server": meta.get("name"),
             "server_version": meta.get("version"),

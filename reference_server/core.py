@@ -630,6 +630,7 @@ class InferenceServer:
                 rt.stats.metrics,
                 dict(rt.config.metric_tags),
                 rt.cache is not None,
+                tuple(rt.device_info()),
             )
             for rt in sorted(runtimes, key=lambda r: (r.name, int(r.version)))
         ]

@@ -318,6 +318,10 @@ class MetricSource:
     metrics: ModelMetrics
     tags: dict[str, str]
     cache_enabled: bool = False
+    #: What each instance runs on (``InstanceRuntime.device_info``): published as the
+    #: ``perfsweep_model_device_info`` gauge, a reference-server addition (Triton has none), so
+    #: a client can tell which device and execution provider actually ran the model.
+    devices: tuple[dict[str, str], ...] = ()
 
 
 # (name, type, help, key in snapshot)
@@ -400,6 +404,11 @@ _CACHE_GLOBAL_HELP = {
 }
 
 
+#: The reference server's own metric naming the device each instance ran on.
+DEVICE_INFO_METRIC = "perfsweep_model_device_info"
+_DEVICE_LABELS = frozenset({"instance", "kind", "backend", "device", "provider", "profile"})
+
+
 class TritonCollector(Collector):
     """Yields Triton's metric families for the models a server currently has loaded.
 
@@ -424,6 +433,11 @@ class TritonCollector(Collector):
         any_cache = False
         histogram = Metric(
             _HISTOGRAM, "Duration from request to first response in milliseconds", "histogram"
+        )
+        device_info = Metric(
+            DEVICE_INFO_METRIC,
+            "What each model instance runs on (reference server only; value is always 1)",
+            "gauge",
         )
         for src in self._sources():
             snap = src.metrics.snapshot()
@@ -460,6 +474,16 @@ class TritonCollector(Collector):
                     )
                 histogram.add_sample(f"{_HISTOGRAM}_sum", labels, snap["histogram_sum_ms"])
                 histogram.add_sample(f"{_HISTOGRAM}_count", labels, cumulative)
+            for device in src.devices:
+                device_info.add_sample(
+                    DEVICE_INFO_METRIC,
+                    {
+                        "model": src.name,
+                        "version": src.version,
+                        **{k: v for k, v in device.items() if k in _DEVICE_LABELS},
+                    },
+                    1,
+                )
             if src.cache_enabled:
                 any_cache = True
                 cache_values = {
@@ -473,6 +497,8 @@ class TritonCollector(Collector):
         yield from families.values()
         if histogram.samples:
             yield histogram
+        if device_info.samples:
+            yield device_info
         if any_cache:
             yield from cache_families.values()
         gauges = self._cache_gauges() if self._cache_gauges else None

@@ -183,3 +183,23 @@ def test_counter_latencies_off_freezes_all_counters(
     assert "nv_inference_first_response_histogram_ms" not in server.metrics_text()
     stats = server.model_statistics("a")["model_stats"][0]
     assert stats["inference_stats"]["success"]["count"] == 1, "statistics are unaffected"
+
+
+def test_device_info_metric_names_what_each_instance_runs_on(
+    tmp_path: Path, make_server: ServerFactory
+) -> None:
+    from reference_server.zoo.resnet50 import make_repository
+
+    make_repository(tmp_path, device="sim")
+    server = make_server(models=("resnet50",))
+    text = server.metrics_text()
+    lines = [line for line in text.splitlines() if line.startswith("perfsweep_model_device_info{")]
+    assert len(lines) == 1, text
+    labels = dict(re.findall(r'(\w+)="([^"]*)"', lines[0]))
+    assert labels["model"] == "resnet50" and labels["version"] == "1"
+    assert labels["backend"] == "simulated" and labels["profile"] == "resnet50_sim"
+    assert labels["instance"] == "resnet50_0_0"
+    assert lines[0].endswith(" 1")
+    assert "# TYPE perfsweep_model_device_info gauge" in text
+    # Triton's own families are unchanged: the info metric is one extra family.
+    assert 'nv_inference_request_success{model="resnet50",version="1"} 0' in text

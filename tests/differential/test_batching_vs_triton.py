@@ -441,11 +441,13 @@ def test_per_model_metric_families_match_triton(probes: dict[str, dict[str, Any]
     assert {name: reference.get(name) for name in per_model} == per_model
     # The same series exist for the model: every counter, and all four failure reasons. The
     # reference also exports nv_model_load_duration_secs, which Triton added after 2.51 (the
-    # spec follows 2.73); nothing else may differ.
+    # spec follows 2.73), and its own perfsweep_model_device_info (which device ran the model);
+    # nothing else may differ.
     ours = model_series(probes["reference"]["metrics"], "probe")
     theirs = model_series(probes["triton"]["metrics"], "probe")
     assert theirs <= ours
-    assert {series.split("{")[0] for series in ours - theirs} <= {"nv_model_load_duration_secs"}
+    extra = {series.split("{")[0] for series in ours - theirs}
+    assert extra <= {"nv_model_load_duration_secs", "perfsweep_model_device_info"}
     for sample in (
         'nv_inference_count{model="probe",version="1"} 2',
         'nv_inference_exec_count{model="probe",version="1"} 1',

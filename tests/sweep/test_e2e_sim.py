@@ -96,6 +96,9 @@ def test_sweep_on_simulated_device_writes_a_loadable_best_config(tmp_path: Path)
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = load_summary(run_dir)
+    # The device is the server's own report (perfsweep_model_device_info), not the flag.
+    assert summary["device"] == "sim" and summary["devices"], summary["devices"]
+    assert {d["backend"] for d in summary["devices"]} == {"simulated"}
     assert summary["trials"]["complete"] == 2
     assert summary["validation"], "the best config and the baseline were re-measured"
     assert summary["baseline"]["throughput_rps"] > 0
