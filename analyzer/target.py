@@ -295,8 +295,9 @@ class ManagedServer(_HttpTarget):
     ) -> None:
         self.model = model
         self.device = device
-        self.log_path = Path(log_path)
-        self.repository = repository
+        # Absolute paths: the server and the repository writer run in other working directories.
+        self.log_path = Path(log_path).resolve()
+        self.repository = Path(repository).resolve() if repository is not None else None
         self.startup_timeout_s = startup_timeout_s
         self.python = python
         self.url = ""

@@ -86,3 +86,18 @@ def test_managed_server_startup_failure_names_the_log(tmp_path: Path) -> None:
     with pytest.raises(TargetError, match=r"server\.log"):
         broken.start()
     broken.stop()
+
+
+def test_bundled_model_with_a_relative_run_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `make run` writes to reports/<run-id>/ relative to the checkout: the repository writer and
+    # the server run in other working directories, so relative paths must not reach them.
+    monkeypatch.chdir(tmp_path)
+    managed = ManagedServer("resnet50", "sim", Path("reports/run/server/server.log"))
+    managed.start()
+    try:
+        assert managed.devices() and managed.devices()[0]["backend"] == "simulated"
+        assert (tmp_path / "reports/run/server/repository/resnet50/config.pbtxt").exists()
+    finally:
+        managed.stop()
