@@ -13,21 +13,11 @@ from typing import Any
 import pytest
 
 from analyzer.report import write_report
+from tests.support.browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+ARGS = CHROMIUM_ARGS
 
 
 @pytest.fixture(scope="module")

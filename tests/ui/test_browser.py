@@ -13,22 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.ui.support import REPO_ROOT, UI_READY, Child, http, perfsweep
+from tests.support.browser import ARTIFACTS, CHROMIUM_ARGS
+from tests.support.browser import CHROMIUM as CHROMIUM_PATH
+from tests.ui.support import UI_READY, Child, http, perfsweep
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = REPO_ROOT / "test-artifacts"
+CHROMIUM = str(CHROMIUM_PATH)
 
 
 @pytest.fixture
