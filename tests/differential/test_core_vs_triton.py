@@ -17,6 +17,7 @@ the same requests; the answers must match where this server follows Triton liter
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -141,26 +142,79 @@ def _load_named(server: RealTriton | ReferenceServer, name: str) -> tuple[int, b
     return server.http_status("POST", f"/v2/repository/models/{name}/load", {}, timeout_s=120)
 
 
+# Triton's Python backend counts a request -- its statistics and its nv_inference_* metric series
+# alike -- only once execute() has returned, after the response went out (PbMetricReporter reports
+# at the end of ProcessRequests). A client that reads a counter right after its last response can
+# therefore miss that request: a once-in-hundreds-of-runs race with a model that returns its
+# responses, read once as 5 of 6 successes (issue 10). This model answers through the response
+# sender and returns 200 ms later, so Triton always counts late and the test has to wait for the
+# counters to settle instead of winning a race.
+ANSWER_FIRST_SOURCE = """\
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            tensor = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            response = pb_utils.InferenceResponse(
+                output_tensors=[pb_utils.Tensor.from_dlpack("OUTPUT0", tensor)]
+            )
+            request.get_response_sender().send(
+                response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+            )
+        time.sleep(0.2)
+        return None
+"""
+#: Only test_reload_restarts_statistics_but_not_metrics sends to this model, so its counters start
+#: at zero and every count in them is one of that test's requests.
+RELOAD = sleep_model_config("reload")
+
+
 def test_reload_restarts_statistics_but_not_metrics(servers: Servers) -> None:
     for server in servers:
-        server.load_model("idm", IDM)  # a fresh model object
+        server.add_model(RELOAD, ANSWER_FIRST_SOURCE)
+        assert _load_named(server, "reload")[0] == 200
         for _ in range(3):
-            status, _ = server.http_status("POST", "/v2/models/idm/infer", _infer_body(["INPUT0"]))
-            assert status == 200
-        before = _success_metric(server)
+            assert _infer_reload(server) == 200
+        assert _settled_successes(server, statistics=3, metric=3) == (3, 3)
         cfg = mc.ModelConfig()
-        cfg.CopyFrom(IDM)
+        cfg.CopyFrom(RELOAD)
         cfg.dynamic_batching.max_queue_delay_microseconds = 50
-        server.load_model("idm", cfg)
-        assert server.model_stats("idm")["inference_stats"]["success"]["count"] == 0
-        assert _success_metric(server) == before >= 3
+        server.load_model("reload", cfg)  # a new model object: statistics restart, metrics do not
+        assert _settled_successes(server, statistics=0, metric=3) == (0, 3)
+        assert _infer_reload(server) == 200  # and the same series keeps counting
+        assert _settled_successes(server, statistics=1, metric=4) == (1, 4)
 
 
-def _success_metric(server: RealTriton | ReferenceServer) -> float:
+def _infer_reload(server: RealTriton | ReferenceServer) -> int:
+    return server.http_status("POST", "/v2/models/reload/infer", _infer_body(["INPUT0"]))[0]
+
+
+def _settled_successes(
+    server: RealTriton | ReferenceServer, *, statistics: int, metric: int, timeout_s: float = 10.0
+) -> tuple[int, float]:
+    """``(statistics success count, nv_inference_request_success)`` of ``reload`` once both have
+    reached the expected counts (or ``timeout_s`` passed; the caller's assertion shows them)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        counts = (
+            int(server.model_stats("reload")["inference_stats"]["success"]["count"]),
+            _success_metric(server, "reload"),
+        )
+        if (counts[0] >= statistics and counts[1] >= metric) or time.monotonic() > deadline:
+            return counts
+        time.sleep(0.02)
+
+
+def _success_metric(server: RealTriton | ReferenceServer, model: str) -> float:
+    series = f'nv_inference_request_success{{model="{model}",version="1"}}'
     for line in server.metrics_text().splitlines():
-        if line.startswith('nv_inference_request_success{model="idm",version="1"}'):
+        if line.startswith(series):
             return float(line.rsplit(" ", 1)[1])
-    raise AssertionError("no success series for idm")
+    raise AssertionError(f"no success series for {model}")
 
 
 # ----------------------------------------------------------------------------- scheduling
