@@ -10,13 +10,17 @@ message says what to fix.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from reference_server.app import ServerOptions, run_server
 from reference_server.errors import Code, ServerError
-from reference_server.http_frontend import DEFAULT_MAX_INPUT_SIZE
+from reference_server.http_frontend import DEFAULT_MAX_INPUT_SIZE, DEFAULT_READ_TIMEOUT_S
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,14 +68,41 @@ def build_parser() -> argparse.ArgumentParser:
         help="largest JSON request header or raw body (default 64 MiB)",
     )
     parser.add_argument(
+        "--http-read-timeout",
+        type=float,
+        default=DEFAULT_READ_TIMEOUT_S,
+        metavar="SECONDS",
+        help="answer 408 to a request body that sends nothing this long (default 60; "
+        "Triton has no such timeout)",
+    )
+    parser.add_argument(
         "--log-verbose", type=int, default=0, metavar="N", help="0 warnings, 1 info, 2 debug"
     )
     return parser
 
 
+def _watch_parent() -> None:
+    """Stop (SIGTERM to itself) once the process named by ``PERFSWEEP_PARENT_PID`` is gone.
+
+    perfsweep sets it for the servers it manages, so that a ``kill -9`` of perfsweep never
+    leaves an orphan serving (Linux's PR_SET_PDEATHSIG covers only the parent *thread*).
+    """
+    raw = os.environ.get("PERFSWEEP_PARENT_PID", "")
+    if not raw.isdigit():
+        return
+
+    def watch(parent: int) -> None:
+        while os.getppid() == parent:  # re-parented once the parent died
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, args=(int(raw),), name="parent-watchdog", daemon=True).start()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse flags, run the server until SIGINT/SIGTERM, return the exit status."""
     args = build_parser().parse_args(argv)
+    _watch_parent()
     try:
         options = ServerOptions(
             model_repositories=tuple(args.model_repository),
@@ -83,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             device=args.device,
             cache_size_bytes=args.cache_size,
             max_input_size_bytes=args.http_max_input_size,
+            read_timeout_s=args.http_read_timeout,
             log_verbosity=args.log_verbose,
             model_control_mode=args.model_control_mode,
         )

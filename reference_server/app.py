@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
 from reference_server.errors import Code, ServerError
-from reference_server.http_frontend import DEFAULT_MAX_INPUT_SIZE
+from reference_server.http_frontend import DEFAULT_MAX_INPUT_SIZE, DEFAULT_READ_TIMEOUT_S
 
 if TYPE_CHECKING:
     from reference_server.core import InferenceServer
@@ -55,6 +55,9 @@ class ServerOptions:
             (the simulated-device backend).
         cache_size_bytes: Response cache size in bytes; 0 disables the cache.
         max_input_size_bytes: ``--http-max-input-size``: largest JSON header or raw body.
+        read_timeout_s: ``--http-read-timeout``: seconds an HTTP request body may send
+            nothing before it is answered 408 and its connection closed (Triton has no
+            such timeout; no real client pauses a minute inside one body).
         log_verbosity: 0 = warnings, 1 = info, 2 = debug.
         delay_scheduler: ``TRITONSERVER_DELAY_SCHEDULER`` test hook (batchers wait for this
             many queued requests before the first batch); None reads the environment variable.
@@ -72,6 +75,7 @@ class ServerOptions:
     device: str = "auto"
     cache_size_bytes: int = 0
     max_input_size_bytes: int = DEFAULT_MAX_INPUT_SIZE
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
     log_verbosity: int = 0
     delay_scheduler: int | None = None
     model_control_mode: str = "explicit"
@@ -96,6 +100,11 @@ class ServerOptions:
             )
         if self.max_input_size_bytes <= 0:
             raise ServerError("the HTTP max input size must be positive", Code.INVALID_ARG)
+        if not self.read_timeout_s > 0:
+            raise ServerError(
+                f"http-read-timeout {self.read_timeout_s} must be a positive number of seconds",
+                Code.INVALID_ARG,
+            )
 
 
 @dataclass(frozen=True)
@@ -178,7 +187,11 @@ class _Running:
             core = _make_core(options, repositories)
             self.core = core
             host = options.host
-            http = HttpFrontend(core, max_input_size=options.max_input_size_bytes)
+            http = HttpFrontend(
+                core,
+                max_input_size=options.max_input_size_bytes,
+                read_timeout_s=options.read_timeout_s,
+            )
             http_port = await self._listen("HTTP", "--http-port", http, options.http_port)
             grpc_port = await self._listen(
                 "gRPC", "--grpc-port", GrpcFrontend(core), options.grpc_port

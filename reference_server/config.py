@@ -22,6 +22,11 @@ from reference_server.errors import ModelConfigError
 
 ModelConfig = mc.ModelConfig
 
+#: Most instances one model may have (all instance groups together). Each instance is a thread
+#: (and, for ONNX, a session) of this process; Triton has no cap, and 10,000 took 12 s and as
+#: many threads to start. Far above what one host can use for one model.
+MAX_INSTANCES_PER_MODEL = 64
+
 #: config data type -> KServe protocol datatype.
 _TYPE_TO_PROTOCOL = {
     mc.TYPE_BOOL: "BOOL",
@@ -285,6 +290,13 @@ def validate_instance_groups(cfg: mc.ModelConfig, gpu_ids: Sequence[int] = ()) -
         ModelConfigError: the first problem found.
     """
     name = cfg.name
+    total = sum(max(1, group.count) for group in cfg.instance_group)
+    if total > MAX_INSTANCES_PER_MODEL:
+        counts = ", ".join(f"{g.name}: {g.count}" for g in cfg.instance_group)
+        raise ModelConfigError(
+            f"model {name} asks for {total} instances ({counts}); this server runs at most "
+            f"{MAX_INSTANCES_PER_MODEL} instances per model: lower instance_group count"
+        )
     for group in cfg.instance_group:
         if group.kind in (mc.ModelInstanceGroup.KIND_CPU, mc.ModelInstanceGroup.KIND_MODEL):
             if group.gpus:

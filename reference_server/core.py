@@ -38,7 +38,13 @@ from reference_server.config import (
 from reference_server.errors import Code, ModelConfigError, ServerError
 from reference_server.instances import DeviceRegistry
 from reference_server.model import ModelRuntime, RuntimeOptions
-from reference_server.repository import DUPLICATE_REASON, ModelRepository, select_versions
+from reference_server.repository import (
+    DUPLICATE_REASON,
+    ModelRepository,
+    ModelSource,
+    check_model_name,
+    select_versions,
+)
 from reference_server.stats import MetricSource, ModelMetrics, TritonCollector, render_text
 from reference_server.types import InferRequest, InferResponse
 
@@ -213,6 +219,7 @@ class _ModelState:
     fingerprint: tuple[tuple[str, int, int], ...] = ()
     failed: bool = False
     last_error: str = ""
+    override: ModelSource | None = None
 
 
 class InferenceServer:
@@ -289,7 +296,13 @@ class InferenceServer:
         return self._live
 
     def is_ready(self) -> bool:
-        """Live, not stopping and (strict readiness) no model failed to load."""
+        """Live, not stopping and (strict readiness) no model failed at the load stage.
+
+        As in Triton 2.51, a config refused while polling (unknown name, unparsable or invalid
+        config) leaves readiness alone; a model that failed at the load stage and serves no
+        version makes the server not ready until a load of it succeeds (unloading it does not
+        clear that, in Triton either).
+        """
         if not self._live or self._stopping:
             return False
         if not self.options.strict_readiness:
@@ -415,13 +428,17 @@ class InferenceServer:
             config_json: A ModelConfig as a JSON string; replaces the on-disk config.
             files: ``{"file:<version>/<path>": bytes}`` forming a whole model directory.
 
+        A load without a config override after one with an override keeps that override (and
+        the files that came with it), as Triton 2.51 does; send the config again to be sure.
+
         Raises:
-            ServerError: UNAVAILABLE outside explicit mode, INTERNAL when the model is not in
-                the repository, INVALID_ARG ``load failed for model ...`` when it fails to load.
+            ServerError: UNAVAILABLE outside explicit mode; INTERNAL ``failed to poll`` when the
+                name is invalid, the model is not in the repository or the config (override)
+                is refused; INVALID_ARG ``load failed for model ...`` when it fails to load.
         """
         self._check_control_mode()
-        override = config_from_json(config_json) if config_json is not None else None
-        self._load(name, override, files)
+        check_model_name(name)  # before anything is keyed by the name
+        self._load(name, config_json, files)
 
     def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         """Start unloading a model; returns at once, in-flight requests still finish."""
@@ -429,7 +446,10 @@ class InferenceServer:
         self._check_control_mode()
         with self._lock:
             st = self._models.get(name)
-            if st is None or not st.runtimes:
+            if st is None:
+                return
+            st.override = None  # Triton forgets an override on unload: the next load reads disk
+            if not st.runtimes:
                 return
             runtimes = dict(st.runtimes)
             st.runtimes.clear()
@@ -457,7 +477,7 @@ class InferenceServer:
     def _load(
         self,
         name: str,
-        override: mc.ModelConfig | None,
+        config_json: str | None,
         files: dict[str, bytes] | None,
     ) -> None:
         """Load (or reload) a model the way Triton does, in two stages.
@@ -469,8 +489,14 @@ class InferenceServer:
         keeps serving.
         """
         with self._load_lock(name):
+            with self._lock:
+                kept = self._models[name].override if name in self._models else None
             try:
-                source = self.repository.read(name, override, files)
+                override = config_from_json(config_json) if config_json is not None else None
+                if override is None and not files and kept is not None:
+                    source = kept
+                else:
+                    source = self.repository.read(name, override, files)
                 cfg = normalize(source.config, model_name=name, gpu_ids=self.gpu_ids)
                 validate(cfg, dir_name=name, gpu_ids=self.gpu_ids, instance_groups=False)
             except ServerError as exc:
@@ -481,7 +507,7 @@ class InferenceServer:
                 # that startup checks and users can see why a model is missing.
                 duplicate = exc.message == DUPLICATE_REASON
                 reason = exc.message if duplicate else f"{_code_phrase(exc.code)}: {exc.message}"
-                self._record_failure(name, reason)
+                self._record_failure(name, reason, load_stage=False)
                 # Triton answers only "failed to poll" and logs the reason; the reason is
                 # appended here so that clients see why (a deliberate, documented addition).
                 raise ServerError(
@@ -504,8 +530,7 @@ class InferenceServer:
                     )
                 versions = select_versions(cfg, source.directory)
                 unchanged = (
-                    not source.from_override
-                    and not st.from_override
+                    (source is kept or (not source.from_override and not st.from_override))
                     and current
                     and set(current) == {v for v, _ in versions}
                     and all(rt.config == cfg for rt in current.values())
@@ -533,7 +558,7 @@ class InferenceServer:
                 for runtime in new.values():
                     runtime.stop(wait=False)
                 reason = f"{_code_phrase(exc.code)}: {exc.message}"
-                self._record_failure(name, reason)
+                self._record_failure(name, reason, load_stage=True)
                 raise ServerError(
                     f"load failed for model '{name}': version {version} is at UNAVAILABLE "
                     f"state: {reason};\n",
@@ -543,7 +568,9 @@ class InferenceServer:
                 st.runtimes = new
                 st.from_override = source.from_override
                 st.fingerprint = source.fingerprint
+                st.override = source if source.from_override else None
                 st.failed = False
+                st.last_error = ""
                 for v in current:
                     if v not in new:
                         st.versions[v] = (UNAVAILABLE, "unloaded")
@@ -558,10 +585,11 @@ class InferenceServer:
             return {
                 name: st.last_error
                 for name, st in sorted(self._models.items())
-                if st.failed and not st.runtimes and st.last_error
+                if not st.runtimes and st.last_error
             }
 
-    def _record_failure(self, name: str, reason: str) -> None:
+    def _record_failure(self, name: str, reason: str, *, load_stage: bool) -> None:
+        """Note why a load failed; only a load-stage failure can make the server not ready."""
         with self._lock:
             st = self._models.setdefault(name, _ModelState())
             serving = set(st.runtimes)
@@ -571,7 +599,7 @@ class InferenceServer:
                     st.versions[version] = (UNAVAILABLE, reason)
             if serving:
                 return
-            st.failed = True
+            st.failed = st.failed or load_stage
             st.last_error = reason
             if not st.versions:
                 st.versions["1"] = (UNAVAILABLE, reason)

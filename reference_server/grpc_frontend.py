@@ -91,10 +91,12 @@ def _rpc(method: Rpc[R]) -> Rpc[R]:
             await context.abort(STATUS_CODES[exc.code], exc.message)
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
-        except Exception as exc:
+        except Exception:
             logger.exception("unhandled error in gRPC %s", method.__name__)
+            # Nothing of the exception goes to the client (it may name files or internals).
             await context.abort(
-                grpc.StatusCode.INTERNAL, f"internal server error: {type(exc).__name__}: {exc}"
+                grpc.StatusCode.INTERNAL,
+                "internal server error; the reference server's log has details",
             )
         raise AssertionError("context.abort returned")  # pragma: no cover
 
@@ -229,10 +231,13 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                         ),
                     )
                 )
-            except Exception as exc:  # keep the stream alive for the other requests
+            except Exception:  # keep the stream alive for the other requests
                 logger.exception("unhandled error in ModelStreamInfer")
                 await results.put(
-                    pb.ModelStreamInferResponse(error_message=f"internal server error: {exc}")
+                    pb.ModelStreamInferResponse(
+                        error_message="internal server error; the reference server's log has "
+                        "details"
+                    )
                 )
 
         async def read_all() -> None:

@@ -9,6 +9,11 @@ every failure into a ``{"error": ...}`` reply so that no exception reaches aioht
 A client that disconnects while its request waits cancels the handler (aiohttp's
 ``handler_cancellation``); the frontend then marks the core request cancelled so the batcher
 drops it (counted as a CANCELED failure, §3.8).
+
+Hostile or broken clients: requests aiohttp cannot parse (over-long URL or header line, bad
+Content-Length, not HTTP) are answered 400 with a JSON ``error`` and logged at WARNING in one
+line (aiohttp itself logs them at ERROR with a traceback); a body that sends no byte for
+``read_timeout_s`` is answered 408 and its connection closed (Triton has no such timeout).
 """
 
 from __future__ import annotations
@@ -24,17 +29,24 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from aiohttp import web
+from aiohttp.http_exceptions import LineTooLong
+from aiohttp.web_protocol import RequestHandler
 
 from reference_server import http_codec
 from reference_server.errors import Code, ServerError
 
 if TYPE_CHECKING:
     from reference_server.core import InferenceServer
+    from reference_server.types import InferRequest
 
 logger = logging.getLogger(__name__)
 
 #: Default ``--http-max-input-size``: 64 MiB, Triton's default.
 DEFAULT_MAX_INPUT_SIZE = 2**26
+
+#: Default ``--http-read-timeout``: seconds a request body may go without sending a byte.
+#: Triton waits forever; a real client never pauses this long inside one body.
+DEFAULT_READ_TIMEOUT_S = 60.0
 
 #: Triton's metrics content type (prometheus-cpp), not prometheus_client's versioned one.
 METRICS_CONTENT_TYPE = "text/plain; charset=utf-8"
@@ -53,13 +65,20 @@ class HttpFrontend:
         max_input_size: Largest JSON header, JSON-only body or raw-binary body accepted, in
             bytes (``--http-max-input-size``). Binary tensors after a JSON header may add up to
             ``http_codec.MAX_BINARY_SIZE`` more.
+        read_timeout_s: Longest pause inside a request body, in seconds
+            (``--http-read-timeout``); a body that stalls longer is answered 408.
     """
 
     def __init__(
-        self, core: InferenceServer, *, max_input_size: int = DEFAULT_MAX_INPUT_SIZE
+        self,
+        core: InferenceServer,
+        *,
+        max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
+        read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
     ) -> None:
         self._core = core
         self._max_input_size = max_input_size
+        self._read_timeout_s = read_timeout_s
         self._runner: web.ServerRunner | None = None
         # Routes keyed by the path's fixed words; model routes are decided in _models().
         self._model_actions: dict[str, tuple[str, Handler]] = {
@@ -79,7 +98,7 @@ class HttpFrontend:
             OSError: The address cannot be bound (typically: the port is in use).
         """
         # auto_decompress off: _read_body inflates, bounded, and refuses other encodings first.
-        server = web.Server(
+        server = _Server(
             self.handle, handler_cancellation=True, access_log=None, auto_decompress=False
         )
         self._runner, bound = await _listen(server, host, port)
@@ -100,13 +119,25 @@ class HttpFrontend:
             if method != request.method:
                 return _error(405, "Method Not Allowed")
             return await handler(request, args)
+        except _BodyTimeout as exc:
+            logger.warning("%s %s: %s", request.remote, _short(request.path), exc.message)
+            response = _error(408, exc.message)
+            response.force_close()  # the rest of the body may still come: drop the connection
+            return response
         except ServerError as exc:
             return _error(exc.code.http_status, exc.message)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a bug must not take the server or the connection down
+        except RecursionError:
+            # json.loads on deeply nested input ("[[[[..."); Triton crashes on 10 MB of "[".
+            return _error(
+                400,
+                "failed to parse the request JSON buffer: the JSON is nested too deeply",
+            )
+        except Exception:  # a bug must not take the server or the connection down
             logger.exception("unhandled error serving %s %s", request.method, request.path)
-            return _error(500, f"internal server error: {type(exc).__name__}: {exc}")
+            # Nothing of the exception goes to the client (it may name files or internals).
+            return _error(500, "internal server error; the reference server's log has details")
 
     def _route(self, raw_path: str) -> tuple[str, Handler, tuple[str, ...]]:
         """``(allowed method, handler, handler args)`` for a path; raises 404 if none."""
@@ -303,6 +334,30 @@ class HttpFrontend:
 
     async def _infer(self, request: web.BaseRequest, args: tuple[str, ...]) -> web.StreamResponse:
         name, version = args
+        try:
+            infer_request = await self._parse_infer(request, name, version)
+        except ServerError:
+            # Triton looks the model up before it reads the body: an unknown model is a 404
+            # whatever the body. Done only on failure, to keep the lookup off the fast path.
+            self._core.model_ready(name, version)
+            raise
+        try:
+            response = await self._core.infer(infer_request)
+        except asyncio.CancelledError:
+            # The client went away (aiohttp cancels the handler): let the batcher drop it.
+            infer_request.cancel()
+            raise
+        parts, json_length = http_codec.render_infer_response(infer_request, response)
+        headers = {}
+        if json_length is not None:
+            headers["Inference-Header-Content-Length"] = str(json_length)
+            content_type = "application/octet-stream"
+        else:
+            content_type = _JSON
+        return _compressed(request, parts, content_type, headers)
+
+    async def _parse_infer(self, request: web.BaseRequest, name: str, version: str) -> InferRequest:
+        """The core request for an infer call's headers and body."""
         # A compressed body's Content-Length says nothing about the inflated header length;
         # that case is checked against the inflated body below.
         compressed = "Content-Encoding" in request.headers
@@ -312,6 +367,12 @@ class HttpFrontend:
         )
         if header_length is None:
             body = await self._read_body(request, self._max_input_size)
+            if not body:
+                # Triton 2.51 takes an empty (or unsized) body as a raw one: 400 byte size
+                # mismatch (or 404 for an unknown model), not a JSON error.
+                return http_codec.parse_raw_request(
+                    name, version, body, self._core.model_config(name, version)
+                )
             header = http_codec.parse_json(body)
             infer_request = http_codec.parse_infer_request(
                 name, version, header, memoryview(b""), has_header_length=False
@@ -335,20 +396,7 @@ class HttpFrontend:
             infer_request = http_codec.parse_infer_request(
                 name, version, header, view[header_length:], has_header_length=True
             )
-        try:
-            response = await self._core.infer(infer_request)
-        except asyncio.CancelledError:
-            # The client went away (aiohttp cancels the handler): let the batcher drop it.
-            infer_request.cancel()
-            raise
-        parts, json_length = http_codec.render_infer_response(infer_request, response)
-        headers = {}
-        if json_length is not None:
-            headers["Inference-Header-Content-Length"] = str(json_length)
-            content_type = "application/octet-stream"
-        else:
-            content_type = _JSON
-        return _compressed(request, parts, content_type, headers)
+        return infer_request
 
     # -- bodies -------------------------------------------------------------------------------
 
@@ -376,14 +424,25 @@ class HttpFrontend:
             await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         chunks: list[bytes] = []
         total = 0
+        content = request.content
+        loop = asyncio.get_running_loop()
         try:
-            async for chunk in request.content.iter_any():
-                if inflater is not None:
-                    chunk = inflater.decompress(chunk, limit - total + 1)
-                total += len(chunk)
-                if total > limit:
-                    _check_size(total, limit, "Request body")
-                chunks.append(chunk)
+            # A stall timer, pushed back on every chunk; skipped when the whole body is
+            # already buffered (the common case for small requests).
+            async with asyncio.timeout(
+                None if content.is_eof() else loop.time() + self._read_timeout_s
+            ) as timer:
+                async for chunk in content.iter_any():
+                    if not content.is_eof():
+                        timer.reschedule(loop.time() + self._read_timeout_s)
+                    if inflater is not None:
+                        chunk = inflater.decompress(chunk, limit - total + 1)
+                    total += len(chunk)
+                    if total > limit:
+                        _check_size(total, limit, "Request body")
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise _BodyTimeout(self._read_timeout_s, total) from None
         except (ServerError, asyncio.CancelledError, ConnectionError):
             raise
         except zlib.error as exc:
@@ -392,7 +451,11 @@ class HttpFrontend:
                 Code.INVALID_ARG,
             ) from None
         except Exception as exc:  # truncated chunked body and the like
-            raise ServerError(f"failed to read the request body: {exc}", Code.INVALID_ARG) from None
+            reason = getattr(exc, "message", None) or type(exc).__name__
+            raise ServerError(
+                f"failed to read the request body: {str(reason).splitlines()[0]}",
+                Code.INVALID_ARG,
+            ) from None
         if inflater is not None and not inflater.eof:
             raise ServerError(
                 f"the request body is not a complete {encoding} stream", Code.INVALID_ARG
@@ -423,6 +486,57 @@ async def _listen(server: web.Server, host: str, port: int) -> tuple[web.ServerR
         raise
     bound: int = runner.addresses[0][1]
     return runner, bound
+
+
+class _Server(web.Server):
+    """aiohttp's low-level server whose connections answer unparsable requests Triton-style."""
+
+    def __call__(self) -> RequestHandler:
+        return _RequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+class _RequestHandler(RequestHandler):
+    """Answers requests aiohttp cannot parse with a JSON error; logs one WARNING line.
+
+    aiohttp's own ``handle_error`` logs every malformed request at ERROR with a traceback
+    (a hostile client could flood the log) and answers text/plain. A client's mistake is a
+    warning; the answer is Triton's ``{"error": ...}`` shape, and the connection is closed.
+    """
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if status >= 500:
+            return super().handle_error(request, status, exc, message)
+        if isinstance(exc, LineTooLong):
+            text = "the request line or a header is too long (more than 8190 bytes)"
+        else:  # aiohttp's message: a description, then the offending bytes
+            text = _short(str(getattr(exc, "message", None) or message or "").split(":\n")[0])
+        logger.warning("bad HTTP request from %s: %s", request.remote, text)
+        if request.writer.output_size > 0:
+            raise ConnectionError("response already started")
+        response = _error(status, f"Bad Request: {text}" if text else "Bad Request")
+        response.force_close()
+        return response
+
+
+def _short(text: object, limit: int = 200) -> str:
+    """One line of at most ``limit`` characters (client input may be huge or multi-line)."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+class _BodyTimeout(ServerError):
+    def __init__(self, timeout_s: float, received: int) -> None:
+        super().__init__(
+            f"request body timed out: no data for {timeout_s:g} s after {received} bytes "
+            "(--http-read-timeout)",
+            Code.INVALID_ARG,
+        )
 
 
 class _UnsupportedEncoding(ServerError):

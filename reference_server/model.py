@@ -25,6 +25,7 @@ from reference_server.cache import ResponseCache, cache_key
 from reference_server.config import numpy_dtype, protocol_datatype
 from reference_server.errors import BackendError, Code, ServerError
 from reference_server.instances import DeviceRegistry, InstanceSpec, ModelInstance, PauseGate
+from reference_server.repository import inside
 from reference_server.scheduler import Batch, Entry, Scheduler
 from reference_server.stats import ModelMetrics, ModelStats, RequestTiming
 from reference_server.types import InferRequest, InferResponse
@@ -215,7 +216,8 @@ class ModelRuntime:
         model_dir = self.version_dir.parent
         for out in self.config.output:
             if out.label_filename:
-                path = model_dir / out.label_filename
+                # An override may name any path: only files of the model directory are read.
+                path = inside(model_dir, out.label_filename, "label file", resolve_links=False)
                 if path.is_file():
                     self._labels[out.name] = path.read_text(encoding="utf-8").splitlines()
 

@@ -24,6 +24,86 @@ from reference_server.errors import Code, ModelConfigError, ServerError
 
 DUPLICATE_REASON = "model appears in two or more repositories"
 
+#: Characters a model name may not contain: it is one directory name inside a repository.
+_FORBIDDEN_IN_NAME = ("/", "\\", "\x00")
+
+
+def display_name(name: str) -> str:
+    """``name`` as it may appear in a message or log line: control characters escaped."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in name)
+
+
+def poll_failure(name: str, reason: str = "") -> ServerError:
+    """Triton's answer to a model it cannot find in the repository (INTERNAL, HTTP 500).
+
+    Args:
+        name: The model name as requested.
+        reason: Why, appended after a colon (Triton only logs it); never an absolute path.
+    """
+    message = f"failed to load '{display_name(name)}', failed to poll from model repository"
+    return ServerError(f"{message}: {reason}" if reason else message, Code.INTERNAL)
+
+
+def check_model_name(name: str) -> None:
+    """Refuse a model name that is not one plain directory name.
+
+    A name reaches the filesystem as ``<repository>/<name>``, so separators, ``.``/``..``,
+    NUL and empty names would address something other than a model directory.
+
+    Raises:
+        ServerError: INTERNAL ``failed to poll from model repository``, as Triton answers for
+            any name it does not find.
+    """
+    if (
+        not name
+        or name in (".", "..")
+        or any(ch in name for ch in _FORBIDDEN_IN_NAME)
+        or Path(name).is_absolute()
+    ):
+        raise poll_failure(
+            name,
+            "a model name is one directory name: it must not be empty, '.' or '..', nor "
+            "contain '/', '\\' or NUL",
+        )
+
+
+def inside(base: Path, relative: str | Path, what: str, *, resolve_links: bool = True) -> Path:
+    """``base / relative``, refused if it leaves ``base``.
+
+    Args:
+        base: The directory the path must stay in (a model directory).
+        relative: The path as a config gives it.
+        what: What the path is, for the message (e.g. ``"label file"``).
+        resolve_links: Resolve symlinks before the check (for what a client names directly:
+            the model directory, config.pbtxt). Without it the check is on the path as written
+            (absolute paths and ``..`` refused), so links the operator put inside the model
+            directory still work (the bundled model links its ONNX file from a cache).
+
+    Raises:
+        ModelConfigError: the path leaves ``base``; the message names ``relative`` only, never
+            an absolute path of the server.
+    """
+    shown = (
+        "(an absolute path)" if Path(relative).is_absolute() else f"'{display_name(str(relative))}'"
+    )
+    refused = ModelConfigError(
+        f"{what} {shown} is outside the model directory: give a path "
+        "relative to the model directory, without '..'"
+        + (" or links that leave it" if resolve_links else "")
+    )
+    if "\x00" in str(relative):
+        raise refused
+    if not resolve_links:
+        rel = Path(relative)
+        if rel.is_absolute() or ".." in rel.parts:
+            raise refused
+        return base / rel
+    root = base.resolve()
+    target = (root / relative).resolve()
+    if target != root and root not in target.parents:
+        raise refused
+    return target
+
 
 @dataclass(frozen=True)
 class ModelSource:
@@ -72,14 +152,19 @@ class ModelRepository:
         Raises:
             ServerError: INTERNAL ``failed to poll`` when absent; INVALID_ARG when duplicated.
         """
+        check_model_name(name)
         hits = [root / name for root in self.paths if (root / name).is_dir()]
         if not hits:
-            raise ServerError(
-                f"failed to load '{name}', failed to poll from model repository", Code.INTERNAL
-            )
+            raise poll_failure(name)
         if len(hits) > 1:
             raise ModelConfigError(DUPLICATE_REASON)
-        return hits[0]
+        directory = hits[0]
+        root = directory.parent.resolve()
+        if directory.resolve().parent != root:
+            # A symlink in the repository that points elsewhere: what it points to was not put
+            # in the repository, so it is not served.
+            raise poll_failure(name, "the model directory is a link that leaves the repository")
+        return directory
 
     def read(
         self,
@@ -90,8 +175,10 @@ class ModelRepository:
         """Read a model's config (or take the override) and find its directory.
 
         Raises:
-            ServerError: the model is not in any repository, or has no config.pbtxt.
+            ServerError: the model name is invalid or not in any repository, or it has no
+                config.pbtxt (or one that is a link leaving the model directory).
         """
+        check_model_name(name)
         if files:
             if override is None:
                 raise ModelConfigError(
@@ -105,9 +192,10 @@ class ModelRepository:
         path = directory / "config.pbtxt"
         if not path.is_file():
             raise ModelConfigError(
-                f"failed to load '{name}': no config.pbtxt in {directory} (this server does "
-                "not auto-complete configs)"
+                f"failed to load '{name}': no config.pbtxt in the model directory '{name}' "
+                "(this server does not auto-complete configs)"
             )
+        path = inside(directory, "config.pbtxt", "config file")
         return ModelSource(name, directory, load_config_file(path), False, fingerprint(directory))
 
     def _materialize(self, name: str, files: Mapping[str, bytes]) -> Path:

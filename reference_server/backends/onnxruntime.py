@@ -23,6 +23,7 @@ import onnxruntime as ort
 from reference_server.backends.base import BackendArgs, mark_compute, response_for
 from reference_server.config import protocol_datatype
 from reference_server.errors import BackendError, ServerError
+from reference_server.repository import inside
 from reference_server.types import InferRequest, InferResponse
 
 CUDA = "CUDAExecutionProvider"
@@ -58,10 +59,13 @@ class OnnxRuntimeBackend:
 
     def initialize(self, args: BackendArgs) -> None:
         cfg = args.config
-        path = args.version_dir / (cfg.default_model_filename or "model.onnx")
+        filename = cfg.default_model_filename or "model.onnx"
+        # Messages name the file relative to the model directory, never the server's paths.
+        shown = f"{args.version_dir.name}/{filename}"
+        path = inside(args.version_dir, filename, "model file", resolve_links=False)
         if not path.is_file():
             raise BackendError(
-                f"unable to find '{path}' for model '{args.model_name}': put the ONNX file in "
+                f"unable to find '{shown}' for model '{args.model_name}': put the ONNX file in "
                 "the version directory"
             )
         options = ort.SessionOptions()
@@ -78,7 +82,8 @@ class OnnxRuntimeBackend:
         try:
             self._session = ort.InferenceSession(str(path), options, providers=providers)
         except Exception as exc:  # onnxruntime raises its own exception types
-            raise BackendError(f"failed to load ONNX model '{path}': {exc}") from exc
+            detail = str(exc).replace(str(path), shown)
+            raise BackendError(f"failed to load ONNX model '{shown}': {detail}") from exc
         session_outputs = [o.name for o in self._session.get_outputs()]
         self._output_names = [o.name for o in cfg.output] or session_outputs
         unknown = [n for n in self._output_names if n not in session_outputs]

@@ -100,8 +100,13 @@ class LatencyProfile:
         return 1000.0 * batch_size / cycle_ms if cycle_ms > 0 else float("inf")
 
 
-def load_profile(path: Path) -> LatencyProfile:
+def load_profile(path: Path, shown: str | None = None) -> LatencyProfile:
     """Read a profile TOML file.
+
+    Args:
+        path: The file.
+        shown: How messages name it (default: ``path``); the server passes the path relative to
+            the model directory so that no absolute path reaches a client.
 
     Raises:
         ModelConfigError: unreadable file or missing ``device`` / ``provenance``.
@@ -109,17 +114,19 @@ def load_profile(path: Path) -> LatencyProfile:
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ModelConfigError(f"cannot read latency profile {path}: {exc}") from exc
+        reason = exc.strerror if isinstance(exc, OSError) else exc
+        raise ModelConfigError(f"cannot read latency profile {shown or path}: {reason}") from exc
     if "device" not in data or not data.get("provenance"):
         raise ModelConfigError(
-            f"latency profile {path} needs a [device] table and a 'provenance' string"
+            f"latency profile {shown or path} needs a [device] table and a 'provenance' string"
         )
+    label = shown or path
     return LatencyProfile(
         name=str(data.get("name", Path(path).stem)),
         provenance=str(data["provenance"]),
-        device=LatencyCurve.from_toml(data["device"], f"{path} [device]"),
-        host_pre=LatencyCurve.from_toml(data.get("host_pre"), f"{path} [host_pre]"),
-        host_post=LatencyCurve.from_toml(data.get("host_post"), f"{path} [host_post]"),
+        device=LatencyCurve.from_toml(data["device"], f"{label} [device]"),
+        host_pre=LatencyCurve.from_toml(data.get("host_pre"), f"{label} [host_pre]"),
+        host_post=LatencyCurve.from_toml(data.get("host_post"), f"{label} [host_post]"),
         jitter=float(data.get("jitter", 0.0)),
         seed=int(data.get("seed", 0)),
     )
@@ -131,15 +138,23 @@ def bundled_profiles() -> list[str]:
 
 
 def resolve_profile(ref: str, model_dir: Path | None = None) -> LatencyProfile:
-    """Load a profile by bundled name, or by path (relative paths from ``model_dir``)."""
+    """Load a profile by bundled name, or by path.
+
+    With ``model_dir`` (a served model) the path must lie inside the model directory: a config
+    override may name any path, and the server must not read files outside its repository.
+    Without it (library use) any path is taken as given.
+    """
     if ref in bundled_profiles():
         return load_profile(PROFILE_DIR / f"{ref}.toml")
     path = Path(ref)
-    if not path.is_absolute() and model_dir is not None:
-        path = model_dir / path
+    if model_dir is not None:
+        from reference_server.repository import inside
+
+        path = inside(model_dir, ref, "latency profile", resolve_links=False)
     if not path.is_file():
         raise ModelConfigError(
             f"latency profile '{ref}' not found: give a bundled name "
             f"({', '.join(bundled_profiles())}) or a path to a .toml file"
+            + (" inside the model directory" if model_dir is not None else "")
         )
-    return load_profile(path)
+    return load_profile(path, shown=ref)

@@ -7,8 +7,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from google.protobuf import json_format
 
-from reference_server.config import config_to_json
+from reference_server.config import config_to_json, parse_config_text
 from reference_server.core import CoreOptions, InferenceServer
 from reference_server.errors import Code, ServerError
 from reference_server.types import InferRequest
@@ -90,9 +91,14 @@ def test_load_errors(tmp_path: Path, make_server: ServerFactory) -> None:
         server.load_model("nope")
     assert e.value.code is Code.INTERNAL
     assert e.value.message == "failed to load 'nope', failed to poll from model repository"
-    with pytest.raises(ServerError, match=r"^Invalid config override: ") as e:
+    # Triton 2.51 answers an unparsable override as any poll failure: INTERNAL (HTTP 500).
+    with pytest.raises(
+        ServerError,
+        match=r"^failed to load 'a', failed to poll from model repository: Invalid config "
+        "override: ",
+    ) as e:
         server.load_model("a", config_json="{bad")
-    assert e.value.code is Code.INVALID_ARG
+    assert e.value.code is Code.INTERNAL
     none_mode = make_server(model_control_mode="none")
     with pytest.raises(ServerError, match="explicit model load / unload is not allowed") as e:
         none_mode.load_model("a")
@@ -100,9 +106,11 @@ def test_load_errors(tmp_path: Path, make_server: ServerFactory) -> None:
     assert none_mode.model_ready("a"), "mode none loads everything at start"
 
 
-def test_override_takes_effect_and_plain_load_reverts(
+def test_override_takes_effect_and_plain_load_keeps_it(
     tmp_path: Path, make_server: ServerFactory
 ) -> None:
+    """A load without a config after an override keeps the override, as Triton 2.51 does
+    (``tests/server/test_hardening.py`` checks it against the real Triton)."""
     write_model(tmp_path, "a", identity_config("a"))
     server = make_server(models=("a",))
     assert not server.model_config("a").HasField("dynamic_batching")
@@ -115,6 +123,11 @@ def test_override_takes_effect_and_plain_load_reverts(
     assert [(g.name, g.count) for g in loaded.instance_group] == [("a_0", 2)]
     assert len(server.device_info("a")) == 2
     server.load_model("a")
+    assert server.model_config("a").dynamic_batching.max_queue_delay_microseconds == 500
+    assert len(server.device_info("a")) == 2
+    # Only a new override (here: the on-disk config sent explicitly) replaces it.
+    on_disk = json_format.MessageToJson(parse_config_text(identity_config("a")))
+    server.load_model("a", config_json=on_disk)
     assert not server.model_config("a").HasField("dynamic_batching")
 
 

@@ -160,7 +160,10 @@ def test_handler_exception_becomes_500_json_in_process(repository: Path) -> None
                 assert broken.status == 500
                 assert broken.headers["Content-Type"] == "application/json"
                 body = await broken.json()
-                assert body == {"error": "internal server error: RuntimeError: injected failure"}
+                # Nothing of the exception reaches the client (it may name files or internals).
+                assert body == {
+                    "error": "internal server error; the reference server's log has details"
+                }
                 healthy = await client.get("/v2/models/nobatch")
                 assert healthy.status == 200
                 assert (await healthy.json())["name"] == "nobatch"

@@ -220,7 +220,11 @@ def test_load_with_config_override_then_revert_and_unload(client: Client, protoc
     changed = client.get_model_config(name)
     changed = changed if protocol == "http" else json_config(changed.config)
     assert changed["max_batch_size"] == 2
-    client.load_model(name)  # a plain load reverts to the file on disk
+    client.load_model(name)  # a plain load keeps the override, as in Triton 2.51
+    kept = client.get_model_config(name)
+    kept = kept if protocol == "http" else json_config(kept.config)
+    assert kept["max_batch_size"] == 2
+    client.load_model(name, config=json.dumps(original))  # reverting means sending it
     reverted = client.get_model_config(name)
     reverted = reverted if protocol == "http" else json_config(reverted.config)
     assert reverted["max_batch_size"] == 4
