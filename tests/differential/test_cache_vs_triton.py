@@ -18,6 +18,7 @@ import pytest
 from reference_server.config import config_to_text
 from reference_server.core import CoreOptions, InferenceServer
 from reference_server.types import InferRequest
+from tests.support.differential import settled_stats
 from tests.support.real_triton import RealTriton, TensorSpec, TritonInstall, sleep_model_config
 from tests.support.reference import for_reference
 
@@ -76,7 +77,9 @@ def test_cache_statistics_and_metrics_match(triton_install: TritonInstall, tmp_p
             }
             status, payload = triton.http_status("POST", "/v2/models/c/infer", body)
             assert status == 200, payload
-        expected_stats = _counts(triton.model_stats("c"))
+        # The Python backend counts an executed request after answering it: wait for the
+        # counts of all requests (two misses executed, one item each) before reading either side.
+        expected_stats = _counts(settled_stats(triton, "c", successes=len(REQUESTS), items=2))
         expected_series = _series(triton.metrics_text())
 
     with tempfile.TemporaryDirectory() as tmp:
