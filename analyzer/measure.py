@@ -610,23 +610,54 @@ def generator_problems(
     return problems
 
 
+def unusable(m: Measurement) -> str | None:
+    """Why ``m`` cannot be judged against any goal (None when it can).
+
+    A measurement in which nothing completed, or whose generator was saturated (``valid`` is
+    False), describes the load generator, not the server.
+    """
+    if m.request_count == 0:
+        return "no request completed"
+    if not m.valid:
+        return "invalid measurement (generator saturated)"
+    return None
+
+
+def goals_met(problem: str | None, slacks: Mapping[str, float]) -> bool:
+    """The one rule behind every "meets the goals" in perfsweep.
+
+    A result meets the goals when the measurement it rests on is usable (``problem`` is None,
+    see :func:`unusable`) and every slack is satisfied (<= 0). :func:`meets_goals` (one load
+    level) and ``TrialResult.meets_goals`` (a trial, whatever the objective) both apply it.
+    """
+    return problem is None and all(v <= 0 for v in slacks.values())
+
+
+def goal_slacks(p99_ms: float, error_rate: float, goals: Goals) -> dict[str, float]:
+    """Continuous slacks of one level against ``goals`` (<= 0: satisfied)."""
+    return {
+        "p99_slack": (p99_ms - goals.p99_ms) / goals.p99_ms,
+        "err_slack": error_rate - goals.max_error_rate,
+    }
+
+
 def meets_goals(m: Measurement, goals: Goals) -> tuple[bool, str]:
     """Whether a measurement meets ``goals``, and a one-line reason either way.
 
     An invalid measurement (saturated generator) never meets a goal: its numbers describe the
-    generator, not the server.
+    generator, not the server. The verdict is :func:`goals_met` on :func:`unusable` and
+    :func:`goal_slacks`; a level stopped early (capacity search) is unusable too.
     """
-    if m.request_count == 0:
-        return False, "no request completed"
-    if not m.valid:
-        return False, "invalid measurement (generator saturated)"
-    if m.stopped_early is not None:
-        return False, f"stopped early: {m.stopped_early}"
+    problem = unusable(m)
+    if problem is None and m.stopped_early is not None:
+        problem = f"stopped early: {m.stopped_early}"
+    if goals_met(problem, goal_slacks(m.p99_ms, m.error_rate, goals)):
+        return True, f"p99 {m.p99_ms:.2f} ms <= {goals.p99_ms:g} ms, error rate {m.error_rate:.2%}"
+    if problem is not None:
+        return False, problem
     if m.p99_ms > goals.p99_ms:
         return False, f"p99 {m.p99_ms:.2f} ms > goal {goals.p99_ms:g} ms"
-    if m.error_rate > goals.max_error_rate:
-        return False, f"error rate {m.error_rate:.2%} > goal {goals.max_error_rate:.2%}"
-    return True, f"p99 {m.p99_ms:.2f} ms <= {goals.p99_ms:g} ms, error rate {m.error_rate:.2%}"
+    return False, f"error rate {m.error_rate:.2%} > goal {goals.max_error_rate:.2%}"
 
 
 def clearly_fails(

@@ -42,7 +42,14 @@ from analyzer.target import (
     Target,
     observed_device,
 )
-from analyzer.trial import Evaluator, Knobs, TrialResult, apply_knobs, knobs_of
+from analyzer.trial import (
+    Evaluator,
+    Knobs,
+    TrialResult,
+    apply_knobs,
+    knobs_of,
+    trial_meets_goals,
+)
 
 _LOG = logging.getLogger(__name__)
 
@@ -430,7 +437,7 @@ def _run_trial(
             p90_ms=numbers["p90_ms"],
             p99_ms=numbers["p99_ms"] if math.isfinite(numbers["p99_ms"]) else 0.0,
             error_rate=numbers["error_rate"],
-            meets_goals=all(v <= 0 for v in constraints.values()),
+            meets_goals=trial_meets_goals(raw, constraints),  # the one rule
             constraints=constraints,
             values=values,
             started_at=started_at,
@@ -621,7 +628,9 @@ def _headline(state: _State, result: TrialResult | None) -> TrialResult | None:
     if not runs or any(r.state != "complete" for r in runs):
         return result
     if state.scenario.objective == "latency":
-        worst = max(runs, key=lambda r: r.p99_ms)
+        # A repeat that missed the goals (e.g. an invalid measurement with a low p99) is the
+        # worst case, whatever its p99 reads.
+        worst = max(runs, key=lambda r: (not r.meets_goals, r.p99_ms))
     else:
         worst = min(runs, key=lambda r: r.throughput_rps if r.meets_goals else 0.0)
     return replace(worst, number=result.number)

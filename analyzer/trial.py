@@ -25,7 +25,9 @@ from analyzer.measure import (
     LoadMode,
     LoadSpec,
     Measurement,
+    goals_met,
     meets_goals,
+    unusable,
 )
 from analyzer.scenario import Scenario
 
@@ -185,6 +187,10 @@ class TrialResult:
         """Inverse of :meth:`to_record`."""
         names = {f.name for f in dataclasses.fields(cls)} - {"knobs", "values"}
         kwargs = {k: v for k, v in record.items() if k in names}
+        # Records written before the one rule could say an invalid measurement met the goals.
+        kwargs["meets_goals"] = bool(record.get("meets_goals")) and (
+            measurement_problem(record.get("measurement")) is None
+        )
         return cls(
             knobs=Knobs.from_dict(record["config"]),
             values=tuple(record.get("values", ())),
@@ -201,6 +207,32 @@ class TrialResult:
             "meets_goals": self.meets_goals,
             "trial_number": self.number,
         }
+
+
+def measurement_problem(raw: Mapping[str, Any] | None) -> str | None:
+    """Why a trial's measurement (its ``measurement`` JSON) cannot meet the goals, else None.
+
+    The measurement the trial's numbers rest on must be usable (:func:`analyzer.measure.unusable`):
+    the fixed level (``latency``), the reference level (``pareto``) or the capacity search's
+    operating point (its ``best`` passed :func:`~analyzer.measure.meets_goals` by construction).
+    With :func:`analyzer.measure.goals_met` this is the trial's whole verdict.
+    """
+    if not raw:
+        return None
+    if "reference" in raw and "capacity" in raw:
+        problem = measurement_problem(raw["reference"])
+        return f"reference load: {problem}" if problem else None
+    if "points" in raw and "capacity_rps" in raw:
+        best = raw.get("best")
+        return unusable(Measurement.from_dict(best)) if best else None
+    if "mode" in raw:
+        return unusable(Measurement.from_dict(raw))
+    return None
+
+
+def trial_meets_goals(raw: Mapping[str, Any] | None, constraints: Mapping[str, float]) -> bool:
+    """``TrialResult.meets_goals``: the measurement is usable and every slack is satisfied."""
+    return goals_met(measurement_problem(raw), constraints)
 
 
 class Evaluator:
@@ -324,6 +356,9 @@ class Evaluator:
                 resolution=b.capacity_resolution,
                 growth=growth,
                 step=self.step(factor),
+                # A latency spike of 60-120 ms on a real server can fail one step at a rate the
+                # config serves; a failing step counts only when its repeat fails too.
+                confirm_failures=True,
             )
             self.on_phase(f"capacity search from {start:.0f} req/s")
             result = self.load.find_capacity(spec)
@@ -350,10 +385,13 @@ class Evaluator:
             if users in tried:  # integer levels: the bracket cannot narrow further
                 break
             self.on_phase(f"concurrency {users}")
-            m = self.load.measure(
-                replace(self.step(factor), target=float(users), fail_fast=self.goals)
-            )
+            step = replace(self.step(factor), target=float(users), fail_fast=self.goals)
+            m = self.load.measure(step)
             points.append(m)
+            if not meets_goals(m, self.goals)[0]:  # confirm a failure, as the open loop does
+                self.on_phase(f"concurrency {users}: confirming a failing level")
+                m = self.load.measure(step)
+                points.append(m)
             tried[users] = meets_goals(m, self.goals)[0]
             search.record(level, tried[users])
         passing = [m for m in points if meets_goals(m, self.goals)[0]]

@@ -34,6 +34,7 @@ from analyzer.report.record import (
     as_float,
 )
 from analyzer.report.verdict import build_verdict, ceiling_warning, explain
+from analyzer.trial import measurement_problem
 
 
 def build_record(run: RunData) -> ReportRecord:
@@ -190,7 +191,11 @@ def _trial_point(record: Mapping[str, Any], front: set[int]) -> TrialPoint:
         p90_ms=as_float(record.get("p90_ms")) if complete else None,
         p99_ms=as_float(record.get("p99_ms")) if complete else None,
         error_rate=as_float(record.get("error_rate")) if complete else None,
-        meets_goals=bool(record.get("meets_goals")) and complete,
+        # The one rule (analyzer.measure.goals_met): an unusable measurement never meets them,
+        # whatever an older record says.
+        meets_goals=bool(record.get("meets_goals"))
+        and complete
+        and measurement_problem(record.get("measurement")) is None,
         failure=record.get("failure"),
         duration_s=as_float(record.get("duration_s")),
         stable=bool(op["stable"]) if op and "stable" in op else None,

@@ -7,7 +7,9 @@ directory, not a server.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import re
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,14 @@ import pandas as pd
 import pytest
 
 from analyzer.errors import InputError
-from analyzer.measure import CapacityResult, CapacitySpec
+from analyzer.measure import (
+    CapacityResult,
+    CapacitySearch,
+    CapacitySpec,
+    LoadSpec,
+    Measurement,
+    meets_goals,
+)
 from analyzer.results import load_summary, load_trial_record, parse_config_text
 from analyzer.scenario import Scenario, load_scenario
 from analyzer.search import Knobs
@@ -26,6 +35,7 @@ from tests.sweep.planted import (
     PlantedModel,
     brute_force,
     knobs_from_config,
+    planted_capacity_spec,
 )
 
 #: A CPU-like device: expensive items, strong contention between instances. Its optimum is not
@@ -150,7 +160,7 @@ def test_failed_load_is_a_failed_trial_and_the_sweep_goes_on(tmp_path: Path) -> 
     rec = load_trial_record(summary.run_dir / "trials" / "001" / "measurement.json")
     assert rec["state"] == "failed"
     assert "planted failure #4" in rec["failure"]
-    assert summary.trials == {"complete": 4, "failed": 1, "total": 5}
+    assert summary.trials == {"complete": 4, "failed": 1, "interrupted": 0, "total": 5}
     frame = pd.read_csv(summary.run_dir / "trials.csv")
     assert frame.loc[frame.number == 1, "state"].item() == "failed"
 
@@ -291,5 +301,137 @@ def test_a_model_without_batch_dimension_is_refused_up_front(tmp_path: Path) -> 
     with pytest.raises(InputError, match="max_batch_size 0"):
         run_sweep(scenario(tmp_path), target=target, load=FakeLoadGenerator(target, CPU_LIKE))
     assert target.loads == []  # nothing was pushed to the server
-    (run_json,) = tmp_path.glob("*/run.json")
-    assert '"status": "failed"' in run_json.read_text()
+    assert not list(tmp_path.glob("*/run.json"))  # refused before the run started
+
+
+@dataclass
+class SaturatedAtMostInstances(FakeLoadGenerator):
+    """Planted: configs on the most instances get an invalid (generator-saturated) measurement
+    whose p99 looks excellent; the sweep must not believe it."""
+
+    saturated_instances: int = 4
+
+    def measure(self, spec: LoadSpec) -> Measurement:
+        m = super().measure(spec)
+        if knobs_from_config(self.target.current).instance_count == self.saturated_instances:
+            return replace(m, valid=False, p99_ms=0.5, p50_ms=0.2, p90_ms=0.4, p95_ms=0.45)
+        return m
+
+
+def test_latency_objective_never_picks_an_invalid_measurement(tmp_path: Path) -> None:
+    s = scenario(tmp_path, objective="latency", **{"traffic.rate_rps": 60.0, "budget.trials": 6})
+    target = FakeTarget()
+    summary = run_sweep(
+        s, target=target, load=SaturatedAtMostInstances(target, CPU_LIKE, noise=0.0)
+    )
+    records = [load_trial_record(p) for p in summary.run_dir.glob("trials/*/measurement.json")]
+    invalid = [r for r in records if r["config"]["instance_count"] == 4]
+    assert invalid, "the seeds include the most instances: the planted case must be measured"
+    assert not any(r["meets_goals"] for r in invalid)
+    assert summary.best is not None and summary.best.knobs.instance_count != 4
+    assert summary.best.p99_ms > 0.5
+    # The record, the report and a re-read trial agree on the one rule.
+    from analyzer.trial import TrialResult
+
+    assert not any(TrialResult.from_record(r).meets_goals for r in invalid)
+    html = (summary.run_dir / "report.html").read_text()
+    data = json.loads(re.search(r'id="perfsweep-data">(.*?)</script>', html, re.S).group(1))  # type: ignore[union-attr]
+    assert all(not t["meets_goals"] for t in data["trials"] if t["config"]["instance_count"] == 4)
+
+
+@dataclass
+class OneSpike(FakeLoadGenerator):
+    """The real engine's capacity loop (re-measure a failing step when asked to confirm it) on
+    the planted formula, with one latency spike: the first measurement at ``spike_from_rps`` or
+    above, once per capacity search, reads a p99 far beyond the goal."""
+
+    spike_from_rps: float = 0.0
+    searches: list[CapacitySpec] = field(default_factory=list)
+
+    def find_capacity(self, spec: CapacitySpec) -> CapacityResult:
+        self.searches.append(spec)
+        knobs = knobs_from_config(self.target.current)
+        search = CapacitySearch(spec)
+        points: list[Measurement] = []
+        spiked = False
+        while (rate := search.next_rate()) is not None:
+            m = self._measurement(rate, knobs, self.model.p99_ms(knobs, rate))
+            if not spiked and rate >= self.spike_from_rps:
+                spiked = True
+                m = replace(m, p99_ms=10 * spec.goals.p99_ms)
+            points.append(m)
+            passed = meets_goals(m, spec.goals)[0]
+            if not passed and spec.confirm_failures:
+                m = self._measurement(rate, knobs, self.model.p99_ms(knobs, rate))
+                points.append(m)
+                passed = meets_goals(m, spec.goals)[0]
+            search.record(rate, passed)
+        capacity = search.capacity_rps
+        best = next(
+            (m for m in reversed(points) if m.target == capacity and meets_goals(m, spec.goals)[0]),
+            None,
+        )
+        return CapacityResult(spec.goals, capacity, tuple(points), best, search.bracketed)
+
+
+def test_one_noisy_failing_step_does_not_halve_the_capacity(tmp_path: Path) -> None:
+    s = scenario(tmp_path, **{"budget.trials": 1, "budget.validate_top": 0})
+    target = FakeTarget()
+    base_knobs = knobs_of(target.model_config())
+    true_capacity = CPU_LIKE.capacity_rps(
+        base_knobs,
+        GOAL_MS,
+        replace(
+            planted_capacity_spec(GOAL_MS),
+            start_rps=s.traffic.start_rps or 50.0,
+            min_rps=5.0,
+            max_rps=20000.0,
+            resolution=0.05,
+        ),
+    )
+    # The spike hits the first step at or above half the capacity: unconfirmed, it caps the
+    # search below the spiked rate, i.e. at about half of the truth or less.
+    generator = OneSpike(target, CPU_LIKE, noise=0.0, spike_from_rps=0.5 * true_capacity)
+    summary = run_sweep(s, target=target, load=generator)
+    assert generator.searches and all(spec.confirm_failures for spec in generator.searches)
+    assert summary.baseline is not None
+    assert summary.baseline.throughput_rps >= 0.9 * true_capacity
+
+
+def test_closed_loop_capacity_confirms_a_failing_step(tmp_path: Path) -> None:
+    overrides = {
+        "traffic.mode": "concurrency",
+        "traffic.max_concurrency": 64,
+        "budget.trials": 1,
+        "budget.validate_top": 0,
+    }
+    target = FakeTarget()
+    clean = run_sweep(
+        scenario(tmp_path / "clean", **overrides),
+        target=target,
+        load=FakeLoadGenerator(target, CPU_LIKE, noise=0.0),
+    )
+    assert clean.baseline is not None and clean.baseline.throughput_rps > 0
+    target = FakeTarget()
+    noisy = run_sweep(
+        scenario(tmp_path / "noisy", **overrides),
+        target=target,
+        load=SpikeOnce(target, CPU_LIKE, noise=0.0, spike_users=2),
+    )
+    assert noisy.baseline is not None
+    assert noisy.baseline.throughput_rps == pytest.approx(clean.baseline.throughput_rps)
+
+
+@dataclass
+class SpikeOnce(FakeLoadGenerator):
+    """The first measured level at ``spike_users`` reads a p99 far beyond the goal."""
+
+    spike_users: int = 2
+    spiked: bool = False
+
+    def measure(self, spec: LoadSpec) -> Measurement:
+        m = super().measure(spec)
+        if spec.max_windows != 1 and spec.target == self.spike_users and not self.spiked:
+            self.spiked = True
+            return replace(m, p99_ms=10 * GOAL_MS)
+        return m
