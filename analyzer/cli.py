@@ -14,6 +14,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from analyzer.errors import PerfsweepError
 
@@ -51,7 +52,10 @@ def main() -> None:
         app(standalone_mode=False)
     except PerfsweepError as exc:
         # soft_wrap: the message stays one line (scripts and tests grep it), whatever the width.
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        # escape: a message is text, not markup ("[gate]" must print as written).
+        err_console.print(
+            f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True
+        )
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")

@@ -35,7 +35,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from analyzer.errors import ScenarioError
+from analyzer.errors import InputError, ScenarioError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -203,6 +203,11 @@ class RunSection(_Section):
     file in the run directory."""
     study_name: str | None = None
     """Study name in a shared storage; several workers with the same name share one study."""
+    leave: Literal["original", "best"] = "original"
+    """What a shared server (``model.url``) holds when the run ends, fails or is interrupted:
+    the model's ``original`` config, sent back explicitly, or the ``best`` config found (the
+    original when none met the goals). A managed server is stopped either way. Not part of
+    :meth:`Scenario.hash`: it changes no measurement."""
 
 
 class GateSection(_Section):
@@ -264,10 +269,15 @@ class Scenario(_Section):
                 raise ValueError(
                     'objective "latency" in closed-loop mode needs traffic.concurrency'
                 )
-        if self.model.url is not None and not self.model.url.startswith(("http://", "https://")):
-            raise ValueError(
-                f"model.url must start with http:// or https://, got {self.model.url!r}"
-            )
+        if self.model.url is not None:
+            from analyzer.target import http_url  # the one place URLs are checked
+
+            if not self.model.url.lower().startswith(("http://", "https://")):
+                raise ValueError(f"model.url must start with http://, got {self.model.url!r}")
+            try:
+                http_url(self.model.url)
+            except InputError as exc:
+                raise ValueError(f"model.url: {exc}") from exc
         if self.run.storage is not None and self.run.study_name is None:
             raise ValueError("run.storage needs run.study_name (workers find the study by name)")
         return self
@@ -284,6 +294,7 @@ class Scenario(_Section):
         """A short, stable fingerprint of the scenario (recorded with every result)."""
         data = self.to_dict()
         data.pop("gate", None)  # gate thresholds do not change what is measured
+        data["run"].pop("leave", None)  # nor does what is left on the server afterwards
         text = json.dumps(data, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

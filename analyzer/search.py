@@ -18,6 +18,7 @@ the max batch size, and Optuna refuses categorical choices that change between t
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import logging
 import math
@@ -39,6 +40,7 @@ __all__ = [  # Knobs is defined in analyzer.trial (no optuna there) and re-expor
     "INTERRUPTED_REASON",
     "AskedTrial",
     "FinishedTrial",
+    "InterruptedTrial",
     "Knobs",
     "Search",
     "SearchSpace",
@@ -260,6 +262,16 @@ class AskedTrial:
 
 
 @dataclass(frozen=True)
+class InterruptedTrial:
+    """A trial a killed run left RUNNING (failed and re-queued by ``recover_interrupted``)."""
+
+    number: int
+    knobs: Knobs
+    source: str
+    started_at: str
+
+
+@dataclass(frozen=True)
 class FinishedTrial:
     """A finished trial as stored in the study."""
 
@@ -319,11 +331,12 @@ class Search:
             )
         except Exception as exc:  # sqlalchemy / journal errors: translate where they enter
             raise InputError(
-                f"cannot open the Optuna study {study_name!r} in {storage}: {_first_line(exc)}"
+                f"cannot open the Optuna study {study_name!r} in {_redacted(storage)}: "
+                f"{_first_line(exc)}"
             ) from exc
         if tuple(d.name.lower() for d in self._study.directions) != self.directions:
             raise InputError(
-                f"study {study_name!r} in {storage} optimises {self._study.directions}, not "
+                f"study {study_name!r} in {_redacted(storage)} optimises {self._study.directions}, not "
                 f"{list(self.directions)}; use another --study-name"
             )
         if metric_names and not self._study.metric_names:
@@ -345,19 +358,35 @@ class Search:
         params = self.space.encode(knobs)
         self._study.enqueue_trial(params, user_attrs={"seed": reason}, skip_if_exists=not again)
 
-    def recover_interrupted(self) -> list[int]:
+    def recover_interrupted(self) -> list[InterruptedTrial]:
         """Fail trials left RUNNING by a killed run and queue their configs again.
 
         Only safe when no other worker uses the study (the embedded journal storage): a shared
         RDB study's RUNNING trials may belong to a live worker.
+
+        Returns:
+            The trials failed this way (the sweep records each as interrupted).
         """
-        numbers = []
+        found = []
+        study_id = self._storage.get_study_id_from_name(self._study.study_name)
         for trial in self._study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            self._study._storage.set_trial_user_attr(trial._trial_id, "failure", INTERRUPTED_REASON)
+            trial_id = self._storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+            self._storage.set_trial_user_attr(trial_id, "failure", INTERRUPTED_REASON)
             self._study.tell(trial.number, state=TrialState.FAIL)
             self._study.enqueue_trial(dict(trial.params), user_attrs={"seed": "re-run"})
-            numbers.append(trial.number)
-        return numbers
+            params = {k: int(v) for k, v in trial.params.items()}
+            started = trial.datetime_start
+            found.append(
+                InterruptedTrial(
+                    number=trial.number,
+                    knobs=self.space.decode(params),
+                    source="seed" if "seed" in trial.user_attrs else "search",
+                    started_at=started.astimezone(dt.timezone.utc).isoformat(timespec="seconds")
+                    if started
+                    else "",
+                )
+            )
+        return found
 
     # -- ask / tell -------------------------------------------------------------------------------
 
@@ -449,7 +478,8 @@ def param_importances(storage: str, study_name: str) -> dict[str, float]:
         raise
     except Exception as exc:
         raise InputError(
-            f"cannot open the Optuna study {study_name!r} in {storage}: {_first_line(exc)}"
+            f"cannot open the Optuna study {study_name!r} in {_redacted(storage)}: "
+            f"{_first_line(exc)}"
         ) from exc
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if len(complete) < 4:
@@ -490,6 +520,14 @@ def _open_storage(storage: str) -> optuna.storages.BaseStorage:
         url = storage
         if url.startswith("postgresql://"):
             url = "postgresql+psycopg2://" + url[len("postgresql://") :]
+        if url.startswith("postgresql+psycopg2://"):
+            try:
+                import psycopg2  # noqa: F401  (sqlalchemy's driver for this URL)
+            except ImportError:
+                raise InputError(
+                    f"the study storage {_redacted(storage)} needs the PostgreSQL driver "
+                    "psycopg2, which is not installed: pip install 'perfsweep[postgres]'"
+                ) from None
         error: Exception | None = None
         for attempt in range(3):
             try:
@@ -501,10 +539,19 @@ def _open_storage(storage: str) -> optuna.storages.BaseStorage:
                 error = exc
                 time.sleep(0.5 * (attempt + 1))
         raise InputError(
-            f"cannot open the study storage {storage}: {_first_line(error or Exception())}; "
+            f"cannot open the study storage {_redacted(storage)}: {_first_line(error or Exception())}; "
             "check the URL, that the database exists and accepts connections"
         ) from error
     return journal_storage(storage)
+
+
+def _redacted(storage: str) -> str:
+    """A storage URL without its password."""
+    if "://" in storage and "@" in storage:
+        scheme, rest = storage.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
+    return storage
 
 
 def _first_line(exc: BaseException) -> str:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.errors import InputError, TargetError
@@ -41,6 +42,7 @@ from analyzer.target import (
     RemoteTarget,
     Target,
     observed_device,
+    untunable_reason,
 )
 from analyzer.trial import (
     Evaluator,
@@ -107,6 +109,9 @@ class SweepObserver:
     def on_validation(self, number: int, repeat: int, result: TrialResult) -> None:
         """One validation repeat finished."""
 
+    def on_server_left(self, left: dict[str, Any]) -> None:
+        """What the server holds now (``left_on_server`` of summary.json); also on failure."""
+
     def on_finish(self, summary: RunSummary) -> None:
         """Everything is written."""
 
@@ -145,6 +150,10 @@ class _State:
     target_failures: int = 0
     #: Validation repeats per trial number (-1 = the baseline).
     validated: dict[int, list[TrialResult]] = field(default_factory=dict)
+    #: A config was pushed to the server (so a shared server must be given one back).
+    touched: bool = False
+    #: What was left on the server (summary ``left_on_server``); None until decided.
+    left: dict[str, Any] | None = None
 
 
 def run_sweep(
@@ -184,8 +193,11 @@ def run_sweep(
         )
     started = clock()
     started_at = utc_now()
+    # A new run's run.json and scenario.toml are written once the target is up and its model
+    # can be tuned: a run that never started leaves no run behind (only a managed server's log,
+    # which the error names). A resumed run is marked running again at once.
     directory, run_state = _prepare_run_dir(scenario, run_dir, resume)
-    if command is not None:
+    if resume and command is not None:
         run_state.setdefault("command", list(command))
         directory.write_run_state(run_state)
     try:
@@ -200,8 +212,11 @@ def run_sweep(
             clock,
             started,
             started_at,
+            command,
         )
     except BaseException as exc:
+        if not run_state:
+            raise  # the run never started: nothing to mark
         # Keep the directory honest for --resume and for readers: this run did not finish.
         if not isinstance(exc, KeyboardInterrupt):
             run_state.update(
@@ -227,21 +242,24 @@ def _sweep(
     clock: Callable[[], float],
     started: float,
     started_at: str,
+    command: list[str] | None,
 ) -> RunSummary:
     with contextlib.ExitStack() as stack:
         if target is None:
+            _refuse_untunable(_repository_config(scenario))  # before a server loads it
             target = _make_target(scenario, directory)
             stack.callback(target.stop)
         target.start()
+        base_config = target.model_config()
+        _refuse_untunable(base_config)  # before anything is loaded
+        if resume and (saved := _saved_baseline_config(directory)) is not None:
+            # A killed run left a shared server on some trial's config: the original is the
+            # one the first process measured and recorded.
+            base_config = saved
+        if not run_state:
+            run_state.update(_create_run(scenario, directory, command))
         if load is None:
             load = stack.enter_context(_locust_generator(scenario, target, observer))
-        base_config = target.model_config()
-        if base_config.max_batch_size == 0:
-            # Its inputs carry no batch dimension: no batching config could ever load.
-            raise InputError(
-                f"model {target.model!r} has max_batch_size 0 (no batch dimension), so it cannot "
-                "be batched; give it a batch dimension and max_batch_size >= 1 to tune it"
-            )
         space = space_for(scenario)
         directions, metrics = _directions(scenario)
         search = Search(
@@ -270,7 +288,8 @@ def _sweep(
             else:
                 state.results[result.number] = result
         if resume and scenario.run.storage is None:
-            search.recover_interrupted()
+            for lost in search.recover_interrupted():
+                _record_interrupted(state, lost.number, lost.source, lost.knobs, lost.started_at)
 
         stop_reason = "interrupted"
         try:
@@ -289,7 +308,108 @@ def _sweep(
             validation = _validate(state) if stop_reason != "interrupted" else []
         except KeyboardInterrupt:
             stop_reason, validation = "interrupted", []
+        except BaseException:
+            run_state["left_on_server"] = _leave_server(state, None)
+            raise
         return _finish(state, stop_reason, validation, started_at, clock() - started, run_state)
+
+
+def _repository_config(scenario: Scenario) -> mc.ModelConfig | None:
+    """The managed server's model config as written on disk (None when unknown or unreadable:
+    the server then reports the problem itself)."""
+    m = scenario.model
+    if m.url or m.repository is None:
+        return None
+    path = Path(m.repository) / m.name / "config.pbtxt"
+    try:
+        config = text_format.Parse(
+            path.read_text(encoding="utf-8"), mc.ModelConfig(), allow_unknown_field=True
+        )
+    except (OSError, text_format.ParseError, ValueError):
+        return None
+    if not config.name:
+        config.name = m.name
+    return config
+
+
+def _refuse_untunable(config: mc.ModelConfig | None) -> None:
+    """Raise InputError for a model no dynamic-batching config can tune."""
+    if config is None:
+        return
+    reason = untunable_reason(config)
+    if reason:
+        raise InputError(reason)
+    if config.max_batch_size == 0:
+        # Its inputs carry no batch dimension: no batching config could ever load.
+        raise InputError(
+            f"model {config.name!r} has max_batch_size 0 (no batch dimension), so it cannot "
+            "be batched; give it a batch dimension and max_batch_size >= 1 to tune it"
+        )
+
+
+def _saved_baseline_config(directory: RunDirectory) -> mc.ModelConfig | None:
+    path = directory.trial_dir(-1) / "config.pbtxt"
+    if not path.exists():
+        return None
+    return text_format.Parse(path.read_text(encoding="utf-8"), mc.ModelConfig())
+
+
+def _record_interrupted(
+    state: _State, number: int, source: str, knobs: Knobs, started_at: str
+) -> None:
+    """Record a trial the run stopped during: it is a trial of this run, not a result."""
+    result = TrialResult(
+        number=number,
+        source=source,
+        knobs=knobs,
+        state="interrupted",
+        failure=INTERRUPTED_REASON,
+        started_at=started_at,
+    )
+    state.results[number] = result
+    state.run_dir.write_trial(result.to_record())
+
+
+def _leave_server(state: _State, chosen: TrialResult | None) -> dict[str, Any]:
+    """Put a shared server back on a known config (``run.leave``) and say which; once.
+
+    The config is sent explicitly in the load override: an empty load means "the on-disk
+    config" on one server and "keep the override" on another (Triton).
+    """
+    if state.left is not None:
+        return state.left
+    target, base = state.target, state.base_config
+    left: dict[str, Any] = {"config": None, "knobs": None, "detail": ""}
+    state.left = left  # decided: a second Ctrl-C during the load does not retry it
+    if not target.shared:
+        left["detail"] = "the managed server is stopped at the end of the run: nothing is left"
+    elif not state.touched:
+        left.update(config="original", knobs=knobs_of(base).to_dict())
+        left["detail"] = "the model's original config (the run never changed it)"
+    else:
+        which, config, detail = "original", base, "restored the model's original config"
+        if state.scenario.run.leave == "best":
+            if chosen is None:
+                detail = "no config met the goals, so restored the model's original config"
+            elif chosen.number < 0:
+                which, detail = (
+                    "best",
+                    "the best config is the model's original config: restored it",
+                )
+            else:
+                which, config = "best", apply_knobs(base, chosen.knobs)
+                detail = f"loaded the best config (trial {chosen.number})"
+        try:
+            target.load_config(config)
+        except (TargetError, OSError) as exc:
+            left["detail"] = (
+                f"could not load the {which} config back ({exc}); the server may still hold the "
+                "last trial's config"
+            )
+        else:
+            left.update(config=which, knobs=knobs_of(config).to_dict(), detail=detail)
+    state.observer.on_server_left(left)
+    return left
 
 
 def _prepare_run_dir(
@@ -311,13 +431,20 @@ def _prepare_run_dir(
             suffix += 1
             run_dir = scenario.run.output_dir / f"{run_id}-{suffix}"
     directory = RunDirectory(Path(run_dir))
-    directory.root.mkdir(parents=True, exist_ok=True)
     if directory.run_json.exists():
         raise InputError(
             f"{directory.root} already holds a run; use --resume {directory.root} or another directory"
         )
+    return directory, {}  # written by _create_run once the target is up
+
+
+def _create_run(
+    scenario: Scenario, directory: RunDirectory, command: list[str] | None
+) -> dict[str, Any]:
+    """Write scenario.toml and run.json (status running) of a new run; returns the run state."""
+    directory.root.mkdir(parents=True, exist_ok=True)
     write_atomic(directory.scenario_toml, scenario.to_toml())
-    state = {
+    state: dict[str, Any] = {
         "run_id": directory.root.name,
         "status": "running",
         "storage": scenario.run.storage or str(directory.journal),
@@ -326,8 +453,10 @@ def _prepare_run_dir(
         "started_at": utc_now(),
         "finished_at": None,
     }
+    if command is not None:
+        state["command"] = list(command)
     directory.write_run_state(state)
-    return directory, state
+    return state
 
 
 def _make_target(scenario: Scenario, directory: RunDirectory) -> Target:
@@ -409,6 +538,7 @@ def _run_trial(
     for attempt in (1, 2):
         try:
             state.target.ensure_alive()
+            state.touched = True
             state.target.load_config(config)
             numbers, raw, values = state.evaluator.evaluate(factor, near_rps)
         except ConfigRejectedError as exc:
@@ -478,6 +608,8 @@ def _stagnant(results: dict[int, TrialResult], scenario: Scenario) -> bool:
     since = 0
     for number in sorted(results):
         r = results[number]
+        if r.state == "interrupted":
+            continue  # not a result: its config runs again
         improved = False
         if r.state == "complete" and r.meets_goals:
             if best is None:
@@ -516,6 +648,7 @@ def _search_loop(state: _State, clock: Callable[[], float], started: float) -> s
         except KeyboardInterrupt:
             search.fail(asked.number, INTERRUPTED_REASON)
             search.enqueue(asked.knobs, "re-run", again=True)
+            _record_interrupted(state, asked.number, asked.source, asked.knobs, utc_now())
             raise
         if result.state == "complete":
             search.tell(
@@ -649,6 +782,7 @@ def _finish(
     best_path = (
         directory.write_best(apply_knobs(state.base_config, chosen.knobs)) if chosen else None
     )
+    left = _leave_server(state, chosen)
     # Headline numbers: the worst validation repeat when validated, so that baseline, best and
     # gain all rest on the longer, re-measured windows rather than on one lucky search step.
     best = _headline(state, chosen)
@@ -691,7 +825,7 @@ def _finish(
         and best.p99_ms > 0
     ):
         gain = round(baseline.p99_ms / best.p99_ms, 3)
-    counts: dict[str, int] = {"complete": 0, "failed": 0}
+    counts: dict[str, int] = {"complete": 0, "failed": 0, "interrupted": 0}
     for r in state.results.values():
         counts[r.state] = counts.get(r.state, 0) + 1
     counts["total"] = sum(counts.values())
@@ -725,6 +859,7 @@ def _finish(
         "gain": gain,
         "trials": counts,
         "stop_reason": stop_reason,
+        "left_on_server": left,
         "pareto": pareto_entries,
         "validation": validation,
         "environment": environment(scenario.hash(), target_info),
@@ -741,12 +876,14 @@ def _finish(
         "duration_s": round(duration_s, 1),
     }
     directory.write_summary(data)
-    _write_report(directory, data)
+    # run.json first: the report reads the run's status from it.
     run_state.update(
         status="interrupted" if stop_reason == "interrupted" else "completed",
         finished_at=data["finished_at"],
+        left_on_server=left,
     )
     directory.write_run_state(run_state)
+    _write_report(directory, data)
     return RunSummary(
         directory.root,
         run_state["run_id"],

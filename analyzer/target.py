@@ -12,32 +12,125 @@ Both push a config the same way Triton's Model Analyzer does in remote mode, wit
 restart: ``POST /v2/repository/models/<m>/load`` with ``{"parameters": {"config": <JSON>}}``,
 then wait until the model is ready. Only plain HTTP (urllib) is used here, so no gevent or
 tritonclient import is needed to manage a target.
+
+A managed server dies with the process that started it, even after ``kill -9`` of that process:
+on Linux the child asks for ``PR_SET_PDEATHSIG`` (SIGTERM when its parent thread exits) before
+it executes, and everywhere the server gets ``PERFSWEEP_PARENT_PID`` and stops itself once its
+parent is gone (a watchdog in ``python -m reference_server``). :func:`die_with_parent` is the one
+mechanism; ``perfsweep run``, ``gate`` and ``ui`` all start their servers through
+:class:`ManagedServer`.
+
+Only ``http://`` URLs are accepted (:func:`http_url`, the one place URLs enter): TLS is not
+implemented end to end, so an ``https://`` URL is refused rather than sent as plain HTTP.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.errors import TargetError
+from analyzer.errors import InputError, TargetError
 
 #: The line the reference server prints once it listens (``reference_server.app.READY_PREFIX``).
 READY_PREFIX = "perfsweep reference server ready:"
 
 
+#: Environment variable naming the pid a managed server must outlive no longer than it.
+PARENT_PID_ENV = "PERFSWEEP_PARENT_PID"
+
+_PR_SET_PDEATHSIG = 1
+
+
 class ConfigRejectedError(TargetError):
     """The server refused a config (the trial fails; the sweep goes on)."""
+
+
+def http_url(url: str) -> str:
+    """``url`` as ``http://host:port`` (a bare ``host:port`` gets ``http://``; no trailing /).
+
+    Raises:
+        InputError: ``https://`` (TLS is not supported: refused, never sent as plain HTTP) or
+            another scheme.
+    """
+    text = url.strip().rstrip("/")
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        return f"http://{text}"
+    if scheme.lower() == "https":
+        raise InputError(
+            f"{url!r}: https:// is not supported (perfsweep speaks plain HTTP only); "
+            "use the server's http:// address, or put a local TLS-terminating proxy in front"
+        )
+    if scheme.lower() != "http":
+        raise InputError(f"{url!r}: the URL must start with http://")
+    return f"http://{rest}"
+
+
+def untunable_reason(config: mc.ModelConfig) -> str | None:
+    """Why perfsweep must not tune this model, or None.
+
+    ``dynamic_batching``, ``sequence_batching`` and ``ensemble_scheduling`` share one proto
+    ``oneof``: setting the first erases the others, which would silently change what an ensemble
+    or a stateful model means.
+    """
+    kind = config.WhichOneof("scheduling_choice")
+    what = ""
+    if config.platform == "ensemble" or kind == "ensemble_scheduling":
+        what = 'an ensemble (platform "ensemble" / ensemble_scheduling)'
+    elif kind == "sequence_batching":
+        what = "sequence-batched (sequence_batching: a stateful model)"
+    if not what:
+        return None
+    return (
+        f"model {config.name!r} is {what}; perfsweep tunes dynamic_batching, which would erase "
+        "that scheduling (one proto oneof). Tune the ensemble's composing models, or a "
+        "stateless model with dynamic batching, instead"
+    )
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """``preexec_fn`` of a managed child: SIGTERM when the parent thread dies (Linux).
+
+    Runs in the child between fork and exec. When the parent already died in between, the
+    child exits at once. Elsewhere this does nothing; the server's own watchdog
+    (``PERFSWEEP_PARENT_PID``) covers it.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def child_process_options(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``subprocess.Popen`` keyword arguments that tie a child's life to this process.
+
+    Args:
+        env: The child's environment (default: this process's); the parent pid is added.
+    """
+    parent = os.getpid()
+    return {
+        "preexec_fn": lambda: die_with_parent(parent),
+        "env": {**(os.environ if env is None else env), PARENT_PID_ENV: str(parent)},
+    }
 
 
 class Target(Protocol):
@@ -47,11 +140,14 @@ class Target(Protocol):
         model: The model being tuned.
         url: Base HTTP URL (``http://host:port``).
         device: ``sim``, ``cpu``, ``cuda`` for a managed server; ``remote`` otherwise.
+        shared: The server outlives the sweep (``--url``): the sweep must leave it on a
+            known config. A managed server is stopped instead.
     """
 
     model: str
     url: str
     device: str
+    shared: bool
 
     def start(self) -> None:
         """Start (or connect to) the server and wait until the model is ready."""
@@ -218,8 +314,10 @@ class _HttpTarget:
 class RemoteTarget(_HttpTarget):
     """A running server at ``url`` (real Triton in explicit model-control mode, or ours)."""
 
+    shared = True
+
     def __init__(self, url: str, model: str, timeout_s: float = 10.0) -> None:
-        self.url = url.rstrip("/")
+        self.url = http_url(url)
         self.model = model
         self.device = "remote"
         self.timeout_s = timeout_s
@@ -283,6 +381,8 @@ class ManagedServer(_HttpTarget):
         startup_timeout_s: How long to wait for the ready line and the model.
         python: Interpreter to run the server with.
     """
+
+    shared = False
 
     def __init__(
         self,
@@ -364,14 +464,17 @@ class ManagedServer(_HttpTarget):
         with open(self.log_path, "ab") as log:
             log.write(f"--- perfsweep: starting {' '.join(self.command())}\n".encode())
             log.flush()
-            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            options = child_process_options()  # dies with this process, even on kill -9
+            options["env"]["PYTHONUNBUFFERED"] = "1"
             self._proc = subprocess.Popen(
                 self.command(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=env,
+                **options,
             )
+            log.write(f"--- perfsweep: server pid {self._proc.pid}\n".encode())
+            log.flush()
         deadline = time.monotonic() + self.startup_timeout_s
         while not self.url:
             if self._proc.poll() is not None:

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -46,13 +47,16 @@ class LiveView(SweepObserver):
         self.rows: list[TrialResult] = []
         self.best: TrialResult | None = None
         self.live = Live(self._render(), console=console, refresh_per_second=2, transient=False)
+        self.started = False
 
     def __enter__(self) -> LiveView:
-        self.live.__enter__()
-        return self
+        return self  # the live display starts with the run (on_start), not before the target
 
     def __exit__(self, *exc: Any) -> None:
-        self.live.__exit__(*exc)
+        if self.started:
+            self.live.__exit__(*exc)
+            self.started = False
+            self.console.line()  # the display leaves its cursor at the end of its last line
 
     def _render(self) -> Group:
         table = Table(title="finished trials", expand=False, show_lines=False)
@@ -67,26 +71,32 @@ class LiveView(SweepObserver):
                 f"{r.p99_ms:.1f}" if r.state == "complete" else "-",
                 ("[green]met" if r.meets_goals else "[red]missed")
                 if r.state == "complete"
-                else f"[red]failed: {(r.failure or '')[:60]}",
+                else f"[red]{r.state}: {escape((r.failure or '')[:60])}",
             )
         best = (
-            f"best so far: trial {self.best.number}  {self.best.knobs.label()}  "
+            f"best so far: trial {self.best.number}  {escape(self.best.knobs.label())}  "
             f"{self.best.throughput_rps:.1f} req/s  p99 {self.best.p99_ms:.1f} ms"
             if self.best
             else "best so far: none meets the goals yet"
         )
-        return Group(self.progress, f"now: {self.current}  {self.phase}", table, best)
+        now = f"now: {self.current}  {self.phase}"
+        return Group(self.progress, escape(now), table, best)
 
     def _refresh(self) -> None:
         self.live.update(self._render())
 
     def on_start(self, run_dir: Path, scenario: Scenario, target: dict[str, Any]) -> None:
         self.console.print(
-            f"perfsweep run: model [bold]{scenario.model.name}[/] on {target.get('device')} "
-            f"at {target.get('url')}; goal p99 <= {scenario.goals.p99_ms:g} ms; "
-            f"results in {run_dir}",
+            f"perfsweep run: model [bold]{escape(scenario.model.name)}[/] on "
+            f"{escape(str(target.get('device')))} at {escape(str(target.get('url')))}; "
+            f"goal p99 <= {scenario.goals.p99_ms:g} ms; results in {escape(str(run_dir))}",
             highlight=False,
         )
+        self.live.__enter__()
+        self.started = True
+
+    def on_server_left(self, left: dict[str, Any]) -> None:
+        self.console.print(server_left_line(left), highlight=False, markup=False)
 
     def on_trial_start(
         self, number: int, source: str, knobs: Knobs, index: int, budget: int
@@ -110,6 +120,13 @@ class LiveView(SweepObserver):
     def on_validation(self, number: int, repeat: int, result: TrialResult) -> None:
         self.phase = f"validated trial {number} repeat {repeat}: {result.throughput_rps:.1f} req/s"
         self._refresh()
+
+
+def server_left_line(left: dict[str, Any]) -> str:
+    """``server left with: ...``: what a shared server holds after the run (or why nothing)."""
+    knobs = left.get("knobs")
+    label = f" [{Knobs.from_dict(knobs).label()}]" if knobs else ""
+    return f"server left with: {left.get('detail')}{label}"
 
 
 def summary_table(summary: RunSummary) -> Table:
@@ -216,6 +233,13 @@ def register(app: typer.Typer) -> None:
             Path | None,
             typer.Option(help="Exact run directory to create (default: <output-dir>/<run-id>)."),
         ] = None,
+        leave: Annotated[
+            str | None,
+            typer.Option(
+                help="What a --url server holds at the end (also on Ctrl-C or failure): "
+                "original (default) or best."
+            ),
+        ] = None,
     ) -> None:
         """Find the dynamic-batching config that serves the most traffic within the P99 goal."""
         overrides: dict[str, Any] = {
@@ -235,13 +259,17 @@ def register(app: typer.Typer) -> None:
             "run.output_dir": str(output_dir) if output_dir else None,
             "run.storage": storage,
             "run.study_name": study_name,
+            "run.leave": leave,
         }
         if resume is not None:
             saved = resume / "scenario.toml"
             if not saved.is_file():
                 raise InputError(f"{resume} is not a perfsweep run directory (no scenario.toml)")
-            # Only budgets may change on resume: the study's space and goals must stay the same.
-            allowed = {k: v for k, v in overrides.items() if k.startswith("budget.")}
+            # Only budgets (and what is left on the server) may change on resume: the study's
+            # space and goals must stay the same.
+            allowed = {
+                k: v for k, v in overrides.items() if k.startswith("budget.") or k == "run.leave"
+            }
             scenario = load_scenario(saved, allowed)
         else:
             path = scenario_file
@@ -268,7 +296,6 @@ def _run(scenario: Scenario, resume: Path | None, run_dir: Path | None) -> None:
             observer=view,
             command=["perfsweep", *sys.argv[1:]],
         )
-    console.line()  # the live view leaves its cursor at the end of its last line
     console.print(summary_table(summary))
     gain = f"{summary.gain:.2f}x" if summary.gain is not None else "n/a"
     console.print(

@@ -170,3 +170,24 @@ def test_criteria_from_perfsweep_toml(
     assert run(monkeypatch, str(files["slow"])) == 1
     (tmp_path / "perfsweep.toml").write_text("[gate]\np99 = 9\n")
     assert run(monkeypatch, str(files["base"])) == 2
+
+
+def test_a_message_with_brackets_prints_them(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    files: dict[str, Path],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no ./perfsweep.toml: no criteria at all
+    assert run(monkeypatch, str(files["same"])) == 2
+    err = flat(capsys.readouterr().err)
+    assert "(or a [gate] table)" in err, err  # text, not rich markup
+
+
+def test_https_urls_are_refused_with_a_clear_message(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code = run(monkeypatch, "--url", "https://127.0.0.1:1", "--rate-rps", "5", "--p99-ms", "50")
+    assert code == 2
+    assert "https:// is not supported" in flat(capsys.readouterr().err)

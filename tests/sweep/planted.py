@@ -172,6 +172,8 @@ class FakeTarget:
     fail_loads: set[int] = field(default_factory=set)
     url: str = "http://127.0.0.1:1"
     device: str = "sim"
+    #: A server the sweep does not own (``--url``): it must be left on a known config.
+    shared: bool = False
     current: mc.ModelConfig = field(default_factory=mc.ModelConfig)
     loads: list[mc.ModelConfig] = field(default_factory=list)
     started: bool = False

@@ -63,8 +63,64 @@ def test_unreachable_url_exits_3_with_one_line(tmp_path: Path) -> None:
     assert done.returncode == 3, done.stderr
     lines = error_lines(done)
     assert len(lines) == 1 and f"cannot reach the server at http://127.0.0.1:{port}" in lines[0]
-    (run_json,) = tmp_path.glob("*/run.json")
-    assert '"status": "failed"' in run_json.read_text()
+    # The run never started: no live view (empty table, "best so far") and no run left behind.
+    assert "best so far" not in done.stdout and "finished trials" not in done.stdout, done.stdout
+    assert not list(tmp_path.glob("*/run.json")) and not list(tmp_path.glob("*/scenario.toml"))
+
+
+def test_https_url_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    done = run_cli(
+        ["--url", "https://127.0.0.1:1", "--model", "m", "--output-dir", str(tmp_path / "o")],
+        tmp_path,
+    )
+    assert done.returncode == 2, done.stderr
+    (line,) = error_lines(done)
+    assert "https:// is not supported" in line
+    assert not (tmp_path / "o").exists()
+
+
+SEQUENCE_MODEL = """
+name: "stateful"
+backend: "simulated"
+max_batch_size: 8
+input { name: "x" data_type: TYPE_FP32 dims: [16] }
+output { name: "y" data_type: TYPE_FP32 dims: [4] }
+sequence_batching { max_sequence_idle_microseconds: 5000000 }
+parameters { key: "profile" value { string_value: "resnet50_sim" } }
+"""
+
+ENSEMBLE_MODEL = """
+name: "pipeline"
+platform: "ensemble"
+max_batch_size: 8
+input { name: "x" data_type: TYPE_FP32 dims: [16] }
+output { name: "y" data_type: TYPE_FP32 dims: [4] }
+ensemble_scheduling {
+  step { model_name: "inner" model_version: -1
+         input_map { key: "x" value: "x" } output_map { key: "y" value: "y" } }
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "config", "needle"),
+    [("stateful", SEQUENCE_MODEL, "sequence"), ("pipeline", ENSEMBLE_MODEL, "ensemble")],
+)
+def test_models_perfsweep_cannot_tune_are_refused_before_the_server_starts(
+    tmp_path: Path, name: str, config: str, needle: str
+) -> None:
+    (tmp_path / "repo" / name / "1").mkdir(parents=True)
+    (tmp_path / "repo" / name / "config.pbtxt").write_text(config)
+    out = tmp_path / "out"
+    done = run_cli(
+        ["--model-repository", str(tmp_path / "repo"), "--model", name, "--device", "sim",
+         "--output-dir", str(out)],
+        tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    (line,) = error_lines(done)
+    assert needle in line and "tune" in line, line
+    assert not out.exists()  # no server was started, no run written
 
 
 def test_resume_of_a_directory_that_is_not_a_run(tmp_path: Path) -> None:

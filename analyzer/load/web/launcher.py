@@ -24,7 +24,8 @@ from typing import Any
 from analyzer.errors import InputError
 from analyzer.load.web.options import exposure_problem, login_from_env
 from analyzer.target import READY_PREFIX as SERVER_READY_PREFIX
-from analyzer.target import ManagedServer, RemoteTarget
+from analyzer.target import ManagedServer, RemoteTarget, child_process_options
+from analyzer.target import http_url as as_http_url
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -176,15 +177,16 @@ def run_ui(options: UiOptions) -> int:
             grpc, metrics = managed_addresses(log_path)
             grpc_url, metrics_url = options.grpc_url or grpc, options.metrics_url or metrics
         else:
-            http_url = options.url if "://" in options.url else f"http://{options.url}"
+            http_url = as_http_url(options.url)  # https:// is refused here (InputError)
             RemoteTarget(http_url, options.model).start()
             grpc_url, metrics_url = options.grpc_url, options.metrics_url
         print(f"perfsweep ui: target {http_url} model {options.model}", flush=True)
         master_cmd, worker_cmds = locust_commands(options, http_url, grpc_url, metrics_url)
-        env = _child_env()
-        master = subprocess.Popen(master_cmd, env=env)
+        # Locust dies with this process too (kill -9 included), like the managed server.
+        tie = child_process_options(_child_env())
+        master = subprocess.Popen(master_cmd, **tie)
         procs.append(master)
-        procs += [subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL) for cmd in worker_cmds]
+        procs += [subprocess.Popen(cmd, stdin=subprocess.DEVNULL, **tie) for cmd in worker_cmds]
         return master.wait()
     except KeyboardInterrupt:
         return 130
