@@ -11,12 +11,12 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from analyzer import target as targets
 from analyzer.errors import InputError, TargetError
 from analyzer.results import load_summary, load_trial_record
 from analyzer.scenario import load_scenario
 from analyzer.search import INTERRUPTED_REASON
 from analyzer.sweep import knobs_of, run_sweep
-from analyzer import target as targets
 from tests.sweep.planted import FakeLoadGenerator, FakeTarget
 from tests.sweep.test_sweep_fake import CPU_LIKE, InterruptingGenerator, scenario
 
@@ -114,7 +114,7 @@ def test_leave_is_a_run_key_and_not_part_of_the_hash(tmp_path: Path) -> None:
     best = load_scenario(None, {"run.leave": "best"}, env={})
     assert plain.run.leave == "original" and best.run.leave == "best"
     assert plain.hash() == best.hash()  # leaving a config changes no measurement
-    with pytest.raises(InputError, match="run.leave"):
+    with pytest.raises(InputError, match=r"run\.leave"):
         load_scenario(None, {"run.leave": "winner"}, env={})
 
 
@@ -159,7 +159,11 @@ def test_ctrl_c_records_the_interrupted_trial(tmp_path: Path) -> None:
     assert rec["state"] == "interrupted" and rec["failure"] == INTERRUPTED_REASON
     assert first.trials == {"complete": 1, "failed": 0, "interrupted": 1, "total": 2}
     resumed = run_sweep(
-        s, target=target, load=FakeLoadGenerator(target, CPU_LIKE), run_dir=first.run_dir, resume=True
+        s,
+        target=target,
+        load=FakeLoadGenerator(target, CPU_LIKE),
+        run_dir=first.run_dir,
+        resume=True,
     )
     assert resumed.trials == {"complete": 4, "failed": 0, "interrupted": 1, "total": 5}
     frame = pd.read_csv(first.run_dir / "trials.csv")
