@@ -8,8 +8,11 @@ not the quality of the answer (the planted-optimum tests do that).
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -148,11 +151,61 @@ def test_sigkill_mid_trial_then_resume_loses_no_finished_trial(tmp_path: Path) -
     assert load_trial_record(run_dir / "trials" / "000" / "measurement.json") == finished
     summary = load_summary(run_dir)
     assert summary["trials"]["complete"] == 3
-    numbers = sorted(int(p.parent.name) for p in (run_dir / "trials").glob("*/measurement.json"))
-    assert numbers[0] == 0 and len(numbers) == 3
-    assert 1 not in numbers  # the killed trial has no result; its config ran again as a new trial
+    # The killed trial is recorded as interrupted everywhere; its config ran again as a new trial.
+    assert summary["trials"]["interrupted"] == 1 and summary["trials"]["failed"] == 0
+    killed = load_trial_record(run_dir / "trials" / "001" / "measurement.json")
+    assert killed["state"] == "interrupted" and killed["failure"].startswith("interrupted")
+    rows = {int(r["number"]): r for r in csv.DictReader((run_dir / "trials.csv").open())}
+    assert rows[1]["state"] == "interrupted"
+    completed = [n for n, r in rows.items() if n >= 0 and r["state"] == "complete"]
+    assert len(completed) == 3 and 1 not in completed
     assert any(
         (run_dir / "trials" / f"{n:03d}" / "config.pbtxt").read_text() == killed_config
-        for n in numbers
+        for n in completed
     )
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+
+
+def _gone(pid: int) -> bool:
+    """The process no longer runs (a zombie waiting for its new parent to reap it counts)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+def test_kill_9_of_the_sweep_takes_its_managed_server_down(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    log = run_dir / "server" / "server.log"
+    proc = subprocess.Popen(
+        command(tmp_path, 3, run_dir, validate_top=0),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # cleanup below can take the whole group, whatever happens
+    )
+    server_pid = None
+    try:
+        deadline = time.monotonic() + 240
+        while server_pid is None:
+            text = log.read_text() if log.exists() else ""
+            match = re.search(r"--- perfsweep: server pid (\d+)", text)
+            if match and "perfsweep reference server ready" in text:
+                server_pid = int(match.group(1))
+                break
+            assert proc.poll() is None, "the sweep ended before its server was up"
+            assert time.monotonic() < deadline, "the managed server never became ready"
+            time.sleep(0.2)
+        assert not _gone(server_pid)
+        os.kill(proc.pid, signal.SIGKILL)  # the sweep only: nothing gets to clean up
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while not _gone(server_pid):
+            assert time.monotonic() < deadline, f"server {server_pid} outlived its sweep"
+            time.sleep(0.1)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
