@@ -10,6 +10,7 @@ config.pbtxt files and repository ``load`` overrides are read only through Trito
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,14 @@ def config_from_json(text: str) -> mc.ModelConfig:
         ModelConfigError: with Triton's ``Invalid config override: ...`` message.
     """
     try:
-        return json_format.Parse(text, mc.ModelConfig())
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+        raise ModelConfigError(f"Invalid config override: not JSON: {reason}") from None
+    if not isinstance(value, dict):
+        raise ModelConfigError("Invalid config override: the config must be a JSON object")
+    try:
+        return json_format.ParseDict(value, mc.ModelConfig())
     except (json_format.ParseError, ValueError, TypeError) as exc:
         raise ModelConfigError(f"Invalid config override: {exc}") from exc
 

@@ -34,6 +34,11 @@ logger = logging.getLogger(__name__)
 #: Triton's limit on both directions (INT32_MAX); grpc's own default is 4 MiB.
 MAX_MESSAGE_SIZE = 2**31 - 1
 
+#: What a request that is not valid protobuf deserializes to (grpc's own answer would be
+#: ``UNKNOWN: Unexpected <class 'google.protobuf.message.DecodeError'>``).
+_UNPARSABLE = object()
+_UNPARSABLE_MESSAGE = "failed to parse the request: not a valid protobuf message for this RPC"
+
 STATUS_CODES: dict[Code, grpc.StatusCode] = {
     Code.UNKNOWN: grpc.StatusCode.UNKNOWN,
     Code.INTERNAL: grpc.StatusCode.INTERNAL,
@@ -86,6 +91,8 @@ def _rpc(method: Rpc[R]) -> Rpc[R]:
     @functools.wraps(method)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
         try:
+            if request is _UNPARSABLE:
+                raise ServerError(_UNPARSABLE_MESSAGE, Code.INTERNAL)  # Triton 2.51: INTERNAL
             return await method(self, request, context)
         except ServerError as exc:
             await context.abort(STATUS_CODES[exc.code], exc.message)
@@ -243,6 +250,11 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         async def read_all() -> None:
             try:
                 async for message in request_iterator:
+                    if message is _UNPARSABLE:
+                        await results.put(
+                            pb.ModelStreamInferResponse(error_message=_UNPARSABLE_MESSAGE)
+                        )
+                        continue
                     task = asyncio.create_task(run_one(message))
                     running.add(task)
                     task.add_done_callback(running.discard)
@@ -524,9 +536,7 @@ class GrpcFrontend:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-            InferenceServicer(self._core), server
-        )
+        _add_service(server, InferenceServicer(self._core))
         _add_health_service(server, self._core)
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
@@ -544,6 +554,47 @@ class GrpcFrontend:
         if self._server is not None:
             await self._server.stop(grace_s)
             self._server = None
+
+
+class _Handlers:
+    """Stands in for the server while the generated code registers its method handlers."""
+
+    service = ""
+    handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass  # rebuilt from the registered handlers below
+
+    def add_registered_method_handlers(self, service: str, handlers: Any) -> None:
+        self.service, self.handlers = service, dict(handlers)
+
+
+def _add_service(server: grpc.aio.Server, servicer: InferenceServicer) -> None:
+    """Register the generated service with request decoding that never raises.
+
+    A request that is not valid protobuf decodes to a marker the servicer answers with
+    INTERNAL (as Triton 2.51) and a plain message, instead of grpc's text naming a Python class.
+    """
+    capture = _Handlers()
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, capture)
+    handlers = {
+        name: handler._replace(request_deserializer=_lenient(handler.request_deserializer))
+        for name, handler in capture.handlers.items()
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(capture.service, handlers),)
+    )
+    server.add_registered_method_handlers(capture.service, handlers)
+
+
+def _lenient(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def decode(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except Exception:
+            return _UNPARSABLE
+
+    return decode
 
 
 def _add_health_service(server: grpc.aio.Server, core: InferenceServer) -> bool:

@@ -168,7 +168,12 @@ def _parse_input(
     has_header_length: bool,
 ) -> int:
     if not isinstance(entry, dict):
-        raise _json_type("inputs", "object")
+        # Triton 2.51 reads a non-object entry as an input with no data (checked).
+        raise ServerError(
+            "Input must set only one of the following fields: 'data', 'binary_data_size' in "
+            "'parameters', 'shared_memory_region' in 'parameters'. But no field is set",
+            Code.INVALID_ARG,
+        )
     name = entry.get("name")
     if not isinstance(name, str):
         raise _json_type("name", "string")
@@ -177,7 +182,7 @@ def _parse_input(
         raise _json_type("datatype", "string")
     shape = entry.get("shape")
     if not isinstance(shape, list) or not all(
-        isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0 for dim in shape
+        isinstance(dim, int) and not isinstance(dim, bool) and 0 <= dim < 2**64 for dim in shape
     ):
         raise ServerError(
             "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as "
@@ -366,7 +371,8 @@ def render_infer_response(
 
 
 def _uint(key: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    # rapidjson's uint64: a number beyond 2**64 - 1 is not an unsigned integer to Triton.
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
         raise ServerError(
             f"Unable to parse '{key}': attempt to access JSON non-unsigned-integer as "
             "unsigned-integer",

@@ -288,9 +288,11 @@ class HttpFrontend:
 
     async def _load(self, request: web.BaseRequest, args: tuple[str, ...]) -> web.StreamResponse:
         body = await self._read_json_object(request)
-        parameters = body.get("parameters") or {}
-        if not isinstance(parameters, dict):
-            raise ServerError("Unable to parse 'parameters'", Code.INTERNAL)
+        parameters = body.get("parameters")
+        if parameters is None:
+            parameters = {}
+        if not isinstance(parameters, dict):  # Triton's wording (2.51, checked)
+            raise ServerError("attempt to get members for non-object", Code.INTERNAL)
         config: str | None = None
         files: dict[str, bytes] = {}
         for key, value in parameters.items():

@@ -92,6 +92,19 @@ CASES: list[tuple[str, str, str, bytes, dict[str, str], str]] = [
     ("stats-bad-version", "GET", "/v2/models/identity/versions/9/stats", b"", {}, "exact"),
     ("infer-unknown-model", "POST", "/v2/models/nope/infer", _ZEROS, {}, "exact"),
     ("infer-unknown-version", "POST", "/v2/models/identity/versions/2/infer", _ZEROS, {}, "exact"),
+    # Issue 11: an empty body is a raw request (400; Triton names the input 'raw_input'), the
+    # model is looked up before the body is parsed, a refused override or a name that is not a
+    # directory name is a 500 "failed to poll" (this server appends the reason).
+    ("empty-body", "POST", INFER, b"", {}, "status"),
+    ("malformed-unknown-model", "POST", "/v2/models/nope/infer", b"{", {}, "exact"),
+    ("empty-unknown-model", "POST", "/v2/models/nope/infer", b"", {}, "exact"),
+    ("header-unknown-model", "POST", "/v2/models/nope/infer", b"{}", {"Inference-Header-Content-Length": "2"}, "exact"),
+    ("malformed-unknown-version", "POST", "/v2/models/identity/versions/7/infer", b"{", {}, "exact"),
+    ("load-override-not-json", "POST", "/v2/repository/models/identity/load", _json({"parameters": {"config": "{"}}), {}, "status"),
+    ("load-override-wrong-type", "POST", "/v2/repository/models/identity/load", _json({"parameters": {"config": '{"max_batch_size": "x"}'}}), {}, "status"),
+    ("load-traversal", "POST", "/v2/repository/models/..%2Frepo%2Fidentity/load", b"", {}, "status"),
+    ("load-dot-dot", "POST", "/v2/repository/models/../load", b"", {}, "status"),
+    ("unload-traversal", "POST", "/v2/repository/models/..%2Frepo%2Fidentity/unload", b"", {}, "exact"),
 ]  # fmt: skip
 
 #: Where this server deliberately answers as triton_spec.md (Triton main) says, not as 2.51 does:
