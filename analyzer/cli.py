@@ -49,7 +49,10 @@ _register_commands()
 def main() -> None:
     """Console-script entry point: run the app and turn perfsweep errors into exit codes."""
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click *returns* a typer.Exit's code instead of exiting.
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except PerfsweepError as exc:
         # soft_wrap: the message stays one line (scripts and tests grep it), whatever the width.
         # escape: a message is text, not markup ("[gate]" must print as written).
