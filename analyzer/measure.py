@@ -753,3 +753,166 @@ class CapacitySearch:
         if high - low <= spec.resolution * low:
             return None
         return (low + high) / 2.0
+
+
+# --------------------------------------------------------------------------------------------------
+# Honest uncertainty: sample counts behind a percentile, and the interval of a gain
+
+#: A p99 from fewer samples than this is marked "low-sample": it rests on its last few values.
+LOW_SAMPLE_P99 = 1000
+
+
+def rank_from_top(count: int, percentile: float = 99.0) -> int:
+    """Which value from the top the HDR percentile of ``count`` samples is (1 = the maximum).
+
+    Same rank rule as :func:`percentiles_us`: with 40 samples the p99 is the maximum, with 200
+    the third largest.
+    """
+    if count <= 0:
+        return 0
+    target = max(int(min(percentile, 100.0) * count / 100 + 0.5), 1)
+    return count - min(target, count) + 1
+
+
+def p99_sample_note(count: int | None) -> str | None:
+    """A footnote for a p99 of ``count`` samples below :data:`LOW_SAMPLE_P99`; None when enough."""
+    if count is None or count >= LOW_SAMPLE_P99:
+        return None
+    if count <= 0:
+        return "p99 of no sample"
+    rank = rank_from_top(count)
+    which = "the maximum" if rank == 1 else f"the {_ordinal(rank)} largest latency"
+    return (
+        f"low-sample p99: {count} samples, so the p99 is {which} "
+        f"(a p99 needs >= {LOW_SAMPLE_P99} samples to mean its name)"
+    )
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+@dataclass(frozen=True)
+class GainSample:
+    """One measurement of one side of a gain: the value and the range the truth lies in.
+
+    Attributes:
+        value: What was measured (a capacity in req/s, or a p99 in ms).
+        low: Lowest value the measurement allows (a capacity: the highest passing rate).
+        high: Highest value it allows (a capacity: the lowest failing rate above it; a p99: the
+            worst window's p99). Equal to ``value`` when nothing bounds it.
+    """
+
+    value: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class GainEstimate:
+    """A gain (best over baseline, > 1 = better) with its bootstrap confidence interval."""
+
+    gain: float
+    ci_low: float
+    ci_high: float
+    #: The interval excludes 1.0.
+    significant: bool
+    #: Validation repeats behind (best, baseline).
+    repeats: tuple[int, int]
+    confidence: float = 0.95
+
+    def sentence(self) -> str:
+        """The one sentence the console, summary.json and the report all print."""
+        return gain_sentence(
+            self.gain, (self.ci_low, self.ci_high), self.significant, self.repeats, self.confidence
+        )
+
+
+def gain_sentence(
+    gain: float,
+    ci: Sequence[float] | None,
+    significant: bool | None,
+    repeats: Sequence[int] | None,
+    confidence: float = 0.95,
+) -> str:
+    """``gain over baseline: 1.20x, no significant difference (95% interval 0.91-1.58x ...)``."""
+    if ci is None or significant is None:
+        return f"gain over baseline: {gain:.2f}x (no interval: not recorded)"
+    n_best, n_base = (int(repeats[0]), int(repeats[-1])) if repeats else (1, 1)
+    per_side = (
+        f"{n_best} repeat{'s' if n_best != 1 else ''} per side"
+        if n_best == n_base
+        else f"{n_best} and {n_base} repeats"
+    )
+    interval = f"{confidence:.0%} interval {ci[0]:.2f}-{ci[1]:.2f}x"
+    if significant:
+        text = f"gain over baseline: {gain:.2f}x ({interval}, {per_side})"
+    else:
+        text = (
+            f"gain over baseline: {gain:.2f}x, no significant difference "
+            f"({interval} includes 1.0; {per_side})"
+        )
+    if min(n_best, n_base) < 2:
+        text += (
+            "; with one repeat the interval covers the measurement's resolution only, not "
+            "run-to-run noise: raise budget.validate_repeats"
+        )
+    return text
+
+
+def gain_estimate(
+    best: Sequence[GainSample],
+    baseline: Sequence[GainSample],
+    *,
+    higher_is_better: bool = True,
+    seed: int = 0,
+    confidence: float = 0.95,
+    replicates: int = 4000,
+) -> GainEstimate | None:
+    """Bootstrap interval of the worst-case gain (the headline: worst best / worst baseline).
+
+    Each replicate resamples each side's repeats with replacement and draws every resampled
+    value uniformly within its :class:`GainSample` range (a capacity search only brackets the
+    capacity); the statistic is the headline's, the worst value of each side (lowest capacity,
+    highest p99). Seeded, so a run directory's interval is reproducible. None when a side has no
+    sample or a worst value is not positive.
+    """
+    if not best or not baseline:
+        return None
+
+    def worst(values: np.ndarray) -> np.ndarray:
+        return values.min(axis=-1) if higher_is_better else values.max(axis=-1)
+
+    def ratio(b: np.ndarray | float, a: np.ndarray | float) -> Any:
+        return np.divide(b, a) if higher_is_better else np.divide(a, b)
+
+    best_value = worst(np.array([s.value for s in best]))
+    base_value = worst(np.array([s.value for s in baseline]))
+    if not (best_value > 0 and base_value > 0):
+        return None
+    rng = np.random.default_rng(seed)
+
+    def replicate(side: Sequence[GainSample]) -> np.ndarray:
+        low = np.array([s.low for s in side])
+        high = np.array([max(s.high, s.low) for s in side])
+        picks = rng.integers(0, len(side), size=(replicates, len(side)))
+        draws = low[picks] + rng.random(picks.shape) * (high[picks] - low[picks])
+        return worst(draws)
+
+    best_draws, base_draws = replicate(best), replicate(baseline)
+    ok = (best_draws > 0) & (base_draws > 0)
+    gains = ratio(best_draws[ok], base_draws[ok]) if ok.any() else np.array([0.0])
+    tail = (1 - confidence) / 2 * 100
+    low, high = (float(x) for x in np.percentile(gains, [tail, 100 - tail]))
+    gain = float(ratio(best_value, base_value))
+    # The measured gain lies inside its interval; rounded as printed, so text and flag agree.
+    low, high = round(min(low, gain), 3), round(max(high, gain), 3)
+    return GainEstimate(
+        gain=round(gain, 3),
+        ci_low=low,
+        ci_high=high,
+        significant=bool(low > 1.0 or high < 1.0),
+        repeats=(len(best), len(baseline)),
+        confidence=confidence,
+    )

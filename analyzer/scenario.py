@@ -113,6 +113,9 @@ class GoalsSection(_Section):
     """A config must sustain at least this throughput (requests/s) to meet the goals."""
     max_error_rate: Annotated[float, Field(ge=0, lt=1)] = 0.01
     """Largest acceptable fraction of failed requests."""
+    note: str = ""
+    """Why these goals (printed after them: ``goal p99 <= 500 ms: <note>``). Not part of
+    :meth:`Scenario.hash`: it changes no measurement."""
 
 
 class SpaceSection(_Section):
@@ -294,6 +297,7 @@ class Scenario(_Section):
         """A short, stable fingerprint of the scenario (recorded with every result)."""
         data = self.to_dict()
         data.pop("gate", None)  # gate thresholds do not change what is measured
+        data["goals"].pop("note", None)  # nor does the reason given for the goals
         data["run"].pop("leave", None)  # nor does what is left on the server afterwards
         text = json.dumps(data, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -32,7 +32,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.errors import InputError, TargetError
-from analyzer.measure import LoadGenerator
+from analyzer.measure import GainSample, LoadGenerator, gain_estimate, gain_sentence
 from analyzer.results import RunDirectory, environment, new_run_id, utc_now, write_atomic
 from analyzer.scenario import Scenario
 from analyzer.search import INTERRUPTED_REASON, FinishedTrial, Search, SearchSpace, TrialOutcome
@@ -49,7 +49,9 @@ from analyzer.trial import (
     Knobs,
     TrialResult,
     apply_knobs,
+    gain_sample,
     knobs_of,
+    percentile_samples,
     trial_meets_goals,
 )
 
@@ -721,6 +723,7 @@ def _validate(state: _State) -> list[dict[str, Any]]:
                 "search_throughput_rps": r.throughput_rps,
                 "throughput_rps": [x.throughput_rps for x in runs],
                 "p99_ms": [x.p99_ms for x in runs],
+                "p99_n": [percentile_samples(x.measurement) for x in runs],
                 "meets_goals": [x.meets_goals for x in runs],
                 "measurements": [x.measurement for x in runs],
                 "worst_rps": worst_rps,
@@ -825,6 +828,39 @@ def _finish(
         and best.p99_ms > 0
     ):
         gain = round(baseline.p99_ms / best.p99_ms, 3)
+    # The gain's uncertainty: a seeded bootstrap over each side's validation repeats (each
+    # within its capacity-search bracket); the search measurement when not validated.
+    gain_ci: list[float] | None = None
+    gain_significant: bool | None = None
+    gain_repeats: list[int] | None = None
+    if gain is not None and chosen is not None and state.baseline is not None:
+
+        def side(r: TrialResult) -> list[GainSample]:
+            runs = state.validated.get(r.number, [])
+            if not runs or any(x.state != "complete" for x in runs):
+                runs = [r]
+            return [gain_sample(x, scenario.objective) for x in runs]
+
+        estimate = gain_estimate(
+            side(chosen),
+            side(state.baseline),
+            higher_is_better=scenario.objective != "latency",
+            seed=scenario.run.seed,
+        )
+        if estimate is not None:
+            gain = estimate.gain
+            gain_ci = [estimate.ci_low, estimate.ci_high]
+            gain_significant = estimate.significant
+            gain_repeats = list(estimate.repeats)
+    if gain is not None:
+        gain_text = gain_sentence(gain, gain_ci, gain_significant, gain_repeats)
+    elif best is None:
+        gain_text = "gain over baseline: n/a (no config met the goals)"
+    else:
+        gain_text = "gain over baseline: n/a (the baseline missed the goals)"
+    goal_text = f"goal p99 <= {scenario.goals.p99_ms:g} ms" + (
+        f": {scenario.goals.note}" if scenario.goals.note else ""
+    )
     counts: dict[str, int] = {"complete": 0, "failed": 0, "interrupted": 0}
     for r in state.results.values():
         counts[r.state] = counts.get(r.state, 0) + 1
@@ -857,6 +893,11 @@ def _finish(
         "baseline": baseline_entry,
         "best": best_entry,
         "gain": gain,
+        "gain_ci": gain_ci,
+        "gain_significant": gain_significant,
+        "gain_repeats": gain_repeats,
+        "gain_text": gain_text,
+        "goal_text": goal_text,
         "trials": counts,
         "stop_reason": stop_reason,
         "left_on_server": left,

@@ -16,17 +16,21 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.measure import (
+    LOW_SAMPLE_P99,
     Arrival,
     CapacityResult,
     CapacitySearch,
     CapacitySpec,
+    GainSample,
     Goals,
     LoadGenerator,
     LoadMode,
     LoadSpec,
     Measurement,
+    WindowStats,
     goals_met,
     meets_goals,
+    p99_sample_note,
     unusable,
 )
 from analyzer.scenario import Scenario
@@ -198,12 +202,20 @@ class TrialResult:
         )
 
     def summary_entry(self) -> dict[str, Any]:
-        """The ``baseline`` / ``best`` object of summary.json."""
+        """The ``baseline`` / ``best`` object of summary.json.
+
+        ``p99_n`` is the number of latencies behind the percentiles; a p99 of fewer than
+        :data:`~analyzer.measure.LOW_SAMPLE_P99` is ``p99_low_sample`` with a ``p99_note``.
+        """
+        samples = percentile_samples(self.measurement)
         return {
             "config": self.knobs.to_dict(),
             "throughput_rps": self.throughput_rps,
             "p50_ms": self.p50_ms,
             "p99_ms": self.p99_ms,
+            "p99_n": samples,
+            "p99_low_sample": None if samples is None else samples < LOW_SAMPLE_P99,
+            "p99_note": p99_sample_note(samples),
             "meets_goals": self.meets_goals,
             "trial_number": self.number,
         }
@@ -233,6 +245,59 @@ def measurement_problem(raw: Mapping[str, Any] | None) -> str | None:
 def trial_meets_goals(raw: Mapping[str, Any] | None, constraints: Mapping[str, float]) -> bool:
     """``TrialResult.meets_goals``: the measurement is usable and every slack is satisfied."""
     return goals_met(measurement_problem(raw), constraints)
+
+
+def gain_sample(result: TrialResult, objective: str) -> GainSample:
+    """One measurement of one side of the gain, with the range its truth lies in.
+
+    Capacity (``throughput``/``pareto``): the capacity found (0 when the goals were missed), up to
+    the lowest failing rate above it that the search measured (a search only brackets the
+    capacity). ``latency``: the p99 (infinite when the goals were missed), down to the best
+    window's p99 and up to the worst's.
+    """
+    raw = result.measurement or {}
+    if objective == "latency":
+        if not result.meets_goals:
+            return GainSample(math.inf, math.inf, math.inf)
+        windows = [WindowStats.from_dict(w) for w in raw.get("windows", ())]
+        p99s = [w.p99_ms for w in windows if w.request_count > 0] + [result.p99_ms]
+        return GainSample(result.p99_ms, min(p99s), max(p99s))
+    value = result.throughput_rps if result.meets_goals else 0.0
+    capacity = raw.get("capacity") if "capacity" in raw else raw
+    high = value
+    closed_loop = isinstance(capacity, Mapping) and any(
+        p.get("mode") == "concurrency" for p in capacity.get("points", ())
+    )
+    if value > 0 and isinstance(capacity, Mapping) and not closed_loop:
+        # Closed loop: the levels are user counts, not rates, so they bound nothing here.
+        failing = [
+            float(p["target"])
+            for p in capacity.get("points", ())
+            if float(p.get("target", 0)) > value
+            and not meets_goals(Measurement.from_dict(p), Goals(**capacity["goals"]))[0]
+        ]
+        high = min(failing, default=value)
+    return GainSample(value, value, high)
+
+
+def percentile_samples(raw: Mapping[str, Any] | None) -> int | None:
+    """How many latencies the trial's reported percentiles rest on (None: not recorded).
+
+    The operating point's request count: the fixed level, or the capacity search's best point
+    (the gentlest point when nothing passed).
+    """
+    if not raw:
+        return None
+    if "capacity" in raw and isinstance(raw["capacity"], Mapping):
+        raw = raw["capacity"]
+    if "points" in raw and "capacity_rps" in raw:
+        point = raw.get("best")
+        if not point:
+            points = list(raw.get("points") or ())
+            point = min(points, key=lambda p: float(p.get("target", math.inf)), default=None)
+        raw = point or {}
+    count = raw.get("request_count")
+    return int(count) if count is not None else None
 
 
 class Evaluator:

@@ -150,7 +150,15 @@ def summary_table(summary: RunSummary) -> Table:
         "goals",
     ):
         table.add_column(name, justify="left" if name in ("", "preferred", "goals") else "right")
+    footnotes = []
     for label, r in (("baseline", summary.baseline), ("best", summary.best)):
+        entry = summary.data.get(label) or {}
+        p99 = f"{r.p99_ms:.1f}" if r is not None else "-"
+        if entry.get("p99_n") is not None:  # every percentile with its sample count
+            p99 += f" (n={entry['p99_n']})"
+        if entry.get("p99_note"):
+            p99 += "*"
+            footnotes.append(f"* {label}: {entry['p99_note']}")
         if r is None:
             table.add_row(label, "-", "-", "-", "-", "-", "-", "-", "none met the goals")
             continue
@@ -163,9 +171,11 @@ def summary_table(summary: RunSummary) -> Table:
             str(k.instance_count),
             f"{r.throughput_rps:.1f}",
             f"{r.p50_ms:.1f}",
-            f"{r.p99_ms:.1f}",
+            p99,
             "met" if r.meets_goals else "missed",
         )
+    if footnotes:
+        table.caption = "\n".join([caption, *dict.fromkeys(footnotes)])
     return table
 
 
@@ -249,6 +259,8 @@ def register(app: typer.Typer) -> None:
             "model.device": device,
             "objective": objective,
             "goals.p99_ms": p99_ms,
+            # The scenario's reason for its goal does not hold for a goal set here.
+            "goals.note": "set with --p99-ms" if p99_ms is not None else None,
             "goals.min_throughput_rps": min_throughput_rps,
             "traffic.rate_rps": rate_rps,
             "budget.trials": trials,
@@ -297,9 +309,11 @@ def _run(scenario: Scenario, resume: Path | None, run_dir: Path | None) -> None:
             command=["perfsweep", *sys.argv[1:]],
         )
     console.print(summary_table(summary))
-    gain = f"{summary.gain:.2f}x" if summary.gain is not None else "n/a"
+    # The same sentences as summary.json and the report's verdict (gain with its interval).
+    console.print(summary.data.get("goal_text", ""), highlight=False)
     console.print(
-        f"gain over baseline: [bold]{gain}[/]   trials: {summary.trials}   stopped by: {summary.stop_reason}   "
+        f"[bold]{summary.data.get('gain_text', 'gain over baseline: n/a')}[/]\n"
+        f"trials: {summary.trials}   stopped by: {summary.stop_reason}   "
         f"({time.monotonic() - t0:.0f} s)",
         highlight=False,
     )

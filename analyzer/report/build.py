@@ -34,7 +34,7 @@ from analyzer.report.record import (
     as_float,
 )
 from analyzer.report.verdict import build_verdict, ceiling_warning, explain
-from analyzer.trial import measurement_problem
+from analyzer.trial import measurement_problem, percentile_samples
 
 
 def build_record(run: RunData) -> ReportRecord:
@@ -202,6 +202,7 @@ def _trial_point(record: Mapping[str, Any], front: set[int]) -> TrialPoint:
         valid=bool(op["valid"]) if op and "valid" in op else None,
         on_front=int(record["number"]) in front,
         reference_p99_ms=as_float(values[1]) if complete and len(values) > 1 else None,
+        p99_n=percentile_samples(record.get("measurement")) if complete else None,
     )
 
 
@@ -250,6 +251,8 @@ def _config_result(
         meets_goals=bool(entry.get("meets_goals")),
         validated_throughput_rps=as_float(entry.get("validated_throughput_rps")),
         offered_rps=point.offered_rps if point is not None else None,
+        p99_n=int(entry["p99_n"]) if entry.get("p99_n") is not None else None,
+        p99_note=entry.get("p99_note"),
     )
 
 

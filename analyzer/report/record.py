@@ -62,6 +62,8 @@ class TrialPoint:
     on_front: bool = False
     #: Objective ``pareto``: p99 at the fixed reference load (the front's second objective).
     reference_p99_ms: float | None = None
+    #: Latencies behind the percentiles (None: not recorded).
+    p99_n: int | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,10 @@ class ConfigResult:
     validated_throughput_rps: float | None = None
     #: The offered load of the reported numbers (the gentlest level when nothing met the goals).
     offered_rps: float | None = None
+    #: Latencies behind the percentiles (None: not recorded).
+    p99_n: int | None = None
+    #: Set when the p99 rests on fewer than ``analyzer.measure.LOW_SAMPLE_P99`` samples.
+    p99_note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,15 @@ class Verdict:
     stop_reason: str
     trials: dict[str, int]
     warnings: tuple[str, ...]
+    #: Bootstrap interval of the gain and whether it excludes 1.0 (None: not recorded).
+    gain_ci: tuple[float, float] | None = None
+    gain_significant: bool | None = None
+    #: The gain sentence the console and summary.json print (``analyzer.measure.gain_sentence``).
+    gain_text: str = ""
+    #: ``goal p99 <= X ms: why`` (the scenario's ``goals.note``).
+    goal_text: str = ""
+    #: Footnotes on the percentiles shown (low-sample p99s).
+    footnotes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

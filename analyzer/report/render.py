@@ -24,6 +24,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from analyzer.measure import LOW_SAMPLE_P99
 from analyzer.report.figures import Figure
 from analyzer.report.record import ReportRecord
 
@@ -145,7 +146,11 @@ def render_report(record: ReportRecord) -> str:
         "report.html.j2",
         data,
         report_figures(record),
-        {"diff_lines": diff_lines(record.configs.diff), "version": _version()},
+        {
+            "diff_lines": diff_lines(record.configs.diff),
+            "version": _version(),
+            "low_sample_p99": LOW_SAMPLE_P99,
+        },
     )
 
 

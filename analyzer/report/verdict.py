@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from analyzer.measure import gain_sentence
 from analyzer.report.record import (
     ConfigResult,
     LoadCurve,
@@ -98,6 +99,13 @@ def build_verdict(
         best is None and baseline is not None and baseline.meets_goals
     )
     p99_goal = goals.get("p99_ms")
+    ci = summary.get("gain_ci")
+    gain_ci = (float(ci[0]), float(ci[1])) if isinstance(ci, list) and len(ci) == 2 else None
+    significant = summary.get("gain_significant")
+    gain_text = str(summary.get("gain_text") or "")
+    if not gain_text and gain is not None:  # a summary written before gains had intervals
+        gain_text = gain_sentence(gain, gain_ci, significant, summary.get("gain_repeats"))
+    goal_text = str(summary.get("goal_text") or f"goal p99 <= {p99_goal} ms")
 
     if best is None:
         headline = f"No config met the goals (p99 ≤ {p99_goal} ms)."
@@ -109,7 +117,7 @@ def build_verdict(
     elif objective == "latency":
         headline = f"Best config: p99 {best.p99_ms:.1f} ms (goal ≤ {p99_goal} ms)"
         if gain is not None and baseline is not None:
-            headline += f", {gain:.2f}x lower than the baseline's {baseline.p99_ms:.1f} ms."
+            headline += f"; the baseline's is {baseline.p99_ms:.1f} ms — {gain_text}."
         else:
             headline += "; the baseline missed the goals, so there is no gain to state."
     else:
@@ -120,7 +128,7 @@ def build_verdict(
             f"(p99 {best.p99_ms:.1f} ms)"
         )
         if gain is not None and baseline is not None:
-            headline += f": {gain:.2f}x the baseline's {baseline.throughput_rps:.1f} req/s."
+            headline += f"; the baseline serves {baseline.throughput_rps:.1f} req/s — {gain_text}."
         else:
             headline += "; the baseline missed the goals, so there is no gain to state."
         if best.validated_throughput_rps is not None:
@@ -169,6 +177,11 @@ def build_verdict(
                     f"(worst case) vs {row.search_throughput_rps:.1f} req/s in the search "
                     f"({drift:.0%} apart): measurements on this machine are noisy."
                 )
+    footnotes = tuple(
+        dict.fromkeys(
+            f"{c.role}: {c.p99_note}" for c in (best, baseline) if c is not None and c.p99_note
+        )
+    )
     return Verdict(
         model=str(summary.get("model", "")),
         objective=objective,
@@ -184,6 +197,11 @@ def build_verdict(
         stop_reason=stop_reason,
         trials=counts,
         warnings=tuple(warnings),
+        gain_ci=gain_ci,
+        gain_significant=None if significant is None else bool(significant),
+        gain_text=gain_text,
+        goal_text=goal_text,
+        footnotes=footnotes,
     )
 
 

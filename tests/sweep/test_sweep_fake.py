@@ -435,3 +435,75 @@ class SpikeOnce(FakeLoadGenerator):
             self.spiked = True
             return replace(m, p99_ms=10 * GOAL_MS)
         return m
+
+
+@dataclass
+class PlantedCapacities(FakeLoadGenerator):
+    """Capacity per config = ``batched_rps`` with dynamic batching, else ``plain_rps``, times a
+    seeded +-``jitter`` per search; each search brackets it within 5 % (pass, then fail)."""
+
+    plain_rps: float = 100.0
+    batched_rps: float = 100.0
+    jitter: float = 0.04
+
+    def find_capacity(self, spec: CapacitySpec) -> CapacityResult:
+        knobs = knobs_from_config(self.target.current)
+        truth = self.batched_rps if knobs.dynamic_batching else self.plain_rps
+        capacity = round(truth * (1 + self._rng.uniform(-self.jitter, self.jitter)), 2)
+        ok = self._measurement(capacity, knobs, 0.5 * spec.goals.p99_ms)
+        bad = replace(self._measurement(capacity * 1.05, knobs, 3 * spec.goals.p99_ms))
+        return CapacityResult(spec.goals, capacity, (ok, bad), ok, True)
+
+
+def _uncertainty_run(tmp_path: Path, batched_rps: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    s = scenario(
+        tmp_path,
+        **{"budget.trials": 3, "budget.validate_top": 1, "budget.validate_repeats": 3},
+    )
+    target = FakeTarget()
+    summary = run_sweep(
+        s, target=target, load=PlantedCapacities(target, CPU_LIKE, batched_rps=batched_rps)
+    )
+    html = (summary.run_dir / "report.html").read_text()
+    data = json.loads(re.search(r'id="perfsweep-data">(.*?)</script>', html, re.S).group(1))  # type: ignore[union-attr]
+    return load_summary(summary.run_dir), data
+
+
+def test_indistinguishable_winner_says_no_significant_difference(tmp_path: Path) -> None:
+    summary, report = _uncertainty_run(tmp_path, batched_rps=100.0)
+    assert summary["best"] is not None and summary["gain"] is not None
+    lo, hi = summary["gain_ci"]
+    assert lo <= 1.0 <= hi
+    assert summary["gain_significant"] is False
+    assert summary["gain_repeats"] == [3, 3] or summary["best"]["trial_number"] == -1
+    assert "no significant difference" in summary["gain_text"]
+    # The report's verdict says the same thing, in the same words.
+    verdict = report["verdict"]
+    assert verdict["gain_significant"] is False and verdict["gain_ci"] == [lo, hi]
+    assert verdict["gain_text"] == summary["gain_text"]
+    assert summary["gain_text"] in verdict["headline"]
+
+
+def test_clear_win_is_significant(tmp_path: Path) -> None:
+    summary, report = _uncertainty_run(tmp_path, batched_rps=300.0)
+    assert summary["best"]["trial_number"] >= 0
+    lo, hi = summary["gain_ci"]
+    assert 2.5 < lo <= summary["gain"] <= hi < 3.5
+    assert summary["gain_significant"] is True
+    assert summary["gain_repeats"] == [3, 3]
+    assert "no significant difference" not in summary["gain_text"]
+    assert report["verdict"]["gain_significant"] is True
+
+
+def test_percentiles_carry_their_sample_count(tmp_path: Path) -> None:
+    summary, report = _uncertainty_run(tmp_path, batched_rps=300.0)
+    for side in ("baseline", "best"):
+        entry = summary[side]
+        # The fake's levels hold 3 s of requests: a few hundred, a low-sample p99.
+        assert entry["p99_n"] is not None and 0 < entry["p99_n"] < 1000
+        assert entry["p99_low_sample"] is True
+        assert f"{entry['p99_n']} samples" in entry["p99_note"]
+        assert report["verdict"][side]["p99_n"] == entry["p99_n"]
+    assert report["verdict"]["footnotes"]
+    assert all(len(c["p99_n"]) == 3 for c in summary["validation"])
+    assert all(t["p99_n"] for t in report["trials"] if t["state"] == "complete")
