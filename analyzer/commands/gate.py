@@ -257,7 +257,9 @@ def measurement_hash(scenario: Scenario, plan: MeasurePlan, device: str) -> str:
 
 
 def _http_url(url: str) -> str:
-    return url if url.startswith(("http://", "https://")) else f"http://{url}"
+    from analyzer.target import http_url  # the one place URLs are checked (https refused)
+
+    return http_url(url)
 
 
 def make_target(scenario: Scenario, url: str | None, workdir: Path) -> Target:

@@ -307,6 +307,14 @@ def register(app: typer.Typer) -> None:
         console = Console(stderr=True)
         live = _LiveWindows(console)
 
+        from analyzer.target import http_url
+
+        # One check for every URL (https:// is refused: TLS is not supported end to end).
+        if "://" in url:
+            url = http_url(url).split("://", 1)[1]
+        metrics_url = http_url(metrics_url) if metrics_url else metrics_url
+        stats_url = http_url(stats_url) if stats_url else stats_url
+
         from analyzer.load import EngineOptions, LocustLoadGenerator  # gevent: only from here on
 
         options = EngineOptions(

@@ -127,3 +127,21 @@ def test_resume_of_a_directory_that_is_not_a_run(tmp_path: Path) -> None:
     done = run_cli(["--resume", str(tmp_path)], tmp_path)
     assert done.returncode == 2
     assert "is not a perfsweep run directory" in error_lines(done)[0]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["load", "--url", "https://127.0.0.1:1", "--model", "m", "--concurrency", "1"],
+        ["ui", "--url", "https://127.0.0.1:1", "--web-port", "0"],
+    ],
+    ids=["load", "ui"],
+)
+def test_every_command_refuses_https(tmp_path: Path, args: list[str]) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PERFSWEEP_")}
+    done = subprocess.run(
+        [*PERFSWEEP, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    (line,) = error_lines(done)
+    assert "https:// is not supported" in line
