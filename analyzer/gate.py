@@ -688,6 +688,8 @@ def from_summary(
         notes.append(f"{label}: no config met the sweep's goals; judging the baseline config")
     if not entry:
         raise InputError(f"{label} has neither a best nor a baseline result")
+    if entry.get("meets_goals") is False:
+        notes.append(f"{label}: the judged config missed the sweep's own goals")
     environment = summary.get("environment") or {}
     gpu = environment.get("gpu")
     objective = summary.get("objective")
@@ -723,6 +725,14 @@ def from_summary(
             notes.append(
                 f"{label}: judged the validation repeats of trial {number}, not its search step"
             )
+            missed = [i for i, ok in enumerate(v.get("meets_goals") or (), start=1) if not ok]
+            if missed:
+                # The sweep's one rule (analyzer.measure.goals_met): such a repeat's numbers may
+                # describe a saturated generator, not the server.
+                notes.append(
+                    f"{label}: validation repeat(s) {', '.join(map(str, missed))} of trial "
+                    f"{number} missed the sweep's goals (invalid or beyond the goal)"
+                )
     error_rate = None
     if trial_record is not None:
         error_rate = trial_record.get("error_rate")

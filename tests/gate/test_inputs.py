@@ -197,3 +197,24 @@ def test_unknown_summary_version_is_refused(tmp_path: Path) -> None:
     doc = {"format_version": 2, "kind": "perfsweep.summary", **summary(3, [])}
     with pytest.raises(ResultFormatError, match="format_version 2"):
         read_result(write(tmp_path / "summary.json", doc))
+
+
+def test_a_validation_repeat_that_missed_the_goals_is_named(tmp_path: Path) -> None:
+    run = RunDirectory(tmp_path / "run")
+    validation = [
+        {
+            "trial_number": 3,
+            "throughput_rps": [400.0, 420.0, 415.0],
+            "p99_ms": [31.0, 2.0, 30.0],
+            "meets_goals": [True, False, True],
+        }
+    ]
+    doc = summary(3, validation)
+    doc["baseline"]["meets_goals"] = False
+    run.write_summary(doc)
+    g = read_result(run.root)
+    assert any("repeat(s) 2 of trial 3 missed the sweep's goals" in n for n in g.notes), g.notes
+    assert not any("judged config missed" in n for n in g.notes)
+    doc["best"]["meets_goals"] = False
+    run.write_summary(doc)
+    assert any("judged config missed" in n for n in read_result(run.root).notes)
