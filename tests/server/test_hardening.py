@@ -22,7 +22,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from reference_server.app import ServerThread
+from reference_server.app import ServerOptions, ServerThread
 from reference_server.config import MAX_INSTANCES_PER_MODEL
 from tests.hostile.planted import Sentinel
 from tests.server.conftest import EXTRA_MODELS, error_message, raw_request, write_model
@@ -403,3 +403,45 @@ def test_a_slow_but_moving_body_is_served(quick_timeout_server: ServerThread) ->
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.split(b" ", 2)[1] == b"200", reply[:300]
     assert json.loads(body)["outputs"][0]["data"] == [1.0] * 16
+
+
+def test_read_timeout_option_is_validated_and_has_a_flag() -> None:
+    from reference_server.__main__ import build_parser
+    from reference_server.errors import ServerError
+    from reference_server.http_frontend import DEFAULT_READ_TIMEOUT_S
+
+    with pytest.raises(ServerError, match="http-read-timeout 0 must be a positive"):
+        ServerOptions(read_timeout_s=0)
+    assert build_parser().parse_args([]).http_read_timeout == DEFAULT_READ_TIMEOUT_S == 60.0
+    assert build_parser().parse_args(["--http-read-timeout", "2.5"]).http_read_timeout == 2.5
+
+
+def test_unparsable_grpc_stream_message_is_answered_on_the_stream(server: ServerThread) -> None:
+    """A message that is not protobuf gets an error response; the stream's next request runs."""
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb
+
+    good = pb.ModelInferRequest(
+        model_name="identity_fp32",
+        inputs=[
+            pb.ModelInferRequest.InferInputTensor(
+                name="INPUT0",
+                datatype="FP32",
+                shape=[1, 16],
+                contents=pb.InferTensorContents(fp32_contents=[2.0] * 16),
+            )
+        ],
+    )
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stream = channel.stream_stream(
+            "/inference.GRPCInferenceService/ModelStreamInfer",
+            request_serializer=None,
+            response_deserializer=pb.ModelStreamInferResponse.FromString,
+        )
+        replies = list(
+            stream(iter([b"\xff\xff\xff\xff\x0f", good.SerializeToString()]), timeout=30)
+        )
+    errors = [r.error_message for r in replies if r.error_message]
+    assert errors == ["failed to parse the request: not a valid protobuf message for this RPC"]
+    outputs = [r.infer_response for r in replies if not r.error_message]
+    assert len(outputs) == 1 and outputs[0].model_name == "identity_fp32"
