@@ -2,26 +2,38 @@
 
 Both are built from an ``InputSet`` once and then send pre-built requests:
 
-* HTTP: ``tritonclient.http`` serialises each payload once (binary tensor extension,
-  ``Inference-Header-Content-Length``), and the body is POSTed with geventhttpclient's
-  ``HTTPClient`` (the connection pool tritonclient.http itself is built on) with ``concurrency``
-  keep-alive connections. Responses are checked for status; the first one is fully parsed.
+* HTTP (``RawHttpInferClient``, the default): ``tritonclient.http`` serialises each payload once
+  (binary tensor extension, ``Inference-Header-Content-Length``) and the whole HTTP/1.1 request
+  (request line, headers and body) is built once per payload as one ``bytes``. Each inference is
+  one ``sendall`` on a pooled keep-alive gevent socket and a read of the status line, the few
+  headers it needs (``Content-Length``, ``Transfer-Encoding``, ``Connection``,
+  ``Inference-Header-Content-Length``) and the body. The first response is parsed fully by
+  ``tritonclient.http``, so a garbled protocol fails loudly, once. This path costs about a third
+  of geventhttpclient's per request (``benchmarks/README.md``, generator vs perf_analyzer).
+* HTTP (``PooledHttpInferClient``, ``http_client="geventhttpclient"``): the same bodies POSTed
+  with geventhttpclient's ``HTTPClient`` (the pool tritonclient.http itself is built on); kept
+  for A/B comparisons.
 * gRPC: ``tritonclient.grpc`` unary ``infer`` with pre-built ``InferInput`` objects. The process
   must have called ``grpc.experimental.gevent.init_gevent()`` before this client is created
-  (``analyzer.load.gevent_setup`` does it), or calls deadlock.
+  (``analyzer.load._gevent`` does it), or calls deadlock.
 
-Both also read metadata, config and statistics, so one code path serves any KServe v2 server.
+A failed inference raises ``InferError("HTTP <status>: <server message>")`` (or ``gRPC ...``);
+network failures raise ``OSError`` (refused, reset, timed out). Both are recorded by kind.
+Metadata, config and statistics are read with tritonclient, so one code path serves any KServe v2
+server.
 """
 
 from __future__ import annotations
 
 import analyzer.load._gevent  # noqa: F401  (isort: skip) patch first
 import json
+import socket
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from gevent.lock import BoundedSemaphore
 from geventhttpclient import HTTPClient
 from tritonclient.utils import InferenceServerException
 
@@ -65,8 +77,201 @@ def _split_url(url: str) -> tuple[str, int]:
     return host, int(port)
 
 
-class HttpInferClient:
-    """Pre-serialised KServe v2 HTTP requests over a keep-alive connection pool."""
+def _request_body(inputs: InputSet, index: int) -> tuple[bytes, dict[str, str]]:
+    """Payload ``index`` as a binary-extension body and the headers it needs."""
+    payload = inputs.payloads[index]
+    tensors = []
+    for spec in inputs.specs:
+        t = httpclient.InferInput(spec.name, list(spec.shape), spec.datatype)
+        t.set_data_from_numpy(payload[spec.name], binary_data=True)
+        tensors.append(t)
+    outputs = [httpclient.InferRequestedOutput(name, binary_data=True) for name in inputs.outputs]
+    body, json_size = httpclient.InferenceServerClient.generate_request_body(
+        tensors, outputs=outputs or None
+    )
+    headers = {"Content-Type": "application/octet-stream"}
+    if json_size is not None:
+        headers["Inference-Header-Content-Length"] = str(json_size)
+    return bytes(body), headers
+
+
+def _error_kind(status: int, data: bytes) -> str:
+    """``HTTP <status>: <message>``: the server's ``{"error": ...}`` or the head of the body."""
+    try:
+        message = json.loads(data).get("error", "")
+    except (ValueError, AttributeError):
+        message = data[:80].decode("utf-8", "replace")
+    return f"HTTP {status}: {message}"
+
+
+def _check_first(data: bytes, header_length: str | None) -> None:
+    """Parse one response fully with tritonclient: a garbled protocol fails loudly, once."""
+    httpclient.InferenceServerClient.parse_response_body(
+        data, header_length=int(header_length) if header_length else None
+    )
+
+
+class ResponseError(OSError):
+    """The server's bytes are not an HTTP/1.1 response this client can read (or it hung up)."""
+
+
+class RawHttpInferClient:
+    """Pre-built HTTP/1.1 inference requests on pooled keep-alive gevent sockets.
+
+    Args:
+        url: ``host:port`` (an ``http://`` prefix is accepted).
+        inputs: the payloads; one request is built per payload, once.
+        concurrency: connections at most (callers beyond it wait for a free one).
+        timeout_s: connect and per-read timeout.
+    """
+
+    #: Bytes read per ``recv`` call; one read holds a whole small response.
+    BLOCK = 65536
+
+    def __init__(
+        self, url: str, inputs: InputSet, concurrency: int = 1, timeout_s: float = 60.0
+    ) -> None:
+        self._address = _split_url(url)
+        self._timeout_s = timeout_s
+        self._slots = BoundedSemaphore(max(1, concurrency))
+        self._idle: list[socket.socket] = []
+        host, port = self._address
+        head = (
+            f"POST /v2/models/{inputs.model}/infer HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            "Connection: keep-alive\r\n"
+        )
+        self._requests = []
+        for index in range(len(inputs.payloads)):
+            body, headers = _request_body(inputs, index)
+            lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+            request = f"{head}{lines}Content-Length: {len(body)}\r\n\r\n".encode("latin-1")
+            self._requests.append(request + body)
+        self._checked = False
+
+    def _connect(self) -> socket.socket:
+        sock = socket.create_connection(self._address, timeout=self._timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def infer(self, payload_index: int) -> None:
+        """Send one request and read its response; ``InferError`` on a non-200 answer."""
+        request = self._requests[payload_index % len(self._requests)]
+        status, headers, data = self.exchange(request)
+        if status != 200:
+            raise InferError(_error_kind(status, data))
+        if not self._checked:
+            _check_first(data, headers.get("inference-header-content-length"))
+            self._checked = True
+
+    def exchange(self, request: bytes) -> tuple[int, dict[str, str], bytes]:
+        """One request/response on a pooled connection: (status, the headers read, body).
+
+        A kept-alive connection that the server closed while idle fails before any response
+        byte arrives; then, and only then, the request goes once more on a new connection (it
+        cannot have been processed: the server never answered it).
+        """
+        with self._slots:
+            reused = bool(self._idle)
+            sock = self._idle.pop() if reused else self._connect()
+            try:
+                first = self._send(sock, request, reused)
+                if not first and reused:
+                    sock.close()
+                    sock = self._connect()
+                    first = self._send(sock, request, False)
+                if not first:
+                    raise ResponseError("the server closed the connection without answering")
+                status, headers, data, keep = self._read(sock, first)
+            except BaseException:
+                sock.close()
+                raise
+            if keep:
+                self._idle.append(sock)
+            else:
+                sock.close()
+            return status, headers, data
+
+    def _send(self, sock: socket.socket, request: bytes, reused: bool) -> bytes:
+        """Send, then the first response bytes (b"" when a reused connection was found dead)."""
+        try:
+            sock.sendall(request)
+            return sock.recv(self.BLOCK)
+        except ConnectionError:
+            if reused:
+                return b""
+            raise
+
+    def _read(self, sock: socket.socket, buf: bytes) -> tuple[int, dict[str, str], bytes, bool]:
+        """Parse the response that starts with ``buf``: (status, headers, body, keep-alive)."""
+        while (end := buf.find(b"\r\n\r\n")) < 0:
+            if len(buf) > self.BLOCK * 4:
+                raise ResponseError("response header longer than 256 KiB")
+            buf += self._recv_more(sock, "inside the response header")
+        head = buf[:end].decode("latin-1").split("\r\n")
+        parts = head[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+            raise ResponseError(f"not an HTTP/1.x status line: {head[0][:80]!r}")
+        status = int(parts[1])
+        headers: dict[str, str] = {}
+        for line in head[1:]:
+            name, _, value = line.partition(":")
+            name = name.strip().lower()
+            if name in _WANTED_HEADERS:
+                headers[name] = value.strip()
+        keep = parts[0] != "HTTP/1.0" and headers.get("connection", "").lower() != "close"
+        body = buf[end + 4 :]
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            return status, headers, self._read_chunked(sock, body), keep
+        length = headers.get("content-length")
+        if length is None:  # the body lasts until the server closes the connection
+            chunks = [body]
+            while more := sock.recv(self.BLOCK):
+                chunks.append(more)
+            return status, headers, b"".join(chunks), False
+        want = int(length)
+        if len(body) < want:
+            chunks, have = [body], len(body)
+            while have < want:
+                more = self._recv_more(sock, "inside the response body", want - have)
+                chunks.append(more)
+                have += len(more)
+            body = b"".join(chunks)
+        return status, headers, body[:want], keep
+
+    def _read_chunked(self, sock: socket.socket, buf: bytes) -> bytes:
+        out: list[bytes] = []
+        while True:
+            while b"\r\n" not in buf:
+                buf += self._recv_more(sock, "inside a chunked body")
+            line, buf = buf.split(b"\r\n", 1)
+            size = int(line.split(b";", 1)[0], 16)
+            while len(buf) < size + 2:
+                buf += self._recv_more(sock, "inside a chunked body")
+            if size == 0:  # no trailers expected from an inference server
+                return b"".join(out)
+            out.append(buf[:size])
+            buf = buf[size + 2 :]
+
+    def _recv_more(self, sock: socket.socket, where: str, size: int = 0) -> bytes:
+        more = sock.recv(max(self.BLOCK, size))
+        if not more:
+            raise ResponseError(f"the server closed the connection {where}")
+        return more
+
+    def close(self) -> None:
+        """Close all pooled connections."""
+        idle, self._idle = self._idle, []
+        for sock in idle:
+            sock.close()
+
+
+_WANTED_HEADERS = frozenset(
+    ("content-length", "transfer-encoding", "connection", "inference-header-content-length")
+)
+
+
+class PooledHttpInferClient:
+    """Pre-serialised KServe v2 HTTP requests over geventhttpclient's keep-alive pool."""
 
     def __init__(
         self, url: str, inputs: InputSet, concurrency: int = 1, timeout_s: float = 60.0
@@ -80,27 +285,8 @@ class HttpInferClient:
             network_timeout=timeout_s,
         )
         self._path = f"/v2/models/{inputs.model}/infer"
-        self._requests = [self._build(inputs, p) for p in range(len(inputs.payloads))]
+        self._requests = [_request_body(inputs, p) for p in range(len(inputs.payloads))]
         self._checked = False
-
-    @staticmethod
-    def _build(inputs: InputSet, index: int) -> tuple[bytes, dict[str, str]]:
-        payload = inputs.payloads[index]
-        tensors = []
-        for spec in inputs.specs:
-            t = httpclient.InferInput(spec.name, list(spec.shape), spec.datatype)
-            t.set_data_from_numpy(payload[spec.name], binary_data=True)
-            tensors.append(t)
-        outputs = [
-            httpclient.InferRequestedOutput(name, binary_data=True) for name in inputs.outputs
-        ]
-        body, json_size = httpclient.InferenceServerClient.generate_request_body(
-            tensors, outputs=outputs or None
-        )
-        headers = {"Content-Type": "application/octet-stream"}
-        if json_size is not None:
-            headers["Inference-Header-Content-Length"] = str(json_size)
-        return bytes(body), headers
 
     def infer(self, payload_index: int) -> None:
         """POST one request; raise ``InferError`` on a non-200 answer."""
@@ -110,15 +296,9 @@ class HttpInferClient:
             status = resp.status_code
             header_len = resp.get("inference-header-content-length")
         if status != 200:
-            try:
-                message = json.loads(data).get("error", "")
-            except ValueError:
-                message = data[:80].decode("utf-8", "replace")
-            raise InferError(f"HTTP {status}: {message}")
-        if not self._checked:  # parse one response fully: a garbled protocol fails loudly, once
-            httpclient.InferenceServerClient.parse_response_body(
-                data, header_length=int(str(header_len)) if header_len else None
-            )
+            raise InferError(_error_kind(status, data))
+        if not self._checked:
+            _check_first(data, str(header_len) if header_len else None)
             self._checked = True
 
     def close(self) -> None:
@@ -158,11 +338,29 @@ class GrpcInferClient:
         _close_grpc(self._client)
 
 
-def make_client(protocol: str, url: str, inputs: InputSet, concurrency: int) -> InferClient:
-    """A hot-path client for ``protocol`` ("http" or "grpc")."""
+#: ``http_client`` names: the default raw client, and geventhttpclient's pool (A/B comparisons).
+HTTP_CLIENTS = ("raw", "geventhttpclient")
+
+
+def make_client(
+    protocol: str, url: str, inputs: InputSet, concurrency: int, http_client: str = "raw"
+) -> InferClient:
+    """A hot-path client for ``protocol`` ("http" or "grpc").
+
+    Args:
+        protocol: "http" or "grpc".
+        url: ``host:port``.
+        inputs: the payloads.
+        concurrency: HTTP connections at most.
+        http_client: one of ``HTTP_CLIENTS`` (HTTP only).
+    """
     if protocol == "grpc":
         return GrpcInferClient(url, inputs)
-    return HttpInferClient(url, inputs, concurrency=concurrency)
+    if http_client == "geventhttpclient":
+        return PooledHttpInferClient(url, inputs, concurrency=concurrency)
+    if http_client != "raw":
+        raise ValueError(f"http_client must be one of {HTTP_CLIENTS}, not {http_client!r}")
+    return RawHttpInferClient(url, inputs, concurrency=concurrency)
 
 
 def fetch_model_documents(protocol: str, url: str, model: str) -> tuple[dict, dict]:

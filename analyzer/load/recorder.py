@@ -73,13 +73,10 @@ class Recorder:
         """The open-loop pool was full and ``size`` requests waited for a free slot."""
         self.backlog_max = max(self.backlog_max, size)
 
-    def take_tick(self) -> dict[str, Any]:
-        """Everything since the last call as a plain dict (the wire format), then reset."""
+    def _counters(self) -> dict[str, Any]:
+        """Counts and CPU since the last take (histograms excluded), and restart the CPU clock."""
         now_cpu, now_wall = time.process_time(), time.monotonic()
-        tick = {
-            "latency": self.latency.encode() if self.latency.get_total_count() else "",
-            "service": self.service.encode() if self.service.get_total_count() else "",
-            "lag": self.lag.encode() if self.lag.get_total_count() else "",
+        out = {
             "dispatched": self.dispatched,
             "completed": self.completed,
             "errors": self.errors,
@@ -91,6 +88,42 @@ class Recorder:
             "wall_s": now_wall - self._wall0,
         }
         self._cpu0, self._wall0 = now_cpu, now_wall
+        return out
+
+    def take_tick(self) -> dict[str, Any]:
+        """Everything since the last call as a plain dict (the wire format), then reset."""
+        tick = {
+            "latency": self.latency.encode() if self.latency.get_total_count() else "",
+            "service": self.service.encode() if self.service.get_total_count() else "",
+            "lag": self.lag.encode() if self.lag.get_total_count() else "",
+            **self._counters(),
+        }
+        self._reset()
+        self.max_in_flight = self.in_flight
+        return tick
+
+    def take_local_tick(self) -> Tick:
+        """The same as ``Tick.merge([take_tick()])`` without encoding the histograms.
+
+        For a controller in the same process: encoding and decoding three HDR histograms took
+        ~1 ms of the gevent hub per collection (ten per second), time in which no response is read
+        and no request is sent.
+        """
+        c = self._counters()
+        tick = Tick(
+            latency=self.latency,
+            service=self.service,
+            lag=self.lag,
+            dispatched=c["dispatched"],
+            completed=c["completed"],
+            errors=c["errors"],
+            error_kinds=dict(c["error_kinds"]),
+            in_flight=c["in_flight"],
+            max_in_flight=c["max_in_flight"],
+            backlog_max=c["backlog_max"],
+            cpu_pct=100.0 * c["cpu_s"] / c["wall_s"] if c["wall_s"] > 0 else 0.0,
+            intervals=1,
+        )
         self._reset()
         self.max_in_flight = self.in_flight
         return tick

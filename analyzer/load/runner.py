@@ -89,6 +89,11 @@ class EngineOptions:
     data_file: str | None = None
     batch_size: int = 1
     shapes: dict[str, list[int]] | None = None
+    #: HTTP hot path: "raw" (pre-built requests on pooled sockets, the default) or
+    #: "geventhttpclient" (its pool; for A/B comparisons).
+    http_client: str = "raw"
+    #: Open loop: wake the dispatcher on a timerfd (sub-ms) instead of gevent's ms timers.
+    precise_timer: bool = True
     #: Open loop: in-flight requests per generator process before new ones wait in a backlog.
     pool_size: int = 512
     #: Prometheus endpoint of the target (None: try ``http://<url>/metrics`` for HTTP targets).
@@ -134,7 +139,7 @@ class LocalBackend:
         self.runner.start(users, spawn_rate=min(max(users, 1) * 4, 1000), user_classes=[user_class])
 
     def collect(self) -> Tick:
-        return Tick.merge([self.ctx.recorder.take_tick()])
+        return self.ctx.recorder.take_local_tick()
 
     def stop(self) -> None:
         self.runner.stop()
@@ -342,6 +347,8 @@ class LocustLoadGenerator:
             data_file=o.data_file,
             batch_size=o.batch_size,
             shapes=o.shapes,
+            http_client=o.http_client,
+            precise_timer=o.precise_timer,
         )
         backend.configure(config)
         backend.start(OpenLoopUser if open_loop else ClosedLoopUser, users)
