@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -137,6 +138,19 @@ def server(repository: Path) -> Iterator[ServerThread]:
     options = ServerOptions(model_repositories=(repository,), models=tuple(MODELS), device="cpu")
     with ServerThread(options) as running:
         yield running
+
+
+@pytest.fixture
+def never_loaded(server: ServerThread, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The name of a model written into the session repository for this test only, never loaded.
+
+    Index tests assert on it rather than on a shared model, which another test may have loaded
+    (and unloaded) on the session server; the directory is removed afterwards.
+    """
+    name = f"never_loaded_{request.node.originalname}"
+    directory = write_model(server.options.model_repositories[0], name, EXTRA_MODELS["loadable"])
+    yield name
+    shutil.rmtree(directory)
 
 
 @pytest.fixture

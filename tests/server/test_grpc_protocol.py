@@ -204,12 +204,16 @@ def test_repository_load_parameter_types(stub: service_pb2_grpc.GRPCInferenceSer
     assert rpc_error(stub.RepositoryModelLoad, request).code() == grpc.StatusCode.INTERNAL
 
 
-def test_repository_index_ready_filter(stub: service_pb2_grpc.GRPCInferenceServiceStub) -> None:
+def test_repository_index_ready_filter(
+    stub: service_pb2_grpc.GRPCInferenceServiceStub, never_loaded: str
+) -> None:
     everything = stub.RepositoryIndex(pb.RepositoryIndexRequest(), timeout=30).models
     ready = stub.RepositoryIndex(pb.RepositoryIndexRequest(ready=True), timeout=30).models
     assert {m.name for m in ready} <= {m.name for m in everything}
     assert all(m.state == "READY" for m in ready)
-    assert "loadable" in {m.name for m in everything if not m.state}
+    assert "identity_fp32" in {m.name for m in ready}  # loaded at startup
+    assert never_loaded in {m.name for m in everything if not m.state}
+    assert never_loaded not in {m.name for m in ready}
 
 
 def test_health_check(server: ServerThread) -> None:

@@ -578,7 +578,7 @@ def _read_all(sock: socket.socket) -> bytes:
 # -- repository extension over raw HTTP (§2.6) ------------------------------------------------
 
 
-def test_repository_index_body_forms(server: ServerThread) -> None:
+def test_repository_index_body_forms(server: ServerThread, never_loaded: str) -> None:
     url = server.http_url
     status, headers, body = raw_request(url, "POST", "/v2/repository/index", b"")
     assert status == 200
@@ -587,10 +587,11 @@ def test_repository_index_body_forms(server: ServerThread) -> None:
     assert isinstance(index, list)
     names = [entry["name"] for entry in index]
     assert names == sorted(names)
-    assert {"name": "loadable"} in index  # in the repository, never loaded
+    assert {"name": never_loaded} in index  # in the repository, never loaded
     ready = json.loads(raw_request(url, "POST", "/v2/repository/index", b'{"ready":true}')[2])
     assert all(entry["state"] == "READY" for entry in ready)
-    assert {"name": "loadable"} not in ready
+    assert {"name": "identity_fp32", "version": "1", "state": "READY"} in ready
+    assert never_loaded not in {entry["name"] for entry in ready}
     status, _, body = raw_request(url, "POST", "/v2/repository/index", b'{"ready":"yes"}')
     assert status == 400
     assert error_message(body) == "Invalid value for 'ready': expected a boolean"

@@ -18,7 +18,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from reference_server.app import ServerThread
-from tests.server.conftest import DATATYPES, wait_until
+from tests.server.conftest import DATATYPES, EXTRA_MODELS, wait_until, write_model
 
 Client = Any  # httpclient.InferenceServerClient | grpcclient.InferenceServerClient
 
@@ -208,8 +208,13 @@ def test_all_model_statistics_and_fresh_model_shape(server: ServerThread) -> Non
     client.close()
 
 
-def test_load_with_config_override_then_revert_and_unload(client: Client, protocol: str) -> None:
-    name = "loadable"
+def test_load_with_config_override_then_revert_and_unload(
+    server: ServerThread, client: Client, protocol: str
+) -> None:
+    # A model of its own: loading and unloading a shared one would change what other tests
+    # read from the session server's repository index.
+    name = f"override_{protocol}"
+    write_model(server.options.model_repositories[0], name, EXTRA_MODELS["loadable"])
     client.load_model(name)
     assert client.is_model_ready(name)
     original = client.get_model_config(name)
