@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -222,6 +223,14 @@ class _ModelState:
     override: ModelSource | None = None
 
 
+@dataclass
+class _LoadLock:
+    """Serializes the loads of one model name; ``users`` counts loads holding or awaiting it."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    users: int = 0
+
+
 class InferenceServer:
     """The core of the reference server: models, scheduling, statistics, metrics.
 
@@ -246,7 +255,7 @@ class InferenceServer:
         )
         self._models: dict[str, _ModelState] = {}
         self._lock = threading.RLock()
-        self._load_locks: dict[str, threading.Lock] = {}
+        self._load_locks: dict[str, _LoadLock] = {}  # only names with a load under way
         self._live = False
         self._stopping = False
         self._inbox: _LoopInbox | None = None  # of the loop that called infer() last
@@ -470,9 +479,28 @@ class InferenceServer:
             if st is not None and st.versions.get(version, ("",))[0] == UNLOADING:
                 st.versions[version] = (UNAVAILABLE, "unloaded")
 
-    def _load_lock(self, name: str) -> threading.Lock:
+    @contextlib.contextmanager
+    def _load_lock(self, name: str) -> Iterator[None]:
+        """Hold the load lock of ``name``: loads of one name run one at a time.
+
+        The entry goes when its last user leaves, so loads of names that never turn into a
+        model (a client trying made-up names) leave nothing behind. Counting users, rather
+        than deleting on release, keeps a waiting load on the same lock as the one running: a
+        new entry is only made when no load of the name holds or awaits one.
+        """
         with self._lock:
-            return self._load_locks.setdefault(name, threading.Lock())
+            entry = self._load_locks.get(name)
+            if entry is None:
+                entry = self._load_locks[name] = _LoadLock()
+            entry.users += 1
+        try:
+            with entry.lock:
+                yield
+        finally:
+            with self._lock:
+                entry.users -= 1
+                if entry.users == 0:
+                    del self._load_locks[name]
 
     def _load(
         self,

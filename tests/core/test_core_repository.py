@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.protobuf import json_format
@@ -296,3 +297,72 @@ def test_plain_load_is_noop_unless_files_changed(
     (model_dir / "1" / "weights.bin").write_bytes(b"new")
     server.load_model("a")  # a file changed: reloaded, statistics start again
     assert server.model_statistics("a")["model_stats"][0]["execution_count"] == 0
+
+
+def test_failed_loads_of_unknown_names_leave_no_load_lock(
+    tmp_path: Path, make_server: ServerFactory
+) -> None:
+    """A client sending loads of made-up names must not grow the server's memory (issue 11)."""
+    write_model(tmp_path, "a", identity_config("a"))
+    server = make_server(models=("a",))
+    server.load_model("a")
+    index = server.repository_index()
+    start = len(server._load_locks)
+    for i in range(1000):
+        with pytest.raises(ServerError, match="failed to poll from model repository") as e:
+            server.load_model(f"ghost-{i}")
+        assert e.value.code is Code.INTERNAL
+    assert len(server._load_locks) == start
+    assert server.repository_index() == index
+    assert server.model_ready("a")
+
+
+def test_concurrent_loads_of_one_name_never_overlap(
+    tmp_path: Path, make_server: ServerFactory
+) -> None:
+    """Loads of a name run one at a time even while the lock table drops idle entries."""
+    write_model(tmp_path, "a", identity_config("a"))
+    server = make_server(models=("a",))
+    read = server.repository.read
+    active: dict[str, int] = {}
+    overlaps: list[str] = []
+    guard = threading.Lock()
+
+    def spying_read(name: str, *args: Any, **kwargs: Any) -> Any:
+        with guard:
+            active[name] = active.get(name, 0) + 1
+            if active[name] > 1:
+                overlaps.append(name)
+        try:
+            threading.Event().wait(0.0005)  # widen the window in which a second load could run
+            return read(name, *args, **kwargs)
+        finally:
+            with guard:
+                active[name] -= 1
+
+    server.repository.read = spying_read  # type: ignore[method-assign]
+    errors: list[BaseException] = []
+
+    def load_many(names: list[str]) -> None:
+        for name in names:
+            try:
+                server.load_model(name)
+            except ServerError as exc:
+                if not name.startswith("ghost"):
+                    errors.append(exc)
+            except BaseException as exc:  # reported below, not lost in the thread
+                errors.append(exc)
+
+    threads = [
+        threading.Thread(target=load_many, args=(["a", "ghost"] * 40,), name=f"loader-{i}")
+        for i in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads), "a load did not finish"
+    assert not errors
+    assert not overlaps, f"concurrent loads of {sorted(set(overlaps))}"
+    assert server._load_locks == {}
+    assert server.model_ready("a")
