@@ -519,6 +519,7 @@ class InferenceServer:
         with self._load_lock(name):
             with self._lock:
                 kept = self._models[name].override if name in self._models else None
+            source: ModelSource | None = None
             try:
                 override = config_from_json(config_json) if config_json is not None else None
                 if override is None and not files and kept is not None:
@@ -528,6 +529,8 @@ class InferenceServer:
                 cfg = normalize(source.config, model_name=name, gpu_ids=self.gpu_ids)
                 validate(cfg, dir_name=name, gpu_ids=self.gpu_ids, instance_groups=False)
             except ServerError as exc:
+                if files and source is not None:
+                    self.repository.discard(source)  # the files of a refused load
                 if exc.code == Code.INTERNAL and "failed to poll" in exc.message:
                     raise
                 # Triton 2.51 leaves no index entry for a model refused at this stage; it is
@@ -585,6 +588,8 @@ class InferenceServer:
             except ServerError as exc:
                 for runtime in new.values():
                     runtime.stop(wait=False)
+                if files:
+                    self.repository.discard(source)  # the new runtimes stopped: unused
                 reason = f"{_code_phrase(exc.code)}: {exc.message}"
                 self._record_failure(name, reason, load_stage=True)
                 raise ServerError(

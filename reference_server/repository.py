@@ -13,6 +13,7 @@ then form a complete model directory of their own.
 from __future__ import annotations
 
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,6 +136,7 @@ class ModelRepository:
     def __init__(self, paths: Sequence[Path]) -> None:
         self.paths = [Path(p) for p in paths]
         self._scratch: list[tempfile.TemporaryDirectory[str]] = []
+        self._scratch_lock = threading.Lock()  # loads of different names run concurrently
 
     def names(self) -> list[str]:
         """Every model directory name found in any repository, sorted."""
@@ -200,23 +202,43 @@ class ModelRepository:
 
     def _materialize(self, name: str, files: Mapping[str, bytes]) -> Path:
         scratch = tempfile.TemporaryDirectory(prefix=f"override-{name}-")
-        self._scratch.append(scratch)
         root = Path(scratch.name) / name
-        root.mkdir(parents=True)
-        for key, data in files.items():
-            rel = key.removeprefix("file:")
-            target = (root / rel).resolve()
-            if root.resolve() not in target.parents:
-                raise ModelConfigError(f"invalid file path '{rel}' in load request for '{name}'")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+        try:
+            root.mkdir(parents=True)
+            for key, data in files.items():
+                rel = key.removeprefix("file:")
+                target = (root / rel).resolve()
+                if root.resolve() not in target.parents:
+                    raise ModelConfigError(
+                        f"invalid file path '{rel}' in load request for '{name}'"
+                    )
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+        except BaseException:
+            scratch.cleanup()
+            raise
+        with self._scratch_lock:
+            self._scratch.append(scratch)
         return root
+
+    def discard(self, source: ModelSource) -> None:
+        """Delete the directory made from a load's files (the load failed: nothing uses it).
+
+        A source read from the repository itself is left alone.
+        """
+        with self._scratch_lock:
+            found = [s for s in self._scratch if source.directory.parent == Path(s.name)]
+            for scratch in found:
+                self._scratch.remove(scratch)
+        for scratch in found:
+            scratch.cleanup()
 
     def close(self) -> None:
         """Delete directories made from load-request files."""
-        for scratch in self._scratch:
+        with self._scratch_lock:
+            scratches, self._scratch = self._scratch, []
+        for scratch in scratches:
             scratch.cleanup()
-        self._scratch.clear()
 
 
 def fingerprint(directory: Path) -> tuple[tuple[str, int, int], ...]:

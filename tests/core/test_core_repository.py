@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -365,4 +366,45 @@ def test_concurrent_loads_of_one_name_never_overlap(
     assert not errors
     assert not overlaps, f"concurrent loads of {sorted(set(overlaps))}"
     assert server._load_locks == {}
+    assert server.model_ready("a")
+
+
+def test_failed_loads_with_files_leave_no_scratch_directory(
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    make_server: ServerFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Files sent with a load that fails are deleted at once, not kept on disk until shutdown."""
+    scratch_root = tmp_path_factory.mktemp("scratch")
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch_root))
+    write_model(tmp_path, "a", identity_config("a"))
+    server = make_server(models=("a",))
+    good = config_to_json(server.model_config("a"))
+    server.load_model("a", config_json=json.dumps(good), files={"file:1/notes.txt": b"kept"})
+    serving = sorted(p.relative_to(scratch_root) for p in scratch_root.rglob("*"))
+    assert len(list(scratch_root.iterdir())) == 1, "the served model's files stay"
+    refused = {
+        # poll stage: a file path leaving the model directory
+        "escape": (json.dumps(good | {"name": "escape"}), {"file:1/../../x": b"x"}),
+        # poll stage: a config that does not validate
+        "invalid": (
+            json.dumps(good | {"name": "invalid", "max_batch_size": -1}),
+            {"file:1/x": b"x"},
+        ),
+        # load stage: no such backend
+        "nobackend": (
+            json.dumps(good | {"name": "nobackend", "backend": "nope"}),
+            {"file:1/x": b"x"},
+        ),
+    }
+    for i in range(20):
+        for name, (config, files) in refused.items():
+            with pytest.raises(ServerError):
+                server.load_model(f"{name}{i}", config_json=config, files=files)
+        with pytest.raises(ServerError, match="version 1 is at UNAVAILABLE state"):
+            server.load_model(
+                "a", config_json=json.dumps(good | {"backend": "nope"}), files={"file:1/y": b"y"}
+            )
+    assert sorted(p.relative_to(scratch_root) for p in scratch_root.rglob("*")) == serving
     assert server.model_ready("a")
