@@ -45,6 +45,13 @@ def register(app: typer.Typer) -> None:
         http_max_input_size: Annotated[
             int, typer.Option(help="largest JSON request header or raw body, bytes")
         ] = 2**26,
+        http_read_timeout: Annotated[
+            float | None,
+            typer.Option(
+                help="seconds a request body may stall before the server answers 408 "
+                "(default 60; Triton has no such timeout)"
+            ),
+        ] = None,
         log_verbose: Annotated[int, typer.Option(help="0 warnings, 1 info, 2 debug")] = 0,
     ) -> None:
         """Serve models over KServe v2 HTTP and gRPC with Triton's dynamic batching."""
@@ -64,6 +71,7 @@ def register(app: typer.Typer) -> None:
                 device=device,
                 cache_size_bytes=cache_size,
                 max_input_size_bytes=http_max_input_size,
+                **({} if http_read_timeout is None else {"read_timeout_s": http_read_timeout}),
                 log_verbosity=log_verbose,
             )
             run_server(options)

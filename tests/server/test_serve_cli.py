@@ -123,3 +123,14 @@ def test_serve_port_in_use_exits_3(tmp_path: Path) -> None:
     assert code == 3
     assert f"127.0.0.1:{port}" in err
     assert "--http-port 0" in err
+
+
+def test_serve_passes_the_read_timeout_to_the_server(tmp_path: Path) -> None:
+    # The server validates the value, so a refused one shows that the flag reaches it.
+    repository = write_repository(tmp_path, {"nobatch": MODELS["nobatch"]})
+    process = perfsweep(
+        "serve", "--model-repository", str(repository), "--http-read-timeout", "0", *FREE_PORTS
+    )
+    code, err = finish(process)
+    assert code == 2
+    assert "http-read-timeout 0.0 must be a positive number of seconds" in err
