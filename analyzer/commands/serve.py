@@ -12,6 +12,7 @@ could not start (e.g. a port in use).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated
 
@@ -71,9 +72,10 @@ def register(app: typer.Typer) -> None:
                 device=device,
                 cache_size_bytes=cache_size,
                 max_input_size_bytes=http_max_input_size,
-                **({} if http_read_timeout is None else {"read_timeout_s": http_read_timeout}),
                 log_verbosity=log_verbose,
             )
+            if http_read_timeout is not None:
+                options = dataclasses.replace(options, read_timeout_s=http_read_timeout)
             run_server(options)
         except ServerError as exc:
             raise startup_error(exc) from exc
