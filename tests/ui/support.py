@@ -318,3 +318,45 @@ def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, poll_s: 
             return last
         time.sleep(poll_s)
     raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what} (last: {last!r})")
+
+
+def process_gone(pid: int) -> bool:
+    """The process no longer runs (a zombie waiting for its new parent to reap it counts)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+def children_of(pid: int) -> dict[int, str]:
+    """The live direct children of ``pid`` (from ``/proc``): pid -> command line."""
+    found: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                command = cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:  # it ended while we looked
+            continue
+        if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
+            found[int(entry)] = command
+    return found
+
+
+def wait_all_gone(pids: dict[int, str], timeout_s: float, what: str) -> None:
+    """Poll until every pid in ``pids`` has ended; fail naming the survivors otherwise."""
+    deadline = time.monotonic() + timeout_s
+    alive = dict(pids)
+    while alive:
+        alive = {pid: cmd for pid, cmd in alive.items() if not process_gone(pid)}
+        if not alive:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: still running {timeout_s:g} s later: {alive}")
+        time.sleep(0.1)
