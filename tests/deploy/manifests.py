@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 K8S_DIR = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 GPU = "nvidia.com/gpu"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -78,6 +76,8 @@ def render(directory: Path) -> list[dict[str, Any]]:
     )
     if done.returncode != 0:
         raise AssertionError(f"kubectl kustomize {directory} failed:\n{done.stderr}")
+    import yaml  # PyYAML arrives with kubernetes-validate (the test extra)
+
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
 
