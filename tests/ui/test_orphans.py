@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,11 @@ from tests.ui.support import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(240),
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="children are read from /proc"),
+]
 
 
 def _server_pid(log: Path) -> int | None:
