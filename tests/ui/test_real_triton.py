@@ -1,14 +1,18 @@
 """The dashboard against a real Triton (pytriton's ``tritonserver``): same numbers as Triton's
-own statistics and metrics, and a config change applied with Triton's repository API."""
+own statistics and metrics, and a config change applied with Triton's repository API; the config
+form refuses ensembles and sequence-batched models (pushing dynamic_batching would erase their
+scheduling: one proto oneof)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tritonclient.grpc import model_config_pb2 as mc
 
-from tests.support.real_triton import RealTriton, identity_model_config
+from tests.support.real_triton import RealTriton, identity_model_config, sleep_model_config
 from tests.ui.support import http, quiet_truth, start_ui, wait_agreement, wait_for
 
 pytestmark = [pytest.mark.triton, pytest.mark.timeout(300)]
@@ -63,3 +67,51 @@ def test_dashboard_on_real_triton(real_triton: RealTriton, tmp_path: Path) -> No
         wait_agreement(base, truth)
     finally:
         child.stop()
+
+
+def _sequence_model(triton: RealTriton) -> str:
+    config = sleep_model_config("ui_stateful", max_batch_size=8)
+    config.sequence_batching.max_sequence_idle_microseconds = 5_000_000
+    triton.add_model(config)
+    triton.load_model("ui_stateful")
+    return "ui_stateful"
+
+
+def _ensemble_model(triton: RealTriton) -> str:
+    inner = identity_model_config("ui_inner")
+    triton.add_model(inner)
+    triton.load_model("ui_inner")
+    ensemble = mc.ModelConfig(name="ui_ensemble", platform="ensemble", max_batch_size=8)
+    ensemble.input.extend(inner.input)
+    ensemble.output.extend(inner.output)
+    step = ensemble.ensemble_scheduling.step.add(model_name="ui_inner", model_version=-1)
+    step.input_map["INPUT0"] = inner.input[0].name
+    step.output_map["OUTPUT0"] = inner.output[0].name
+    triton.add_model(ensemble, model_source="")
+    triton.load_model("ui_ensemble")
+    return "ui_ensemble"
+
+
+@pytest.mark.parametrize(
+    ("make", "needle"),
+    [(_sequence_model, "sequence-batched"), (_ensemble_model, "an ensemble")],
+    ids=["sequence", "ensemble"],
+)
+def test_config_form_refuses_models_it_would_corrupt(
+    real_triton: RealTriton, tmp_path: Path, make: Callable[[RealTriton], str], needle: str
+) -> None:
+    model = make(real_triton)
+    config_url = f"{real_triton.base_url}/v2/models/{model}/config"
+    status, before = http("GET", config_url)
+    assert status == 200, before
+    child, base = start_ui(
+        tmp_path, real_triton.base_url, model, real_triton.grpc_url, real_triton.metrics_url
+    )
+    try:
+        status, answer = http("POST", base + "/perfsweep/config", body={"max_queue_delay_us": 2000})
+    finally:
+        child.stop()
+    assert status == 400, answer
+    assert answer["ok"] is False
+    assert needle in answer["error"] and "tune" in answer["error"], answer["error"]
+    assert http("GET", config_url) == (200, before)  # nothing was loaded

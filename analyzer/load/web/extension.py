@@ -61,7 +61,7 @@ from analyzer.load.web.options import (
 )
 from analyzer.load.web.users import live_state
 from analyzer.server_stats import ServerScraper, http_stats_source
-from analyzer.target import ConfigRejectedError, RemoteTarget
+from analyzer.target import ConfigRejectedError, RemoteTarget, untunable_reason
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,8 @@ class Dashboard:
         """Apply posted knobs with the repository API; return the config the server now reports.
 
         Raises:
-            InputError: the post is invalid or the server refused the config.
+            InputError: the post is invalid, the model is one perfsweep must not tune (an
+                ensemble or sequence-batched: nothing is loaded), or the server refused it.
             TargetError: the server could not be reached or the model did not come back.
         """
         from analyzer.search import Knobs
@@ -189,6 +190,9 @@ class Dashboard:
         settings, model = target_settings
         target = self._target(settings, model)
         base = target.model_config()
+        reason = untunable_reason(base)  # dynamic_batching would erase its scheduling (a oneof)
+        if reason:
+            raise InputError(reason)
         wanted = Knobs.from_dict(parse_config_request(posted, knobs_of(base).to_dict()))
         try:
             target.load_config(apply_knobs(base, wanted))
