@@ -37,6 +37,7 @@ from reference_server.config import (
     validate_instance_groups,
 )
 from reference_server.errors import Code, ModelConfigError, ServerError
+from reference_server.gpu import GpuCollector, default_sources
 from reference_server.instances import DeviceRegistry
 from reference_server.model import ModelRuntime, RuntimeOptions
 from reference_server.repository import (
@@ -264,6 +265,7 @@ class InferenceServer:
                 self._metric_sources, self.cache.gauges if self.cache is not None else None
             )
         )
+        self.registry.register(GpuCollector(default_sources(self.devices.devices)))
 
     # ------------------------------------------------------------------ life cycle
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from reference_server.backends.base import Backend
+from reference_server.gpu import DeviceMeter
 from reference_server.scheduler import Batch, Scheduler, reduce_timer_slack
 
 logger = logging.getLogger(__name__)
@@ -28,10 +29,12 @@ class Device:
     Attributes:
         name: ``"cpu"``, ``"gpu0"``, ``"sim-gpu0"``...
         lock: Held for the device part of an execution (serialises device work).
+        meter: Busy time and memory of simulated instances (``reference_server.gpu``).
     """
 
     name: str
     lock: threading.Lock = field(default_factory=threading.Lock)
+    meter: DeviceMeter = field(default_factory=DeviceMeter)
 
 
 class DeviceRegistry:
@@ -47,6 +50,11 @@ class DeviceRegistry:
             if name not in self._devices:
                 self._devices[name] = Device(name)
             return self._devices[name]
+
+    def devices(self) -> list[Device]:
+        """Every device created so far."""
+        with self._lock:
+            return list(self._devices.values())
 
 
 class PauseGate:

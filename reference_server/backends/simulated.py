@@ -6,6 +6,10 @@ instances sharing a simulated GPU serialise their device work and more instances
 diminishing returns. Sleeping (never spinning) keeps simulations free of CPU cost. Outputs are
 real tensors of the configured shapes (zeros).
 
+The device's :class:`~reference_server.gpu.DeviceMeter` records the time the device part holds
+the lock (its busy share is ``nv_gpu_utilization``) and the memory each instance holds: the
+profile's weights from initialize on, growing with the largest batch executed (``[gpu]`` table).
+
 Config parameters: ``profile`` (bundled name or path relative to the model directory, default
 ``resnet50_sim``), ``sim_device`` (device name shared across models, default per instance kind).
 """
@@ -31,12 +35,17 @@ class SimulatedBackend:
         self._args: BackendArgs | None = None
         self.profile: LatencyProfile | None = None
         self._rng = np.random.default_rng(0)
+        self._peak_batch = 0
 
     def initialize(self, args: BackendArgs) -> None:
         self._args = args
         ref = args.parameters.get("profile", "resnet50_sim") or "resnet50_sim"
         self.profile = resolve_profile(ref, args.version_dir.parent)
         self._rng = np.random.default_rng(self.profile.seed + args.instance_index)
+        self._peak_batch = 0
+        args.device.meter.attach(self.profile.gpu)
+        if self.profile.gpu is not None:
+            args.device.meter.hold(self, self.profile.gpu.instance_bytes(0))
 
     def _jittered_s(self, ms: float) -> float:
         assert self.profile is not None
@@ -49,10 +58,18 @@ class SimulatedBackend:
         batch = sum(max(1, r.batch_size) for r in requests)
         profile = self.profile
         _sleep(self._jittered_s(profile.host_pre.ms(batch)))
+        meter = self._args.device.meter
+        if profile.gpu is not None and batch > self._peak_batch:
+            self._peak_batch = batch
+            meter.hold(self, profile.gpu.instance_bytes(batch))
         with self._args.device.lock:
             input_end = time.monotonic_ns()
-            _sleep(self._jittered_s(profile.device.ms(batch)))
-            output_start = time.monotonic_ns()
+            meter.busy_begin(input_end)
+            try:
+                _sleep(self._jittered_s(profile.device.ms(batch)))
+            finally:
+                output_start = time.monotonic_ns()
+                meter.busy_end(output_start)
         _sleep(self._jittered_s(profile.host_post.ms(batch)))
         mark_compute(requests, input_end, output_start)
         cfg = self._args.config
@@ -75,6 +92,8 @@ class SimulatedBackend:
         return responses
 
     def finalize(self) -> None:
+        if self._args is not None:
+            self._args.device.meter.release(self)
         self._args = None
 
     def device_info(self) -> dict[str, str]:

@@ -4,6 +4,10 @@ A profile gives, as functions of the batch size, the device time of one executio
 on the device) and the host time before and after it (overlapping across instances). Each curve
 is either a piecewise-linear ``table = [[batch, ms], ...]`` or ``a_ms + b_ms * batch``. Every
 profile states its ``provenance``; a synthetic one says it is synthetic.
+
+An optional ``[gpu]`` table gives what the simulated GPU reports on ``/metrics`` besides its
+busy share: memory (total, context, weights and activations per instance) and power
+(:class:`~reference_server.gpu.SimulatedGpuSpec`), with a ``provenance`` of its own.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from reference_server.errors import ModelConfigError
+from reference_server.gpu import SimulatedGpuSpec
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
 
@@ -77,6 +82,8 @@ class LatencyProfile:
         host_post: Host time after it.
         jitter: Relative standard deviation applied to every duration.
         seed: RNG seed (each instance adds its index).
+        gpu: Memory and power of the simulated GPU (None: it reports utilisation only).
+        gpu_provenance: Where the ``[gpu]`` figures come from.
     """
 
     name: str
@@ -86,6 +93,8 @@ class LatencyProfile:
     host_post: LatencyCurve = LatencyCurve()
     jitter: float = 0.0
     seed: int = 0
+    gpu: SimulatedGpuSpec | None = None
+    gpu_provenance: str = ""
 
     def throughput_per_s(self, batch_size: int, instances: int = 1) -> float:
         """Noise-free peak inferences per second at a fixed batch size.
@@ -121,6 +130,7 @@ def load_profile(path: Path, shown: str | None = None) -> LatencyProfile:
             f"latency profile {shown or path} needs a [device] table and a 'provenance' string"
         )
     label = shown or path
+    gpu, gpu_provenance = _gpu_table(data.get("gpu"), label)
     return LatencyProfile(
         name=str(data.get("name", Path(path).stem)),
         provenance=str(data["provenance"]),
@@ -129,7 +139,21 @@ def load_profile(path: Path, shown: str | None = None) -> LatencyProfile:
         host_post=LatencyCurve.from_toml(data.get("host_post"), f"{label} [host_post]"),
         jitter=float(data.get("jitter", 0.0)),
         seed=int(data.get("seed", 0)),
+        gpu=gpu,
+        gpu_provenance=gpu_provenance,
     )
+
+
+def _gpu_table(data: Any, label: object) -> tuple[SimulatedGpuSpec | None, str]:
+    if data is None:
+        return None, ""
+    if not isinstance(data, dict) or not data.get("provenance"):
+        raise ModelConfigError(f"latency profile {label}: [gpu] needs a 'provenance' string")
+    fields = {k: v for k, v in data.items() if k != "provenance"}
+    try:
+        return SimulatedGpuSpec.from_toml(fields), str(data["provenance"])
+    except (TypeError, ValueError) as exc:
+        raise ModelConfigError(f"latency profile {label} [gpu]: {exc}") from exc
 
 
 def bundled_profiles() -> list[str]:
