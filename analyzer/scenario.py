@@ -68,6 +68,9 @@ class ModelSection(_Section):
     simulated latency profile (``sim``). Ignored with ``url``."""
     protocol: Literal["http", "grpc"] = "http"
     """Inference protocol the load generator speaks."""
+    metrics_url: str | None = None
+    """Prometheus ``/metrics`` URL of the ``url`` server (Triton: HTTP port + 2), read for GPU
+    utilisation, memory and power per window; a managed server's is discovered."""
     startup_timeout_s: PositiveFloat = 180.0
     """How long to wait for a managed server (and its first model load) to become ready."""
 
@@ -102,6 +105,15 @@ class TrafficSection(_Section):
     """Highest offered rate the capacity search tries (the client's own ceiling on this host)."""
     max_concurrency: Annotated[int, Field(ge=1)] = 256
     """Highest concurrency the closed-loop capacity search tries."""
+    workers: Annotated[int, Field(ge=1)] = 1
+    """Locust generator processes on this host (1 = in the sweep's own process)."""
+    expect_workers: Annotated[int, Field(ge=0)] = 0
+    """Remote Locust workers (``perfsweep load --worker --master-host H``) the sweep waits for
+    as their master, instead of generating load itself (0 = none)."""
+    master_bind_host: str = "127.0.0.1"
+    """With ``expect_workers``: the address the Locust master listens on for its workers."""
+    master_port: Annotated[int, Field(ge=0, le=65535)] = 5557
+    """With ``expect_workers``: the Locust master's port (0 = a free port)."""
 
 
 class GoalsSection(_Section):
@@ -113,6 +125,9 @@ class GoalsSection(_Section):
     """A config must sustain at least this throughput (requests/s) to meet the goals."""
     max_error_rate: Annotated[float, Field(ge=0, lt=1)] = 0.01
     """Largest acceptable fraction of failed requests."""
+    max_gpu_memory_mb: PositiveFloat | None = None
+    """Peak GPU memory (MiB, the most of any GPU the server reports) a config may use at its
+    operating point; a config above it, or one measured without GPU metrics, misses the goals."""
     note: str = ""
     """Why these goals (printed after them: ``goal p99 <= 500 ms: <note>``). Not part of
     :meth:`Scenario.hash`: it changes no measurement."""
@@ -299,6 +314,11 @@ class Scenario(_Section):
         data.pop("gate", None)  # gate thresholds do not change what is measured
         data["goals"].pop("note", None)  # nor does the reason given for the goals
         data["run"].pop("leave", None)  # nor does what is left on the server afterwards
+        data["model"].pop("metrics_url", None)  # nor where the metrics are read
+        if data["goals"].get("max_gpu_memory_mb") is None:
+            data["goals"].pop("max_gpu_memory_mb", None)  # unset: the hash of older scenarios
+        for key in ("workers", "expect_workers", "master_bind_host", "master_port"):
+            data["traffic"].pop(key, None)  # nor does where the generator runs
         text = json.dumps(data, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

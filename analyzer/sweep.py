@@ -496,8 +496,16 @@ def _locust_generator(
         url=address,
         model=target.model,
         protocol="http",
+        # GPU utilisation, memory and power per window: the managed server's metrics port,
+        # or --metrics-url for a --url server (None: the engine tries the HTTP port once).
+        metrics_url=getattr(target, "metrics_url", "") or scenario.model.metrics_url or None,
         data_mode=scenario.input.data,
         batch_size=scenario.input.batch_size,
+        workers=scenario.traffic.workers,
+        expect_remote_workers=scenario.traffic.expect_workers,
+        master_bind_host=scenario.traffic.master_bind_host,
+        # Local workers (no remote ones) take a free port; remote ones must know it.
+        master_port=scenario.traffic.master_port if scenario.traffic.expect_workers else 0,
         on_window=on_window,
     )
     with LocustLoadGenerator(options) as generator:

@@ -203,6 +203,19 @@ def register(app: typer.Typer) -> None:
                 help="HTTP URL of a running server (Triton or reference); nothing is started."
             ),
         ] = None,
+        metrics_url: Annotated[
+            str | None,
+            typer.Option(
+                help="Prometheus /metrics URL of the --url server (Triton: HTTP port + 2), for "
+                "GPU utilisation, memory and power; the managed server's is found by itself."
+            ),
+        ] = None,
+        max_gpu_memory_mb: Annotated[
+            float | None,
+            typer.Option(
+                help="GPU memory goal, MiB: configs using more at their operating point miss the goals."
+            ),
+        ] = None,
         device: Annotated[
             str | None, typer.Option(help="auto | cpu | cuda | sim (managed server).")
         ] = None,
@@ -250,12 +263,30 @@ def register(app: typer.Typer) -> None:
                 "original (default) or best."
             ),
         ] = None,
+        workers: Annotated[
+            int | None, typer.Option(help="Local Locust generator processes (default 1).")
+        ] = None,
+        expect_workers: Annotated[
+            int | None,
+            typer.Option(
+                help="Be the Locust master of this many remote workers "
+                "(perfsweep load --worker --master-host H) instead of generating load here."
+            ),
+        ] = None,
+        master_bind_host: Annotated[
+            str | None, typer.Option(help="--expect-workers: address the master listens on.")
+        ] = None,
+        master_port: Annotated[
+            int | None, typer.Option(help="--expect-workers: the master's port (default 5557).")
+        ] = None,
     ) -> None:
         """Find the dynamic-batching config that serves the most traffic within the P99 goal."""
         overrides: dict[str, Any] = {
             "model.name": model,
             "model.repository": str(model_repository) if model_repository else None,
             "model.url": url,
+            "model.metrics_url": metrics_url,
+            "goals.max_gpu_memory_mb": max_gpu_memory_mb,
             "model.device": device,
             "objective": objective,
             "goals.p99_ms": p99_ms,
@@ -272,15 +303,26 @@ def register(app: typer.Typer) -> None:
             "run.storage": storage,
             "run.study_name": study_name,
             "run.leave": leave,
+            "traffic.workers": workers,
+            "traffic.expect_workers": expect_workers,
+            "traffic.master_bind_host": master_bind_host,
+            "traffic.master_port": master_port,
         }
         if resume is not None:
             saved = resume / "scenario.toml"
             if not saved.is_file():
                 raise InputError(f"{resume} is not a perfsweep run directory (no scenario.toml)")
-            # Only budgets (and what is left on the server) may change on resume: the study's
-            # space and goals must stay the same.
+            # Only budgets, what is left on the server and where the generator runs may change
+            # on resume: the study's space and goals must stay the same.
+            generator = {
+                "run.leave",
+                "traffic.workers",
+                "traffic.expect_workers",
+                "traffic.master_bind_host",
+                "traffic.master_port",
+            }
             allowed = {
-                k: v for k, v in overrides.items() if k.startswith("budget.") or k == "run.leave"
+                k: v for k, v in overrides.items() if k.startswith("budget.") or k in generator
             }
             scenario = load_scenario(saved, allowed)
         else:

@@ -97,15 +97,17 @@ def _check_run(container: m.Container, argv: list[str], objects: list[dict[str, 
 
     mounts = {v["mountPath"]: v["name"] for v in container.spec.get("volumeMounts") or []}
     volumes = {v["name"]: v for v in container.pod.get("volumes") or []}
+    run_dir = Path(str(m.flag(argv, "--run-dir")))
+    assert "persistentVolumeClaim" in volumes[mounts["/" + run_dir.parts[1]]], (
+        "run dir not on a PVC"
+    )
+    if m.flag(argv, "--scenario") is None:  # goals from flags, a journal in the run directory
+        return
     scenario_path = Path(str(m.flag(argv, "--scenario")))
     configmap_name = volumes[mounts[str(scenario_path.parent)]]["configMap"]["name"]
     (configmap,) = [
         o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == configmap_name
     ]
-    run_dir = Path(str(m.flag(argv, "--run-dir")))
-    assert "persistentVolumeClaim" in volumes[mounts["/" + run_dir.parts[1]]], (
-        "run dir not on a PVC"
-    )
     env = m.container_env(container, objects)
 
     def load(tmp: Path) -> Any:
@@ -120,12 +122,18 @@ def _check_run(container: m.Container, argv: list[str], objects: list[dict[str, 
 
 
 @needs_kubectl
-def test_load_master_expects_every_worker(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    objects = rendered["load"]
+@pytest.mark.parametrize("overlay", ["load", "sweep-distributed"])
+def test_load_master_expects_every_worker(
+    rendered: dict[str, list[dict[str, Any]]], overlay: str
+) -> None:
+    objects = rendered[overlay]
     commands = {c.owner: argv for c, argv in m.perfsweep_commands(objects)}
-    master = _parse(commands["Job/perfsweep-load"]).params
+    parsed = _parse(commands["Job/perfsweep-load"])
+    master = parsed.params
     worker = _parse(commands["Deployment/perfsweep-load-worker"]).params
-    assert master["master"] and worker["worker"]
+    # `perfsweep load --master` measures; `perfsweep run --expect-workers` sweeps as the master.
+    assert master.get("master") or parsed.info_name == "run", parsed.info_name
+    assert worker["worker"]
     (deployment,) = [o for o in objects if o["metadata"]["name"] == "perfsweep-load-worker"]
     assert master["expect_workers"] == deployment["spec"]["replicas"]
     (service,) = [

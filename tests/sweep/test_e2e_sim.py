@@ -14,6 +14,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,6 +26,8 @@ from analyzer.results import load_summary, load_trial_record, parse_config_text
 from reference_server.config import validate
 
 pytestmark = pytest.mark.slow
+
+CLI = [sys.executable, "-c", "from analyzer.cli import main; main()"]
 
 SCENARIO = """
 objective = "throughput"
@@ -209,3 +212,39 @@ def test_kill_9_of_the_sweep_takes_its_managed_server_down(tmp_path: Path) -> No
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+
+
+def test_sweep_as_locust_master_of_a_remote_worker(tmp_path: Path) -> None:
+    """`perfsweep run --expect-workers 1` generates no load itself: a `perfsweep load --worker`
+    process (another host in a cluster; here a process on loopback) sends every request."""
+    with socket.socket() as probe:  # a free port for the master (a worker must know it)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    run_dir = tmp_path / "run"
+    worker = subprocess.Popen(
+        [*CLI, "load", "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        sweep = command(tmp_path, 1, run_dir, validate_top=0)
+        sweep += ["--expect-workers", "1", "--master-port", str(port)]
+        done = subprocess.run(sweep, capture_output=True, text=True, timeout=280)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        # The master tells its workers to quit when it stops: a worker that was never part of
+        # the sweep would still be waiting for a master.
+        _, worker_err = worker.communicate(timeout=30)
+        assert worker.returncode == 0, worker_err[-2000:]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate(timeout=30)
+    summary = load_summary(run_dir)
+    assert summary["trials"]["complete"] == 1
+    assert summary["baseline"]["throughput_rps"] > 0
+    saved = (run_dir / "scenario.toml").read_text()
+    assert "expect_workers = 1" in saved, saved
+    record = load_trial_record(run_dir / "trials" / "000" / "measurement.json")
+    points = record["measurement"]["points"]
+    assert points and all(p["request_count"] > 0 for p in points), worker_err[-2000:]
