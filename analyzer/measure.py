@@ -292,6 +292,51 @@ class CapacitySpec:
 
 
 @dataclass(frozen=True)
+class GpuStats:
+    """One GPU over a window or a level, from the server's ``nv_gpu_*`` series.
+
+    Utilisation is sampled once per window (the gauge at the window's end, which covers the
+    server's metrics interval: 2 s on Triton); mean and p95 are over those samples. Power is
+    the energy counter's increase over the span when the server publishes it, else the mean
+    of the power gauge. A figure the server did not publish is None.
+    """
+
+    uuid: str
+    #: ``perfsweep_gpu_info``'s name (the reference server only; Triton names no GPU).
+    name: str | None = None
+    utilization_pct_mean: float | None = None
+    utilization_pct_p95: float | None = None
+    #: The utilisation samples behind mean and p95, percent.
+    utilization_samples_pct: tuple[float, ...] = ()
+    memory_used_peak_mb: float | None = None
+    memory_total_mb: float | None = None
+    power_mean_w: float | None = None
+    power_limit_w: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        out = dataclasses.asdict(self)
+        out["utilization_samples_pct"] = list(self.utilization_samples_pct)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GpuStats:
+        """Inverse of ``to_dict``."""
+        kwargs = _known_fields(cls, data)
+        kwargs["utilization_samples_pct"] = tuple(data.get("utilization_samples_pct", ()))
+        return cls(**kwargs)
+
+
+def utilization_summary(samples_pct: Sequence[float]) -> tuple[float | None, float | None]:
+    """Mean and p95 (nearest rank, as the latency percentiles) of utilisation samples."""
+    if not samples_pct:
+        return None, None
+    ordered = sorted(samples_pct)
+    rank = max(int(0.95 * len(ordered) + 0.5), 1)
+    return sum(ordered) / len(ordered), ordered[min(rank, len(ordered)) - 1]
+
+
+@dataclass(frozen=True)
 class ServerView:
     """What the server says about one window or level (deltas of its statistics and metrics).
 
@@ -314,11 +359,14 @@ class ServerView:
     batch_sizes: dict[int, int] = field(default_factory=dict)
     #: ``nv_inference_pending_request_count`` at the end (None when metrics were not available).
     pending_requests: int | None = None
+    #: Per GPU the server reported (``nv_gpu_*``); empty when it reported none (CPU-only).
+    gpus: tuple[GpuStats, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (batch sizes keyed by strings, as JSON requires)."""
         out = dataclasses.asdict(self)
         out["batch_sizes"] = {str(k): v for k, v in sorted(self.batch_sizes.items())}
+        out["gpus"] = [g.to_dict() for g in self.gpus]
         return out
 
     @classmethod
@@ -327,6 +375,7 @@ class ServerView:
         kwargs = _known_fields(cls, data)
         kwargs["batch_sizes"] = {int(k): int(v) for k, v in data.get("batch_sizes", {}).items()}
         kwargs["failures_by_reason"] = dict(data.get("failures_by_reason", {}))
+        kwargs["gpus"] = tuple(GpuStats.from_dict(g) for g in data.get("gpus", ()))
         return cls(**kwargs)
 
 

@@ -4,7 +4,9 @@ Sources (both optional, both Triton's):
 
 * the statistics extension, ``GET /v2/models/<m>/stats`` (cumulative counts and nanoseconds per
   model version, plus ``batch_stats``: executions per batch size);
-* Prometheus ``/metrics`` (failures by reason, the pending-request gauge used to wait for a drain).
+* Prometheus ``/metrics`` (failures by reason, the pending-request gauge used to wait for a drain,
+  and Triton's GPU series ``nv_gpu_*`` / ``nv_energy_consumption`` per ``gpu_uuid``). One parser
+  reads a real Triton's page and the reference server's.
 
 Plain ``urllib`` only: this module must work in a normal process and in a gevent-patched one (where
 urllib's sockets are cooperative). ``server_view(before, after)`` is pure and unit-tested.
@@ -22,12 +24,25 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from analyzer.measure import ServerView
+from analyzer.measure import GpuStats, ServerView, utilization_summary
 
 #: The four ``reason`` label values of ``nv_inference_request_failure``.
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
 _DURATION_KEYS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+
+#: Triton's GPU families (gauges, and the energy counter) -> GpuSample field.
+GPU_FAMILIES = {
+    "nv_gpu_utilization": "utilization",
+    "nv_gpu_memory_total_bytes": "memory_total_bytes",
+    "nv_gpu_memory_used_bytes": "memory_used_bytes",
+    "nv_gpu_power_usage": "power_w",
+    "nv_gpu_power_limit": "power_limit_w",
+    "nv_energy_consumption": "energy_j",
+}
+#: The reference server's name for each GPU (Triton's page has only the uuid).
+GPU_INFO_METRIC = "perfsweep_gpu_info"
+_MB = 1024.0 * 1024.0
 
 
 @dataclass(frozen=True)
@@ -43,11 +58,27 @@ class StatsSnapshot:
 
 
 @dataclass(frozen=True)
+class GpuSample:
+    """One GPU's series at one instant (a series the server does not print is None)."""
+
+    uuid: str
+    name: str | None = None
+    utilization: float | None = None
+    memory_total_bytes: float | None = None
+    memory_used_bytes: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    energy_j: float | None = None
+
+
+@dataclass(frozen=True)
 class MetricsSnapshot:
-    """The per-model Prometheus series perfsweep uses."""
+    """The per-model Prometheus series perfsweep uses, and the server's GPUs."""
 
     failures_by_reason: dict[str, int] = field(default_factory=dict)
     pending_requests: int | None = None
+    #: gpu_uuid -> its series; empty when the server printed no GPU family (CPU-only).
+    gpus: dict[str, GpuSample] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -56,6 +87,9 @@ class ServerSnapshot:
 
     stats: StatsSnapshot | None
     metrics: MetricsSnapshot | None
+    #: ``time.monotonic()`` when taken (the span that turns energy into mean power); not
+    #: part of equality: two snapshots with the same content are the same reading.
+    taken_at: float | None = field(default=None, compare=False)
 
 
 def parse_model_stats(doc: Mapping[str, Any], model: str) -> StatsSnapshot:
@@ -90,10 +124,25 @@ def parse_model_stats(doc: Mapping[str, Any], model: str) -> StatsSnapshot:
 
 
 def parse_metrics(text: str, model: str) -> MetricsSnapshot:
-    """Pick ``model``'s failure counters and pending gauge out of Prometheus text (all versions)."""
+    """Pick ``model``'s failure counters and pending gauge out of Prometheus text (all versions),
+    and every GPU's series (``nv_gpu_*``, ``nv_energy_consumption``, ``perfsweep_gpu_info``)."""
     failures: dict[str, int] = {}
     pending: int | None = None
+    gpus: dict[str, dict[str, Any]] = {}
     for family in text_string_to_metric_families(text):
+        # The parser names a counter's family without ``_total`` and its samples with it.
+        gpu_field = GPU_FAMILIES.get(family.name)
+        if gpu_field is not None or family.name == GPU_INFO_METRIC:
+            for sample in family.samples:
+                uid = sample.labels.get("gpu_uuid")
+                if not uid:
+                    continue
+                entry = gpus.setdefault(uid, {"uuid": uid})
+                if gpu_field is not None:
+                    entry[gpu_field] = float(sample.value)
+                else:
+                    entry["name"] = sample.labels.get("name") or None
+            continue
         for sample in family.samples:
             if sample.labels.get("model") != model:
                 continue
@@ -105,7 +154,79 @@ def parse_metrics(text: str, model: str) -> MetricsSnapshot:
                 failures[reason] = failures.get(reason, 0) + int(sample.value)
             elif sample.name == "nv_inference_pending_request_count":
                 pending = (pending or 0) + int(sample.value)
-    return MetricsSnapshot(failures_by_reason=failures, pending_requests=pending)
+    return MetricsSnapshot(
+        failures_by_reason=failures,
+        pending_requests=pending,
+        gpus={uid: GpuSample(**entry) for uid, entry in sorted(gpus.items())},
+    )
+
+
+def gpu_window(before: GpuSample | None, after: GpuSample, span_s: float | None) -> GpuStats:
+    """One GPU over one window: the utilisation gauge at its end (it covers the server's
+    metrics interval), the larger memory reading, power from the energy counter's increase
+    over ``span_s`` (else the mean of the power gauge readings)."""
+    util = [100.0 * after.utilization] if after.utilization is not None else []
+    memory = [
+        s.memory_used_bytes / _MB
+        for s in (before, after)
+        if s is not None and s.memory_used_bytes is not None
+    ]
+    power: float | None = None
+    if (
+        before is not None
+        and before.energy_j is not None
+        and after.energy_j is not None
+        and span_s
+        and span_s > 0
+        and after.energy_j >= before.energy_j
+    ):
+        power = (after.energy_j - before.energy_j) / span_s
+    else:
+        gauges = [s.power_w for s in (before, after) if s is not None and s.power_w is not None]
+        power = sum(gauges) / len(gauges) if gauges else None
+    mean, p95 = utilization_summary(util)
+    return GpuStats(
+        uuid=after.uuid,
+        name=after.name,
+        utilization_pct_mean=mean,
+        utilization_pct_p95=p95,
+        utilization_samples_pct=tuple(util),
+        memory_used_peak_mb=max(memory) if memory else None,
+        memory_total_mb=after.memory_total_bytes / _MB
+        if after.memory_total_bytes is not None
+        else None,
+        power_mean_w=power,
+        power_limit_w=after.power_limit_w,
+    )
+
+
+def combine_gpus(per_window: list[tuple[GpuStats, ...]]) -> tuple[GpuStats, ...]:
+    """Per GPU over several windows: samples pooled (mean, p95), peak memory, mean power."""
+    by_uuid: dict[str, list[GpuStats]] = {}
+    for window in per_window:
+        for g in window:
+            by_uuid.setdefault(g.uuid, []).append(g)
+    out = []
+    for uid, stats in by_uuid.items():
+        samples = tuple(x for g in stats for x in g.utilization_samples_pct)
+        mean, p95 = utilization_summary(samples)
+        memory = [g.memory_used_peak_mb for g in stats if g.memory_used_peak_mb is not None]
+        power = [g.power_mean_w for g in stats if g.power_mean_w is not None]
+        last = stats[-1]
+        out.append(
+            GpuStats(
+                uuid=uid,
+                name=last.name,
+                utilization_pct_mean=mean,
+                utilization_pct_p95=p95,
+                utilization_samples_pct=samples,
+                memory_used_peak_mb=max(memory) if memory else None,
+                memory_total_mb=last.memory_total_mb,
+                power_mean_w=sum(power) / len(power) if power else None,
+                power_limit_w=last.power_limit_w,
+            )
+        )
+    return tuple(out)
 
 
 def server_view(before: ServerSnapshot, after: ServerSnapshot) -> ServerView | None:
@@ -148,6 +269,15 @@ def server_view(before: ServerSnapshot, after: ServerSnapshot) -> ServerView | N
         )
     if after.metrics is not None:
         kwargs["pending_requests"] = after.metrics.pending_requests
+        span = (
+            after.taken_at - before.taken_at
+            if after.taken_at is not None and before.taken_at is not None
+            else None
+        )
+        prior = before.metrics.gpus if before.metrics is not None else {}
+        kwargs["gpus"] = tuple(
+            gpu_window(prior.get(uid), sample, span) for uid, sample in after.metrics.gpus.items()
+        )
         if before.metrics is not None:
             fb, fa = before.metrics.failures_by_reason, after.metrics.failures_by_reason
             kwargs["failures_by_reason"] = {r: fa[r] - fb.get(r, 0) for r in sorted(fa)}
@@ -191,6 +321,7 @@ def combine_views(views: list[ServerView | None]) -> ServerView | None:
         compute_output_us=weighted("compute_output_us"),
         batch_sizes=batch_sizes,
         pending_requests=present[-1].pending_requests,
+        gpus=combine_gpus([v.gpus for v in present]),
     )
 
 
@@ -247,7 +378,9 @@ class ServerScraper:
 
     def snapshot(self) -> ServerSnapshot:
         """Read both sources now."""
-        return ServerSnapshot(stats=self._stats(), metrics=self._metrics())
+        return ServerSnapshot(
+            stats=self._stats(), metrics=self._metrics(), taken_at=time.monotonic()
+        )
 
     def _stats(self) -> StatsSnapshot | None:
         if self.stats_source is None:

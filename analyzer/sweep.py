@@ -52,6 +52,7 @@ from analyzer.trial import (
     gain_sample,
     knobs_of,
     percentile_samples,
+    server_gpus,
     trial_meets_goals,
 )
 
@@ -499,6 +500,9 @@ def _locust_generator(
         # GPU utilisation, memory and power per window: the managed server's metrics port,
         # or --metrics-url for a --url server (None: the engine tries the HTTP port once).
         metrics_url=getattr(target, "metrics_url", "") or scenario.model.metrics_url or None,
+        # GPU utilisation, memory and power per window: the managed server's metrics port,
+        # or --metrics-url for a --url server (None: the engine tries the HTTP port once).
+        metrics_url=getattr(target, "metrics_url", "") or scenario.model.metrics_url or None,
         data_mode=scenario.input.data,
         batch_size=scenario.input.batch_size,
         workers=scenario.traffic.workers,
@@ -895,6 +899,8 @@ def _finish(
         "device": observed_device(devices, state.target.device),
         "device_requested": state.target.device,
         "devices": devices,
+        # The GPUs the server reported on /metrics (not the client host's: environment.gpu).
+        "server_gpus": server_gpus(baseline_entry, best_entry),
         "target_url": state.target.url,
         "goals": scenario.goals.model_dump(),
         "objective": scenario.objective,

@@ -23,6 +23,7 @@ from analyzer.measure import (
     CapacitySpec,
     GainSample,
     Goals,
+    GpuStats,
     LoadGenerator,
     LoadMode,
     LoadSpec,
@@ -218,6 +219,7 @@ class TrialResult:
             "p99_note": p99_sample_note(samples),
             "meets_goals": self.meets_goals,
             "trial_number": self.number,
+            "gpus": gpu_figures(self.measurement),
         }
 
 
@@ -278,6 +280,73 @@ def gain_sample(result: TrialResult, objective: str) -> GainSample:
         ]
         high = min(failing, default=value)
     return GainSample(value, value, high)
+
+
+def operating_point(raw: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The measurement a trial's numbers rest on: the fixed level, or the capacity search's
+    best point (the gentlest point when nothing passed); None when not recorded."""
+    if not raw:
+        return None
+    if "capacity" in raw and isinstance(raw["capacity"], Mapping):
+        raw = raw["capacity"]
+    if "points" in raw and "capacity_rps" in raw:
+        point = raw.get("best")
+        if not point:
+            points = list(raw.get("points") or ())
+            point = min(points, key=lambda p: float(p.get("target", math.inf)), default=None)
+        return point or None
+    return raw
+
+
+def gpu_figures(raw: Mapping[str, Any] | None) -> list[dict[str, Any]] | None:
+    """Per GPU at the operating point: ``uuid``, ``name``, ``utilization_pct_mean``/``_p95``,
+    ``memory_used_peak_mb``, ``memory_total_mb``, ``power_mean_w`` (see ``measure.GpuStats``).
+
+    None when the measurement is not recorded or the server reported no GPU (CPU-only Triton,
+    or metrics not readable).
+    """
+    point = operating_point(raw)
+    server = (point or {}).get("server") or {}
+    gpus = [GpuStats.from_dict(g) for g in server.get("gpus") or ()]
+    if not gpus:
+        return None
+    keep = (
+        "uuid",
+        "name",
+        "utilization_pct_mean",
+        "utilization_pct_p95",
+        "memory_used_peak_mb",
+        "memory_total_mb",
+        "power_mean_w",
+        "power_limit_w",
+    )
+    return [{k: getattr(g, k) for k in keep} for g in gpus]
+
+
+def server_gpus(*entries: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The GPUs the server reported in summary entries (uuid, name, memory_total_mb), once each."""
+    seen: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        for g in (entry or {}).get("gpus") or ():
+            seen.setdefault(
+                g["uuid"],
+                {
+                    "uuid": g["uuid"],
+                    "name": g.get("name"),
+                    "memory_total_mb": g.get("memory_total_mb"),
+                },
+            )
+    return list(seen.values())
+
+
+def peak_gpu_memory_mb(m: Measurement) -> float:
+    """The most memory any GPU held during ``m`` (NaN when no GPU figure was recorded)."""
+    peaks = [
+        g.memory_used_peak_mb
+        for g in (m.server.gpus if m.server else ())
+        if g.memory_used_peak_mb is not None
+    ]
+    return max(peaks) if peaks else math.nan
 
 
 def percentile_samples(raw: Mapping[str, Any] | None) -> int | None:
@@ -499,6 +568,7 @@ class Evaluator:
             "p90_ms": m.p90_ms,
             "p99_ms": m.p99_ms,
             "error_rate": m.error_rate,
+            "gpu_memory_peak_mb": peak_gpu_memory_mb(m),
         }
 
     def constraints(self, numbers: dict[str, float]) -> dict[str, float]:
@@ -513,8 +583,17 @@ class Evaluator:
         throughput_slack = (
             (required - numbers["throughput_rps"]) / required if required > 0 else -1.0
         )
-        return {
+        slacks = {
             "p99_slack": round((p99 - g.p99_ms) / g.p99_ms, 6),
             "err_slack": round(numbers["error_rate"] - g.max_error_rate, 6),
             "throughput_slack": round(throughput_slack, 6),
         }
+        if g.max_gpu_memory_mb is not None:
+            # A memory goal that cannot be checked (no GPU metric) is not met.
+            peak = numbers.get("gpu_memory_peak_mb", math.nan)
+            slacks["gpu_memory_slack"] = (
+                round((peak - g.max_gpu_memory_mb) / g.max_gpu_memory_mb, 6)
+                if math.isfinite(peak)
+                else 1.0
+            )
+        return slacks

@@ -10,12 +10,15 @@ Sources, in the order :func:`default_sources` uses them:
 * :class:`NvmlSource`: the real GPUs through NVML (``nvidia-ml-py``'s ``pynvml``, imported on
   first use; absent or failing NVML means no real GPU series, as on a CPU-only Triton).
 * :class:`SimulatedSource`: every simulated device a ``simulated`` model instance runs on. Its
-  utilisation is the device-busy share over the trailing metrics interval (the backend records
-  the time it holds the device), and its memory and power come from the latency profile's
+  utilisation is the device-busy share over the trailing second (the backend records the time
+  it holds the device), and its memory and power come from the latency profile's
   ``[gpu]`` table: synthetic figures, which the profile's provenance says.
 
-Triton samples on a timer (``--metrics-interval-ms``, 2000 ms); the simulated source computes
-at scrape time over the trailing interval, so a value is never older than the scrape.
+NVML's utilisation is "the percent of time over the past sample period during which one or more
+kernels was executing", a period of 1/6 s to 1 s by product, and Triton reads it on a timer
+(``--metrics-interval-ms``, 2000 ms). The simulated source computes it at scrape time over the
+trailing second, so a value is never older than the scrape and never reaches back more than a
+second (a measurement window of perfsweep lasts at least that long).
 :class:`GpuCollector` turns readings into metric families, plus one reference-server addition,
 ``perfsweep_gpu_info{gpu_uuid, name}`` (Triton's page names no GPU), so a client can record the
 server's GPUs by name.
@@ -35,8 +38,8 @@ from typing import Any, Protocol
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-#: Triton's default ``--metrics-interval-ms``: the span the simulated utilisation covers.
-METRICS_INTERVAL_NS = 2_000_000_000
+#: The span the simulated utilisation covers: NVML's longest sample period.
+METRICS_INTERVAL_NS = 1_000_000_000
 
 #: (name, type, help text exactly as Triton 2.51's ``core/src/metrics.cc`` registers it).
 GPU_FAMILIES: tuple[tuple[str, str, str], ...] = (
