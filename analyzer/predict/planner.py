@@ -1,0 +1,215 @@
+"""The library call behind ``perfsweep predict``: which profile, which config, which question.
+
+:func:`plan` resolves a :class:`PlanRequest` (a run directory and/or a profile file, a rate or a
+p99 goal, config overrides) into a :class:`PlanReport`; :func:`render_text` prints it. No
+server is contacted.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from analyzer.errors import InputError
+from analyzer.predict.profile import Profile, from_run_dir, from_toml, load_profile
+from analyzer.predict.simulator import (
+    ASSUMPTIONS,
+    CapacityPrediction,
+    Prediction,
+    SimConfig,
+    capacity,
+    simulate,
+)
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """One question to the simulator.
+
+    Attributes:
+        run_dir: A ``perfsweep run`` directory (profile from its trials, default config = its
+            best, else its baseline); may be None with ``profile_path``.
+        profile_path: A profile JSON (``Profile.to_dict``) or a simulated-device TOML; wins over
+            the run directory's own statistics.
+        rate_rps: Predict latency and batch sizes at this Poisson rate.
+        p99_ms: Or: predict the capacity at this p99 goal.
+        max_batch_size / max_queue_delay_us / preferred_batch_size / instance_count: Config
+            overrides (None = the default config's value).
+        requests: Simulated arrivals per rate.
+        seed: Simulation seed.
+    """
+
+    run_dir: Path | None = None
+    profile_path: Path | None = None
+    rate_rps: float | None = None
+    p99_ms: float | None = None
+    max_batch_size: int | None = None
+    max_queue_delay_us: int | None = None
+    preferred_batch_size: tuple[int, ...] | None = None
+    instance_count: int | None = None
+    requests: int = 20000
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    """The answer, with what it rests on."""
+
+    profile: Profile
+    config: SimConfig
+    config_source: str
+    prediction: Prediction | None
+    capacity: CapacityPrediction | None
+    assumptions: tuple[str, ...] = ASSUMPTIONS
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (``perfsweep predict --json``)."""
+        return {
+            "kind": "perfsweep.prediction",
+            "format_version": 1,
+            "config": {
+                "max_batch_size": self.config.max_batch_size,
+                "max_queue_delay_us": self.config.max_queue_delay_us,
+                "preferred_batch_size": list(self.config.preferred_batch_size),
+                "instance_count": self.config.instance_count,
+                "dynamic_batching": self.config.dynamic_batching,
+            },
+            "config_source": self.config_source,
+            "prediction": self.prediction.to_dict() if self.prediction else None,
+            "capacity": self.capacity.to_dict() if self.capacity else None,
+            "assumptions": list(self.assumptions),
+            "profile": self.profile.to_dict(),
+        }
+
+
+def _read_profile(path: Path) -> Profile:
+    if path.suffix == ".toml":
+        return from_toml(path)
+    return load_profile(path)
+
+
+def _default_config(run_dir: Path | None) -> tuple[SimConfig | None, str]:
+    if run_dir is None:
+        return None, ""
+    path = run_dir / "summary.json"
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None, ""
+    for key in ("best", "baseline"):
+        part = summary.get(key)
+        if isinstance(part, dict) and isinstance(part.get("config"), dict):
+            return SimConfig.from_knobs(part["config"]), f"the run's {key} config"
+    return None, ""
+
+
+def plan(request: PlanRequest) -> PlanReport:
+    """Answer ``request`` from the profile alone.
+
+    Raises:
+        InputError: neither or both of rate and p99 given, no run directory or profile, no
+            config to start from, invalid knobs.
+        ExtrapolationError: the config needs batch sizes the profile does not cover.
+        ProfileError: no profile can be built from what was given.
+    """
+    if (request.rate_rps is None) == (request.p99_ms is None):
+        raise InputError("give exactly one of --rate (latency at a rate) or --p99-ms (capacity)")
+    if request.rate_rps is not None and request.rate_rps <= 0:
+        raise InputError("--rate must be positive")
+    if request.p99_ms is not None and request.p99_ms <= 0:
+        raise InputError("--p99-ms must be positive")
+    if request.run_dir is None and request.profile_path is None:
+        raise InputError("give a run directory or --profile FILE")
+    if request.run_dir is not None and not request.run_dir.is_dir():
+        raise InputError(f"run directory {request.run_dir} does not exist")
+    if request.profile_path is not None:
+        profile = _read_profile(request.profile_path)
+    else:
+        assert request.run_dir is not None
+        profile = from_run_dir(request.run_dir)
+    config, source = _default_config(request.run_dir)
+    overrides = {
+        "max_batch_size": request.max_batch_size,
+        "max_queue_delay_us": request.max_queue_delay_us,
+        "preferred_batch_size": request.preferred_batch_size,
+        "instance_count": request.instance_count,
+    }
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if config is None:
+        if "max_batch_size" not in given:
+            raise InputError(
+                "no run config to start from: give --max-batch-size (and the other knobs)"
+            )
+        config, source = SimConfig(max_batch_size=int(given["max_batch_size"])), "the flags"
+    if given:
+        # A knob given on the command line means dynamic batching with that knob.
+        config = replace(config, **given, dynamic_batching=True)
+        source = f"{source} with {', '.join(sorted(given))} from the flags"
+    _check_knobs(config)
+    profile.check_covers(config.largest_batch)
+    if request.rate_rps is not None:
+        pred = simulate(
+            profile, config, request.rate_rps, requests=request.requests, seed=request.seed
+        )
+        return PlanReport(profile, config, source, pred, None)
+    assert request.p99_ms is not None
+    cap = capacity(profile, config, request.p99_ms, seed=request.seed)
+    return PlanReport(profile, config, source, None, cap)
+
+
+def _check_knobs(config: SimConfig) -> None:
+    if config.max_batch_size < 1:
+        raise InputError("--max-batch-size must be >= 1")
+    if config.max_queue_delay_us < 0:
+        raise InputError("--max-queue-delay-us must be >= 0")
+    if config.instance_count < 1:
+        raise InputError("--instances must be >= 1")
+    bad = [p for p in config.preferred_batch_size if p < 1 or p > config.max_batch_size]
+    if bad:
+        raise InputError(
+            f"--preferred sizes must be between 1 and max_batch_size {config.max_batch_size} "
+            f"(got {', '.join(map(str, bad))})"
+        )
+
+
+def render_text(report: PlanReport) -> str:
+    """The console answer: question, prediction, config, profile provenance, assumptions."""
+    lines = [f"config: {report.config.describe()} ({report.config_source})"]
+    if report.prediction is not None:
+        p = report.prediction
+        lines.append(
+            f"predicted at {p.rate_rps:g} req/s: p50 {p.p50_ms:.2f} ms, p99 {p.p99_ms:.2f} ms, "
+            f"mean {p.mean_ms:.2f} ms, throughput {p.throughput_rps:.1f} req/s over "
+            f"{p.requests} requests"
+            + (" (SATURATED: the rate is above capacity)" if p.saturated else "")
+        )
+        total = sum(p.batch_sizes.values()) or 1
+        hist = ", ".join(f"{b}: {100.0 * n / total:.1f}%" for b, n in sorted(p.batch_sizes.items()))
+        lines.append(f"batch sizes (share of executions): {hist}")
+    if report.capacity is not None:
+        c = report.capacity
+        if c.at_capacity is None:
+            lines.append(
+                f"predicted capacity at p99 <= {c.p99_ms:g} ms: none (fails at {c.upper_rps:.1f} req/s)"
+            )
+        else:
+            lines.append(
+                f"predicted capacity at p99 <= {c.p99_ms:g} ms: {c.capacity_rps:.1f} req/s "
+                f"(p99 there {c.at_capacity.p99_ms:.2f} ms; bracket {c.capacity_rps:.1f}-"
+                f"{c.upper_rps:.1f} req/s, {len(c.steps)} simulated rates)"
+            )
+    prof = report.profile
+    lines.append(
+        f"profile: {prof.source}, batch sizes {prof.min_batch_size}-{prof.max_batch_size}, "
+        f"jitter {prof.jitter:g}; {prof.provenance}"
+    )
+    if prof.interference:
+        ratios = ", ".join(f"{n} instances x{r:.2f}" for n, r in sorted(prof.interference.items()))
+        lines.append(
+            f"measured instance interference (execution time vs {prof.instances_profiled}): {ratios}"
+        )
+    lines.append("assumptions:")
+    lines.extend(f"  - {a}" for a in report.assumptions)
+    return "\n".join(lines)

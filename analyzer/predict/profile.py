@@ -1,0 +1,528 @@
+"""Execution time per batch size: the input of the simulator, and where its numbers come from.
+
+A :class:`Profile` holds, for each profiled batch size, the mean time of one execution split as
+Triton's statistics split it: ``compute_input`` (host work before the device part),
+``compute_infer`` (the device part, which instances on one device serialise) and
+``compute_output`` (host work after it). Between profiled sizes it interpolates linearly; outside
+them it refuses (:class:`~analyzer.predict.ExtrapolationError`).
+
+Three builders, all pure except for reading the file they are given:
+
+* :func:`from_statistics`: a statistics-extension document (``GET /v2/models/<m>/stats``, a
+  reference server's or Triton's) — its ``batch_stats`` give ns and count per batch size.
+* :func:`from_run_dir`: a perfsweep run directory. Trial measurements carry, per window, the
+  server's executions per batch size and the per-request mean of each compute phase (every
+  request of a batch reports the batch's time); a least-squares fit of ``a + c * batch`` per
+  phase over those windows gives the profile, valid up to the largest batch size observed.
+  ``compute_input`` of a multi-instance window includes waits for the device, so the input
+  phase is fitted on the windows with the fewest instances; the ratio of the mean execution
+  time at N instances to that at the fewest is kept as ``interference`` (information only: the
+  simulator models the device serialisation itself).
+* :func:`from_toml`: a simulated-device profile TOML (``reference_server/zoo/profiles``): the
+  exact curves of the simulated backend, sampled at every batch size up to the table's last
+  point (or ``max_batch_size``), with the profile's jitter.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from analyzer.predict import ExtrapolationError, ProfileError
+
+FORMAT_VERSION = 1
+KIND = "perfsweep.profile"
+
+
+@dataclass(frozen=True)
+class BatchTiming:
+    """Mean milliseconds of one execution of ``batch_size`` items, per phase.
+
+    Attributes:
+        batch_size: Total items in the execution.
+        input_ms: ``compute_input`` (host, overlaps across instances).
+        infer_ms: ``compute_infer`` (device, serialised across instances on one device).
+        output_ms: ``compute_output`` (host, overlaps).
+        executions: Executions behind the means (0 for a fitted or synthetic value).
+    """
+
+    batch_size: int
+    input_ms: float
+    infer_ms: float
+    output_ms: float
+    executions: int = 0
+
+    @property
+    def total_ms(self) -> float:
+        """The whole execution."""
+        return self.input_ms + self.infer_ms + self.output_ms
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Execution times of one model on one server, with where they come from.
+
+    Attributes:
+        model: Model name.
+        provenance: One paragraph: what was measured or read, how, and what is assumed.
+        source: ``"statistics"`` | ``"run_dir"`` | ``"toml"``.
+        timings: One entry per profiled batch size, sorted by size.
+        jitter: Relative standard deviation of every phase duration (0 = deterministic).
+        instances_profiled: Instance count of the config the input phase was measured with.
+        interference: Instance count -> mean execution time relative to ``instances_profiled``.
+    """
+
+    model: str
+    provenance: str
+    source: str
+    timings: tuple[BatchTiming, ...]
+    jitter: float = 0.0
+    instances_profiled: int = 1
+    interference: Mapping[int, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.timings:
+            raise ProfileError(f"profile of {self.model!r} has no batch sizes")
+        sizes = [t.batch_size for t in self.timings]
+        if sizes != sorted(set(sizes)) or sizes[0] < 1:
+            raise ProfileError(f"profile of {self.model!r}: batch sizes must be distinct, >= 1")
+
+    @property
+    def min_batch_size(self) -> int:
+        """Smallest profiled batch size."""
+        return self.timings[0].batch_size
+
+    @property
+    def max_batch_size(self) -> int:
+        """Largest profiled batch size: no prediction may need a larger one."""
+        return self.timings[-1].batch_size
+
+    def check_covers(self, largest: int) -> None:
+        """Raise :class:`ExtrapolationError` unless every size in ``1..largest`` is covered."""
+        if self.min_batch_size > 1 or largest > self.max_batch_size:
+            raise ExtrapolationError(
+                f"the profile of {self.model!r} covers batch sizes {self.min_batch_size}-"
+                f"{self.max_batch_size}, but this config can execute batches of 1-{largest}; "
+                "predictions do not extrapolate: choose max_batch_size <= "
+                f"{self.max_batch_size} or profile larger batches (a run that reaches them)"
+            )
+
+    def timing(self, batch_size: int) -> BatchTiming:
+        """The phases at ``batch_size``, interpolated linearly between profiled sizes."""
+        sizes = [t.batch_size for t in self.timings]
+        if batch_size < sizes[0] or batch_size > sizes[-1]:
+            raise ExtrapolationError(
+                f"batch size {batch_size} is outside the profiled {sizes[0]}-{sizes[-1]}"
+            )
+        for lo, hi in zip(self.timings, self.timings[1:], strict=False):
+            if lo.batch_size <= batch_size <= hi.batch_size:
+                if batch_size == lo.batch_size:
+                    return lo
+                w = (batch_size - lo.batch_size) / (hi.batch_size - lo.batch_size)
+                return BatchTiming(
+                    batch_size,
+                    lo.input_ms + w * (hi.input_ms - lo.input_ms),
+                    lo.infer_ms + w * (hi.infer_ms - lo.infer_ms),
+                    lo.output_ms + w * (hi.output_ms - lo.output_ms),
+                )
+        return self.timings[-1]
+
+    def table(self, largest: int) -> list[BatchTiming]:
+        """Timings for sizes ``0..largest`` (index = size; entry 0 is unused)."""
+        self.check_covers(largest)
+        return [self.timings[0], *(self.timing(b) for b in range(1, largest + 1))]
+
+    def peak_rps(self, largest: int, instances: int = 1) -> float:
+        """Noise-free upper bound on throughput with batches up to ``largest`` (device-bound
+        unless host work per instance dominates)."""
+        best = 0.0
+        for t in self.table(largest)[1:]:
+            cycle = max(t.infer_ms, t.total_ms / max(1, instances))
+            if cycle > 0:
+                best = max(best, 1000.0 * t.batch_size / cycle)
+        return best
+
+    def to_dict(self) -> dict[str, Any]:
+        """The versioned JSON document (``perfsweep predict --profile`` reads it back)."""
+        return {
+            "format_version": FORMAT_VERSION,
+            "kind": KIND,
+            "model": self.model,
+            "provenance": self.provenance,
+            "source": self.source,
+            "jitter": self.jitter,
+            "instances_profiled": self.instances_profiled,
+            "interference": {str(k): v for k, v in sorted(self.interference.items())},
+            "timings": [
+                {
+                    "batch_size": t.batch_size,
+                    "input_ms": t.input_ms,
+                    "infer_ms": t.infer_ms,
+                    "output_ms": t.output_ms,
+                    "executions": t.executions,
+                }
+                for t in self.timings
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Profile:
+        """Inverse of :meth:`to_dict`; refuses other kinds and format versions."""
+        if data.get("kind") != KIND or data.get("format_version") != FORMAT_VERSION:
+            raise ProfileError(
+                f"not a perfsweep profile of format version {FORMAT_VERSION} (kind "
+                f"{data.get('kind')!r}, format_version {data.get('format_version')!r}); "
+                "write it again with this perfsweep version"
+            )
+        try:
+            return cls(
+                model=str(data["model"]),
+                provenance=str(data["provenance"]),
+                source=str(data["source"]),
+                timings=tuple(
+                    BatchTiming(
+                        int(t["batch_size"]),
+                        float(t["input_ms"]),
+                        float(t["infer_ms"]),
+                        float(t["output_ms"]),
+                        int(t.get("executions", 0)),
+                    )
+                    for t in data["timings"]
+                ),
+                jitter=float(data.get("jitter", 0.0)),
+                instances_profiled=int(data.get("instances_profiled", 1)),
+                interference={int(k): float(v) for k, v in data.get("interference", {}).items()},
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProfileError(f"malformed profile document: {exc!r}") from exc
+
+
+def save_profile(profile: Profile, path: Path) -> None:
+    """Write ``profile`` as JSON."""
+    Path(path).write_text(json.dumps(profile.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+
+def load_profile(path: Path) -> Profile:
+    """Read a profile JSON file (as :func:`save_profile` writes it)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ProfileError(f"cannot read profile {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ProfileError(f"{path} is not a perfsweep profile (not a JSON object)")
+    return Profile.from_dict(data)
+
+
+# ------------------------------------------------------------------ from a statistics document
+
+
+def from_statistics(
+    doc: Mapping[str, Any],
+    model: str,
+    *,
+    instances: int = 1,
+    server: str = "server",
+    jitter: float = 0.0,
+) -> Profile:
+    """Build a profile from a statistics-extension document's ``batch_stats``.
+
+    Args:
+        doc: ``{"model_stats": [...]}`` (HTTP JSON, or tritonclient.grpc's ``as_json``).
+        model: Model name (all its versions are summed).
+        instances: Instance count the statistics were taken with.
+        server: How the provenance names the server (e.g. its URL and version).
+        jitter: Relative standard deviation to assume (statistics carry only means).
+
+    Raises:
+        ProfileError: the document has no executions of ``model``.
+    """
+    sums: dict[int, list[int]] = {}  # size -> [count, input ns, infer ns, output ns]
+    for entry in doc.get("model_stats", []):
+        if entry.get("name") != model:
+            continue
+        for b in entry.get("batch_stats", []):
+            size = int(b.get("batch_size", 0))
+            count = int(b.get("compute_infer", {}).get("count", 0))
+            if size < 1 or count < 1:
+                continue
+            acc = sums.setdefault(size, [0, 0, 0, 0])
+            acc[0] += count
+            for i, key in enumerate(("compute_input", "compute_infer", "compute_output"), 1):
+                acc[i] += int(b.get(key, {}).get("ns", 0))
+    if not sums:
+        raise ProfileError(
+            f"the statistics have no executions of model {model!r} per batch size: send it "
+            "traffic first (batch_stats fill as batches execute)"
+        )
+    timings = tuple(
+        BatchTiming(size, i / n / 1e6, f / n / 1e6, o / n / 1e6, n)
+        for size, (n, i, f, o) in sorted(sums.items())
+    )
+    total = sum(t.executions for t in timings)
+    return Profile(
+        model=model,
+        provenance=(
+            f"measured: batch_stats of {server} ({total} executions, {instances} instance(s)); "
+            "means per batch size, compute_infer taken as the device part"
+        ),
+        source="statistics",
+        timings=timings,
+        jitter=jitter,
+        instances_profiled=instances,
+    )
+
+
+# ------------------------------------------------------------------ from a simulated-device TOML
+
+
+def from_toml(ref: str | Path, *, max_batch_size: int | None = None, model: str = "") -> Profile:
+    """The simulated backend's own curves (bundled name or path), sampled at every size.
+
+    Args:
+        ref: Bundled profile name (``resnet50_sim``) or a path to a profile TOML.
+        max_batch_size: Largest size to cover (default: the last table point; required for a
+            linear ``a_ms + b_ms * batch`` profile without a table).
+        model: Model name to record (default: the profile's name).
+    """
+    from reference_server.errors import ModelConfigError
+    from reference_server.zoo.profiles import resolve_profile
+
+    try:
+        lat = resolve_profile(str(ref))
+    except ModelConfigError as exc:
+        raise ProfileError(str(exc)) from exc
+    if max_batch_size is None:
+        ends = [int(c.points[-1][0]) for c in (lat.device, lat.host_pre, lat.host_post) if c.points]
+        if not ends:
+            raise ProfileError(
+                f"profile {lat.name} is linear (no table): give max_batch_size to bound it"
+            )
+        max_batch_size = max(ends)
+    timings = tuple(
+        BatchTiming(b, lat.host_pre.ms(b), lat.device.ms(b), lat.host_post.ms(b))
+        for b in range(1, max_batch_size + 1)
+    )
+    return Profile(
+        model=model or lat.name,
+        provenance=f"simulated-device profile {lat.name}: {' '.join(lat.provenance.split())}",
+        source="toml",
+        timings=timings,
+        jitter=lat.jitter,
+    )
+
+
+# ------------------------------------------------------------------ from a run directory
+
+
+@dataclass(frozen=True)
+class WindowSample:
+    """One window of a trial as the fit sees it."""
+
+    instances: int
+    #: batch size -> executions.
+    batch_sizes: Mapping[int, int]
+    input_us: float
+    infer_us: float
+    output_us: float
+
+
+def _request_weighted_x(batch_sizes: Mapping[int, int]) -> float:
+    # A request's compute time is its batch's; averaging over requests weights a batch of b by
+    # b, so the per-request mean of a + c*b is a + c * sum(n b^2) / sum(n b).
+    items = sum(n * b for b, n in batch_sizes.items())
+    return sum(n * b * b for b, n in batch_sizes.items()) / items if items else 0.0
+
+
+def _fit_line(points: Sequence[tuple[float, float, float]]) -> tuple[float, float]:
+    """Weighted least squares y = a + c x; points are (x, y, weight). One distinct x: c = 0."""
+    sw = sum(w for _, _, w in points)
+    mx = sum(x * w for x, _, w in points) / sw
+    my = sum(y * w for _, y, w in points) / sw
+    sxx = sum(w * (x - mx) ** 2 for x, _, w in points)
+    if sxx <= 1e-9 * sw:
+        return my, 0.0
+    c = sum(w * (x - mx) * (y - my) for x, y, w in points) / sxx
+    return my - c * mx, c
+
+
+def fit_windows(samples: Iterable[WindowSample], model: str, where: str) -> Profile:
+    """Fit ``a + c * batch`` per phase over window samples (see the module docstring)."""
+    usable = [s for s in samples if s.batch_sizes and s.infer_us > 0]
+    if not usable:
+        raise ProfileError(
+            f"{where}: no trial window carries the server's batch statistics (executions per "
+            "batch size and compute times); run against a server with the statistics extension, "
+            "or give --profile FILE"
+        )
+    fewest = min(s.instances for s in usable)
+    base = [s for s in usable if s.instances == fewest]
+
+    def points(group: list[WindowSample], attr: str) -> list[tuple[float, float, float]]:
+        return [
+            (
+                _request_weighted_x(s.batch_sizes),
+                getattr(s, attr) / 1000.0,
+                float(sum(n * b for b, n in s.batch_sizes.items())),
+            )
+            for s in group
+        ]
+
+    # The device and output phases do not include waits for other instances: use every window.
+    fits = {
+        "input_ms": _fit_line(points(base, "input_us")),
+        "infer_ms": _fit_line(points(usable, "infer_us")),
+        "output_ms": _fit_line(points(usable, "output_us")),
+    }
+    largest = max(max(s.batch_sizes) for s in usable)
+    executions: dict[int, int] = {}
+    for s in usable:
+        for b, n in s.batch_sizes.items():
+            executions[b] = executions.get(b, 0) + n
+    timings = tuple(
+        BatchTiming(
+            b,
+            *(
+                max(0.0, a + c * b)
+                for a, c in (fits[k] for k in ("input_ms", "infer_ms", "output_ms"))
+            ),
+            executions.get(b, 0),
+        )
+        for b in range(1, largest + 1)
+    )
+    interference: dict[int, float] = {}
+    base_total = _mean_total(base)
+    for n in sorted({s.instances for s in usable} - {fewest}):
+        group = [s for s in usable if s.instances == n]
+        # Compare at the batch mix each group ran: observed / what the base fit predicts.
+        predicted = _mean_total_predicted(group, fits)
+        if predicted > 0 and base_total > 0:
+            interference[n] = _mean_total(group) / predicted
+    fitted = ", ".join(f"{k[:-3]} {a:.3f} + {c:.4f}*b ms" for k, (a, c) in fits.items())
+    return Profile(
+        model=model,
+        provenance=(
+            f"measured: {where}, {len(usable)} windows' server statistics; per-phase least-"
+            f"squares fit ({fitted}) over request-weighted batch mixes; input phase from the "
+            f"{len(base)} windows with {fewest} instance(s); executions observed up to batch "
+            f"{largest}; no jitter assumed"
+        ),
+        source="run_dir",
+        timings=timings,
+        jitter=0.0,
+        instances_profiled=fewest,
+        interference=interference,
+    )
+
+
+def _mean_total(group: Sequence[WindowSample]) -> float:
+    weights = [sum(n * b for b, n in s.batch_sizes.items()) for s in group]
+    total = sum(weights)
+    if not total:
+        return 0.0
+    return (
+        sum(
+            w * (s.input_us + s.infer_us + s.output_us) for s, w in zip(group, weights, strict=True)
+        )
+        / total
+        / 1000.0
+    )
+
+
+def _mean_total_predicted(
+    group: Sequence[WindowSample], fits: Mapping[str, tuple[float, float]]
+) -> float:
+    weights = [sum(n * b for b, n in s.batch_sizes.items()) for s in group]
+    total = sum(weights)
+    if not total:
+        return 0.0
+    a = sum(v[0] for v in fits.values())
+    c = sum(v[1] for v in fits.values())
+    return (
+        sum(
+            w * (a + c * _request_weighted_x(s.batch_sizes))
+            for s, w in zip(group, weights, strict=True)
+        )
+        / total
+    )
+
+
+def run_dir_samples(run_dir: Path) -> list[WindowSample]:
+    """Every measured window of every trial record (baseline, trials) in ``run_dir``."""
+    run_dir = Path(run_dir)
+    files = [
+        run_dir / "baseline" / "measurement.json",
+        *sorted(run_dir.glob("trials/*/measurement.json")),
+    ]
+    samples: list[WindowSample] = []
+    for path in files:
+        if not path.is_file():
+            continue
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue  # a half-written or foreign file: the others still count
+        config = record.get("config") or {}
+        instances = int(config.get("instance_count", 1) or 1)
+        for level in _levels(record.get("measurement")):
+            for window in level.get("windows") or []:
+                server = window.get("server") or {}
+                sizes = {
+                    int(k): int(v)
+                    for k, v in (server.get("batch_sizes") or {}).items()
+                    if int(v) > 0
+                }
+                if not sizes:
+                    continue
+                samples.append(
+                    WindowSample(
+                        instances,
+                        sizes,
+                        float(server.get("compute_input_us", 0.0)),
+                        float(server.get("compute_infer_us", 0.0)),
+                        float(server.get("compute_output_us", 0.0)),
+                    )
+                )
+    return samples
+
+
+def _levels(measurement: Any) -> list[Mapping[str, Any]]:
+    """The load levels of a trial's measurement: a CapacityResult's points, or one level."""
+    if not isinstance(measurement, Mapping):
+        return []
+    if "points" in measurement:
+        return [p for p in measurement.get("points") or [] if isinstance(p, Mapping)]
+    return [measurement]
+
+
+def from_run_dir(run_dir: Path, model: str | None = None) -> Profile:
+    """Fit a profile from the server statistics recorded in ``run_dir``'s trial windows."""
+    run_dir = Path(run_dir)
+    if model is None:
+        model = _run_model(run_dir)
+    return fit_windows(run_dir_samples(run_dir), model, f"run directory {run_dir.name}")
+
+
+def _run_model(run_dir: Path) -> str:
+    for name in ("summary.json",):
+        path = run_dir / name
+        if path.is_file():
+            try:
+                return str(json.loads(path.read_text(encoding="utf-8")).get("model", ""))
+            except (OSError, json.JSONDecodeError):
+                pass
+    scenario = run_dir / "scenario.toml"
+    if scenario.is_file():
+        import tomllib
+
+        try:
+            data = tomllib.loads(scenario.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError:
+            return ""
+        section = data.get("model")
+        if isinstance(section, dict):
+            return str(section.get("name", ""))
+        return str(section or "")
+    return ""

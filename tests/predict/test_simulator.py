@@ -1,0 +1,116 @@
+"""The simulator on planted profiles with known answers (pure, milliseconds to seconds)."""
+
+from __future__ import annotations
+
+import pytest
+
+from analyzer.predict import ExtrapolationError
+from analyzer.predict.profile import BatchTiming, Profile
+from analyzer.predict.simulator import SimConfig, capacity, simulate
+
+
+def constant(ms: float, largest: int = 8, per_item_ms: float = 0.0) -> Profile:
+    """A device whose execution takes ms + per_item_ms * b, all of it device time."""
+    return Profile(
+        model="planted",
+        provenance="planted test profile",
+        source="test",
+        timings=tuple(
+            BatchTiming(b, 0.0, ms + per_item_ms * b, 0.0) for b in range(1, largest + 1)
+        ),
+    )
+
+
+def test_no_batching_is_an_md1_queue() -> None:
+    # M/D/1: mean wait in queue = rho * D / (2 (1 - rho)); latency = wait + D.
+    d_ms, rate = 10.0, 50.0
+    rho = rate * d_ms / 1000.0
+    expected = d_ms + rho * d_ms / (2 * (1 - rho))  # 15 ms
+    pred = simulate(
+        constant(d_ms, 1), SimConfig(1, dynamic_batching=False), rate, requests=60000, seed=3
+    )
+    assert pred.mean_ms == pytest.approx(expected, rel=0.04)
+    assert pred.batch_sizes == {1: 60000}
+    assert not pred.saturated
+
+
+def test_dynamic_batching_with_mbs_1_is_the_same_queue() -> None:
+    d_ms, rate = 10.0, 50.0
+    plain = simulate(constant(d_ms, 1), SimConfig(1, dynamic_batching=False), rate, seed=5)
+    batched = simulate(constant(d_ms, 1), SimConfig(1), rate, seed=5)
+    assert batched.mean_ms == pytest.approx(plain.mean_ms, rel=1e-9)
+
+
+def test_long_queue_delay_fills_the_preferred_size() -> None:
+    # 1000 req/s, a 1 s delay: four requests arrive within a few ms, so a batch waits for
+    # its preferred size 4 and never for the delay (except the last one, at the end).
+    pred = simulate(constant(1.0, 4), SimConfig(4, 1_000_000, (4,)), 1000.0, requests=4000)
+    assert pred.batch_sizes[4] >= 999
+    assert sum(n for b, n in pred.batch_sizes.items() if b != 4) <= 1
+
+
+def test_queue_delay_zero_at_low_load_runs_batches_of_one() -> None:
+    pred = simulate(constant(1.0, 8), SimConfig(8), 10.0, requests=2000)
+    assert pred.batch_sizes.get(1, 0) / sum(pred.batch_sizes.values()) > 0.98
+    assert pred.p50_ms == pytest.approx(1.0, abs=0.01)
+
+
+def test_delay_is_waited_when_the_preferred_size_is_not_reached() -> None:
+    # 10 req/s with a 5 ms delay and preferred 8: every request waits the delay, alone.
+    pred = simulate(constant(1.0, 8), SimConfig(8, 5000, (8,)), 10.0, requests=2000)
+    assert pred.p50_ms == pytest.approx(6.0, abs=0.01)
+
+
+def test_two_instances_on_one_device_serialise_device_work() -> None:
+    # All device time: a second instance adds nothing, so saturation stays at 100 req/s.
+    over = simulate(constant(10.0, 1), SimConfig(1, instance_count=2), 150.0, requests=4000)
+    assert over.saturated
+    assert over.throughput_rps == pytest.approx(100.0, rel=0.05)
+
+
+def test_host_work_overlaps_across_instances() -> None:
+    host = Profile(
+        model="planted",
+        provenance="planted",
+        source="test",
+        timings=(BatchTiming(1, 5.0, 5.0, 0.0),),
+    )
+    one = simulate(host, SimConfig(1, instance_count=1), 150.0, requests=4000)
+    two = simulate(host, SimConfig(1, instance_count=2), 150.0, requests=4000)
+    assert one.saturated and one.throughput_rps == pytest.approx(100.0, rel=0.05)
+    assert not two.saturated  # device bound at 200 req/s
+
+
+def test_capacity_brackets_the_goal() -> None:
+    profile = constant(2.0, 16, per_item_ms=0.25)
+    config = SimConfig(16, 500)
+    cap = capacity(profile, config, 20.0)
+    assert cap.at_capacity is not None and cap.at_capacity.p99_ms <= 20.0
+    assert cap.upper_rps > cap.capacity_rps
+    above = simulate(profile, config, cap.upper_rps, requests=3000)
+    assert above.p99_ms > 20.0 or above.saturated
+    # Batching raises capacity over the same device without it.
+    plain = capacity(profile, SimConfig(16, dynamic_batching=False), 20.0)
+    assert cap.capacity_rps > 2 * plain.capacity_rps
+
+
+def test_same_seed_same_answer_and_jitter_is_applied() -> None:
+    jittery = Profile(
+        model="planted",
+        provenance="planted",
+        source="test",
+        timings=(BatchTiming(1, 0.0, 5.0, 0.0),),
+        jitter=0.2,
+    )
+    a = simulate(jittery, SimConfig(1, dynamic_batching=False), 100.0, seed=7)
+    b = simulate(jittery, SimConfig(1, dynamic_batching=False), 100.0, seed=7)
+    assert a == b
+    steady = simulate(constant(5.0, 1), SimConfig(1, dynamic_batching=False), 100.0, seed=7)
+    assert a.p99_ms > steady.p99_ms
+
+
+def test_refuses_batch_sizes_beyond_the_profile() -> None:
+    with pytest.raises(ExtrapolationError, match="covers batch sizes 1-8"):
+        simulate(constant(1.0, 8), SimConfig(16), 100.0)
+    # Without dynamic batching only batch 1 is executed: a profile of batch 1 suffices.
+    simulate(constant(1.0, 1), SimConfig(16, dynamic_batching=False), 10.0, requests=200)
