@@ -357,6 +357,10 @@ class ServerView:
     compute_output_us: float = 0.0
     #: Executions per batch size, from ``batch_stats``.
     batch_sizes: dict[int, int] = field(default_factory=dict)
+    #: compute_infer summed over executions (``batch_stats``), microseconds: the time the model
+    #: computed; over the window's length it is the busy share the statistics imply (the
+    #: per-request ``compute_infer_us`` counts a batch's time once per request in it).
+    execution_compute_infer_us: float = 0.0
     #: ``nv_inference_pending_request_count`` at the end (None when metrics were not available).
     pending_requests: int | None = None
     #: Per GPU the server reported (``nv_gpu_*``); empty when it reported none (CPU-only).

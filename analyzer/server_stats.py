@@ -55,6 +55,8 @@ class StatsSnapshot:
     durations: dict[str, tuple[int, int]] = field(default_factory=dict)
     #: batch size -> executions.
     batch_executions: dict[int, int] = field(default_factory=dict)
+    #: compute_infer ns summed over ``batch_stats`` (once per execution).
+    batch_compute_infer_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ def parse_model_stats(doc: Mapping[str, Any], model: str) -> StatsSnapshot:
     inference = execution = 0
     durations: dict[str, list[int]] = {k: [0, 0] for k in _DURATION_KEYS}
     batches: dict[int, int] = {}
+    batch_infer_ns = 0
     for entry in doc.get("model_stats", []):
         if entry.get("name") != model:
             continue
@@ -115,11 +118,13 @@ def parse_model_stats(doc: Mapping[str, Any], model: str) -> StatsSnapshot:
             size = int(b.get("batch_size", 0))
             count = int(b.get("compute_infer", {}).get("count", 0))
             batches[size] = batches.get(size, 0) + count
+            batch_infer_ns += int(b.get("compute_infer", {}).get("ns", 0))
     return StatsSnapshot(
         inference_count=inference,
         execution_count=execution,
         durations={k: (v[0], v[1]) for k, v in durations.items()},
         batch_executions=batches,
+        batch_compute_infer_ns=batch_infer_ns,
     )
 
 
@@ -266,6 +271,8 @@ def server_view(before: ServerSnapshot, after: ServerSnapshot) -> ServerView | N
             compute_infer_us=per_request_us("compute_infer"),
             compute_output_us=per_request_us("compute_output"),
             batch_sizes=batch_sizes,
+            execution_compute_infer_us=(a.batch_compute_infer_ns - b.batch_compute_infer_ns)
+            / 1000.0,
         )
     if after.metrics is not None:
         kwargs["pending_requests"] = after.metrics.pending_requests
@@ -320,6 +327,7 @@ def combine_views(views: list[ServerView | None]) -> ServerView | None:
         compute_infer_us=weighted("compute_infer_us"),
         compute_output_us=weighted("compute_output_us"),
         batch_sizes=batch_sizes,
+        execution_compute_infer_us=sum(v.execution_compute_infer_us for v in present),
         pending_requests=present[-1].pending_requests,
         gpus=combine_gpus([v.gpus for v in present]),
     )

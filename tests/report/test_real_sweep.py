@@ -117,3 +117,33 @@ def test_real_measurements_reach_the_record(real_run: Path) -> None:
         assert len(s.points) >= 1 and all(p.throughput_rps >= 0 for p in s.points)
     env = record.provenance.environment
     assert env["cpu_count"] and env["packages"]["locust"]
+
+
+def test_gpu_utilisation_of_baseline_and_best_matches_the_server_statistics(
+    real_run: Path,
+) -> None:
+    """Issue 15: the simulated GPU's utilisation reaches summary.json for both sides, the best
+    config keeps the device busier, and the figure is the busy share the server's own
+    statistics imply at the operating point (compute_infer per execution x executions / time,
+    from batch_stats; the simulated backend holds the device for exactly compute_infer)."""
+    from analyzer.trial import operating_point
+
+    summary = json.loads((real_run / "summary.json").read_text())
+    base, best = summary["baseline"], summary["best"]
+    assert base["gpus"] and best and best["gpus"], (base, best)
+    (gpu,) = summary["server_gpus"]
+    assert gpu["uuid"].startswith("GPU-") and gpu["name"].startswith("simulated GPU")
+    assert gpu["memory_total_mb"] == 16384
+    assert best["trial_number"] >= 0, "the search found nothing better than the baseline"
+    assert best["gpus"][0]["utilization_pct_mean"] > base["gpus"][0]["utilization_pct_mean"]
+    for entry, record_path in (
+        (base, real_run / "baseline" / "measurement.json"),
+        (best, real_run / "trials" / f"{best['trial_number']:03d}" / "measurement.json"),
+    ):
+        point = operating_point(json.loads(record_path.read_text())["measurement"])
+        assert point is not None
+        server = point["server"]
+        busy_pct = 100.0 * server["execution_compute_infer_us"] / 1e6 / point["duration_s"]
+        util = entry["gpus"][0]["utilization_pct_mean"]
+        assert abs(util - busy_pct) < 5.0, (entry["config"], util, busy_pct)
+        assert entry["gpus"][0]["memory_used_peak_mb"] > 300 + 97  # context + one instance
