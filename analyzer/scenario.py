@@ -71,9 +71,6 @@ class ModelSection(_Section):
     metrics_url: str | None = None
     """Prometheus ``/metrics`` URL of the ``url`` server (Triton: HTTP port + 2), read for GPU
     utilisation, memory and power per window; a managed server's is discovered."""
-    metrics_url: str | None = None
-    """Prometheus ``/metrics`` URL of the ``url`` server (Triton: HTTP port + 2), read for GPU
-    utilisation, memory and power per window; a managed server's is discovered."""
     startup_timeout_s: PositiveFloat = 180.0
     """How long to wait for a managed server (and its first model load) to become ready."""
 
@@ -128,9 +125,6 @@ class GoalsSection(_Section):
     """A config must sustain at least this throughput (requests/s) to meet the goals."""
     max_error_rate: Annotated[float, Field(ge=0, lt=1)] = 0.01
     """Largest acceptable fraction of failed requests."""
-    max_gpu_memory_mb: PositiveFloat | None = None
-    """Peak GPU memory (MiB, the most of any GPU the server reports) a config may use at its
-    operating point; a config above it, or one measured without GPU metrics, misses the goals."""
     max_gpu_memory_mb: PositiveFloat | None = None
     """Peak GPU memory (MiB, the most of any GPU the server reports) a config may use at its
     operating point; a config above it, or one measured without GPU metrics, misses the goals."""
@@ -320,9 +314,6 @@ class Scenario(_Section):
         data.pop("gate", None)  # gate thresholds do not change what is measured
         data["goals"].pop("note", None)  # nor does the reason given for the goals
         data["run"].pop("leave", None)  # nor does what is left on the server afterwards
-        data["model"].pop("metrics_url", None)  # nor where the metrics are read
-        if data["goals"].get("max_gpu_memory_mb") is None:
-            data["goals"].pop("max_gpu_memory_mb", None)  # unset: the hash of older scenarios
         data["model"].pop("metrics_url", None)  # nor where the metrics are read
         if data["goals"].get("max_gpu_memory_mb") is None:
             data["goals"].pop("max_gpu_memory_mb", None)  # unset: the hash of older scenarios

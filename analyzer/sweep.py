@@ -500,9 +500,6 @@ def _locust_generator(
         # GPU utilisation, memory and power per window: the managed server's metrics port,
         # or --metrics-url for a --url server (None: the engine tries the HTTP port once).
         metrics_url=getattr(target, "metrics_url", "") or scenario.model.metrics_url or None,
-        # GPU utilisation, memory and power per window: the managed server's metrics port,
-        # or --metrics-url for a --url server (None: the engine tries the HTTP port once).
-        metrics_url=getattr(target, "metrics_url", "") or scenario.model.metrics_url or None,
         data_mode=scenario.input.data,
         batch_size=scenario.input.batch_size,
         workers=scenario.traffic.workers,

@@ -212,17 +212,6 @@ def register(app: typer.Typer) -> None:
         ] = None,
         max_gpu_memory_mb: Annotated[
             float | None,
-            typer.Option(help="GPU memory goal, MiB: configs using more at their operating point miss the goals."),
-        ] = None,
-        metrics_url: Annotated[
-            str | None,
-            typer.Option(
-                help="Prometheus /metrics URL of the --url server (Triton: HTTP port + 2), for "
-                "GPU utilisation, memory and power; the managed server's is found by itself."
-            ),
-        ] = None,
-        max_gpu_memory_mb: Annotated[
-            float | None,
             typer.Option(
                 help="GPU memory goal, MiB: configs using more at their operating point miss the goals."
             ),
@@ -296,8 +285,6 @@ def register(app: typer.Typer) -> None:
             "model.name": model,
             "model.repository": str(model_repository) if model_repository else None,
             "model.url": url,
-            "model.metrics_url": metrics_url,
-            "goals.max_gpu_memory_mb": max_gpu_memory_mb,
             "model.metrics_url": metrics_url,
             "goals.max_gpu_memory_mb": max_gpu_memory_mb,
             "model.device": device,
