@@ -19,7 +19,7 @@ from rich.markup import escape
 from analyzer.errors import PerfsweepError
 
 #: Sub-command modules under ``analyzer.commands``, in the order ``--help`` lists them.
-COMMANDS = ("run", "serve", "load", "report", "gate", "ui")
+COMMANDS = ("run", "serve", "load", "report", "gate", "ui", "predict")
 
 app = typer.Typer(
     name="perfsweep",

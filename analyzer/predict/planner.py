@@ -8,9 +8,9 @@ server is contacted.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from analyzer.errors import InputError
 from analyzer.predict.profile import Profile, from_run_dir, from_toml, load_profile
@@ -22,6 +22,8 @@ from analyzer.predict.simulator import (
     capacity,
     simulate,
 )
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -130,23 +132,32 @@ def plan(request: PlanRequest) -> PlanReport:
         assert request.run_dir is not None
         profile = from_run_dir(request.run_dir)
     config, source = _default_config(request.run_dir)
-    overrides = {
-        "max_batch_size": request.max_batch_size,
-        "max_queue_delay_us": request.max_queue_delay_us,
-        "preferred_batch_size": request.preferred_batch_size,
-        "instance_count": request.instance_count,
-    }
-    given = {k: v for k, v in overrides.items() if v is not None}
+    flags = [
+        name
+        for name, value in (
+            ("max_batch_size", request.max_batch_size),
+            ("max_queue_delay_us", request.max_queue_delay_us),
+            ("preferred_batch_size", request.preferred_batch_size),
+            ("instance_count", request.instance_count),
+        )
+        if value is not None
+    ]
     if config is None:
-        if "max_batch_size" not in given:
+        if request.max_batch_size is None:
             raise InputError(
                 "no run config to start from: give --max-batch-size (and the other knobs)"
             )
-        config, source = SimConfig(max_batch_size=int(given["max_batch_size"])), "the flags"
-    if given:
+        config, source = SimConfig(max_batch_size=request.max_batch_size), "the flags"
+    if flags:
         # A knob given on the command line means dynamic batching with that knob.
-        config = replace(config, **given, dynamic_batching=True)
-        source = f"{source} with {', '.join(sorted(given))} from the flags"
+        config = SimConfig(
+            max_batch_size=_pick(request.max_batch_size, config.max_batch_size),
+            max_queue_delay_us=_pick(request.max_queue_delay_us, config.max_queue_delay_us),
+            preferred_batch_size=_pick(request.preferred_batch_size, config.preferred_batch_size),
+            instance_count=_pick(request.instance_count, config.instance_count),
+            dynamic_batching=True,
+        )
+        source = f"{source} with {', '.join(flags)} from the flags"
     _check_knobs(config)
     profile.check_covers(config.largest_batch)
     if request.rate_rps is not None:
@@ -157,6 +168,10 @@ def plan(request: PlanRequest) -> PlanReport:
     assert request.p99_ms is not None
     cap = capacity(profile, config, request.p99_ms, seed=request.seed)
     return PlanReport(profile, config, source, None, cap)
+
+
+def _pick(flag: T | None, default: T) -> T:
+    return default if flag is None else flag
 
 
 def _check_knobs(config: SimConfig) -> None:

@@ -381,14 +381,14 @@ def fit_windows(samples: Iterable[WindowSample], model: str, where: str) -> Prof
     for s in usable:
         for b, n in s.batch_sizes.items():
             executions[b] = executions.get(b, 0) + n
+
+    def at(key: str, b: int) -> float:
+        a, c = fits[key]
+        return max(0.0, a + c * b)
+
     timings = tuple(
         BatchTiming(
-            b,
-            *(
-                max(0.0, a + c * b)
-                for a, c in (fits[k] for k in ("input_ms", "infer_ms", "output_ms"))
-            ),
-            executions.get(b, 0),
+            b, at("input_ms", b), at("infer_ms", b), at("output_ms", b), executions.get(b, 0)
         )
         for b in range(1, largest + 1)
     )

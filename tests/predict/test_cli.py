@@ -1,0 +1,94 @@
+"""``perfsweep predict`` on a committed run directory (tests/predict/data/run-sim: a trimmed
+``perfsweep run --model resnet50 --device sim --trials 2`` directory), as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+RUN = Path(__file__).parent / "data" / "run-sim"
+
+
+def perfsweep(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from analyzer.cli import main; main()", "predict", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_rate_prediction_prints_prediction_and_assumptions() -> None:
+    out = perfsweep(
+        str(RUN), "--rate", "300", "--max-batch-size", "8", "--max-queue-delay-us", "1000"
+    )
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert (
+        "config: max_batch_size 8, max_queue_delay_us 1000, preferred 8 (default), 1 instance(s)"
+        in text
+    )
+    assert "predicted at 300 req/s: p50" in text
+    assert "batch sizes (share of executions): 1:" in text
+    assert "profile: run_dir, batch sizes 1-15" in text
+    assert "assumptions:" in text and "reference_server.batching.decide" in text
+
+
+def test_refuses_to_extrapolate_the_runs_best_config() -> None:
+    # The run's best config has max_batch_size 32; the run never executed more than 15.
+    out = perfsweep(str(RUN), "--rate", "300")
+    assert out.returncode == 2
+    assert "covers batch sizes 1-15, but this config can execute batches of 1-32" in out.stderr
+    assert "predicted" not in out.stdout
+
+
+def test_capacity_as_json_and_profile_file(tmp_path: Path) -> None:
+    out = perfsweep(
+        str(RUN), "--p99-ms", "60", "--max-batch-size", "8", "--instances", "2", "--json"
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["kind"] == "perfsweep.prediction"
+    assert doc["config"]["instance_count"] == 2 and doc["prediction"] is None
+    cap = doc["capacity"]
+    assert cap["capacity_rps"] > 0 and cap["at_capacity"]["p99_ms"] <= 60.0
+    assert cap["upper_rps"] >= cap["capacity_rps"]
+    # The profile it printed works as --profile, without the run directory.
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(doc["profile"]))
+    again = perfsweep(
+        "--profile",
+        str(path),
+        "--p99-ms",
+        "60",
+        "--max-batch-size",
+        "8",
+        "--instances",
+        "2",
+        "--json",
+    )
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["capacity"]["capacity_rps"] == cap["capacity_rps"]
+
+
+def test_usage_errors_exit_2() -> None:
+    both = perfsweep(str(RUN), "--rate", "10", "--p99-ms", "5")
+    assert both.returncode == 2 and "exactly one of --rate" in both.stderr
+    toml = perfsweep(
+        "--profile", "reference_server/zoo/profiles/resnet50_sim.toml", "--rate", "100"
+    )
+    assert toml.returncode == 2 and "give --max-batch-size" in toml.stderr
+    bad = perfsweep(
+        "--profile",
+        "reference_server/zoo/profiles/resnet50_sim.toml",
+        "--rate",
+        "100",
+        "--max-batch-size",
+        "8",
+        "--preferred",
+        "16",
+    )
+    assert bad.returncode == 2 and "--preferred sizes must be between 1 and" in bad.stderr

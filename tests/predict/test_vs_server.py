@@ -1,0 +1,127 @@
+"""The simulator against the real reference server on the simulated device.
+
+The server runs in-process (``ServerThread``) with a jitter-free simulated model; a seeded
+open-loop Poisson client sends batch-1 requests over gRPC for a few seconds; the server's
+batch-size histogram (its statistics extension's ``batch_stats``) is compared with the
+simulator's at the same rate and config, on the model's own profile TOML.
+
+Tolerance: the total-variation distance between the two histograms (shares of executions)
+at most 0.15, and mean batch sizes within 15 %. The server adds what the simulator leaves out
+(thread hand-overs, sleep overshoot of a few hundred µs per phase, the client's send jitter),
+which shifts a few batches by one size; a batcher that diverged (e.g. no prefetching, or
+ignoring the delay) moves far more than that.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analyzer.predict.profile import from_statistics, from_toml
+from analyzer.predict.simulator import SimConfig, simulate
+from tests.load.refserver import write_sim_model
+
+RATE_RPS = 300.0
+DURATION_S = 4.0
+CONFIG = SimConfig(max_batch_size=8, max_queue_delay_us=2000, instance_count=1)
+
+
+def _shares(hist: dict[int, int]) -> dict[int, float]:
+    total = sum(hist.values())
+    return {b: n / total for b, n in hist.items()}
+
+
+def _tv(a: dict[int, int], b: dict[int, int]) -> float:
+    sa, sb = _shares(a), _shares(b)
+    return 0.5 * sum(abs(sa.get(k, 0.0) - sb.get(k, 0.0)) for k in set(sa) | set(sb))
+
+
+def _mean_batch(hist: dict[int, int]) -> float:
+    return sum(b * n for b, n in hist.items()) / sum(hist.values())
+
+
+def _open_loop(grpc_url: str, model: str, rate: float, duration_s: float, seed: int) -> int:
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(grpc_url)
+    data = np.zeros((1, 16), dtype=np.float32)
+    inputs = [grpcclient.InferInput("INPUT0", [1, 16], "FP32")]
+    inputs[0].set_data_from_numpy(data)
+    rng = random.Random(seed)
+    done = threading.Semaphore(0)
+    errors: list[object] = []
+
+    def callback(result: object, error: object) -> None:
+        if error is not None:
+            errors.append(error)
+        done.release()
+
+    sent = 0
+    start = time.monotonic()
+    due = 0.0
+    while True:
+        due += rng.expovariate(rate)
+        if due > duration_s:
+            break
+        wait = start + due - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        client.async_infer(model, inputs, callback)
+        sent += 1
+    for _ in range(sent):
+        assert done.acquire(timeout=30), "a response never came"
+    client.close()
+    assert not errors, errors[:3]
+    return sent
+
+
+@pytest.mark.timeout(120)
+def test_batch_histogram_matches_the_server(tmp_path: Path) -> None:
+    from reference_server.app import ServerOptions, ServerThread
+
+    repo = tmp_path / "repo"
+    model_dir = write_sim_model(
+        repo,
+        "simlin",
+        device_ms=2.0,
+        per_item_ms=1.0,
+        max_batch_size=CONFIG.max_batch_size,
+        instances=CONFIG.instance_count,
+        dynamic_batching=(
+            f"dynamic_batching {{ max_queue_delay_microseconds: {CONFIG.max_queue_delay_us} }}"
+        ),
+    )
+    options = ServerOptions(
+        model_repositories=(repo,), models=("simlin",), device="cpu", delay_scheduler=0
+    )
+    server = ServerThread(options).start()
+    try:
+        before = server.core.model_statistics("simlin")
+        sent = _open_loop(server.grpc_url, "simlin", RATE_RPS, DURATION_S, seed=11)
+        after = server.core.model_statistics("simlin")
+    finally:
+        server.stop()
+    assert not before["model_stats"][0]["batch_stats"]
+    measured = {
+        int(b["batch_size"]): int(b["compute_infer"]["count"])
+        for b in after["model_stats"][0]["batch_stats"]
+    }
+    assert sum(b * n for b, n in measured.items()) == sent
+
+    profile = from_toml(model_dir / "profile.toml", max_batch_size=CONFIG.max_batch_size)
+    predicted = simulate(profile, CONFIG, RATE_RPS, requests=20000, seed=1).batch_sizes
+    tv = _tv(measured, predicted)
+    print(f"server {_shares(measured)}\nsimulator {_shares(predicted)}\nTV distance {tv:.3f}")
+    assert tv <= 0.15
+    assert _mean_batch(measured) == pytest.approx(_mean_batch(predicted), rel=0.15)
+
+    # The same statistics make a profile: device time per batch size as configured.
+    stats_profile = from_statistics(after, "simlin", server="reference server")
+    for t in stats_profile.timings:
+        if t.executions >= 20:
+            assert t.infer_ms == pytest.approx(2.0 + 1.0 * t.batch_size, rel=0.1, abs=0.3)
