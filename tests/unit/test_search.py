@@ -131,7 +131,9 @@ def test_interrupted_trial_is_failed_and_rerun(tmp_path: Path) -> None:
     search = Search(small_space(), ["maximize"], storage, "s", seed=3)
     asked = search.ask()  # the process "dies" here: the trial stays RUNNING in the journal
     resumed = Search(small_space(), ["maximize"], storage, "s", seed=3)
-    assert resumed.recover_interrupted() == [asked.number]
+    (lost,) = resumed.recover_interrupted()
+    assert (lost.number, lost.knobs, lost.source) == (asked.number, asked.knobs, asked.source)
+    assert lost.started_at  # when it started, for the interrupted trial's record
     assert resumed.finished() == []  # interrupted trials are not results
     assert resumed.started_count() == 0
     rerun = resumed.ask()
