@@ -50,6 +50,7 @@ from analyzer.trial import (
     TrialResult,
     apply_knobs,
     gain_sample,
+    gpu_figures,
     knobs_of,
     percentile_samples,
     server_gpus,
@@ -157,6 +158,8 @@ class _State:
     touched: bool = False
     #: What was left on the server (summary ``left_on_server``); None until decided.
     left: dict[str, Any] | None = None
+    #: Why the chosen config won a throughput tie on GPU use (summary ``tie_break``).
+    tie_break: str | None = None
 
 
 def run_sweep(
@@ -757,11 +760,65 @@ def _choose(
             chosen = min(passing, key=lambda c: c["worst_p99_ms"])
         else:
             chosen = max(passing, key=lambda c: c["worst_rps"])
+            chosen, state.tie_break = prefer_lighter(
+                chosen, passing, state.scenario.budget.capacity_resolution
+            )
         number = chosen["trial_number"]
         if number < 0 and state.baseline is not None:
             return state.baseline, chosen["worst_rps"]
         return state.results[number], chosen["worst_rps"]
     return _best(state.results, objective), None
+
+
+def _gpu_use(candidate: dict[str, Any]) -> tuple[float, float] | None:
+    """(peak memory of the fullest GPU, mean utilisation) over a candidate's validation repeats;
+    None when a repeat recorded no GPU figure."""
+    peaks, utils = [], []
+    for raw in candidate.get("measurements") or ():
+        gpus = gpu_figures(raw) or []
+        mem = [g["memory_used_peak_mb"] for g in gpus if g.get("memory_used_peak_mb") is not None]
+        util = [
+            g["utilization_pct_mean"] for g in gpus if g.get("utilization_pct_mean") is not None
+        ]
+        if not mem or not util:
+            return None
+        peaks.append(max(mem))
+        utils.append(sum(util) / len(util))
+    return (max(peaks), sum(utils) / len(utils)) if peaks else None
+
+
+def prefer_lighter(
+    chosen: dict[str, Any], passing: list[dict[str, Any]], tolerance: float
+) -> tuple[dict[str, Any], str | None]:
+    """At equal throughput, the config that uses less of the GPU.
+
+    Candidates whose worst validated capacity is within ``tolerance`` (the capacity search's
+    resolution: it cannot order capacities closer than that) of ``chosen``'s tie; among them the
+    one holding the least GPU memory at its operating point wins, then the least busy GPU, then
+    the higher throughput. The same traffic on less memory and device time leaves room for
+    other models and for bursts. No tie-break unless every tied candidate has GPU figures.
+
+    Returns:
+        (the winner, a sentence saying why it won over ``chosen``, or None when it is ``chosen``)
+    """
+    best_rps = chosen["worst_rps"]
+    tied = [c for c in passing if c["worst_rps"] >= (1.0 - tolerance) * best_rps]
+    known = {c["trial_number"]: _gpu_use(c) for c in tied}
+    use = {n: u for n, u in known.items() if u is not None}
+    if len(tied) < 2 or len(use) < len(known):
+        return chosen, None
+    winner = min(tied, key=lambda c: (*use[c["trial_number"]], -c["worst_rps"]))
+    if winner is chosen:
+        return chosen, None
+    name = "the baseline" if winner["trial_number"] < 0 else f"trial {winner['trial_number']}"
+    other = "the baseline" if chosen["trial_number"] < 0 else f"trial {chosen['trial_number']}"
+    (w_mem, w_util), (c_mem, c_util) = use[winner["trial_number"]], use[chosen["trial_number"]]
+    return winner, (
+        f"Chose {name} ({winner['worst_rps']:.1f} req/s, {w_mem:.0f} MiB, GPU {w_util:.0f} % "
+        f"busy) over {other} ({best_rps:.1f} req/s, {c_mem:.0f} MiB, {c_util:.0f} %): their "
+        f"capacities are within the capacity search's resolution ({tolerance:.0%}), and at "
+        "equal throughput the config using less GPU memory and device time wins."
+    )
 
 
 def _headline(state: _State, result: TrialResult | None) -> TrialResult | None:
@@ -909,6 +966,7 @@ def _finish(
         "gain_repeats": gain_repeats,
         "gain_text": gain_text,
         "goal_text": goal_text,
+        "tie_break": state.tie_break,
         "trials": counts,
         "stop_reason": stop_reason,
         "left_on_server": left,

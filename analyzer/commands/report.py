@@ -34,6 +34,14 @@ def register(app: typer.Typer) -> None:
                 "RUN_DIR/compare-<other>.html with --compare).",
             ),
         ] = None,
+        min_gpu_utilization: Annotated[
+            float | None,
+            typer.Option(
+                "--min-gpu-utilization",
+                help="Flag configs whose GPU utilisation at their operating point is below this "
+                "percentage (trials table and verdict), as Model Analyzer's flag does.",
+            ),
+        ] = None,
     ) -> None:
         """Render the self-contained HTML report of a sweep (opens offline)."""
         from analyzer.report import write_compare_report, write_report
@@ -41,5 +49,5 @@ def register(app: typer.Typer) -> None:
         if compare is not None:
             path = write_compare_report(run_dir, compare, output)
         else:
-            path = write_report(run_dir, output)
+            path = write_report(run_dir, output, min_gpu_utilization_pct=min_gpu_utilization)
         Console().print(f"report written: {path}", highlight=False, soft_wrap=True)

@@ -216,6 +216,14 @@ def register(app: typer.Typer) -> None:
                 help="GPU memory goal, MiB: configs using more at their operating point miss the goals."
             ),
         ] = None,
+        min_gpu_utilization: Annotated[
+            float | None,
+            typer.Option(
+                "--min-gpu-utilization",
+                help="Report flag: mark configs whose GPU utilisation at their operating point "
+                "is below this percentage (perfsweep report has it too).",
+            ),
+        ] = None,
         device: Annotated[
             str | None, typer.Option(help="auto | cpu | cuda | sim (managed server).")
         ] = None,
@@ -281,6 +289,10 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Find the dynamic-batching config that serves the most traffic within the P99 goal."""
+        if min_gpu_utilization is not None:
+            from analyzer.report.gpu import check_threshold
+
+            check_threshold(min_gpu_utilization)
         overrides: dict[str, Any] = {
             "model.name": model,
             "model.repository": str(model_repository) if model_repository else None,
@@ -330,10 +342,15 @@ def register(app: typer.Typer) -> None:
             if path is None and url is None and model_repository is None:
                 path = bundled_scenario(model or "resnet50", device)
             scenario = load_scenario(path, overrides)
-        _run(scenario, resume, run_dir)
+        _run(scenario, resume, run_dir, min_gpu_utilization)
 
 
-def _run(scenario: Scenario, resume: Path | None, run_dir: Path | None) -> None:
+def _run(
+    scenario: Scenario,
+    resume: Path | None,
+    run_dir: Path | None,
+    min_gpu_utilization: float | None = None,
+) -> None:
     # The engine monkey-patches the process for gevent on import; that must happen before any
     # thread exists (the live view starts one), or the patch deadlocks on the import lock.
     import analyzer.load.runner  # noqa: F401
@@ -350,6 +367,11 @@ def _run(scenario: Scenario, resume: Path | None, run_dir: Path | None) -> None:
             observer=view,
             command=["perfsweep", *sys.argv[1:]],
         )
+    if min_gpu_utilization is not None:
+        # A report flag, not a goal: the sweep's report is rendered again with the flags.
+        from analyzer.report import write_report
+
+        write_report(summary.run_dir, min_gpu_utilization_pct=min_gpu_utilization)
     console.print(summary_table(summary))
     # The same sentences as summary.json and the report's verdict (gain with its interval).
     console.print(summary.data.get("goal_text", ""), highlight=False)

@@ -30,12 +30,16 @@ __all__ = [
 ]
 
 
-def write_report(run_dir: Path, output: Path | None = None) -> Path:
+def write_report(
+    run_dir: Path, output: Path | None = None, *, min_gpu_utilization_pct: float | None = None
+) -> Path:
     """Render the report of a run directory.
 
     Args:
         run_dir: A directory written by ``perfsweep run``.
         output: Where to write; default ``<run_dir>/report.html``.
+        min_gpu_utilization_pct: Flag configs whose GPU utilisation at their operating point
+            is below this (Model Analyzer's ``--min-gpu-utilization``); None: no flag.
 
     Returns:
         The path written.
@@ -45,7 +49,7 @@ def write_report(run_dir: Path, output: Path | None = None) -> Path:
     """
     from analyzer.report.render import render_report
 
-    record = build_record(load_run(Path(run_dir)))
+    record = build_record(load_run(Path(run_dir)), min_gpu_utilization_pct=min_gpu_utilization_pct)
     path = Path(output) if output is not None else Path(run_dir) / "report.html"
     write_atomic(path, render_report(record))
     return path

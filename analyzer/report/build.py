@@ -13,6 +13,15 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from analyzer.report.gpu import (
+    NO_GPU_METRIC,
+    check_threshold,
+    gpu_side,
+    gpu_story,
+    memory_peak_mb,
+    utilization_pct,
+    utilization_warnings,
+)
 from analyzer.report.load import RunData
 from analyzer.report.record import (
     KNOBS,
@@ -34,24 +43,27 @@ from analyzer.report.record import (
     as_float,
 )
 from analyzer.report.verdict import build_verdict, ceiling_warning, explain
-from analyzer.trial import measurement_problem, percentile_samples
+from analyzer.trial import gpu_figures, measurement_problem, percentile_samples
 
 
-def build_record(run: RunData) -> ReportRecord:
+def build_record(run: RunData, *, min_gpu_utilization_pct: float | None = None) -> ReportRecord:
     """Compute the report record from a run directory's contents.
 
     Args:
         run: What :func:`load_run` read.
+        min_gpu_utilization_pct: Model Analyzer's ``--min-gpu-utilization``: configs whose
+            operating-point GPU utilisation is below it are flagged (trials table, verdict).
 
     Returns:
         The record; parts that were not recorded are None/empty with a reason in ``missing``.
     """
+    check_threshold(min_gpu_utilization_pct)
     summary = run.summary
     objective = str(summary.get("objective", "throughput"))
     missing: dict[str, str] = {}
     by_number = {int(r["number"]): r for r in run.trials}
     front = _front_numbers(summary, run.trials, objective)
-    trials = tuple(_trial_point(r, front) for r in run.trials)
+    trials = tuple(_trial_point(r, front, min_gpu_utilization_pct) for r in run.trials)
     points = {t.number: t for t in trials}
     baseline = _config_result("baseline", summary.get("baseline"), points)
     best = _config_result("best", summary.get("best"), points)
@@ -107,9 +119,26 @@ def build_record(run: RunData) -> ReportRecord:
     if run.best_config_text is None:
         missing["config"] = "no config met the goals, so there is no best config.pbtxt"
 
+    sides = [
+        side
+        for role, result in roles
+        if (side := gpu_side(role, result, summary.get(role))) is not None
+    ]
+    gpu = gpu_story(sides) if sides else None
+    if gpu is None:
+        missing["gpu"] = NO_GPU_METRIC
+
     validation = _validation_rows(run.validation, best)
     summary_verdict = build_verdict(
         summary, run.run_state, objective, baseline, best, trials, validation
+    )
+    utilization = utilization_warnings(trials, best, min_gpu_utilization_pct)
+    tie_break = summary.get("tie_break")
+    summary_verdict = dataclasses.replace(
+        summary_verdict,
+        warnings=(*summary_verdict.warnings, *utilization),
+        min_gpu_utilization_pct=min_gpu_utilization_pct,
+        tie_break=str(tie_break) if tie_break else None,
     )
     ceiling = ceiling_warning(summary, best, curves)
     if ceiling:
@@ -127,6 +156,7 @@ def build_record(run: RunData) -> ReportRecord:
         configs=configs,
         provenance=_provenance(run),
         explanation=explain(breakdown),
+        gpu=gpu,
         missing=missing,
     )
 
@@ -174,11 +204,15 @@ def _operating_point(measurement: Mapping[str, Any] | None) -> Mapping[str, Any]
     return min(points, key=lambda p: p.get("target", math.inf)) if points else None
 
 
-def _trial_point(record: Mapping[str, Any], front: set[int]) -> TrialPoint:
+def _trial_point(
+    record: Mapping[str, Any], front: set[int], min_gpu_utilization_pct: float | None = None
+) -> TrialPoint:
     config = dict(record.get("config") or {})
     op = _operating_point(record.get("measurement"))
     complete = record.get("state") == "complete"
     values = record.get("values") or []
+    gpus = gpu_figures(record.get("measurement")) if complete else None
+    util = utilization_pct(gpus)
     return TrialPoint(
         number=int(record["number"]),
         source=str(record.get("source", "")),
@@ -203,6 +237,13 @@ def _trial_point(record: Mapping[str, Any], front: set[int]) -> TrialPoint:
         on_front=int(record["number"]) in front,
         reference_p99_ms=as_float(values[1]) if complete and len(values) > 1 else None,
         p99_n=percentile_samples(record.get("measurement")) if complete else None,
+        gpu_utilization_pct=round(util, 2) if util is not None else None,
+        gpu_memory_peak_mb=memory_peak_mb(gpus),
+        below_min_gpu_utilization=(
+            util < min_gpu_utilization_pct
+            if util is not None and min_gpu_utilization_pct is not None
+            else None
+        ),
     )
 
 

@@ -64,6 +64,12 @@ class TrialPoint:
     reference_p99_ms: float | None = None
     #: Latencies behind the percentiles (None: not recorded).
     p99_n: int | None = None
+    #: GPU utilisation at the operating point, percent (mean over the GPUs; None: no GPU metric).
+    gpu_utilization_pct: float | None = None
+    #: Peak memory of the fullest GPU at the operating point, MiB (None: no GPU metric).
+    gpu_memory_peak_mb: float | None = None
+    #: Below ``--min-gpu-utilization`` at the operating point (None: no threshold or no figure).
+    below_min_gpu_utilization: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,10 @@ class Verdict:
     goal_text: str = ""
     #: Footnotes on the percentiles shown (low-sample p99s).
     footnotes: tuple[str, ...] = ()
+    #: ``perfsweep report --min-gpu-utilization`` (percent; None: not asked for).
+    min_gpu_utilization_pct: float | None = None
+    #: Why the chosen config won a tie on throughput (summary.json ``tie_break``; None: no tie).
+    tie_break: str | None = None
 
 
 @dataclass(frozen=True)
@@ -166,6 +176,41 @@ class ServerBreakdown:
     #: Share of wall time the instances spent executing: executions x compute time per execution
     #: / (duration x instances). Derived from server statistics; None when not derivable.
     instance_busy_pct: float | None
+
+
+@dataclass(frozen=True)
+class GpuSide:
+    """The baseline's or the best's GPUs at its operating point (summary.json ``gpus``).
+
+    Over several GPUs: utilisation is the mean of each GPU's mean (p95: the highest), memory the
+    fullest GPU's peak, power the sum; throughput per GPU-percent divides by the summed
+    utilisation, so it reads "requests per second that one percent of one GPU serves".
+    """
+
+    role: str
+    trial_number: int
+    label: str
+    throughput_rps: float
+    gpu_count: int
+    utilization_pct_mean: float | None
+    utilization_pct_p95: float | None
+    memory_used_peak_mb: float | None
+    memory_total_mb: float | None
+    power_mean_w: float | None
+    power_limit_w: float | None
+    throughput_per_gpu_pct: float | None
+    throughput_per_watt: float | None
+    #: The per-GPU figures as summary.json holds them.
+    gpus: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuStory:
+    """Utilisation, memory and power of the baseline and the best, side by side."""
+
+    sides: tuple[GpuSide, ...]
+    #: Plain sentences comparing the two (empty with one side).
+    sentences: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -273,6 +318,8 @@ class ReportRecord:
     provenance: Provenance
     #: Plain sentences on why the best beats the baseline, from the server's own statistics.
     explanation: tuple[str, ...] = ()
+    #: GPU figures of baseline and best (None: no GPU metric; the reason in ``missing["gpu"]``).
+    gpu: GpuStory | None = None
     #: Report part -> why it is not shown (absent key: shown).
     missing: dict[str, str] = field(default_factory=dict)
     format_version: int = REPORT_FORMAT_VERSION

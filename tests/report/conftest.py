@@ -78,6 +78,8 @@ def sweep_run_dir(
     fail_loads: set[int] | None = None,
     seed: int = 0,
     min_throughput_rps: float = 0.0,
+    load_class: type[ServerViewLoadGenerator] | None = None,
+    device: str = "sim",
 ) -> RunSummary:
     """A complete run directory written by ``run_sweep`` against the planted fake."""
     overrides = {
@@ -98,8 +100,8 @@ def sweep_run_dir(
     if objective == "latency":
         overrides["traffic.rate_rps"] = 300.0
     scenario = load_scenario(None, overrides, env={})
-    target = FakeTarget(model=model, fail_loads=fail_loads or set())
-    load = ServerViewLoadGenerator(target, seed=seed)
+    target = FakeTarget(model=model, fail_loads=fail_loads or set(), device=device)
+    load = (load_class or ServerViewLoadGenerator)(target, seed=seed)
     return run_sweep(scenario, target=target, load=load, run_dir=root)
 
 

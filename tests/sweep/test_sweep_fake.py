@@ -507,3 +507,66 @@ def test_percentiles_carry_their_sample_count(tmp_path: Path) -> None:
     assert report["verdict"]["footnotes"]
     assert all(len(c["p99_n"]) == 3 for c in summary["validation"])
     assert all(t["p99_n"] for t in report["trials"] if t["state"] == "complete")
+
+
+def test_gpu_memory_goal_excludes_configs_on_more_instances(tmp_path: Path) -> None:
+    """Planted (issue 15): memory = context + weights per instance + one arena, so a goal of
+    1300 MiB fits 1 and 2 instances (at most 1228 MiB) and excludes 3 and 4 (1500 MiB and up),
+    though the planted optimum without the goal is on 3 or more instances."""
+    from tests.gpu.planted_gpu import GpuLoadGenerator, planted_memory_mb
+
+    goal_mb = 1300.0
+    model = PlantedModel()
+    assert planted_memory_mb(Knobs(64, 0, (), 2), 64) < goal_mb
+    assert goal_mb < planted_memory_mb(Knobs(1, 0, (), 3), 1)
+    s = scenario(
+        tmp_path,
+        **{"goals.max_gpu_memory_mb": goal_mb, "budget.trials": 12, "budget.validate_top": 1},
+    )
+    best_knobs, _, _ = brute_force(model, space_for(s), GOAL_MS)
+    assert best_knobs.instance_count >= 3, "the goal must exclude the unconstrained optimum"
+    target = FakeTarget()
+    summary = run_sweep(s, target=target, load=GpuLoadGenerator(target, model, noise=0.0))
+    records = [load_trial_record(p) for p in summary.run_dir.glob("trials/*/measurement.json")]
+    heavy = [r for r in records if r["state"] == "complete" and r["config"]["instance_count"] >= 3]
+    assert heavy, "the seeds include the most instances: the planted case must be measured"
+    for r in heavy:
+        assert r["constraints"]["gpu_memory_slack"] > 0 and not r["meets_goals"], r["config"]
+    fitting = [r for r in records if r["state"] == "complete" and r["meets_goals"]]
+    assert fitting and all(r["config"]["instance_count"] <= 2 for r in fitting)
+    assert summary.best is not None and summary.best.knobs.instance_count <= 2
+    best = load_summary(summary.run_dir)["best"]
+    assert best["gpus"][0]["memory_used_peak_mb"] <= goal_mb
+
+
+def test_throughput_tie_goes_to_the_config_using_less_gpu(tmp_path: Path) -> None:
+    """Planted: every batched config's capacity is 300 req/s x (1 + 0.5 % per instance), so the
+    validated candidates tie within the capacity resolution (5 %) and the one on the most
+    instances reads highest; at equal throughput the config holding less GPU memory wins."""
+    from tests.gpu.planted_gpu import GpuLoadGenerator
+
+    @dataclass
+    class Tied(GpuLoadGenerator):
+        def find_capacity(self, spec: CapacitySpec) -> CapacityResult:
+            knobs = knobs_from_config(self.target.current)
+            truth = 300.0 * (1 + 0.005 * knobs.instance_count) if knobs.dynamic_batching else 50.0
+            ok = self._measurement(truth, knobs, 0.5 * spec.goals.p99_ms)
+            bad = self._measurement(truth * 1.05, knobs, 3 * spec.goals.p99_ms)
+            return CapacityResult(spec.goals, truth, (ok, bad), ok, True)
+
+    s = scenario(
+        tmp_path, **{"budget.trials": 6, "budget.validate_top": 6, "budget.validate_repeats": 1}
+    )
+    target = FakeTarget()
+    summary = run_sweep(s, target=target, load=Tied(target, CPU_LIKE, noise=0.0))
+    data = load_summary(summary.run_dir)
+    passing = [c for c in data["validation"] if c["all_meet_goals"] and c["trial_number"] >= 0]
+    memory = {
+        c["trial_number"]: c["measurements"][0]["best"]["server"]["gpus"][0]["memory_used_peak_mb"]
+        for c in passing
+    }
+    assert len(set(memory.values())) > 1, "the planted candidates must differ in memory"
+    most_rps = max(passing, key=lambda c: c["worst_rps"])
+    assert memory[most_rps["trial_number"]] > min(memory.values())
+    assert data["best"]["trial_number"] == min(memory, key=lambda n: memory[n])
+    assert data["tie_break"] and "less GPU memory" in data["tie_break"]
