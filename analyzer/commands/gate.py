@@ -136,6 +136,8 @@ class MeasureRequest:
     #: Save the candidate's (and the live baseline's) measurements as a load document.
     output: Path | None = None
     baseline_output: Path | None = None
+    #: Prometheus ``/metrics`` of the ``url`` server (GPU figures); the managed server's is found.
+    metrics_url: str | None = None
 
     def live_flags(self) -> list[str]:
         """The flags given that only make sense when measuring."""
@@ -302,8 +304,20 @@ class GateGenerator(Protocol):
 GeneratorFactory = Callable[["Target"], AbstractContextManager[GateGenerator]]
 
 
-def locust_generators(scenario: Scenario) -> GeneratorFactory:
-    """The real generator factory: one Locust engine per target (gevent is imported on first use)."""
+def metrics_url_for(target: Target, given: Mapping[str, str]) -> str | None:
+    """Where a target's ``/metrics`` is (GPU utilisation, memory, power in each measurement):
+    the managed server's own port, else the URL given for that target's URL (``--metrics-url``
+    for ``--url``); None lets the engine try ``<url>/metrics``."""
+    return getattr(target, "metrics_url", "") or given.get(target.url) or None
+
+
+def locust_generators(
+    scenario: Scenario, metrics_urls: Mapping[str, str] | None = None
+) -> GeneratorFactory:
+    """The real generator factory: one Locust engine per target (gevent is imported on first use).
+
+    ``metrics_urls`` maps a target URL to its ``/metrics`` URL (see :func:`metrics_url_for`).
+    """
 
     def make(target: Target) -> AbstractContextManager[GateGenerator]:
         from analyzer.load import EngineOptions, LocustLoadGenerator
@@ -315,6 +329,7 @@ def locust_generators(scenario: Scenario) -> GeneratorFactory:
                 protocol="http",
                 data_mode=scenario.input.data,
                 batch_size=scenario.input.batch_size,
+                metrics_url=metrics_url_for(target, metrics_urls or {}),
             )
         )
 
@@ -382,9 +397,16 @@ def measure_targets(
                         "schedule (numbers describe the generator); measuring again"
                     )
                 results[name].append(m)
+                gpus = m.server.gpus if m.server else ()
+                gpu = "".join(
+                    f", GPU {g.utilization_pct_mean:.0f} % busy"
+                    + (f" {g.memory_used_peak_mb:.0f} MiB" if g.memory_used_peak_mb else "")
+                    for g in gpus
+                    if g.utilization_pct_mean is not None
+                )
                 echo(
                     f"{name} repeat {i + 1}/{plan.repeats}: {m.throughput_rps:.1f} req/s, "
-                    f"p99 {m.p99_ms:.2f} ms, errors {m.error_count}/{m.request_count}"
+                    f"p99 {m.p99_ms:.2f} ms, errors {m.error_count}/{m.request_count}{gpu}"
                 )
     return results["candidate"], results.get("baseline", [])
 
@@ -528,6 +550,13 @@ def register(app: typer.Typer) -> None:
         baseline_output: Annotated[
             Path | None, typer.Option(help="Save the live baseline's measurements.")
         ] = None,
+        metrics_url: Annotated[
+            str | None,
+            typer.Option(
+                help="Prometheus /metrics URL of the --url server (Triton: HTTP port + 2), for "
+                "GPU figures in the measurements; the managed server's is found by itself."
+            ),
+        ] = None,
     ) -> None:
         """Fail CI when a result misses absolute goals or regresses significantly vs a baseline."""
         flags = GateFlags(
@@ -554,6 +583,7 @@ def register(app: typer.Typer) -> None:
             windows=windows,
             output=output,
             baseline_output=baseline_output,
+            metrics_url=metrics_url,
         )
         echo = typer.echo
         if result is None:
@@ -611,6 +641,7 @@ def measure_and_gate(
         "model.name": r.model,
         "model.repository": str(r.model_repository) if r.model_repository else None,
         "model.device": r.device,
+        "model.metrics_url": r.metrics_url,
     }
     path = r.scenario_file
     if path is None and r.url is None and r.model_repository is None:
@@ -644,8 +675,15 @@ def measure_and_gate(
     )
     with tempfile.TemporaryDirectory(prefix="perfsweep-gate-") as tmp:
         candidate_target = make_target(scenario, url, Path(tmp))
+        metrics_urls = {}
+        if url and scenario.model.metrics_url:
+            metrics_urls[candidate_target.url] = scenario.model.metrics_url
         cand_ms, base_ms = measure_targets(
-            plan, candidate_target, baseline_target, generators or locust_generators(scenario), echo
+            plan,
+            candidate_target,
+            baseline_target,
+            generators or locust_generators(scenario, metrics_urls),
+            echo,
         )
         cand_env = live_environment(scenario, candidate_target, plan, url)
     level_text = f"{plan.spec.mode.value} {plan.spec.target:g}"

@@ -213,3 +213,25 @@ def test_cpu_only_server_prints_no_gpu_series(tmp_path: Path) -> None:
         text = metrics_text(server)
     assert "nv_inference_request_success" in text
     assert "nv_gpu_" not in text and "nv_energy" not in text and "perfsweep_gpu_info" not in text
+
+
+def test_memory_grows_with_the_instances_a_reload_asks_for(sim_server: ServerThread) -> None:
+    """What the sweep's memory goal rests on: reloading with more instances (the repository
+    API's config override, as a trial does) holds one more copy of the weights per instance."""
+    import json
+
+    from google.protobuf import json_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from analyzer.results import parse_config_text
+
+    uid = simulated_uuid("sim-gpu0")
+    client = httpclient.InferenceServerClient(sim_server.http_url.split("://")[-1])
+    used = {}
+    for count in (1, 3):
+        config: mc.ModelConfig = parse_config_text(sim_config("sim", instances=count))
+        override = json_format.MessageToDict(config, preserving_proto_field_name=True)
+        client.load_model("sim", config=json.dumps(override))
+        used[count] = gpu_values(metrics_text(sim_server))["nv_gpu_memory_used_bytes"][uid]
+    assert used[1] == (100 + 1 * 50) * MIB
+    assert used[3] == (100 + 3 * 50) * MIB
