@@ -147,3 +147,23 @@ def test_gpu_utilisation_of_baseline_and_best_matches_the_server_statistics(
         util = entry["gpus"][0]["utilization_pct_mean"]
         assert abs(util - busy_pct) < 5.0, (entry["config"], util, busy_pct)
         assert entry["gpus"][0]["memory_used_peak_mb"] > 300 + 97  # context + one instance
+
+
+def test_report_tells_the_gpu_story_of_the_real_sim_sweep(real_run: Path) -> None:
+    """Issue 15 step 4: the report's GPU part is the summary's figures, side by side."""
+    summary = json.loads((real_run / "summary.json").read_text())
+    record = build_record(load_run(real_run), min_gpu_utilization_pct=100.0)
+    assert record.gpu is not None and "gpu" not in record.missing
+    sides = {s.role: s for s in record.gpu.sides}
+    assert set(sides) == {"baseline", "best"}
+    for role, side in sides.items():
+        (gpu,) = summary[role]["gpus"]
+        assert side.utilization_pct_mean == pytest.approx(gpu["utilization_pct_mean"])
+        assert side.memory_used_peak_mb == gpu["memory_used_peak_mb"]
+        assert side.throughput_per_gpu_pct == pytest.approx(
+            summary[role]["throughput_rps"] / gpu["utilization_pct_mean"], rel=1e-3
+        )
+    assert record.gpu.sentences
+    complete = [t for t in record.trials if t.state == "complete"]
+    assert all(t.gpu_utilization_pct is not None for t in complete)
+    assert all(t.below_min_gpu_utilization for t in complete if t.gpu_utilization_pct < 100.0)  # type: ignore[operator]
