@@ -63,15 +63,29 @@ def main() -> None:
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
-    except Exception as exc:  # typer/click usage errors
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        err_console.print("aborted")
+        sys.exit(130)
+    except Exception as exc:
+        if _is_usage_error(exc):
+            exc.show()  # type: ignore[attr-defined]
+            sys.exit(2)
+        raise
+
+
+def _is_usage_error(exc: Exception) -> bool:
+    """A bad flag or value from the command line (click's, or the copy typer >= 0.29 vendors)."""
+    try:
         import click
 
-        if isinstance(exc, click.exceptions.Exit):
-            sys.exit(exc.exit_code)
         if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(2)
-        if isinstance(exc, click.exceptions.Abort):
-            err_console.print("aborted")
-            sys.exit(130)
-        raise
+            return True
+    except ModuleNotFoundError:
+        pass
+    try:
+        from typer._click.exceptions import ClickException  # no public name for it yet
+    except ModuleNotFoundError:
+        return False
+    return isinstance(exc, ClickException)

@@ -134,3 +134,16 @@ def test_serve_passes_the_read_timeout_to_the_server(tmp_path: Path) -> None:
     code, err = finish(process)
     assert code == 2
     assert "http-read-timeout 0.0 must be a positive number of seconds" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--http-port", "notanint"], "Invalid value for '--http-port'"),
+        (["--no-such-flag"], "No such option: --no-such-flag"),
+    ],
+)
+def test_a_bad_flag_is_a_usage_error_not_a_traceback(args: list[str], message: str) -> None:
+    code, err = finish(perfsweep("serve", *args))
+    assert code == 2, err
+    assert message in err and "Traceback" not in err
