@@ -8,6 +8,7 @@ measurements by the planted engine. Timing is printed (``-s``), never asserted.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -158,7 +159,9 @@ def test_500_trials_render(tmp_path: Path) -> None:
     assert len(record.trials) == TRIALS + 1
     assert record.progress.importances is not None
     text = out.read_text()
-    assert text.count('<td data-v="') == TRIALS + 1
+    # One table row per trial and the baseline: each opens with the trial number's cell.
+    rows = re.findall(r'<tr class="[^"]*">\s*<td data-v="-?\d+">', text)
+    assert len(rows) == TRIALS + 1
     assert text.count("<figure data-figure=") == 8
     start = text.index('id="perfsweep-data">') + len('id="perfsweep-data">')
     data = json.loads(text[start : text.index("</script>", start)])
