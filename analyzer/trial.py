@@ -350,22 +350,10 @@ def peak_gpu_memory_mb(m: Measurement) -> float:
 
 
 def percentile_samples(raw: Mapping[str, Any] | None) -> int | None:
-    """How many latencies the trial's reported percentiles rest on (None: not recorded).
-
-    The operating point's request count: the fixed level, or the capacity search's best point
-    (the gentlest point when nothing passed).
-    """
-    if not raw:
-        return None
-    if "capacity" in raw and isinstance(raw["capacity"], Mapping):
-        raw = raw["capacity"]
-    if "points" in raw and "capacity_rps" in raw:
-        point = raw.get("best")
-        if not point:
-            points = list(raw.get("points") or ())
-            point = min(points, key=lambda p: float(p.get("target", math.inf)), default=None)
-        raw = point or {}
-    count = raw.get("request_count")
+    """How many latencies the trial's reported percentiles rest on (None: not recorded): the
+    request count of its :func:`operating_point`."""
+    point = operating_point(raw) or {}
+    count = point.get("request_count")
     return int(count) if count is not None else None
 
 
