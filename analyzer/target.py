@@ -44,10 +44,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.errors import InputError, TargetError
-
-#: The line the reference server prints once it listens (``reference_server.app.READY_PREFIX``).
-READY_PREFIX = "perfsweep reference server ready:"
-
+from reference_server.ready import last_ready
 
 #: Environment variable naming the pid a managed server must outlive no longer than it.
 PARENT_PID_ENV = "PERFSWEEP_PARENT_PID"
@@ -488,13 +485,10 @@ class ManagedServer(_HttpTarget):
                     f"the reference server did not start within {self.startup_timeout_s:.0f} s "
                     f"(log: {self.log_path})"
                 )
-            text = self._log_text(offset)
-            match = re.search(re.escape(READY_PREFIX) + r".*?http=(\S+)", text)
-            if match:
-                address = match.group(1)
-                self.url = address if address.startswith("http") else f"http://{address}"
-                metrics = re.search(re.escape(READY_PREFIX) + r".*?metrics=(\S+)", text)
-                self.metrics_url = f"http://{metrics.group(1)}/metrics" if metrics else ""
+            addresses = last_ready(self._log_text(offset))
+            if addresses is not None:
+                self.url = f"http://{addresses.http_url}"
+                self.metrics_url = addresses.metrics_url
             else:
                 time.sleep(0.1)
         while not self._is_ready():

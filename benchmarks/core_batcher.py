@@ -1,6 +1,6 @@
 """How precisely the reference server's core honours max_queue_delay, and its in-process rate.
 
-No network: requests go straight into :class:`reference_server.core.InferenceServer` (identity
+No network: requests go straight into :class:`reference_server.core.server.InferenceServer` (identity
 backend, no execute delay), so the numbers are the scheduler's own cost.
 
 1. Delay precision: single requests, one at a time, for several ``max_queue_delay_microseconds``
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from reference_server.core import CoreOptions, InferenceServer
-from reference_server.types import InferRequest
+from reference_server.core.server import CoreOptions, InferenceServer
+from reference_server.core.types import InferRequest
 
 CONFIG = """
 name: "{name}"

@@ -3,8 +3,38 @@
 ``python -m reference_server --model-repository DIR`` or ``perfsweep serve``. It speaks
 KServe v2 over HTTP/REST and gRPC, the model-repository and statistics extensions and
 Prometheus metrics with Triton's names, so ``tritonclient`` works against it unchanged.
+
+Layers, each a folder: ``frontends/`` (HTTP, gRPC, wire encodings) call ``core/`` (server
+facade, model runtime, repository, config, stats, cache), which hands requests to
+``batching/`` (batch formation, scheduler, instances); ``backends/`` execute, ``zoo/`` builds
+bundled models. ``app`` assembles them into one process; ``ready`` is the line it prints.
+
+The three names most users need are exported here and imported on first use, so that
+``import reference_server.core.errors`` stays light::
+
+    from reference_server import InferenceServer, ServerOptions, ServerThread
 """
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 #: The Triton release whose behaviour this server follows (reported by ``GET /v2``).
 TRITON_COMPAT_VERSION = "2.51.0"
+
+__all__ = ["TRITON_COMPAT_VERSION", "InferenceServer", "ServerOptions", "ServerThread"]
+
+if TYPE_CHECKING:
+    from reference_server.app import ServerOptions, ServerThread
+    from reference_server.core.server import InferenceServer
+
+
+def __getattr__(name: str) -> Any:
+    if name == "InferenceServer":
+        from reference_server.core.server import InferenceServer
+
+        return InferenceServer
+    if name in ("ServerOptions", "ServerThread"):
+        from reference_server import app
+
+        return getattr(app, name)
+    raise AttributeError(f"module 'reference_server' has no attribute {name!r}")

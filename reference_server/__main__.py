@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from reference_server.app import ServerOptions, run_server
-from reference_server.errors import Code, ServerError
-from reference_server.http_frontend import DEFAULT_MAX_INPUT_SIZE, DEFAULT_READ_TIMEOUT_S
+from reference_server.core.errors import Code, ServerError
+from reference_server.frontends.http import DEFAULT_MAX_INPUT_SIZE, DEFAULT_READ_TIMEOUT_S
 
 
 def build_parser() -> argparse.ArgumentParser:

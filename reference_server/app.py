@@ -27,16 +27,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
-from reference_server.errors import Code, ServerError
-from reference_server.http_frontend import DEFAULT_MAX_INPUT_SIZE, DEFAULT_READ_TIMEOUT_S
+from reference_server.core.errors import Code, ServerError
+from reference_server.frontends.http import DEFAULT_MAX_INPUT_SIZE, DEFAULT_READ_TIMEOUT_S
+from reference_server.ready import ServerAddresses
 
 if TYPE_CHECKING:
-    from reference_server.core import InferenceServer
+    from reference_server.core.server import InferenceServer
 
 logger = logging.getLogger(__name__)
-
-#: The line ``run_server`` prints once it listens; ``parse_ready_line`` reads it back.
-READY_PREFIX = "perfsweep reference server ready:"
 
 
 @dataclass(frozen=True)
@@ -107,57 +105,6 @@ class ServerOptions:
             )
 
 
-@dataclass(frozen=True)
-class ServerAddresses:
-    """Where a started server listens (ports as bound, never 0)."""
-
-    host: str
-    http_port: int
-    grpc_port: int
-    metrics_port: int
-
-    @property
-    def http_url(self) -> str:
-        """``host:port`` as ``tritonclient.http`` expects it (no scheme)."""
-        return f"{_url_host(self.host)}:{self.http_port}"
-
-    @property
-    def grpc_url(self) -> str:
-        """``host:port`` for ``tritonclient.grpc``."""
-        return f"{_url_host(self.host)}:{self.grpc_port}"
-
-    @property
-    def metrics_url(self) -> str:
-        """The full URL of the Prometheus endpoint."""
-        return f"http://{_url_host(self.host)}:{self.metrics_port}/metrics"
-
-    def ready_line(self) -> str:
-        """The one line printed at startup, e.g. ``... http=127.0.0.1:8000 grpc=... metrics=...``."""
-        return (
-            f"{READY_PREFIX} http={self.http_url} grpc={self.grpc_url} "
-            f"metrics={_url_host(self.host)}:{self.metrics_port}"
-        )
-
-
-def parse_ready_line(line: str) -> ServerAddresses | None:
-    """Read a :meth:`ServerAddresses.ready_line` back (``None`` if ``line`` is another line)."""
-    if not line.startswith(READY_PREFIX):
-        return None
-    fields = dict(item.split("=", 1) for item in line[len(READY_PREFIX) :].split())
-    hosts_ports = {key: value.rsplit(":", 1) for key, value in fields.items()}
-    host = hosts_ports["http"][0].strip("[]")
-    return ServerAddresses(
-        host=host,
-        http_port=int(hosts_ports["http"][1]),
-        grpc_port=int(hosts_ports["grpc"][1]),
-        metrics_port=int(hosts_ports["metrics"][1]),
-    )
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
-
-
 class _Frontend(Protocol):
     """What app needs of a listener (HTTP, gRPC, metrics)."""
 
@@ -178,8 +125,8 @@ class _Running:
         self._scratch: Path | None = None
 
     async def start(self) -> ServerAddresses:
-        from reference_server.grpc_frontend import GrpcFrontend
-        from reference_server.http_frontend import HttpFrontend, MetricsFrontend
+        from reference_server.frontends.grpc import GrpcFrontend
+        from reference_server.frontends.http import HttpFrontend, MetricsFrontend
 
         options = self.options
         try:
@@ -292,7 +239,7 @@ async def _bind(what: str, flag: str, host: str, port: int, frontend: _Frontend)
 
 
 def _make_core(options: ServerOptions, repositories: tuple[Path, ...]) -> InferenceServer:
-    from reference_server.core import CoreOptions, InferenceServer, delay_scheduler_from_env
+    from reference_server.core.server import CoreOptions, InferenceServer, delay_scheduler_from_env
 
     for repository in repositories:
         if not Path(repository).is_dir():
@@ -499,11 +446,9 @@ class ServerThread:
 
 
 __all__ = [
-    "READY_PREFIX",
     "ServerAddresses",
     "ServerOptions",
     "ServerThread",
-    "parse_ready_line",
     "run_server",
     "serve",
 ]

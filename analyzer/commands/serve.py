@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
         # Imported here: the server pulls in grpc/aiohttp/onnxruntime, which other commands
         # (and --help) do not need.
         from reference_server.app import ServerOptions, run_server
-        from reference_server.errors import ServerError
+        from reference_server.core.errors import ServerError
 
         try:
             options = ServerOptions(
@@ -88,7 +88,7 @@ def startup_error(exc: Exception) -> PerfsweepError:
     ``InputError``; anything else (a busy port, a backend that cannot start) is the target
     failing, ``TargetError``.
     """
-    from reference_server.errors import Code, ServerError
+    from reference_server.core.errors import Code, ServerError
 
     message = exc.message if isinstance(exc, ServerError) else str(exc)
     if isinstance(exc, ServerError) and exc.code in (Code.INVALID_ARG, Code.NOT_FOUND):

@@ -7,7 +7,7 @@
                   simulated-device TOML; refuses batch sizes it did not profile
     simulator.py  SimConfig, simulate() -> Prediction at one rate, capacity() -> the highest
                   rate whose simulated p99 meets a goal (bisection); drives the reference
-                  server's own ``reference_server.batching.decide``
+                  server's own ``reference_server.batching.decide.decide``
 
 Errors (both :class:`analyzer.errors.InputError`, exit 2): :class:`ExtrapolationError` (a
 config needs a batch size beyond the profiled ones) and :class:`ProfileError` (no profile can

@@ -287,7 +287,7 @@ def from_toml(ref: str | Path, *, max_batch_size: int | None = None, model: str 
             linear ``a_ms + b_ms * batch`` profile without a table).
         model: Model name to record (default: the profile's name).
     """
-    from reference_server.errors import ModelConfigError
+    from reference_server.core.errors import ModelConfigError
     from reference_server.zoo.profiles import resolve_profile
 
     try:

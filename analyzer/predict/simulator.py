@@ -1,8 +1,8 @@
 """A discrete-event simulator of the reference server's dynamic batcher.
 
 Batch formation is not re-implemented: every batcher step calls
-:func:`reference_server.batching.decide`, and the loop around it follows
-:class:`reference_server.scheduler.Scheduler` with prefetching (no priorities or queue
+:func:`reference_server.batching.decide.decide`, and the loop around it follows
+:class:`reference_server.batching.scheduler.Scheduler` with prefetching (no priorities or queue
 policies): steps run until one would wait, an open batch enters the instance queue with its
 first request and keeps growing there until an instance takes it, at most ``2 * instances``
 batches wait for an instance, an idle instance takes the oldest batch at once and absorbs
@@ -31,13 +31,13 @@ from typing import Any
 
 from analyzer.predict import ExtrapolationError
 from analyzer.predict.profile import Profile
-from reference_server.batching import BatchingParams, Candidate, OpenBatch, decide
+from reference_server.batching.decide import BatchingParams, Candidate, OpenBatch, decide
 
 ASSUMPTIONS = (
     "arrivals: Poisson (seeded), one item per request",
     "latency = queue + execution on the server; network, protocol and thread hand-overs are "
     "not modelled",
-    "batching: reference_server.batching.decide, with the reference server's prefetching "
+    "batching: reference_server.batching.decide.decide, with the reference server's prefetching "
     "(up to 2 batches per instance queued) and instance-side merging",
     "execution: compute_input and compute_output overlap across instances; compute_infer is "
     "serialised on one device shared by all instances",

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from reference_server.backends.base import BackendArgs, response_for
-from reference_server.config import protocol_datatype
-from reference_server.errors import BackendError, ServerError
-from reference_server.types import InferRequest, InferResponse
+from reference_server.core.config import protocol_datatype
+from reference_server.core.errors import BackendError, ServerError
+from reference_server.core.types import InferRequest, InferResponse
 
 
 class AddSubBackend:

@@ -2,7 +2,7 @@
 
 A backend object serves one model instance. ``execute`` receives a batch as a list of whole
 requests and returns one response per request, in the same order; an entry may be a
-:class:`~reference_server.errors.ServerError` to fail just that request. An exception fails
+:class:`~reference_server.core.errors.ServerError` to fail just that request. An exception fails
 every request of the batch (failure reason ``BACKEND``).
 """
 
@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from reference_server.errors import BackendError, Code, ServerError
-from reference_server.types import InferRequest, InferResponse
+from reference_server.core.errors import BackendError, Code, ServerError
+from reference_server.core.types import InferRequest, InferResponse
 
 if TYPE_CHECKING:
-    from reference_server.instances import Device
+    from reference_server.batching.instances import Device
 
 
 @dataclass

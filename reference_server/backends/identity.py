@@ -12,9 +12,9 @@ import time
 from collections.abc import Sequence
 
 from reference_server.backends.base import BackendArgs, response_for
-from reference_server.config import protocol_datatype
-from reference_server.errors import ServerError
-from reference_server.types import InferRequest, InferResponse
+from reference_server.core.config import protocol_datatype
+from reference_server.core.errors import ServerError
+from reference_server.core.types import InferRequest, InferResponse
 
 
 class IdentityBackend:

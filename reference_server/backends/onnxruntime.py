@@ -21,10 +21,10 @@ import numpy as np
 import onnxruntime as ort
 
 from reference_server.backends.base import BackendArgs, mark_compute, response_for
-from reference_server.config import protocol_datatype
-from reference_server.errors import BackendError, ServerError
-from reference_server.repository import inside
-from reference_server.types import InferRequest, InferResponse
+from reference_server.core.config import protocol_datatype
+from reference_server.core.errors import BackendError, ServerError
+from reference_server.core.repository import inside
+from reference_server.core.types import InferRequest, InferResponse
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"

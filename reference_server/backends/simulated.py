@@ -1,12 +1,12 @@
 """The simulated backend: executes a latency profile instead of a model.
 
 Each execution sleeps the profile's host time before and after the device part, and the device
-time while holding the lock of the instance's :class:`~reference_server.instances.Device`, so
+time while holding the lock of the instance's :class:`~reference_server.batching.instances.Device`, so
 instances sharing a simulated GPU serialise their device work and more instances give
 diminishing returns. Sleeping (never spinning) keeps simulations free of CPU cost. Outputs are
 real tensors of the configured shapes (zeros).
 
-The device's :class:`~reference_server.gpu.DeviceMeter` records the time the device part holds
+The device's :class:`~reference_server.core.gpu.DeviceMeter` records the time the device part holds
 the lock (its busy share is ``nv_gpu_utilization``) and the memory each instance holds: the
 profile's weights from initialize on, growing with the largest batch executed (``[gpu]`` table).
 
@@ -22,9 +22,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from reference_server.backends.base import BackendArgs, mark_compute, response_for
-from reference_server.config import numpy_dtype, protocol_datatype
-from reference_server.errors import ServerError
-from reference_server.types import InferRequest, InferResponse
+from reference_server.core.config import numpy_dtype, protocol_datatype
+from reference_server.core.errors import ServerError
+from reference_server.core.types import InferRequest, InferResponse
 from reference_server.zoo.profiles import LatencyProfile, resolve_profile
 
 

@@ -7,7 +7,7 @@ profile states its ``provenance``; a synthetic one says it is synthetic.
 
 An optional ``[gpu]`` table gives what the simulated GPU reports on ``/metrics`` besides its
 busy share: memory (total, context, weights and activations per instance) and power
-(:class:`~reference_server.gpu.SimulatedGpuSpec`), with a ``provenance`` of its own.
+(:class:`~reference_server.core.gpu.SimulatedGpuSpec`), with a ``provenance`` of its own.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from reference_server.errors import ModelConfigError
-from reference_server.gpu import SimulatedGpuSpec
+from reference_server.core.errors import ModelConfigError
+from reference_server.core.gpu import SimulatedGpuSpec
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
 
@@ -172,7 +172,7 @@ def resolve_profile(ref: str, model_dir: Path | None = None) -> LatencyProfile:
         return load_profile(PROFILE_DIR / f"{ref}.toml")
     path = Path(ref)
     if model_dir is not None:
-        from reference_server.repository import inside
+        from reference_server.core.repository import inside
 
         path = inside(model_dir, ref, "latency profile", resolve_links=False)
     if not path.is_file():

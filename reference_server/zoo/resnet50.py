@@ -23,7 +23,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from tritonclient.grpc import model_config_pb2 as mc
 
-from reference_server.config import config_to_text
+from reference_server.core.config import config_to_text
 
 MODEL_NAME = "resnet50"
 INPUT_NAME = "input"

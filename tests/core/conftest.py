@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reference_server.core import CoreOptions, InferenceServer
-from reference_server.errors import ServerError
-from reference_server.types import InferRequest, InferResponse
+from reference_server.core.errors import ServerError
+from reference_server.core.server import CoreOptions, InferenceServer
+from reference_server.core.types import InferRequest, InferResponse
 
 
 def identity_config(name: str, extra: str = "", max_batch_size: int = 8, dims: str = "4") -> str:

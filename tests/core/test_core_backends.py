@@ -12,8 +12,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from reference_server.backends.onnxruntime import choose_providers
-from reference_server.errors import Code, ServerError
-from reference_server.types import InferRequest
+from reference_server.core.errors import Code, ServerError
+from reference_server.core.types import InferRequest
 from reference_server.zoo.profiles import LatencyCurve, bundled_profiles, resolve_profile
 from reference_server.zoo.resnet50 import make_repository
 from tests.core.conftest import Collector, ServerFactory, batch_stats, write_model

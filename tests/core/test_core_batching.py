@@ -152,7 +152,7 @@ def test_shape_mismatch_cuts_batches(tmp_path: Path, make_server: ServerFactory)
     )
     import numpy as np
 
-    from reference_server.types import InferRequest
+    from reference_server.core.types import InferRequest
 
     server = make_server(delay_scheduler=4)
     col = Collector()
@@ -168,7 +168,7 @@ def test_shape_mismatch_cuts_batches(tmp_path: Path, make_server: ServerFactory)
 def test_ragged_batch_allows_mixed_shapes(tmp_path: Path, make_server: ServerFactory) -> None:
     import numpy as np
 
-    from reference_server.types import InferRequest
+    from reference_server.core.types import InferRequest
 
     config = """
 name: "m"

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from reference_server.cache import ResponseCache, cache_key
-from reference_server.errors import ServerError
-from reference_server.types import InferRequest, InferResponse
+from reference_server.core.cache import ResponseCache, cache_key
+from reference_server.core.errors import ServerError
+from reference_server.core.types import InferRequest, InferResponse
 from tests.core.conftest import (
     Collector,
     ServerFactory,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reference_server.core import InferenceServer
-from reference_server.errors import Code, ServerError
+from reference_server.core.errors import Code, ServerError
+from reference_server.core.server import InferenceServer
 from tests.core.conftest import (
     Collector,
     ServerFactory,

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reference_server.config import config_to_json
-from reference_server.core import delay_scheduler_from_env
-from reference_server.errors import ServerError
-from reference_server.types import InferRequest, RequestedOutput
+from reference_server.core.config import config_to_json
+from reference_server.core.errors import ServerError
+from reference_server.core.server import delay_scheduler_from_env
+from reference_server.core.types import InferRequest, RequestedOutput
 from tests.core.conftest import ServerFactory, identity_config, request, write_model
 
 RATE_LIMITED = (
@@ -144,7 +144,7 @@ def test_sequence_batching_refused_clearly(tmp_path: Path, make_server: ServerFa
 
 
 def test_same_model_in_two_repositories(tmp_path: Path) -> None:
-    from reference_server.core import CoreOptions, InferenceServer
+    from reference_server.core.server import CoreOptions, InferenceServer
 
     for repo in ("r1", "r2"):
         write_model(tmp_path / repo, "dup", identity_config("dup"))

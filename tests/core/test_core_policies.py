@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reference_server.errors import Code, ServerError
+from reference_server.core.errors import Code, ServerError
 from tests.core.conftest import (
     Collector,
     ServerFactory,

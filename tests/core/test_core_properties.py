@@ -14,9 +14,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reference_server.core import CoreOptions, InferenceServer
-from reference_server.errors import ServerError
-from reference_server.types import InferRequest
+from reference_server.core.errors import ServerError
+from reference_server.core.server import CoreOptions, InferenceServer
+from reference_server.core.types import InferRequest
 from tests.core.conftest import Collector, identity_config, write_model
 
 

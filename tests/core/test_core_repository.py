@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
-from reference_server.config import config_to_json, parse_config_text
-from reference_server.core import CoreOptions, InferenceServer
-from reference_server.errors import Code, ServerError
-from reference_server.types import InferRequest
+from reference_server.core.config import config_to_json, parse_config_text
+from reference_server.core.errors import Code, ServerError
+from reference_server.core.server import CoreOptions, InferenceServer
+from reference_server.core.types import InferRequest
 from tests.core.conftest import Collector, ServerFactory, identity_config, request, write_model
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from reference_server.core import CoreOptions, InferenceServer
+from reference_server.core.server import CoreOptions, InferenceServer
 from tests.core.conftest import (
     Collector,
     ServerFactory,

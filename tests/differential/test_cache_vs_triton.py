@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from reference_server.config import config_to_text
-from reference_server.core import CoreOptions, InferenceServer
-from reference_server.types import InferRequest
+from reference_server.core.config import config_to_text
+from reference_server.core.server import CoreOptions, InferenceServer
+from reference_server.core.types import InferRequest
 from tests.support.differential import settled_stats
 from tests.support.real_triton import RealTriton, TensorSpec, TritonInstall, sleep_model_config
 from tests.support.reference import for_reference

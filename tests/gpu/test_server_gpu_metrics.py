@@ -20,7 +20,7 @@ import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 
 from reference_server.app import ServerOptions, ServerThread
-from reference_server.gpu import GPU_FAMILIES, simulated_uuid
+from reference_server.core.gpu import GPU_FAMILIES, simulated_uuid
 
 MIB = 1024 * 1024
 PROFILE = """

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from reference_server.gpu import DeviceMeter, GpuCollector, NvmlSource, SimulatedGpuSpec
+from reference_server.core.gpu import DeviceMeter, GpuCollector, NvmlSource, SimulatedGpuSpec
 
 MS = 1_000_000
 

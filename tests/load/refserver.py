@@ -83,7 +83,7 @@ class RefServer:
             env=env,
             cwd=REPO_ROOT,
         )
-        from reference_server.app import parse_ready_line
+        from reference_server.ready import parse_ready_line
 
         assert self.proc.stdout is not None
         for line in self.proc.stdout:

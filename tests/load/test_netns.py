@@ -136,7 +136,7 @@ def test_two_hosts_merge_exactly(hosts: Hosts) -> None:
             stdout=subprocess.PIPE,
         )
         procs.append(server)
-        from reference_server.app import parse_ready_line
+        from reference_server.ready import parse_ready_line
 
         assert server.stdout is not None
         addresses = None

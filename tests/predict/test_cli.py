@@ -34,7 +34,7 @@ def test_rate_prediction_prints_prediction_and_assumptions() -> None:
     assert "predicted at 300 req/s: p50" in text
     assert "batch sizes (share of executions): 1:" in text
     assert "profile: run_dir, batch sizes 1-15" in text
-    assert "assumptions:" in text and "reference_server.batching.decide" in text
+    assert "assumptions:" in text and "reference_server.batching.decide.decide" in text
 
 
 def test_refuses_to_extrapolate_the_runs_best_config() -> None:

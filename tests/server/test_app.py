@@ -15,13 +15,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from reference_server.app import (
-    ServerAddresses,
-    ServerOptions,
-    ServerThread,
-    parse_ready_line,
-)
-from reference_server.errors import Code, ServerError
+from reference_server.app import ServerOptions, ServerThread
+from reference_server.core.errors import Code, ServerError
+from reference_server.ready import ServerAddresses, parse_ready_line
 from tests.server.conftest import MODELS, raw_request, write_model, write_repository
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -70,7 +70,7 @@ def test_int8_typed_contents_are_narrowed(
 
 
 def test_typed_int8_out_of_range_wraps() -> None:
-    from reference_server.grpc_frontend import to_infer_request
+    from reference_server.frontends.grpc import to_infer_request
 
     request = pb.ModelInferRequest(model_name="m")
     tensor = request.inputs.add(name="A", datatype="INT8", shape=[3])

@@ -23,7 +23,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from reference_server.app import ServerOptions, ServerThread
-from reference_server.config import MAX_INSTANCES_PER_MODEL
+from reference_server.core.config import MAX_INSTANCES_PER_MODEL
 from tests.hostile.planted import Sentinel
 from tests.server.conftest import EXTRA_MODELS, error_message, raw_request, write_model
 from tests.support.real_triton import (
@@ -407,8 +407,8 @@ def test_a_slow_but_moving_body_is_served(quick_timeout_server: ServerThread) ->
 
 def test_read_timeout_option_is_validated_and_has_a_flag() -> None:
     from reference_server.__main__ import build_parser
-    from reference_server.errors import ServerError
-    from reference_server.http_frontend import DEFAULT_READ_TIMEOUT_S
+    from reference_server.core.errors import ServerError
+    from reference_server.frontends.http import DEFAULT_READ_TIMEOUT_S
 
     with pytest.raises(ServerError, match="http-read-timeout 0 must be a positive"):
         ServerOptions(read_timeout_s=0)

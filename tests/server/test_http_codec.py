@@ -10,9 +10,9 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from reference_server import http_codec
-from reference_server.errors import Code, ServerError
-from reference_server.types import InferRequest, InferResponse, RequestedOutput
+from reference_server.core.errors import Code, ServerError
+from reference_server.core.types import InferRequest, InferResponse, RequestedOutput
+from reference_server.frontends import http_codec
 
 EMPTY = memoryview(b"")
 

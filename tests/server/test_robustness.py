@@ -19,8 +19,8 @@ import tritonclient.http as httpclient
 from aiohttp.test_utils import RawTestServer, TestClient
 
 from reference_server.app import ServerThread
-from reference_server.core import CoreOptions, InferenceServer
-from reference_server.http_frontend import HttpFrontend
+from reference_server.core.server import CoreOptions, InferenceServer
+from reference_server.frontends.http import HttpFrontend
 from tests.server.conftest import SLOW_MODEL, raw_request, wait_until, write_model
 
 INFER_BODY = json.dumps(

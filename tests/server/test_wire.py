@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference_server import wire
-from reference_server.errors import Code, ServerError
+from reference_server.core.errors import Code, ServerError
+from reference_server.frontends import wire
 
 FIXED = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64"]
 FIXED += ["FP16", "FP32", "FP64", "BF16"]

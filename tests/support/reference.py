@@ -220,7 +220,7 @@ class ReferenceProcess(ReferenceServer):
                 env=env,
                 start_new_session=True,
             )
-        from reference_server.app import parse_ready_line
+        from reference_server.ready import parse_ready_line
 
         addresses = parse_ready_line(_read_ready_line(self._process, self.startup_timeout_s))
         if addresses is None:
@@ -266,7 +266,7 @@ class ReferenceProcess(ReferenceServer):
 
 def _read_ready_line(process: subprocess.Popen[str], timeout_s: float) -> str:
     """The server's ready line (``READY_PREFIX ...``), or ``""`` after EOF or ``timeout_s``."""
-    from reference_server.app import READY_PREFIX
+    from reference_server.ready import READY_PREFIX
 
     assert process.stdout is not None
     stdout = process.stdout

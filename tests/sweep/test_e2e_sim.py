@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.results import load_summary, load_trial_record, parse_config_text
-from reference_server.config import validate
+from reference_server.core.config import validate
 
 pytestmark = pytest.mark.slow
 

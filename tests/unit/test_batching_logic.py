@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference_server.batching import (
+from reference_server.batching.decide import (
     BatchingParams,
     Candidate,
     OpenBatch,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from reference_server.config import (
+from reference_server.core.config import (
     config_from_json,
     config_to_json,
     config_to_text,
@@ -14,7 +14,7 @@ from reference_server.config import (
     parse_config_text,
     validate,
 )
-from reference_server.errors import Code, ModelConfigError
+from reference_server.core.errors import Code, ModelConfigError
 
 BASE = """
 name: "m"

@@ -10,7 +10,6 @@ stays unpatched and the managed reference server stays a plain subprocess.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -23,9 +22,9 @@ from typing import Any
 
 from analyzer.errors import InputError
 from analyzer.load.web.options import exposure_problem, login_from_env
-from analyzer.target import READY_PREFIX as SERVER_READY_PREFIX
 from analyzer.target import ManagedServer, RemoteTarget, child_process_options
 from analyzer.target import http_url as as_http_url
+from reference_server.ready import last_ready
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -86,15 +85,10 @@ def _free_port() -> int:
 def managed_addresses(log_path: Path) -> tuple[str | None, str | None]:
     """(grpc ``host:port``, metrics URL) from the managed server's last ready line."""
     text = log_path.read_text(errors="replace") if log_path.exists() else ""
-    lines = [line for line in text.splitlines() if line.startswith(SERVER_READY_PREFIX)]
-    if not lines:
+    addresses = last_ready(text)
+    if addresses is None:
         return None, None
-    grpc = re.search(r"grpc=(\S+)", lines[-1])
-    metrics = re.search(r"metrics=(\S+)", lines[-1])
-    return (
-        grpc.group(1) if grpc else None,
-        f"http://{metrics.group(1)}/metrics" if metrics else None,
-    )
+    return addresses.grpc_url, addresses.metrics_url
 
 
 def locust_commands(

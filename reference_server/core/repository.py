@@ -20,8 +20,8 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from reference_server.config import load_config_file
-from reference_server.errors import Code, ModelConfigError, ServerError
+from reference_server.core.config import load_config_file
+from reference_server.core.errors import Code, ModelConfigError, ServerError
 
 DUPLICATE_REASON = "model appears in two or more repositories"
 

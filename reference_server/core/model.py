@@ -1,9 +1,9 @@
 """One loaded model version: validation, scheduling, execution, statistics.
 
 :class:`ModelRuntime` ties a normalized config to its instances (one backend object and thread
-each), its :class:`~reference_server.scheduler.Scheduler`, its
-:class:`~reference_server.stats.ModelStats` and, when enabled, the server's response cache.
-The facade (:mod:`reference_server.core`) looks models up and calls :meth:`ModelRuntime.submit`.
+each), its :class:`~reference_server.batching.scheduler.Scheduler`, its
+:class:`~reference_server.core.stats.ModelStats` and, when enabled, the server's response cache.
+The facade (:mod:`reference_server.core.server`) looks models up and calls :meth:`ModelRuntime.submit`.
 """
 
 from __future__ import annotations
@@ -20,15 +20,20 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from reference_server.backends.base import BackendArgs, create_backend
-from reference_server.batching import BatchingParams, QueuePolicy
-from reference_server.cache import ResponseCache, cache_key
-from reference_server.config import numpy_dtype, protocol_datatype
-from reference_server.errors import BackendError, Code, ServerError
-from reference_server.instances import DeviceRegistry, InstanceSpec, ModelInstance, PauseGate
-from reference_server.repository import inside
-from reference_server.scheduler import Batch, Entry, Scheduler
-from reference_server.stats import ModelMetrics, ModelStats, RequestTiming
-from reference_server.types import InferRequest, InferResponse
+from reference_server.batching.decide import BatchingParams, QueuePolicy
+from reference_server.batching.instances import (
+    DeviceRegistry,
+    InstanceSpec,
+    ModelInstance,
+    PauseGate,
+)
+from reference_server.batching.scheduler import Batch, Entry, Scheduler
+from reference_server.core.cache import ResponseCache, cache_key
+from reference_server.core.config import numpy_dtype, protocol_datatype
+from reference_server.core.errors import BackendError, Code, ServerError
+from reference_server.core.repository import inside
+from reference_server.core.stats import ModelMetrics, ModelStats, RequestTiming
+from reference_server.core.types import InferRequest, InferResponse
 
 Callback = Callable[[InferResponse | ServerError], None]
 

@@ -22,12 +22,12 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from reference_server import wire
-from reference_server.errors import Code, ServerError
-from reference_server.types import InferRequest, InferResponse, ParamValue, RequestedOutput
+from reference_server.core.errors import Code, ServerError
+from reference_server.core.types import InferRequest, InferResponse, ParamValue, RequestedOutput
+from reference_server.frontends import wire
 
 if TYPE_CHECKING:
-    from reference_server.core import InferenceServer
+    from reference_server.core.server import InferenceServer
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def _rpc(method: Rpc[R]) -> Rpc[R]:
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
-    """The KServe v2 gRPC service over one :class:`~reference_server.core.InferenceServer`."""
+    """The KServe v2 gRPC service over one :class:`~reference_server.core.server.InferenceServer`."""
 
     def __init__(self, core: InferenceServer) -> None:
         self._core = core

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from reference_server import wire
-from reference_server.config import protocol_datatype
-from reference_server.errors import Code, ServerError
-from reference_server.types import InferRequest, InferResponse, ParamValue, RequestedOutput
+from reference_server.core.config import protocol_datatype
+from reference_server.core.errors import Code, ServerError
+from reference_server.core.types import InferRequest, InferResponse, ParamValue, RequestedOutput
+from reference_server.frontends import wire
 
 #: Bytes that may follow the JSON header as binary tensors (gRPC's limit, INT32_MAX).
 MAX_BINARY_SIZE = 2**31 - 1

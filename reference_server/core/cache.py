@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reference_server.types import InferResponse
+from reference_server.core.types import InferResponse
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Routing is a split of the raw path and a few dict lookups instead of a regex router, because
 this handler sits on every inference request (the overhead perfsweep measures is the server's
-own). Bodies are parsed and rendered by :mod:`reference_server.http_codec`; this module owns the
+own). Bodies are parsed and rendered by :mod:`reference_server.frontends.http_codec`; this module owns the
 socket-facing parts: reading bodies under a size limit, compression, status codes, and turning
 every failure into a ``{"error": ...}`` reply so that no exception reaches aiohttp.
 
@@ -32,12 +32,12 @@ from aiohttp import web
 from aiohttp.http_exceptions import LineTooLong
 from aiohttp.web_protocol import RequestHandler
 
-from reference_server import http_codec
-from reference_server.errors import Code, ServerError
+from reference_server.core.errors import Code, ServerError
+from reference_server.frontends import http_codec
 
 if TYPE_CHECKING:
-    from reference_server.core import InferenceServer
-    from reference_server.types import InferRequest
+    from reference_server.core.server import InferenceServer
+    from reference_server.core.types import InferRequest
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ Handler = Callable[[web.BaseRequest, tuple[str, ...]], Awaitable[web.StreamRespo
 
 
 class HttpFrontend:
-    """Serves one :class:`~reference_server.core.InferenceServer` over KServe v2 HTTP/REST.
+    """Serves one :class:`~reference_server.core.server.InferenceServer` over KServe v2 HTTP/REST.
 
     Args:
         core: The server facade; every call into it either returns or raises ``ServerError``.
@@ -261,7 +261,7 @@ class HttpFrontend:
     async def _model_config(
         self, request: web.BaseRequest, args: tuple[str, ...]
     ) -> web.StreamResponse:
-        from reference_server.config import config_to_json
+        from reference_server.core.config import config_to_json
 
         return _json(config_to_json(self._core.model_config(*args)))
 

@@ -2,11 +2,11 @@
 
 One :class:`Scheduler` per loaded model version owns the request queue (§3.3), the open batch
 and the instance queue of batches waiting for an instance (§3.5). With ``dynamic_batching`` a
-batcher thread runs the pure :func:`reference_server.batching.decide` step whenever something
+batcher thread runs the pure :func:`reference_server.batching.decide.decide` step whenever something
 changes (an arrival, an instance picking up or finishing a batch, a timer); without it every
 request becomes its own batch at once (Triton's "default scheduler").
 
-Instance threads (:mod:`reference_server.instances`) call :meth:`Scheduler.next_batch` to take
+Instance threads (:mod:`reference_server.batching.instances`) call :meth:`Scheduler.next_batch` to take
 the oldest queued batch. All state is guarded by one lock with two conditions on it, one the
 batcher waits on and one the instances wait on, and each change wakes only the side whose next
 step depends on it: every wake-up is an OS context switch plus a GIL hand-over, and on the
@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
-from reference_server.batching import (
+from reference_server.batching.decide import (
     BatchingParams,
     Candidate,
     OpenBatch,
@@ -40,8 +40,8 @@ from reference_server.batching import (
     QueuePolicy,
     decide,
 )
-from reference_server.errors import Code, ServerError
-from reference_server.types import InferRequest
+from reference_server.core.errors import Code, ServerError
+from reference_server.core.types import InferRequest
 
 #: Non-prefetch mode sweeps REJECT timeouts at least this often while no instance is free.
 _SWEEP_INTERVAL_S = 0.5

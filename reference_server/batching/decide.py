@@ -4,7 +4,7 @@ The decision (:func:`decide`) is one literal step of Triton's ``GetDynamicBatch`
 (``research/triton_spec.md`` §3.4): given the queue in scan order, the open batch and the clock,
 say how many queue entries to move into the open batch, whether to seal it, and when to look
 again. It is a pure function so it can be tested against planted scenarios and with property
-tests; :class:`~reference_server.scheduler.Scheduler` runs it on a thread.
+tests; :class:`~reference_server.batching.scheduler.Scheduler` runs it on a thread.
 
 Queue structure (§3.3) lives here too: :class:`PriorityQueue` keeps, per priority level, an
 "unexpired" FIFO followed by a "delayed" FIFO and applies the level's queue policy.

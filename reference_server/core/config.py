@@ -4,7 +4,7 @@ config.pbtxt files and repository ``load`` overrides are read only through Trito
 (``tritonclient.grpc.model_config_pb2``) with ``google.protobuf.text_format`` /
 ``json_format``: there is no hand-written parser. Normalization and validation follow
 ``core/src/model_config_utils.cc`` (``research/triton_spec.md`` §2.2) and raise
-:class:`~reference_server.errors.ModelConfigError` with Triton's messages.
+:class:`~reference_server.core.errors.ModelConfigError` with Triton's messages.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from reference_server.errors import ModelConfigError
+from reference_server.core.errors import ModelConfigError
 
 ModelConfig = mc.ModelConfig
 
@@ -243,7 +243,7 @@ def validate(
 
     Triton checks most of the config when it polls the repository, but instance groups only
     when it loads the model (the two fail with different replies, see
-    :meth:`reference_server.core.InferenceServer.load_model`); ``instance_groups=False`` runs
+    :meth:`reference_server.core.server.InferenceServer.load_model`); ``instance_groups=False`` runs
     just the poll-stage checks, :func:`validate_instance_groups` the rest.
 
     Raises:

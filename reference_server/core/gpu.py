@@ -135,7 +135,7 @@ def _mib(mb: float) -> int:
 class DeviceMeter:
     """What one device was doing: busy intervals and memory held by simulated instances.
 
-    Thread-safe. Each :class:`~reference_server.instances.Device` owns one; only the simulated
+    Thread-safe. Each :class:`~reference_server.batching.instances.Device` owns one; only the simulated
     backend writes to it, and a device becomes a simulated GPU (:attr:`spec` set) when the
     first simulated instance is placed on it.
 

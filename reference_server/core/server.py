@@ -1,9 +1,9 @@
 """The facade the frontends call: :class:`InferenceServer` and its :class:`CoreOptions`.
 
 The server owns the model repository, the lifecycle table (which model versions are READY,
-LOADING, UNLOADING, UNAVAILABLE and why), the loaded :class:`~reference_server.model.ModelRuntime`
+LOADING, UNLOADING, UNAVAILABLE and why), the loaded :class:`~reference_server.core.model.ModelRuntime`
 objects, the optional response cache, the devices and a Prometheus registry of its own. Every
-failure is raised (or delivered) as a :class:`~reference_server.errors.ServerError` carrying
+failure is raised (or delivered) as a :class:`~reference_server.core.errors.ServerError` carrying
 Triton's code and message; frontends only translate it to HTTP/gRPC.
 
 Loading a new config for a loaded model builds and starts the new version first, then swaps it
@@ -29,26 +29,26 @@ from prometheus_client import CollectorRegistry
 from tritonclient.grpc import model_config_pb2 as mc
 
 from reference_server import TRITON_COMPAT_VERSION
-from reference_server.cache import ResponseCache
-from reference_server.config import (
+from reference_server.batching.instances import DeviceRegistry
+from reference_server.core.cache import ResponseCache
+from reference_server.core.config import (
     config_from_json,
     normalize,
     validate,
     validate_instance_groups,
 )
-from reference_server.errors import Code, ModelConfigError, ServerError
-from reference_server.gpu import GpuCollector, default_sources
-from reference_server.instances import DeviceRegistry
-from reference_server.model import ModelRuntime, RuntimeOptions
-from reference_server.repository import (
+from reference_server.core.errors import Code, ModelConfigError, ServerError
+from reference_server.core.gpu import GpuCollector, default_sources
+from reference_server.core.model import ModelRuntime, RuntimeOptions
+from reference_server.core.repository import (
     DUPLICATE_REASON,
     ModelRepository,
     ModelSource,
     check_model_name,
     select_versions,
 )
-from reference_server.stats import MetricSource, ModelMetrics, TritonCollector, render_text
-from reference_server.types import InferRequest, InferResponse
+from reference_server.core.stats import MetricSource, ModelMetrics, TritonCollector, render_text
+from reference_server.core.types import InferRequest, InferResponse
 
 READY = "READY"
 UNAVAILABLE = "UNAVAILABLE"

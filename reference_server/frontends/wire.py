@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from reference_server.errors import Code, ServerError
+from reference_server.core.errors import Code, ServerError
 
 #: KServe datatype name -> numpy dtype of the in-server array (explicitly little-endian).
 NUMPY_DTYPES: dict[str, np.dtype[Any]] = {

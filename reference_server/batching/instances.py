@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from reference_server.backends.base import Backend
-from reference_server.gpu import DeviceMeter
-from reference_server.scheduler import Batch, Scheduler, reduce_timer_slack
+from reference_server.batching.scheduler import Batch, Scheduler, reduce_timer_slack
+from reference_server.core.gpu import DeviceMeter
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ class Device:
     Attributes:
         name: ``"cpu"``, ``"gpu0"``, ``"sim-gpu0"``...
         lock: Held for the device part of an execution (serialises device work).
-        meter: Busy time and memory of simulated instances (``reference_server.gpu``).
+        meter: Busy time and memory of simulated instances (``reference_server.core.gpu``).
     """
 
     name: str
