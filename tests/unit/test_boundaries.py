@@ -1,0 +1,406 @@
+"""Import and exit boundaries of ``analyzer/`` and ``reference_server/``, read from the AST.
+
+Every ``.py`` file of both packages is parsed (nothing is imported, so this runs in well under a
+second); imports inside functions and ``TYPE_CHECKING`` blocks count, relative imports are
+resolved against the file's package, and ``importlib.import_module("...")`` / ``__import__`` with
+a literal name count as imports.
+
+Boundaries (see ``STYLE.md``, "Heavy or process-wide imports stay in one place"):
+
+- ``optuna`` is imported only by ``analyzer/search.py``, the search module.
+- ``locust`` and ``gevent`` (process-wide monkey patching) only under ``analyzer/load/``.
+- ``onnxruntime`` only by ``reference_server/backends/onnxruntime.py``; ``onnx`` (the graph
+  builder, no runtime) only by the bundled-model builders in ``reference_server/zoo/``.
+- ``reference_server`` never imports ``analyzer`` (the server stands alone).
+- ``reference_server/core/`` and ``reference_server/batching/`` import no
+  ``reference_server.frontends`` module and not ``reference_server.app`` (frontends call the
+  core, never the other way round).
+
+No ``sys.exit`` / ``exit`` / ``quit`` / ``os._exit`` / ``raise SystemExit`` and no ``print(``
+below the CLI. The CLI edge is exactly:
+
+- ``analyzer/cli.py`` and every module under ``analyzer/commands/`` (the typer layer);
+- ``reference_server/__main__.py`` (``python -m reference_server``);
+- the function ``run_server`` in ``reference_server/app.py``, which prints the ready line
+  (its stdout protocol; ``serve`` and ``ServerThread`` take an ``on_ready`` callback instead);
+- in ``analyzer/load/web/extension.py``, the Locust plugin that is the CLI edge of the ``locust``
+  process: ``_announce`` prints the dashboard's ready line, and ``_check_exposure`` calls
+  ``sys.exit(2)`` because Locust logs and swallows any ``Exception`` an ``init`` listener
+  raises (``locust.event.EventHook.fire``), so exiting is the only way to refuse to serve;
+- a module's ``if __name__ == "__main__":`` block and the functions it calls by name (e.g.
+  ``main`` of ``python -m reference_server.zoo.resnet50``): that is a command line of its own.
+
+One exit is not a CLI's: ``analyzer/supervise.py``'s ``die_with_parent`` runs in a forked child
+between fork and exec (``preexec_fn``) and calls ``os._exit`` there: it ends that child only.
+
+Everything else is library code: it returns or raises, and the CLI maps that to output and an
+exit code. :data:`KNOWN_VIOLATIONS` lists what breaks a boundary today (reported, owned by
+others); a test fails once one of them is fixed, so the list shrinks with the code.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("analyzer", "reference_server")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One import or call found in a file: ``path`` relative to the scanned root."""
+
+    path: str
+    line: int
+    function: str  # the innermost enclosing def ("" at module level)
+    what: str  # a module name ("optuna.trial") or a call ("print", "sys.exit")
+    scope: tuple[str, ...] = ()  # every enclosing def, outermost first
+    main_guard: bool = False  # inside ``if __name__ == "__main__":``
+
+    def __str__(self) -> str:
+        where = f" in {self.function}()" if self.function else ""
+        return f"{self.path}:{self.line}{where}: {self.what}"
+
+
+def _module_name(relative: Path) -> str:
+    parts = list(relative.with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(relative: Path, level: int, module: str | None) -> str:
+    """The absolute module of ``from <level dots><module> import ...`` in ``relative``."""
+    package = _module_name(relative).split(".")
+    if relative.name != "__init__.py":
+        package.pop()  # a module's package is its parent
+    base = package[: len(package) - (level - 1)] if level > 1 else package
+    return ".".join([*base, module] if module else base)
+
+
+class _Scanner(ast.NodeVisitor):
+    def __init__(self, relative: Path) -> None:
+        self.relative = relative
+        self.functions: list[str] = []
+        self.in_main_guard = False
+        self.entry_points: set[str] = set()  # functions the ``__main__`` block calls
+        self.imports: list[Finding] = []
+        self.exits: list[Finding] = []
+        self.prints: list[Finding] = []
+
+    def _found(self, node: ast.AST, what: str) -> Finding:
+        function = self.functions[-1] if self.functions else ""
+        line = getattr(node, "lineno", 0)
+        path = self.relative.as_posix()
+        return Finding(path, line, function, what, tuple(self.functions), self.in_main_guard)
+
+    def visit_If(self, node: ast.If) -> None:
+        if not self.functions and _is_main_guard(node.test):
+            self.in_main_guard = True
+            for statement in node.body:
+                self.visit(statement)
+                self.entry_points |= {
+                    _dotted(call.func) for call in ast.walk(statement) if isinstance(call, ast.Call)
+                }
+            self.in_main_guard = False
+            for statement in node.orelse:
+                self.visit(statement)
+            return
+        self.generic_visit(node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self.functions.append(node.name)
+        self.generic_visit(node)
+        self.functions.pop()
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
+        self.functions.append(node.name)
+        self.generic_visit(node)
+        self.functions.pop()
+
+    def visit_Import(self, node: ast.Import) -> None:
+        self.imports += [self._found(node, alias.name) for alias in node.names]
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        relative = node.level > 0
+        base = _resolve(self.relative, node.level, node.module) if relative else node.module or ""
+        self.imports.append(self._found(node, base))
+        # ``from reference_server import frontends`` imports the submodule too.
+        self.imports += [self._found(node, f"{base}.{alias.name}") for alias in node.names]
+
+    def visit_Raise(self, node: ast.Raise) -> None:
+        exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+        if isinstance(exc, ast.Name) and exc.id == "SystemExit":
+            self.exits.append(self._found(node, "raise SystemExit"))
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        name = _dotted(node.func)
+        if name == "print":
+            self.prints.append(self._found(node, "print"))
+        elif name in ("sys.exit", "exit", "quit", "os._exit"):
+            self.exits.append(self._found(node, name))
+        elif name in ("importlib.import_module", "import_module", "__import__") and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                self.imports.append(self._found(node, first.value))
+        self.generic_visit(node)
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and len(test.comparators) == 1
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == "__main__"
+    )
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return f"{inner}.{node.attr}" if inner else ""
+    return ""
+
+
+def scan(root: Path) -> list[_Scanner]:
+    """Parse every ``.py`` file of :data:`PACKAGES` below ``root``."""
+    scanners = []
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            relative = path.relative_to(root)
+            scanner = _Scanner(relative)
+            scanner.visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+            scanners.append(scanner)
+    return scanners
+
+
+def _under(path: str, *prefixes: str) -> bool:
+    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in prefixes)
+
+
+def _imports(module: str, name: str) -> bool:
+    return name == module or name.startswith(module + ".")
+
+
+@dataclass(frozen=True)
+class ImportRule:
+    """``modules`` may be imported only by files under ``allowed`` (paths or folders)."""
+
+    modules: tuple[str, ...]
+    allowed: tuple[str, ...]
+    importers: tuple[str, ...] = PACKAGES  # the files the rule applies to
+
+    def violations(self, scanners: list[_Scanner]) -> list[Finding]:
+        return [
+            found
+            for scanner in scanners
+            if _under(scanner.relative.as_posix(), *self.importers)
+            and not _under(scanner.relative.as_posix(), *self.allowed)
+            for found in scanner.imports
+            if any(_imports(module, found.what) for module in self.modules)
+        ]
+
+
+IMPORT_RULES: dict[str, ImportRule] = {
+    "optuna only in the search module": ImportRule(("optuna",), ("analyzer/search.py",)),
+    "locust and gevent only under analyzer/load": ImportRule(
+        ("locust", "gevent"), ("analyzer/load",)
+    ),
+    "onnxruntime only in its backend": ImportRule(
+        ("onnxruntime",), ("reference_server/backends/onnxruntime.py",)
+    ),
+    "onnx only in the zoo builders": ImportRule(("onnx",), ("reference_server/zoo",)),
+    "reference_server never imports analyzer": ImportRule(
+        ("analyzer",), (), importers=("reference_server",)
+    ),
+    "core and batching import no frontend": ImportRule(
+        ("reference_server.frontends", "reference_server.app"),
+        (),
+        importers=("reference_server/core", "reference_server/batching"),
+    ),
+}
+
+#: (path, function or "" for any) where a call is part of the CLI edge (module docstring).
+CLI_EDGE: dict[str, tuple[tuple[str, str], ...]] = {
+    "print": (
+        ("analyzer/cli.py", ""),
+        ("analyzer/commands", ""),
+        ("reference_server/__main__.py", ""),
+        ("reference_server/app.py", "run_server"),
+        ("analyzer/load/web/extension.py", "_announce"),
+    ),
+    "exit": (
+        ("analyzer/cli.py", ""),
+        ("analyzer/commands", ""),
+        ("reference_server/__main__.py", ""),
+        ("analyzer/load/web/extension.py", "_check_exposure"),
+        ("analyzer/supervise.py", "die_with_parent"),
+    ),
+}
+
+#: Library code that crosses a boundary today: (kind, path, function) -> why it is listed.
+KNOWN_VIOLATIONS: dict[tuple[str, str, str], str] = {
+    ("print", "analyzer/load/web/launcher.py", "run_ui"): (
+        "the 'starting the reference server' and 'target ... model ...' status lines belong in "
+        "analyzer/commands/ui.py (or an on_status callback); reported in issue 12"
+    ),
+}
+
+
+def _within_edge(found: Finding, edge: tuple[tuple[str, str], ...], entry: set[str]) -> bool:
+    if found.main_guard or (found.scope and found.scope[0] in entry):
+        return True
+    return any(
+        _under(found.path, path) and (not function or function in found.scope)
+        for path, function in edge
+    )
+
+
+def call_violations(scanners: list[_Scanner], kind: str) -> list[Finding]:
+    """``print`` or exit calls outside :data:`CLI_EDGE` (``kind`` is ``"print"``/``"exit"``)."""
+    return [
+        found
+        for scanner in scanners
+        for found in (scanner.prints if kind == "print" else scanner.exits)
+        if not _within_edge(found, CLI_EDGE[kind], scanner.entry_points)
+    ]
+
+
+def _unknown(kind: str, findings: list[Finding]) -> list[str]:
+    return [str(f) for f in findings if (kind, f.path, f.function) not in KNOWN_VIOLATIONS]
+
+
+@pytest.fixture(scope="module")
+def scanners() -> list[_Scanner]:
+    return scan(REPO_ROOT)
+
+
+def test_the_scan_reads_both_packages(scanners: list[_Scanner]) -> None:
+    paths = {s.relative.as_posix() for s in scanners}
+    assert {"analyzer/search.py", "reference_server/core/server.py"} <= paths
+    assert len(paths) > 40
+    # The allowed importers still exist and still import what they are allowed to.
+    searched = next(s for s in scanners if s.relative.as_posix() == "analyzer/search.py")
+    assert any(_imports("optuna", f.what) for f in searched.imports)
+
+
+@pytest.mark.parametrize("rule", list(IMPORT_RULES), ids=list(IMPORT_RULES))
+def test_import_boundary(scanners: list[_Scanner], rule: str) -> None:
+    found = IMPORT_RULES[rule].violations(scanners)
+    assert not found, f"{rule}:\n" + "\n".join(str(f) for f in found)
+
+
+@pytest.mark.parametrize("kind", ["print", "exit"])
+def test_no_print_or_exit_below_the_cli(scanners: list[_Scanner], kind: str) -> None:
+    unknown = _unknown(kind, call_violations(scanners, kind))
+    assert not unknown, f"{kind} below the CLI edge (see this module's docstring):\n" + "\n".join(
+        unknown
+    )
+
+
+def test_known_violations_are_still_there(scanners: list[_Scanner]) -> None:
+    """Once a listed violation is fixed, its entry must go (the list only shrinks)."""
+    present = {
+        (kind, f.path, f.function)
+        for kind in ("print", "exit")
+        for f in call_violations(scanners, kind)
+    }
+    fixed = [f"{key}: {why}" for key, why in KNOWN_VIOLATIONS.items() if key not in present]
+    assert not fixed, "fixed, remove from KNOWN_VIOLATIONS:\n" + "\n".join(fixed)
+
+
+# -- the scanner finds planted violations --------------------------------------------------------
+
+PLANTED_IMPORTS: dict[str, tuple[str, str]] = {
+    "optuna only in the search module": (
+        "analyzer/sweep.py",
+        "def f():\n    from optuna.trial import TrialState\n",
+    ),
+    "locust and gevent only under analyzer/load": ("analyzer/report/build.py", "import gevent\n"),
+    "onnxruntime only in its backend": (
+        "reference_server/zoo/resnet50.py",
+        "import importlib\nort = importlib.import_module('onnxruntime')\n",
+    ),
+    "onnx only in the zoo builders": ("reference_server/backends/simulated.py", "import onnx\n"),
+    "reference_server never imports analyzer": (
+        "reference_server/core/model.py",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from analyzer import trial\n",
+    ),
+    "core and batching import no frontend": (
+        "reference_server/batching/scheduler.py",
+        "from ..frontends import http\n",
+    ),
+}
+
+
+def _plant(root: Path, path: str, source: str) -> None:
+    for package in PACKAGES:
+        (root / package).mkdir(parents=True, exist_ok=True)
+        (root / package / "__init__.py").touch()
+    target = root / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for parent in target.relative_to(root).parents:
+        if parent != Path("."):
+            (root / parent / "__init__.py").touch()
+    target.write_text(source, encoding="utf-8")
+
+
+def test_every_import_rule_has_a_planted_violation() -> None:
+    assert set(PLANTED_IMPORTS) == set(IMPORT_RULES)
+
+
+@pytest.mark.parametrize("rule", list(PLANTED_IMPORTS), ids=list(PLANTED_IMPORTS))
+def test_scanner_finds_a_planted_import(tmp_path: Path, rule: str) -> None:
+    path, source = PLANTED_IMPORTS[rule]
+    _plant(tmp_path, path, source)
+    found = IMPORT_RULES[rule].violations(scan(tmp_path))
+    assert {f.path for f in found} == {path}, found
+    # Every other rule stays quiet on the same tree: the rules do not overlap by accident.
+    others = [r for r in IMPORT_RULES if r != rule and IMPORT_RULES[r].violations(scan(tmp_path))]
+    assert others == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "source", "line"),
+    [
+        ("print", "def run():\n    print('hi')\n", 2),
+        ("exit", "import sys\ndef run():\n    sys.exit(2)\n", 3),
+        ("exit", "def run():\n    raise SystemExit(1)\n", 2),
+        ("exit", "import os\nos._exit(0)\n", 2),
+        ("print", "def main():\n    pass\nif __name__ == '__main__':\n    main()\nprint(1)\n", 5),
+        ("exit", "def main():\n    exit(1)\nif __name__ == '__main__':\n    helper()\n", 2),
+    ],
+)
+def test_scanner_finds_a_planted_call(tmp_path: Path, kind: str, source: str, line: int) -> None:
+    _plant(tmp_path, "analyzer/sweep.py", source)
+    _plant(tmp_path, "analyzer/commands/run.py", source)  # the CLI edge: allowed there
+    _plant(tmp_path, "reference_server/app.py", "def serve():\n    print('x')\n")
+    # The __main__ guard of a module and the function it calls are a command line of their own.
+    _plant(
+        tmp_path,
+        "reference_server/zoo/tool.py",
+        "import sys\ndef main():\n    print(1)\n    sys.exit(2)\n"
+        "if __name__ == '__main__':\n    print(main())\n    sys.exit(main())\n",
+    )
+    found = call_violations(scan(tmp_path), kind)
+    expected = [("analyzer/sweep.py", line)]
+    if kind == "print":  # app.py prints outside run_server: below the CLI
+        expected.append(("reference_server/app.py", 2))
+    assert sorted((f.path, f.line) for f in found) == sorted(expected)
+
+
+def test_relative_imports_resolve_against_the_package() -> None:
+    core = Path("reference_server/core/model.py")
+    assert _resolve(core, 1, "stats") == "reference_server.core.stats"
+    assert _resolve(core, 2, "frontends.http") == "reference_server.frontends.http"
+    assert _resolve(Path("reference_server/core/__init__.py"), 1, None) == "reference_server.core"
+    assert _resolve(Path("reference_server/core/__init__.py"), 2, "app") == "reference_server.app"
