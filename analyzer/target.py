@@ -13,12 +13,11 @@ restart: ``POST /v2/repository/models/<m>/load`` with ``{"parameters": {"config"
 then wait until the model is ready. Only plain HTTP (urllib) is used here, so no gevent or
 tritonclient import is needed to manage a target.
 
-A managed server dies with the process that started it, even after ``kill -9`` of that process:
-on Linux the child asks for ``PR_SET_PDEATHSIG`` (SIGTERM when its parent thread exits) before
-it executes, and everywhere the server gets ``PERFSWEEP_PARENT_PID`` and stops itself once its
-parent is gone (a watchdog in ``python -m reference_server``). :func:`die_with_parent` is the one
-mechanism; ``perfsweep run``, ``gate`` and ``ui`` all start their servers through
-:class:`ManagedServer`.
+Jobs are split: :mod:`analyzer.supervise` runs the server process (dies with this process, log
+file, wait for the ready line, SIGTERM then SIGKILL); :mod:`analyzer.transport` carries the HTTP
+calls (a ``MockTransport`` in tests); :func:`bundled_repository` writes a bundled model's
+repository; :func:`read_device_info` scrapes what each instance runs on. :class:`ManagedServer`
+composes them; :func:`make_target` picks the target a scenario describes (sweep and gate alike).
 
 Only ``http://`` URLs are accepted (:func:`http_url`, the one place URLs enter): TLS is not
 implemented end to end, so an ``https://`` URL is refused rather than sent as plain HTTP.
@@ -26,30 +25,24 @@ implemented end to end, so an ``https://`` URL is refused rather than sent as pl
 
 from __future__ import annotations
 
-import ctypes
-import json
-import os
 import re
-import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.errors import InputError, TargetError
-from reference_server.ready import last_ready
+from analyzer.supervise import Supervisor, log_note
+from analyzer.transport import Request, Transport, UrllibTransport
+from reference_server.ready import ServerAddresses, last_ready
 
-#: Environment variable naming the pid a managed server must outlive no longer than it.
-PARENT_PID_ENV = "PERFSWEEP_PARENT_PID"
-
-_PR_SET_PDEATHSIG = 1
+if TYPE_CHECKING:
+    from analyzer.scenario import Scenario
 
 
 class ConfigRejectedError(TargetError):
@@ -99,37 +92,6 @@ def untunable_reason(config: mc.ModelConfig) -> str | None:
     )
 
 
-def die_with_parent(parent_pid: int) -> None:
-    """``preexec_fn`` of a managed child: SIGTERM when the parent thread dies (Linux).
-
-    Runs in the child between fork and exec. When the parent already died in between, the
-    child exits at once. Elsewhere this does nothing; the server's own watchdog
-    (``PERFSWEEP_PARENT_PID``) covers it.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent_pid:
-        os._exit(1)
-
-
-def child_process_options(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``subprocess.Popen`` keyword arguments that tie a child's life to this process.
-
-    Args:
-        env: The child's environment (default: this process's); the parent pid is added.
-    """
-    parent = os.getpid()
-    return {
-        "preexec_fn": lambda: die_with_parent(parent),
-        "env": {**(os.environ if env is None else env), PARENT_PID_ENV: str(parent)},
-    }
-
-
 class Target(Protocol):
     """The server under test.
 
@@ -175,25 +137,6 @@ class Target(Protocol):
 # HTTP helpers
 
 
-def http_json(
-    method: str, url: str, body: dict[str, Any] | None = None, timeout_s: float = 30.0
-) -> tuple[int, Any]:
-    """One HTTP request with a JSON body; returns (status, decoded JSON or text)."""
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method)
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            status, raw = response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        status, raw = exc.code, exc.read()
-    try:
-        return status, json.loads(raw) if raw else None
-    except ValueError:
-        return status, raw.decode(errors="replace")
-
-
 def _error_text(payload: Any) -> str:
     if isinstance(payload, dict) and "error" in payload:
         return str(payload["error"])
@@ -224,6 +167,25 @@ def parse_device_info(metrics_text: str, model: str) -> list[dict[str, str]]:
     return found
 
 
+def read_device_info(
+    metrics_url: str, model: str, transport: Transport | None = None
+) -> list[dict[str, str]]:
+    """What each instance of ``model`` runs on, scraped from ``metrics_url``.
+
+    Read from the reference server's ``perfsweep_model_device_info`` metric (backend, device,
+    execution provider or simulated profile); empty when it cannot be read.
+    """
+    if not metrics_url:
+        return []
+    try:
+        answer = (transport or UrllibTransport()).request(Request("GET", metrics_url, None, 5.0))
+    except OSError:
+        return []
+    if answer.status != 200:
+        return []
+    return parse_device_info(answer.text(), model)
+
+
 def observed_device(devices: list[dict[str, str]], requested: str) -> str:
     """``sim``, ``cuda`` or ``cpu`` as the server reports it; ``requested`` when unknown."""
     if not devices:
@@ -235,14 +197,27 @@ def observed_device(devices: list[dict[str, str]], requested: str) -> str:
 
 
 class _HttpTarget:
-    """What both targets share: the KServe v2 HTTP calls."""
+    """What both targets share: the KServe v2 HTTP calls, through :attr:`transport`.
+
+    ``clock`` and ``sleep`` pace the waits for readiness (tests pass a fake clock).
+    """
 
     model: str
     url: str
     load_timeout_s: float = 300.0
+    transport: Transport
+    clock: Callable[[], float] = staticmethod(time.monotonic)
+    sleep: Callable[[float], None] = staticmethod(time.sleep)
+
+    def _call(
+        self, method: str, path: str, body: Any = None, timeout_s: float = 10.0
+    ) -> tuple[int, Any]:
+        """(status, decoded JSON or text) of one request; :class:`OSError` when no answer."""
+        answer = self.transport.request(Request(method, self.url + path, body, timeout_s))
+        return answer.status, answer.payload()
 
     def _get(self, path: str, timeout_s: float = 10.0) -> tuple[int, Any]:
-        return http_json("GET", self.url + path, timeout_s=timeout_s)
+        return self._call("GET", path, timeout_s=timeout_s)
 
     def _is_live(self) -> bool:
         try:
@@ -274,9 +249,9 @@ class _HttpTarget:
 
     def load_config(self, config: mc.ModelConfig) -> None:
         body = {"parameters": {"config": config_to_json(config)}}
-        url = f"{self.url}/v2/repository/models/{self.model}/load"
+        path = f"/v2/repository/models/{self.model}/load"
         try:
-            status, payload = http_json("POST", url, body, timeout_s=self.load_timeout_s)
+            status, payload = self._call("POST", path, body, timeout_s=self.load_timeout_s)
         except OSError as exc:
             raise TargetError(f"loading a config into {self.url} failed: {exc}") from exc
         if status != 200:
@@ -288,13 +263,13 @@ class _HttpTarget:
                     f"the server refused the config ({status}): {_error_text(payload)}"
                 )
             raise TargetError(f"load of {self.model} failed ({status}): {_error_text(payload)}")
-        deadline = time.monotonic() + self.load_timeout_s
+        deadline = self.clock() + self.load_timeout_s
         while not self._is_ready():
-            if time.monotonic() > deadline:
+            if self.clock() > deadline:
                 raise TargetError(
                     f"{self.model} was not ready {self.load_timeout_s:.0f} s after load"
                 )
-            time.sleep(0.1)
+            self.sleep(0.1)
 
     def server_metadata(self) -> dict[str, Any]:
         try:
@@ -309,21 +284,43 @@ class _HttpTarget:
 
 
 class RemoteTarget(_HttpTarget):
-    """A running server at ``url`` (real Triton in explicit model-control mode, or ours)."""
+    """A running server at ``url`` (real Triton in explicit model-control mode, or ours).
+
+    Args:
+        url: The server's HTTP address (``http://`` added when missing; ``https://`` refused).
+        model: The model to tune.
+        timeout_s: How long :meth:`start` waits for the server to answer ready.
+        transport: The HTTP seam (default: urllib).
+        clock: Monotonic seconds (default :func:`time.monotonic`).
+        sleep: Waits between polls (default :func:`time.sleep`).
+    """
 
     shared = True
 
-    def __init__(self, url: str, model: str, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        timeout_s: float = 10.0,
+        transport: Transport | None = None,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
         self.url = http_url(url)
         self.model = model
         self.device = "remote"
         self.timeout_s = timeout_s
+        self.transport = transport or UrllibTransport()
+        if clock is not None:
+            self.clock = clock
+        if sleep is not None:
+            self.sleep = sleep
 
     def start(self) -> None:
         """Check that the server answers and the model is ready."""
-        deadline = time.monotonic() + self.timeout_s
+        deadline = self.clock() + self.timeout_s
         last = "no answer"
-        while time.monotonic() < deadline:
+        while self.clock() < deadline:
             try:
                 status, _ = self._get("/v2/health/ready", timeout_s=2.0)
                 if status == 200:
@@ -331,7 +328,7 @@ class RemoteTarget(_HttpTarget):
                 last = f"HTTP {status}"
             except OSError as exc:
                 last = str(getattr(exc, "reason", exc))
-            time.sleep(0.2)
+            self.sleep(0.2)
         else:
             raise TargetError(f"cannot reach the server at {self.url} ({last}); check --url")
         if not self._is_ready():
@@ -367,8 +364,44 @@ class RemoteTarget(_HttpTarget):
 # Managed reference server
 
 
+def bundled_repository(
+    model: str, root: Path, device: str, python: str = sys.executable, timeout_s: float = 180.0
+) -> Path:
+    """Write the repository of bundled model ``model`` under ``root`` (kept when already there).
+
+    Runs ``python -m reference_server.zoo.resnet50`` in a child process rather than calling
+    ``make_repository`` here: the zoo imports onnx (and builds a 100 MB graph on first use),
+    which the analyzer process must not import.
+
+    Raises:
+        TargetError: ``model`` is not a bundled model, or the repository could not be written.
+    """
+    root = Path(root).resolve()
+    if (root / model / "config.pbtxt").exists():
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [python, "-m", "reference_server.zoo.resnet50", model, str(root), device],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=root.parent,
+    )
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise TargetError(
+            f"cannot prepare the bundled model {model!r}: {tail}; "
+            "pass --model-repository DIR for your own models"
+        )
+    return root
+
+
 class ManagedServer(_HttpTarget):
     """The reference server as a subprocess on loopback with free ports.
+
+    Composes a :class:`~analyzer.supervise.Supervisor` (the process and its log), the ready line
+    (:func:`reference_server.ready.last_ready`), :func:`bundled_repository` and
+    :func:`read_device_info`; the HTTP calls are the shared :class:`_HttpTarget` ones.
 
     Args:
         model: Model to load (a bundled model name, or a model in ``repository``).
@@ -377,6 +410,7 @@ class ManagedServer(_HttpTarget):
         repository: Model repository directory; None for a bundled model.
         startup_timeout_s: How long to wait for the ready line and the model.
         python: Interpreter to run the server with.
+        transport: The HTTP seam (default: urllib).
     """
 
     shared = False
@@ -389,6 +423,7 @@ class ManagedServer(_HttpTarget):
         repository: Path | None = None,
         startup_timeout_s: float = 180.0,
         python: str = sys.executable,
+        transport: Transport | None = None,
     ) -> None:
         self.model = model
         self.device = device
@@ -397,10 +432,11 @@ class ManagedServer(_HttpTarget):
         self.repository = Path(repository).resolve() if repository is not None else None
         self.startup_timeout_s = startup_timeout_s
         self.python = python
+        self.transport = transport or UrllibTransport()
         self.url = ""
         self.metrics_url = ""
         self.restarts = 0
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._process: Supervisor | None = None
         self._last_config: mc.ModelConfig | None = None
 
     def command(self) -> list[str]:
@@ -426,107 +462,56 @@ class ManagedServer(_HttpTarget):
             cmd += ["--model-repository", str(self.repository)]
         return cmd
 
-    def _bundled_repository(self) -> Path:
-        """Materialise a bundled model's repository beside the log (in a child process, so
-        this process never imports the server package)."""
-        root = self.log_path.parent / "repository"
-        if not (root / self.model / "config.pbtxt").exists():
-            code = (
-                "import sys; from pathlib import Path; "
-                "from reference_server.zoo.resnet50 import MODEL_NAME, make_repository; "
-                "assert sys.argv[1] == MODEL_NAME, 'not a bundled model: ' + sys.argv[1]; "
-                "make_repository(Path(sys.argv[2]), sys.argv[3])"
-            )
-            done = subprocess.run(
-                [self.python, "-c", code, self.model, str(root), self.device],
-                capture_output=True,
-                text=True,
-                timeout=self.startup_timeout_s,
-                cwd=self.log_path.parent,
-            )
-            if done.returncode != 0:
-                tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-                raise TargetError(
-                    f"cannot prepare the bundled model {self.model!r}: {tail}; "
-                    "pass --model-repository DIR for your own models"
-                )
-        return root
-
     def start(self) -> None:
         """Start the subprocess, read its ports from the log, wait until the model is ready."""
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if self.repository is None:
-            self.repository = self._bundled_repository()
-        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        with open(self.log_path, "ab") as log:
-            log.write(f"--- perfsweep: starting {' '.join(self.command())}\n".encode())
-            log.flush()
-            options = child_process_options()  # dies with this process, even on kill -9
-            options["env"]["PYTHONUNBUFFERED"] = "1"
-            self._proc = subprocess.Popen(
-                self.command(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                **options,
+            self.repository = bundled_repository(
+                self.model,
+                self.log_path.parent / "repository",
+                self.device,
+                self.python,
+                self.startup_timeout_s,
             )
-            log.write(f"--- perfsweep: server pid {self._proc.pid}\n".encode())
-            log.flush()
-        deadline = time.monotonic() + self.startup_timeout_s
-        while not self.url:
-            if self._proc.poll() is not None:
-                raise TargetError(
-                    f"the reference server exited with status {self._proc.returncode} during "
-                    f"startup: {self._log_tail(offset)} (full log: {self.log_path})"
-                )
-            if time.monotonic() > deadline:
-                self.stop()
-                raise TargetError(
-                    f"the reference server did not start within {self.startup_timeout_s:.0f} s "
-                    f"(log: {self.log_path})"
-                )
-            addresses = last_ready(self._log_text(offset))
-            if addresses is not None:
-                self.url = f"http://{addresses.http_url}"
-                self.metrics_url = addresses.metrics_url
-            else:
-                time.sleep(0.1)
+        process = Supervisor(
+            self.command(),
+            self.log_path,
+            name="the reference server",
+            label="server",
+            env={"PYTHONUNBUFFERED": "1"},
+        )
+        self._process = process
+        started = self.clock()
+        process.start()
+        addresses: ServerAddresses = process.wait_for(last_ready, self.startup_timeout_s)
+        self.url = f"http://{addresses.http_url}"
+        self.metrics_url = addresses.metrics_url
+        deadline = started + self.startup_timeout_s
         while not self._is_ready():
-            if self._proc.poll() is not None or time.monotonic() > deadline:
+            if not process.running() or self.clock() > deadline:
                 raise TargetError(f"model {self.model!r} never became ready (log: {self.log_path})")
-            time.sleep(0.2)
+            self.sleep(0.2)
 
     def stop(self) -> None:
         """Terminate the subprocess (SIGTERM, then SIGKILL after 10 s)."""
-        proc, self._proc = self._proc, None
+        process, self._process = self._process, None
         self.url = ""
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        if process is not None:
+            process.stop(timeout_s=10.0)
 
     def alive(self) -> bool:
         """Whether the subprocess runs and answers."""
-        if self._proc is None or self._proc.poll() is not None:
+        if self._process is None or not self._process.running():
             return False
-        try:
-            status, _ = self._get("/v2/health/live", timeout_s=5.0)
-        except OSError:
-            return False
-        return status == 200
+        return self._is_live()
 
     def ensure_alive(self) -> None:
         """Restart the server when it died, and reload the last config pushed to it."""
         if self.alive():
             return
-        code = self._proc.poll() if self._proc else None
+        code = self._process.returncode() if self._process else None
         self.stop()
-        with open(self.log_path, "ab") as log:
-            log.write(f"--- perfsweep: server died (status {code}); restarting\n".encode())
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_note(self.log_path, f"server died (status {code}); restarting")
         self.restarts += 1
         self.start()
         if self._last_config is not None:
@@ -538,22 +523,11 @@ class ManagedServer(_HttpTarget):
 
     def pid(self) -> int | None:
         """The server's process id (tests kill it to check the restart)."""
-        return self._proc.pid if self._proc else None
+        return self._process.pid() if self._process else None
 
     def devices(self) -> list[dict[str, str]]:
-        """What each instance of the model actually runs on, as the server reports it.
-
-        Read from the reference server's ``perfsweep_model_device_info`` metric (backend,
-        device, execution provider or simulated profile); empty when it cannot be read.
-        """
-        if not self.metrics_url:
-            return []
-        try:
-            with urllib.request.urlopen(self.metrics_url, timeout=5.0) as response:
-                text = response.read().decode("utf-8", errors="replace")
-        except OSError:
-            return []
-        return parse_device_info(text, self.model)
+        """What each instance of the model actually runs on (:func:`read_device_info`)."""
+        return read_device_info(self.metrics_url, self.model, self.transport)
 
     def describe(self) -> dict[str, Any]:
         meta = self.server_metadata() if self.url else {}
@@ -568,18 +542,26 @@ class ManagedServer(_HttpTarget):
             "log": str(self.log_path),
         }
 
-    def _log_text(self, offset: int) -> str:
-        with open(self.log_path, "rb") as log:
-            log.seek(offset)
-            return log.read().decode(errors="replace")
-
-    def _log_tail(self, offset: int) -> str:
-        lines = [line for line in self._log_text(offset).splitlines() if line.strip()]
-        return lines[-1] if lines else "no output"
-
     def __enter__(self) -> ManagedServer:
         self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def make_target(scenario: Scenario, workdir: Path, url: str | None = None) -> Target:
+    """The target a scenario describes: a :class:`RemoteTarget` at ``url`` (default
+    ``scenario.model.url``), else a :class:`ManagedServer` logging to
+    ``workdir/server/server.log`` (a run directory's ``server_log``)."""
+    m = scenario.model
+    address = url or m.url
+    if address:
+        return RemoteTarget(address, m.name)
+    return ManagedServer(
+        m.name,
+        m.device,
+        Path(workdir) / "server" / "server.log",
+        repository=m.repository,
+        startup_timeout_s=m.startup_timeout_s,
+    )

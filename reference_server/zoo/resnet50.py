@@ -9,12 +9,18 @@ build.
 :func:`make_repository` writes a model repository for ``resnet50`` that runs the graph with the
 onnxruntime backend (``device`` cpu/cuda/auto) or a simulated device (``device="sim"``). The
 bundled config is the sweep's baseline: no dynamic batching, one instance, max_batch_size 32.
+
+``python -m reference_server.zoo.resnet50 MODEL ROOT DEVICE`` does the same from a command line
+(:func:`main`): perfsweep's managed server prepares its repository that way, in a child process,
+so the analyzer never imports onnx.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -205,3 +211,26 @@ def make_repository(
         except OSError:
             target.write_bytes(source.read_bytes())
     return Path(root)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m reference_server.zoo.resnet50 MODEL ROOT DEVICE``: write the repository.
+
+    Returns:
+        0 when the repository was written; 2 when ``MODEL`` is not a bundled model or the
+        arguments are wrong (the reason is the last line on stderr).
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 3:
+        print("usage: python -m reference_server.zoo.resnet50 MODEL ROOT DEVICE", file=sys.stderr)
+        return 2
+    model, root, device = args
+    if model != MODEL_NAME:
+        print(f"not a bundled model: {model}", file=sys.stderr)
+        return 2
+    make_repository(Path(root), device)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

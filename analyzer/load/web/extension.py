@@ -62,6 +62,7 @@ from analyzer.load.web.options import (
 from analyzer.load.web.users import live_state
 from analyzer.server_stats import ServerScraper, http_stats_source
 from analyzer.target import ConfigRejectedError, RemoteTarget, untunable_reason
+from analyzer.trial import Knobs, apply_knobs, knobs_of  # where they live (no optuna import)
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +165,6 @@ class Dashboard:
 
     def refresh_config(self, settings: TargetSettings, model: str) -> None:
         """Re-read the model's knobs from the server (errors go to ``errors["config"]``)."""
-        from analyzer.sweep import knobs_of  # sweep imports optuna: only when first needed
-
         self._config_read_at = self.clock()
         try:
             self.config = knobs_of(self._target(settings, model).model_config()).to_dict()
@@ -181,9 +180,6 @@ class Dashboard:
                 ensemble or sequence-batched: nothing is loaded), or the server refused it.
             TargetError: the server could not be reached or the model did not come back.
         """
-        from analyzer.search import Knobs
-        from analyzer.sweep import apply_knobs, knobs_of
-
         target_settings = self.settings()
         if target_settings is None:
             raise InputError(self.errors.get("target", "no target"))

@@ -22,7 +22,8 @@ from typing import Any
 
 from analyzer.errors import InputError
 from analyzer.load.web.options import exposure_problem, login_from_env
-from analyzer.target import ManagedServer, RemoteTarget, child_process_options
+from analyzer.supervise import child_process_options
+from analyzer.target import ManagedServer, RemoteTarget
 from analyzer.target import http_url as as_http_url
 from reference_server.ready import last_ready
 

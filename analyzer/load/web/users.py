@@ -28,7 +28,7 @@ from analyzer.load.clients import make_client
 from analyzer.load.recorder import Recorder
 from analyzer.load.users import ClosedLoopUser, EngineConfig, OpenLoopUser, ProcessContext
 from analyzer.load.web.options import TargetSettings
-from analyzer.target import http_json
+from analyzer.transport import http_json
 
 log = logging.getLogger(__name__)
 

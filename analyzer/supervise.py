@@ -1,0 +1,187 @@
+"""One child process that dies with this one: start, wait for a ready line, stop, tell if alive.
+
+A supervised child dies with the process that started it, even after ``kill -9`` of that process:
+on Linux the child asks for ``PR_SET_PDEATHSIG`` (SIGTERM when its parent thread exits) before
+it executes, and everywhere it gets ``PERFSWEEP_PARENT_PID`` (``python -m reference_server`` stops
+itself once that parent is gone). :func:`die_with_parent` is the one mechanism; the managed
+reference server (:class:`analyzer.target.ManagedServer`) and ``perfsweep ui``'s Locust
+processes are started through :func:`child_process_options`.
+
+:class:`Supervisor` knows nothing about servers or HTTP: it runs a command with its output
+appended to a log file, waits until a caller-given parser finds what it needs in the new part of
+the log, and stops the process (SIGTERM, then SIGKILL).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from analyzer.errors import TargetError
+
+#: Environment variable naming the pid a managed child must outlive no longer than it.
+PARENT_PID_ENV = "PERFSWEEP_PARENT_PID"
+
+_PR_SET_PDEATHSIG = 1
+
+T = TypeVar("T")
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """``preexec_fn`` of a managed child: SIGTERM when the parent thread dies (Linux).
+
+    Runs in the child between fork and exec. When the parent already died in between, the
+    child exits at once. Elsewhere this does nothing; the server's own watchdog
+    (``PERFSWEEP_PARENT_PID``) covers it.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def child_process_options(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``subprocess.Popen`` keyword arguments that tie a child's life to this process.
+
+    Args:
+        env: The child's environment (default: this process's); the parent pid is added.
+    """
+    parent = os.getpid()
+    return {
+        "preexec_fn": lambda: die_with_parent(parent),
+        "env": {**(os.environ if env is None else env), PARENT_PID_ENV: str(parent)},
+    }
+
+
+def log_note(log_path: Path, text: str) -> None:
+    """Append ``--- perfsweep: <text>`` to a child's log (perfsweep's own lines in it)."""
+    with open(log_path, "ab") as log:
+        log.write(f"--- perfsweep: {text}\n".encode())
+
+
+class Supervisor:
+    """One child process with its stdout and stderr appended to ``log_path``.
+
+    Args:
+        command: The command line.
+        log_path: The log file (appended to: every start adds to the same file).
+        name: What the child is, for messages ("the reference server").
+        label: Its short name in the log's ``--- perfsweep: <label> pid N`` line (tests read it).
+        env: Extra environment variables for the child.
+    """
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        log_path: Path,
+        name: str = "the child process",
+        label: str = "child",
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.command = list(command)
+        self.log_path = Path(log_path).resolve()
+        self.name = name
+        self.label = label
+        self.env = dict(env or {})
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._offset = 0
+
+    def start(self) -> None:
+        """Start the child (its output goes to the end of the log)."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.log_path, "ab") as log:
+            self.note(f"starting {' '.join(self.command)}", log)
+            options = child_process_options()  # dies with this process, even on kill -9
+            options["env"].update(self.env)
+            self._proc = subprocess.Popen(
+                self.command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                **options,
+            )
+            self.note(f"{self.label} pid {self._proc.pid}", log)
+
+    def wait_for(
+        self, parse: Callable[[str], T | None], timeout_s: float, poll_s: float = 0.1
+    ) -> T:
+        """Wait until ``parse`` finds something in what the child wrote since it started.
+
+        Raises:
+            TargetError: The child exited first (the message quotes its last log line), or
+                ``timeout_s`` passed (the child is stopped); both name the log.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            proc = self._proc
+            if proc is None or proc.poll() is not None:
+                code = proc.returncode if proc is not None else None
+                raise TargetError(
+                    f"{self.name} exited with status {code} during startup: "
+                    f"{self.log_tail()} (full log: {self.log_path})"
+                )
+            found = parse(self.log_text())
+            if found is not None:
+                return found
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TargetError(
+                    f"{self.name} did not start within {timeout_s:.0f} s (log: {self.log_path})"
+                )
+            time.sleep(poll_s)
+
+    def running(self) -> bool:
+        """Whether the child was started and has not exited."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def returncode(self) -> int | None:
+        """The child's exit status (None while it runs or when it was never started)."""
+        return self._proc.poll() if self._proc is not None else None
+
+    def pid(self) -> int | None:
+        """The child's process id (None when not started)."""
+        return self._proc.pid if self._proc is not None else None
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the child: SIGTERM, then SIGKILL after ``timeout_s``."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=timeout_s)
+
+    def note(self, text: str, log: Any = None) -> None:
+        """Append ``--- perfsweep: <text>`` to the log (``log``: an open binary handle)."""
+        if log is None:
+            log_note(self.log_path, text)
+            return
+        log.write(f"--- perfsweep: {text}\n".encode())
+        log.flush()
+
+    def log_text(self) -> str:
+        """What the child wrote since its last start."""
+        with open(self.log_path, "rb") as log:
+            log.seek(self._offset)
+            return log.read().decode(errors="replace")
+
+    def log_tail(self) -> str:
+        """The last non-blank line the child wrote since its last start."""
+        lines = [line for line in self.log_text().splitlines() if line.strip()]
+        return lines[-1] if lines else "no output"
