@@ -1,0 +1,213 @@
+"""Refused versus dead, without a server: the targets' HTTP logic behind a ``MockTransport``.
+
+A server that answers and refuses a config is a failed trial (``ConfigRejectedError``); a server
+that does not answer is a target failure (``TargetError``: restart, or stop the run). Each case
+is acted out by a handler that answers or raises what urllib raises.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from tritonclient.grpc import model_config_pb2 as mc
+
+from analyzer.errors import TargetError
+from analyzer.scenario import load_scenario
+from analyzer.target import (
+    ConfigRejectedError,
+    ManagedServer,
+    RemoteTarget,
+    make_target,
+    read_device_info,
+)
+from analyzer.transport import MockTransport, Request, Response, UrllibTransport, http_json
+
+URL = "http://server.invalid:8000"
+CONFIG = {"name": "m", "max_batch_size": 8, "a_field_from_a_newer_server": 1}
+
+Route = Response | BaseException | Callable[[Request], Response]
+
+
+class FakeClock:
+    """Monotonic time that moves only when the target sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps = 0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.sleeps += 1
+
+
+def server(routes: dict[str, Route]) -> MockTransport:
+    """A transport answering ``"METHOD /path"`` (any host) from ``routes``; else a 404."""
+
+    def handle(request: Request) -> Response:
+        key = f"{request.method} {urlsplit(request.url).path}"
+        route = routes.get(key, Response.of_json(404, {"error": f"no route {key}"}))
+        if isinstance(route, BaseException):
+            raise route
+        return route(request) if callable(route) else route
+
+    return MockTransport(handle)
+
+
+def remote(routes: dict[str, Route], clock: FakeClock | None = None) -> RemoteTarget:
+    clock = clock or FakeClock()
+    return RemoteTarget(URL, "m", transport=server(routes), clock=clock, sleep=clock.sleep)
+
+
+OK = Response.of_json(200, {})
+REFUSED = ConnectionRefusedError(111, "Connection refused")
+LOAD = "POST /v2/repository/models/m/load"
+LIVE = "GET /v2/health/live"
+READY = "GET /v2/models/m/ready"
+
+
+def test_a_config_refused_by_a_live_server_is_a_rejection() -> None:
+    for status in (400, 500):  # Triton answers a refused override with 400 or "failed to load"
+        target = remote({LOAD: Response.of_json(status, {"error": "bad preferred"}), LIVE: OK})
+        with pytest.raises(ConfigRejectedError, match=rf"refused the config \({status}\): bad"):
+            target.load_config(mc.ModelConfig(name="m"))
+
+
+def test_an_error_from_a_server_that_went_away_is_a_target_failure() -> None:
+    target = remote({LOAD: Response.of_json(500, {"error": "shutting down"}), LIVE: REFUSED})
+    with pytest.raises(TargetError, match=r"load of m failed \(500\)") as info:
+        target.load_config(mc.ModelConfig(name="m"))
+    assert not isinstance(info.value, ConfigRejectedError)
+    not_live = remote({LOAD: Response(502, b"Bad Gateway"), LIVE: Response(503)})
+    with pytest.raises(TargetError, match="Bad Gateway") as info:
+        not_live.load_config(mc.ModelConfig(name="m"))
+    assert not isinstance(info.value, ConfigRejectedError)
+
+
+@pytest.mark.parametrize("error", [REFUSED, TimeoutError("timed out")])
+def test_no_answer_to_a_load_is_a_target_failure(error: OSError) -> None:
+    target = remote({LOAD: error, LIVE: OK})
+    with pytest.raises(TargetError, match=r"loading a config into .* failed") as info:
+        target.load_config(mc.ModelConfig(name="m"))
+    assert not isinstance(info.value, ConfigRejectedError)
+
+
+def test_load_sends_the_config_override_and_waits_until_ready() -> None:
+    answers = iter([Response(503), Response(503), OK])
+    clock = FakeClock()
+    target = remote({LOAD: OK, READY: lambda _: next(answers)}, clock)
+    target.load_config(mc.ModelConfig(name="m", max_batch_size=4))
+    transport = target.transport
+    assert isinstance(transport, MockTransport)
+    sent = transport.requests[0]
+    assert (sent.method, sent.url) == ("POST", URL + "/v2/repository/models/m/load")
+    assert json.loads(sent.body["parameters"]["config"]) == {"name": "m", "max_batch_size": 4}
+    assert clock.sleeps == 2
+
+
+def test_a_model_that_never_gets_ready_after_a_load_times_out() -> None:
+    clock = FakeClock()
+    target = remote({LOAD: OK, READY: Response(503)}, clock)
+    with pytest.raises(TargetError, match="was not ready 300 s after load"):
+        target.load_config(mc.ModelConfig(name="m"))
+    assert clock.now > target.load_timeout_s
+
+
+def test_start_tells_an_unreachable_server_from_a_missing_model() -> None:
+    with pytest.raises(TargetError, match=r"cannot reach .* \(\[Errno 111\] Connection refused\)"):
+        remote({"GET /v2/health/ready": REFUSED}).start()
+    with pytest.raises(TargetError, match=r"cannot reach .* \(HTTP 503\); check --url"):
+        remote({"GET /v2/health/ready": Response(503)}).start()
+    with pytest.raises(TargetError, match=r"model 'm' is not ready .* load it first"):
+        remote({"GET /v2/health/ready": OK, READY: Response.of_json(400, {"error": "x"})}).start()
+    remote({"GET /v2/health/ready": OK, READY: OK}).start()
+
+
+def test_a_server_that_comes_up_within_the_timeout_is_reached() -> None:
+    answers = iter([REFUSED, Response(503), OK])
+
+    def ready(_: Request) -> Response:
+        answer = next(answers)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    remote({"GET /v2/health/ready": ready, READY: OK}).start()
+
+
+def test_ensure_alive_on_a_remote_server() -> None:
+    remote({LIVE: OK}).ensure_alive()
+    with pytest.raises(TargetError, match="stopped answering: timed out"):
+        remote({LIVE: TimeoutError("timed out")}).ensure_alive()
+    with pytest.raises(TargetError, match=r"is not live \(HTTP 503\)"):
+        remote({LIVE: Response(503)}).ensure_alive()
+
+
+def test_model_config_reads_newer_servers_and_names_a_missing_model() -> None:
+    config = remote({"GET /v2/models/m/config": Response.of_json(200, CONFIG)}).model_config()
+    assert (config.name, config.max_batch_size) == ("m", 8)
+    with pytest.raises(TargetError, match=r"has no model 'm' \(404: no route"):
+        remote({}).model_config()
+    with pytest.raises(TargetError, match="cannot read the config of m"):
+        remote({"GET /v2/models/m/config": REFUSED}).model_config()
+
+
+def test_metadata_and_describe_survive_a_dead_server() -> None:
+    meta = {"name": "triton", "version": "2.51.0"}
+    assert remote({"GET /v2": Response.of_json(200, meta)}).describe()["server_version"] == "2.51.0"
+    assert remote({"GET /v2": REFUSED}).describe()["server"] is None
+
+
+def test_device_info_is_scraped_through_the_transport() -> None:
+    text = (
+        'perfsweep_model_device_info{model="m",backend="simulated",device="sim0"} 1\n'
+        'perfsweep_model_device_info{model="other",backend="onnxruntime",device="cpu"} 1\n'
+    )
+    metrics = "http://server.invalid:8002/metrics"
+    transport = MockTransport(lambda r: Response(200, text.encode()))
+    assert read_device_info(metrics, "m", transport) == [
+        {"model": "m", "backend": "simulated", "device": "sim0"}
+    ]
+    assert read_device_info(metrics, "m", server({})) == []  # a 404 is nothing to read
+    assert read_device_info(metrics, "m", server({"GET /metrics": REFUSED})) == []
+    assert read_device_info("", "m", transport) == []
+
+
+def test_http_json_decodes_json_text_and_nothing() -> None:
+    answers = {
+        "/j": Response.of_json(200, {"a": 1}),
+        "/t": Response(500, b"plain"),
+        "/e": Response(204),
+    }
+    transport = MockTransport(lambda r: answers[r.url.removeprefix(URL)])
+    assert http_json("GET", URL + "/j", transport=transport) == (200, {"a": 1})
+    assert http_json("GET", URL + "/t", transport=transport) == (500, "plain")
+    assert http_json("GET", URL + "/e", transport=transport) == (204, None)
+
+
+def test_urllib_transport_raises_oserror_for_a_refused_connection() -> None:
+    with socket.socket() as s:  # a port that was just free: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(OSError):
+        UrllibTransport().request(Request("GET", f"http://127.0.0.1:{port}/v2", None, 2.0))
+
+
+def test_make_target_picks_remote_or_managed(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text('[model]\nname = "m"\ndevice = "sim"\n')
+    scenario = load_scenario(path, env={})
+    managed = make_target(scenario, tmp_path)
+    assert isinstance(managed, ManagedServer)
+    assert managed.log_path == (tmp_path / "server" / "server.log").resolve()
+    chosen = make_target(scenario, tmp_path, url="127.0.0.1:9000")
+    assert isinstance(chosen, RemoteTarget) and chosen.url == "http://127.0.0.1:9000"
+    path.write_text('[model]\nname = "m"\nurl = "http://127.0.0.1:9001"\n')
+    assert make_target(load_scenario(path, env={}), tmp_path).url == "http://127.0.0.1:9001"
