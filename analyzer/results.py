@@ -28,14 +28,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.errors import ResultFormatError
 
-#: Version of run.json, summary.json, trial records and validation.json.
+if TYPE_CHECKING:  # records imports this module's writers
+    from analyzer.records import RunSummary, TrialRecord, Validation
+
+#: Version of run.json; summary.json, trial records and validation.json have theirs in
+#: :mod:`analyzer.records` (all 1 today).
 FORMAT_VERSION = 1
 
 TRIAL_COLUMNS = (
@@ -90,8 +94,8 @@ def write_json(path: Path, data: Mapping[str, Any]) -> None:
     write_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=_json_default) + "\n")
 
 
-def read_json(path: Path, kind: str) -> dict[str, Any]:
-    """Read a perfsweep JSON file of ``kind``; refuse other kinds and unknown versions."""
+def read_document(path: Path, kind: str) -> dict[str, Any]:
+    """Parse a perfsweep JSON file of ``kind``, any version (refuse other kinds, damaged JSON)."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -100,12 +104,22 @@ def read_json(path: Path, kind: str) -> dict[str, Any]:
         raise ResultFormatError(f"{path} is not valid JSON ({exc}); the file is damaged") from exc
     if not isinstance(data, dict) or data.get("kind") != kind:
         raise ResultFormatError(f"{path} is not a {kind} file")
-    version = data.get("format_version")
-    if version != FORMAT_VERSION:
-        raise ResultFormatError(
-            f"{path} has format_version {version!r}; this perfsweep reads version {FORMAT_VERSION}. "
-            "Use the perfsweep version that wrote it, or re-run the sweep with this one"
-        )
+    return data
+
+
+def refuse_version(where: object, version: object, current: int) -> NoReturn:
+    """Raise the one "cannot read this version" error: what happened and what to do."""
+    raise ResultFormatError(
+        f"{where} has format_version {version!r}; this perfsweep reads version {current}. "
+        "Use the perfsweep version that wrote it, or re-run the sweep with this one"
+    )
+
+
+def read_json(path: Path, kind: str, version: int = FORMAT_VERSION) -> dict[str, Any]:
+    """Read a perfsweep JSON file of ``kind``; refuse other kinds and other versions."""
+    data = read_document(path, kind)
+    if data.get("format_version") != version:
+        refuse_version(path, data.get("format_version"), version)
     return data
 
 
@@ -232,24 +246,34 @@ class RunDirectory:
         write_atomic(path, config_text(config))
         return path
 
-    def write_trial(self, record: Mapping[str, Any]) -> None:
-        """The trial record, then trials.csv with its row (both atomic)."""
-        number = int(record["number"])
-        full = {"format_version": FORMAT_VERSION, "kind": "perfsweep.trial", **record}
+    def write_trial(self, record: TrialRecord | Mapping[str, Any]) -> None:
+        """The trial record, then trials.csv with its row (both atomic).
+
+        ``record`` is a :class:`~analyzer.records.TrialRecord`, or the dict of
+        ``TrialResult.to_record()`` (written as given, under the trial record's version header).
+        """
+        from analyzer.records import TRIAL_FORMAT_VERSION, TRIAL_KIND, TrialRecord
+
+        if isinstance(record, TrialRecord):
+            full = record.to_dict()
+        else:
+            full = {"format_version": TRIAL_FORMAT_VERSION, "kind": TRIAL_KIND, **record}
+        number = int(full["number"])
         write_json(self.trial_dir(number) / "measurement.json", full)
         self.trial_rows[number] = trial_row(full)
         self.write_trials_csv()
 
-    def load_existing_trials(self) -> list[dict[str, Any]]:
-        """Trial records already on disk (after ``--resume``), by number; baseline first."""
-        records = []
+    def trial_paths(self) -> list[Path]:
+        """Every trial record on disk: the baseline's first, then by number."""
         paths = [self.trial_dir(-1) / "measurement.json"]
         paths += sorted((self.root / "trials").glob("*/measurement.json"))
-        for path in paths:
-            if path.exists():
-                record = read_json(path, "perfsweep.trial")
-                records.append(record)
-                self.trial_rows[int(record["number"])] = trial_row(record)
+        return [p for p in paths if p.exists()]
+
+    def load_existing_trials(self) -> list[dict[str, Any]]:
+        """Trial records already on disk (after ``--resume``), by number; baseline first."""
+        records = [load_trial_record(path) for path in self.trial_paths()]
+        for record in records:
+            self.trial_rows[int(record["number"])] = trial_row(record)
         return records
 
     def write_trials_csv(self) -> None:
@@ -271,23 +295,35 @@ class RunDirectory:
             paths.append(path)
         return paths
 
-    def write_validation(self, candidates: list[dict[str, Any]]) -> None:
+    def write_validation(self, validation: Validation | list[Mapping[str, Any]]) -> None:
+        """validation.json: a :class:`~analyzer.records.Validation`, or its candidate dicts."""
+        from analyzer.records import VALIDATION_FORMAT_VERSION, VALIDATION_KIND, Validation
+
+        if isinstance(validation, Validation):
+            write_json(self.validation_json, validation.to_dict())
+            return
         write_json(
             self.validation_json,
             {
-                "format_version": FORMAT_VERSION,
-                "kind": "perfsweep.validation",
-                "candidates": candidates,
+                "format_version": VALIDATION_FORMAT_VERSION,
+                "kind": VALIDATION_KIND,
+                "candidates": list(validation),
             },
         )
 
-    def write_summary(self, summary: Mapping[str, Any]) -> None:
+    def write_summary(self, summary: RunSummary | Mapping[str, Any]) -> None:
+        """summary.json: a :class:`~analyzer.records.RunSummary`, or its dict without header."""
+        from analyzer.records import SUMMARY_FORMAT_VERSION, SUMMARY_KIND, RunSummary
+
+        if isinstance(summary, RunSummary):
+            write_json(self.summary_json, summary.to_dict())
+            return
         write_json(
             self.summary_json,
-            {"format_version": FORMAT_VERSION, "kind": "perfsweep.summary", **summary},
+            {"format_version": SUMMARY_FORMAT_VERSION, "kind": SUMMARY_KIND, **summary},
         )
 
-    def write_minimal_report(self, summary: Mapping[str, Any]) -> None:
+    def write_minimal_report(self, summary: RunSummary | Mapping[str, Any]) -> None:
         """A small self-contained report.html (the report module writes the rich one)."""
         write_atomic(
             self.report_html,
@@ -296,16 +332,22 @@ class RunDirectory:
 
 
 def load_summary(path: Path) -> dict[str, Any]:
-    """Read summary.json (a run directory or the file itself); refuse unknown versions."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "summary.json"
-    return read_json(path, "perfsweep.summary")
+    """summary.json (a run directory or the file itself) as a dict of the current version.
+
+    The typed record is :func:`analyzer.records.load_summary`; this is its ``to_dict()``, for
+    scripts and tests that index the JSON as ``jq`` would.
+    """
+    from analyzer import records
+
+    return records.load_summary(Path(path)).to_dict()
 
 
 def load_trial_record(path: Path) -> dict[str, Any]:
-    """Read a ``trials/NNN/measurement.json``; refuse unknown versions."""
-    return read_json(Path(path), "perfsweep.trial")
+    """A ``trials/NNN/measurement.json`` as a dict of the current version
+    (:func:`analyzer.records.load_trial`'s ``to_dict()``)."""
+    from analyzer import records
+
+    return records.load_trial(Path(path)).to_dict()
 
 
 def trial_row(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -333,27 +375,34 @@ def trial_row(record: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def minimal_report(summary: Mapping[str, Any], rows: list[Mapping[str, Any]]) -> str:
-    """Baseline vs best and the trial table as one HTML page; every value is escaped."""
+def minimal_report(summary: RunSummary | Mapping[str, Any], rows: list[Mapping[str, Any]]) -> str:
+    """Baseline vs best and the trial table as one HTML page; every value is escaped.
+
+    ``summary`` is the record or its JSON (``sweep._write_report``'s fallback passes either).
+    """
+    from analyzer.records import ConfigEntry, RunSummary
+
+    if not isinstance(summary, RunSummary):
+        summary = RunSummary.from_dict(summary)
 
     def esc(value: Any) -> str:
         if isinstance(value, float):
             return f"{value:.2f}"
         return html.escape("" if value is None else str(value))
 
-    def knob_cells(entry: Mapping[str, Any] | None) -> str:
-        if not entry:
+    def knob_cells(entry: ConfigEntry | None) -> str:
+        if entry is None:
             return "<td colspan=5>none</td>"
-        c = entry.get("config", {})
-        pref = " ".join(str(s) for s in c.get("preferred_batch_size", [])) or "-"
+        c = entry.config
+        pref = " ".join(str(s) for s in c.preferred_batch_size) or "-"
         return "".join(
             f"<td>{esc(v)}</td>"
             for v in (
-                c.get("max_batch_size"),
-                c.get("max_queue_delay_us"),
+                c.max_batch_size,
+                c.max_queue_delay_us,
                 pref,
-                c.get("instance_count"),
-                f"{esc(entry.get('throughput_rps'))} rps, p99 {esc(entry.get('p99_ms'))} ms",
+                c.instance_count,
+                f"{esc(entry.throughput_rps)} rps, p99 {esc(entry.p99_ms)} ms",
             )
         )
 
@@ -361,21 +410,21 @@ def minimal_report(summary: Mapping[str, Any], rows: list[Mapping[str, Any]]) ->
     body = "\n".join(
         "<tr>" + "".join(f"<td>{esc(r.get(c))}</td>" for c in TRIAL_COLUMNS) + "</tr>" for r in rows
     )
-    goals = summary.get("goals", {})
-    gain = summary.get("gain")
+    goals = summary.goals
+    gain = summary.gain
     # JSON inside <script> is not HTML-decoded: escape only what could close the element.
-    data = json.dumps(summary, default=_json_default).replace("<", "\\u003c")
+    data = json.dumps(summary.to_dict(), default=_json_default).replace("<", "\\u003c")
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>perfsweep {esc(summary.get("run_id"))}</title>
+<html lang="en"><head><meta charset="utf-8"><title>perfsweep {esc(summary.run_id)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}</style></head><body>
-<h1>perfsweep: {esc(summary.get("model"))} on {esc(summary.get("device"))}</h1>
-<p>Objective {esc(summary.get("objective"))}; goal p99 &le; {esc(goals.get("p99_ms"))} ms,
+<h1>perfsweep: {esc(summary.model)} on {esc(summary.device)}</h1>
+<p>Objective {esc(summary.objective)}; goal p99 &le; {esc(goals.get("p99_ms"))} ms,
 error rate &le; {esc(goals.get("max_error_rate"))}. Gain over baseline:
-<b>{esc(f"{gain:.2f}x" if isinstance(gain, (int, float)) else "n/a")}</b>.</p>
+<b>{esc(f"{gain:.2f}x" if gain is not None else "n/a")}</b>.</p>
 <table><tr><th></th><th>max_batch_size</th><th>delay us</th><th>preferred</th><th>instances</th><th>result</th></tr>
-<tr><th>baseline</th>{knob_cells(summary.get("baseline"))}</tr>
-<tr><th>best</th>{knob_cells(summary.get("best"))}</tr></table>
+<tr><th>baseline</th>{knob_cells(summary.baseline)}</tr>
+<tr><th>best</th>{knob_cells(summary.best)}</tr></table>
 <h2>Trials</h2><table><tr>{head}</tr>
 {body}</table>
 <script type="application/json" id="perfsweep-summary">{data}</script>
