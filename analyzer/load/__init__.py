@@ -2,9 +2,11 @@
 
 Importing ``LocustLoadGenerator`` or ``EngineOptions`` from here monkey-patches the process
 (``import locust`` runs gevent's ``patch_all``) and initialises gRPC for gevent, in that order
-(``analyzer/load/_gevent.py``). Importing the package itself, or its pure modules ``inputs`` and
-``recorder``, patches nothing. Modules outside ``analyzer/load`` import the engine lazily,
-inside the function that needs it, so ``perfsweep serve`` and ``--help`` stay unpatched.
+(``analyzer/load/_gevent.py``). Importing the package itself, or its pure modules ``inputs``,
+``recorder`` and ``engine`` (``EngineOptions`` and the ``engine_options(scenario, url, model)``
+factory the sweep and the gate build them with), patches nothing. Modules outside
+``analyzer/load`` import the engine lazily, inside the function that needs it, so ``perfsweep
+serve`` and ``--help`` stay unpatched.
 
 Public API::
 
@@ -16,7 +18,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from analyzer.load.runner import EngineOptions, LocustLoadGenerator
+    from analyzer.load.engine import EngineOptions
+    from analyzer.load.runner import LocustLoadGenerator
 
 __all__ = ["EngineOptions", "LocustLoadGenerator"]
 

@@ -22,7 +22,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -34,6 +33,7 @@ from locust.runners import STATE_STOPPED, MasterRunner
 
 from analyzer.errors import TargetError
 from analyzer.load.clients import stats_source
+from analyzer.load.engine import EngineOptions
 from analyzer.load.recorder import Tick
 from analyzer.load.users import (
     USER_CLASSES,
@@ -66,49 +66,8 @@ from analyzer.server_stats import ServerScraper, ServerSnapshot, combine_views, 
 
 log = logging.getLogger(__name__)
 
-#: How often (seconds) the controller collects recorder deltas.
-TICK_S = 0.1
 #: A count window that has not reached its request count by then closes anyway.
 MAX_COUNT_WINDOW_S = 30.0
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    """Where to send load and how to generate it."""
-
-    url: str
-    model: str
-    protocol: str = "http"
-    #: Generator processes: 1 = in this process; N > 1 = N local worker processes.
-    workers: int = 1
-    #: Run as a distributed master expecting this many remote workers (instead of spawning).
-    expect_remote_workers: int = 0
-    master_bind_host: str = "127.0.0.1"
-    master_port: int = 0
-    data_mode: str = "random"
-    data_file: str | None = None
-    batch_size: int = 1
-    shapes: dict[str, list[int]] | None = None
-    #: HTTP hot path: "raw" (pre-built requests on pooled sockets, the default) or
-    #: "geventhttpclient" (its pool; for A/B comparisons).
-    http_client: str = "raw"
-    #: Open loop: wake the dispatcher on a timerfd (sub-ms) instead of gevent's ms timers.
-    precise_timer: bool = True
-    #: Open loop: in-flight requests per generator process before new ones wait in a backlog.
-    pool_size: int = 512
-    #: Prometheus endpoint of the target (None: try ``http://<url>/metrics`` for HTTP targets).
-    metrics_url: str | None = None
-    #: HTTP host:port for the statistics extension when ``protocol`` is grpc (None: use gRPC).
-    stats_url: str | None = None
-    scrape_server: bool = True
-    #: Validity limits: above these the generator, not the server, decided the numbers.
-    max_send_lag_ms: float = 10.0
-    max_cpu_pct: float = 90.0
-    #: Open loop: offered rate below this fraction of the target makes a result invalid.
-    min_offered_ratio: float = 0.95
-    tick_s: float = TICK_S
-    #: Called after each window (live view); must not block.
-    on_window: Callable[[LoadSpec, WindowStats], None] | None = field(default=None, compare=False)
 
 
 class _Backend(Protocol):

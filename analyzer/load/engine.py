@@ -1,0 +1,105 @@
+"""What the load engine is told (:class:`EngineOptions`), and the one factory that derives it
+from a scenario (:func:`engine_options`). Pure: no locust or gevent import, so the sweep and the
+gate build options before (and without) patching the process.
+
+``perfsweep load`` has no scenario (its flags map one to one onto the fields) and builds
+:class:`EngineOptions` itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from analyzer.measure import LoadSpec, WindowStats
+
+if TYPE_CHECKING:
+    from analyzer.scenario import Scenario
+
+#: How often (seconds) the controller collects recorder deltas.
+TICK_S = 0.1
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Where to send load and how to generate it."""
+
+    url: str
+    model: str
+    protocol: str = "http"
+    #: Generator processes: 1 = in this process; N > 1 = N local worker processes.
+    workers: int = 1
+    #: Run as a distributed master expecting this many remote workers (instead of spawning).
+    expect_remote_workers: int = 0
+    master_bind_host: str = "127.0.0.1"
+    master_port: int = 0
+    data_mode: str = "random"
+    data_file: str | None = None
+    batch_size: int = 1
+    shapes: dict[str, list[int]] | None = None
+    #: HTTP hot path: "raw" (pre-built requests on pooled sockets, the default) or
+    #: "geventhttpclient" (its pool; for A/B comparisons).
+    http_client: str = "raw"
+    #: Open loop: wake the dispatcher on a timerfd (sub-ms) instead of gevent's ms timers.
+    precise_timer: bool = True
+    #: Open loop: in-flight requests per generator process before new ones wait in a backlog.
+    pool_size: int = 512
+    #: Prometheus endpoint of the target (None: try ``http://<url>/metrics`` for HTTP targets).
+    metrics_url: str | None = None
+    #: HTTP host:port for the statistics extension when ``protocol`` is grpc (None: use gRPC).
+    stats_url: str | None = None
+    scrape_server: bool = True
+    #: Validity limits: above these the generator, not the server, decided the numbers.
+    max_send_lag_ms: float = 10.0
+    max_cpu_pct: float = 90.0
+    #: Open loop: offered rate below this fraction of the target makes a result invalid.
+    min_offered_ratio: float = 0.95
+    tick_s: float = TICK_S
+    #: Called after each window (live view); must not block.
+    on_window: Callable[[LoadSpec, WindowStats], None] | None = field(default=None, compare=False)
+
+
+def engine_options(
+    scenario: Scenario,
+    url: str,
+    model: str,
+    *,
+    metrics_url: str | None = None,
+    distributed: bool = False,
+    **fields: Any,
+) -> EngineOptions:
+    """Options to load ``model`` at ``url`` (``http://host:port`` or ``host:port``) with the
+    scenario's inputs, over HTTP.
+
+    Args:
+        scenario: Where the inputs (``input.data``, ``input.batch_size``) and, when
+            ``distributed``, the generator processes (``traffic.workers``, ``expect_workers``,
+            ``master_bind_host``, ``master_port``) come from.
+        url: The target's HTTP address (a ``Target.url``).
+        model: The model to load.
+        metrics_url: The target's Prometheus ``/metrics`` (GPU figures per window); None lets
+            the engine try ``<url>/metrics``.
+        distributed: Use the scenario's ``[traffic]`` generator processes (the sweep does; the
+            gate measures with one generator process).
+        **fields: Any other :class:`EngineOptions` field (``max_send_lag_ms``, ``on_window``...).
+    """
+    options = EngineOptions(
+        url=url.split("://", 1)[-1],
+        model=model,
+        protocol="http",
+        data_mode=scenario.input.data,
+        batch_size=scenario.input.batch_size,
+        metrics_url=metrics_url,
+    )
+    if distributed:
+        t = scenario.traffic
+        options = replace(
+            options,
+            workers=t.workers,
+            expect_remote_workers=t.expect_workers,
+            master_bind_host=t.master_bind_host,
+            # Local workers (no remote ones) take a free port; remote ones must know it.
+            master_port=t.master_port if t.expect_workers else 0,
+        )
+    return replace(options, **fields)
