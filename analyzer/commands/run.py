@@ -23,8 +23,8 @@ from rich.table import Table
 
 from analyzer.errors import GoalNotMetError, InputError
 from analyzer.scenario import Scenario, bundled_scenario, load_scenario
-from analyzer.search import Knobs
 from analyzer.sweep import RunSummary, SweepObserver, TrialResult
+from analyzer.trial import Knobs
 
 
 class LiveView(SweepObserver):

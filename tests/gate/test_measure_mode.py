@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from analyzer.commands.gate import (
+from analyzer.errors import TargetError
+from analyzer.gate import Criteria, Outcome, evaluate, from_measurements
+from analyzer.gate_measure import (
     INVALID_RETRIES,
     GateGenerator,
     MeasurePlan,
     measure_targets,
 )
-from analyzer.errors import TargetError
-from analyzer.gate import Criteria, Outcome, evaluate, from_measurements
 from analyzer.measure import LoadMode, LoadSpec, Measurement
 from analyzer.target import RemoteTarget
 

@@ -6,17 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.commands.gate import (
+from analyzer.commands.gate import parse_fraction
+from analyzer.errors import InputError
+from analyzer.gate_measure import (
     FLOOR_HEADROOM,
     GateFlags,
     MeasureRequest,
     measurement_hash,
-    parse_fraction,
     plan_measurement,
     project_gate_table,
     resolve_criteria,
 )
-from analyzer.errors import InputError
 from analyzer.measure import Arrival, LoadMode
 from analyzer.scenario import GateSection, Scenario, load_scenario
 
