@@ -37,7 +37,7 @@ from tests.support.real_triton import (
     dynamic_batching,
     sleep_model_config,
 )
-from tests.support.reference import ServerKind, start_server
+from tests.support.servers import ServerKind, start_server
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 

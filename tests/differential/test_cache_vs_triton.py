@@ -20,7 +20,7 @@ from reference_server.core.server import CoreOptions, InferenceServer
 from reference_server.core.types import InferRequest
 from tests.support.differential import settled_stats
 from tests.support.real_triton import RealTriton, TensorSpec, TritonInstall, sleep_model_config
-from tests.support.reference import for_reference
+from tests.support.servers import for_reference
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 

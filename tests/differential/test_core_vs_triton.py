@@ -32,7 +32,7 @@ from tests.support.real_triton import (
     dynamic_batching,
     sleep_model_config,
 )
-from tests.support.reference import ReferenceServer
+from tests.support.servers import ReferenceServer
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 

@@ -35,13 +35,8 @@ from tritonclient.grpc import service_pb2 as pb
 from reference_server.app import ServerOptions, ServerThread
 from tests.hostile.corpus import CRASH, INFER, INTERNALS, MODEL, Case, Reply, build_cases, exchange
 from tests.hostile.planted import Sentinel
-from tests.support.real_triton import (
-    RealTriton,
-    TritonInstall,
-    identity_model_config,
-    write_model,
-)
-from tests.support.reference import for_reference
+from tests.support.real_triton import RealTriton, TritonInstall, identity_model_config
+from tests.support.servers import for_reference, write_model
 
 SENTINEL_DIR = "outside/evil"
 CASES = build_cases(SENTINEL_DIR)
@@ -178,7 +173,7 @@ class Hostile:
 def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hostile]:
     root = tmp_path_factory.mktemp("hostile")
     repo = root / "repo"
-    write_model(repo, for_reference(identity_model_config()), model_source="")
+    write_model(repo, "identity", for_reference(identity_model_config()))
     sentinel = Sentinel(root / "outside")
     # Named as the traversal reads, so that a server joining names onto paths would serve it.
     sentinel.plant_model("evil", "../outside/evil")

@@ -161,7 +161,7 @@ def _call(url: str, method: str, request: Any) -> tuple[str, str]:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from tests.support.real_triton import identity_model_config
-    from tests.support.reference import ReferenceServer
+    from tests.support.servers import ReferenceServer
 
     workdir: Path = tmp_path_factory.mktemp("reference_vs_triton_grpc")
     with ReferenceServer(workdir, models=[identity_model_config()]) as server:

@@ -26,13 +26,9 @@ from reference_server.app import ServerOptions, ServerThread
 from reference_server.core.config import MAX_INSTANCES_PER_MODEL
 from tests.hostile.planted import Sentinel
 from tests.server.conftest import EXTRA_MODELS, error_message, raw_request, write_model
-from tests.support.real_triton import (
-    TritonInstall,
-    identity_model_config,
-    model_config_json,
-)
-from tests.support.reference import ServerKind
-from tests.support.reference import start_server as start_either
+from tests.support.real_triton import TritonInstall, identity_model_config
+from tests.support.servers import ServerKind, model_config_json
+from tests.support.servers import start_server as start_either
 
 StartServer = Callable[..., ServerThread]
 
@@ -198,7 +194,7 @@ def _readiness_script(
 
 
 def _for(kind: str, config: object) -> object:
-    from tests.support.reference import for_reference
+    from tests.support.servers import for_reference
 
     return for_reference(config) if kind == "reference" else config  # type: ignore[arg-type]
 

@@ -154,7 +154,7 @@ def real_triton(
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from tests.support.real_triton import identity_model_config
-    from tests.support.reference import ReferenceServer
+    from tests.support.servers import ReferenceServer
 
     workdir: Path = tmp_path_factory.mktemp("reference_vs_triton")
     with ReferenceServer(workdir, models=[identity_model_config()]) as server:

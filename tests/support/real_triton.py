@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import json
 import os
 import platform
 import shutil
@@ -46,15 +45,13 @@ import subprocess
 import sys
 import sysconfig
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
+
+from tests.support.servers import ServerHandle, http_request, write_model
 
 __all__ = [
     "SLEEP_MODEL_SOURCE",
@@ -65,11 +62,8 @@ __all__ = [
     "TritonUnavailable",
     "dynamic_batching",
     "free_port",
-    "http_request",
     "identity_model_config",
-    "model_config_json",
     "sleep_model_config",
-    "write_model",
 ]
 
 PYTRITON_VERSION = "0.7.0"
@@ -384,29 +378,6 @@ def _number_text(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def model_config_json(config: mc.ModelConfig) -> str:
-    """The ``config`` string of a repository ``load`` override (protobuf JSON, proto names)."""
-    return json_format.MessageToJson(config, preserving_proto_field_name=True, indent=None)
-
-
-def write_model(repository: Path, config: mc.ModelConfig, model_source: str | None = None) -> Path:
-    """Write ``repository/<name>/config.pbtxt`` and ``1/model.py``; return the model directory.
-
-    Args:
-        repository: model repository root (created if missing).
-        config: the model's config; its ``name`` is the directory name.
-        model_source: ``model.py`` text; ``None`` = :data:`SLEEP_MODEL_SOURCE`. Pass ``""`` to
-            write no ``model.py`` (for servers whose backend is not file-based).
-    """
-    model_dir = repository / config.name
-    (model_dir / "1").mkdir(parents=True, exist_ok=True)
-    (model_dir / "config.pbtxt").write_text(text_format.MessageToString(config))
-    source = SLEEP_MODEL_SOURCE if model_source is None else model_source
-    if source:
-        (model_dir / "1" / "model.py").write_text(source)
-    return model_dir
-
-
 # --------------------------------------------------------------------------------------------
 # The server process
 
@@ -419,7 +390,7 @@ def free_port() -> int:
 
 
 @dataclass
-class RealTriton:
+class RealTriton(ServerHandle):
     """A ``tritonserver`` process on 127.0.0.1 with free ports and explicit model control.
 
     Args:
@@ -461,11 +432,6 @@ class RealTriton:
     def grpc_url(self) -> str:
         """``host:port`` as ``tritonclient.grpc`` wants it."""
         return f"127.0.0.1:{self.grpc_port}"
-
-    @property
-    def base_url(self) -> str:
-        """``http://host:port`` of the HTTP endpoint, for plain HTTP requests."""
-        return f"http://{self.http_url}"
 
     @property
     def metrics_url(self) -> str:
@@ -627,81 +593,18 @@ class RealTriton:
     # -- repository and plain HTTP --------------------------------------------------------------
 
     def add_model(self, config: mc.ModelConfig, model_source: str | None = None) -> Path:
-        """Write a model into the repository (it still has to be loaded)."""
-        return write_model(self.repository, config, model_source)
+        """Write a model into the repository (it still has to be loaded).
 
-    def load_model(self, name: str, config: mc.ModelConfig | None = None) -> None:
-        """``POST /v2/repository/models/<name>/load``, optionally with a config override.
-
-        Raises:
-            RuntimeError: the server refused; the message is Triton's.
+        ``model_source`` is its ``model.py`` (``None``: :data:`SLEEP_MODEL_SOURCE`).
         """
-        body: dict[str, Any] = {}
-        if config is not None:
-            body = {"parameters": {"config": model_config_json(config)}}
-        status, payload = self.http_status(
-            "POST", f"/v2/repository/models/{name}/load", body, timeout_s=120
-        )
-        if status != 200:
-            raise RuntimeError(f"load of {name!r} failed ({status}): {payload.decode()}")
+        source = SLEEP_MODEL_SOURCE if model_source is None else model_source
+        return write_model(self.repository, config.name, config, model_source=source)
 
     def unload_model(self, name: str) -> None:
         """``POST /v2/repository/models/<name>/unload`` (returns before the unload finishes)."""
         status, payload = self.http_status("POST", f"/v2/repository/models/{name}/unload", {})
         if status != 200:
             raise RuntimeError(f"unload of {name!r} failed ({status}): {payload.decode()}")
-
-    def model_stats(self, name: str) -> dict[str, Any]:
-        """The statistics-extension entry of the model's (single) version."""
-        status, payload = self.http_status("GET", f"/v2/models/{name}/stats")
-        if status != 200:
-            raise RuntimeError(f"stats of {name!r} failed ({status}): {payload.decode()}")
-        stats: dict[str, Any] = json.loads(payload)["model_stats"][0]
-        return stats
-
-    def metrics_text(self) -> str:
-        """The Prometheus exposition text."""
-        with urllib.request.urlopen(self.metrics_url, timeout=10) as reply:
-            return str(reply.read().decode())
-
-    def http_status(
-        self,
-        method: str,
-        path: str,
-        body: Mapping[str, Any] | None = None,
-        timeout_s: float = 10.0,
-    ) -> tuple[int, bytes]:
-        """One plain HTTP request; returns ``(status, body)`` (``(0, b"")`` if unreachable)."""
-        return http_request(self.base_url, method, path, body, timeout_s)
-
-
-def http_request(
-    base_url: str,
-    method: str,
-    path: str,
-    body: Mapping[str, Any] | None = None,
-    timeout_s: float = 10.0,
-) -> tuple[int, bytes]:
-    """A plain HTTP request without tritonclient; ``(0, b"")`` when the server is unreachable.
-
-    Args:
-        base_url: ``http://host:port``.
-        method: ``GET`` or ``POST``.
-        path: absolute path, e.g. ``/v2/health/ready``.
-        body: JSON body (POST).
-        timeout_s: socket timeout.
-    """
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(base_url + path, data=data, method=method)
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
-            return int(reply.status), bytes(reply.read())
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), bytes(exc.read())
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return 0, b""
 
 
 def _mapped_shm_regions(pgid: int) -> set[Path]:
