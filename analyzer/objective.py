@@ -124,7 +124,8 @@ class Objective(abc.ABC):
         name: The scenario's ``objective`` value.
         metric: The number a run ranks by and its headline shows (``throughput_rps``/``p99_ms``).
         higher_is_better: True when a larger ``metric`` is better.
-        multi: True when the answer is a front of configs, not one winner (no validation).
+        multi: True when the answer is a front of configs, not one winner.
+        validates: The best configs are re-measured before one is chosen (not for a front).
         gain_label: What the gain is a ratio of (shown beside it).
         directions: One Optuna direction per trial value (names only).
         metric_names: One name per trial value (optuna-dashboard's labels).
@@ -137,6 +138,7 @@ class Objective(abc.ABC):
     metric: ClassVar[str]
     higher_is_better: ClassVar[bool]
     multi: ClassVar[bool] = False
+    validates: ClassVar[bool] = True
     gain_label: ClassVar[str]
     directions: ClassVar[tuple[Direction, ...]]
     metric_names: ClassVar[tuple[str, ...]]
@@ -232,7 +234,7 @@ class Objective(abc.ABC):
             feasible: Complete trials that met the goals.
             top: How many (``budget.validate_top``); 0 validates nothing.
         """
-        if top <= 0:
+        if top <= 0 or not self.validates:
             return []
         picked: list[R] = []
         seen: list[Any] = []
@@ -338,6 +340,14 @@ class Objective(abc.ABC):
     ) -> float | None:
         """The fixed level trials are measured at, once the baseline is known (None: none)."""
         return configured
+
+    def traffic_problem(self, traffic: Any) -> str | None:
+        """Why the scenario's ``traffic`` cannot run this objective (None: it can).
+
+        Args:
+            traffic: The scenario's traffic section (``mode``, ``rate_rps``, ``concurrency``).
+        """
+        return None
 
 
 class _CapacityMixin:
@@ -485,18 +495,27 @@ class LatencyObjective(Objective):
         level = traffic.get("rate_rps") or traffic.get("concurrency")
         return f"fixed load {level}"
 
+    def traffic_problem(self, traffic: Any) -> str | None:
+        """The fixed level must be given: ``rate_rps`` (open loop) or ``concurrency``."""
+        if traffic.mode == "rate" and traffic.rate_rps is None:
+            return 'objective "latency" needs traffic.rate_rps (the offered load)'
+        if traffic.mode == "concurrency" and traffic.concurrency is None:
+            return 'objective "latency" in closed-loop mode needs traffic.concurrency'
+        return None
+
 
 class ParetoObjective(_CapacityMixin, Objective):
     """The front of capacity against p99 at a reference load (both measured per trial).
 
     Its :attr:`metric` (what a run ranks by and the headline shows) is the throughput; the
-    answer is the front, so nothing is validated.
+    answer is the front, so nothing is validated (re-measuring would choose one point of it).
     """
 
     name = "pareto"
     metric = "throughput_rps"
     higher_is_better = True
     multi = True
+    validates = False
     gain_label = "best / baseline throughput"
     directions = ("maximize", "minimize")
     metric_names = ("throughput_rps", "p99_ms")
@@ -505,10 +524,6 @@ class ParetoObjective(_CapacityMixin, Objective):
 
     def values(self, numbers: Mapping[str, float]) -> tuple[float, ...]:
         return (numbers["throughput_rps"], numbers["reference_p99_ms"])
-
-    def validation_candidates(self, feasible: Iterable[R], top: int) -> list[R]:
-        """None: the front is the answer, and re-measuring it would choose one point."""
-        return []
 
     def gain_sample(self, result: Result) -> GainSample:
         """As :class:`ThroughputObjective`: the capacity within its bracket."""

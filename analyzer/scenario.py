@@ -33,9 +33,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from analyzer.errors import InputError, ScenarioError
+from analyzer.objective import OBJECTIVES, Objective, objective_for
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -252,9 +260,10 @@ class GateSection(_Section):
 class Scenario(_Section):
     """One sweep, fully described. Build it with :func:`load_scenario`."""
 
-    objective: Literal["throughput", "latency", "pareto"] = "throughput"
+    objective: str = "throughput"
     """``throughput``: the highest load served within the goals (capacity search per config);
-    ``latency``: the lowest p99 at ``traffic.rate_rps``; ``pareto``: throughput vs p99 front."""
+    ``latency``: the lowest p99 at ``traffic.rate_rps``; ``pareto``: throughput vs p99 front.
+    One of :data:`analyzer.objective.OBJECTIVES`."""
     model: ModelSection = ModelSection()
     input: InputSection = InputSection()
     traffic: TrafficSection = TrafficSection()
@@ -263,6 +272,20 @@ class Scenario(_Section):
     budget: BudgetSection = BudgetSection()
     run: RunSection = RunSection()
     gate: GateSection = GateSection()
+
+    @field_validator("objective")
+    @classmethod
+    def _known_objective(cls, name: str) -> str:
+        if name not in OBJECTIVES:
+            try:
+                objective_for(name)
+            except InputError as exc:  # names the valid ones
+                raise ValueError(str(exc)) from exc
+        return name
+
+    def objective_spec(self) -> Objective:
+        """The :class:`~analyzer.objective.Objective` that ``objective`` names."""
+        return objective_for(self.objective)
 
     @model_validator(mode="after")
     def _check_cross_fields(self) -> Scenario:
@@ -280,13 +303,9 @@ class Scenario(_Section):
                 f"traffic.min_rate_rps ({self.traffic.min_rate_rps}) is above "
                 f"traffic.max_rate_rps ({self.traffic.max_rate_rps})"
             )
-        if self.objective == "latency":
-            if self.traffic.mode == "rate" and self.traffic.rate_rps is None:
-                raise ValueError('objective "latency" needs traffic.rate_rps (the offered load)')
-            if self.traffic.mode == "concurrency" and self.traffic.concurrency is None:
-                raise ValueError(
-                    'objective "latency" in closed-loop mode needs traffic.concurrency'
-                )
+        problem = self.objective_spec().traffic_problem(self.traffic)
+        if problem:
+            raise ValueError(problem)
         if self.model.url is not None:
             from analyzer.target import http_url  # the one place URLs are checked
 

@@ -32,7 +32,9 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.errors import InputError, TargetError
+from analyzer.evaluation import Evaluator
 from analyzer.measure import GainSample, LoadGenerator, gain_estimate, gain_sentence
+from analyzer.objective import Objective, objective_for, worst_value
 from analyzer.results import RunDirectory, environment, new_run_id, utc_now, write_atomic
 from analyzer.scenario import Scenario
 from analyzer.search import INTERRUPTED_REASON, FinishedTrial, Search, SearchSpace, TrialOutcome
@@ -45,12 +47,9 @@ from analyzer.target import (
     untunable_reason,
 )
 from analyzer.trial import (
-    Evaluator,
     Knobs,
     TrialResult,
     apply_knobs,
-    gain_sample,
-    gpu_figures,
     knobs_of,
     percentile_samples,
     server_gpus,
@@ -143,6 +142,7 @@ def space_for(scenario: Scenario) -> SearchSpace:
 @dataclass
 class _State:
     scenario: Scenario
+    objective: Objective
     run_dir: RunDirectory
     target: Target
     base_config: mc.ModelConfig
@@ -267,18 +267,19 @@ def _sweep(
         if load is None:
             load = stack.enter_context(_locust_generator(scenario, target, observer))
         space = space_for(scenario)
-        directions, metrics = _directions(scenario)
+        objective = objective_for(scenario.objective)
         search = Search(
             space,
-            directions,
+            objective.directions,
             storage=run_state["storage"],
             study_name=run_state["study_name"],
             sampler=scenario.run.sampler,
             seed=scenario.run.seed,
-            metric_names=metrics,
+            metric_names=objective.metric_names,
         )
         state = _State(
             scenario,
+            objective,
             directory,
             target,
             base_config,
@@ -303,10 +304,11 @@ def _sweep(
                 state.baseline = _measure_baseline(state)
             if state.baseline.meets_goals:
                 state.evaluator.hint_rps = state.baseline.throughput_rps
-            if state.evaluator.reference_rps is None and scenario.objective == "pareto":
-                state.evaluator.reference_rps = max(
-                    0.5 * state.baseline.throughput_rps, scenario.traffic.min_rate_rps
-                )
+            state.evaluator.reference_rps = objective.reference_rps(
+                state.evaluator.reference_rps,
+                state.baseline.throughput_rps,
+                scenario.traffic.min_rate_rps,
+            )
             if not search.finished() and search.started_count() == 0:
                 for knobs in space.seeds(knobs_of(base_config), scenario.goals.p99_ms):
                     search.enqueue(knobs, "sensible default")
@@ -516,14 +518,6 @@ def _locust_generator(
         yield generator
 
 
-def _directions(scenario: Scenario) -> tuple[list[Any], list[str]]:
-    if scenario.objective == "throughput":
-        return ["maximize"], ["throughput_rps"]
-    if scenario.objective == "latency":
-        return ["minimize"], ["p99_ms"]
-    return ["maximize", "minimize"], ["throughput_rps", "p99_ms"]
-
-
 def _measure_baseline(state: _State) -> TrialResult:
     knobs = knobs_of(state.base_config)
     state.run_dir.write_config(-1, state.base_config)
@@ -554,7 +548,7 @@ def _run_trial(
             state.target.ensure_alive()
             state.touched = True
             state.target.load_config(config)
-            numbers, raw, values = state.evaluator.evaluate(factor, near_rps)
+            evaluation = state.evaluator.evaluate(factor, near_rps)
         except ConfigRejectedError as exc:
             failure = str(exc)
             break
@@ -569,7 +563,7 @@ def _run_trial(
             failure = f"{type(exc).__name__}: {exc}"
             break
         state.target_failures = 0
-        constraints = state.evaluator.constraints(numbers)
+        numbers, constraints = evaluation.numbers, evaluation.constraints
         return TrialResult(
             number=number,
             source=source,
@@ -581,12 +575,12 @@ def _run_trial(
             p90_ms=numbers["p90_ms"],
             p99_ms=numbers["p99_ms"] if math.isfinite(numbers["p99_ms"]) else 0.0,
             error_rate=numbers["error_rate"],
-            meets_goals=trial_meets_goals(raw, constraints),  # the one rule
-            constraints=constraints,
-            values=values,
+            meets_goals=trial_meets_goals(evaluation.measurement, constraints),  # the one rule
+            constraints=dict(constraints),
+            values=evaluation.values,
             started_at=started_at,
             duration_s=time.monotonic() - t0,
-            measurement=raw,
+            measurement=evaluation.measurement,
         )
     return TrialResult(
         number=number,
@@ -599,23 +593,7 @@ def _run_trial(
     )
 
 
-def _better(a: TrialResult, b: TrialResult | None, objective: str) -> bool:
-    if b is None:
-        return True
-    if objective == "latency":
-        return a.p99_ms < b.p99_ms
-    return a.throughput_rps > b.throughput_rps
-
-
-def _best(results: dict[int, TrialResult], objective: str) -> TrialResult | None:
-    best = None
-    for r in results.values():
-        if r.state == "complete" and r.meets_goals and _better(r, best, objective):
-            best = r
-    return best
-
-
-def _stagnant(results: dict[int, TrialResult], scenario: Scenario) -> bool:
+def _stagnant(results: dict[int, TrialResult], scenario: Scenario, objective: Objective) -> bool:
     """True after ``patience`` trials without a feasible improvement of ``min_improvement``."""
     b = scenario.budget
     best: TrialResult | None = None
@@ -624,14 +602,11 @@ def _stagnant(results: dict[int, TrialResult], scenario: Scenario) -> bool:
         r = results[number]
         if r.state == "interrupted":
             continue  # not a result: its config runs again
-        improved = False
-        if r.state == "complete" and r.meets_goals:
-            if best is None:
-                improved = True
-            elif scenario.objective == "latency":
-                improved = r.p99_ms < best.p99_ms * (1 - b.min_improvement)
-            else:
-                improved = r.throughput_rps > best.throughput_rps * (1 + b.min_improvement)
+        improved = (
+            r.state == "complete"
+            and r.meets_goals
+            and objective.improved(r, best, b.min_improvement)
+        )
         if improved:
             best, since = r, 0
         else:
@@ -649,7 +624,7 @@ def _search_loop(state: _State, clock: Callable[[], float], started: float) -> s
             return "trials"
         if budget.time_budget_s is not None and clock() - started >= budget.time_budget_s:
             return "time_budget"
-        if _stagnant(state.results, scenario):
+        if _stagnant(state.results, scenario, state.objective):
             return "stagnation"
         asked = search.ask()
         config = apply_knobs(state.base_config, asked.knobs)
@@ -681,24 +656,17 @@ def _search_loop(state: _State, clock: Callable[[], float], started: float) -> s
                 raise TargetError(f"{MAX_TARGET_FAILURES} trials in a row failed: {result.failure}")
         state.results[asked.number] = result
         state.run_dir.write_trial(result.to_record())
-        state.observer.on_trial_end(result, _best(state.results, scenario.objective))
+        state.observer.on_trial_end(result, state.objective.best(state.results.values()))
 
 
 def _validate(state: _State) -> list[dict[str, Any]]:
     """Re-measure the top feasible configs with longer windows; keep every repeat's numbers."""
-    scenario = state.scenario
+    scenario, objective = state.scenario, state.objective
     b = scenario.budget
-    if scenario.objective == "pareto" or b.validate_top == 0:
+    if not objective.validates or b.validate_top == 0:
         return []
     feasible = [r for r in state.results.values() if r.state == "complete" and r.meets_goals]
-    reverse = scenario.objective != "latency"
-    key = (lambda r: r.throughput_rps) if reverse else (lambda r: r.p99_ms)
-    top: list[TrialResult] = []
-    for r in sorted(feasible, key=key, reverse=reverse):
-        if r.knobs not in [t.knobs for t in top]:
-            top.append(r)
-        if len(top) == b.validate_top:
-            break
+    top = objective.validation_candidates(feasible, b.validate_top)
     baseline = state.baseline
     if top and baseline and baseline.meets_goals and baseline.knobs not in [t.knobs for t in top]:
         # The starting config competes too: a sweep must never recommend a config that is
@@ -722,12 +690,18 @@ def _validate(state: _State) -> list[dict[str, Any]]:
         repeats[r.number].append(result)
         state.validated.setdefault(r.number, []).append(result)
         state.observer.on_validation(r.number, i + 1, result)
-    candidates = []
+    candidates: list[dict[str, Any]] = []
     for r in top:
         runs = repeats[r.number]
         ok = [x for x in runs if x.state == "complete"]
-        worst_rps = min((x.throughput_rps if x.meets_goals else 0.0 for x in ok), default=0.0)
-        worst_p99 = max((x.p99_ms for x in ok), default=math.inf)
+        # The one repeat rule (Objective.repeat_figure): the worst repeat, a repeat that missed
+        # the goals counting as 0 req/s.
+        worst_rps = (
+            worst_value("throughput_rps", [x.throughput_rps if x.meets_goals else 0.0 for x in ok])
+            if ok
+            else 0.0
+        )
+        worst_p99 = worst_value("p99_ms", [x.p99_ms for x in ok]) if ok else math.inf
         candidates.append(
             {
                 "trial_number": r.number,
@@ -745,7 +719,7 @@ def _validate(state: _State) -> list[dict[str, Any]]:
                 and all(x.meets_goals for x in ok),
             }
         )
-    state.run_dir.write_validation(candidates)
+    state.run_dir.write_validation([dict(c) for c in candidates])
     return candidates
 
 
@@ -753,72 +727,16 @@ def _choose(
     state: _State, validation: list[dict[str, Any]]
 ) -> tuple[TrialResult | None, float | None]:
     """The best worst case among validated configs, else the best search trial."""
-    objective = state.scenario.objective
     passing = [c for c in validation if c["all_meet_goals"]]
     if passing:
-        if objective == "latency":
-            chosen = min(passing, key=lambda c: c["worst_p99_ms"])
-        else:
-            chosen = max(passing, key=lambda c: c["worst_rps"])
-            chosen, state.tie_break = prefer_lighter(
-                chosen, passing, state.scenario.budget.capacity_resolution
-            )
+        chosen, state.tie_break = state.objective.choose(
+            passing, state.scenario.budget.capacity_resolution
+        )
         number = chosen["trial_number"]
         if number < 0 and state.baseline is not None:
             return state.baseline, chosen["worst_rps"]
         return state.results[number], chosen["worst_rps"]
-    return _best(state.results, objective), None
-
-
-def _gpu_use(candidate: dict[str, Any]) -> tuple[float, float] | None:
-    """(peak memory of the fullest GPU, mean utilisation) over a candidate's validation repeats;
-    None when a repeat recorded no GPU figure."""
-    peaks, utils = [], []
-    for raw in candidate.get("measurements") or ():
-        gpus = gpu_figures(raw) or []
-        mem = [g["memory_used_peak_mb"] for g in gpus if g.get("memory_used_peak_mb") is not None]
-        util = [
-            g["utilization_pct_mean"] for g in gpus if g.get("utilization_pct_mean") is not None
-        ]
-        if not mem or not util:
-            return None
-        peaks.append(max(mem))
-        utils.append(sum(util) / len(util))
-    return (max(peaks), sum(utils) / len(utils)) if peaks else None
-
-
-def prefer_lighter(
-    chosen: dict[str, Any], passing: list[dict[str, Any]], tolerance: float
-) -> tuple[dict[str, Any], str | None]:
-    """At equal throughput, the config that uses less of the GPU.
-
-    Candidates whose worst validated capacity is within ``tolerance`` (the capacity search's
-    resolution: it cannot order capacities closer than that) of ``chosen``'s tie; among them the
-    one holding the least GPU memory at its operating point wins, then the least busy GPU, then
-    the higher throughput. The same traffic on less memory and device time leaves room for
-    other models and for bursts. No tie-break unless every tied candidate has GPU figures.
-
-    Returns:
-        (the winner, a sentence saying why it won over ``chosen``, or None when it is ``chosen``)
-    """
-    best_rps = chosen["worst_rps"]
-    tied = [c for c in passing if c["worst_rps"] >= (1.0 - tolerance) * best_rps]
-    known = {c["trial_number"]: _gpu_use(c) for c in tied}
-    use = {n: u for n, u in known.items() if u is not None}
-    if len(tied) < 2 or len(use) < len(known):
-        return chosen, None
-    winner = min(tied, key=lambda c: (*use[c["trial_number"]], -c["worst_rps"]))
-    if winner is chosen:
-        return chosen, None
-    name = "the baseline" if winner["trial_number"] < 0 else f"trial {winner['trial_number']}"
-    other = "the baseline" if chosen["trial_number"] < 0 else f"trial {chosen['trial_number']}"
-    (w_mem, w_util), (c_mem, c_util) = use[winner["trial_number"]], use[chosen["trial_number"]]
-    return winner, (
-        f"Chose {name} ({winner['worst_rps']:.1f} req/s, {w_mem:.0f} MiB, GPU {w_util:.0f} % "
-        f"busy) over {other} ({best_rps:.1f} req/s, {c_mem:.0f} MiB, {c_util:.0f} %): their "
-        f"capacities are within the capacity search's resolution ({tolerance:.0%}), and at "
-        "equal throughput the config using less GPU memory and device time wins."
-    )
+    return state.objective.best(state.results.values()), None
 
 
 def _headline(state: _State, result: TrialResult | None) -> TrialResult | None:
@@ -829,13 +747,9 @@ def _headline(state: _State, result: TrialResult | None) -> TrialResult | None:
     runs = state.validated.get(result.number, [])
     if not runs or any(r.state != "complete" for r in runs):
         return result
-    if state.scenario.objective == "latency":
-        # A repeat that missed the goals (e.g. an invalid measurement with a low p99) is the
-        # worst case, whatever its p99 reads.
-        worst = max(runs, key=lambda r: (not r.meets_goals, r.p99_ms))
-    else:
-        worst = min(runs, key=lambda r: r.throughput_rps if r.meets_goals else 0.0)
-    return replace(worst, number=result.number)
+    # A repeat that missed the goals (e.g. an invalid measurement with a low p99) is the worst
+    # case, whatever its numbers read.
+    return replace(state.objective.worst_repeat(runs), number=result.number)
 
 
 def _finish(
@@ -846,7 +760,7 @@ def _finish(
     duration_s: float,
     run_state: dict[str, Any],
 ) -> RunSummary:
-    scenario, directory = state.scenario, state.run_dir
+    scenario, directory, objective = state.scenario, state.run_dir, state.objective
     chosen, validated_rps = _choose(state, validation)
     best_path = (
         directory.write_best(apply_knobs(state.base_config, chosen.knobs)) if chosen else None
@@ -858,7 +772,7 @@ def _finish(
     baseline = _headline(state, state.baseline)
     pareto: list[TrialResult] = []
     pareto_entries = []
-    if scenario.objective == "pareto":
+    if objective.multi:
         front: list[FinishedTrial] = state.search.pareto_front()
         pareto = sorted(
             (state.results[f.number] for f in front if f.number in state.results),
@@ -878,22 +792,8 @@ def _finish(
                 }
             )
     gain = None
-    if (
-        best
-        and baseline
-        and baseline.meets_goals
-        and scenario.objective != "latency"
-        and baseline.throughput_rps > 0
-    ):
-        gain = round(best.throughput_rps / baseline.throughput_rps, 3)
-    elif (
-        best
-        and baseline
-        and baseline.meets_goals
-        and scenario.objective == "latency"
-        and best.p99_ms > 0
-    ):
-        gain = round(baseline.p99_ms / best.p99_ms, 3)
+    if best and baseline and objective.has_gain(baseline, best):
+        gain = round(objective.gain(objective.value(baseline), objective.value(best)), 3)
     # The gain's uncertainty: a seeded bootstrap over each side's validation repeats (each
     # within its capacity-search bracket); the search measurement when not validated.
     gain_ci: list[float] | None = None
@@ -905,12 +805,12 @@ def _finish(
             runs = state.validated.get(r.number, [])
             if not runs or any(x.state != "complete" for x in runs):
                 runs = [r]
-            return [gain_sample(x, scenario.objective) for x in runs]
+            return [objective.gain_sample(x) for x in runs]
 
         estimate = gain_estimate(
             side(chosen),
             side(state.baseline),
-            higher_is_better=scenario.objective != "latency",
+            higher_is_better=objective.higher_is_better,
             seed=scenario.run.seed,
         )
         if estimate is not None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
+from analyzer.evaluation import Evaluator
 from analyzer.measure import GpuStats, LoadMode, Measurement, ServerView, goals_met
 from analyzer.scenario import Scenario
-from analyzer.trial import Evaluator, gpu_figures, peak_gpu_memory_mb, server_gpus
+from analyzer.trial import gpu_figures, peak_gpu_memory_mb, server_gpus
 
 
 class NoLoad:

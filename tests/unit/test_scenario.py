@@ -54,6 +54,14 @@ def test_env_values_parse_as_toml() -> None:
         ("[space]\nmax_batch_size = [1, 12]\n", "powers of two"),
         ("[model]\nurl = 'ftp://host'\n", "model.url must start with http"),
         ("objective = 'latency'\n", "needs traffic.rate_rps"),
+        (
+            "objective = 'lat'\n",
+            "objective: unknown objective 'lat'; use one of 'throughput', 'latency', 'pareto'",
+        ),
+        (
+            "objective = 'latency'\n[traffic]\nmode = 'concurrency'\n",
+            "in closed-loop mode needs traffic.concurrency",
+        ),
         ("[run]\nstorage = 'postgresql://x/y'\n", "needs run.study_name"),
         ("[goals\n", "not valid TOML"),
     ],

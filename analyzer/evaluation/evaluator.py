@@ -1,0 +1,162 @@
+"""The evaluator: measures the loaded config the way its objective asks, into an
+:class:`Evaluation`.
+
+::
+
+    warm-up (plan.warm_up) -> capacity search (objective.capacity: CapacityDriver.run)
+                           -> fixed level     (objective.fixed: plan.fixed at the reference)
+    -> numbers (the capacity's operating point, else the fixed level) -> values (objective)
+    -> slacks (analyzer.evaluation.slack)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from analyzer.evaluation.capacity import CapacityDriver
+from analyzer.evaluation.plan import LoadPlan
+from analyzer.evaluation.slack import slacks
+from analyzer.measure import CapacityResult, LoadGenerator, Measurement
+from analyzer.objective import Objective, gentlest, objective_for
+from analyzer.scenario import Scenario
+from analyzer.trial import peak_gpu_memory_mb
+
+#: The numbers of a capacity search that measured no level at all.
+NOTHING_MEASURED: Mapping[str, float] = {
+    "throughput_rps": 0.0,
+    "offered_rps": 0.0,
+    "p50_ms": 0.0,
+    "p90_ms": 0.0,
+    "p99_ms": math.inf,
+    "error_rate": 1.0,
+}
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What one measurement of a config produced.
+
+    Attributes:
+        numbers: The record's numbers: ``throughput_rps``, ``offered_rps``, ``p50_ms``,
+            ``p90_ms``, ``p99_ms`` (infinite when nothing was measured), ``error_rate``,
+            ``gpu_memory_peak_mb`` (NaN without GPU metrics) and, with a capacity search and a
+            fixed level, ``reference_p99_ms``.
+        measurement: The raw measurement JSON of the trial record (a fixed level, a capacity
+            search, or ``{"capacity": ..., "reference": ...}``).
+        values: The objective's values, in the study's direction order.
+        constraints: The slacks (<= 0: satisfied).
+    """
+
+    numbers: Mapping[str, float]
+    measurement: dict[str, Any]
+    values: tuple[float, ...]
+    constraints: Mapping[str, float]
+
+
+def level_numbers(m: Measurement, throughput: float, offered: float) -> dict[str, float]:
+    """The numbers of one level, with the throughput and offered load it stands for."""
+    return {
+        "throughput_rps": throughput,
+        "offered_rps": offered,
+        "p50_ms": m.p50_ms,
+        "p90_ms": m.p90_ms,
+        "p99_ms": m.p99_ms,
+        "error_rate": m.error_rate,
+        "gpu_memory_peak_mb": peak_gpu_memory_mb(m),
+    }
+
+
+def capacity_numbers(result: CapacityResult, open_loop: bool) -> dict[str, float]:
+    """The numbers of a capacity search: its best level at the capacity found; when nothing met
+    the goals, the gentlest level tried at 0 req/s, so the slack says by how much."""
+    best = result.best
+    if best is not None:
+        return level_numbers(
+            best, result.capacity_rps, best.target if open_loop else best.offered_rps
+        )
+    point = gentlest(result.points)
+    if point is None:
+        return dict(NOTHING_MEASURED)
+    return level_numbers(point, 0.0, point.target)
+
+
+class Evaluator:
+    """Measures the loaded config the way the objective asks for.
+
+    Args:
+        scenario: The validated scenario.
+        load: The load generator.
+        on_phase: Told what is being measured (the live view).
+
+    Attributes:
+        reference_rps: The fixed level's rate (``traffic.rate_rps``, or the objective's
+            reference once the baseline is known).
+        hint_rps: The best capacity so far (capacity searches start near half of it).
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        load: LoadGenerator,
+        on_phase: Callable[[str], None] = lambda text: None,
+    ) -> None:
+        self.scenario = scenario
+        self.objective: Objective = objective_for(scenario.objective)
+        self.plan = LoadPlan(scenario)
+        self.load = load
+        self.on_phase = on_phase
+        self.driver = CapacityDriver(load, on_phase)
+        self.reference_rps: float | None = scenario.traffic.rate_rps
+        self.hint_rps: float | None = None
+
+    def evaluate(self, factor: float = 1.0, near_rps: float | None = None) -> Evaluation:
+        """Measure the loaded config.
+
+        Args:
+            factor: Window length factor (validation: ``budget.validate_window_factor``).
+            near_rps: A known capacity (validation): the search starts just below it.
+        """
+        self._warm_up()
+        capacity: CapacityResult | None = None
+        fixed: Measurement | None = None
+        if self.objective.capacity:
+            capacity = self.driver.run(
+                self.plan.capacity_spec(factor, near_rps=near_rps, hint_rps=self.hint_rps)
+            )
+        if self.objective.fixed:
+            target = self.plan.reference_target(self.reference_rps)
+            self.on_phase(f"fixed load {target:g} {self.plan.unit}")
+            fixed = self.load.measure(self.plan.fixed(target, factor))
+        raw: dict[str, Any]
+        if capacity is not None:
+            numbers = capacity_numbers(capacity, self.plan.open_loop)
+            raw = capacity.to_dict()
+            if fixed is not None:
+                raw = {"capacity": raw, "reference": fixed.to_dict()}
+                numbers["reference_p99_ms"] = fixed.p99_ms
+        elif fixed is not None:
+            numbers = level_numbers(fixed, fixed.throughput_rps, fixed.target)
+            raw = fixed.to_dict()
+        else:  # pragma: no cover - every objective measures something
+            raise AssertionError(f"objective {self.objective.name!r} measures nothing")
+        return Evaluation(
+            numbers=numbers,
+            measurement=raw,
+            values=self.objective.values(numbers),
+            constraints=self.constraints(numbers),
+        )
+
+    def constraints(self, numbers: Mapping[str, float]) -> dict[str, float]:
+        """Continuous slacks (<= 0: satisfied), the same keys for every trial."""
+        s = self.scenario
+        return slacks(numbers, s.goals, s.traffic, self.objective)
+
+    def _warm_up(self) -> None:
+        spec = self.plan.warm_up()
+        if spec is None:
+            return
+        self.on_phase("warm-up after the config load")
+        self.load.measure(spec)

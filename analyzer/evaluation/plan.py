@@ -1,0 +1,146 @@
+"""The load plan: which load specs a trial runs, from the scenario alone (pure, no load).
+
+::
+
+    step(factor)              the template of every load level (search: factor 1; validation:
+                              windows ``budget.validate_window_factor`` times longer)
+    warm_up()                 the discarded light load right after a config load (None: none)
+    reference_target(rps)     the fixed level: traffic.concurrency users, else the reference rate
+    capacity_spec(...)        the capacity search: open loop (request rates) or closed loop
+                              (user counts), its start and growth
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from analyzer.measure import Arrival, CapacitySpec, Goals, LoadMode, LoadSpec
+from analyzer.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """The load specs of one scenario's trials.
+
+    Attributes:
+        scenario: The validated scenario (traffic, budget, goals and seed are read).
+    """
+
+    scenario: Scenario
+
+    @property
+    def goals(self) -> Goals:
+        """What every load level must meet (p99 and error rate)."""
+        g = self.scenario.goals
+        return Goals(p99_ms=g.p99_ms, max_error_rate=g.max_error_rate)
+
+    @property
+    def open_loop(self) -> bool:
+        """Requests are sent on a schedule (``traffic.mode = "rate"``), not by waiting users."""
+        return self.scenario.traffic.mode == "rate"
+
+    @property
+    def unit(self) -> str:
+        """What a load level's target counts: ``req/s`` or ``users``."""
+        return "req/s" if self.open_loop else "users"
+
+    def step(self, factor: float = 1.0) -> LoadSpec:
+        """The load-level template (windows ``factor`` times longer when validating)."""
+        t, b = self.scenario.traffic, self.scenario.budget
+        return LoadSpec(
+            mode=LoadMode.REQUEST_RATE if self.open_loop else LoadMode.CONCURRENCY,
+            target=1.0,
+            arrival=Arrival(t.arrival),
+            warmup_s=b.warmup_s,
+            window_s=b.window_s * factor,
+            # Count windows: a window ends after min_requests requests (and at least window_s),
+            # so a p99 always rests on enough samples, whatever the rate.
+            window_requests=round(b.min_requests * factor),
+            min_window_s=b.window_s * factor,
+            # Two agreeing windows are enough for a search step; validation allows a third.
+            stable_windows=2,
+            max_windows=2 if factor == 1.0 else 3,
+            seed=self.scenario.run.seed,
+        )
+
+    def warm_up(self) -> LoadSpec | None:
+        """Light load right after a config load, discarded (None when ``budget.warmup_s`` is 0).
+
+        The first requests after a reload pay for new instances, allocations and the
+        generator's own start-up; measured, they made the first level of every capacity search
+        fail. Each level still has its own ``warmup_s`` on top.
+        """
+        t, b = self.scenario.traffic, self.scenario.budget
+        if b.warmup_s <= 0:
+            return None
+        target = float(t.concurrency or 1) if not self.open_loop else t.min_rate_rps
+        if self.open_loop:
+            target = min(max(t.start_rps or target, target), t.max_rate_rps)
+        return replace(
+            self.step(),
+            target=target,
+            warmup_s=0.0,
+            window_s=b.warmup_s,
+            window_requests=None,
+            stable_windows=1,
+            max_windows=1,
+            fail_fast=None,
+        )
+
+    def reference_target(self, reference_rps: float | None) -> float:
+        """The fixed level: ``traffic.concurrency`` users (closed loop), else ``reference_rps``
+        (``traffic.rate_rps`` or the objective's reference), else the lowest rate."""
+        t = self.scenario.traffic
+        if not self.open_loop:
+            return float(t.concurrency or 1)
+        return float(reference_rps or t.min_rate_rps)
+
+    def fixed(self, target: float, factor: float = 1.0) -> LoadSpec:
+        """One fixed level at ``target`` (never stopped early: its numbers are the result)."""
+        return replace(self.step(factor), target=target, fail_fast=None)
+
+    def capacity_spec(
+        self, factor: float = 1.0, near_rps: float | None = None, hint_rps: float | None = None
+    ) -> CapacitySpec:
+        """The capacity search of one trial.
+
+        Open loop: request rates from ``traffic.start_rps`` (default 10x the lowest rate),
+        doubling. ``near_rps`` (validation of a known capacity) starts just below it and grows
+        in small steps, so a re-measurement costs a few levels, not a full bracket; else
+        ``hint_rps`` (the best capacity so far) starts it near half of that.
+
+        Closed loop: user counts from 1 to ``traffic.max_concurrency``.
+
+        A failing level counts only when its repeat fails too: a latency spike of 60-120 ms on
+        a real server can fail one level at a rate the config serves.
+        """
+        t, b = self.scenario.traffic, self.scenario.budget
+        if not self.open_loop:
+            return CapacitySpec(
+                goals=self.goals,
+                start_rps=1,
+                max_rps=t.max_concurrency,
+                min_rps=1,
+                resolution=max(b.capacity_resolution, 0.01),
+                step=self.step(factor),
+                confirm_failures=True,
+            )
+        start = t.start_rps or min(10 * t.min_rate_rps, t.max_rate_rps)
+        growth = 2.0
+        if near_rps:
+            start, growth = min(max(0.85 * near_rps, t.min_rate_rps), t.max_rate_rps), 1.5
+        elif hint_rps:
+            # Near half the best capacity seen so far (two steps bracket most configs), but
+            # not below the configured start: one unlucky early measurement must not make
+            # every later search crawl up from a very low rate.
+            start = min(max(hint_rps / 2, start), t.max_rate_rps)
+        return CapacitySpec(
+            goals=self.goals,
+            start_rps=start,
+            max_rps=t.max_rate_rps,
+            min_rps=t.min_rate_rps,
+            resolution=b.capacity_resolution,
+            growth=growth,
+            step=self.step(factor),
+            confirm_failures=True,
+        )

@@ -1,0 +1,206 @@
+"""The evaluator's jobs, apart: the load plan and the slacks (pure), the capacity driver on a
+scripted generator, and the evaluator asking the objective what to measure."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from analyzer.evaluation import (
+    CapacityDriver,
+    Evaluation,
+    Evaluator,
+    LoadPlan,
+    capacity_numbers,
+    slacks,
+)
+from analyzer.measure import (
+    CapacityResult,
+    CapacitySpec,
+    Goals,
+    LoadMode,
+    LoadSpec,
+    Measurement,
+)
+from analyzer.objective import objective_for
+from analyzer.scenario import Scenario
+
+
+def scenario(**data: Any) -> Scenario:
+    return Scenario.model_validate(data)
+
+
+def level(spec: LoadSpec, p99_ms: float, throughput: float | None = None) -> Measurement:
+    tp = spec.target if throughput is None else throughput
+    return Measurement(
+        spec.mode, spec.target, tp, 1.0, 1.0, 1.0, p99_ms, 400, 0, True, True, 0.0, None,
+        offered_rps=tp,
+    )  # fmt: skip
+
+
+class Scripted:
+    """A load generator whose p99 is a function of the level; it records every spec."""
+
+    def __init__(self, p99: Callable[[LoadSpec], float], capacity_rps: float = 80.0) -> None:
+        self.p99 = p99
+        self.capacity_rps = capacity_rps
+        self.measured: list[LoadSpec] = []
+        self.searched: list[CapacitySpec] = []
+
+    def measure(self, spec: LoadSpec) -> Measurement:
+        self.measured.append(spec)
+        return level(spec, self.p99(spec), throughput=spec.target * 10)
+
+    def find_capacity(self, spec: CapacitySpec) -> CapacityResult:
+        self.searched.append(spec)
+        best = level(LoadSpec(LoadMode.REQUEST_RATE, self.capacity_rps), 20.0)
+        return CapacityResult(spec.goals, self.capacity_rps, (best,), best, True)
+
+
+# -- the load plan ------------------------------------------------------------------------------
+
+
+def test_search_and_validation_steps() -> None:
+    plan = LoadPlan(scenario(budget={"window_s": 3.0, "min_requests": 100}, run={"seed": 7}))
+    search, validation = plan.step(), plan.step(2.0)
+    assert search.mode is LoadMode.REQUEST_RATE and search.seed == 7
+    assert (search.window_s, search.window_requests, search.max_windows) == (3.0, 100, 2)
+    assert (validation.window_s, validation.window_requests, validation.max_windows) == (
+        6.0,
+        200,
+        3,
+    )
+    closed = LoadPlan(scenario(traffic={"mode": "concurrency"}))
+    assert closed.step().mode is LoadMode.CONCURRENCY and closed.unit == "users"
+
+
+def test_warm_up_is_one_short_window_at_the_start_rate() -> None:
+    plan = LoadPlan(
+        scenario(traffic={"min_rate_rps": 5.0, "start_rps": 20.0}, budget={"warmup_s": 1.5})
+    )
+    spec = plan.warm_up()
+    assert spec is not None
+    assert (spec.target, spec.window_s, spec.warmup_s, spec.max_windows) == (20.0, 1.5, 0.0, 1)
+    assert spec.window_requests is None and spec.fail_fast is None
+    assert LoadPlan(scenario(budget={"warmup_s": 0})).warm_up() is None
+    closed = LoadPlan(scenario(traffic={"mode": "concurrency", "concurrency": 4}))
+    assert closed.warm_up() is not None and closed.warm_up().target == 4.0  # type: ignore[union-attr]
+
+
+def test_reference_target() -> None:
+    plan = LoadPlan(scenario(traffic={"min_rate_rps": 3.0}))
+    assert plan.reference_target(60.0) == 60.0
+    assert plan.reference_target(None) == 3.0
+    closed = LoadPlan(scenario(traffic={"mode": "concurrency", "concurrency": 8}))
+    assert closed.reference_target(60.0) == 8.0
+
+
+def test_capacity_spec_start_and_growth() -> None:
+    plan = LoadPlan(scenario(traffic={"min_rate_rps": 2.0, "max_rate_rps": 500.0}))
+    first = plan.capacity_spec()
+    assert (first.start_rps, first.growth, first.max_rps, first.min_rps) == (20.0, 2.0, 500.0, 2.0)
+    assert first.confirm_failures and first.goals == Goals(100.0, 0.01)
+    assert plan.capacity_spec(hint_rps=300.0).start_rps == 150.0
+    assert plan.capacity_spec(hint_rps=10.0).start_rps == 20.0  # never below the start
+    near = plan.capacity_spec(2.0, near_rps=200.0, hint_rps=300.0)
+    assert (near.start_rps, near.growth, near.step.window_s) == (170.0, 1.5, 8.0)
+    closed = LoadPlan(scenario(traffic={"mode": "concurrency", "max_concurrency": 64}))
+    spec = closed.capacity_spec(hint_rps=300.0)
+    assert (spec.start_rps, spec.max_rps, spec.min_rps) == (1, 64, 1)
+    assert spec.step.mode is LoadMode.CONCURRENCY
+
+
+# -- the slacks ----------------------------------------------------------------------------------
+
+
+NUMBERS = {"throughput_rps": 100.0, "offered_rps": 100.0, "p99_ms": 50.0, "error_rate": 0.0}
+
+
+def test_slacks_per_objective() -> None:
+    s = scenario(goals={"p99_ms": 100.0, "max_error_rate": 0.01, "min_throughput_rps": 50.0})
+    tp = slacks(NUMBERS, s.goals, s.traffic, objective_for("throughput"))
+    assert tp == {"p99_slack": -0.5, "err_slack": -0.01, "throughput_slack": -1.0}
+    lat = slacks(dict(NUMBERS, throughput_rps=90.0), s.goals, s.traffic, objective_for("latency"))
+    assert lat["throughput_slack"] == pytest.approx((95.0 - 90.0) / 95.0, abs=1e-6)
+    missed = dict(NUMBERS, throughput_rps=0.0, p99_ms=math.inf)
+    none = slacks(missed, s.goals, s.traffic, objective_for("throughput"))
+    assert none["throughput_slack"] == 1.0 and none["p99_slack"] == 99.0
+
+
+def test_gpu_memory_slack_only_with_its_goal() -> None:
+    s = scenario(goals={"max_gpu_memory_mb": 1000})
+    obj = objective_for("throughput")
+    assert (
+        slacks(dict(NUMBERS, gpu_memory_peak_mb=500.0), s.goals, s.traffic, obj)["gpu_memory_slack"]
+        == -0.5
+    )
+    assert slacks(NUMBERS, s.goals, s.traffic, obj)["gpu_memory_slack"] == 1.0
+    plain = scenario()
+    assert "gpu_memory_slack" not in slacks(NUMBERS, plain.goals, plain.traffic, obj)
+
+
+# -- the capacity driver -------------------------------------------------------------------------
+
+
+def test_open_loop_capacity_is_the_generators_search() -> None:
+    load = Scripted(lambda spec: 20.0)
+    spec = LoadPlan(scenario()).capacity_spec()
+    result = CapacityDriver(load).run(spec)
+    assert load.searched == [spec] and not load.measured
+    assert result.capacity_rps == 80.0
+
+
+def test_closed_loop_capacity_searches_user_counts_and_confirms_failures() -> None:
+    # Up to 6 users meet the 100 ms goal; each user adds 10 req/s.
+    load = Scripted(lambda spec: 20.0 if spec.target <= 6 else 500.0)
+    plan = LoadPlan(scenario(traffic={"mode": "concurrency", "max_concurrency": 64}))
+    phases: list[str] = []
+    result = CapacityDriver(load, phases.append).run(plan.capacity_spec())
+    users = [int(s.target) for s in load.measured]
+    assert users[:4] == [1, 2, 4, 8] and users[4] == 8  # the first failure measured twice
+    assert all(s.fail_fast == plan.goals for s in load.measured)
+    assert result.best is not None and result.best.target == 6.0
+    assert result.capacity_rps == 60.0 and result.bracketed
+    assert "concurrency 8: confirming a failing level" in phases
+    assert capacity_numbers(result, open_loop=False)["offered_rps"] == 60.0
+
+
+def test_capacity_numbers_when_nothing_passed_are_the_gentlest_level() -> None:
+    goals = Goals(10.0)
+    points = tuple(level(LoadSpec(LoadMode.REQUEST_RATE, t), 50.0) for t in (40.0, 10.0, 20.0))
+    numbers = capacity_numbers(CapacityResult(goals, 0.0, points, None, False), open_loop=True)
+    assert (numbers["throughput_rps"], numbers["offered_rps"], numbers["p99_ms"]) == (
+        0.0,
+        10.0,
+        50.0,
+    )
+    empty = capacity_numbers(CapacityResult(goals, 0.0, (), None, False), open_loop=True)
+    assert empty["p99_ms"] == math.inf and empty["error_rate"] == 1.0
+
+
+# -- the evaluator asks the objective ------------------------------------------------------------
+
+
+def test_each_objective_measures_what_it_needs() -> None:
+    load = Scripted(lambda spec: 30.0)
+    tp = Evaluator(scenario(), load).evaluate()
+    assert isinstance(tp, Evaluation) and tp.values == (80.0,)
+    assert len(load.searched) == 1 and len(load.measured) == 1  # the warm-up only
+    assert "points" in tp.measurement and tp.constraints["p99_slack"] == -0.8
+
+    load = Scripted(lambda spec: 30.0)
+    lat = Evaluator(scenario(objective="latency", traffic={"rate_rps": 6.0}), load).evaluate()
+    assert not load.searched and [s.target for s in load.measured][1:] == [6.0]
+    assert lat.values == (30.0,) and lat.numbers["offered_rps"] == 6.0
+
+    load = Scripted(lambda spec: 30.0)
+    ev = Evaluator(scenario(objective="pareto"), load)
+    ev.reference_rps = 25.0
+    front = ev.evaluate(2.0)
+    assert len(load.searched) == 1 and load.measured[-1].target == 25.0
+    assert load.measured[-1].window_s == 8.0
+    assert front.values == (80.0, 30.0) and front.numbers["reference_p99_ms"] == 30.0
+    assert set(front.measurement) == {"capacity", "reference"}
