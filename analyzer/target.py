@@ -435,6 +435,8 @@ class ManagedServer(_HttpTarget):
         self.transport = transport or UrllibTransport()
         self.url = ""
         self.metrics_url = ""
+        #: Where the running server listens (its ready line); None until started.
+        self.addresses: ServerAddresses | None = None
         self.restarts = 0
         self._process: Supervisor | None = None
         self._last_config: mc.ModelConfig | None = None
@@ -483,6 +485,7 @@ class ManagedServer(_HttpTarget):
         started = self.clock()
         process.start()
         addresses: ServerAddresses = process.wait_for(last_ready, self.startup_timeout_s)
+        self.addresses = addresses
         self.url = f"http://{addresses.http_url}"
         self.metrics_url = addresses.metrics_url
         deadline = started + self.startup_timeout_s
@@ -495,6 +498,7 @@ class ManagedServer(_HttpTarget):
         """Terminate the subprocess (SIGTERM, then SIGKILL after 10 s)."""
         process, self._process = self._process, None
         self.url = ""
+        self.addresses = None
         if process is not None:
             process.stop(timeout_s=10.0)
 

@@ -80,7 +80,8 @@ def register(app: typer.Typer) -> None:
                 workers=workers,
                 rate_per_user=rate_per_user,
                 log_dir=log_dir,
-            )
+            ),
+            on_status=typer.echo,  # click flushes each line: tests and wrappers read them live
         )
         if code:
             raise typer.Exit(code)

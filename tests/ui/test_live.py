@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from analyzer.errors import InputError
 from analyzer.load.recorder import Recorder, Tick
 from analyzer.load.web import profiles
-from analyzer.load.web.launcher import UiOptions, locust_commands, managed_addresses
+from analyzer.load.web.launcher import UiOptions, locust_commands
 from analyzer.load.web.live import (
     ClientWindow,
     ServerWindow,
@@ -30,6 +29,7 @@ from analyzer.load.web.options import (
     request_problem,
 )
 from analyzer.server_stats import MetricsSnapshot, ServerSnapshot, StatsSnapshot
+from reference_server.ready import last_ready
 
 
 def _tick(latencies_s: list[float], errors: int = 0) -> Tick:
@@ -269,12 +269,17 @@ def test_locust_command_lines() -> None:
     assert none == [] and "--master" not in single and "--metrics-url" in single
 
 
-def test_managed_addresses_read_the_last_ready_line(tmp_path: Path) -> None:
-    log = tmp_path / "server.log"
-    log.write_text(
+def test_managed_addresses_read_the_last_ready_line() -> None:
+    # What ManagedServer.addresses (and so the dashboard's gRPC and metrics URLs) is read with.
+    log = (
         "perfsweep reference server ready: http=127.0.0.1:1 grpc=127.0.0.1:2 metrics=127.0.0.1:3\n"
         "--- restart\n"
         "perfsweep reference server ready: http=127.0.0.1:4 grpc=127.0.0.1:5 metrics=127.0.0.1:6\n"
     )
-    assert managed_addresses(log) == ("127.0.0.1:5", "http://127.0.0.1:6/metrics")
-    assert managed_addresses(tmp_path / "missing.log") == (None, None)
+    addresses = last_ready(log)
+    assert addresses is not None
+    assert (addresses.grpc_url, addresses.metrics_url) == (
+        "127.0.0.1:5",
+        "http://127.0.0.1:6/metrics",
+    )
+    assert last_ready("") is None

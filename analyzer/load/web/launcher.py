@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,6 @@ from analyzer.load.web.options import exposure_problem, login_from_env
 from analyzer.supervise import child_process_options
 from analyzer.target import ManagedServer, RemoteTarget
 from analyzer.target import http_url as as_http_url
-from reference_server.ready import last_ready
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -83,15 +82,6 @@ def _free_port() -> int:
         return port
 
 
-def managed_addresses(log_path: Path) -> tuple[str | None, str | None]:
-    """(grpc ``host:port``, metrics URL) from the managed server's last ready line."""
-    text = log_path.read_text(errors="replace") if log_path.exists() else ""
-    addresses = last_ready(text)
-    if addresses is None:
-        return None, None
-    return addresses.grpc_url, addresses.metrics_url
-
-
 def locust_commands(
     options: UiOptions, http_url: str, grpc_url: str | None, metrics_url: str | None
 ) -> tuple[list[str], list[list[str]]]:
@@ -147,8 +137,15 @@ def _stop(procs: Sequence[subprocess.Popen[bytes]], timeout_s: float = 10.0) -> 
             p.wait()
 
 
-def run_ui(options: UiOptions) -> int:
+def _silent(_: str) -> None:
+    """The default ``on_status`` of a library call: say nothing."""
+
+
+def run_ui(options: UiOptions, on_status: Callable[[str], Any] = _silent) -> int:
     """Serve the dashboard until Locust exits (Ctrl-C); return Locust's exit status.
+
+    ``on_status`` receives the status lines (``perfsweep ui: starting the reference server``,
+    ``perfsweep ui: target URL model M``); the CLI prints them.
 
     Raises:
         InputError: unsafe or invalid options (nothing was started).
@@ -158,24 +155,27 @@ def run_ui(options: UiOptions) -> int:
     server: ManagedServer | None = None
     procs: list[subprocess.Popen[bytes]] = []
     previous = _terminate_as_interrupt()
+    grpc_url: str | None
+    metrics_url: str | None
     try:
         if options.url is None:
             log_path = options.log_dir / "server.log"
             server = ManagedServer(
                 options.model, options.device, log_path, options.model_repository
             )
-            print(
+            on_status(
                 f"perfsweep ui: starting the reference server ({options.device}); log: {log_path}"
             )
             server.start()
             http_url = server.url
-            grpc, metrics = managed_addresses(log_path)
-            grpc_url, metrics_url = options.grpc_url or grpc, options.metrics_url or metrics
+            assert server.addresses is not None  # set by start()
+            grpc_url = options.grpc_url or server.addresses.grpc_url
+            metrics_url = options.metrics_url or server.addresses.metrics_url
         else:
             http_url = as_http_url(options.url)  # https:// is refused here (InputError)
             RemoteTarget(http_url, options.model).start()
             grpc_url, metrics_url = options.grpc_url, options.metrics_url
-        print(f"perfsweep ui: target {http_url} model {options.model}", flush=True)
+        on_status(f"perfsweep ui: target {http_url} model {options.model}")
         master_cmd, worker_cmds = locust_commands(options, http_url, grpc_url, metrics_url)
         # Locust dies with this process too (kill -9 included), like the managed server.
         tie = child_process_options(_child_env())
