@@ -42,6 +42,15 @@ import numpy as np
 
 from analyzer.errors import InputError, ResultFormatError
 from analyzer.measure import LoadMode, Measurement, read_load_output
+from analyzer.objective import Objective, gentlest, objective_for, worst_value
+from analyzer.records import (
+    SUMMARY_KIND,
+    FixedMeasurement,
+    RunSummary,
+    TrialRecord,
+    load_summary,
+    load_trial,
+)
 
 #: Environment facts that must agree before two results are compared (``--force`` overrides).
 COMPATIBILITY_KEYS = ("model", "device", "gpu", "scenario_hash", "measure")
@@ -626,13 +635,9 @@ def from_load_document(doc: Mapping[str, Any], label: str, level: float | None =
     }
     if capacity is not None and level is None:
         env["measure"] = f"capacity at p99 <= {capacity.goals.p99_ms:g} ms"
-        best = capacity.best
-        if best is None:
-            gentlest = min(capacity.points, key=lambda m: m.target, default=None)
-            p99 = gentlest.p99_ms if gentlest else math.inf
-            err = gentlest.error_rate if gentlest else 1.0
-        else:
-            p99, err = best.p99_ms, best.error_rate
+        point = capacity.best or gentlest(capacity.points)
+        p99 = point.p99_ms if point else math.inf
+        err = point.error_rate if point else 1.0
         notes = () if capacity.bracketed else (f"{label}: capacity not bracketed",)
         return GateInput(
             label,
@@ -670,75 +675,68 @@ def from_load_document(doc: Mapping[str, Any], label: str, level: float | None =
 
 
 def from_summary(
-    summary: Mapping[str, Any],
+    summary: RunSummary,
     label: str,
-    trial_record: Mapping[str, Any] | None = None,
+    trial_record: TrialRecord | None = None,
 ) -> GateInput:
     """A sweep's ``summary.json`` (and, from a run directory, the chosen trial's record).
 
     The chosen config is ``best`` (the baseline config when nothing met the sweep's goals).
-    When validation re-measured it, its repeats are the samples and their median the headline
-    (longer windows than the search step); otherwise, for a fixed-load (``latency``) sweep, the
-    trial record's windows are the samples; else the single search value.
+    When validation re-measured it, its repeats are the samples and their worst case the
+    headline (:meth:`Objective.repeat_figure`, the figure the report states too: longer windows
+    than the search step); otherwise, for a fixed-load trial, the trial record's windows are the
+    samples; else the single search value.
     """
     notes: list[str] = []
-    entry = summary.get("best")
-    if not entry:
-        entry = summary.get("baseline")
+    entry = summary.best
+    if entry is None:
+        entry = summary.baseline
         notes.append(f"{label}: no config met the sweep's goals; judging the baseline config")
-    if not entry:
+    if entry is None:
         raise InputError(f"{label} has neither a best nor a baseline result")
-    if entry.get("meets_goals") is False:
+    if not entry.meets_goals:
         notes.append(f"{label}: the judged config missed the sweep's own goals")
-    environment = summary.get("environment") or {}
+    objective = objective_for(summary.objective)
+    environment = summary.environment
     gpu = environment.get("gpu")
-    objective = summary.get("objective")
-    scenario = summary.get("scenario") or {}
-    if objective == "latency":
-        traffic = scenario.get("traffic") or {}
-        level = traffic.get("rate_rps") or traffic.get("concurrency")
-        measure = f"fixed load {level}"
-    else:
-        goals = summary.get("goals") or {}
-        measure = f"capacity at p99 <= {goals.get('p99_ms', '?'):g} ms"
     env: dict[str, str | None] = {
-        "model": _str(summary.get("model")),
-        "device": _str(summary.get("device")),
+        "model": _str(summary.model),
+        "device": _str(summary.device),
         "gpu": (", ".join(gpu) or None) if isinstance(gpu, list) else _str(gpu),
         "scenario_hash": _str(environment.get("scenario_hash")),
-        "measure": measure,
+        "measure": objective.measure_text(summary.goals, summary.scenario.get("traffic") or {}),
         "host": _str(environment.get("host")),
     }
-    throughput, p99 = float(entry["throughput_rps"]), float(entry["p99_ms"])
+    throughput, p99 = entry.throughput_rps, entry.p99_ms
     tp_samples: tuple[float, ...] = (throughput,)
     p99_samples: tuple[float, ...] = (p99,)
     basis = "single"
-    number = entry.get("trial_number")
-    for v in summary.get("validation") or ():
-        if v.get("trial_number") == number and v.get("throughput_rps") and v.get("p99_ms"):
-            # Validation re-measured the chosen config with longer windows: trust it over the
-            # search step, and judge the median of its repeats.
-            tp_samples = tuple(float(x) for x in v["throughput_rps"])
-            p99_samples = tuple(float(x) for x in v["p99_ms"])
-            throughput, p99 = _median(tp_samples), _median(p99_samples)
-            basis = "repeats" if len(tp_samples) > 1 else "single"
+    number = entry.trial_number
+    candidate = summary.candidate(number)
+    if candidate is not None and candidate.throughput_rps and candidate.p99_ms:
+        # Validation re-measured the chosen config with longer windows: trust it over the
+        # search step, and judge the worst repeat, as the sweep chose and the report states.
+        tp_samples, p99_samples = candidate.throughput_rps, candidate.p99_ms
+        throughput = _repeat_figure(objective, "throughput_rps", tp_samples)
+        p99 = _repeat_figure(objective, "p99_ms", p99_samples)
+        basis = "repeats" if len(tp_samples) > 1 else "single"
+        notes.append(
+            f"{label}: judged the validation repeats of trial {number}, not its search step"
+        )
+        missed = [i for i, ok in enumerate(candidate.meets_goals, start=1) if not ok]
+        if missed:
+            # The sweep's one rule (analyzer.measure.goals_met): such a repeat's numbers may
+            # describe a saturated generator, not the server.
             notes.append(
-                f"{label}: judged the validation repeats of trial {number}, not its search step"
+                f"{label}: validation repeat(s) {', '.join(map(str, missed))} of trial "
+                f"{number} missed the sweep's goals (invalid or beyond the goal)"
             )
-            missed = [i for i, ok in enumerate(v.get("meets_goals") or (), start=1) if not ok]
-            if missed:
-                # The sweep's one rule (analyzer.measure.goals_met): such a repeat's numbers may
-                # describe a saturated generator, not the server.
-                notes.append(
-                    f"{label}: validation repeat(s) {', '.join(map(str, missed))} of trial "
-                    f"{number} missed the sweep's goals (invalid or beyond the goal)"
-                )
     error_rate = None
     if trial_record is not None:
-        error_rate = trial_record.get("error_rate")
-        raw = trial_record.get("measurement")
-        if basis == "single" and isinstance(raw, dict) and "windows" in raw:
-            windows = [w for w in Measurement.from_dict(raw).windows if w.request_count > 0]
+        error_rate = trial_record.error_rate
+        measured = trial_record.measurement
+        if basis == "single" and isinstance(measured, FixedMeasurement):
+            windows = [w for w in measured.level.windows if w.request_count > 0]
             if len(windows) >= 2:
                 tp_samples = tuple(w.throughput_rps for w in windows)
                 p99_samples = tuple(w.p99_ms for w in windows)
@@ -747,13 +745,21 @@ def from_summary(
         label,
         throughput,
         p99,
-        None if error_rate is None else float(error_rate),
+        error_rate,
         tp_samples,
         p99_samples,
         basis,
         env,
         tuple(notes),
     )
+
+
+def _repeat_figure(objective: Objective, metric: str, values: Sequence[float]) -> float:
+    """The headline of repeated values: :meth:`Objective.repeat_figure` for the objective's own
+    metric, the same worst-repeat rule (:func:`analyzer.objective.worst_value`) for the other."""
+    if metric == objective.metric:
+        return objective.repeat_figure(values)
+    return worst_value(metric, values)
 
 
 def _str(value: Any) -> str | None:
@@ -771,8 +777,6 @@ def read_result(path: Path, level: float | None = None) -> GateInput:
         InputError: The path does not exist or holds no result.
         ResultFormatError: A result of a format version this perfsweep cannot read.
     """
-    from analyzer.results import load_summary, load_trial_record
-
     path = Path(path)
     if not path.exists():
         raise InputError(f"result {path} does not exist")
@@ -788,15 +792,16 @@ def read_result(path: Path, level: float | None = None) -> GateInput:
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read {path} as JSON: {exc}") from exc
     kind = doc.get("kind") if isinstance(doc, dict) else None
-    if kind == "perfsweep.summary":
+    if kind == SUMMARY_KIND:
         summary = load_summary(path)  # version check with the run directory's own message
         record = None
-        number = (summary.get("best") or summary.get("baseline") or {}).get("trial_number")
-        if number is not None:
+        chosen = summary.chosen
+        if chosen is not None:
+            number = chosen.trial_number
             name = "baseline" if number < 0 else f"trials/{number:03d}"
             trial_path = path.parent / name / "measurement.json"
             if trial_path.is_file():
-                record = load_trial_record(trial_path)
+                record = load_trial(trial_path)
         return from_summary(
             summary, str(path.parent if path.name == "summary.json" else path), record
         )

@@ -2,7 +2,7 @@
 
 ::
 
-    run = load_run(run_dir)          # read the run directory     (analyzer.report.load)
+    run = load_run(run_dir)          # read the run directory     (analyzer.report.rundir)
     record = build_record(run)       # the typed record, pure      (analyzer.report.build, .record)
     html = render_report(record)     # figures + jinja2           (analyzer.report.render)
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from analyzer.report.build import build_record
-from analyzer.report.load import RunData, load_run
 from analyzer.report.record import ReportRecord
+from analyzer.report.rundir import RunData, load_run
 from analyzer.results import write_atomic
 
 __all__ = [

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import shlex
 from collections.abc import Mapping, Sequence
-from typing import Any
 
+from analyzer.measure import Goals, Measurement
+from analyzer.objective import Objective, objective_for
+from analyzer.records import ConfigEntry, RunSummary, TrialRecord, Validation
 from analyzer.report.gpu import (
     NO_GPU_METRIC,
     check_threshold,
@@ -22,7 +23,6 @@ from analyzer.report.gpu import (
     utilization_pct,
     utilization_warnings,
 )
-from analyzer.report.load import RunData
 from analyzer.report.record import (
     KNOBS,
     PARAM_TO_KNOB,
@@ -42,8 +42,8 @@ from analyzer.report.record import (
     WindowPoint,
     as_float,
 )
+from analyzer.report.rundir import RunData
 from analyzer.report.verdict import build_verdict, ceiling_warning, explain
-from analyzer.trial import gpu_figures, measurement_problem, percentile_samples
 
 
 def build_record(run: RunData, *, min_gpu_utilization_pct: float | None = None) -> ReportRecord:
@@ -59,14 +59,14 @@ def build_record(run: RunData, *, min_gpu_utilization_pct: float | None = None) 
     """
     check_threshold(min_gpu_utilization_pct)
     summary = run.summary
-    objective = str(summary.get("objective", "throughput"))
+    objective = objective_for(summary.objective)
     missing: dict[str, str] = {}
-    by_number = {int(r["number"]): r for r in run.trials}
+    by_number = {r.number: r for r in run.trials}
     front = _front_numbers(summary, run.trials, objective)
     trials = tuple(_trial_point(r, front, min_gpu_utilization_pct) for r in run.trials)
     points = {t.number: t for t in trials}
-    baseline = _config_result("baseline", summary.get("baseline"), points)
-    best = _config_result("best", summary.get("best"), points)
+    baseline = _config_result("baseline", summary.baseline, points)
+    best = _config_result("best", summary.best, points)
     roles = [("baseline", baseline), ("best", best)]
 
     breakdown = []
@@ -93,7 +93,7 @@ def build_record(run: RunData, *, min_gpu_utilization_pct: float | None = None) 
         missing["load_curves"] = (
             "not recorded: no capacity search points (the latency objective measures one "
             "fixed load per config)"
-            if objective == "latency"
+            if not objective.capacity
             else "not recorded: the trial records hold no capacity search points"
         )
 
@@ -119,10 +119,11 @@ def build_record(run: RunData, *, min_gpu_utilization_pct: float | None = None) 
     if run.best_config_text is None:
         missing["config"] = "no config met the goals, so there is no best config.pbtxt"
 
+    entries = {"baseline": summary.baseline, "best": summary.best}
     sides = [
         side
         for role, result in roles
-        if (side := gpu_side(role, result, summary.get(role))) is not None
+        if (side := gpu_side(role, result, entries[role])) is not None
     ]
     gpu = gpu_story(sides) if sides else None
     if gpu is None:
@@ -133,12 +134,11 @@ def build_record(run: RunData, *, min_gpu_utilization_pct: float | None = None) 
         summary, run.run_state, objective, baseline, best, trials, validation
     )
     utilization = utilization_warnings(trials, best, min_gpu_utilization_pct)
-    tie_break = summary.get("tie_break")
     summary_verdict = dataclasses.replace(
         summary_verdict,
         warnings=(*summary_verdict.warnings, *utilization),
         min_gpu_utilization_pct=min_gpu_utilization_pct,
-        tie_break=str(tie_break) if tie_break else None,
+        tie_break=summary.tie_break or None,
     )
     ceiling = ceiling_warning(summary, best, curves)
     if ceiling:
@@ -161,82 +161,44 @@ def build_record(run: RunData, *, min_gpu_utilization_pct: float | None = None) 
     )
 
 
-def knob_label(config: Mapping[str, Any]) -> str:
-    """Short label of a config: ``mbs=16 delay=500us pref=[16,8] x2`` (as Knobs.label)."""
-    mbs = config.get("max_batch_size")
-    count = config.get("instance_count")
-    if config.get("dynamic_batching") is False:
-        return f"mbs={mbs} no dynamic batching x{count}"
-    pref = ",".join(str(s) for s in config.get("preferred_batch_size") or []) or "-"
-    return f"mbs={mbs} delay={config.get('max_queue_delay_us')}us pref=[{pref}] x{count}"
-
-
-def objective_value(objective: str, point: TrialPoint) -> float | None:
-    """The value the search optimised for a trial (throughput, or p99 for ``latency``)."""
+def objective_value(objective: Objective, point: TrialPoint) -> float | None:
+    """The value the search optimised for a trial (:attr:`Objective.metric`), None if incomplete."""
     if point.state != "complete":
         return None
-    return point.p99_ms if objective == "latency" else point.throughput_rps
-
-
-def _capacity_part(measurement: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """The CapacityResult dict inside a trial's measurement (None for a fixed-load trial)."""
-    if not measurement:
-        return None
-    if "points" in measurement and "capacity_rps" in measurement:
-        return measurement
-    inner = measurement.get("capacity")
-    if isinstance(inner, Mapping) and "points" in inner:
-        return inner
-    return None
-
-
-def _operating_point(measurement: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """The Measurement dict the trial's reported numbers come from."""
-    if not measurement:
-        return None
-    capacity = _capacity_part(measurement)
-    if capacity is None:
-        return measurement if "windows" in measurement else None
-    if capacity.get("best"):
-        return capacity["best"]
-    points = capacity.get("points") or []
-    # Nothing met the goals: the sweep reports the gentlest level tried.
-    return min(points, key=lambda p: p.get("target", math.inf)) if points else None
+    return objective.value(point)
 
 
 def _trial_point(
-    record: Mapping[str, Any], front: set[int], min_gpu_utilization_pct: float | None = None
+    record: TrialRecord, front: set[int], min_gpu_utilization_pct: float | None = None
 ) -> TrialPoint:
-    config = dict(record.get("config") or {})
-    op = _operating_point(record.get("measurement"))
-    complete = record.get("state") == "complete"
-    values = record.get("values") or []
-    gpus = gpu_figures(record.get("measurement")) if complete else None
+    op = record.operating_point()
+    complete = record.complete
+    measured = record.measurement if complete else None
+    gpus = measured.gpu_figures() if measured is not None else None
     util = utilization_pct(gpus)
+    values = record.values
     return TrialPoint(
-        number=int(record["number"]),
-        source=str(record.get("source", "")),
-        state=str(record.get("state", "")),
-        config=config,
-        label=knob_label(config),
-        throughput_rps=as_float(record.get("throughput_rps")) if complete else None,
-        offered_rps=as_float(record.get("offered_rps")) if complete else None,
-        p50_ms=as_float(record.get("p50_ms")) if complete else None,
-        p90_ms=as_float(record.get("p90_ms")) if complete else None,
-        p99_ms=as_float(record.get("p99_ms")) if complete else None,
-        error_rate=as_float(record.get("error_rate")) if complete else None,
+        number=record.number,
+        source=record.source,
+        state=record.state,
+        config=record.config.to_dict(),
+        label=record.config.label(),
+        throughput_rps=as_float(record.throughput_rps) if complete else None,
+        offered_rps=as_float(record.offered_rps) if complete else None,
+        p50_ms=as_float(record.p50_ms) if complete else None,
+        p90_ms=as_float(record.p90_ms) if complete else None,
+        p99_ms=as_float(record.p99_ms) if complete else None,
+        error_rate=as_float(record.error_rate) if complete else None,
         # The one rule (analyzer.measure.goals_met): an unusable measurement never meets them,
         # whatever an older record says.
-        meets_goals=bool(record.get("meets_goals"))
-        and complete
-        and measurement_problem(record.get("measurement")) is None,
-        failure=record.get("failure"),
-        duration_s=as_float(record.get("duration_s")),
-        stable=bool(op["stable"]) if op and "stable" in op else None,
-        valid=bool(op["valid"]) if op and "valid" in op else None,
-        on_front=int(record["number"]) in front,
+        meets_goals=record.feasible,
+        failure=record.failure,
+        duration_s=as_float(record.duration_s),
+        stable=op.stable if op is not None else None,
+        valid=op.valid if op is not None else None,
+        on_front=record.number in front,
         reference_p99_ms=as_float(values[1]) if complete and len(values) > 1 else None,
-        p99_n=percentile_samples(record.get("measurement")) if complete else None,
+        p99_n=measured.request_count() if measured is not None else None,
         gpu_utilization_pct=round(util, 2) if util is not None else None,
         gpu_memory_peak_mb=memory_peak_mb(gpus),
         below_min_gpu_utilization=(
@@ -248,15 +210,16 @@ def _trial_point(
 
 
 def _front_numbers(
-    summary: Mapping[str, Any], records: Sequence[Mapping[str, Any]], objective: str
+    summary: RunSummary, records: Sequence[TrialRecord], objective: Objective
 ) -> set[int]:
-    """Trials on the throughput/p99 Pareto front (the study's own front for ``pareto``)."""
-    if objective == "pareto" and summary.get("pareto"):
-        return {int(p["trial_number"]) for p in summary["pareto"] if "trial_number" in p}
+    """Trials on the throughput/p99 Pareto front (the study's own front when the objective's
+    answer is a front)."""
+    if objective.multi and summary.pareto:
+        return {p.trial_number for p in summary.pareto}
     feasible = [
-        (int(r["number"]), float(r["throughput_rps"]), float(r["p99_ms"]))
+        (r.number, r.throughput_rps, r.p99_ms)
         for r in records
-        if r.get("state") == "complete" and r.get("meets_goals") and int(r["number"]) >= 0
+        if r.complete and r.meets_goals and r.number >= 0
     ]
     return pareto_front(feasible)
 
@@ -275,103 +238,96 @@ def pareto_front(points: Sequence[tuple[int, float, float]]) -> set[int]:
 
 
 def _config_result(
-    role: str, entry: Mapping[str, Any] | None, trials: Mapping[int, TrialPoint]
+    role: str, entry: ConfigEntry | None, trials: Mapping[int, TrialPoint]
 ) -> ConfigResult | None:
-    if not entry:
+    if entry is None:
         return None
-    config = dict(entry.get("config") or {})
-    point = trials.get(int(entry.get("trial_number", -1)))
+    point = trials.get(entry.trial_number)
     return ConfigResult(
         role=role,
-        trial_number=int(entry.get("trial_number", -1)),
-        config=config,
-        label=knob_label(config),
-        throughput_rps=float(entry.get("throughput_rps") or 0.0),
-        p50_ms=float(entry.get("p50_ms") or 0.0),
-        p99_ms=float(entry.get("p99_ms") or 0.0),
-        meets_goals=bool(entry.get("meets_goals")),
-        validated_throughput_rps=as_float(entry.get("validated_throughput_rps")),
+        trial_number=entry.trial_number,
+        config=entry.config.to_dict(),
+        label=entry.config.label(),
+        throughput_rps=entry.throughput_rps,
+        p50_ms=entry.p50_ms,
+        p99_ms=entry.p99_ms,
+        meets_goals=entry.meets_goals,
+        validated_throughput_rps=as_float(entry.validated_throughput_rps),
         offered_rps=point.offered_rps if point is not None else None,
-        p99_n=int(entry["p99_n"]) if entry.get("p99_n") is not None else None,
-        p99_note=entry.get("p99_note"),
+        p99_n=entry.p99_n,
+        p99_note=entry.p99_note,
     )
 
 
-def _server_breakdown(role: str, record: Mapping[str, Any] | None) -> ServerBreakdown | None:
+def _server_breakdown(role: str, record: TrialRecord | None) -> ServerBreakdown | None:
     if record is None:
         return None
-    op = _operating_point(record.get("measurement"))
-    server = (op or {}).get("server")
-    if not server or not server.get("execution_count"):
+    op = record.operating_point()
+    server = op.server if op is not None else None
+    if op is None or server is None or not server.execution_count:
         return None
-    config = record.get("config") or {}
-    per_execution_us = (
-        float(server.get("compute_input_us", 0))
-        + float(server.get("compute_infer_us", 0))
-        + float(server.get("compute_output_us", 0))
-    )
-    duration_s = float((op or {}).get("duration_s") or 0.0)
-    instances = int(config.get("instance_count") or 1)
+    per_execution_us = server.compute_input_us + server.compute_infer_us + server.compute_output_us
+    duration_s = op.duration_s
+    instances = record.config.instance_count or 1
     busy = None
     if duration_s > 0:
         # Triton times each execution once per request it served; the per-request average is
         # therefore the per-execution time, and executions x that is the busy time.
-        busy_s = int(server["execution_count"]) * per_execution_us / 1e6
+        busy_s = server.execution_count * per_execution_us / 1e6
         busy = round(min(100.0 * busy_s / (duration_s * instances), 100.0), 1)
     return ServerBreakdown(
         role=role,
-        trial_number=int(record["number"]),
-        measured_at_rps=float((op or {}).get("target") or 0.0),
-        queue_us=float(server.get("queue_us", 0.0)),
-        compute_input_us=float(server.get("compute_input_us", 0.0)),
-        compute_infer_us=float(server.get("compute_infer_us", 0.0)),
-        compute_output_us=float(server.get("compute_output_us", 0.0)),
-        avg_batch_size=float(server.get("avg_batch_size", 0.0)),
-        batch_sizes={int(k): int(v) for k, v in (server.get("batch_sizes") or {}).items()},
-        execution_count=int(server.get("execution_count", 0)),
-        inference_count=int(server.get("inference_count", 0)),
+        trial_number=record.number,
+        measured_at_rps=float(op.target),
+        queue_us=float(server.queue_us),
+        compute_input_us=float(server.compute_input_us),
+        compute_infer_us=float(server.compute_infer_us),
+        compute_output_us=float(server.compute_output_us),
+        avg_batch_size=float(server.avg_batch_size),
+        batch_sizes={int(k): int(v) for k, v in server.batch_sizes.items()},
+        execution_count=server.execution_count,
+        inference_count=server.inference_count,
         instance_busy_pct=busy,
     )
 
 
-def _curve_point(p: Mapping[str, Any], goals: Mapping[str, Any]) -> CurvePoint:
-    p99 = as_float(p.get("p99_ms"))
-    requests = int(p.get("request_count") or 0)
-    errors = int(p.get("error_count") or 0)
-    error_rate = errors / requests if requests else 1.0
-    valid = bool(p.get("valid", True))
+def _curve_point(p: Measurement, goals: Goals) -> CurvePoint:
+    p99 = as_float(p.p99_ms)
+    requests = p.request_count
+    error_rate = p.error_count / requests if requests else 1.0
     ok = (
         requests > 0
-        and valid
+        and p.valid
         and p99 is not None
-        and p99 <= float(goals.get("p99_ms", math.inf))
-        and error_rate <= float(goals.get("max_error_rate", 1.0))
+        and p99 <= goals.p99_ms
+        and error_rate <= goals.max_error_rate
     )
     return CurvePoint(
-        offered_rps=float(p.get("target") or 0.0),
-        throughput_rps=float(p.get("throughput_rps") or 0.0),
+        offered_rps=float(p.target),
+        throughput_rps=float(p.throughput_rps),
         p99_ms=p99 if p99 is not None else 0.0,
         meets_goals=ok,
-        stable=bool(p.get("stable", False)),
-        valid=valid,
+        stable=p.stable,
+        valid=p.valid,
     )
 
 
-def _load_curve(role: str, record: Mapping[str, Any] | None) -> LoadCurve | None:
-    if record is None:
+def _load_curve(role: str, record: TrialRecord | None) -> LoadCurve | None:
+    if record is None or record.measurement is None:
         return None
-    capacity = _capacity_part(record.get("measurement"))
-    if not capacity or not capacity.get("points"):
+    capacity = record.measurement.capacity
+    if capacity is None or not capacity.points:
         return None
-    goals = capacity.get("goals") or {}
     points = tuple(
-        sorted((_curve_point(p, goals) for p in capacity["points"]), key=lambda c: c.offered_rps)
+        sorted(
+            (_curve_point(p, capacity.goals) for p in capacity.points), key=lambda c: c.offered_rps
+        )
     )
-    cap = float(capacity.get("capacity_rps") or 0.0)
+    cap = capacity.capacity_rps
     failing = [p.offered_rps for p in points if not p.meets_goals and p.offered_rps > cap]
     return LoadCurve(
         role=role,
-        trial_number=int(record["number"]),
+        trial_number=record.number,
         points=points,
         capacity_rps=cap,
         first_failing_rps=min(failing) if failing else None,
@@ -379,29 +335,28 @@ def _load_curve(role: str, record: Mapping[str, Any] | None) -> LoadCurve | None
 
 
 def _series(
-    measurement: Mapping[str, Any], label: str, role: str, source: str, number: int
+    measurement: Measurement, label: str, role: str, source: str, number: int
 ) -> TimeSeries | None:
-    windows = measurement.get("windows") or []
+    windows = measurement.windows
     if not windows:
         return None
     end = 0.0
     points = []
     for w in windows:
-        end += float(w.get("duration_s") or 0.0)
+        end += w.duration_s
         points.append(
             WindowPoint(
                 end_s=round(end, 3),
-                throughput_rps=float(w.get("throughput_rps") or 0.0),
-                p99_ms=float(w.get("p99_ms") or 0.0),
-                offered_rps=float(w.get("offered_rps") or 0.0),
-                generator_cpu_pct=float(w.get("generator_cpu_pct") or 0.0),
+                throughput_rps=w.throughput_rps,
+                p99_ms=w.p99_ms,
+                offered_rps=w.offered_rps,
+                generator_cpu_pct=w.generator_cpu_pct,
             )
         )
-    stable = bool(measurement.get("stable", False))
-    valid = bool(measurement.get("valid", False))
+    stable, valid = measurement.stable, measurement.valid
     # The engine's own messages say what went wrong and what to do; generic flags only when
     # it gave none.
-    flags = [str(m) for m in measurement.get("messages") or ()]
+    flags = [str(m) for m in measurement.messages]
     if not flags and not valid:
         flags.append("invalid: the load generator saturated, so these numbers describe it")
     if not flags and not stable:
@@ -411,7 +366,7 @@ def _series(
         role=role,
         source=source,
         trial_number=number,
-        target_rps=float(measurement.get("target") or 0.0),
+        target_rps=float(measurement.target),
         window_s=round(end / len(points), 3),
         points=tuple(points),
         stable=stable,
@@ -423,14 +378,14 @@ def _series(
 def _time_series(
     run: RunData,
     roles: Sequence[tuple[str, ConfigResult | None]],
-    by_number: Mapping[int, Mapping[str, Any]],
+    by_number: Mapping[int, TrialRecord],
 ) -> tuple[TimeSeries, ...]:
     """Validation runs' windows when recorded; else the search measurement at each operating point."""
     out: list[TimeSeries] = []
-    for candidate in run.validation or ():
-        number = int(candidate.get("trial_number", -1))
-        for repeat, raw in enumerate(candidate.get("measurements") or (), start=1):
-            op = _operating_point(raw)
+    for candidate in run.validation.candidates if run.validation else ():
+        number = candidate.trial_number
+        for repeat, measured in enumerate(candidate.measurements, start=1):
+            op = measured.operating_point() if measured is not None else None
             if op:
                 s = _series(
                     op,
@@ -445,28 +400,22 @@ def _time_series(
         if result is None:
             continue
         record = by_number.get(result.trial_number)
-        op = _operating_point((record or {}).get("measurement"))
+        op = record.operating_point() if record is not None else None
         if op:
             name = "baseline" if role == "baseline" else f"best (trial {result.trial_number})"
-            s = _series(
-                op,
-                f"{name} at {float(op.get('target') or 0):.0f} req/s",
-                role,
-                "search",
-                result.trial_number,
-            )
+            s = _series(op, f"{name} at {op.target:.0f} req/s", role, "search", result.trial_number)
             if s:
                 out.append(s)
     return tuple(out)
 
 
 def _progress(
-    objective: str,
+    objective: Objective,
     trials: Sequence[TrialPoint],
     importances: Mapping[str, float] | None,
     note: str,
 ) -> Progress:
-    higher = objective != "latency"
+    higher = objective.higher_is_better
     best: float | None = None
     points = []
     for t in trials:
@@ -500,7 +449,7 @@ def _progress(
         named = {PARAM_TO_KNOB.get(k, k): round(float(v), 4) for k, v in importances.items()}
         named = dict(sorted(named.items(), key=lambda kv: -kv[1]))
     return Progress(
-        objective_name="p99_ms" if objective == "latency" else "throughput_rps",
+        objective_name=objective.metric,
         higher_is_better=higher,
         points=tuple(points),
         importances=named,
@@ -510,21 +459,20 @@ def _progress(
 
 
 def _validation_rows(
-    candidates: Sequence[Mapping[str, Any]] | None, best: ConfigResult | None
+    validation: Validation | None, best: ConfigResult | None
 ) -> tuple[ValidationRow, ...]:
     rows = []
-    for c in candidates or ():
-        number = int(c.get("trial_number", -1))
+    for c in validation.candidates if validation else ():
         rows.append(
             ValidationRow(
-                trial_number=number,
-                label=knob_label(c.get("config") or {}),
-                search_throughput_rps=as_float(c.get("search_throughput_rps")),
-                throughput_rps=tuple(float(x) for x in c.get("throughput_rps") or ()),
-                p99_ms=tuple(as_float(x) for x in c.get("p99_ms") or ()),
-                worst_rps=as_float(c.get("worst_rps")),
-                all_meet_goals=bool(c.get("all_meet_goals")),
-                chosen=best is not None and best.trial_number == number,
+                trial_number=c.trial_number,
+                label=c.config.label(),
+                search_throughput_rps=as_float(c.search_throughput_rps),
+                throughput_rps=c.throughput_rps,
+                p99_ms=tuple(as_float(x) for x in c.p99_ms),
+                worst_rps=as_float(c.worst_rps),
+                all_meet_goals=c.all_meet_goals,
+                chosen=best is not None and best.trial_number == c.trial_number,
             )
         )
     return tuple(rows)
@@ -556,14 +504,14 @@ def _provenance(run: RunData) -> Provenance:
         )
         command = f"perfsweep run --scenario {run.root / 'scenario.toml'}"
     return Provenance(
-        run_id=str(summary.get("run_id", run.root.name)),
+        run_id=summary.run_id or run.root.name,
         run_dir=str(run.root),
-        environment=dict(summary.get("environment") or {}),
+        environment=dict(summary.environment),
         command=str(command),
         command_note=note,
         scenario_toml=run.scenario_toml,
-        scenario=dict(summary.get("scenario") or {}),
-        started_at=summary.get("started_at"),
-        finished_at=summary.get("finished_at"),
-        duration_s=as_float(summary.get("duration_s")),
+        scenario=dict(summary.scenario),
+        started_at=summary.started_at,
+        finished_at=summary.finished_at,
+        duration_s=as_float(summary.duration_s),
     )

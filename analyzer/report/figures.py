@@ -27,6 +27,7 @@ matplotlib.use("Agg")  # no display: reports are rendered on servers and in CI
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure as MplFigure
 
+from analyzer.objective import objective_for
 from analyzer.report.record import (
     KNOBS,
     LoadCurve,
@@ -122,7 +123,8 @@ def _throughput_vs_p99(record: ReportRecord) -> Figure | None:
     points = [t for t in record.trials if t.throughput_rps is not None and t.p99_ms is not None]
     if not points:
         return None
-    if record.verdict.objective == "pareto":
+    front_objective = objective_for(record.verdict.objective).multi
+    if front_objective:
         # The front trades capacity against p99 at the fixed reference load: plot that p99.
         points = [
             dataclasses.replace(t, p99_ms=t.reference_p99_ms)
@@ -161,14 +163,14 @@ def _throughput_vs_p99(record: ReportRecord) -> Figure | None:
             alpha=0.7,
             label="Pareto front",
         )
-    if goal and record.verdict.objective != "pareto":
+    if goal and not front_objective:
         ax.axvline(float(goal), color=INFEASIBLE, linestyle="--", linewidth=1, label="p99 goal")
     for role, result in (("baseline", record.verdict.baseline), ("best", record.verdict.best)):
         if result is not None:
             _mark(ax, points, result.trial_number, role)
     ax.set_xlabel(
         "p99 at the reference load (ms)"
-        if record.verdict.objective == "pareto"
+        if front_objective
         else "p99 latency at the trial's operating point (ms)"
     )
     ax.set_ylabel("throughput (req/s)")

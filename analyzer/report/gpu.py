@@ -1,6 +1,6 @@
 """The GPU part of the report: utilisation, memory and power at the operating points (pure).
 
-The figures come from what the sweep recorded (``analyzer.trial.gpu_figures``: the server's
+The figures come from what the sweep recorded (``analyzer.records.TrialMeasurement.gpu_figures``: the server's
 ``nv_gpu_*`` series over the operating point's measurement); a run whose server published none
 (a CPU-only server, as Triton on a CPU-only host) gets one line saying so, never empty charts.
 """
@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from analyzer.errors import InputError
+from analyzer.records import ConfigEntry
 from analyzer.report.record import ConfigResult, GpuSide, GpuStory, TrialPoint, as_float
 
 #: ``missing["gpu"]``: the one line a run without GPU figures gets.
@@ -43,11 +44,9 @@ def memory_peak_mb(gpus: Sequence[Mapping[str, Any]] | None) -> float | None:
     return max(values) if values else None
 
 
-def gpu_side(
-    role: str, result: ConfigResult | None, entry: Mapping[str, Any] | None
-) -> GpuSide | None:
+def gpu_side(role: str, result: ConfigResult | None, entry: ConfigEntry | None) -> GpuSide | None:
     """One side of the story from its summary entry (None when it recorded no GPU)."""
-    gpus = list((entry or {}).get("gpus") or ())
+    gpus = list(entry.gpus or ()) if entry is not None else []
     if result is None or not gpus:
         return None
     util = _values(gpus, "utilization_pct_mean")

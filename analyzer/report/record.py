@@ -2,7 +2,7 @@
 
 The record is computed in two steps, so the logic is tested without files or figures::
 
-    load_run(run_dir) -> RunData          analyzer.report.load: read the run directory (I/O)
+    load_run(run_dir) -> RunData          analyzer.report.rundir: read the run directory (I/O)
     build_record(run) -> ReportRecord     analyzer.report.build: derive everything (pure)
 
 It is embedded in the HTML as JSON (``ReportRecord.to_dict()``), so tools and tests read the
@@ -124,6 +124,8 @@ class Verdict:
     min_gpu_utilization_pct: float | None = None
     #: Why the chosen config won a tie on throughput (summary.json ``tie_break``; None: no tie).
     tie_break: str | None = None
+    #: What the gain is a ratio of (``Objective.gain_label``: ``best / baseline throughput``).
+    gain_label: str = ""
 
 
 @dataclass(frozen=True)

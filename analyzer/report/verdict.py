@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from analyzer.measure import gain_sentence
+from analyzer.objective import Objective
+from analyzer.records import RunSummary
 from analyzer.report.record import (
     ConfigResult,
     LoadCurve,
@@ -21,13 +23,13 @@ VALIDATION_DRIFT = 0.10
 
 
 def ceiling_warning(
-    summary: Mapping[str, Any], best: ConfigResult | None, curves: Sequence[LoadCurve]
+    summary: RunSummary, best: ConfigResult | None, curves: Sequence[LoadCurve]
 ) -> str | None:
     """A best config that never failed below the rate ceiling has an unknown true capacity."""
     curve = next((c for c in curves if c.role == "best"), None)
     if best is None or curve is None or curve.first_failing_rps is not None:
         return None
-    traffic = (summary.get("scenario") or {}).get("traffic") or {}
+    traffic = summary.scenario.get("traffic") or {}
     ceiling = traffic.get("max_rate_rps")
     where = f"traffic.max_rate_rps ({ceiling:g} req/s)" if ceiling else "the highest rate tried"
     return (
@@ -79,33 +81,32 @@ def _machine(env: Mapping[str, Any]) -> str:
 
 
 def build_verdict(
-    summary: Mapping[str, Any],
+    summary: RunSummary,
     run_state: Mapping[str, Any] | None,
-    objective: str,
+    objective: Objective,
     baseline: ConfigResult | None,
     best: ConfigResult | None,
     trials: Sequence[TrialPoint],
     validation: Sequence[ValidationRow],
 ) -> Verdict:
-    goals = dict(summary.get("goals") or {})
-    env = summary.get("environment") or {}
-    counts = dict(summary.get("trials") or {})
+    goals = dict(summary.goals)
+    env = summary.environment
+    counts = dict(summary.trials)
     status = str((run_state or {}).get("status") or "unknown")
-    stop_reason = str(summary.get("stop_reason", ""))
-    gain = as_float(summary.get("gain"))
+    stop_reason = summary.stop_reason
+    gain = as_float(summary.gain)
     # The baseline is a config too: a run whose search found nothing better still has one
     # config that meets the goals, the model's own.
     goals_met = (best is not None and best.meets_goals) or (
         best is None and baseline is not None and baseline.meets_goals
     )
     p99_goal = goals.get("p99_ms")
-    ci = summary.get("gain_ci")
-    gain_ci = (float(ci[0]), float(ci[1])) if isinstance(ci, list) and len(ci) == 2 else None
-    significant = summary.get("gain_significant")
-    gain_text = str(summary.get("gain_text") or "")
+    gain_ci = summary.gain_ci
+    significant = summary.gain_significant
+    gain_text = summary.gain_text or ""
     if not gain_text and gain is not None:  # a summary written before gains had intervals
-        gain_text = gain_sentence(gain, gain_ci, significant, summary.get("gain_repeats"))
-    goal_text = str(summary.get("goal_text") or f"goal p99 <= {p99_goal} ms")
+        gain_text = gain_sentence(gain, gain_ci, significant, summary.gain_repeats)
+    goal_text = summary.goal_text or f"goal p99 <= {p99_goal} ms"
 
     if best is None:
         headline = f"No config met the goals (p99 ≤ {p99_goal} ms)."
@@ -114,35 +115,17 @@ def build_verdict(
                 f"No searched config met the goals (p99 ≤ {p99_goal} ms); the baseline does, "
                 f"at {baseline.throughput_rps:.1f} req/s: keep the model's own config."
             )
-    elif objective == "latency":
-        headline = f"Best config: p99 {best.p99_ms:.1f} ms (goal ≤ {p99_goal} ms)"
-        if gain is not None and baseline is not None:
-            headline += f"; the baseline's is {baseline.p99_ms:.1f} ms — {gain_text}."
-        else:
-            headline += "; the baseline missed the goals, so there is no gain to state."
     else:
-        # Search numbers throughout (throughput, p99 and the gain come from one measurement);
-        # the validation's worst case is stated beside them, not mixed in.
-        headline = (
-            f"Best config serves {best.throughput_rps:.1f} req/s within p99 ≤ {p99_goal} ms "
-            f"(p99 {best.p99_ms:.1f} ms)"
+        headline = objective.headline(
+            best, baseline, gain_text if gain is not None else None, p99_goal
         )
-        if gain is not None and baseline is not None:
-            headline += f"; the baseline serves {baseline.throughput_rps:.1f} req/s — {gain_text}."
-        else:
-            headline += "; the baseline missed the goals, so there is no gain to state."
-        if best.validated_throughput_rps is not None:
-            headline += (
-                f" Re-measured in validation: {best.validated_throughput_rps:.1f} req/s "
-                "(worst repeat)."
-            )
 
     warnings: list[str] = []
     if status not in ("completed", "unknown"):
         warnings.append(f"The run is {status}: the results cover only the trials that finished.")
     if stop_reason == "interrupted":
         warnings.append("The sweep was interrupted; resume it with `perfsweep run --resume`.")
-    if summary.get("device") == "sim":
+    if summary.device == "sim":
         warnings.append(
             "Measured on the simulated device: latencies come from a latency profile, not real "
             "hardware. Use them to compare configs, not as the accelerator's real capacity."
@@ -183,25 +166,26 @@ def build_verdict(
         )
     )
     return Verdict(
-        model=str(summary.get("model", "")),
-        objective=objective,
+        model=summary.model,
+        objective=objective.name,
         goals=goals,
         goals_met=goals_met,
         headline=headline,
         baseline=baseline,
         best=best,
         gain=gain,
-        device=str(summary.get("device", "")),
+        device=summary.device,
         machine=_machine(env),
         status=status,
         stop_reason=stop_reason,
         trials=counts,
         warnings=tuple(warnings),
         gain_ci=gain_ci,
-        gain_significant=None if significant is None else bool(significant),
+        gain_significant=significant,
         gain_text=gain_text,
         goal_text=goal_text,
         footnotes=footnotes,
+        gain_label=objective.gain_label,
     )
 
 

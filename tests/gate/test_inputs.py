@@ -111,13 +111,29 @@ def test_not_a_result(tmp_path: Path) -> None:
         read_result(tmp_path)
 
 
-def summary(best_number: int | None, validation: list[dict[str, Any]]) -> dict[str, Any]:
-    config = {
-        "max_batch_size": 8,
-        "max_queue_delay_us": 100,
-        "preferred_batch_size": [],
-        "instance_count": 1,
+CONFIG = {
+    "max_batch_size": 8,
+    "max_queue_delay_us": 100,
+    "preferred_batch_size": [],
+    "instance_count": 1,
+}
+
+
+def candidate(number: int, throughput_rps: list[float], p99_ms: list[float], **extra: Any) -> dict:
+    """A summary.json validation candidate (what ``sweep._validate`` writes)."""
+    return {
+        "trial_number": number,
+        "config": CONFIG,
+        "throughput_rps": throughput_rps,
+        "p99_ms": p99_ms,
+        "worst_rps": min(throughput_rps),
+        "all_meet_goals": True,
+        **extra,
     }
+
+
+def summary(best_number: int | None, validation: list[dict[str, Any]]) -> dict[str, Any]:
+    config = CONFIG
     best = (
         None
         if best_number is None
@@ -158,14 +174,23 @@ def summary(best_number: int | None, validation: list[dict[str, Any]]) -> dict[s
 def test_run_directory_uses_validation_repeats_and_the_trial_record(tmp_path: Path) -> None:
     run = RunDirectory(tmp_path / "run")
     validation = [
-        {"trial_number": 3, "throughput_rps": [400.0, 420.0, 415.0], "p99_ms": [31.0, 29.0, 30.0]},
-        {"trial_number": 5, "throughput_rps": [300.0, 310.0], "p99_ms": [35.0, 36.0]},
+        candidate(3, [400.0, 420.0, 415.0], [31.0, 29.0, 30.0]),
+        candidate(5, [300.0, 310.0], [35.0, 36.0]),
     ]
     run.write_summary(summary(3, validation))
-    run.write_trial({"number": 3, "source": "search", "state": "complete", "error_rate": 0.002})
+    run.write_trial(
+        {
+            "number": 3,
+            "source": "search",
+            "state": "complete",
+            "config": CONFIG,
+            "error_rate": 0.002,
+        }
+    )
     g = read_result(run.root)
-    # The validated numbers (median of the repeats), not the search step's 410 req/s.
-    assert (g.throughput_rps, g.p99_ms) == (415.0, 30.0)
+    # The validated numbers, not the search step's 410 req/s: the worst repeat on each metric
+    # (Objective.repeat_figure, the figure the report's headline states), not their median.
+    assert (g.throughput_rps, g.p99_ms) == (400.0, 31.0)
     assert any("validation repeats of trial 3" in n for n in g.notes)
     assert g.sample_basis == "repeats"
     assert g.throughput_samples == (400.0, 420.0, 415.0)
@@ -179,7 +204,7 @@ def test_run_directory_uses_validation_repeats_and_the_trial_record(tmp_path: Pa
 
 def test_a_single_validation_repeat_is_the_headline_but_one_sample(tmp_path: Path) -> None:
     path = tmp_path / "summary.json"
-    validation = [{"trial_number": 3, "throughput_rps": [62.5], "p99_ms": [28.0]}]
+    validation = [candidate(3, [62.5], [28.0])]
     doc = {"format_version": 1, "kind": "perfsweep.summary", **summary(3, validation)}
     g = read_result(write(path, doc))
     assert (g.throughput_rps, g.p99_ms, g.sample_basis) == (62.5, 28.0, "single")
@@ -202,12 +227,7 @@ def test_unknown_summary_version_is_refused(tmp_path: Path) -> None:
 def test_a_validation_repeat_that_missed_the_goals_is_named(tmp_path: Path) -> None:
     run = RunDirectory(tmp_path / "run")
     validation = [
-        {
-            "trial_number": 3,
-            "throughput_rps": [400.0, 420.0, 415.0],
-            "p99_ms": [31.0, 2.0, 30.0],
-            "meets_goals": [True, False, True],
-        }
+        candidate(3, [400.0, 420.0, 415.0], [31.0, 2.0, 30.0], meets_goals=[True, False, True])
     ]
     doc = summary(3, validation)
     doc["baseline"]["meets_goals"] = False

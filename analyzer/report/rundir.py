@@ -1,6 +1,7 @@
 """Reading a run directory for the report (the only I/O of the record).
 
-Everything is parsed and nothing derived: :func:`analyzer.report.build.build_record` does that.
+Everything is parsed (through :mod:`analyzer.records`, the one reader of the result files) and
+nothing derived: :func:`analyzer.report.build.build_record` does that.
 Parameter importances come from the stored Optuna study through ``analyzer.search`` (the only
 optuna importer).
 """
@@ -13,19 +14,27 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.errors import InputError, PerfsweepError, ResultFormatError
-from analyzer.results import RunDirectory, load_summary, load_trial_record, read_json
+from analyzer.records import (
+    RunSummary,
+    TrialRecord,
+    Validation,
+    load_summary,
+    load_trial,
+    load_validation,
+)
+from analyzer.results import RunDirectory
 
 
 @dataclass(frozen=True)
 class RunData:
-    """The raw contents of a run directory (parsed JSON and texts, nothing derived).
+    """The contents of a run directory (typed records and texts, nothing derived).
 
     Attributes:
         root: The run directory.
         summary: summary.json.
         trials: Trial records (baseline first, then by number).
         run_state: run.json (None when absent).
-        validation: validation.json candidates (None when the file is absent).
+        validation: validation.json (None when the file is absent).
         best_config_text: best/config.pbtxt (None when no config met the goals).
         baseline_config_text: baseline/config.pbtxt.
         scenario_toml: scenario.toml as written by the sweep.
@@ -34,10 +43,10 @@ class RunData:
     """
 
     root: Path
-    summary: dict[str, Any]
-    trials: tuple[dict[str, Any], ...]
+    summary: RunSummary
+    trials: tuple[TrialRecord, ...]
     run_state: dict[str, Any] | None = None
-    validation: tuple[dict[str, Any], ...] | None = None
+    validation: Validation | None = None
     best_config_text: str | None = None
     baseline_config_text: str | None = None
     scenario_toml: str | None = None
@@ -72,20 +81,13 @@ def load_run(run_dir: Path, *, importances: bool = True) -> RunData:
             f"stopped run with `perfsweep run --resume {root}`"
         )
     summary = load_summary(directory.summary_json)
-    trials = []
-    paths = [directory.trial_dir(-1) / "measurement.json"]
-    paths += sorted((root / "trials").glob("*/measurement.json"))
-    for path in paths:
-        if path.exists():
-            trials.append(load_trial_record(path))
-    trials.sort(key=lambda r: int(r["number"]))
+    trials = sorted(map(load_trial, directory.trial_paths()), key=lambda r: r.number)
     run_state = None
     if directory.run_json.exists():
         run_state = directory.read_run_state()
     validation = None
     if directory.validation_json.exists():
-        doc = read_json(directory.validation_json, "perfsweep.validation")
-        validation = tuple(doc.get("candidates", ()))
+        validation = load_validation(directory.validation_json)
     importance_values, note = None, ""
     if importances:
         importance_values, note = _importances(summary, run_state, root)
@@ -97,8 +99,10 @@ def load_run(run_dir: Path, *, importances: bool = True) -> RunData:
         trials=tuple(trials),
         run_state=run_state,
         validation=validation,
-        best_config_text=_read_text(root, (summary.get("best") or {}).get("config_path")),
-        baseline_config_text=_read_text(root, (summary.get("baseline") or {}).get("config_path")),
+        best_config_text=_read_text(root, summary.best.config_path if summary.best else None),
+        baseline_config_text=_read_text(
+            root, summary.baseline.config_path if summary.baseline else None
+        ),
         scenario_toml=_read_text(root, "scenario.toml"),
         importances=importance_values,
         importance_note=note,
@@ -118,13 +122,11 @@ def _read_text(root: Path, relative: str | None) -> str | None:
 
 
 def _importances(
-    summary: Mapping[str, Any], run_state: Mapping[str, Any] | None, root: Path
+    summary: RunSummary, run_state: Mapping[str, Any] | None, root: Path
 ) -> tuple[dict[str, float] | None, str]:
     """Importances from the stored study, or None and why not."""
     storage = (run_state or {}).get("storage")
-    study_name = (run_state or {}).get("study_name") or (summary.get("study") or {}).get(
-        "study_name"
-    )
+    study_name = (run_state or {}).get("study_name") or summary.study.get("study_name")
     if not storage or not study_name:
         return None, "not recorded: run.json names no study storage"
     if "://" not in storage:
