@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -63,6 +63,7 @@ from analyzer.measure import (
     goals_met,
     unusable,
 )
+from analyzer.objective import gentlest
 from analyzer.results import read_document, refuse_version, write_json
 
 if TYPE_CHECKING:  # trial.py may import this module: Knobs is imported where it is used
@@ -126,15 +127,6 @@ def _opt_str(value: Any) -> str | None:
 # Measurements
 
 
-def gentlest(points: Sequence[Measurement]) -> Measurement | None:
-    """The lowest load level tried: what a trial reports when no level met the goals.
-
-    THE "gentlest point when nothing passed" rule: the capacity search's operating point when it
-    found no capacity, so the numbers (and the slack) say by how much the config missed.
-    """
-    return min(points, key=lambda m: m.target, default=None)
-
-
 class MeasurementKind(str, enum.Enum):
     """Which of the three shapes a trial's measurement has."""
 
@@ -160,7 +152,8 @@ class TrialMeasurement(abc.ABC):
 
     def operating_point(self) -> Measurement | None:
         """The level the trial's numbers rest on: the fixed level (``latency``), else the capacity
-        search's best point, else its :func:`gentlest` point; None when nothing was measured."""
+        search's best point, else its gentlest point (:func:`analyzer.objective.gentlest`, the
+        one copy of that rule); None when nothing was measured."""
         if self.capacity is None:
             return self.fixed
         return self.capacity.best or gentlest(self.capacity.points)
