@@ -15,31 +15,18 @@ it prints last. Checks:
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.load.child import run_module
 
 
 def run_client_checks(name: str, timeout_s: float = 120.0) -> dict[str, Any]:
     """Run check ``name`` in a child process and return its JSON answer."""
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.load.client_driver", name],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-    )
-    if done.returncode != 0:
-        raise AssertionError(f"client driver failed ({done.returncode}):\n{done.stderr[-4000:]}")
-    answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return answer
+    return run_module("tests.load.client_driver", name, timeout_s=timeout_s)
 
 
 def _write_identity(repo: Path) -> None:

@@ -14,32 +14,18 @@ Spec keys: ``model`` (kwargs of ``write_sim_model`` minus the repository), ``pro
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.load.child import run_module
 
 
 def run_driver(spec: dict[str, Any], timeout_s: float = 240.0) -> dict[str, Any]:
     """Run ``spec`` in a child process and return its JSON answer."""
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.load.driver"],
-        input=json.dumps(spec),
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-    )
-    if done.returncode != 0:
-        raise AssertionError(f"driver failed ({done.returncode}):\n{done.stderr[-4000:]}")
-    answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return answer
+    return run_module("tests.load.driver", stdin=json.dumps(spec), timeout_s=timeout_s)
 
 
 def _level(data: dict[str, Any]) -> Any:
