@@ -56,6 +56,10 @@ Direction = Literal["maximize", "minimize"]
 #: Reason recorded on trials that were RUNNING when a previous process died; they are re-run.
 INTERRUPTED_REASON = "interrupted: the run stopped during this trial; it is re-run on --resume"
 
+#: Study attribute listing the numbers of trials a killed run left RUNNING (failed on resume):
+#: Optuna's public API can set attributes only on a trial this process asked for.
+_INTERRUPTED_ATTR = "interrupted_trials"
+
 
 def delay_ladder(low_us: int, high_us: int, steps: int) -> tuple[int, ...]:
     """The searched delay values: 0 (when ``low_us`` is 0) then a geometric ladder to ``high_us``.
@@ -368,10 +372,11 @@ class Search:
             The trials failed this way (the sweep records each as interrupted).
         """
         found = []
-        study_id = self._storage.get_study_id_from_name(self._study.study_name)
+        lost = set(self._interrupted())
         for trial in self._study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            trial_id = self._storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
-            self._storage.set_trial_user_attr(trial_id, "failure", INTERRUPTED_REASON)
+            lost.add(trial.number)
+            # Recorded before the tell: a crash in between must not make it count as a result.
+            self._study.set_user_attr(_INTERRUPTED_ATTR, sorted(lost))
             self._study.tell(trial.number, state=TrialState.FAIL)
             self._study.enqueue_trial(dict(trial.params), user_attrs={"seed": "re-run"})
             params = {k: int(v) for k, v in trial.params.items()}
@@ -416,13 +421,21 @@ class Search:
 
     # -- queries ----------------------------------------------------------------------------------
 
+    def _interrupted(self) -> list[int]:
+        """Numbers of the trials :meth:`recover_interrupted` failed."""
+        return [int(n) for n in self._study.user_attrs.get(_INTERRUPTED_ATTR, ())]
+
+    def _is_interrupted(self, trial: optuna.trial.FrozenTrial, lost: Sequence[int]) -> bool:
+        return trial.number in lost or trial.user_attrs.get("failure") == INTERRUPTED_REASON
+
     def finished(self) -> list[FinishedTrial]:
         """Complete and failed trials, by number (interrupted trials excluded: they re-run)."""
         result = []
+        lost = self._interrupted()
         for t in self._study.get_trials(
             deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)
         ):
-            if t.user_attrs.get("failure") == INTERRUPTED_REASON:
+            if self._is_interrupted(t, lost):
                 continue
             params = {k: int(v) for k, v in t.params.items()}
             result.append(
@@ -440,10 +453,11 @@ class Search:
     def started_count(self) -> int:
         """Trials started or finished in the study by any worker (budgets count these)."""
         states = (TrialState.RUNNING, TrialState.COMPLETE, TrialState.FAIL)
+        lost = self._interrupted()
         return sum(
             1
             for t in self._study.get_trials(deepcopy=False, states=states)
-            if t.user_attrs.get("failure") != INTERRUPTED_REASON
+            if not self._is_interrupted(t, lost)
         )
 
     def pareto_front(self) -> list[FinishedTrial]:

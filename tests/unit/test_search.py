@@ -139,6 +139,10 @@ def test_interrupted_trial_is_failed_and_rerun(tmp_path: Path) -> None:
     rerun = resumed.ask()
     assert rerun.params == asked.params
     assert rerun.number != asked.number
+    # A later process still knows the failed trial was interrupted, not a result.
+    again = Search(small_space(), ["maximize"], storage, "s", seed=3)
+    assert again.finished() == []
+    assert again.started_count() == 1  # the re-run, still running
 
 
 def test_interrupted_reason_is_a_failure_attr(tmp_path: Path) -> None:
