@@ -61,6 +61,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--cache-size", type=int, default=0, metavar="BYTES", help="response cache size; 0 = off"
     )
     parser.add_argument(
+        "--rate-limit",
+        type=str.lower,
+        choices=("off", "execution_count"),
+        default="off",
+        help="off: ignore instance rate_limiter sections (default, as Triton); execution_count: "
+        "instances wait for their resources, lower priority runs more often",
+    )
+    parser.add_argument(
+        "--rate-limit-resource",
+        dest="rate_limit_resources",
+        action="append",
+        default=[],
+        metavar="NAME:COUNT[:DEVICE]",
+        help="copies of a rate-limiter resource (repeatable; no DEVICE = every device); "
+        "default: the largest count any instance asks for",
+    )
+    parser.add_argument(
         "--http-max-input-size",
         type=int,
         default=DEFAULT_MAX_INPUT_SIZE,
@@ -117,6 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             read_timeout_s=args.http_read_timeout,
             log_verbosity=args.log_verbose,
             model_control_mode=args.model_control_mode,
+            rate_limit=args.rate_limit,
+            rate_limit_resources=tuple(args.rate_limit_resources),
         )
         run_server(options)
     except ServerError as exc:

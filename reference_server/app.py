@@ -27,6 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
+from reference_server.batching.rate_limiter import parse_resource_limit
 from reference_server.core.errors import Code, ServerError
 from reference_server.frontends.http import DEFAULT_MAX_INPUT_SIZE, DEFAULT_READ_TIMEOUT_S
 from reference_server.ready import ServerAddresses
@@ -62,6 +63,10 @@ class ServerOptions:
         model_control_mode: ``explicit`` (the repository API loads and unloads; what perfsweep
             needs) or ``none`` (every model at startup, load/unload refused with 503), as
             ``tritonserver --model-control-mode``.
+        rate_limit: ``--rate-limit``: ``off`` (Triton's default: instance ``rate_limiter``
+            sections are ignored) or ``execution_count`` (honoured); case-insensitive.
+        rate_limit_resources: ``--rate-limit-resource`` values, ``<name>:<count>[:<device>]``
+            (resource names are case-sensitive, as in Triton 2.51).
     """
 
     model_repositories: tuple[Path, ...] = ()
@@ -77,6 +82,8 @@ class ServerOptions:
     log_verbosity: int = 0
     delay_scheduler: int | None = None
     model_control_mode: str = "explicit"
+    rate_limit: str = "off"
+    rate_limit_resources: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("http_port", "grpc_port", "metrics_port"):
@@ -96,6 +103,14 @@ class ServerOptions:
                 f"unknown model control mode '{self.model_control_mode}': use explicit or none",
                 Code.INVALID_ARG,
             )
+        if self.rate_limit.lower() not in ("off", "execution_count"):
+            raise ServerError(
+                f"invalid argument for --rate-limit: '{self.rate_limit}' (use off or "
+                "execution_count)",
+                Code.INVALID_ARG,
+            )
+        for value in self.rate_limit_resources:
+            parse_resource_limit(value)  # raises with Triton's format message
         if self.max_input_size_bytes <= 0:
             raise ServerError("the HTTP max input size must be positive", Code.INVALID_ARG)
         if not self.read_timeout_s > 0:
@@ -255,6 +270,8 @@ def _make_core(options: ServerOptions, repositories: tuple[Path, ...]) -> Infere
         # repository API can still load and unload afterwards.
         startup_models=tuple(options.models) or ("*",),
         cache_size_bytes=options.cache_size_bytes,
+        rate_limit="execution_count" if options.rate_limit.lower() == "execution_count" else "off",
+        rate_limit_resources=tuple(parse_resource_limit(v) for v in options.rate_limit_resources),
         delay_scheduler=(
             delay_scheduler_from_env()
             if options.delay_scheduler is None

@@ -5,6 +5,11 @@ batch from the model's scheduler, execute it, hand the responses back. Instances
 same (simulated or real) GPU share one :class:`Device`: the simulated backend holds its lock for
 the device part of an execution, so device work is serialised across instances (and across
 models on that device) while host work overlaps, as on real hardware.
+
+With ``--rate-limit execution_count`` the server has one :class:`RateLimitedDispatch`: the pure
+:class:`~reference_server.batching.rate_limiter.RateLimiter` behind a lock, which every
+rate-limited scheduler hands its batches to and which delivers each batch to the instance it
+chose (``Scheduler.deliver``).
 """
 
 from __future__ import annotations
@@ -12,10 +17,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from reference_server.backends.base import Backend
+from reference_server.batching.rate_limiter import (
+    InstanceLimits,
+    RateLimiter,
+    RateLimiterError,
+    ResourceLimit,
+)
 from reference_server.batching.scheduler import Batch, Scheduler, reduce_timer_slack
 from reference_server.core.gpu import DeviceMeter
 
@@ -91,12 +102,76 @@ class InstanceSpec:
         kind: ``KIND_CPU`` / ``KIND_GPU`` / ``KIND_MODEL``.
         device_id: GPU id for KIND_GPU, else 0.
         passive: Created but never given work.
+        limits: Its group's ``rate_limiter`` (used only with rate limiting on).
     """
 
     name: str
     kind: str
     device_id: int = 0
     passive: bool = False
+    limits: InstanceLimits = field(default_factory=InstanceLimits)
+
+
+class RateLimitedDispatch:
+    """The server's rate limiter with its lock: where rate-limited schedulers send batches.
+
+    Implements :class:`reference_server.batching.scheduler.Dispatch`. Allocations are delivered
+    to the chosen instance's mailbox while the lock is held (the rate limiter's lock comes
+    before any scheduler's).
+
+    Args:
+        explicit: ``--rate-limit-resource`` values.
+    """
+
+    def __init__(self, explicit: Sequence[ResourceLimit] = ()) -> None:
+        self._limiter: RateLimiter[Batch] = RateLimiter(explicit)
+        self._lock = threading.Lock()
+
+    def register(self, scheduler: Scheduler, limits: Sequence[InstanceLimits]) -> None:
+        """Register a model's non-passive instances, slot ``k`` = ``limits[k]``.
+
+        Raises:
+            RateLimiterError: the resources cannot be scheduled; nothing stays registered.
+        """
+        with self._lock:
+            try:
+                for slot, instance_limits in enumerate(limits):
+                    self._limiter.add_instance(scheduler, (scheduler, slot), instance_limits)
+            except RateLimiterError:
+                self._limiter.remove_model(scheduler)
+                raise
+
+    def unregister(self, scheduler: Scheduler) -> None:
+        """Forget a model (after it drained, or when its load failed)."""
+        with self._lock:
+            self._limiter.remove_model(scheduler)
+
+    def submit(self, scheduler: Scheduler, batch: Batch) -> None:
+        """A batcher formed ``batch``; it waits until an instance may run it."""
+        with self._lock:
+            self._deliver(self._limiter.enqueue(scheduler, batch))
+
+    def release(self, scheduler: Scheduler, slot: int) -> None:
+        """Instance ``slot`` of ``scheduler`` finished; its resources go back."""
+        with self._lock:
+            self._deliver(self._limiter.release((scheduler, slot)))
+
+    def exec_count(self, scheduler: Scheduler, slot: int) -> int:
+        """Executions the rate limiter counted for an instance (Triton's two start-up ones too)."""
+        with self._lock:
+            return self._limiter.exec_count((scheduler, slot))
+
+    def capacity(self, name: str, device: int) -> int:
+        """Capacity of a resource now (``rate_limiter.GLOBAL_DEVICE`` for global ones)."""
+        with self._lock:
+            return self._limiter.pool.capacity(name, device)
+
+    @staticmethod
+    def _deliver(allocations: list[tuple[Hashable, Batch]]) -> None:
+        for key, batch in allocations:
+            assert isinstance(key, tuple)
+            scheduler, slot = key
+            scheduler.deliver(slot, batch)
 
 
 class ModelInstance:
@@ -107,6 +182,7 @@ class ModelInstance:
         backend: Initialized backend.
         scheduler: The model's scheduler to take batches from.
         run_batch: Executes one batch on this instance and delivers its responses.
+        slot: Index among the model's non-passive instances (the rate limiter's name for it).
     """
 
     def __init__(
@@ -115,8 +191,10 @@ class ModelInstance:
         backend: Backend,
         scheduler: Scheduler,
         run_batch: Callable[[ModelInstance, Batch], None],
+        slot: int = 0,
     ) -> None:
         self.spec = spec
+        self.slot = slot
         self.backend = backend
         self._scheduler = scheduler
         self._run_batch = run_batch
@@ -140,7 +218,7 @@ class ModelInstance:
     def _loop(self) -> None:
         # An idle instance runs the batcher's timed waits itself (Scheduler.next_batch).
         reduce_timer_slack()
-        while (batch := self._scheduler.next_batch()) is not None:
+        while (batch := self._scheduler.next_batch(self.slot)) is not None:
             try:
                 self._run_batch(self, batch)
             except Exception:
@@ -148,4 +226,4 @@ class ModelInstance:
                 logger.exception("instance %s failed to run a batch", self.spec.name)
             finally:
                 self.execution_count += 1
-                self._scheduler.batch_done()
+                self._scheduler.batch_done(self.slot)

@@ -19,6 +19,14 @@ at low load a request then goes from the frontend to the executing thread in one
 instead of two. As soon as no instance is idle the batcher thread leads again, so batches keep
 forming while every instance is busy (§3.5 prefetch). Without prefetching (priorities, queue
 policies) the batcher thread always leads.
+
+With the rate limiter on (``--rate-limit execution_count``, a :class:`Dispatch` given) batches
+do not go to the shared instance queue: each newly formed batch is handed to the server's rate
+limiter, which binds it to one instance once that instance may run, and the instance takes it
+from its own mailbox (:meth:`Scheduler.deliver`, :meth:`Scheduler.next_batch`). Batches waiting
+there do not count against the prefetch cap (§3.11), no instance-side merge happens, and the
+batcher thread always leads. Lock order: the rate limiter's lock, then a scheduler's; a
+scheduler never calls the rate limiter while it holds its own lock.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from reference_server.batching.decide import (
     BatchingParams,
@@ -102,6 +111,19 @@ class Batch:
 RejectCallback = Callable[[Entry, str, ServerError], None]
 
 
+class Dispatch(Protocol):
+    """The server's rate limiter as a scheduler sees it (``instances.RateLimitedDispatch``).
+
+    Both methods are called without the scheduler's lock held.
+    """
+
+    def submit(self, scheduler: Scheduler, batch: Batch) -> None:
+        """Hand over a newly formed batch; it may still grow until an instance starts it."""
+
+    def release(self, scheduler: Scheduler, slot: int) -> None:
+        """Instance ``slot`` of ``scheduler`` finished executing its batch."""
+
+
 class Scheduler:
     """Queue, batch formation and hand-off to instances for one model version.
 
@@ -119,6 +141,8 @@ class Scheduler:
         delay_count: ``TRITONSERVER_DELAY_SCHEDULER``: hold the batcher until this many
             requests are queued (0 = off).
         clock_ns: Monotonic clock (injectable for tests).
+        dispatch: The rate limiter to hand batches to (None = rate limiting off: instances
+            take batches from the shared instance queue).
     """
 
     def __init__(
@@ -135,6 +159,7 @@ class Scheduler:
         on_reject: RejectCallback | None = None,
         delay_count: int = 0,
         clock_ns: Callable[[], int] = time.monotonic_ns,
+        dispatch: Dispatch | None = None,
     ) -> None:
         self.model_name = model_name
         self.params = params
@@ -169,6 +194,13 @@ class Scheduler:
         self._accepting = True
         self._batcher_done = params is None
         self._thread: threading.Thread | None = None
+        # Rate limiting: batches handed over and not yet started, the formed batches still to
+        # hand over (outside the lock), and each instance's mailbox with its condition.
+        self._dispatch = dispatch
+        self._dispatched_waiting = 0
+        self._to_submit: list[Batch] = []
+        self._mailboxes: dict[int, collections.deque[Batch]] = {}
+        self._mail_conds: dict[int, threading.Condition] = {}
 
     # ---------------------------------------------------------------- life cycle
 
@@ -186,6 +218,7 @@ class Scheduler:
             self._accepting = False
             self._cond.notify_all()
             self._instances_cond.notify_all()
+            self._notify_mailboxes()
 
     def join(self, timeout: float | None = None) -> None:
         """Wait for the batcher thread to finish draining."""
@@ -233,33 +266,42 @@ class Scheduler:
                 )
             entry.enqueue_ns = self._clock()
             req.queue_start_ns = entry.enqueue_ns
-            if self.params is None:
-                # Default scheduler: every request is its own payload, FIFO, no policies.
-                batch = Batch(sealed=True, queued=True)
-                self._assign_slots([entry])
-                batch.add([entry])
+            if self.params is not None:
+                self._enqueue_batching(entry, rid)
+                return
+            # Default scheduler: every request is its own payload, FIFO, no policies.
+            batch = Batch(sealed=True, queued=True)
+            self._assign_slots([entry])
+            batch.add([entry])
+            dispatch = self._dispatch
+            if dispatch is None:
                 self._instance_queue.append(batch)
                 self._instances_cond.notify()
                 return
-            entry.level = self.level_for(req.priority)
-            entry.deadline_ns = self.deadline_for(entry.level, req.timeout_us, entry.enqueue_ns)
-            limit = self._queue.policy(entry.level).max_queue_size
-            if limit and self._queue.level_size(entry.level) >= limit:
-                raise ServerError(
-                    f"[request id: {rid}] Exceeds maximum queue size", Code.UNAVAILABLE
-                )
-            self._queue.push(entry.level, entry)
-            if entry.deadline_ns is not None and (
-                self._earliest_deadline is None or entry.deadline_ns < self._earliest_deadline
-            ):
-                self._earliest_deadline = entry.deadline_ns
-            self._notify_leader()
+            self._dispatched_waiting += 1
+        dispatch.submit(self, batch)  # outside the lock (lock order)
+
+    def _enqueue_batching(self, entry: Entry, rid: str) -> None:
+        """Under the lock: queue a request of a dynamic batcher."""
+        req = entry.request
+        entry.level = self.level_for(req.priority)
+        entry.deadline_ns = self.deadline_for(entry.level, req.timeout_us, entry.enqueue_ns)
+        limit = self._queue.policy(entry.level).max_queue_size
+        if limit and self._queue.level_size(entry.level) >= limit:
+            raise ServerError(f"[request id: {rid}] Exceeds maximum queue size", Code.UNAVAILABLE)
+        self._queue.push(entry.level, entry)
+        if entry.deadline_ns is not None and (
+            self._earliest_deadline is None or entry.deadline_ns < self._earliest_deadline
+        ):
+            self._earliest_deadline = entry.deadline_ns
+        self._notify_leader()
 
     def wake(self) -> None:
         """Make the batcher look at its queue now (e.g. a queued request was cancelled)."""
         with self._cond:
             self._cond.notify_all()
             self._instances_cond.notify_all()
+            self._notify_mailboxes()
 
     def queued_count(self) -> int:
         """Requests waiting in the scheduler queue (not yet in a batch)."""
@@ -268,14 +310,20 @@ class Scheduler:
 
     # ---------------------------------------------------------------- consumer side
 
-    def next_batch(self) -> Batch | None:
+    def next_batch(self, slot: int = 0) -> Batch | None:
         """Block until a batch is ready for this instance; None once drained and stopped.
 
         While an instance waits here with prefetching on, it runs the batcher's steps itself
         (see :meth:`_instance_led`): the batch it forms is the one the batcher thread would
         have formed at that moment, but the request skips one thread hand-over on its way to
         execution. The batcher thread takes over again whenever no instance is idle.
+
+        Args:
+            slot: Which instance asks (its index among the model's non-passive instances);
+                only the rate limiter tells instances apart.
         """
+        if self._dispatch is not None:
+            return self._next_dispatched(slot)
         while True:
             dropped: list[tuple[Entry, str]] = []
             with self._cond:
@@ -318,19 +366,65 @@ class Scheduler:
             self._cond.notify()
         return batch
 
+    def _next_dispatched(self, slot: int) -> Batch | None:
+        """Rate limiting: wait for the batch the rate limiter bound to instance ``slot``."""
+        with self._cond:
+            box = self._mailbox(slot)
+            cond = self._mail_conds[slot]
+            self._idle_waiting += 1
+            if not self.prefetch:
+                self._cond.notify()  # an idle instance is what lets the batcher form a batch
+            try:
+                while not box:
+                    if self._dispatch_drained():
+                        return None
+                    cond.wait()
+            finally:
+                self._idle_waiting -= 1
+            batch = box.popleft()
+            batch.started = True
+            self._dispatched_waiting -= 1
+            # The batcher opens a new batch for what is still queued.
+            self._cond.notify()
+            if self._dispatch_drained():
+                self._notify_mailboxes()  # the others may stop now
+            return batch
+
+    def deliver(self, slot: int, batch: Batch) -> None:
+        """The rate limiter bound ``batch`` to instance ``slot`` (called under its lock)."""
+        with self._cond:
+            self._mailbox(slot).append(batch)
+            self._mail_conds[slot].notify()
+
+    def _mailbox(self, slot: int) -> collections.deque[Batch]:
+        if slot not in self._mailboxes:
+            self._mailboxes[slot] = collections.deque()
+            self._mail_conds[slot] = threading.Condition(self._lock)
+        return self._mailboxes[slot]
+
+    def _notify_mailboxes(self) -> None:
+        for cond in self._mail_conds.values():
+            cond.notify_all()
+
+    def _dispatch_drained(self) -> bool:
+        return not self._accepting and self._batcher_done and self._dispatched_waiting == 0
+
     def _after_pop(self) -> None:
         # This instance is busy from now on: requests still queued need whoever leads now
         # (another idle instance, or the batcher thread when none is idle).
         if self._queue:
             self._notify_leader()
 
-    def batch_done(self) -> None:
+    def batch_done(self, slot: int = 0) -> None:
         """An instance finished a batch.
 
         Only the non-prefetch batcher waits for this (it forms a batch only for an idle
-        instance); with prefetching a finished execution changes nothing it looks at.
+        instance); with prefetching a finished execution changes nothing it looks at. With
+        the rate limiter on, the instance's resources go back (call without the lock held).
         """
-        if not self.prefetch:
+        if self._dispatch is not None:
+            self._dispatch.release(self, slot)
+        elif not self.prefetch:
             with self._cond:
                 self._cond.notify()
 
@@ -360,6 +454,10 @@ class Scheduler:
     # ---------------------------------------------------------------- the batcher thread
 
     def _slot_available(self) -> bool:
+        if self._dispatch is not None:
+            # §3.11: batches held by the rate limiter are not capped; without prefetching a
+            # batch is formed only for an idle instance that no handed-over batch waits for.
+            return self.prefetch or self._idle_waiting > self._dispatched_waiting
         if self.prefetch:
             return len(self._instance_queue) < 2 * max(1, self.instance_count)
         return self._idle_waiting > len(self._instance_queue)
@@ -379,6 +477,7 @@ class Scheduler:
         """
         return (
             self.prefetch
+            and self._dispatch is None
             and self.params is not None
             and self._idle_waiting > 0
             and self._accepting
@@ -413,6 +512,7 @@ class Scheduler:
                     if not self._accepting and not self._queue:
                         self._batcher_done = True
                         self._instances_cond.notify_all()
+                        self._notify_mailboxes()
                         return
                     if self._delay_count:
                         if len(self._queue) < self._delay_count and self._accepting:
@@ -427,11 +527,15 @@ class Scheduler:
                         self._cond.wait()
                         continue
                     timeout = self._run_steps(dropped)
-                    if dropped:
+                    if dropped or self._to_submit:
                         break
                     if not self._accepting and not self._queue:
                         continue  # drained while stopping: the first check above ends the loop
                     self._cond.wait(timeout)
+                submit, self._to_submit = self._to_submit, []
+            if self._dispatch is not None:
+                for batch in submit:  # outside the lock (lock order)
+                    self._dispatch.submit(self, batch)
             self._reject(dropped)
 
     def _run_steps(self, dropped: list[tuple[Entry, str]]) -> float | None:
@@ -480,8 +584,12 @@ class Scheduler:
                 self._open.add(taken)
                 if not self._open.queued:
                     self._open.queued = True
-                    self._instance_queue.append(self._open)
-                    self._instances_cond.notify()
+                    if self._dispatch is None:
+                        self._instance_queue.append(self._open)
+                        self._instances_cond.notify()
+                    else:
+                        self._dispatched_waiting += 1
+                        self._to_submit.append(self._open)
             if decision.seal:
                 self._open.sealed = True
             if decision.take or (decision.seal and self._open.size):

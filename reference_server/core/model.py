@@ -26,7 +26,9 @@ from reference_server.batching.instances import (
     InstanceSpec,
     ModelInstance,
     PauseGate,
+    RateLimitedDispatch,
 )
+from reference_server.batching.rate_limiter import InstanceLimits, ResourceNeed
 from reference_server.batching.scheduler import Batch, Entry, Scheduler
 from reference_server.core.cache import ResponseCache, cache_key
 from reference_server.core.config import numpy_dtype, protocol_datatype
@@ -94,12 +96,15 @@ class RuntimeOptions:
         cache: The server's response cache, None when the server has none.
         devices: The server's devices.
         default_device: ``device`` parameter for backends whose config does not set one.
+        rate_limiter: The server's rate limiter (``--rate-limit execution_count``); None =
+            off, instance ``rate_limiter`` sections are ignored.
     """
 
     devices: DeviceRegistry
     delay_count: int = 0
     cache: ResponseCache | None = None
     default_device: str = "auto"
+    rate_limiter: RateLimitedDispatch | None = None
 
 
 class ModelRuntime:
@@ -143,8 +148,9 @@ class ModelRuntime:
     def _make_scheduler(self) -> Scheduler:
         cfg = self.config
         active = sum(g.count * max(1, len(g.gpus)) for g in cfg.instance_group if not g.passive)
+        dispatch = self._options.rate_limiter
         if not cfg.HasField("dynamic_batching"):
-            return Scheduler(self.name, None, instance_count=active)
+            return Scheduler(self.name, None, instance_count=active, dispatch=dispatch)
         db = cfg.dynamic_batching
         params = BatchingParams(
             max_batch_size=max(1, cfg.max_batch_size),
@@ -162,6 +168,7 @@ class ModelRuntime:
             preserve_ordering=bool(db.preserve_ordering),
             on_reject=self._on_reject,
             delay_count=self._options.delay_count,
+            dispatch=dispatch,
         )
 
     def _instance_specs(self) -> list[InstanceSpec]:
@@ -169,10 +176,17 @@ class ModelRuntime:
         for group in self.config.instance_group:
             kind = mc.ModelInstanceGroup.Kind.Name(group.kind)
             devices = list(group.gpus) if group.kind == mc.ModelInstanceGroup.KIND_GPU else [0]
+            needs = tuple(
+                ResourceNeed(r.name, int(r.count), bool(getattr(r, "global")))
+                for r in group.rate_limiter.resources
+            )
             for device_id in devices:
+                limits = InstanceLimits(needs, int(group.rate_limiter.priority), int(device_id))
                 for k in range(group.count):
                     specs.append(
-                        InstanceSpec(f"{group.name}_{k}", kind, int(device_id), group.passive)
+                        InstanceSpec(
+                            f"{group.name}_{k}", kind, int(device_id), group.passive, limits
+                        )
                     )
         return specs
 
@@ -186,8 +200,15 @@ class ModelRuntime:
         self._load_labels()
         params = {k: v.string_value for k, v in self.config.parameters.items()}
         params.setdefault("device", self._options.default_device)
+        specs = self._instance_specs()
+        slots = iter(range(len(specs)))
+        limiter = self._options.rate_limiter
         try:
-            for index, spec in enumerate(self._instance_specs()):
+            if limiter is not None:
+                # Before any backend starts, as Triton registers each instance on creation:
+                # resources that cannot be scheduled fail the load.
+                limiter.register(self.scheduler, [s.limits for s in specs if not s.passive])
+            for index, spec in enumerate(specs):
                 backend = create_backend(self.config)
                 device_name = f"gpu{spec.device_id}" if spec.kind == "KIND_GPU" else "cpu"
                 args = BackendArgs(
@@ -208,9 +229,14 @@ class ModelRuntime:
                     raise
                 except Exception as exc:
                     raise BackendError(str(exc) or type(exc).__name__) from exc
-                self.instances.append(ModelInstance(spec, backend, self.scheduler, self._run_batch))
+                slot = 0 if spec.passive else next(slots)
+                self.instances.append(
+                    ModelInstance(spec, backend, self.scheduler, self._run_batch, slot)
+                )
         except BaseException:
             self._finalize_backends()
+            if limiter is not None:
+                limiter.unregister(self.scheduler)
             raise
         self.scheduler.start()
         for instance in self.instances:
@@ -243,6 +269,8 @@ class ModelRuntime:
         self.scheduler.join()
         for instance in self.instances:
             instance.join()
+        if self._options.rate_limiter is not None:
+            self._options.rate_limiter.unregister(self.scheduler)
         self._finalize_backends()
 
     def _finalize_backends(self) -> None:

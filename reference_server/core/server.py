@@ -29,7 +29,8 @@ from prometheus_client import CollectorRegistry
 from tritonclient.grpc import model_config_pb2 as mc
 
 from reference_server import TRITON_COMPAT_VERSION
-from reference_server.batching.instances import DeviceRegistry
+from reference_server.batching.instances import DeviceRegistry, RateLimitedDispatch
+from reference_server.batching.rate_limiter import ResourceLimit
 from reference_server.core.cache import ResponseCache
 from reference_server.core.config import (
     config_from_json,
@@ -37,7 +38,7 @@ from reference_server.core.config import (
     validate,
     validate_instance_groups,
 )
-from reference_server.core.errors import Code, ModelConfigError, ServerError
+from reference_server.core.errors import Code, ServerError
 from reference_server.core.gpu import GpuCollector, default_sources
 from reference_server.core.model import ModelRuntime, RuntimeOptions
 from reference_server.core.repository import (
@@ -83,7 +84,10 @@ class CoreOptions:
         startup_models: Models to load at start in explicit mode (``"*"`` = all).
         cache_size_bytes: Response cache size (0 = no cache; models must also enable it).
         rate_limit: ``"off"`` (ignore instance ``rate_limiter`` sections, Triton's default) or
-            ``"execution_count"`` (not implemented: configs that declare resources are refused).
+            ``"execution_count"`` (instances wait for their resources before they run, and
+            priority orders them: ``reference_server.batching.rate_limiter``).
+        rate_limit_resources: ``--rate-limit-resource`` values; empty = each resource has the
+            largest count any loaded instance asks for. Ignored with ``rate_limit="off"``.
         delay_scheduler: ``TRITONSERVER_DELAY_SCHEDULER``: dynamic batchers wait until this
             many requests are queued before forming the first batch (0 = off). Read the
             environment variable at the edge (:func:`delay_scheduler_from_env`).
@@ -102,6 +106,7 @@ class CoreOptions:
     startup_models: tuple[str, ...] = ()
     cache_size_bytes: int = 0
     rate_limit: Literal["off", "execution_count"] = "off"
+    rate_limit_resources: tuple[ResourceLimit, ...] = ()
     delay_scheduler: int = 0
     gpu_ids: tuple[int, ...] | None = None
     strict_readiness: bool = True
@@ -248,11 +253,23 @@ class InferenceServer:
         self.repository = ModelRepository(options.model_repositories)
         self.cache = ResponseCache(options.cache_size_bytes) if options.cache_size_bytes else None
         self.devices = DeviceRegistry()
+        if options.rate_limit not in ("off", "execution_count"):
+            raise ServerError(
+                f"invalid argument for --rate-limit: '{options.rate_limit}' (use off or "
+                "execution_count)",
+                Code.INVALID_ARG,
+            )
+        self.rate_limiter = (
+            RateLimitedDispatch(options.rate_limit_resources)
+            if options.rate_limit == "execution_count"
+            else None
+        )
         self._runtime_options = RuntimeOptions(
             devices=self.devices,
             delay_count=options.delay_scheduler,
             cache=self.cache,
             default_device=options.device,
+            rate_limiter=self.rate_limiter,
         )
         self._models: dict[str, _ModelState] = {}
         self._lock = threading.RLock()
@@ -554,7 +571,6 @@ class InferenceServer:
             new: dict[str, ModelRuntime] = {}
             try:
                 validate_instance_groups(cfg, self.gpu_ids)
-                self._check_rate_limiter(cfg)
                 if cfg.HasField("sequence_batching"):
                     raise ServerError(
                         "sequence batching is not implemented by this server; use "
@@ -641,17 +657,6 @@ class InferenceServer:
             else:
                 for version in st.versions:
                     st.versions[version] = (UNAVAILABLE, reason)
-
-    def _check_rate_limiter(self, cfg: mc.ModelConfig) -> None:
-        if self.options.rate_limit == "off":
-            return
-        for group in cfg.instance_group:
-            if group.rate_limiter.resources:
-                raise ModelConfigError(
-                    f"instance group {group.name} of model {cfg.name} declares rate limiter "
-                    "resources, but this server does not implement rate limiting; start it "
-                    "with --rate-limit=off (Triton's default, which ignores them)"
-                )
 
     # ------------------------------------------------------------------ statistics, metrics
 

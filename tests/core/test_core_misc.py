@@ -10,7 +10,7 @@ import pytest
 
 from reference_server.core.config import config_to_json
 from reference_server.core.errors import ServerError
-from reference_server.core.server import delay_scheduler_from_env
+from reference_server.core.server import CoreOptions, InferenceServer, delay_scheduler_from_env
 from reference_server.core.types import InferRequest, RequestedOutput
 from tests.core.conftest import ServerFactory, identity_config, request, write_model
 
@@ -26,14 +26,23 @@ def test_rate_limiter_ignored_by_default(tmp_path: Path, make_server: ServerFact
     assert server.infer_sync(request("r", 1.0), 10).outputs["OUTPUT0"].tolist() == [[1.0] * 4]
 
 
-def test_rate_limiter_refused_when_asked_for(tmp_path: Path, make_server: ServerFactory) -> None:
+def test_rate_limiter_honoured_when_asked_for(tmp_path: Path, make_server: ServerFactory) -> None:
+    # --rate-limit=execution_count loads and serves a model that declares resources (R gets
+    # the capacity its only user asks for) and one that declares none.
     write_model(tmp_path, "r", identity_config("r", RATE_LIMITED))
     write_model(tmp_path, "plain", identity_config("plain"))
     server = make_server(models=(), rate_limit="execution_count")
-    with pytest.raises(ServerError, match="does not implement rate limiting"):
-        server.load_model("r")
+    server.load_model("r")
     server.load_model("plain")
-    assert server.model_ready("plain")
+    assert server.rate_limiter is not None
+    assert server.rate_limiter.capacity("R", 0) == 1
+    for model in ("r", "plain"):
+        assert server.infer_sync(request(model, 2.0), 10).outputs["OUTPUT0"].tolist() == [[2.0] * 4]
+
+
+def test_unknown_rate_limit_mode_refused(tmp_path: Path) -> None:
+    with pytest.raises(ServerError, match="invalid argument for --rate-limit"):
+        InferenceServer(CoreOptions(model_repositories=(tmp_path,), rate_limit="sometimes"))  # type: ignore[arg-type]
 
 
 def test_classification_top_k(tmp_path: Path, make_server: ServerFactory) -> None:
