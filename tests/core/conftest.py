@@ -1,4 +1,7 @@
-"""Helpers for driving the core facade directly: model repositories and servers on demand."""
+"""Helpers for driving the core facade directly: model repositories and servers on demand.
+
+``write_model`` and ``wait_until`` are :mod:`tests.support.servers`' (the one of each).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +16,9 @@ import pytest
 from reference_server.core.errors import ServerError
 from reference_server.core.server import CoreOptions, InferenceServer
 from reference_server.core.types import InferRequest, InferResponse
+from tests.support.servers import wait_until, write_model
+
+__all__ = ["wait_until", "write_model"]  # re-exported: the core tests import them from here
 
 
 def identity_config(name: str, extra: str = "", max_batch_size: int = 8, dims: str = "4") -> str:
@@ -25,16 +31,6 @@ input {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {dims} ] }}
 output {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {dims} ] }}
 {extra}
 """
-
-
-def write_model(root: Path, name: str, config: str, versions: tuple[int, ...] = (1,)) -> Path:
-    """Create ``root/name/config.pbtxt`` and version directories."""
-    model_dir = root / name
-    model_dir.mkdir(parents=True, exist_ok=True)
-    (model_dir / "config.pbtxt").write_text(config, encoding="utf-8")
-    for v in versions:
-        (model_dir / str(v)).mkdir(exist_ok=True)
-    return model_dir
 
 
 def request(
@@ -72,14 +68,6 @@ def metric(server: InferenceServer, line_prefix: str) -> float:
 def pending(server: InferenceServer, model: str) -> float:
     """``nv_inference_pending_request_count`` of ``model`` version 1."""
     return metric(server, f'nv_inference_pending_request_count{{model="{model}",version="1"}}')
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Poll ``predicate`` until true (bounded)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)
 
 
 class Collector:

@@ -105,10 +105,12 @@ def test_prefetch_growth_while_instance_busy(tmp_path: Path, make_server: Server
     server = make_server()
     col = Collector()
     server.submit(request("m", 0.0, "slow", delay_ms=1000), col.callback("slow"))
-    wait_until(lambda: pending(server, "m") == 0)  # the slow one is executing
+    wait_until(
+        lambda: pending(server, "m") == 0, 10, "the first request left the queue (it executes)"
+    )
     for i in range(5):
         server.submit(request("m", float(i), str(i)), col.callback(str(i)))
-        time.sleep(0.01)
+        time.sleep(0.01)  # the scenario: arrivals one by one, not a burst (not a sync wait)
     col.wait(6)
     assert batch_stats(server, "m") == {1: 1, 5: 1}
 
@@ -224,7 +226,7 @@ def test_preserve_ordering_holds_back_faster_later_responses(
     server = make_server()
     col = Collector()
     server.submit(request("m", 0.0, "slow", delay_ms=300), col.callback("slow"))
-    time.sleep(0.05)
+    wait_until(lambda: pending(server, "m") == 0, 10, "the slow request left the queue")
     server.submit(request("m", 1.0, "fast"), col.callback("fast"))
     col.wait(2)
     assert col.order == ["slow", "fast"]
@@ -237,7 +239,7 @@ def test_without_preserve_ordering_fast_response_overtakes(
     server = make_server()
     col = Collector()
     server.submit(request("m", 0.0, "slow", delay_ms=300), col.callback("slow"))
-    time.sleep(0.05)
+    wait_until(lambda: pending(server, "m") == 0, 10, "the slow request left the queue")
     server.submit(request("m", 1.0, "fast"), col.callback("fast"))
     col.wait(2)
     assert col.order == ["fast", "slow"], "two instances run concurrently"
@@ -259,9 +261,12 @@ def test_instance_merges_prefetched_batches_older_than_delay(
     server = make_server()
     col = Collector()
     server.submit(request("m", 0.0, "busy", delay_ms=1000), col.callback("busy"))
-    wait_until(lambda: pending(server, "m") == 0)
+    wait_until(
+        lambda: pending(server, "m") == 0, 10, "the first request left the queue (it executes)"
+    )
     for i in range(3):  # -> one sealed batch of 3 (preferred 2 + the §3.4 absorb quirk)
         server.submit(request("m", float(i), str(i)), col.callback(str(i)))
+    # The scenario, not a sync wait: the sealed batch ages past D (50 ms) before "3" arrives.
     time.sleep(0.1)
     server.submit(request("m", 3.0, "3"), col.callback("3"))  # -> a second batch after D
     col.wait(5)

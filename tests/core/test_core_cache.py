@@ -76,7 +76,9 @@ def test_hit_served_even_when_queue_full(tmp_path: Path, make_server: ServerFact
     col = Collector()
     server.submit(request("c", 1.0, "queued"), col.callback("queued"))
     wait_until(
-        lambda: metric(server, 'nv_inference_pending_request_count{model="c",version="1"}') == 1
+        lambda: metric(server, 'nv_inference_pending_request_count{model="c",version="1"}') == 1,
+        10,
+        "one request waits in the queue",
     )
     server.submit(request("c", 2.0, "full"), col.callback("full"))
     server.submit(request("c", 7.0, "hit"), col.callback("hit"))
@@ -148,7 +150,9 @@ def test_cache_hit_with_preserve_ordering(tmp_path: Path, make_server: ServerFac
     server.submit(slow, col.callback("slow"))
     # Once "slow" is in a batch it holds a response slot; a later hit must wait for it.
     wait_until(
-        lambda: metric(server, 'nv_inference_pending_request_count{model="c",version="1"}') == 0
+        lambda: metric(server, 'nv_inference_pending_request_count{model="c",version="1"}') == 0,
+        10,
+        "the slow request left the queue (it executes)",
     )
     server.submit(request("c", 9.0, "hit"), col.callback("hit"))
     col.wait(2)

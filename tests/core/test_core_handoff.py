@@ -42,7 +42,7 @@ def test_cancel_while_an_idle_instance_leads(tmp_path: Path, make_server: Server
     col = Collector()
     gone = request("m", 0.0, "gone")
     server.submit(gone, col.callback("gone"))
-    wait_until(lambda: pending(server, "m") == 1)
+    wait_until(lambda: pending(server, "m") == 1, 10, "one request waits in the queue")
     gone.cancel()
     col.wait(1, timeout=5)  # at once, not after the 20 s queue delay
     result = col.results["gone"]
@@ -89,7 +89,9 @@ def test_batcher_prefetches_while_the_instance_is_busy(
     col = Collector()
     # The first request keeps the only instance busy for 400 ms ...
     server.submit(request("m", 0.0, "slow", delay_ms=400), col.callback("slow"))
-    wait_until(lambda: pending(server, "m") == 0)  # it is executing
+    wait_until(
+        lambda: pending(server, "m") == 0, 10, "the first request left the queue (it executes)"
+    )  # it is executing
     # ... while four more arrive: the batcher thread (no instance is idle) must form them into
     # one preferred batch of 4 for when the instance is free again.
     for i in range(4):

@@ -40,7 +40,7 @@ def test_max_queue_size_refuses_with_triton_message(
     server = make_server()
     col = Collector()
     server.submit(request("m", 0.0, "first"), col.callback("first"))
-    wait_until(lambda: pending(server, "m") == 1)
+    wait_until(lambda: pending(server, "m") == 1, 10, "one request waits in the queue")
     server.submit(request("m", 1.0, "second"), col.callback("second"))
     # The refusal is synchronous: it is already there.
     second = col.results["second"]
@@ -70,7 +70,9 @@ def test_max_queue_size_non_prefetch_rejects_exactly_the_overflow(
     server = make_server()
     col = Collector()
     server.submit(request("m", 0.0, "busy", batch=8, delay_ms=300), col.callback("busy"))
-    wait_until(lambda: pending(server, "m") == 0)
+    wait_until(
+        lambda: pending(server, "m") == 0, 10, "the first request left the queue (it executes)"
+    )
     for i in range(10):
         server.submit(request("m", float(i), str(i)), col.callback(str(i)))
     col.wait(11)
@@ -129,7 +131,7 @@ def test_delay_timeout_moves_request_behind(tmp_path: Path, make_server: ServerF
     col = Collector()
     start = time.monotonic()
     server.submit(request("m", 0.0, "a"), col.callback("a"))
-    time.sleep(0.2)
+    time.sleep(0.2)  # the scenario: "a" outlives its 100 ms timeout before b and c arrive
     server.submit(request("m", 1.0, "b", batch=2), col.callback("b"))
     server.submit(request("m", 2.0, "c", batch=2), col.callback("c"))
     col.wait(3)
@@ -213,7 +215,7 @@ def test_cancelled_while_queued(tmp_path: Path, make_server: ServerFactory) -> N
     col = Collector()
     req = request("m", 0.0, "gone")
     server.submit(req, col.callback("gone"))
-    wait_until(lambda: pending(server, "m") == 1)
+    wait_until(lambda: pending(server, "m") == 1, 10, "one request waits in the queue")
     req.cancel()
     col.wait(1, timeout=5)  # at once, not after the 20 s queue delay
     result = col.results["gone"]
@@ -233,11 +235,15 @@ def test_unload_returns_before_in_flight_work_finishes(
     server = make_server(models=("m",))
     col = Collector()
     server.submit(request("m", 4.0, "slow", delay_ms=400), col.callback("slow"))
-    wait_until(lambda: pending(server, "m") == 0)
+    wait_until(
+        lambda: pending(server, "m") == 0, 10, "the first request left the queue (it executes)"
+    )
     server.unload_model("m")
     assert server.repository_index() == [{"name": "m", "version": "1", "state": "UNLOADING"}]
     assert "slow" not in col.results
     col.wait(1)
     result = col.results["slow"]
     assert not isinstance(result, Exception), "in-flight request finished normally"
-    wait_until(lambda: server.repository_index()[0]["state"] == "UNAVAILABLE")
+    wait_until(
+        lambda: server.repository_index()[0]["state"] == "UNAVAILABLE", 10, "the unload to finish"
+    )

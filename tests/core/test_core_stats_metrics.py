@@ -115,7 +115,9 @@ def test_pending_gauge_rises_and_returns_to_zero(
     server.submit(request("a", 0.0, "0"), col.callback("0"))
     for i in range(1, 4):
         server.submit(request("a", float(i), str(i)), col.callback(str(i)))
-    wait_until(lambda: pending(server, "a") == 3)  # one executing (paused), three waiting
+    wait_until(
+        lambda: pending(server, "a") == 3, 10, "three requests wait behind the paused one"
+    )  # one executing (paused), three waiting
     col.wait(4)
     assert pending(server, "a") == 0
 
