@@ -238,3 +238,20 @@ def test_a_validation_repeat_that_missed_the_goals_is_named(tmp_path: Path) -> N
     doc["best"]["meets_goals"] = False
     run.write_summary(doc)
     assert any("judged config missed" in n for n in read_result(run.root).notes)
+
+
+@pytest.mark.parametrize("objective", ["throughput", "latency"])
+def test_validation_repeats_are_judged_by_their_worst_repeat(
+    objective: str, tmp_path: Path
+) -> None:
+    """Objective.repeat_figure, the rule the report's headline uses: the lowest throughput and
+    the highest p99 over the repeats (not their median), whichever the objective ranks by."""
+    validation = [candidate(3, [400.0, 380.0, 415.0], [29.0, 31.0, 35.0])]
+    doc = {"format_version": 1, "kind": "perfsweep.summary", **summary(3, validation)}
+    doc["objective"] = objective
+    doc["scenario"] = {"traffic": {"rate_rps": 60}}
+    g = read_result(write(tmp_path / "summary.json", doc))
+    assert (g.throughput_rps, g.p99_ms, g.sample_basis) == (380.0, 35.0, "repeats")
+    assert g.p99_samples == (29.0, 31.0, 35.0)
+    expected = "fixed load 60" if objective == "latency" else "capacity at p99 <= 40 ms"
+    assert g.environment["measure"] == expected
