@@ -333,6 +333,26 @@ def combine_views(views: list[ServerView | None]) -> ServerView | None:
     )
 
 
+#: The reference server's series of what each model instance runs on (a real Triton has none).
+DEVICE_INFO_METRIC = "perfsweep_model_device_info"
+
+
+def parse_device_info(metrics_text: str, model: str) -> list[dict[str, str]]:
+    """The ``perfsweep_model_device_info`` series of ``model`` as label dicts (one per instance).
+
+    Empty when the page has none, or cannot be parsed (a device report is optional).
+    """
+    found: list[dict[str, str]] = []
+    try:
+        for family in text_string_to_metric_families(metrics_text):
+            if family.name != DEVICE_INFO_METRIC:
+                continue
+            found += [dict(s.labels) for s in family.samples if s.labels.get("model") == model]
+    except ValueError:
+        return []
+    return found
+
+
 def _http_get(url: str, timeout_s: float) -> bytes:
     with urllib.request.urlopen(url, timeout=timeout_s) as resp:
         data: bytes = resp.read()

@@ -25,7 +25,6 @@ implemented end to end, so an ``https://`` URL is refused rather than sent as pl
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.errors import InputError, TargetError
+from analyzer.server_stats import parse_device_info
 from analyzer.supervise import Supervisor, log_note
 from analyzer.transport import Request, Transport, UrllibTransport
 from reference_server.ready import ServerAddresses, last_ready
@@ -151,20 +151,6 @@ def config_to_json(config: mc.ModelConfig) -> str:
 def config_from_json(data: dict[str, Any]) -> mc.ModelConfig:
     """Parse a server's ``GET .../config`` JSON (unknown fields from newer servers ignored)."""
     return json_format.ParseDict(data, mc.ModelConfig(), ignore_unknown_fields=True)
-
-
-_DEVICE_INFO = re.compile(r"^perfsweep_model_device_info\{([^}]*)\}", re.MULTILINE)
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
-def parse_device_info(metrics_text: str, model: str) -> list[dict[str, str]]:
-    """The ``perfsweep_model_device_info`` series of ``model`` as label dicts (one per instance)."""
-    found = []
-    for match in _DEVICE_INFO.finditer(metrics_text):
-        labels = dict(_LABEL.findall(match.group(1)))
-        if labels.get("model") == model:
-            found.append(labels)
-    return found
 
 
 def read_device_info(
