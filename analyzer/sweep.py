@@ -40,9 +40,8 @@ from analyzer.scenario import Scenario
 from analyzer.search import INTERRUPTED_REASON, FinishedTrial, Search, SearchSpace, TrialOutcome
 from analyzer.target import (
     ConfigRejectedError,
-    ManagedServer,
-    RemoteTarget,
     Target,
+    make_target,
     observed_device,
     untunable_reason,
 )
@@ -253,7 +252,7 @@ def _sweep(
     with contextlib.ExitStack() as stack:
         if target is None:
             _refuse_untunable(_repository_config(scenario))  # before a server loads it
-            target = _make_target(scenario, directory)
+            target = make_target(scenario, directory.root)
             stack.callback(target.stop)
         target.start()
         base_config = target.model_config()
@@ -467,24 +466,12 @@ def _create_run(
     return state
 
 
-def _make_target(scenario: Scenario, directory: RunDirectory) -> Target:
-    m = scenario.model
-    if m.url:
-        return RemoteTarget(m.url, m.name)
-    return ManagedServer(
-        m.name,
-        m.device,
-        directory.server_log,
-        repository=m.repository,
-        startup_timeout_s=m.startup_timeout_s,
-    )
-
-
 @contextlib.contextmanager
 def _locust_generator(
     scenario: Scenario, target: Target, observer: SweepObserver
 ) -> Iterator[LoadGenerator]:
-    from analyzer.load import EngineOptions, LocustLoadGenerator  # gevent: only when measuring
+    from analyzer.load import LocustLoadGenerator  # gevent: only when measuring
+    from analyzer.load.engine import engine_options
     from analyzer.measure import LoadMode, LoadSpec, WindowStats
 
     def on_window(spec: LoadSpec, window: WindowStats) -> None:
@@ -494,24 +481,17 @@ def _locust_generator(
             f"{window.throughput_rps:.1f} req/s, p99 {window.p99_ms:.1f} ms"
         )
 
-    address = target.url.split("://", 1)[-1]
-    options = EngineOptions(
-        # Latency is timed from the intended send, so send lag is already in every p99; a lag
-        # of a tenth of the goal cannot flip a verdict, so only more than that is "saturated".
-        max_send_lag_ms=max(10.0, 0.1 * scenario.goals.p99_ms),
-        url=address,
-        model=target.model,
-        protocol="http",
+    options = engine_options(
+        scenario,
+        target.url,
+        target.model,
         # GPU utilisation, memory and power per window: the managed server's metrics port,
         # or --metrics-url for a --url server (None: the engine tries the HTTP port once).
         metrics_url=getattr(target, "metrics_url", "") or scenario.model.metrics_url or None,
-        data_mode=scenario.input.data,
-        batch_size=scenario.input.batch_size,
-        workers=scenario.traffic.workers,
-        expect_remote_workers=scenario.traffic.expect_workers,
-        master_bind_host=scenario.traffic.master_bind_host,
-        # Local workers (no remote ones) take a free port; remote ones must know it.
-        master_port=scenario.traffic.master_port if scenario.traffic.expect_workers else 0,
+        distributed=True,
+        # Latency is timed from the intended send, so send lag is already in every p99; a lag
+        # of a tenth of the goal cannot flip a verdict, so only more than that is "saturated".
+        max_send_lag_ms=max(10.0, 0.1 * scenario.goals.p99_ms),
         on_window=on_window,
     )
     with LocustLoadGenerator(options) as generator:
