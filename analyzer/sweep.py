@@ -31,6 +31,7 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from analyzer import records
 from analyzer.errors import InputError, TargetError
 from analyzer.evaluation import Evaluator
 from analyzer.measure import GainSample, LoadGenerator, gain_estimate, gain_sentence
@@ -77,7 +78,8 @@ MAX_TARGET_FAILURES = 3
 
 @dataclass(frozen=True)
 class RunSummary:
-    """What a sweep produced (summary.json holds the same, plus the environment)."""
+    """What a sweep produced: the trial results behind summary.json, and the file's record
+    (:class:`analyzer.records.RunSummary`, in :attr:`record`)."""
 
     run_dir: Path
     run_id: str
@@ -88,7 +90,10 @@ class RunSummary:
     stop_reason: str
     best_config_path: Path | None
     pareto: list[TrialResult]
+    #: summary.json as written (``record.to_dict()``).
     data: dict[str, Any]
+    #: summary.json as its typed record.
+    record: records.RunSummary | None = None
 
 
 class SweepObserver:
@@ -813,59 +818,64 @@ def _finish(
     counts["total"] = sum(counts.values())
     best_entry = None
     if best and chosen:
-        best_entry = best.summary_entry()
-        best_entry["config_path"] = directory.relative(best_path) if best_path else None
-        best_entry["validated_throughput_rps"] = validated_rps
-        best_entry["search_throughput_rps"] = chosen.throughput_rps
-        best_entry["source"] = best.source
+        best_entry = records.ConfigEntry.from_result(
+            best,
+            config_path=directory.relative(best_path) if best_path else None,
+            search_throughput_rps=chosen.throughput_rps,
+            validated_throughput_rps=validated_rps,
+        )
     baseline_entry = None
     if baseline and state.baseline:
-        baseline_entry = baseline.summary_entry()
-        baseline_entry["config_path"] = directory.relative(directory.trial_dir(-1) / "config.pbtxt")
-        baseline_entry["search_throughput_rps"] = state.baseline.throughput_rps
-        baseline_entry["source"] = baseline.source
+        baseline_entry = records.ConfigEntry.from_result(
+            baseline,
+            config_path=directory.relative(directory.trial_dir(-1) / "config.pbtxt"),
+            search_throughput_rps=state.baseline.throughput_rps,
+        )
     target_info = state.target.describe()
     devices = target_info.get("devices") or []
-    data: dict[str, Any] = {
-        "run_id": run_state["run_id"],
-        "model": scenario.model.name,
+    summary = records.RunSummary(
+        run_id=run_state["run_id"],
+        model=scenario.model.name,
         # The device that actually ran (the server's own report), not only the one asked for.
-        "device": observed_device(devices, state.target.device),
-        "device_requested": state.target.device,
-        "devices": devices,
+        device=observed_device(devices, state.target.device),
+        device_requested=state.target.device,
+        devices=tuple(devices),
         # The GPUs the server reported on /metrics (not the client host's: environment.gpu).
-        "server_gpus": server_gpus(baseline_entry, best_entry),
-        "target_url": state.target.url,
-        "goals": scenario.goals.model_dump(),
-        "objective": scenario.objective,
-        "baseline": baseline_entry,
-        "best": best_entry,
-        "gain": gain,
-        "gain_ci": gain_ci,
-        "gain_significant": gain_significant,
-        "gain_repeats": gain_repeats,
-        "gain_text": gain_text,
-        "goal_text": goal_text,
-        "tie_break": state.tie_break,
-        "trials": counts,
-        "stop_reason": stop_reason,
-        "left_on_server": left,
-        "pareto": pareto_entries,
-        "validation": validation,
-        "environment": environment(scenario.hash(), target_info),
-        "scenario": scenario.to_dict(),
-        "study": {"storage": _redact(run_state["storage"]), "study_name": run_state["study_name"]},
-        "files": {
+        server_gpus=tuple(
+            server_gpus(*(e.to_dict() if e else None for e in (baseline_entry, best_entry)))
+        ),
+        target_url=state.target.url,
+        goals=scenario.goals.model_dump(),
+        objective=scenario.objective,
+        baseline=baseline_entry,
+        best=best_entry,
+        gain=gain,
+        gain_ci=(gain_ci[0], gain_ci[1]) if gain_ci else None,
+        gain_significant=gain_significant,
+        gain_repeats=tuple(gain_repeats) if gain_repeats is not None else None,
+        gain_text=gain_text,
+        goal_text=goal_text,
+        tie_break=state.tie_break,
+        trials=counts,
+        stop_reason=stop_reason,
+        left_on_server=left,
+        pareto=tuple(records.ParetoEntry.from_dict(p) for p in pareto_entries),
+        validation=tuple(records.ValidationCandidate.from_dict(c) for c in validation),
+        environment=environment(scenario.hash(), target_info),
+        scenario=scenario.to_dict(),
+        study={"storage": _redact(run_state["storage"]), "study_name": run_state["study_name"]},
+        files={
             "best_config": directory.relative(best_path) if best_path else None,
             "trials_csv": "trials.csv",
             "report": "report.html",
             "study": "study.journal" if scenario.run.storage is None else None,
         },
-        "started_at": started_at,
-        "finished_at": utc_now(),
-        "duration_s": round(duration_s, 1),
-    }
-    directory.write_summary(data)
+        started_at=started_at,
+        finished_at=utc_now(),
+        duration_s=round(duration_s, 1),
+    )
+    directory.write_summary(summary)
+    data = summary.to_dict()
     # run.json first: the report reads the run's status from it.
     run_state.update(
         status="interrupted" if stop_reason == "interrupted" else "completed",
@@ -885,6 +895,7 @@ def _finish(
         best_path,
         pareto,
         data,
+        summary,
     )
 
 
