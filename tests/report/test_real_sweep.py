@@ -126,7 +126,7 @@ def test_gpu_utilisation_of_baseline_and_best_matches_the_server_statistics(
     config keeps the device busier, and the figure is the busy share the server's own
     statistics imply at the operating point (compute_infer per execution x executions / time,
     from batch_stats; the simulated backend holds the device for exactly compute_infer)."""
-    from analyzer.trial import operating_point
+    from analyzer.records import load_trial
 
     summary = json.loads((real_run / "summary.json").read_text())
     base, best = summary["baseline"], summary["best"]
@@ -140,10 +140,9 @@ def test_gpu_utilisation_of_baseline_and_best_matches_the_server_statistics(
         (base, real_run / "baseline" / "measurement.json"),
         (best, real_run / "trials" / f"{best['trial_number']:03d}" / "measurement.json"),
     ):
-        point = operating_point(json.loads(record_path.read_text())["measurement"])
-        assert point is not None
-        server = point["server"]
-        busy_pct = 100.0 * server["execution_compute_infer_us"] / 1e6 / point["duration_s"]
+        point = load_trial(record_path).operating_point()
+        assert point is not None and point.server is not None
+        busy_pct = 100.0 * point.server.execution_compute_infer_us / 1e6 / point.duration_s
         util = entry["gpus"][0]["utilization_pct_mean"]
         assert abs(util - busy_pct) < 5.0, (entry["config"], util, busy_pct)
         assert entry["gpus"][0]["memory_used_peak_mb"] > 300 + 97  # context + one instance
