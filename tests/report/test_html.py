@@ -140,6 +140,9 @@ def test_page_has_all_eight_parts(page: Path) -> None:
     assert len(rows) == len(data["trials"])
     assert parser.text_by_id["best-config"] == data["configs"]["best"]
     assert "goals met" in parser.text_by_id["goals-badge"]
+    # What the gain is a ratio of comes from the objective (throughput here).
+    assert data["verdict"]["gain_label"] == "best / baseline throughput"
+    assert '<div class="muted">best / baseline throughput</div>' in text
 
 
 def test_page_fetches_nothing(page: Path) -> None:

@@ -253,6 +253,7 @@ def test_latency_objective_has_no_load_curves(tmp_path: Path) -> None:
     assert "fixed load" in record.missing["load_curves"]
     assert record.progress.objective_name == "p99_ms"
     assert not record.progress.higher_is_better
+    assert record.verdict.gain_label == "baseline p99 / best p99"
     values = [p.best_so_far for p in record.progress.points if p.best_so_far is not None]
     assert values == sorted(values, reverse=True)  # lower is better: never goes up
     if record.verdict.best is not None:
