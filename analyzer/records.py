@@ -763,6 +763,8 @@ def _parsing(kind: str, parse: Callable[[], Any]) -> Any:
 
 def _load(path: Path, kind: str, parse: Callable[[Mapping[str, Any]], Any]) -> Any:
     data = read_document(path, kind)
+    if "format_version" not in data:  # from_dict takes header-less dicts; a file has a header
+        refuse_version(path, None, _CURRENT[kind])
     try:
         return parse(data)
     except ResultFormatError as exc:

@@ -309,6 +309,11 @@ def test_loaders_refuse_newer_versions_other_kinds_and_damaged_files(tmp_path: P
         load_summary(path)
     with pytest.raises(ResultFormatError, match="Use the perfsweep version that wrote it"):
         load_summary(path)
+    headless = summary().to_dict()
+    del headless["format_version"]
+    write_json(path, headless)
+    with pytest.raises(ResultFormatError, match="format_version None"):
+        load_summary(path)
     write_json(path, {**summary().to_dict(), "kind": "perfsweep.trial"})
     with pytest.raises(ResultFormatError, match=r"not a perfsweep\.summary file"):
         load_summary(path)
