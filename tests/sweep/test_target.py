@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.errors import TargetError
-from analyzer.target import ConfigRejectedError, ManagedServer, RemoteTarget
+from analyzer.target import ConfigRejectedError, ManagedServer, RemoteTarget, bundled_repository
 from analyzer.trial import Knobs, apply_knobs, knobs_of
 from tests.sweep.test_e2e_sim import make_repo
 
@@ -101,3 +101,10 @@ def test_bundled_model_with_a_relative_run_directory(
         assert (tmp_path / "reports/run/server/repository/resnet50/config.pbtxt").exists()
     finally:
         managed.stop()
+
+
+def test_bundled_repository_is_written_by_a_child_and_refuses_other_names(tmp_path: Path) -> None:
+    root = bundled_repository("resnet50", tmp_path / "repository", "sim")
+    assert (root / "resnet50" / "config.pbtxt").exists()
+    with pytest.raises(TargetError, match=r"not a bundled model: nope.*--model-repository"):
+        bundled_repository("nope", tmp_path / "other", "sim")
