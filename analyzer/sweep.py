@@ -745,7 +745,7 @@ def _finish(
     duration_s: float,
     run_state: dict[str, Any],
 ) -> RunSummary:
-    scenario, directory, objective = state.scenario, state.run_dir, state.objective
+    scenario, directory = state.scenario, state.run_dir
     chosen, validated_rps = _choose(state, validation)
     best_path = (
         directory.write_best(apply_knobs(state.base_config, chosen.knobs)) if chosen else None
@@ -755,60 +755,8 @@ def _finish(
     # gain all rest on the longer, re-measured windows rather than on one lucky search step.
     best = _headline(state, chosen)
     baseline = _headline(state, state.baseline)
-    pareto: list[TrialResult] = []
-    pareto_entries = []
-    if objective.multi:
-        front: list[FinishedTrial] = state.search.pareto_front()
-        pareto = sorted(
-            (state.results[f.number] for f in front if f.number in state.results),
-            key=lambda r: -r.throughput_rps,
-        )
-        paths = directory.write_pareto(apply_knobs(state.base_config, r.knobs) for r in pareto)
-        for rank, (r, path) in enumerate(zip(pareto, paths, strict=True), start=1):
-            pareto_entries.append(
-                {
-                    "rank": rank,
-                    "trial_number": r.number,
-                    "config": r.knobs.to_dict(),
-                    "throughput_rps": r.throughput_rps,
-                    "p99_ms": r.p99_ms,
-                    "reference_p99_ms": r.values[1] if len(r.values) > 1 else None,
-                    "config_path": directory.relative(path),
-                }
-            )
-    gain = None
-    if best and baseline and objective.has_gain(baseline, best):
-        gain = round(objective.gain(objective.value(baseline), objective.value(best)), 3)
-    # The gain's uncertainty: a seeded bootstrap over each side's validation repeats (each
-    # within its capacity-search bracket); the search measurement when not validated.
-    gain_ci: list[float] | None = None
-    gain_significant: bool | None = None
-    gain_repeats: list[int] | None = None
-    if gain is not None and chosen is not None and state.baseline is not None:
-
-        def side(r: TrialResult) -> list[GainSample]:
-            runs = state.validated.get(r.number, [])
-            if not runs or any(x.state != "complete" for x in runs):
-                runs = [r]
-            return [objective.gain_sample(x) for x in runs]
-
-        estimate = gain_estimate(
-            side(chosen),
-            side(state.baseline),
-            higher_is_better=objective.higher_is_better,
-            seed=scenario.run.seed,
-        )
-        if estimate is not None:
-            gain = estimate.gain
-            gain_ci = [estimate.ci_low, estimate.ci_high]
-            gain_significant = estimate.significant
-            gain_repeats = list(estimate.repeats)
-    if gain is not None:
-        gain_text = gain_sentence(gain, gain_ci, gain_significant, gain_repeats)
-    elif best is None:
-        gain_text = "gain over baseline: n/a (no config met the goals)"
-    else:
-        gain_text = "gain over baseline: n/a (the baseline missed the goals)"
+    pareto, pareto_entries = _front(state)
+    gain = _gain(state, chosen, best, baseline)
     goal_text = f"goal p99 <= {scenario.goals.p99_ms:g} ms" + (
         f": {scenario.goals.note}" if scenario.goals.note else ""
     )
@@ -849,17 +797,17 @@ def _finish(
         objective=scenario.objective,
         baseline=baseline_entry,
         best=best_entry,
-        gain=gain,
-        gain_ci=(gain_ci[0], gain_ci[1]) if gain_ci else None,
-        gain_significant=gain_significant,
-        gain_repeats=tuple(gain_repeats) if gain_repeats is not None else None,
-        gain_text=gain_text,
+        gain=gain.gain,
+        gain_ci=gain.ci,
+        gain_significant=gain.significant,
+        gain_repeats=gain.repeats,
+        gain_text=gain.text,
         goal_text=goal_text,
         tie_break=state.tie_break,
         trials=counts,
         stop_reason=stop_reason,
         left_on_server=left,
-        pareto=tuple(records.ParetoEntry.from_dict(p) for p in pareto_entries),
+        pareto=pareto_entries,
         validation=tuple(records.ValidationCandidate.from_dict(c) for c in validation),
         environment=environment(scenario.hash(), target_info),
         scenario=scenario.to_dict(),
@@ -889,13 +837,94 @@ def _finish(
         run_state["run_id"],
         baseline,
         best,
-        gain,
+        gain.gain,
         counts,
         stop_reason,
         best_path,
         pareto,
         data,
         summary,
+    )
+
+
+def _front(state: _State) -> tuple[list[TrialResult], tuple[records.ParetoEntry, ...]]:
+    """A front objective's feasible non-dominated trials by throughput, each config written
+    to ``pareto/NN/``; nothing for a single-winner objective."""
+    if not state.objective.multi:
+        return [], ()
+    directory = state.run_dir
+    front: list[FinishedTrial] = state.search.pareto_front()
+    pareto = sorted(
+        (state.results[f.number] for f in front if f.number in state.results),
+        key=lambda r: -r.throughput_rps,
+    )
+    paths = directory.write_pareto(apply_knobs(state.base_config, r.knobs) for r in pareto)
+    entries = tuple(
+        records.ParetoEntry(
+            rank=rank,
+            trial_number=r.number,
+            config=r.knobs,
+            throughput_rps=r.throughput_rps,
+            p99_ms=r.p99_ms,
+            reference_p99_ms=r.values[1] if len(r.values) > 1 else None,
+            config_path=directory.relative(path),
+        )
+        for rank, (r, path) in enumerate(zip(pareto, paths, strict=True), start=1)
+    )
+    return pareto, entries
+
+
+@dataclass(frozen=True)
+class _Gain:
+    """The gain over the baseline as summary.json states it (all None: not stated)."""
+
+    gain: float | None
+    text: str
+    ci: tuple[float, float] | None = None
+    significant: bool | None = None
+    repeats: tuple[int, ...] | None = None
+
+
+def _gain(
+    state: _State,
+    chosen: TrialResult | None,
+    best: TrialResult | None,
+    baseline: TrialResult | None,
+) -> _Gain:
+    """The objective's gain of ``best`` over ``baseline`` (their headline numbers), with its
+    uncertainty: a seeded bootstrap over each side's validation repeats (each within its
+    capacity-search bracket); the search measurement when not validated."""
+    objective = state.objective
+    if best is None:
+        return _Gain(None, "gain over baseline: n/a (no config met the goals)")
+    if baseline is None or not objective.has_gain(baseline, best):
+        return _Gain(None, "gain over baseline: n/a (the baseline missed the goals)")
+    gain = round(objective.gain(objective.value(baseline), objective.value(best)), 3)
+    if chosen is None or state.baseline is None:
+        return _Gain(gain, gain_sentence(gain, None, None, None))
+
+    def side(r: TrialResult) -> list[GainSample]:
+        runs = state.validated.get(r.number, [])
+        if not runs or any(x.state != "complete" for x in runs):
+            runs = [r]
+        return [objective.gain_sample(x) for x in runs]
+
+    estimate = gain_estimate(
+        side(chosen),
+        side(state.baseline),
+        higher_is_better=objective.higher_is_better,
+        seed=state.scenario.run.seed,
+    )
+    if estimate is None:
+        return _Gain(gain, gain_sentence(gain, None, None, None))
+    ci = (estimate.ci_low, estimate.ci_high)
+    repeats = tuple(estimate.repeats)
+    return _Gain(
+        estimate.gain,
+        gain_sentence(estimate.gain, list(ci), estimate.significant, list(repeats)),
+        ci,
+        estimate.significant,
+        repeats,
     )
 
 
