@@ -11,14 +11,16 @@ from __future__ import annotations
 import http.client
 import json
 import shutil
-import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from reference_server.app import ServerOptions, ServerThread
+from reference_server import ServerOptions, ServerThread
+from tests.support.servers import wait_until, write_model
+
+__all__ = ["wait_until", "write_model"]  # re-exported: the frontend tests import them from here
 
 #: Every KServe datatype (the ``all_types`` model has one identity input/output per type).
 DATATYPES = (
@@ -109,18 +111,10 @@ SLOW_MODEL = """
 """
 
 
-def write_model(repository: Path, name: str, config_text: str) -> Path:
-    """Write ``repository/name/config.pbtxt`` and an empty version directory ``1/``."""
-    directory = repository / name
-    (directory / "1").mkdir(parents=True, exist_ok=True)
-    (directory / "config.pbtxt").write_text(f'name: "{name}"\n{config_text}')
-    return directory
-
-
 def write_repository(repository: Path, models: Mapping[str, str]) -> Path:
-    """Write several models into ``repository``."""
+    """Write several models (config texts without their ``name``) into ``repository``."""
     for name, text in models.items():
-        write_model(repository, name, text)
+        write_model(repository, name, text, add_name=True)
     return repository
 
 
@@ -148,7 +142,8 @@ def never_loaded(server: ServerThread, request: pytest.FixtureRequest) -> Iterat
     (and unloaded) on the session server; the directory is removed afterwards.
     """
     name = f"never_loaded_{request.node.originalname}"
-    directory = write_model(server.options.model_repositories[0], name, EXTRA_MODELS["loadable"])
+    repository = server.options.model_repositories[0]
+    directory = write_model(repository, name, EXTRA_MODELS["loadable"], add_name=True)
     yield name
     shutil.rmtree(directory)
 
@@ -195,13 +190,3 @@ def error_message(body: bytes) -> str:
     assert list(parsed) == ["error"], parsed
     message: str = parsed["error"]
     return message
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 20.0) -> bool:
-    """Poll ``predicate`` until true or ``timeout_s`` passes (bounded; never asserts time)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()

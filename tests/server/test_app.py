@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,36 +15,12 @@ from reference_server.app import ServerOptions, ServerThread
 from reference_server.core.errors import Code, ServerError
 from reference_server.ready import ServerAddresses, parse_ready_line
 from tests.server.conftest import MODELS, raw_request, write_model, write_repository
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def start_subprocess(*args: str) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO_ROOT))
-    return subprocess.Popen(
-        [sys.executable, "-m", "reference_server", *args],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+from tests.support.servers import PORT_ZERO, ChildProcess, reference_server_command
 
 
-def read_ready_line(process: subprocess.Popen[str], timeout_s: float = 120.0) -> ServerAddresses:
-    """Read stdout lines until the ready line (bounded by ``timeout_s`` and process exit)."""
-    assert process.stdout is not None
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        addresses = parse_ready_line(line.strip())
-        if addresses is not None:
-            return addresses
-    process.kill()
-    _, err = process.communicate(timeout=30)
-    raise AssertionError(f"no ready line; stderr: {err}")
+def start_subprocess(log: Path, *args: str) -> ChildProcess:
+    """``python -m reference_server ARGS`` (stderr into ``log``)."""
+    return ChildProcess(reference_server_command(*args), log)
 
 
 def test_ready_line_round_trip() -> None:
@@ -80,17 +52,10 @@ def test_options_are_validated_at_the_edge() -> None:
 def test_python_dash_m_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
     repository = write_repository(tmp_path, {"nobatch": MODELS["nobatch"]})
     process = start_subprocess(
-        "--model-repository",
-        str(repository),
-        "--http-port",
-        "0",
-        "--grpc-port",
-        "0",
-        "--metrics-port",
-        "0",
+        tmp_path / "server.log", "--model-repository", str(repository), *PORT_ZERO
     )
     try:
-        addresses = read_ready_line(process)
+        addresses = process.wait_ready()
         assert addresses.host == "127.0.0.1"
         assert len({addresses.http_port, addresses.grpc_port, addresses.metrics_port}) == 3
         tensor = np.arange(4, dtype=np.int32).reshape(2, 2)
@@ -110,30 +75,21 @@ def test_python_dash_m_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
         assert status == 200
         assert b'nv_inference_request_success{model="nobatch",version="1"} 2' in body
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            _, err = process.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            raise
-    assert process.returncode == 0, err
+        returncode = process.stop(60)
+    err = process.stderr()
+    assert returncode == 0, err
     assert "Traceback" not in err
 
 
 def test_python_dash_m_startup_errors_exit_2_with_the_fix(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere"
     process = start_subprocess(
-        "--model-repository",
-        str(missing),
-        "--http-port",
-        "0",
-        "--grpc-port",
-        "0",
-        "--metrics-port",
-        "0",
+        tmp_path / "server.log", "--model-repository", str(missing), *PORT_ZERO
     )
-    _, err = process.communicate(timeout=120)
-    assert process.returncode == 2
+    returncode = process.wait(120)
+    err = process.stderr()
+    process.stop()
+    assert returncode == 2
     assert f"model repository '{missing}' is not a directory" in err
     assert "Traceback" not in err
 
@@ -191,29 +147,19 @@ def test_server_thread_exposes_core_and_stops(tmp_path: Path) -> None:
         _ = server.http_url
 
 
-def test_python_dash_m_bundled_model_with_sim_device() -> None:
+def test_python_dash_m_bundled_model_with_sim_device(tmp_path: Path) -> None:
     """No --model-repository: the bundled resnet50 is materialised (simulated device: no ONNX)."""
     process = start_subprocess(
-        "--model",
-        "resnet50",
-        "--device",
-        "sim",
-        "--http-port",
-        "0",
-        "--grpc-port",
-        "0",
-        "--metrics-port",
-        "0",
+        tmp_path / "server.log", "--model", "resnet50", "--device", "sim", *PORT_ZERO
     )
     try:
-        addresses = read_ready_line(process)
+        addresses = process.wait_ready()
         status, _, body = raw_request(addresses.http_url, "GET", "/v2/models/resnet50/config")
         assert status == 200
         assert b'"backend":"simulated"' in body
     finally:
-        process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=60)
-    assert process.returncode == 0, err
+        returncode = process.stop(60)
+    assert returncode == 0, process.stderr()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -224,16 +170,9 @@ def test_shutdown_answers_the_requests_in_flight(tmp_path: Path, signum: int) ->
 
     from tests.server.conftest import SLOW_MODEL, wait_until
 
-    write_model(tmp_path, "slow", SLOW_MODEL % 1000)
+    write_model(tmp_path / "repo", "slow", SLOW_MODEL % 1000, add_name=True)
     process = start_subprocess(
-        "--model-repository",
-        str(tmp_path),
-        "--http-port",
-        "0",
-        "--grpc-port",
-        "0",
-        "--metrics-port",
-        "0",
+        tmp_path / "server.log", "--model-repository", str(tmp_path / "repo"), *PORT_ZERO
     )
     answers: list[int | str] = []
 
@@ -245,25 +184,25 @@ def test_shutdown_answers_the_requests_in_flight(tmp_path: Path, signum: int) ->
             answers.append(repr(exc))
 
     try:
-        addresses = read_ready_line(process)
+        addresses = process.wait_ready()
         senders = [threading.Thread(target=send, args=(addresses.http_url,)) for _ in range(2)]
         for sender in senders:
             sender.start()
         # One executes (1 s) while the other waits in the queue: the pending gauge shows 1.
         metrics = f"127.0.0.1:{addresses.metrics_port}"
         queued = 'nv_inference_pending_request_count{model="slow",version="1"} 1'
-        assert wait_until(
-            lambda: queued in raw_request(metrics, "GET", "/metrics", timeout_s=10)[2].decode()
+        wait_until(
+            lambda: queued in raw_request(metrics, "GET", "/metrics", timeout_s=10)[2].decode(),
+            20,
+            "one request executing and one queued",
         )
-        process.send_signal(signum)
+        process.proc.send_signal(signum)
         for sender in senders:
             sender.join(60)
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=60)
+        returncode = process.stop(60)  # SIGTERM only if the signal above did not end it
     assert len(answers) == 2 and 200 in answers and set(answers) <= {200, 503}, answers
-    assert process.returncode == 0, err
+    assert returncode == 0, process.stderr()
 
 
 def test_python_dash_m_busy_port_exits_3(tmp_path: Path) -> None:
@@ -273,17 +212,17 @@ def test_python_dash_m_busy_port_exits_3(tmp_path: Path) -> None:
         blocker.listen()
         port = str(blocker.getsockname()[1])
         process = start_subprocess(
+            tmp_path / "server.log",
             "--model-repository",
             str(repository),
-            "--grpc-port",
+            *PORT_ZERO,
+            "--grpc-port",  # the last one counts
             port,
-            "--http-port",
-            "0",
-            "--metrics-port",
-            "0",
         )
-        _, err = process.communicate(timeout=120)
-    assert process.returncode == 3
+        returncode = process.wait(120)
+        err = process.stderr()
+        process.stop()
+    assert returncode == 3
     assert "--grpc-port 0" in " ".join(err.split())
 
 

@@ -235,7 +235,7 @@ def test_client_deadline_is_deadline_exceeded_and_server_keeps_serving(
     from tests.server.conftest import SLOW_MODEL, write_model
 
     repository = server.options.model_repositories[0]
-    write_model(repository, "slow_grpc", SLOW_MODEL % 300)
+    write_model(repository, "slow_grpc", SLOW_MODEL % 300, add_name=True)
     client = grpcclient.InferenceServerClient(server.grpc_url)
     client.load_model("slow_grpc")
     try:
@@ -257,7 +257,7 @@ def test_deadline_while_queued_cancels_the_request(repository: Path, start_serve
 
     from tests.server.conftest import SLOW_MODEL, wait_until, write_model
 
-    write_model(repository, "slow_grpc_cancel", SLOW_MODEL % 1500)
+    write_model(repository, "slow_grpc_cancel", SLOW_MODEL % 1500, add_name=True)
     server = start_server(repository, ("slow_grpc_cancel",))
     client = grpcclient.InferenceServerClient(server.grpc_url)
     tensor = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
@@ -277,7 +277,7 @@ def test_deadline_while_queued_cancels_the_request(repository: Path, start_serve
         stats = client.get_inference_statistics("slow_grpc_cancel").model_stats[0]
         return stats.inference_stats.success.count, stats.inference_stats.fail.count
 
-    assert wait_until(lambda: counts() == (1, 1))
-    assert wait_until(lambda: len(outcomes) == 2)
+    wait_until(lambda: counts() == (1, 1), 20, "one request executing and one queued")
+    wait_until(lambda: len(outcomes) == 2, 20, "both calls to end")
     assert all(error is not None and "DEADLINE_EXCEEDED" in error.status() for error in outcomes)
     client.close()

@@ -25,7 +25,7 @@ from tritonclient.utils import InferenceServerException
 from reference_server.app import ServerOptions, ServerThread
 from reference_server.core.config import MAX_INSTANCES_PER_MODEL
 from tests.hostile.planted import Sentinel
-from tests.server.conftest import EXTRA_MODELS, error_message, raw_request, write_model
+from tests.server.conftest import EXTRA_MODELS, error_message, raw_request, wait_until, write_model
 from tests.support.real_triton import TritonInstall, identity_model_config
 from tests.support.servers import ServerKind, model_config_json
 from tests.support.servers import start_server as start_either
@@ -44,7 +44,7 @@ BAD_GRPC_NAMES = ["../outside/evil", "..", ".", "", "/etc", "a\x00b", "a\\b", "a
 def planted(tmp_path: Path) -> Sentinel:
     """``tmp_path/repo`` (one model) beside ``tmp_path/outside`` (planted models)."""
     repo = tmp_path / "repo"
-    write_model(repo, "good", MODEL)
+    write_model(repo, "good", MODEL, add_name=True)
     sentinel = Sentinel(tmp_path / "outside")
     # A config whose name matches the traversal, so that a server joining the name onto the
     # repository would load and serve it (it did, before the fix).
@@ -184,7 +184,10 @@ def _readiness_script(
              {"parameters": {"config": model_config_json(gpu_override)}})  # fmt: skip
         step("load-stage failure of a new model", "gpu")
         srv.http_status("POST", "/v2/repository/models/gpu/unload", {})
-        time.sleep(1.0)  # unload is asynchronous; readiness is read below, not timed
+        # Not a sync wait: the point is that readiness does NOT change, and the unload of a model
+        # that never loaded changes nothing observable (index entry and reason stay), so the
+        # asynchronous unload gets a fixed second to act before readiness is read.
+        time.sleep(1.0)
         seen.append(("after unloading it", srv.http_status("GET", "/v2/health/ready")[0]))
         fixed = {
             "parameters": {"config": model_config_json(_for(kind, identity_model_config("gpu")))}
@@ -246,9 +249,7 @@ def _override_script(
         srv.load_model("identity")
         out.append(seen("plain load"))
         client.unload_model("identity")
-        deadline = time.monotonic() + 30
-        while client.is_model_ready("identity") and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: not client.is_model_ready("identity"), 30, "identity to unload")
         srv.load_model("identity")
         out.append(seen("unload, then plain load"))
         client.close()
@@ -391,7 +392,7 @@ def test_a_slow_but_moving_body_is_served(quick_timeout_server: ServerThread) ->
         )
         step = len(BODY) // 12 + 1
         for start in range(0, len(BODY), step):
-            time.sleep(0.2)
+            time.sleep(0.2)  # the scenario: a slow client's pauses (each shorter than the timeout)
             sock.sendall(BODY[start : start + step])
         reply = b""
         while chunk := sock.recv(65536):

@@ -626,7 +626,9 @@ def test_repository_load_errors(server: ServerThread) -> None:
 def test_unloaded_model_lookup_errors_and_versioned_infer(server: ServerThread) -> None:
     from tests.server.conftest import EXTRA_MODELS, write_model
 
-    write_model(server.options.model_repositories[0], "unload_me", EXTRA_MODELS["loadable"])
+    write_model(
+        server.options.model_repositories[0], "unload_me", EXTRA_MODELS["loadable"], add_name=True
+    )
     url = server.http_url
     assert raw_request(url, "POST", "/v2/repository/models/unload_me/load", b"")[0] == 200
     body = json.dumps({"inputs": [fp32_input([1.0, 2.0, 3.0, 4.0])]}).encode()
@@ -641,7 +643,7 @@ def test_unloaded_model_lookup_errors_and_versioned_infer(server: ServerThread) 
     def gone() -> bool:
         return raw_request(url, "GET", "/v2/models/unload_me/ready")[0] == 404
 
-    assert wait_until(gone)
+    wait_until(gone, 20, "unload_me to leave the repository index")
     status, _, reply = raw_request(url, "GET", "/v2/models/unload_me/ready")
     assert (
         error_message(reply) == "Request for unknown model: 'unload_me' has no available versions"

@@ -55,14 +55,14 @@ def _reset(sock: socket.socket) -> None:
 
 def _post_and_close(address: str, path: str, body: bytes, hold_s: float) -> None:
     sock = _open_request(address, path, body)
-    time.sleep(hold_s)
+    time.sleep(hold_s)  # the scenario: the client holds the request open, then vanishes
     _reset(sock)
 
 
 def test_disconnect_while_queued_cancels_the_request(
     repository: Path, start_server: object
 ) -> None:
-    write_model(repository, "slow_cancel", SLOW_MODEL % 400)
+    write_model(repository, "slow_cancel", SLOW_MODEL % 400, add_name=True)
     server = start_server(repository, ("slow_cancel",))  # type: ignore[operator]
     path = "/v2/models/slow_cancel/infer"
     # Two requests for a one-instance model: one executes (400 ms), the other waits in the
@@ -71,11 +71,11 @@ def test_disconnect_while_queued_cancels_the_request(
     first = _open_request(server.http_url, path, INFER_BODY)
     second = _open_request(server.http_url, path, INFER_BODY)
     pending = 'nv_inference_pending_request_count{model="slow_cancel",version="1"} 1'
-    assert wait_until(lambda: pending in _metrics(server), 10)
+    wait_until(lambda: pending in _metrics(server), 10, "one request queued")
     _reset(first)
     _reset(second)
-    assert wait_until(lambda: _stats(server, "slow_cancel")["fail"] == 1)
-    assert wait_until(lambda: _stats(server, "slow_cancel")["success"] == 1)
+    wait_until(lambda: _stats(server, "slow_cancel")["fail"] == 1, 20, "one failure counted")
+    wait_until(lambda: _stats(server, "slow_cancel")["success"] == 1, 20, "one success counted")
     failures = 'nv_inference_request_failure{model="slow_cancel",reason="CANCELED",version="1"} 1'
     assert failures in _metrics(server)
     # The server still answers, on a new connection.

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,47 +13,39 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.server.conftest import MODELS, write_model, write_repository
-from tests.server.test_app import REPO_ROOT, read_ready_line
+from tests.support.servers import PORT_ZERO, ChildProcess
 
 
-def perfsweep(*args: str) -> subprocess.Popen[str]:
-    """``perfsweep ARGS`` in a subprocess, from the repository root."""
+def perfsweep(log: Path, *args: str) -> ChildProcess:
+    """``perfsweep ARGS`` in a subprocess, from the repository root (stderr into ``log``)."""
     script = Path(sys.executable).with_name("perfsweep")
     command = (
         [str(script)]
         if script.exists()
         else [sys.executable, "-c", "from analyzer.cli import main; main()"]
     )
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO_ROOT))
-    return subprocess.Popen(
-        [*command, *args],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return ChildProcess([*command, *args], log)
 
 
-FREE_PORTS = ("--http-port", "0", "--grpc-port", "0", "--metrics-port", "0")
+FREE_PORTS = PORT_ZERO
 
 
-def finish(process: subprocess.Popen[str], timeout_s: float = 120) -> tuple[int, str]:
+def finish(process: ChildProcess, timeout_s: float = 120) -> tuple[int, str]:
     try:
-        _, err = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate(timeout=30)
-        raise
+        code = process.wait(timeout_s)
+    finally:
+        process.stop()
     # rich wraps long error lines at the terminal width: compare whitespace-normalised text.
-    return process.returncode, " ".join(err.split())
+    return code, " ".join(process.stderr().split())
 
 
 @pytest.mark.slow
-def test_serve_bundled_resnet50_over_http_and_grpc() -> None:
-    process = perfsweep("serve", "--model", "resnet50", "--device", "cpu", *FREE_PORTS)
+def test_serve_bundled_resnet50_over_http_and_grpc(tmp_path: Path) -> None:
+    process = perfsweep(
+        tmp_path / "perfsweep.log", "serve", "--model", "resnet50", "--device", "cpu", *FREE_PORTS
+    )
     try:
-        addresses = read_ready_line(process, timeout_s=300)
+        addresses = process.wait_ready(timeout_s=300)
         image = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
         http = httpclient.InferenceServerClient(addresses.http_url, network_timeout=120)
         http_input = httpclient.InferInput("input", [1, 3, 224, 224], "FP32")
@@ -69,7 +59,7 @@ def test_serve_bundled_resnet50_over_http_and_grpc() -> None:
         grpc_logits = grpc.infer("resnet50", [grpc_input], client_timeout=120).as_numpy("output")
         grpc.close()
     finally:
-        process.send_signal(signal.SIGTERM)
+        process.proc.send_signal(signal.SIGTERM)
         code, err = finish(process)
     assert http_logits.shape == (1, 1000)
     assert np.isfinite(http_logits).all()
@@ -80,7 +70,13 @@ def test_serve_bundled_resnet50_over_http_and_grpc() -> None:
 
 
 def test_serve_bad_repository_exits_2(tmp_path: Path) -> None:
-    process = perfsweep("serve", "--model-repository", str(tmp_path / "missing"), *FREE_PORTS)
+    process = perfsweep(
+        tmp_path / "perfsweep.log",
+        "serve",
+        "--model-repository",
+        str(tmp_path / "missing"),
+        *FREE_PORTS,
+    )
     code, err = finish(process)
     assert code == 2
     assert "is not a directory" in err
@@ -88,15 +84,17 @@ def test_serve_bad_repository_exits_2(tmp_path: Path) -> None:
 
 
 def test_serve_bad_config_exits_2(tmp_path: Path) -> None:
-    write_model(tmp_path, "bad", 'backend: "identity" max_batch_size: -3')
-    process = perfsweep("serve", "--model-repository", str(tmp_path), *FREE_PORTS)
+    write_model(tmp_path, "bad", 'backend: "identity" max_batch_size: -3', add_name=True)
+    process = perfsweep(
+        tmp_path / "perfsweep.log", "serve", "--model-repository", str(tmp_path), *FREE_PORTS
+    )
     code, err = finish(process)
     assert code == 2
     assert "model 'bad' failed to load" in err
 
 
-def test_serve_unknown_bundled_model_exits_2() -> None:
-    process = perfsweep("serve", "--model", "resnet51", *FREE_PORTS)
+def test_serve_unknown_bundled_model_exits_2(tmp_path: Path) -> None:
+    process = perfsweep(tmp_path / "perfsweep.log", "serve", "--model", "resnet51", *FREE_PORTS)
     code, err = finish(process)
     assert code == 2
     assert "not a bundled model" in err
@@ -109,6 +107,7 @@ def test_serve_port_in_use_exits_3(tmp_path: Path) -> None:
         blocker.listen()
         port = str(blocker.getsockname()[1])
         process = perfsweep(
+            tmp_path / "perfsweep.log",
             "serve",
             "--model-repository",
             str(repository),
@@ -129,7 +128,13 @@ def test_serve_passes_the_read_timeout_to_the_server(tmp_path: Path) -> None:
     # The server validates the value, so a refused one shows that the flag reaches it.
     repository = write_repository(tmp_path, {"nobatch": MODELS["nobatch"]})
     process = perfsweep(
-        "serve", "--model-repository", str(repository), "--http-read-timeout", "0", *FREE_PORTS
+        tmp_path / "perfsweep.log",
+        "serve",
+        "--model-repository",
+        str(repository),
+        "--http-read-timeout",
+        "0",
+        *FREE_PORTS,
     )
     code, err = finish(process)
     assert code == 2
@@ -143,7 +148,9 @@ def test_serve_passes_the_read_timeout_to_the_server(tmp_path: Path) -> None:
         (["--no-such-flag"], "No such option: --no-such-flag"),
     ],
 )
-def test_a_bad_flag_is_a_usage_error_not_a_traceback(args: list[str], message: str) -> None:
-    code, err = finish(perfsweep("serve", *args))
+def test_a_bad_flag_is_a_usage_error_not_a_traceback(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    code, err = finish(perfsweep(tmp_path / "perfsweep.log", "serve", *args))
     assert code == 2, err
     assert message in err and "Traceback" not in err

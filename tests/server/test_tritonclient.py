@@ -149,7 +149,7 @@ def test_grpc_stream_infer(server: ServerThread) -> None:
         bad = grpcclient.InferInput("INPUT0", [1, 3], "FP32")
         bad.set_data_from_numpy(np.zeros((1, 3), dtype=np.float32))
         client.async_stream_infer("identity_fp32", [bad], request_id="bad")
-        assert wait_until(lambda: len(results) == 6)
+        wait_until(lambda: len(results) == 6, 20, "all six callbacks")
     finally:
         client.stop_stream()
         client.close()
@@ -214,7 +214,7 @@ def test_load_with_config_override_then_revert_and_unload(
     # A model of its own: loading and unloading a shared one would change what other tests
     # read from the session server's repository index.
     name = f"override_{protocol}"
-    write_model(server.options.model_repositories[0], name, EXTRA_MODELS["loadable"])
+    write_model(server.options.model_repositories[0], name, EXTRA_MODELS["loadable"], add_name=True)
     client.load_model(name)
     assert client.is_model_ready(name)
     original = client.get_model_config(name)
@@ -244,7 +244,7 @@ def test_load_with_config_override_then_revert_and_unload(
         return list(index) if protocol == "http" else [_index_dict(m) for m in index.models]
 
     # Unload returns at once (state UNLOADING); UNAVAILABLE follows once it drained.
-    assert wait_until(lambda: unloaded in index_entries())
+    wait_until(lambda: unloaded in index_entries(), 20, "the unloaded state in the index")
     assert not _ready(client, name)
 
 

@@ -302,6 +302,14 @@ class ChildProcess:
             f"stderr tail: {self.tail()}"
         )
 
+    def wait_ready(self, timeout_s: float = 120.0) -> ServerAddresses:
+        """The addresses on the reference server's ready line (read with the one parser)."""
+        from reference_server.ready import parse_ready_line
+
+        addresses = parse_ready_line(self.wait_line(parse_ready_line, timeout_s))
+        assert addresses is not None
+        return addresses
+
     def send(self, line: str) -> None:
         """Write one line to the child's stdin (``stdin_pipe=True``)."""
         assert self.proc.stdin is not None, "started without stdin_pipe"
@@ -325,7 +333,8 @@ class ChildProcess:
 
     def stderr(self) -> str:
         """Everything the child wrote to stderr so far."""
-        self._stderr.flush()
+        if not self._stderr.closed:
+            self._stderr.flush()
         return self.log.read_text(errors="replace")
 
     def tail(self, lines: int = 15) -> str:
@@ -647,17 +656,14 @@ class ReferenceProcess(ReferenceServer):
         Raises:
             RuntimeError: no ready line within ``startup_timeout_s`` (stderr tail included).
         """
-        from reference_server.ready import parse_ready_line
-
         if self._repository is None:
             self._write_models()
         self.child = ChildProcess(self.command(), self.log_path)
         try:
-            line = self.child.wait_line(parse_ready_line, self.startup_timeout_s)
+            self.addresses = self.child.wait_ready(self.startup_timeout_s)
         except AssertionError as exc:
             self.stop()
             raise RuntimeError(f"reference server did not start: {exc}") from exc
-        self.addresses = parse_ready_line(line)
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """SIGTERM (clean shutdown), SIGKILL after ``timeout_s``."""
