@@ -9,7 +9,7 @@ processes are started through :func:`child_process_options`.
 
 :class:`Supervisor` knows nothing about servers or HTTP: it runs a command with its output
 appended to a log file, waits until a caller-given parser finds what it needs in the new part of
-the log, and stops the process (SIGTERM, then SIGKILL).
+the log, restarts it when it died, and stops it (SIGTERM, then SIGKILL).
 """
 
 from __future__ import annotations
@@ -142,6 +142,15 @@ class Supervisor:
                     f"{self.name} did not start within {timeout_s:.0f} s (log: {self.log_path})"
                 )
             time.sleep(poll_s)
+
+    def restart(self, timeout_s: float = 10.0) -> None:
+        """Stop the child whatever its state (dead, or running but hung), say so in the log
+        (``<label> died (status N); restarting``), and start it again."""
+        code = self.returncode()
+        self.stop(timeout_s)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_note(self.log_path, f"{self.label} died (status {code}); restarting")
+        self.start()
 
     def running(self) -> bool:
         """Whether the child was started and has not exited."""

@@ -37,7 +37,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.errors import InputError, TargetError
 from analyzer.server_stats import parse_device_info
-from analyzer.supervise import Supervisor, log_note
+from analyzer.supervise import Supervisor
 from analyzer.transport import Request, Transport, UrllibTransport
 from reference_server.ready import ServerAddresses, last_ready
 
@@ -450,43 +450,50 @@ class ManagedServer(_HttpTarget):
             cmd += ["--model-repository", str(self.repository)]
         return cmd
 
-    def start(self) -> None:
-        """Start the subprocess, read its ports from the log, wait until the model is ready."""
-        if self.repository is None:
-            self.repository = bundled_repository(
-                self.model,
-                self.log_path.parent / "repository",
-                self.device,
-                self.python,
-                self.startup_timeout_s,
+    def _supervisor(self) -> Supervisor:
+        """The server's process supervisor (made on first use, once the repository exists)."""
+        if self._process is None:
+            if self.repository is None:
+                self.repository = bundled_repository(
+                    self.model,
+                    self.log_path.parent / "repository",
+                    self.device,
+                    self.python,
+                    self.startup_timeout_s,
+                )
+            self._process = Supervisor(
+                self.command(),
+                self.log_path,
+                name="the reference server",
+                label="server",
+                env={"PYTHONUNBUFFERED": "1"},
             )
-        process = Supervisor(
-            self.command(),
-            self.log_path,
-            name="the reference server",
-            label="server",
-            env={"PYTHONUNBUFFERED": "1"},
-        )
-        self._process = process
-        started = self.clock()
-        process.start()
+        return self._process
+
+    def _await_ready(self, process: Supervisor) -> None:
+        """Read the ports from the ready line, then wait until the model is ready."""
+        deadline = self.clock() + self.startup_timeout_s
         addresses: ServerAddresses = process.wait_for(last_ready, self.startup_timeout_s)
         self.addresses = addresses
         self.url = f"http://{addresses.http_url}"
         self.metrics_url = addresses.metrics_url
-        deadline = started + self.startup_timeout_s
         while not self._is_ready():
             if not process.running() or self.clock() > deadline:
                 raise TargetError(f"model {self.model!r} never became ready (log: {self.log_path})")
             self.sleep(0.2)
 
+    def start(self) -> None:
+        """Start the subprocess, read its ports from the log, wait until the model is ready."""
+        process = self._supervisor()
+        process.start()
+        self._await_ready(process)
+
     def stop(self) -> None:
         """Terminate the subprocess (SIGTERM, then SIGKILL after 10 s)."""
-        process, self._process = self._process, None
         self.url = ""
         self.addresses = None
-        if process is not None:
-            process.stop(timeout_s=10.0)
+        if self._process is not None:
+            self._process.stop(timeout_s=10.0)
 
     def alive(self) -> bool:
         """Whether the subprocess runs and answers."""
@@ -495,15 +502,15 @@ class ManagedServer(_HttpTarget):
         return self._is_live()
 
     def ensure_alive(self) -> None:
-        """Restart the server when it died, and reload the last config pushed to it."""
+        """Restart the server when it died (or hangs), and reload the last config pushed to it."""
         if self.alive():
             return
-        code = self._process.returncode() if self._process else None
-        self.stop()
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_note(self.log_path, f"server died (status {code}); restarting")
+        self.url = ""
+        self.addresses = None
         self.restarts += 1
-        self.start()
+        process = self._supervisor()
+        process.restart(timeout_s=10.0)
+        self._await_ready(process)
         if self._last_config is not None:
             super().load_config(self._last_config)
 

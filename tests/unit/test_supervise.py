@@ -85,3 +85,19 @@ def test_stop_kills_a_child_that_ignores_sigterm(tmp_path: Path) -> None:
     assert pid is not None and not process.running()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # reaped: SIGKILL after SIGTERM was ignored
+
+
+def test_restart_notes_the_death_and_starts_a_new_process(tmp_path: Path) -> None:
+    process = child(tmp_path, "import sys; print('ready'); sys.exit(5)", label="thing")
+    process.start()
+    first = process.pid()
+    with pytest.raises(TargetError, match="status 5"):  # it exits right after its line
+        process.wait_for(lambda text: None, timeout_s=60)
+    process.command = [sys.executable, "-u", "-c", "print('ready'); import time; time.sleep(60)"]
+    process.restart()
+    try:
+        assert process.wait_for(found("ready"), timeout_s=60) == "ready"
+        assert process.pid() != first and process.running()
+        assert "--- perfsweep: thing died (status 5); restarting" in process.log_path.read_text()
+    finally:
+        process.stop()
