@@ -1,0 +1,406 @@
+"""The rate limiter against the real Triton 2.51: same request stream, same outcome.
+
+Each server runs with ``--rate-limit execution_count`` (one scenario with ``off``) and
+Python-backend sleep models (the reference: its identity backend, same ``execute_delay_ms``),
+one instance per model, so a model's statistics are its instance's. Compared: the order in
+which the models' executions finished, how many ran at once, the execution counts, and the
+replies to loads whose resources cannot be scheduled.
+
+The streams are deterministic by construction: a *holder* request (dynamic batching with a
+300 ms queue delay, so it is seen pending, then seen leaving the queue) takes the contended
+resource first; every other request is seen pending before the next is sent, and all of them
+wait while the holder runs. From then on the order depends only on the rate limiter's rule
+(lowest ``exec_count x priority``, one allocation attempt per event), never on thread timing.
+Executions take 400 ms or more, so the client tells them apart by completion time alone.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+from tritonclient.utils import InferenceServerException
+
+from tests.support.real_triton import (
+    RealTriton,
+    TritonInstall,
+    dynamic_batching,
+    sleep_model_config,
+)
+
+pytestmark = [pytest.mark.triton, pytest.mark.slow]
+
+EXEC_MS = 400
+HOLD_MS = 2500
+#: The holder's queue delay: long enough to be seen pending, then seen leaving the queue.
+HOLD_DELAY_US = 300_000
+
+
+class Server(Protocol):
+    """What the scenarios use of either server."""
+
+    @property
+    def http_url(self) -> str: ...
+
+    def http_status(
+        self, method: str, path: str, body: dict[str, Any] | None = None, timeout_s: float = 10.0
+    ) -> tuple[int, bytes]: ...
+
+    def metrics_text(self) -> str: ...
+
+
+def _model(
+    name: str,
+    priority: int = 0,
+    resources: Sequence[tuple[str, int, bool]] = (),
+    *,
+    exec_ms: int = EXEC_MS,
+    holder: bool = False,
+) -> mc.ModelConfig:
+    """A one-instance sleep model with a ``rate_limiter`` section (``(name, count, global)``)."""
+    block = dynamic_batching(preferred=(8,), max_queue_delay_us=HOLD_DELAY_US) if holder else None
+    config = sleep_model_config(name, dynamic_batching=block, execute_delay_ms=exec_ms)
+    limiter = config.instance_group[0].rate_limiter
+    limiter.priority = priority
+    for resource_name, count, is_global in resources:
+        resource = limiter.resources.add()
+        resource.name = resource_name
+        resource.count = count
+        setattr(resource, "global", is_global)
+    return config
+
+
+# ------------------------------------------------------------------------------ scenarios
+
+#: Which instance runs first: p (priority 2) asks before q (priority 1), q runs first.
+FIRST = [
+    _model("f_hold", 1, [("F", 1, True)], exec_ms=HOLD_MS, holder=True),
+    _model("f_p2", 2, [("F", 1, True)]),
+    _model("f_p1", 1, [("F", 1, True)]),
+]
+#: Priority 1 vs 2 under saturation: 6 requests each wait for R while the holder runs.
+RATIO = [
+    _model("r_hold", 1, [("R", 1, True)], exec_ms=HOLD_MS, holder=True),
+    _model("r_a", 1, [("R", 1, True)]),
+    _model("r_b", 2, [("R", 1, True)]),
+]
+#: Head-of-line blocking: x needs nothing but queues behind y, which waits for H.
+HOL = [
+    _model("h_hold", 1, [("H", 1, True)], exec_ms=HOLD_MS, holder=True),
+    _model("h_y", 1, [("H", 1, True)]),
+    _model("h_x", 10),
+]
+#: How many execute at once: two models needing C:1 (per device).
+PAIR = [
+    _model("c_a", 1, [("C", 1, False)], exec_ms=1000, holder=True),
+    _model("c_b", 1, [("C", 1, False)], exec_ms=1000, holder=True),
+]
+#: Loaded after the others on a server with --rate-limit-resource=C:2: each must fail.
+REFUSED = [
+    _model("x_need3", 1, [("C", 3, False)]),
+    _model("x_uncovered", 1, [("D", 1, False)]),
+    _model("x_lowercase", 1, [("c", 1, False)]),
+    _model("x_global", 1, [("C", 1, True)]),
+]
+
+
+@dataclass(frozen=True)
+class Send:
+    """One request: to ``model``; ``hold`` = wait until it is executing before going on."""
+
+    model: str
+    hold: bool = False
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a client and the statistics extension see of a stream.
+
+    Attributes:
+        order: models whose executions finished together (within half an execution; sorted),
+            group by group in completion order.
+        at_once: the most executions that finished together.
+        executions: ``execution_count`` per model.
+        errors: failed requests (index -> message).
+    """
+
+    order: tuple[tuple[str, ...], ...]
+    at_once: int
+    executions: dict[str, int]
+    errors: dict[int, str]
+
+
+def _pending(server: Server, model: str) -> int:
+    for line in server.metrics_text().splitlines():
+        if line.startswith("nv_inference_pending_request_count{") and f'model="{model}"' in line:
+            return int(float(line.rsplit(" ", 1)[1]))
+    return 0
+
+
+def _wait(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def _infer(url: str, model: str, index: int, done: dict[int, tuple[float, str | None]]) -> None:
+    client = httpclient.InferenceServerClient(url, network_timeout=120.0)
+    data = np.full((1, 16), float(index), dtype=np.float32)
+    tensor = httpclient.InferInput("INPUT0", [1, 16], "FP32")
+    tensor.set_data_from_numpy(data)
+    try:
+        result = client.infer(model, [tensor]).as_numpy("OUTPUT0")
+        assert result is not None and np.array_equal(result, data), f"request {index}: bad output"
+        done[index] = (time.monotonic(), None)
+    except InferenceServerException as exc:
+        done[index] = (time.monotonic(), str(exc.message()))
+    finally:
+        client.close()
+
+
+def run_stream(server: Server, sends: Sequence[Send], exec_ms: int = EXEC_MS) -> Observation:
+    """Send the stream (each request on its own thread), wait for every answer, observe."""
+    done: dict[int, tuple[float, str | None]] = {}
+    threads = []
+    queued: dict[str, int] = {}
+    for index, send in enumerate(sends):
+        thread = threading.Thread(
+            target=_infer, args=(server.http_url, send.model, index, done), daemon=True
+        )
+        thread.start()
+        threads.append(thread)
+        queued[send.model] = queued.get(send.model, 0) + 1
+        _wait(
+            lambda m=send.model, n=queued[send.model]: _pending(server, m) >= n,
+            f"request {index} to be queued",
+        )
+        if send.hold:
+            _wait(lambda m=send.model: _pending(server, m) == 0, f"request {index} to start")
+            queued[send.model] -= 1
+    for thread in threads:
+        thread.join(120)
+    assert len(done) == len(sends), f"only {len(done)} of {len(sends)} answered"
+    finished = sorted((t, i) for i, (t, error) in done.items() if error is None)
+    groups: list[list[int]] = []
+    last = -1e9
+    for completed, index in finished:
+        if completed - last > exec_ms / 2000 or not groups:
+            groups.append([])
+        groups[-1].append(index)
+        last = completed
+    models = sorted({send.model for send in sends})
+    return Observation(
+        order=tuple(tuple(sorted(sends[i].model for i in g)) for g in groups),
+        at_once=max((len(g) for g in groups), default=0),
+        executions={m: _execution_count(server, m, sends) for m in models},
+        errors={i: error for i, (_, error) in done.items() if error is not None},
+    )
+
+
+def _execution_count(server: Server, model: str, sends: Sequence[Send]) -> int:
+    # Triton's Python backend reports statistics just after the responses: wait for them.
+    expected = sum(1 for s in sends if s.model == model)
+    count = 0
+
+    def caught_up() -> bool:
+        nonlocal count
+        status, body = server.http_status("GET", f"/v2/models/{model}/stats")
+        assert status == 200, body
+        count = int(json.loads(body)["model_stats"][0]["execution_count"])
+        return count >= expected
+
+    _wait(caught_up, f"statistics of {model}", timeout_s=10)
+    return count
+
+
+# ------------------------------------------------------------------------------ the servers
+
+
+class _Reference:
+    """The reference server in this process with the rate-limit flags (a local handle: the
+    shared ones in ``tests/support`` take no rate-limit options)."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        models: Sequence[mc.ModelConfig],
+        rate_limit: str,
+        resources: Sequence[str],
+    ) -> None:
+        self.repository = workdir / "repo"
+        self.models = list(models)
+        self.rate_limit = rate_limit
+        self.resources = tuple(resources)
+        self._thread: Any = None
+
+    def __enter__(self) -> _Reference:
+        from reference_server.app import ServerOptions, ServerThread
+
+        self.repository.mkdir(parents=True, exist_ok=True)
+        for config in self.models:
+            self.add_model(config)
+        options = ServerOptions(
+            model_repositories=(self.repository,),
+            models=tuple(c.name for c in self.models),
+            device="cpu",
+            delay_scheduler=0,
+            rate_limit=self.rate_limit,
+            rate_limit_resources=self.resources,
+        )
+        self._thread = ServerThread(options).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._thread.stop()
+
+    @property
+    def http_url(self) -> str:
+        return str(self._thread.http_url)
+
+    def http_status(
+        self, method: str, path: str, body: dict[str, Any] | None = None, timeout_s: float = 10.0
+    ) -> tuple[int, bytes]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"http://{self.http_url}{path}", data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as reply:
+                return int(reply.status), bytes(reply.read())
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), bytes(exc.read())
+
+    def metrics_text(self) -> str:
+        with urllib.request.urlopen(self._thread.metrics_url, timeout=10) as reply:
+            return str(reply.read().decode())
+
+    def add_model(self, config: mc.ModelConfig) -> None:
+        """Write the config for the identity backend (same ``execute_delay_ms``)."""
+        copy = mc.ModelConfig()
+        copy.CopyFrom(config)
+        copy.backend = "identity"
+        model_dir = self.repository / config.name
+        (model_dir / "1").mkdir(parents=True, exist_ok=True)
+        (model_dir / "config.pbtxt").write_text(text_format.MessageToString(copy))
+
+
+@contextmanager
+def _server(
+    kind: str,
+    workdir: Path,
+    install: TritonInstall,
+    models: Sequence[mc.ModelConfig],
+    rate_limit: str = "execution_count",
+    resources: Sequence[str] = (),
+) -> Iterator[Any]:
+    if kind == "triton":
+        args = [f"--rate-limit={rate_limit}", *(f"--rate-limit-resource={r}" for r in resources)]
+        with RealTriton(install, workdir / kind, models=models, extra_args=args) as triton:
+            yield triton
+    else:
+        with _Reference(workdir / kind, models, rate_limit, resources) as reference:
+            yield reference
+
+
+# ------------------------------------------------------------------------------ the streams
+
+STREAM_FIRST = (Send("f_hold", hold=True), Send("f_p2"), Send("f_p1"))
+STREAM_RATIO = (
+    Send("r_hold", hold=True),
+    *(Send(m) for _ in range(6) for m in ("r_b", "r_a")),
+)
+STREAM_HOL = (Send("h_hold", hold=True), Send("h_y"), Send("h_x"))
+STREAM_PAIR = (Send("c_a"), Send("c_b"))
+
+
+def _observe_contended(server: Server) -> dict[str, Observation]:
+    return {
+        "first": run_stream(server, STREAM_FIRST),
+        "ratio": run_stream(server, STREAM_RATIO),
+        "hol": run_stream(server, STREAM_HOL),
+        "pair": run_stream(server, STREAM_PAIR, exec_ms=1000),
+    }
+
+
+def _load_replies(server: Any) -> dict[str, tuple[int, str]]:
+    replies = {}
+    for config in REFUSED:
+        server.add_model(config)
+        status, body = server.http_status(
+            "POST", f"/v2/repository/models/{config.name}/load", {}, timeout_s=120
+        )
+        replies[config.name] = (status, json.loads(body).get("error", ""))
+    return replies
+
+
+@pytest.fixture(scope="module")
+def observations(
+    triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, dict[str, Any]]:
+    """Every scenario on both servers: {kind: {scenario: observation}}."""
+    out: dict[str, dict[str, Any]] = {}
+    for kind in ("triton", "reference"):
+        workdir = tmp_path_factory.mktemp(f"rl_{kind}")
+        seen: dict[str, Any] = {}
+        with _server(kind, workdir / "default", triton_install, FIRST + RATIO + HOL + PAIR) as s:
+            seen.update(_observe_contended(s))
+        with _server(kind, workdir / "plenty", triton_install, PAIR, resources=["C:2"]) as s:
+            seen["pair_plenty"] = run_stream(s, STREAM_PAIR, exec_ms=1000)
+            seen["refused"] = _load_replies(s)
+        with _server(kind, workdir / "off", triton_install, PAIR, rate_limit="off") as s:
+            seen["pair_off"] = run_stream(s, STREAM_PAIR, exec_ms=1000)
+        out[kind] = seen
+    return out
+
+
+def test_triton_shows_the_documented_rate_limiter(observations: dict[str, dict[str, Any]]) -> None:
+    triton = observations["triton"]
+    # Which instance runs first: the lower exec_count x priority (2 x 1 < 2 x 2), not the
+    # earlier request.
+    assert triton["first"].order == (("f_hold",), ("f_p1",), ("f_p2",))
+    # Priority 1 vs 2: a runs twice as often while both wait (ties go to the one staged first).
+    assert "".join(g[0][-1] for g in triton["ratio"].order[1:]) == "aabaabaabbbb"
+    assert triton["ratio"].executions == {"r_a": 6, "r_b": 6, "r_hold": 1}
+    # Head-of-line blocking: x needs no resource, yet runs only after y.
+    assert triton["hol"].order == (("h_hold",), ("h_y",), ("h_x",))
+    # How many execute at once: 1 with C's default capacity (the largest need), 2 with C:2,
+    # 2 with the rate limiter off.
+    assert (triton["pair"].at_once, triton["pair_plenty"].at_once) == (1, 2)
+    assert triton["pair_off"].at_once == 2
+    for name in ("first", "ratio", "hol"):
+        assert triton[name].at_once == 1, name
+    refused = triton["refused"]
+    assert refused["x_need3"][1].endswith(
+        'Invalid argument: Resource count for "C" is limited to 2 which will prevent '
+        "scheduling of one or more model instances, the minimum required count is 3;\n"
+    )
+    assert '"D" is limited to 0 ' in refused["x_uncovered"][1]
+    assert '"c" is limited to 0 ' in refused["x_lowercase"][1]  # names are case-sensitive
+    assert 'Resource "C" is present as both global and device-specific' in refused["x_global"][1]
+
+
+@pytest.mark.parametrize(
+    "scenario", ["first", "ratio", "hol", "pair", "pair_plenty", "pair_off", "refused"]
+)
+def test_reference_rate_limits_like_triton(
+    scenario: str, observations: dict[str, dict[str, Any]]
+) -> None:
+    reference, triton = observations["reference"][scenario], observations["triton"][scenario]
+    assert reference == triton, (
+        f"reference server differs from Triton in {scenario}:\n"
+        f"  reference: {reference}\n  triton:    {triton}"
+    )
