@@ -36,9 +36,6 @@ import typer
 from analyzer.errors import GoalNotMetError, InputError
 from analyzer.gate_measure import GateCommand, GateFlags, MeasureRequest, run_gate
 
-# Importable from here until tests/gpu/test_gate_metrics.py imports it from analyzer.gate_measure.
-from analyzer.gate_measure import metrics_url_for as metrics_url_for
-
 
 def parse_fraction(text: str) -> float:
     """``5%`` -> 0.05; ``0.05`` -> 0.05."""
