@@ -7,12 +7,12 @@ server is contacted.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from analyzer.errors import InputError
+from analyzer import records
+from analyzer.errors import InputError, ResultFormatError
 from analyzer.predict.profile import Profile, from_run_dir, from_toml, load_profile
 from analyzer.predict.simulator import (
     ASSUMPTIONS,
@@ -93,18 +93,18 @@ def _read_profile(path: Path) -> Profile:
 
 
 def _default_config(run_dir: Path | None) -> tuple[SimConfig | None, str]:
+    """The run's chosen config (its best, else its baseline) and where it is from; without
+    one, None and why not ("" when there is no run directory)."""
     if run_dir is None:
         return None, ""
-    path = run_dir / "summary.json"
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None, ""
-    for key in ("best", "baseline"):
-        part = summary.get(key)
-        if isinstance(part, dict) and isinstance(part.get("config"), dict):
-            return SimConfig.from_knobs(part["config"]), f"the run's {key} config"
-    return None, ""
+        summary = records.load_summary(run_dir)
+    except ResultFormatError as exc:
+        return None, str(exc)
+    for key, entry in (("best", summary.best), ("baseline", summary.baseline)):
+        if entry is not None:
+            return SimConfig.from_knobs(entry.config), f"the run's {key} config"
+    return None, "its summary names neither a best nor a baseline config"
 
 
 def plan(request: PlanRequest) -> PlanReport:
@@ -144,8 +144,9 @@ def plan(request: PlanRequest) -> PlanReport:
     ]
     if config is None:
         if request.max_batch_size is None:
+            why = f" ({source})" if source else ""
             raise InputError(
-                "no run config to start from: give --max-batch-size (and the other knobs)"
+                f"no run config to start from{why}: give --max-batch-size (and the other knobs)"
             )
         config, source = SimConfig(max_batch_size=request.max_batch_size), "the flags"
     if flags:

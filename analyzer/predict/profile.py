@@ -10,10 +10,12 @@ Three builders, all pure except for reading the file they are given:
 
 * :func:`from_statistics`: a statistics-extension document (``GET /v2/models/<m>/stats``, a
   reference server's or Triton's) — its ``batch_stats`` give ns and count per batch size.
-* :func:`from_run_dir`: a perfsweep run directory. Trial measurements carry, per window, the
-  server's executions per batch size and the per-request mean of each compute phase (every
-  request of a batch reports the batch's time); a least-squares fit of ``a + c * batch`` per
-  phase over those windows gives the profile, valid up to the largest batch size observed.
+* :func:`from_run_dir`: a perfsweep run directory, its trial records read with
+  :func:`analyzer.records.load_trial`. Every level they measured (a capacity search's points,
+  the fixed level, pareto's reference level) carries, per window, the server's executions per
+  batch size and the per-request mean of each compute phase (every request of a batch reports
+  the batch's time); a least-squares fit of ``a + c * batch`` per phase over those windows
+  gives the profile, valid up to the largest batch size observed.
   ``compute_input`` of a multi-instance window includes waits for the device, so the input
   phase is fitted on the windows with the fewest instances; the ratio of the mean execution
   time at N instances to that at the fewest is kept as ``interference`` (information only: the
@@ -31,7 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from analyzer import records
+from analyzer.errors import ResultFormatError
+from analyzer.measure import Measurement
 from analyzer.predict import ExtrapolationError, ProfileError
+from analyzer.results import RunDirectory
 
 FORMAT_VERSION = 1
 KIND = "perfsweep.profile"
@@ -450,70 +456,85 @@ def _mean_total_predicted(
 
 
 def run_dir_samples(run_dir: Path) -> list[WindowSample]:
-    """Every measured window of every trial record (baseline, trials) in ``run_dir``."""
-    run_dir = Path(run_dir)
-    files = [
-        run_dir / "baseline" / "measurement.json",
-        *sorted(run_dir.glob("trials/*/measurement.json")),
-    ]
+    """Every measured window of every trial record (baseline, trials) in ``run_dir``.
+
+    A record :func:`analyzer.records.load_trial` refuses (half-written, foreign, a version this
+    perfsweep cannot read) is left out: the others still count.
+    """
+    return _read_samples(Path(run_dir))[0]
+
+
+def _read_samples(run_dir: Path) -> tuple[list[WindowSample], list[str]]:
+    """The window samples of ``run_dir``'s trial records, and why each refused record was."""
     samples: list[WindowSample] = []
-    for path in files:
-        if not path.is_file():
-            continue
+    refused: list[str] = []
+    for path in RunDirectory(run_dir).trial_paths():
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            continue  # a half-written or foreign file: the others still count
-        config = record.get("config") or {}
-        instances = int(config.get("instance_count", 1) or 1)
-        for level in _levels(record.get("measurement")):
-            for window in level.get("windows") or []:
-                server = window.get("server") or {}
-                sizes = {
-                    int(k): int(v)
-                    for k, v in (server.get("batch_sizes") or {}).items()
-                    if int(v) > 0
-                }
+            record = records.load_trial(path)
+        except ResultFormatError as exc:
+            refused.append(str(exc))
+            continue
+        instances = record.config.instance_count or 1
+        for level in _levels(record.measurement):
+            for window in level.windows:
+                server = window.server
+                if server is None:
+                    continue
+                sizes = {b: n for b, n in server.batch_sizes.items() if n > 0}
                 if not sizes:
                     continue
                 samples.append(
                     WindowSample(
                         instances,
                         sizes,
-                        float(server.get("compute_input_us", 0.0)),
-                        float(server.get("compute_infer_us", 0.0)),
-                        float(server.get("compute_output_us", 0.0)),
+                        server.compute_input_us,
+                        server.compute_infer_us,
+                        server.compute_output_us,
                     )
                 )
-    return samples
+    return samples, refused
 
 
-def _levels(measurement: Any) -> list[Mapping[str, Any]]:
-    """The load levels of a trial's measurement: a CapacityResult's points, or one level."""
-    if not isinstance(measurement, Mapping):
+def _levels(measurement: records.TrialMeasurement | None) -> list[Measurement]:
+    """Every load level a trial measured: the capacity search's points (throughput, pareto) and
+    the fixed level (latency's level, pareto's reference level)."""
+    if measurement is None:
         return []
-    if "points" in measurement:
-        return [p for p in measurement.get("points") or [] if isinstance(p, Mapping)]
-    return [measurement]
+    levels = list(measurement.capacity.points) if measurement.capacity is not None else []
+    if measurement.fixed is not None:
+        levels.append(measurement.fixed)
+    return levels
 
 
 def from_run_dir(run_dir: Path, model: str | None = None) -> Profile:
-    """Fit a profile from the server statistics recorded in ``run_dir``'s trial windows."""
+    """Fit a profile from the server statistics recorded in ``run_dir``'s trial windows.
+
+    Raises:
+        ProfileError: No window carries batch statistics (the message names the first trial
+            record refused, when one was).
+    """
     run_dir = Path(run_dir)
     if model is None:
         model = _run_model(run_dir)
-    return fit_windows(run_dir_samples(run_dir), model, f"run directory {run_dir.name}")
+    samples, refused = _read_samples(run_dir)
+    where = f"run directory {run_dir.name}"
+    if not samples and refused:
+        raise ProfileError(
+            f"{where}: none of its {len(refused)} trial record(s) could be read, the first: "
+            f"{refused[0]}. Or give --profile FILE"
+        )
+    return fit_windows(samples, model, where)
 
 
 def _run_model(run_dir: Path) -> str:
-    for name in ("summary.json",):
-        path = run_dir / name
-        if path.is_file():
-            try:
-                return str(json.loads(path.read_text(encoding="utf-8")).get("model", ""))
-            except (OSError, json.JSONDecodeError):
-                pass
-    scenario = run_dir / "scenario.toml"
+    """The model the run tuned: summary.json's, else scenario.toml's (a run without a summary)."""
+    layout = RunDirectory(run_dir)
+    if layout.summary_json.is_file():
+        try:
+            return records.load_summary(layout.summary_json).model
+        except ResultFormatError:
+            pass
+    scenario = layout.scenario_toml
     if scenario.is_file():
         import tomllib
 

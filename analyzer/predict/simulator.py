@@ -27,11 +27,14 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analyzer.predict import ExtrapolationError
 from analyzer.predict.profile import Profile
 from reference_server.batching.decide import BatchingParams, Candidate, OpenBatch, decide
+
+if TYPE_CHECKING:
+    from analyzer.trial import Knobs
 
 ASSUMPTIONS = (
     "arrivals: Poisson (seeded), one item per request",
@@ -74,14 +77,14 @@ class SimConfig:
         return BatchingParams(mbs, preferred, self.max_queue_delay_us * 1000)
 
     @classmethod
-    def from_knobs(cls, knobs: dict[str, Any]) -> SimConfig:
-        """From a run directory's ``config`` object (``analyzer.trial.Knobs`` JSON)."""
+    def from_knobs(cls, knobs: Knobs) -> SimConfig:
+        """From a run's config (a record's :class:`analyzer.trial.Knobs`)."""
         return cls(
-            max_batch_size=int(knobs.get("max_batch_size", 1)),
-            max_queue_delay_us=int(knobs.get("max_queue_delay_us", 0)),
-            preferred_batch_size=tuple(int(p) for p in knobs.get("preferred_batch_size", ())),
-            instance_count=int(knobs.get("instance_count", 1)),
-            dynamic_batching=bool(knobs.get("dynamic_batching", True)),
+            max_batch_size=knobs.max_batch_size,
+            max_queue_delay_us=knobs.max_queue_delay_us,
+            preferred_batch_size=tuple(knobs.preferred_batch_size),
+            instance_count=knobs.instance_count,
+            dynamic_batching=knobs.dynamic_batching,
         )
 
     def describe(self) -> str:
