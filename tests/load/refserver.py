@@ -9,59 +9,16 @@ prints the server's ready line, and then obeys stdin lines ``pause <model> <seco
 from __future__ import annotations
 
 import asyncio
-import os
+import contextlib
 import subprocess
 import sys
-import textwrap
 import threading
 from pathlib import Path
 from types import TracebackType
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.support.servers import REPO_ROOT, ChildProcess, child_env, write_sim_model
 
-
-def write_sim_model(
-    repository: Path,
-    name: str,
-    device_ms: float,
-    per_item_ms: float = 0.0,
-    max_batch_size: int = 0,
-    instances: int = 1,
-    dynamic_batching: str = "",
-) -> Path:
-    """A simulated model with a jitter-free linear profile: device = device_ms + per_item_ms * b."""
-    model_dir = repository / name
-    (model_dir / "1").mkdir(parents=True, exist_ok=True)
-    (model_dir / "profile.toml").write_text(
-        textwrap.dedent(
-            f"""\
-            name = "{name}_profile"
-            provenance = "SYNTHETIC test profile: {device_ms} ms + {per_item_ms} ms per item, no jitter"
-            seed = 0
-            jitter = 0.0
-
-            [device]
-            a_ms = {device_ms}
-            b_ms = {per_item_ms}
-            """
-        )
-    )
-    dims = "[ 16 ]"
-    (model_dir / "config.pbtxt").write_text(
-        textwrap.dedent(
-            f"""\
-            name: "{name}"
-            backend: "simulated"
-            max_batch_size: {max_batch_size}
-            input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: {dims} }} ]
-            output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: {dims} }} ]
-            instance_group [ {{ kind: KIND_CPU count: {instances} }} ]
-            parameters {{ key: "profile" value: {{ string_value: "profile.toml" }} }}
-            {dynamic_batching}
-            """
-        )
-    )
-    return model_dir
+__all__ = ["REPO_ROOT", "RefServer", "write_sim_model"]  # the load tests import these from here
 
 
 class RefServer:
@@ -70,37 +27,30 @@ class RefServer:
     def __init__(self, repository: Path, models: tuple[str, ...]) -> None:
         self.repository = repository
         self.models = models
-        self.proc: subprocess.Popen[str] | None = None
+        self.child: ChildProcess | None = None
         self.http_url = self.grpc_url = self.metrics_url = ""
 
     def __enter__(self) -> RefServer:
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-        self.proc = subprocess.Popen(
+        self.child = ChildProcess(
             [sys.executable, "-m", "tests.load.refserver", str(self.repository), *self.models],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=REPO_ROOT,
+            None,  # stderr stays this process's, as pytest shows it
+            child_env(),
+            stdin_pipe=True,
         )
-        from reference_server.ready import parse_ready_line
-
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            addresses = parse_ready_line(line.strip())
-            if addresses is not None:
-                self.http_url, self.grpc_url = addresses.http_url, addresses.grpc_url
-                self.metrics_url = addresses.metrics_url
-                return self
-        self.__exit__(None, None, None)
-        raise RuntimeError("reference server exited before it was ready")
+        try:
+            addresses = self.child.wait_ready(120.0)
+        except AssertionError as exc:
+            self.__exit__(None, None, None)
+            raise RuntimeError(f"reference server exited before it was ready: {exc}") from exc
+        self.http_url, self.grpc_url = addresses.http_url, addresses.grpc_url
+        self.metrics_url = addresses.metrics_url
+        return self
 
     def pause(self, model: str, seconds: float) -> None:
         """Hold the model's executions for ``seconds`` (returns once the pause is in effect)."""
-        assert self.proc is not None and self.proc.stdin and self.proc.stdout
-        self.proc.stdin.write(f"pause {model} {seconds}\n")
-        self.proc.stdin.flush()
-        assert self.proc.stdout.readline().strip() == "paused"
+        assert self.child is not None
+        self.child.send(f"pause {model} {seconds}")
+        self.child.wait_line("paused", 30.0)
 
     def __exit__(
         self,
@@ -108,15 +58,12 @@ class RefServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self.proc is not None:
-            if self.proc.stdin:
-                self.proc.stdin.close()  # EOF: the child stops its server and exits
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
+        child, self.child = self.child, None
+        if child is not None:
+            child.close_stdin()  # EOF: the child stops its server and exits
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(15)
+            child.stop()  # SIGKILL if it did not
 
 
 def _child(repository: str, models: list[str]) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from analyzer.measure import new_histogram, percentiles_us, record_us
-from tests.load.refserver import write_sim_model
+from tests.support.servers import ReferenceProcess, write_sim_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: A /30 inside the namespaces only (the host's own routes never see it).
@@ -116,36 +116,18 @@ def test_two_hosts_merge_exactly(hosts: Hosts) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="perfsweep-netns-"))
     write_sim_model(tmp / "models", "nsmodel", device_ms=4.0)
     procs: list[subprocess.Popen[str]] = []
+    server = ReferenceProcess(
+        tmp,
+        repository=tmp / "models",
+        args=("--model", "nsmodel", "--host", ADDR_A),
+        device=None,
+        launcher=("ip", "netns", "exec", hosts.a),
+        startup_timeout_s=CHILD_TIMEOUT_S,
+    )
     try:
-        server = _in(
-            hosts.a,
-            "-m",
-            "reference_server",
-            "--model-repository",
-            str(tmp / "models"),
-            "--model",
-            "nsmodel",
-            "--host",
-            ADDR_A,
-            "--http-port",
-            "0",
-            "--grpc-port",
-            "0",
-            "--metrics-port",
-            "0",
-            stdout=subprocess.PIPE,
-        )
-        procs.append(server)
-        from reference_server.ready import parse_ready_line
-
-        assert server.stdout is not None
-        addresses = None
-        for line in server.stdout:
-            addresses = parse_ready_line(line.strip())
-            if addresses is not None:
-                break
-        assert addresses is not None, "reference server exited before it was ready"
-        assert addresses.host == ADDR_A
+        server.start()
+        addresses = server.addresses
+        assert addresses is not None and addresses.host == ADDR_A
 
         master = _in(
             hosts.a,
@@ -202,6 +184,7 @@ def test_two_hosts_merge_exactly(hosts: Hosts) -> None:
         mine = {ns: json.loads(outs[ns].read_text())["segments"] for ns in outs}
     finally:
         _stop(procs)
+        server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
     # The master collected once after the warm-up, then once per tick of the windows; each

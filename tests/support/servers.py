@@ -234,7 +234,7 @@ class ChildProcess:
 
     Args:
         args: the command line.
-        log: file for the child's stderr.
+        log: file for the child's stderr; ``None``: this process's stderr (shown by pytest).
         env: its environment (default :func:`child_env`).
         stdin_pipe: give it a pipe on stdin (:meth:`send`); otherwise ``/dev/null``.
     """
@@ -242,14 +242,16 @@ class ChildProcess:
     def __init__(
         self,
         args: Sequence[str],
-        log: Path,
+        log: Path | None,
         env: Mapping[str, str] | None = None,
         *,
         stdin_pipe: bool = False,
     ) -> None:
         self.log = log
-        log.parent.mkdir(parents=True, exist_ok=True)
-        self._stderr = log.open("wb")
+        self._stderr = None
+        if log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            self._stderr = log.open("wb")
         self.proc = subprocess.Popen(
             list(args),
             stdout=subprocess.PIPE,
@@ -332,7 +334,9 @@ class ChildProcess:
         return "\n".join([*self.seen, *self.lines.queue])
 
     def stderr(self) -> str:
-        """Everything the child wrote to stderr so far."""
+        """Everything the child wrote to stderr so far (``""`` when it was not logged)."""
+        if self._stderr is None or self.log is None:
+            return ""
         if not self._stderr.closed:
             self._stderr.flush()
         return self.log.read_text(errors="replace")
@@ -358,7 +362,8 @@ class ChildProcess:
         with contextlib.suppress(ProcessLookupError):  # anything it left behind in its group
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.close_stdin()
-        self._stderr.close()
+        if self._stderr is not None:
+            self._stderr.close()
         return int(self.proc.returncode)
 
 
