@@ -39,7 +39,8 @@ from analyzer.measure import (
     Measurement,
     meets_goals,
 )
-from analyzer.search import Knobs, SearchSpace
+from analyzer.search import SearchSpace
+from analyzer.trial import Knobs
 
 
 @dataclass(frozen=True)

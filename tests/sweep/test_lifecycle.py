@@ -16,7 +16,8 @@ from analyzer.errors import InputError, TargetError
 from analyzer.results import load_summary, load_trial_record
 from analyzer.scenario import load_scenario
 from analyzer.search import INTERRUPTED_REASON
-from analyzer.sweep import knobs_of, run_sweep
+from analyzer.sweep import run_sweep
+from analyzer.trial import knobs_of
 from tests.sweep.planted import FakeLoadGenerator, FakeTarget
 from tests.sweep.test_sweep_fake import CPU_LIKE, InterruptingGenerator, scenario
 

@@ -18,8 +18,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.results import load_summary, parse_config_text
-from analyzer.search import Knobs
-from analyzer.sweep import knobs_of
+from analyzer.trial import Knobs, knobs_of
 from tests.support.real_triton import RealTriton, identity_model_config, sleep_model_config
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]

@@ -27,8 +27,8 @@ from analyzer.measure import (
 )
 from analyzer.results import load_summary, load_trial_record, parse_config_text
 from analyzer.scenario import Scenario, load_scenario
-from analyzer.search import Knobs
-from analyzer.sweep import apply_knobs, knobs_of, run_sweep, space_for
+from analyzer.sweep import run_sweep, space_for
+from analyzer.trial import Knobs, apply_knobs, knobs_of
 from tests.sweep.planted import (
     FakeLoadGenerator,
     FakeTarget,
