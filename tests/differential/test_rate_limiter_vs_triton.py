@@ -108,6 +108,15 @@ PAIR = [
     _model("c_a", 1, [("C", 1, False)], exec_ms=1000, holder=True),
     _model("c_b", 1, [("C", 1, False)], exec_ms=1000, holder=True),
 ]
+#: Batches waiting for the rate limiter are not capped at 2 per instance (§3.5, §3.11): with
+#: preferred sizes 2 and 4 and no delay, 8 requests arriving one by one while R is held form four
+#: batches of 2. Were the cap applied, the last 4 would stay queued and form one batch of 4.
+PREFETCH = [
+    _model("p_hold", 1, [("P", 1, True)], exec_ms=HOLD_MS, holder=True),
+    _model("p_m", 1, [("P", 1, True)]),
+]
+PREFETCH[1].max_batch_size = 4
+PREFETCH[1].dynamic_batching.CopyFrom(dynamic_batching(preferred=(2, 4)))
 #: Loaded after the others on a server with --rate-limit-resource=C:2: each must fail.
 REFUSED = [
     _model("x_need3", 1, [("C", 3, False)]),
@@ -133,13 +142,13 @@ class Observation:
         order: models whose executions finished together (within half an execution; sorted),
             group by group in completion order.
         at_once: the most executions that finished together.
-        executions: ``execution_count`` per model.
+        batches: ``{batch size: executions}`` per model (statistics extension).
         errors: failed requests (index -> message).
     """
 
     order: tuple[tuple[str, ...], ...]
     at_once: int
-    executions: dict[str, int]
+    batches: dict[str, dict[int, int]]
     errors: dict[int, str]
 
 
@@ -206,25 +215,28 @@ def run_stream(server: Server, sends: Sequence[Send], exec_ms: int = EXEC_MS) ->
     return Observation(
         order=tuple(tuple(sorted(sends[i].model for i in g)) for g in groups),
         at_once=max((len(g) for g in groups), default=0),
-        executions={m: _execution_count(server, m, sends) for m in models},
+        batches={m: _batch_stats(server, m, sum(s.model == m for s in sends)) for m in models},
         errors={i: error for i, (_, error) in done.items() if error is not None},
     )
 
 
-def _execution_count(server: Server, model: str, sends: Sequence[Send]) -> int:
-    # Triton's Python backend reports statistics just after the responses: wait for them.
-    expected = sum(1 for s in sends if s.model == model)
-    count = 0
+def _batch_stats(server: Server, model: str, requests: int) -> dict[int, int]:
+    """``{batch size: executions}`` once they account for ``requests`` (bs 1 each).
+
+    Triton's Python backend reports statistics just after the responses: wait for them.
+    """
+    seen: dict[int, int] = {}
 
     def caught_up() -> bool:
-        nonlocal count
         status, body = server.http_status("GET", f"/v2/models/{model}/stats")
         assert status == 200, body
-        count = int(json.loads(body)["model_stats"][0]["execution_count"])
-        return count >= expected
+        entries = json.loads(body)["model_stats"][0]["batch_stats"]
+        seen.clear()
+        seen.update({int(e["batch_size"]): int(e["compute_infer"]["count"]) for e in entries})
+        return sum(size * count for size, count in seen.items()) >= requests
 
     _wait(caught_up, f"statistics of {model}", timeout_s=10)
-    return count
+    return dict(seen)
 
 
 # ------------------------------------------------------------------------------ the servers
@@ -325,6 +337,7 @@ STREAM_RATIO = (
 )
 STREAM_HOL = (Send("h_hold", hold=True), Send("h_y"), Send("h_x"))
 STREAM_PAIR = (Send("c_a"), Send("c_b"))
+STREAM_PREFETCH = (Send("p_hold", hold=True), *(Send("p_m") for _ in range(8)))
 
 
 def _observe_contended(server: Server) -> dict[str, Observation]:
@@ -333,6 +346,7 @@ def _observe_contended(server: Server) -> dict[str, Observation]:
         "ratio": run_stream(server, STREAM_RATIO),
         "hol": run_stream(server, STREAM_HOL),
         "pair": run_stream(server, STREAM_PAIR, exec_ms=1000),
+        "prefetch": run_stream(server, STREAM_PREFETCH),
     }
 
 
@@ -356,7 +370,9 @@ def observations(
     for kind in ("triton", "reference"):
         workdir = tmp_path_factory.mktemp(f"rl_{kind}")
         seen: dict[str, Any] = {}
-        with _server(kind, workdir / "default", triton_install, FIRST + RATIO + HOL + PAIR) as s:
+        with _server(
+            kind, workdir / "default", triton_install, FIRST + RATIO + HOL + PAIR + PREFETCH
+        ) as s:
             seen.update(_observe_contended(s))
         with _server(kind, workdir / "plenty", triton_install, PAIR, resources=["C:2"]) as s:
             seen["pair_plenty"] = run_stream(s, STREAM_PAIR, exec_ms=1000)
@@ -374,7 +390,7 @@ def test_triton_shows_the_documented_rate_limiter(observations: dict[str, dict[s
     assert triton["first"].order == (("f_hold",), ("f_p1",), ("f_p2",))
     # Priority 1 vs 2: a runs twice as often while both wait (ties go to the one staged first).
     assert "".join(g[0][-1] for g in triton["ratio"].order[1:]) == "aabaabaabbbb"
-    assert triton["ratio"].executions == {"r_a": 6, "r_b": 6, "r_hold": 1}
+    assert triton["ratio"].batches == {"r_a": {1: 6}, "r_b": {1: 6}, "r_hold": {1: 1}}
     # Head-of-line blocking: x needs no resource, yet runs only after y.
     assert triton["hol"].order == (("h_hold",), ("h_y",), ("h_x",))
     # How many execute at once: 1 with C's default capacity (the largest need), 2 with C:2,
@@ -383,6 +399,7 @@ def test_triton_shows_the_documented_rate_limiter(observations: dict[str, dict[s
     assert triton["pair_off"].at_once == 2
     for name in ("first", "ratio", "hol"):
         assert triton[name].at_once == 1, name
+    assert triton["prefetch"].batches["p_m"] == {2: 4}
     refused = triton["refused"]
     assert refused["x_need3"][1].endswith(
         'Invalid argument: Resource count for "C" is limited to 2 which will prevent '
@@ -394,7 +411,8 @@ def test_triton_shows_the_documented_rate_limiter(observations: dict[str, dict[s
 
 
 @pytest.mark.parametrize(
-    "scenario", ["first", "ratio", "hol", "pair", "pair_plenty", "pair_off", "refused"]
+    "scenario",
+    ["first", "ratio", "hol", "pair", "prefetch", "pair_plenty", "pair_off", "refused"],
 )
 def test_reference_rate_limits_like_triton(
     scenario: str, observations: dict[str, dict[str, Any]]
