@@ -3,8 +3,9 @@
 Each server runs with ``--rate-limit execution_count`` (one scenario with ``off``) and
 Python-backend sleep models (the reference: its identity backend, same ``execute_delay_ms``),
 one instance per model, so a model's statistics are its instance's. Compared: the order in
-which the models' executions finished, how many ran at once, the execution counts, and the
-replies to loads whose resources cannot be scheduled.
+which the models' executions finished, how many ran at once, each model's batch statistics, and
+the replies to loads whose resources cannot be scheduled. The reference server is started by a
+local handle (``_Reference``): the shared ones in ``tests/support`` take no rate-limit options.
 
 The streams are deterministic by construction: a *holder* request (dynamic batching with a
 300 ms queue delay, so it is seen pending, then seen leaving the queue) takes the contended
