@@ -9,6 +9,8 @@ instance ran what from a wrapper around each instance's backend.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -532,3 +534,29 @@ def test_server_options_refuse_bad_values() -> None:
     with pytest.raises(ServerError, match="--rate-limit-resource option format"):
         ServerOptions(rate_limit="execution_count", rate_limit_resources=("R",))
     ServerOptions(rate_limit="Execution_Count", rate_limit_resources=("R:1:0",))
+
+
+def test_python_m_reference_server_applies_the_flags(tmp_path: Path) -> None:
+    # End to end through the CLI: a capacity below the need fails startup with exit 2 and
+    # Triton's reason; a malformed value is refused before anything starts.
+    _model(tmp_path, "r", _group(1, '{ name: "R" count: 2 }'))
+    base = [sys.executable, "-m", "reference_server", f"--model-repository={tmp_path}"]
+    ports = ["--http-port=0", "--grpc-port=0", "--metrics-port=0", "--device=cpu"]
+    low = subprocess.run(
+        [*base, *ports, "--rate-limit", "execution_count", "--rate-limit-resource=R:1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert low.returncode == 2, low.stderr
+    assert 'Resource count for "R" is limited to 1 which will prevent scheduling' in low.stderr
+    bad = subprocess.run(
+        [*base, *ports, "--rate-limit-resource", "R"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert bad.returncode == 2
+    assert "--rate-limit-resource option format is" in bad.stderr
