@@ -14,6 +14,10 @@ Vocabulary:
 * *window*: one stretch of measurement inside a level (by time or by request count).
 * *stable*: the last ``stable_windows`` windows agree within ``stability_pct`` on throughput and p99
   (perf_analyzer's rule); an unstable level is reported and marked, never hidden.
+* *sequential step*: a level with ``LoadSpec.sequential`` set stops as soon as the sequential test
+  of ``p99 <= goal`` (:mod:`analyzer.stepping`) decides PASS or FAIL, or at its cap (BOUNDARY);
+  its :class:`~analyzer.stepping.StepRecord` is ``Measurement.step``. Stability is then a check
+  recorded on the measurement, not the stopping rule.
 * *valid*: the generator kept up (achieved rate, send lag, CPU); an invalid result says how to fix it.
 """
 
@@ -31,6 +35,7 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from analyzer.errors import InputError, ResultFormatError
+from analyzer.stepping import StepRecord, StepTest, StepVerdict
 
 #: Version of the JSON written by ``perfsweep load --output``; bump on any incompatible change.
 LOAD_FORMAT_VERSION = 1
@@ -224,6 +229,13 @@ class LoadSpec:
     #: Upper bound on requests in flight (open loop); beyond it the level fails fast when
     #: ``fail_fast`` is set. ``None``: derived from the rate (see ``in_flight_bound``).
     max_in_flight: int | None = None
+    #: When set, the level is a sequential step: it stops as soon as this test decides
+    #: ``p{quantile} <= goal_ms`` (PASS or FAIL), else at ``sequential.max_requests`` or at
+    #: ``max_windows`` windows, whichever comes first (BOUNDARY). Its verdict is
+    #: ``Measurement.step``; the stability rule is then a recorded check, not the stopping rule.
+    #: In a capacity search (``CapacitySpec.step``) the goal is the search's ``goals.p99_ms``,
+    #: and only the first step after the config load keeps ``warmup_s``. None: today's stopping.
+    sequential: StepTest | None = None
 
     def __post_init__(self) -> None:
         if not self.target > 0:
@@ -459,6 +471,9 @@ class Measurement:
     windows: tuple[WindowStats, ...] = ()
     protocol: str = "http"
     workers: int = 1
+    #: The sequential test's verdict of this level (``LoadSpec.sequential``): n, the count over
+    #: the goal, n_eff, the bounds and PASS/FAIL/BOUNDARY. None: a level measured to stability.
+    step: StepRecord | None = None
 
     @property
     def error_rate(self) -> float:
@@ -477,6 +492,7 @@ class Measurement:
         out["server"] = self.server.to_dict() if self.server else None
         out["windows"] = [w.to_dict() for w in self.windows]
         out["messages"] = list(self.messages)
+        out["step"] = self.step.to_dict() if self.step else None
         out["error_rate"] = self.error_rate
         return out
 
@@ -490,6 +506,7 @@ class Measurement:
         kwargs["windows"] = tuple(WindowStats.from_dict(w) for w in data.get("windows", ()))
         kwargs["messages"] = tuple(data.get("messages", ()))
         kwargs["errors"] = dict(data.get("errors", {}))
+        kwargs["step"] = StepRecord.from_dict(data["step"]) if data.get("step") else None
         return cls(**kwargs)
 
 
@@ -507,6 +524,9 @@ class CapacityResult:
     #: True when the search bracketed the capacity (a failing rate was found above a passing one).
     bracketed: bool
     message: str = ""
+    #: The step at ``capacity_rps`` was sequential and ended at the boundary (BOUNDARY): its p99
+    #: is within the test's resolution of the goal, neither shown below nor above it.
+    at_boundary: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -514,6 +534,7 @@ class CapacityResult:
             "goals": dataclasses.asdict(self.goals),
             "capacity_rps": self.capacity_rps,
             "bracketed": self.bracketed,
+            "at_boundary": self.at_boundary,
             "message": self.message,
             "best": self.best.to_dict() if self.best else None,
             "points": [p.to_dict() for p in self.points],
@@ -529,6 +550,7 @@ class CapacityResult:
             best=Measurement.from_dict(data["best"]) if data.get("best") else None,
             bracketed=bool(data["bracketed"]),
             message=str(data.get("message", "")),
+            at_boundary=bool(data.get("at_boundary", False)),
         )
 
 
@@ -700,10 +722,33 @@ def meets_goals(m: Measurement, goals: Goals) -> tuple[bool, str]:
     An invalid measurement (saturated generator) never meets a goal: its numbers describe the
     generator, not the server. The verdict is :func:`goals_met` on :func:`unusable` and
     :func:`goal_slacks`; a level stopped early (capacity search) is unusable too.
+
+    A sequential step (``m.step``, its goal that of ``goals``) is judged on the latency goal by
+    its test, not by its point p99: PASS meets it, FAIL misses it, and BOUNDARY (undecided at the
+    cap: the p99 is within the test's resolution of the goal) meets it *at the boundary*, so a
+    capacity search counts the highest rate not shown to fail (see :class:`CapacitySearch`).
+    The error-rate goal and usability apply as for any level.
     """
     problem = unusable(m)
     if problem is None and m.stopped_early is not None:
         problem = f"stopped early: {m.stopped_early}"
+    step = sequential_verdict(m, goals)
+    if step is not None:
+        slacks = goal_slacks(m.p99_ms, m.error_rate, goals)
+        slacks["p99_slack"] = 0.0 if step is not StepVerdict.FAIL else 1.0
+        if goals_met(problem, slacks):
+            where = "at the boundary of" if step is StepVerdict.BOUNDARY else "meets"
+            return True, (
+                f"p99 {m.p99_ms:.2f} ms {where} the goal {goals.p99_ms:g} ms (sequential test: "
+                f"{step.value}), error rate {m.error_rate:.2%}"
+            )
+        if problem is not None:
+            return False, problem
+        if step is StepVerdict.FAIL:
+            return False, (
+                f"p99 {m.p99_ms:.2f} ms over the goal {goals.p99_ms:g} ms (sequential test: fail)"
+            )
+        return False, f"error rate {m.error_rate:.2%} > goal {goals.max_error_rate:.2%}"
     if goals_met(problem, goal_slacks(m.p99_ms, m.error_rate, goals)):
         return True, f"p99 {m.p99_ms:.2f} ms <= {goals.p99_ms:g} ms, error rate {m.error_rate:.2%}"
     if problem is not None:
@@ -711,6 +756,20 @@ def meets_goals(m: Measurement, goals: Goals) -> tuple[bool, str]:
     if m.p99_ms > goals.p99_ms:
         return False, f"p99 {m.p99_ms:.2f} ms > goal {goals.p99_ms:g} ms"
     return False, f"error rate {m.error_rate:.2%} > goal {goals.max_error_rate:.2%}"
+
+
+def sequential_verdict(m: Measurement, goals: Goals) -> StepVerdict | None:
+    """The final verdict of ``m``'s sequential test when it tested ``goals.p99_ms`` at p99.
+
+    None when ``m`` was not a sequential step, its test was about another goal or quantile (a
+    record judged against other goals is judged on its p99), or it has no final verdict.
+    """
+    step = m.step
+    if step is None or not step.verdict.final or step.goal_ms != goals.p99_ms:
+        return None
+    if not math.isclose(step.target_share, 0.01, rel_tol=1e-9):
+        return None
+    return step.verdict
 
 
 def clearly_fails(
@@ -721,6 +780,8 @@ def clearly_fails(
     goals: Goals,
     in_flight_bound: int,
     min_requests: int = 50,
+    *,
+    latency_rule: bool = True,
 ) -> str | None:
     """Whether a level in progress has already failed its goals, so it can stop early.
 
@@ -729,11 +790,15 @@ def clearly_fails(
     systematic: the backlog passed its bound, or at least 10 % of the requests so far (p90) are
     beyond the p99 goal. A p99 over the goal alone is not enough, since with a few hundred
     samples it is one or two outliers (a machine hiccup), which the full level may absorb.
+
+    ``latency_rule=False`` (a sequential step) leaves out the p90 rule: the step's sequential
+    test owns the latency verdict (and, unlike a p90 over 50 requests, accounts for a burst
+    putting many consecutive requests over the goal); the backlog and error-rate guards stay.
     """
     if in_flight > in_flight_bound:
         return f"{in_flight} requests in flight > bound {in_flight_bound}"
     if request_count >= min_requests:
-        if latency_p90_ms > goals.p99_ms:
+        if latency_rule and latency_p90_ms > goals.p99_ms:
             return f"p90 {latency_p90_ms:.1f} ms already beyond the p99 goal {goals.p99_ms:g} ms"
         if goals.max_error_rate < 1 and error_count / request_count > max(
             goals.max_error_rate * 2, 0.05
@@ -760,6 +825,13 @@ class CapacitySearch:
     fails, bisection runs between the highest pass and the lowest fail until the gap is at most
     ``resolution`` x the lower end. A failing first step divides the rate by ``growth`` until one
     passes (then bisects) or the rate would drop below ``min_rps``.
+
+    A sequential step that ends at the boundary (BOUNDARY: its test could not tell its p99 from
+    the goal within its cap) is recorded as passed with ``boundary=True``: the bracket's lower
+    end is then the highest rate *not shown to fail*, which at worst overstates the capacity by
+    the test's resolution, where counting it as a failure would understate it by up to a whole
+    bracket step and stop the bisection on a rate the server may well serve. The result says so
+    (:attr:`at_boundary`).
     """
 
     def __init__(self, spec: CapacitySpec) -> None:
@@ -767,6 +839,7 @@ class CapacitySearch:
         self.highest_pass: float | None = None
         self.lowest_fail: float | None = None
         self.history: list[tuple[float, bool]] = []
+        self._boundary: dict[float, bool] = {}
         self._next: float | None = spec.start_rps
 
     @property
@@ -783,9 +856,17 @@ class CapacitySearch:
         """The next rate to measure, or None when the search is done."""
         return self._next
 
-    def record(self, rate: float, passed: bool) -> None:
-        """Report the verdict for ``rate`` (the value ``next_rate`` returned)."""
+    @property
+    def at_boundary(self) -> bool:
+        """The highest passing rate passed at the boundary (a BOUNDARY sequential step)."""
+        return self.highest_pass is not None and self._boundary.get(self.highest_pass, False)
+
+    def record(self, rate: float, passed: bool, *, boundary: bool = False) -> None:
+        """Report the verdict for ``rate`` (the value ``next_rate`` returned); ``boundary``: it
+        passed at the boundary (a BOUNDARY sequential step, counted as passed)."""
         self.history.append((rate, passed))
+        if passed:
+            self._boundary[rate] = boundary
         if passed:
             self.highest_pass = max(rate, self.highest_pass or 0.0)
         else:

@@ -53,7 +53,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -181,6 +181,8 @@ class StepRecord:
     windows: int
     #: One line saying why.
     reason: str
+    #: The goal the share is counted against, ms (None in records written before it was kept).
+    goal_ms: float | None = None
 
     @property
     def share(self) -> float:
@@ -366,6 +368,8 @@ def decide_windows(
     over_counts: Sequence[int],
     window_ns: Sequence[int],
     tau: float | None = None,
+    *,
+    n_before: int | None = None,
 ) -> StepRecord:
     """The verdict after the last of these windows (all windows of the step so far, in order).
 
@@ -378,9 +382,13 @@ def decide_windows(
             inside windows and sees nothing while no request is over; pass
             ``latency_tau(latencies, goal)`` when the latencies are at hand (``SequentialRule``
             does). ``1.0`` is the naive independent-binomial rule.
+        n_before: the request count at the previous call (the grid points above it and up to
+            the current count are this call's looks). None: all windows but the last, i.e.
+            the previous call saw every window but this one.
 
-    Stateless: a look happens when the last window carries the cumulative count across a grid
-    point. The first call that returns a final verdict is the step's verdict; stop there.
+    Stateless: a look happens when the windows added since ``n_before`` carry the cumulative
+    count across a grid point. The first call that returns a final verdict is the step's
+    verdict; stop there.
     """
     if len(over_counts) != len(window_ns):
         raise InputError(
@@ -390,7 +398,10 @@ def decide_windows(
         raise InputError("a window's count over the goal must be between 0 and its request count")
     n = int(sum(window_ns))
     over = int(sum(over_counts))
-    n_before = n - (int(window_ns[-1]) if window_ns else 0)
+    if n_before is None:
+        n_before = n - (int(window_ns[-1]) if window_ns else 0)
+    if not 0 <= n_before <= n:
+        raise InputError(f"n_before ({n_before}) must be between 0 and the request count ({n})")
     if tau is None:
         tau = window_dispersion(over_counts, window_ns)
     tau = max(1.0, float(tau))
@@ -418,6 +429,7 @@ def decide_windows(
             looks_total=len(looks),
             windows=len(window_ns),
             reason=reason,
+            goal_ms=test.goal_ms,
         )
 
     pct = f"{100 * target:g}%"
@@ -456,6 +468,12 @@ class SequentialRule:
             record = rule.update(latencies_ms_of_next_window)
             if record.verdict.final:
                 break
+
+    A load engine that collects many short intervals feeds each with :meth:`feed` instead: every
+    interval is a window of the batch-means dispersion, but the verdict (and its autocorrelation
+    estimate, the costly part) is computed only when the count reaches the next grid point, the
+    only places a verdict can change. :meth:`stop` ends a step the rule did not decide (a time
+    cap, an overload guard).
     """
 
     def __init__(
@@ -471,11 +489,43 @@ class SequentialRule:
         self._latencies: list[np.ndarray] = []
         self._over: list[int] = []
         self._ns: list[int] = []
+        self._n = 0
+        #: Request count at the last verdict computed (its looks are spent).
+        self._decided_n = 0
         self.record: StepRecord | None = None
 
-    def update(self, latencies_ms: Sequence[float] | np.ndarray) -> StepRecord:
-        """Add one window's latencies (completion order, warm-up excluded); return the verdict."""
-        if self.record is not None and self.record.verdict.final:
+    @classmethod
+    def for_test(cls, test: StepTest) -> SequentialRule:
+        """A rule for ``test`` (its goal, quantile, confidence and look grid)."""
+        return cls(
+            test.goal_ms,
+            test.quantile,
+            test.confidence,
+            test.min_requests,
+            test.max_requests,
+            test.look_growth,
+        )
+
+    @property
+    def n(self) -> int:
+        """Requests added so far."""
+        return self._n
+
+    @property
+    def final(self) -> bool:
+        """The step is over (a verdict was decided, capped, or the step was stopped)."""
+        return self.record is not None and self.record.verdict.final
+
+    @property
+    def due(self) -> bool:
+        """The requests added since the last verdict reach a grid point: a verdict can change."""
+        nxt = next((g for g in self.test.looks if g > self._decided_n), None)
+        return nxt is not None and self._n >= nxt
+
+    def add(self, latencies_ms: Sequence[float] | np.ndarray) -> None:
+        """Add one window's latencies (completion order, warm-up excluded) without deciding."""
+        if self.final:
+            assert self.record is not None
             raise InputError(
                 f"the step is already decided ({self.record.verdict.value}); start a new rule"
             )
@@ -483,7 +533,48 @@ class SequentialRule:
         self._latencies.append(lat)
         self._over.append(int((lat > self.test.goal_ms).sum()))
         self._ns.append(int(lat.size))
-        series = np.concatenate(self._latencies)
+        self._n += int(lat.size)
+
+    def decide(self) -> StepRecord:
+        """The verdict over every window added; the grid points since the last call are looked at."""
+        series = np.concatenate(self._latencies) if self._latencies else np.empty(0)
         tau = max(latency_tau(series, self.test.goal_ms), window_dispersion(self._over, self._ns))
-        self.record = decide_windows(self.test, self._over, self._ns, tau=tau)
+        self.record = decide_windows(
+            self.test, self._over, self._ns, tau=tau, n_before=self._decided_n
+        )
+        self._decided_n = self._n
+        return self.record
+
+    def update(self, latencies_ms: Sequence[float] | np.ndarray) -> StepRecord:
+        """Add one window's latencies (completion order, warm-up excluded); return the verdict."""
+        self.add(latencies_ms)
+        return self.decide()
+
+    def feed(self, latencies_ms: Sequence[float] | np.ndarray) -> StepRecord | None:
+        """Add one window; the verdict when a grid point was reached (:attr:`due`), else None."""
+        self.add(latencies_ms)
+        return self.decide() if self.due else None
+
+    def stop(self, verdict: StepVerdict, why: str) -> StepRecord:
+        """End a step the rule has not decided: BOUNDARY (a cap other than ``max_requests``, e.g.
+        the step's time) or FAIL (a guard outside the rule, e.g. a backlog beyond its bound).
+
+        A grid point reached but not yet looked at is looked at first; when that decides, its
+        verdict stands. No error level is spent by the stop itself: the bounds shown are at the
+        level of one look, for reading only.
+        """
+        if not verdict.final or verdict is StepVerdict.PASS:
+            raise InputError(f"a step is stopped as boundary or fail, not {verdict.value}")
+        if self.final:
+            assert self.record is not None
+            return self.record
+        if self.due:
+            looked = self.decide()
+            if looked.verdict.final:
+                return looked
+        series = np.concatenate(self._latencies) if self._latencies else np.empty(0)
+        tau = max(latency_tau(series, self.test.goal_ms), window_dispersion(self._over, self._ns))
+        seen = decide_windows(self.test, self._over, self._ns, tau=tau, n_before=self._n)
+        counts = seen.reason.split("; ", 1)[-1]
+        self.record = replace(seen, verdict=verdict, reason=f"{verdict.value}: {why}; {counts}")
         return self.record

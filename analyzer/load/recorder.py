@@ -12,11 +12,18 @@ Three latency distributions are kept, in microseconds:
 * ``service``: completion - actual send.
 * ``lag``: scheduler dispatch - intended send time (how late the generator itself was; a large
   lag means the generator is saturated, not the server).
+
+Beside the histograms, ``sequence`` keeps the reported latencies in completion order (float32
+milliseconds, 4 bytes a request): the sequential step rule (``analyzer.stepping``) estimates the
+latencies' autocorrelation from their order, which a histogram has lost. Ticks of several
+processes are concatenated process after process; within one tick interval (0.1 s) that is
+completion order up to the interleaving of the processes.
 """
 
 from __future__ import annotations
 
 import time
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +49,7 @@ class Recorder:
         self.latency = new_histogram()
         self.service = new_histogram()
         self.lag = new_histogram()
+        self.sequence = array("f")
         self.dispatched = 0
         self.completed = 0
         self.errors = 0
@@ -62,6 +70,7 @@ class Recorder:
         self.in_flight -= 1
         self.completed += 1
         record_us(self.latency, latency_s * 1e6)
+        self.sequence.append(latency_s * 1e3)
         record_us(self.service, service_s * 1e6)
         if error is not None:
             self.errors += 1
@@ -96,6 +105,7 @@ class Recorder:
             "latency": self.latency.encode() if self.latency.get_total_count() else "",
             "service": self.service.encode() if self.service.get_total_count() else "",
             "lag": self.lag.encode() if self.lag.get_total_count() else "",
+            "sequence": self.sequence.tobytes(),
             **self._counters(),
         }
         self._reset()
@@ -114,6 +124,7 @@ class Recorder:
             latency=self.latency,
             service=self.service,
             lag=self.lag,
+            sequence=self.sequence,
             dispatched=c["dispatched"],
             completed=c["completed"],
             errors=c["errors"],
@@ -136,6 +147,8 @@ class Tick:
     latency: HdrHistogram = field(default_factory=new_histogram)
     service: HdrHistogram = field(default_factory=new_histogram)
     lag: HdrHistogram = field(default_factory=new_histogram)
+    #: Reported latencies in completion order, milliseconds (float32).
+    sequence: array[float] = field(default_factory=lambda: array("f"))
     dispatched: int = 0
     completed: int = 0
     errors: int = 0
@@ -159,6 +172,7 @@ class Tick:
             intervals=1,
         )
         for t in ticks:
+            out.sequence.frombytes(t.get("sequence", b""))
             out.dispatched += t["dispatched"]
             out.completed += t["completed"]
             out.errors += t["errors"]
@@ -176,6 +190,7 @@ class Tick:
         self.latency.add(other.latency)
         self.service.add(other.service)
         self.lag.add(other.lag)
+        self.sequence.extend(other.sequence)
         self.dispatched += other.dispatched
         self.completed += other.completed
         self.errors += other.errors

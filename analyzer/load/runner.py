@@ -11,6 +11,11 @@ Every ``tick_s`` the controller collects each process's ``Recorder`` delta (exac
 counts, CPU) and adds it to the current window. A window closes by time or by request count; the
 server is scraped at each window boundary. A level ends when the last ``stable_windows`` windows
 agree (stable), at ``max_windows`` (unstable, marked), or early when a capacity step clearly fails.
+
+A sequential level (``LoadSpec.sequential``) is fed to its ``SequentialRule`` every tick and ends
+as soon as the rule decides PASS or FAIL, at its request cap or at ``max_windows`` (BOUNDARY), or
+when the backlog or error guard of ``clearly_fails`` trips (FAIL). Its result merges every window
+(the rule used every request), and stability is checked and recorded, not waited for.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import gevent
+import numpy as np
 from gevent.event import Event
 from locust.env import Environment
 from locust.runners import STATE_STOPPED, MasterRunner
@@ -61,8 +67,10 @@ from analyzer.measure import (
     merge_histograms,
     new_histogram,
     percentiles_us,
+    sequential_verdict,
 )
 from analyzer.server_stats import ServerScraper, ServerSnapshot, combine_views, server_view
+from analyzer.stepping import SequentialRule, StepRecord, StepVerdict
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +236,55 @@ class _Window:
     server_before: ServerSnapshot | None = None
 
 
+def _equal_parts(samples: list[tuple[float, Tick]], parts: int) -> list[WindowStats]:
+    """A step's ticks (seconds since its start, tick) cut into ``parts`` consecutive stretches of
+    about equal length, as windows for the stability check (throughput and p99 only)."""
+    if not samples or parts < 1:
+        return []
+    total_s = samples[-1][0]
+    out: list[WindowStats] = []
+    start_s, index = 0.0, 0
+    for part in range(parts):
+        end_s = total_s * (part + 1) / parts
+        completed = errors = 0
+        latencies: list[np.ndarray] = []
+        while index < len(samples) and (samples[index][0] <= end_s or part == parts - 1):
+            tick = samples[index][1]
+            completed, errors = completed + tick.completed, errors + tick.errors
+            latencies.append(np.asarray(tick.sequence, dtype=float))
+            index += 1
+        duration = end_s - start_s
+        lat = np.sort(np.concatenate(latencies)) if latencies else np.empty(0)
+        p99 = float(lat[max(int(0.99 * lat.size + 0.5), 1) - 1]) if lat.size else 0.0
+        out.append(
+            WindowStats(
+                index=part,
+                duration_s=duration,
+                request_count=completed,
+                error_count=errors,
+                throughput_rps=(completed - errors) / duration if duration > 0 else 0.0,
+                p50_ms=float(np.median(lat)) if lat.size else 0.0,
+                p99_ms=p99,
+                mean_ms=float(lat.mean()) if lat.size else 0.0,
+            )
+        )
+        start_s = end_s
+    return out
+
+
+def _feed(rule: SequentialRule, tick: Tick) -> StepRecord | None:
+    """Give one tick's latencies to the rule; its verdict when a grid point was reached.
+
+    The verdict's autocorrelation estimate sorts and transforms the whole step (~10 ms at 20,000
+    requests), so it runs on gevent's thread pool: the hub keeps sending and reading meanwhile.
+    """
+    rule.add(tick.sequence)
+    if not rule.due:
+        return None
+    record: StepRecord = gevent.get_hub().threadpool.apply(rule.decide)
+    return record
+
+
 class LocustLoadGenerator:
     """The real ``LoadGenerator``: Locust traffic, exact latencies, stability windows, self-checks.
 
@@ -240,6 +297,8 @@ class LocustLoadGenerator:
     def __init__(self, options: EngineOptions) -> None:
         self.options = options
         self._backend: _Backend | None = None
+        #: The current sequential step's ticks (seconds since its start, tick): its stability check.
+        self._step_ticks: list[tuple[float, Tick]] = []
         warm = new_histogram()
         warm.record_value(1)
         percentiles_us(warm, [50])  # builds the bucket tables now, not in the first window
@@ -288,7 +347,10 @@ class LocustLoadGenerator:
     # ---- one level --------------------------------------------------------------------------------
 
     def measure(self, spec: LoadSpec) -> Measurement:
-        """Measure one load level: warm-up, windows until stable (or the limit), self-checks."""
+        """Measure one load level: warm-up, windows until stable (or the limit), self-checks.
+
+        A sequential level (``spec.sequential``) runs until its test decides instead.
+        """
         backend = self._ensure_backend()
         o = self.options
         open_loop = spec.mode is LoadMode.REQUEST_RATE
@@ -312,64 +374,89 @@ class LocustLoadGenerator:
         backend.configure(config)
         backend.start(OpenLoopUser if open_loop else ClosedLoopUser, users)
         try:
-            windows, merged, stopped_early = self._run_windows(backend, spec)
+            windows, merged, stopped_early, step = self._run_windows(backend, spec)
         finally:
             backend.stop()
-        return self._result(spec, windows, merged, stopped_early, backend.processes)
+        return self._result(spec, windows, merged, stopped_early, backend.processes, step)
 
     def _snapshot(self) -> ServerSnapshot | None:
         return self._scraper.snapshot() if self._scraper else None
 
     def _run_windows(
         self, backend: _Backend, spec: LoadSpec
-    ) -> tuple[list[WindowStats], list[Tick], str | None]:
+    ) -> tuple[list[WindowStats], list[Tick], str | None, StepRecord | None]:
         o = self.options
         gevent.sleep(spec.warmup_s)
         backend.collect()  # warm-up samples are dropped, never mixed with measured ones
+        rule = SequentialRule.for_test(spec.sequential) if spec.sequential is not None else None
         # A window spans from one collect to another, so no request falls between windows.
         current = _Window(time.monotonic(), server_before=self._snapshot())
         windows: list[WindowStats] = []
         ticks: list[Tick] = []
         bound = spec.in_flight_bound()
+        record: StepRecord | None = None
+        self._step_ticks = []
+        started = current.started
         while True:
             gevent.sleep(o.tick_s)
-            current.tick.add(backend.collect())
+            tick = backend.collect()
+            current.tick.add(tick)
             collected_at = time.monotonic()
             elapsed = collected_at - current.started
+            if rule is not None:
+                self._step_ticks.append((collected_at - started, tick))
+                record = _feed(rule, tick) or record
             if spec.fail_fast is not None:
-                tick = current.tick
+                t = current.tick
                 reason = clearly_fails(
-                    percentiles_us(tick.latency, [90])[90] / 1000.0,
-                    tick.completed,
-                    tick.errors,
-                    tick.in_flight,
+                    percentiles_us(t.latency, [90])[90] / 1000.0,
+                    t.completed,
+                    t.errors,
+                    t.in_flight,
                     spec.fail_fast,
                     bound,
+                    latency_rule=rule is None,
                 )
                 if reason is not None:
                     stats, _ = self._close_window(len(windows), current, elapsed, spec)
                     windows.append(stats)
                     ticks.append(current.tick)
-                    return windows, ticks, reason
+                    if rule is not None:
+                        record = rule.stop(StepVerdict.FAIL, f"stopped early: {reason}")
+                    return windows, ticks, reason, record
+            decided = record is not None and record.verdict.final
             if spec.window_requests is not None:
                 done = (
                     current.tick.completed >= spec.window_requests and elapsed >= spec.min_window_s
                 ) or elapsed >= MAX_COUNT_WINDOW_S
             else:
                 done = elapsed >= spec.window_s
-            if not done:
+            if not done and not decided:
                 continue
+            # A decided step closes its window where it stands (the last window is short).
             stats, after = self._close_window(len(windows), current, elapsed, spec)
             windows.append(stats)
             ticks.append(current.tick)
             if o.on_window is not None:
                 o.on_window(spec, stats)
-            if is_stable(windows, spec.stability_pct, spec.stable_windows):
-                break
-            if len(windows) >= spec.max_windows:
-                break
+            if rule is not None:
+                if decided:
+                    break
+                if len(windows) >= spec.max_windows:
+                    record = rule.stop(
+                        StepVerdict.BOUNDARY,
+                        f"undecided at the step's cap of {spec.max_windows} windows",
+                    )
+                    break
+            else:
+                if is_stable(windows, spec.stability_pct, spec.stable_windows):
+                    break
+                if len(windows) >= spec.max_windows:
+                    break
             current = _Window(collected_at, server_before=after)
-        return windows, ticks[-spec.stable_windows :], None
+        if rule is not None:  # the test used every request: so does the result
+            return windows, ticks, None, record
+        return windows, ticks[-spec.stable_windows :], None, None
 
     def _close_window(
         self, index: int, w: _Window, elapsed: float, spec: LoadSpec
@@ -404,6 +491,7 @@ class LocustLoadGenerator:
         ticks: list[Tick],
         stopped_early: str | None,
         processes: int,
+        step: StepRecord | None = None,
     ) -> Measurement:
         o = self.options
         open_loop = spec.mode is LoadMode.REQUEST_RATE
@@ -419,8 +507,12 @@ class LocustLoadGenerator:
         throughput = ok / duration if duration > 0 else 0.0
         offered = total.dispatched / duration if duration > 0 else 0.0
         cpu = max((w.generator_cpu_pct for w in used), default=0.0)
+        checked = windows
+        if step is not None and len(windows) < spec.stable_windows:
+            # Decided within fewer windows than the check needs: check the step's equal parts.
+            checked = _equal_parts(self._step_ticks, spec.stable_windows)
         stable = stopped_early is None and is_stable(
-            windows, spec.stability_pct, spec.stable_windows
+            checked, spec.stability_pct, spec.stable_windows
         )
 
         messages: list[str] = []
@@ -445,7 +537,20 @@ class LocustLoadGenerator:
                 "processes (--workers N, one per free core) or offer less load per process "
                 "(fewer users / a lower rate)."
             )
-        if not stable and stopped_early is None:
+        if step is not None:
+            messages.append(f"sequential step: {step.reason}")
+        if not stable and stopped_early is None and step is not None:
+            which = (
+                f"the last {spec.stable_windows} of {len(windows)} windows"
+                if checked is windows
+                else f"the step's {spec.stable_windows} equal parts (decided within "
+                f"{len(windows)} window{'s' if len(windows) != 1 else ''})"
+            )
+            messages.append(
+                f"unstable (a check, not the stopping rule): {which} did not agree within "
+                f"{spec.stability_pct:g}% on throughput and p99"
+            )
+        elif not stable and stopped_early is None:
             messages.append(
                 f"UNSTABLE: the last {spec.stable_windows} of {len(windows)} windows did not agree "
                 f"within {spec.stability_pct:g}% on throughput and p99; use longer windows "
@@ -505,6 +610,7 @@ class LocustLoadGenerator:
             windows=tuple(windows),
             protocol=o.protocol,
             workers=processes,
+            step=step,
         )
 
     # ---- capacity ---------------------------------------------------------------------------------
@@ -517,28 +623,49 @@ class LocustLoadGenerator:
         return self._scraper.wait_drained(timeout_s, sleep=gevent.sleep)
 
     def find_capacity(self, spec: CapacitySpec) -> CapacityResult:
-        """Bracket, then bisect, the highest open-loop rate meeting ``spec.goals``."""
+        """Bracket, then bisect, the highest open-loop rate meeting ``spec.goals``.
+
+        With ``spec.step.sequential`` set, every step is a sequential step against
+        ``spec.goals.p99_ms`` (PASS and FAIL as pass and fail; BOUNDARY passes at the boundary,
+        see :class:`~analyzer.measure.CapacitySearch`), and only the first step warms up.
+        """
         search = CapacitySearch(spec)
         points: list[Measurement] = []
-        verdicts: dict[float, bool] = {}
-        while (rate := search.next_rate()) is not None:
-            step = replace(spec.step, mode=LoadMode.REQUEST_RATE, target=rate, fail_fast=spec.goals)
+        template = spec.step
+        if template.sequential is not None:
+            template = replace(
+                template, sequential=replace(template.sequential, goal_ms=spec.goals.p99_ms)
+            )
+        steps_run = 0
+
+        def run(step: LoadSpec) -> tuple[Measurement, bool]:
+            nonlocal steps_run
+            if template.sequential is not None and steps_run > 0:
+                # One warm-up per config load, not per step. The warm-up pays for what a config
+                # load and a cold generator cost (instances, allocations, connections); by the
+                # second step the server is warm, and drain() has emptied it, so no backlog of
+                # the previous rate leaks in. No settle period replaces it: what is left is the
+                # queue filling from empty at the new rate, and a settle of a second or so is no
+                # cure for that near capacity (the queue's relaxation time there is longer than
+                # any warm-up), while far from capacity it is over in a few service times. The
+                # test itself needs >= ~500 requests before it can pass a p99, so those first
+                # requests weigh little, and a step near the goal runs longest of all.
+                step = replace(step, warmup_s=0.0)
+            steps_run += 1
             m = self.measure(step)
             points.append(m)
-            passed, _ = meets_goals(m, spec.goals)
             self.drain(spec.drain_timeout_s)
+            return m, meets_goals(m, spec.goals)[0]
+
+        while (rate := search.next_rate()) is not None:
+            step = replace(template, mode=LoadMode.REQUEST_RATE, target=rate, fail_fast=spec.goals)
+            m, passed = run(step)
             if not m.valid:  # the generator, not the server, failed: that says nothing yet
-                m = self.measure(step)
-                points.append(m)
-                passed, _ = meets_goals(m, spec.goals)
-                self.drain(spec.drain_timeout_s)
+                m, passed = run(step)
             if not passed and spec.confirm_failures:
-                m = self.measure(step)  # real servers have rare outliers: a failure must repeat
-                points.append(m)
-                passed, _ = meets_goals(m, spec.goals)
-                self.drain(spec.drain_timeout_s)
-            verdicts[rate] = passed
-            search.record(rate, passed)
+                m, passed = run(step)  # real servers have rare outliers: a failure must repeat
+            boundary = passed and sequential_verdict(m, spec.goals) is StepVerdict.BOUNDARY
+            search.record(rate, passed, boundary=boundary)
         capacity = search.capacity_rps
         best = None
         for m in points:
@@ -554,6 +681,11 @@ class LocustLoadGenerator:
             message = f"every rate up to the limit {spec.max_rps:g} req/s met the goal; raise it"
         else:
             message = f"capacity {capacity:.1f} req/s at p99 <= {spec.goals.p99_ms:g} ms"
+        if capacity > 0 and search.at_boundary:
+            message += (
+                " (at the boundary: at that rate the sequential test could not tell the p99 "
+                "from the goal within its cap)"
+            )
         if invalid:
             message += f"; {len(invalid)} step(s) were invalid (generator saturated): add --workers"
         return CapacityResult(
@@ -563,4 +695,5 @@ class LocustLoadGenerator:
             best=best,
             bracketed=search.bracketed,
             message=message,
+            at_boundary=search.at_boundary,
         )
