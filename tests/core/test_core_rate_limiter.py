@@ -473,6 +473,42 @@ def test_batches_held_by_the_rate_limiter_are_not_capped(
     assert results == {"off": 3, "execution_count": 0}
 
 
+def test_without_prefetch_one_batch_waits_per_idle_instance(
+    tmp_path: Path, make_server: ServerFactory, tracker: Tracker
+) -> None:
+    # Priority levels turn prefetching off: while R is held, the model's one idle instance gets
+    # one batch (bound in the rate limiter) and the rest stay queued, where priority 1 still
+    # overtakes priority 2 (the differential test shows Triton doing the same).
+    _model(tmp_path, "h", _group(1, R_GLOBAL))
+    write_model(
+        tmp_path,
+        "m",
+        identity_config(
+            "m",
+            f"instance_group [{_group(1, R_GLOBAL)}]\n"
+            "dynamic_batching { priority_levels: 2 default_priority_level: 2 }",
+            max_batch_size=1,
+        ),
+    )
+    server = make_server(rate_limit="execution_count")
+    tracker.attach(server, "h")
+    tracker.attach(server, "m")
+    tracker.gate.clear()
+    collector = Collector()
+    _send(server, "h", collector, "h")
+    wait_until(lambda: tracker.running == 1)
+    scheduler = server._lookup("m").scheduler
+    server.submit(request("m", 1.0, "a", priority=2), collector.callback("a"))
+    wait_until(lambda: pending(server, "m") == 1 and scheduler.queued_count() == 0)  # bound
+    for rid, priority in (("b", 2), ("c", 2), ("d", 1)):
+        server.submit(request("m", 1.0, rid, priority=priority), collector.callback(rid))
+    wait_until(lambda: pending(server, "m") == 4)
+    assert scheduler.queued_count() == 3  # no batch formed for them: no idle instance
+    tracker.gate.set()
+    collector.wait(5)
+    assert collector.order == ["h", "a", "d", "b", "c"]
+
+
 def test_unload_drains_requests_waiting_for_resources(
     tmp_path: Path, make_server: ServerFactory, tracker: Tracker
 ) -> None:

@@ -118,6 +118,15 @@ PREFETCH = [
 ]
 PREFETCH[1].max_batch_size = 4
 PREFETCH[1].dynamic_batching.CopyFrom(dynamic_batching(preferred=(2, 4)))
+#: Without prefetching (priority levels) a batch is formed only for an idle instance: while
+#: S is held, one request waits in the rate limiter and the rest stay queued, where a later
+#: priority-1 request still overtakes the earlier priority-2 ones.
+POLICY = [
+    _model("s_hold", 1, [("S", 1, True)], exec_ms=HOLD_MS, holder=True),
+    _model("s_m", 1, [("S", 1, True)]),
+]
+POLICY[1].max_batch_size = 1
+POLICY[1].dynamic_batching.CopyFrom(dynamic_batching(priority_levels=2, default_priority_level=2))
 #: Loaded after the others on a server with --rate-limit-resource=C:2: each must fail.
 REFUSED = [
     _model("x_need3", 1, [("C", 3, False)]),
@@ -129,10 +138,12 @@ REFUSED = [
 
 @dataclass(frozen=True)
 class Send:
-    """One request: to ``model``; ``hold`` = wait until it is executing before going on."""
+    """One request: to ``model`` (with ``priority``, 0 = not sent); ``hold`` = wait until it is
+    executing before going on."""
 
     model: str
     hold: bool = False
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -142,12 +153,14 @@ class Observation:
     Attributes:
         order: models whose executions finished together (within half an execution; sorted),
             group by group in completion order.
+        requests: the same groups as request indices.
         at_once: the most executions that finished together.
         batches: ``{batch size: executions}`` per model (statistics extension).
         errors: failed requests (index -> message).
     """
 
     order: tuple[tuple[str, ...], ...]
+    requests: tuple[tuple[int, ...], ...]
     at_once: int
     batches: dict[str, dict[int, int]]
     errors: dict[int, str]
@@ -167,13 +180,14 @@ def _wait(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0) -> 
         time.sleep(0.01)
 
 
-def _infer(url: str, model: str, index: int, done: dict[int, tuple[float, str | None]]) -> None:
+def _infer(url: str, send: Send, index: int, done: dict[int, tuple[float, str | None]]) -> None:
     client = httpclient.InferenceServerClient(url, network_timeout=120.0)
     data = np.full((1, 16), float(index), dtype=np.float32)
     tensor = httpclient.InferInput("INPUT0", [1, 16], "FP32")
     tensor.set_data_from_numpy(data)
     try:
-        result = client.infer(model, [tensor]).as_numpy("OUTPUT0")
+        reply = client.infer(send.model, [tensor], priority=send.priority)
+        result = reply.as_numpy("OUTPUT0")
         assert result is not None and np.array_equal(result, data), f"request {index}: bad output"
         done[index] = (time.monotonic(), None)
     except InferenceServerException as exc:
@@ -189,7 +203,7 @@ def run_stream(server: Server, sends: Sequence[Send], exec_ms: int = EXEC_MS) ->
     queued: dict[str, int] = {}
     for index, send in enumerate(sends):
         thread = threading.Thread(
-            target=_infer, args=(server.http_url, send.model, index, done), daemon=True
+            target=_infer, args=(server.http_url, send, index, done), daemon=True
         )
         thread.start()
         threads.append(thread)
@@ -215,6 +229,7 @@ def run_stream(server: Server, sends: Sequence[Send], exec_ms: int = EXEC_MS) ->
     models = sorted({send.model for send in sends})
     return Observation(
         order=tuple(tuple(sorted(sends[i].model for i in g)) for g in groups),
+        requests=tuple(tuple(sorted(g)) for g in groups),
         at_once=max((len(g) for g in groups), default=0),
         batches={m: _batch_stats(server, m, sum(s.model == m for s in sends)) for m in models},
         errors={i: error for i, (_, error) in done.items() if error is not None},
@@ -338,6 +353,11 @@ STREAM_RATIO = (
 )
 STREAM_HOL = (Send("h_hold", hold=True), Send("h_y"), Send("h_x"))
 STREAM_PAIR = (Send("c_a"), Send("c_b"))
+STREAM_POLICY = (
+    Send("s_hold", hold=True),
+    *(Send("s_m", priority=2) for _ in range(3)),
+    Send("s_m", priority=1),
+)
 STREAM_PREFETCH = (Send("p_hold", hold=True), *(Send("p_m") for _ in range(8)))
 
 
@@ -348,6 +368,7 @@ def _observe_contended(server: Server) -> dict[str, Observation]:
         "hol": run_stream(server, STREAM_HOL),
         "pair": run_stream(server, STREAM_PAIR, exec_ms=1000),
         "prefetch": run_stream(server, STREAM_PREFETCH),
+        "policy": run_stream(server, STREAM_POLICY),
     }
 
 
@@ -372,7 +393,10 @@ def observations(
         workdir = tmp_path_factory.mktemp(f"rl_{kind}")
         seen: dict[str, Any] = {}
         with _server(
-            kind, workdir / "default", triton_install, FIRST + RATIO + HOL + PAIR + PREFETCH
+            kind,
+            workdir / "default",
+            triton_install,
+            FIRST + RATIO + HOL + PAIR + PREFETCH + POLICY,
         ) as s:
             seen.update(_observe_contended(s))
         with _server(kind, workdir / "plenty", triton_install, PAIR, resources=["C:2"]) as s:
@@ -401,6 +425,8 @@ def test_triton_shows_the_documented_rate_limiter(observations: dict[str, dict[s
     for name in ("first", "ratio", "hol"):
         assert triton[name].at_once == 1, name
     assert triton["prefetch"].batches["p_m"] == {2: 4}
+    # Non-prefetch: request 1 was bound when it came; 4 (priority 1) overtakes 2 and 3.
+    assert triton["policy"].requests == ((0,), (1,), (4,), (2,), (3,))
     refused = triton["refused"]
     assert refused["x_need3"][1].endswith(
         'Invalid argument: Resource count for "C" is limited to 2 which will prevent '
@@ -413,7 +439,7 @@ def test_triton_shows_the_documented_rate_limiter(observations: dict[str, dict[s
 
 @pytest.mark.parametrize(
     "scenario",
-    ["first", "ratio", "hol", "pair", "prefetch", "pair_plenty", "pair_off", "refused"],
+    ["first", "ratio", "hol", "pair", "prefetch", "policy", "pair_plenty", "pair_off", "refused"],
 )
 def test_reference_rate_limits_like_triton(
     scenario: str, observations: dict[str, dict[str, Any]]
