@@ -8,15 +8,15 @@ killed once the server has answered inferences, i.e. in the middle of a measurem
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sys
 from pathlib import Path
 
 import pytest
 
+from reference_server.ready import last_ready
+from tests.support.servers import supervised_pid
 from tests.ui.support import (
-    SERVER_READY,
     Child,
     child_env,
     children_of,
@@ -24,7 +24,7 @@ from tests.ui.support import (
     perfsweep,
     process_gone,
     wait_all_gone,
-    wait_for,
+    wait_until,
 )
 
 pytestmark = [
@@ -41,10 +41,9 @@ def _server_log(tmp: Path) -> tuple[int, str] | None:
     """(server pid, HTTP address) once the managed server's log says it is ready."""
     for log in tmp.glob("perfsweep-gate-*/server/server.log"):
         text = log.read_text(errors="replace")
-        pid = re.search(r"--- perfsweep: server pid (\d+)", text)
-        ready = re.search(re.escape(SERVER_READY) + r".*?http=(\S+)", text)
+        pid, ready = supervised_pid(text), last_ready(text)
         if pid and ready:
-            return int(pid.group(1)), ready.group(1)
+            return pid, ready.http_url
     return None
 
 
@@ -73,11 +72,11 @@ def test_kill_9_of_a_measuring_gate_takes_its_server_down(tmp_path: Path) -> Non
         env=child_env(TMPDIR=str(gate_tmp)),
     )
     try:
-        found = wait_for(
+        found = wait_until(
             lambda: child.proc.poll() is None and _server_log(gate_tmp), 180, "the managed server"
         )
         server_pid, address = found
-        wait_for(lambda: _inferences(address) > 0, 60, "the gate's first measured requests")
+        wait_until(lambda: _inferences(address) > 0, 60, "the gate's first measured requests")
         children = children_of(child.proc.pid)
         assert server_pid in children, children
         assert child.proc.poll() is None, "the gate ended before it could be killed"

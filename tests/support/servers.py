@@ -32,6 +32,7 @@ import contextlib
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -67,7 +68,7 @@ _NOT_INHERITED = ("PERFSWEEP_UI_PASSWORD", "PERFSWEEP_UI_USER", "TRITONSERVER_DE
 
 
 def wait_until(
-    predicate: Callable[[], T], timeout_s: float, what: str, *, poll_s: float = 0.01
+    predicate: Callable[[], T], timeout_s: float, what: str, *, poll_s: float | None = None
 ) -> T:
     """Poll ``predicate`` until it returns something truthy, and return that.
 
@@ -78,13 +79,15 @@ def wait_until(
         predicate: the condition; called at least once, also after the deadline has passed.
         timeout_s: how long to keep polling (a bound, never a measurement).
         what: what is awaited, for the failure message ("the model is unloaded").
-        poll_s: pause between two calls.
+        poll_s: pause between two calls; ``None``: 10 ms, doubling up to 0.5 s (quick
+            conditions are seen at once, long waits do not hammer a server).
 
     Raises:
         AssertionError: ``timeout_s`` passed; the message names ``what`` and the last value or
             exception.
     """
     deadline = time.monotonic() + timeout_s
+    pause_s = 0.01 if poll_s is None else poll_s
     while True:
         error: Exception | None = None
         value: Any = None
@@ -97,7 +100,9 @@ def wait_until(
         if time.monotonic() >= deadline:
             last = f"last exception: {error!r}" if error is not None else f"last value: {value!r}"
             raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what} ({last})")
-        time.sleep(poll_s)
+        time.sleep(pause_s)
+        if poll_s is None:
+            pause_s = min(2 * pause_s, 0.5)
 
 
 # --------------------------------------------------------------------------------------------
@@ -411,6 +416,16 @@ def wait_all_gone(pids: Mapping[int, str], timeout_s: float, what: str) -> None:
         raise AssertionError(f"{what}: still running {timeout_s:g} s later: {alive}") from None
 
 
+def supervised_pid(log_text: str, label: str = "server") -> int | None:
+    """The pid in a supervised child's log line ``--- perfsweep: <label> pid N`` (the last one).
+
+    ``analyzer.supervise`` writes that line; the child's own ready line in the same log is read
+    with :func:`reference_server.ready.last_ready`.
+    """
+    found = re.findall(rf"^--- perfsweep: {re.escape(label)} pid (\d+)", log_text, re.MULTILINE)
+    return int(found[-1]) if found else None
+
+
 # --------------------------------------------------------------------------------------------
 # Server handles
 
@@ -604,6 +619,7 @@ class ReferenceProcess(ReferenceServer):
         args: more server flags (``--model``, ``--host``, ...).
         device: ``--device`` (``None``: the server's default).
         launcher: words in front of the interpreter (e.g. ``ip netns exec NS``).
+        log: the server's stderr (default ``workdir/reference_server.log``).
     """
 
     def __init__(
@@ -617,8 +633,10 @@ class ReferenceProcess(ReferenceServer):
         args: Sequence[str] = (),
         device: str | None = "cpu",
         launcher: Sequence[str] = (),
+        log: Path | None = None,
     ) -> None:
         super().__init__(workdir, models)
+        self._log = log
         self.python = python
         self.startup_timeout_s = startup_timeout_s
         self._repository = repository
@@ -637,7 +655,7 @@ class ReferenceProcess(ReferenceServer):
     @property
     def log_path(self) -> Path:
         """The server's stderr."""
-        return self.workdir / "reference_server.log"
+        return self._log if self._log is not None else self.workdir / "reference_server.log"
 
     @property
     def pid(self) -> int | None:

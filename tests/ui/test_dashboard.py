@@ -23,13 +23,14 @@ from tests.ui.support import (
     UI_READY,
     Child,
     child_env,
+    dashboard_model,
     http,
     perfsweep,
     quiet_truth,
     reference_server,
     start_ui,
     wait_agreement,
-    wait_for,
+    wait_until,
     write_sim_model,
 )
 
@@ -44,12 +45,15 @@ FULL = "queue_timeout"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     root = tmp_path_factory.mktemp("ui-server")
-    repo = write_sim_model(root / "repo")
+    repo = root / "repo"
+    write_sim_model(repo, MODEL, **dashboard_model())
     write_sim_model(
         repo,
         FULL,
-        device_ms=20.0,
-        batching="default_queue_policy { timeout_action: REJECT default_timeout_microseconds: 2000 }",
+        **dashboard_model(
+            20.0,
+            "default_queue_policy { timeout_action: REJECT default_timeout_microseconds: 2000 }",
+        ),
     )
     with reference_server(repo, root / "server.log") as fields:
         yield fields
@@ -126,7 +130,7 @@ def test_other_web_pages_cannot_drive_the_dashboard(ui: str) -> None:
 
 def test_server_json_matches_the_servers_own_numbers(ui: str, server: dict[str, str]) -> None:
     _swarm(ui, 4, ["TritonHttpUser", "TritonGrpcUser"])
-    doc = wait_for(
+    doc = wait_until(
         lambda: (
             (d := _doc(ui))["client"]["window"]["requests"] >= 300
             and (d.get("server") or {}).get("window", {}).get("execution_count", 0) > 0
@@ -157,7 +161,7 @@ def test_server_json_matches_the_servers_own_numbers(ui: str, server: dict[str, 
 
 def test_config_change_applies_while_load_runs(ui: str, server: dict[str, str]) -> None:
     _swarm(ui, 3, ["TritonHttpOpenLoopUser"], rate_per_user=40)
-    wait_for(lambda: _doc(ui)["client"]["window"]["requests"] >= 50, 60, "open-loop traffic")
+    wait_until(lambda: _doc(ui)["client"]["window"]["requests"] >= 50, 60, "open-loop traffic")
     status, answer = http(
         "POST",
         ui + "/perfsweep/config",
@@ -181,7 +185,7 @@ def test_config_change_applies_while_load_runs(ui: str, server: dict[str, str]) 
     assert [int(s) for s in config["dynamic_batching"]["preferred_batch_size"]] == [4, 2]
     assert sum(int(g["count"]) for g in config["instance_group"]) == 2
     # The dashboard notices the reload and keeps reporting from the new counters.
-    doc = wait_for(
+    doc = wait_until(
         lambda: (
             (d := _doc(ui))["server_reloads"] >= 1
             and d["config"] == expected
@@ -204,7 +208,7 @@ def test_failures_by_reason_match_the_server(tmp_path: Path, server: dict[str, s
     child, base = start_ui(tmp_path, http_url, FULL, server["grpc"], metrics_url)
     try:
         _swarm(base, 12, ["TritonHttpUser"])
-        doc = wait_for(
+        doc = wait_until(
             lambda: (
                 (d := _doc(base))["client"]["window"]["errors"] >= 20
                 and (d.get("server") or {})
@@ -280,13 +284,13 @@ def test_workers_report_exact_latencies_to_the_dashboard(
 ) -> None:
     child, base = _start_ui(tmp_path, server, "--workers", "2")
     try:
-        wait_for(
+        wait_until(
             lambda: http("GET", base + "/worker-count")[1].get("worker_count") == 2,
             60,
             "two workers",
         )
         _swarm(base, 4, ["TritonHttpUser"])
-        doc = wait_for(
+        doc = wait_until(
             lambda: (d := _doc(base))["client"]["window"]["requests"] >= 200 and d,
             60,
             "worker ticks",
@@ -298,7 +302,8 @@ def test_workers_report_exact_latencies_to_the_dashboard(
 
 
 def test_managed_server_is_started_and_stopped_with_the_dashboard(tmp_path: Path) -> None:
-    repo = write_sim_model(tmp_path / "repo")
+    repo = tmp_path / "repo"
+    write_sim_model(repo, MODEL, **dashboard_model())
     child = Child(
         perfsweep(
             "ui",
@@ -319,7 +324,7 @@ def test_managed_server_is_started_and_stopped_with_the_dashboard(tmp_path: Path
         target = child.wait_line("perfsweep ui: target ", 120).split()[3]
         base = re.search(r"(http://\S+?)/ ", child.wait_line(UI_READY) + " ")
         assert base, child.seen
-        doc = wait_for(lambda: (d := _doc(base.group(1)))["config"] and d, 30, "the model config")
+        doc = wait_until(lambda: (d := _doc(base.group(1)))["config"] and d, 30, "the model config")
         assert doc["model"] == MODEL and doc["target"] == target
         assert doc["config"]["max_batch_size"] == 8
         assert doc["config"]["max_queue_delay_us"] == 1000

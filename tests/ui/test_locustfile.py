@@ -14,9 +14,10 @@ from tests.ui.support import (
     REPO_ROOT,
     UI_READY,
     Child,
+    dashboard_model,
     http,
     reference_server,
-    wait_for,
+    wait_until,
     write_sim_model,
 )
 
@@ -29,7 +30,8 @@ SHAPES = str(REPO_ROOT / "scenarios" / "shapes.py")
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     root = tmp_path_factory.mktemp("locustfile")
-    with reference_server(write_sim_model(root / "repo"), root / "server.log") as fields:
+    write_sim_model(root / "repo", MODEL, **dashboard_model())
+    with reference_server(root / "repo", root / "server.log") as fields:
         yield fields
 
 
@@ -96,7 +98,7 @@ def test_web_mode_binds_loopback_and_serves_the_server_tab(
         }
         status, answer = http("POST", base + "/swarm", form=form)
         assert status == 200 and "SteadyShape" in answer["message"]
-        doc = wait_for(
+        doc = wait_until(
             lambda: (
                 (d := http("GET", base + "/perfsweep/server")[1])["client"]["window"]["requests"]
                 >= 40

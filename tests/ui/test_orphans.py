@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.servers import supervised_pid
 from tests.ui.support import (
     UI_READY,
     Child,
@@ -24,7 +25,7 @@ from tests.ui.support import (
     perfsweep,
     process_gone,
     wait_all_gone,
-    wait_for,
+    wait_until,
 )
 
 pytestmark = [
@@ -35,9 +36,7 @@ pytestmark = [
 
 
 def _server_pid(log: Path) -> int | None:
-    text = log.read_text(errors="replace") if log.exists() else ""
-    match = re.search(r"--- perfsweep: server pid (\d+)", text)
-    return int(match.group(1)) if match else None
+    return supervised_pid(log.read_text(errors="replace")) if log.exists() else None
 
 
 def test_kill_9_of_ui_takes_the_server_and_locust_workers_down(tmp_path: Path) -> None:
@@ -63,7 +62,7 @@ def test_kill_9_of_ui_takes_the_server_and_locust_workers_down(tmp_path: Path) -
         base = re.search(r"(http://\S+?)/ ", line + " ")
         assert base, line
         # Every process exists before the kill: the workers have joined the master.
-        wait_for(
+        wait_until(
             lambda: http("GET", base.group(1) + "/worker-count")[1].get("worker_count") == 2,
             60,
             "two Locust workers",

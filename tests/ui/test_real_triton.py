@@ -13,7 +13,7 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from tests.support.real_triton import RealTriton, identity_model_config, sleep_model_config
-from tests.ui.support import http, quiet_truth, start_ui, wait_agreement, wait_for
+from tests.ui.support import http, quiet_truth, start_ui, wait_agreement, wait_until
 
 pytestmark = [pytest.mark.triton, pytest.mark.timeout(300)]
 
@@ -37,7 +37,7 @@ def test_dashboard_on_real_triton(real_triton: RealTriton, tmp_path: Path) -> No
         def doc() -> dict[str, Any]:
             return http("GET", base + "/perfsweep/server")[1]
 
-        seen = wait_for(
+        seen = wait_until(
             lambda: (
                 (d := doc())["client"]["window"]["requests"] >= 200
                 and (d.get("server") or {}).get("window", {}).get("execution_count", 0) > 0
@@ -60,7 +60,7 @@ def test_dashboard_on_real_triton(real_triton: RealTriton, tmp_path: Path) -> No
         assert int(config["dynamic_batching"]["max_queue_delay_microseconds"]) == 2000
         assert [int(s) for s in config["dynamic_batching"]["preferred_batch_size"]] == [4]
         assert sum(int(g["count"]) for g in config["instance_group"]) == 2
-        wait_for(lambda: doc()["server_reloads"] >= 1, 30, "the dashboard to see the reload")
+        wait_until(lambda: doc()["server_reloads"] >= 1, 30, "the dashboard to see the reload")
 
         assert http("POST", base + "/stop")[0] == 200
         truth = quiet_truth(real_triton.base_url, real_triton.metrics_url, MODEL)
