@@ -31,6 +31,7 @@ INVALID_ARG), raised by :meth:`RateLimiter.add_instance` and :func:`parse_resour
 from __future__ import annotations
 
 import collections
+import enum
 import heapq
 import itertools
 import re
@@ -53,6 +54,14 @@ _FLAG_FORMAT = (
     "--rate-limit-resource option format is '<resource_name>:<count>:<device>' or "
     "'<resource_name>:<count>'. Got {}"
 )
+
+
+class InstanceState(enum.Enum):
+    """Where an instance is in the rate limiter's cycle."""
+
+    AVAILABLE = "AVAILABLE"  # idle, or waiting for a payload of its model
+    STAGED = "STAGED"  # bound to a payload, waiting for its resources
+    ALLOCATED = "ALLOCATED"  # resources held, payload delivered, executing
 
 
 class RateLimiterError(ServerError):
@@ -238,7 +247,7 @@ class _Instance(Generic[P]):
     model: Hashable
     priority: int
     exec_count: int = INITIAL_EXEC_COUNT
-    state: str = "AVAILABLE"
+    state: InstanceState = InstanceState.AVAILABLE
     payload: P | None = None
 
     @property
@@ -308,7 +317,7 @@ class RateLimiter(Generic[P]):
         allocations: list[tuple[Hashable, P]] = []
         instance = self._instances[key]
         instance.exec_count += 1
-        instance.state = "AVAILABLE"
+        instance.state = InstanceState.AVAILABLE
         instance.payload = None
         ctx = self._models[instance.model]
         self._push(ctx.available, instance)
@@ -329,8 +338,8 @@ class RateLimiter(Generic[P]):
         ctx = self._models.get(model)
         return len(ctx.waiting) if ctx is not None else 0
 
-    def state(self, key: Hashable) -> str:
-        """``AVAILABLE``, ``STAGED`` or ``ALLOCATED``."""
+    def state(self, key: Hashable) -> InstanceState:
+        """Where instance ``key`` is now."""
         return self._instances[key].state
 
     # ---------------------------------------------------------------- internals
@@ -351,7 +360,7 @@ class RateLimiter(Generic[P]):
             if (only is not None and instance is not only) or not ctx.waiting:
                 kept.append(instance)
                 continue
-            instance.state = "STAGED"
+            instance.state = InstanceState.STAGED
             instance.payload = ctx.waiting.popleft()
             self._push(self._staged, instance)
             self._attempt_allocation(allocations)
@@ -366,6 +375,6 @@ class RateLimiter(Generic[P]):
         if not self.pool.try_allocate(instance.key):
             return
         heapq.heappop(self._staged)
-        instance.state = "ALLOCATED"
+        instance.state = InstanceState.ALLOCATED
         assert instance.payload is not None
         allocations.append((instance.key, instance.payload))

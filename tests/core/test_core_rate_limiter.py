@@ -25,6 +25,7 @@ from reference_server.batching.rate_limiter import (
     GLOBAL_DEVICE,
     INITIAL_EXEC_COUNT,
     InstanceLimits,
+    InstanceState,
     RateLimiter,
     RateLimiterError,
     ResourceLimit,
@@ -101,9 +102,9 @@ def test_head_of_line_blocks_an_instance_without_resources() -> None:
     assert _names(limiter.enqueue("Z", "z0")) == "z"
     assert limiter.enqueue("Y", "y0") == []
     assert limiter.enqueue("X", "x0") == []
-    assert limiter.state("x") == "STAGED"
+    assert limiter.state("x") is InstanceState.STAGED
     assert _names(limiter.release("z")) == "y"  # one attempt per event: x still waits
-    assert limiter.state("x") == "STAGED"
+    assert limiter.state("x") is InstanceState.STAGED
     assert _names(limiter.release("y")) == "x"
 
 
