@@ -43,6 +43,20 @@ def register(app: typer.Typer) -> None:
         metrics_port: Annotated[int, typer.Option(help="Prometheus port, 0 = free port")] = 8002,
         device: Annotated[str, typer.Option(help="auto, cpu, cuda or sim")] = "auto",
         cache_size: Annotated[int, typer.Option(help="response cache size in bytes, 0 = off")] = 0,
+        rate_limit: Annotated[
+            str,
+            typer.Option(
+                help="off (default, as Triton) or execution_count: honour instance rate_limiter sections"
+            ),
+        ] = "off",
+        rate_limit_resource: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--rate-limit-resource",
+                help="NAME:COUNT[:DEVICE] copies of a rate-limiter resource "
+                "(repeatable; no DEVICE = every device)",
+            ),
+        ] = None,
         http_max_input_size: Annotated[
             int, typer.Option(help="largest JSON request header or raw body, bytes")
         ] = 2**26,
@@ -71,6 +85,8 @@ def register(app: typer.Typer) -> None:
                 metrics_port=metrics_port,
                 device=device,
                 cache_size_bytes=cache_size,
+                rate_limit=rate_limit,
+                rate_limit_resources=tuple(rate_limit_resource or ()),
                 max_input_size_bytes=http_max_input_size,
                 log_verbosity=log_verbose,
             )

@@ -141,6 +141,34 @@ def test_serve_passes_the_read_timeout_to_the_server(tmp_path: Path) -> None:
     assert "http-read-timeout 0.0 must be a positive number of seconds" in err
 
 
+def test_serve_passes_the_rate_limiter_flags_to_the_server(tmp_path: Path) -> None:
+    # Capacity 1 for a resource an instance needs 2 of fails the load with Triton's reason,
+    # which shows that both flags reach the server; with --rate-limit off they are ignored.
+    write_model(
+        tmp_path,
+        "limited",
+        'backend: "identity" max_batch_size: 4 '
+        'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [1] }] '
+        'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [1] }] '
+        'instance_group [{ count: 1 kind: KIND_CPU rate_limiter { resources [{ name: "R" count: 2 }] } }]',
+        add_name=True,
+    )
+    process = perfsweep(
+        tmp_path / "perfsweep.log",
+        "serve",
+        "--model-repository",
+        str(tmp_path),
+        "--rate-limit",
+        "execution_count",
+        "--rate-limit-resource",
+        "R:1",
+        *FREE_PORTS,
+    )
+    code, err = finish(process)
+    assert code == 2
+    assert 'Resource count for "R" is limited to 1' in err
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
