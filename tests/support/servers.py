@@ -3,8 +3,8 @@
 Everything a test needs to start a server and wait for it lives here:
 
 - :func:`wait_until` -- the one poll-until-true helper; it fails loudly (``AssertionError``
-  naming what it waited for, with the last value or exception), so a test never sleeps a fixed
-  time to let something happen.
+  naming what it waited for, with the last value or exception, e.g. a :class:`NotYet`), so a
+  test never sleeps a fixed time to let something happen.
 - :func:`write_model` / :func:`write_sim_model` -- model directories (a config text or a
   ``ModelConfig``; the simulated device's linear profile).
 - :class:`ChildProcess` -- a child whose stdout lines are read by a thread (no blocking reads),
@@ -67,19 +67,25 @@ _NOT_INHERITED = ("PERFSWEEP_UI_PASSWORD", "PERFSWEEP_UI_USER", "TRITONSERVER_DE
 # Waiting
 
 
+class NotYet(Exception):
+    """Raised by a :func:`wait_until` predicate: not done yet, and why (shown on timeout)."""
+
+
 def wait_until(
     predicate: Callable[[], T], timeout_s: float, what: str, *, poll_s: float | None = None
 ) -> T:
     """Poll ``predicate`` until it returns something truthy, and return that.
 
     An exception from ``predicate`` counts as "not yet" (a server that is still starting refuses
-    connections); the last one is shown if time runs out.
+    connections); the last one is shown if time runs out. A predicate raises :class:`NotYet`
+    to say why it is not done yet. An ``AssertionError`` is not waited out: a predicate asserts
+    what must hold while it waits (``the child still runs``) and fails the wait at once.
 
     Args:
         predicate: the condition; called at least once, also after the deadline has passed.
         timeout_s: how long to keep polling (a bound, never a measurement).
         what: what is awaited, for the failure message ("the model is unloaded").
-        poll_s: pause between two calls; ``None``: 10 ms, doubling up to 0.5 s (quick
+        poll_s: pause between two calls; ``None``: 10 ms, doubling up to 0.2 s (quick
             conditions are seen at once, long waits do not hammer a server).
 
     Raises:
@@ -93,6 +99,8 @@ def wait_until(
         value: Any = None
         try:
             value = predicate()
+        except AssertionError:
+            raise
         except Exception as exc:
             error = exc
         if value:
@@ -102,7 +110,7 @@ def wait_until(
             raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what} ({last})")
         time.sleep(pause_s)
         if poll_s is None:
-            pause_s = min(2 * pause_s, 0.5)
+            pause_s = min(2 * pause_s, 0.2)
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,18 +12,18 @@ import contextlib
 import csv
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from analyzer.results import load_summary, load_trial_record, parse_config_text
 from reference_server.core.config import validate
+from reference_server.ready import last_ready
+from tests.support.servers import process_gone, supervised_pid, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -131,12 +131,13 @@ def test_sigkill_mid_trial_then_resume_loses_no_finished_trial(tmp_path: Path) -
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+
+    def trial_1_started() -> bool:
+        assert proc.poll() is None, "the sweep ended before it could be killed"
+        return (run_dir / "trials" / "001" / "config.pbtxt").exists()
+
     try:
-        deadline = time.monotonic() + 240
-        while not (run_dir / "trials" / "001" / "config.pbtxt").exists():  # trial 1 has started
-            assert proc.poll() is None, "the sweep ended before it could be killed"
-            assert time.monotonic() < deadline, "trial 1 never started"
-            time.sleep(0.2)
+        wait_until(trial_1_started, 240, "trial 1 to start")
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
@@ -169,17 +170,6 @@ def test_sigkill_mid_trial_then_resume_loses_no_finished_trial(tmp_path: Path) -
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
 
 
-def _gone(pid: int) -> bool:
-    """The process no longer runs (a zombie waiting for its new parent to reap it counts)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-
-
 def test_kill_9_of_the_sweep_takes_its_managed_server_down(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     log = run_dir / "server" / "server.log"
@@ -189,25 +179,20 @@ def test_kill_9_of_the_sweep_takes_its_managed_server_down(tmp_path: Path) -> No
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # cleanup below can take the whole group, whatever happens
     )
-    server_pid = None
+
+    def ready_server_pid() -> int | None:
+        text = log.read_text() if log.exists() else ""
+        assert proc.poll() is None, "the sweep ended before its server was up"
+        return supervised_pid(text) if last_ready(text) is not None else None
+
     try:
-        deadline = time.monotonic() + 240
-        while server_pid is None:
-            text = log.read_text() if log.exists() else ""
-            match = re.search(r"--- perfsweep: server pid (\d+)", text)
-            if match and "perfsweep reference server ready" in text:
-                server_pid = int(match.group(1))
-                break
-            assert proc.poll() is None, "the sweep ended before its server was up"
-            assert time.monotonic() < deadline, "the managed server never became ready"
-            time.sleep(0.2)
-        assert not _gone(server_pid)
+        server_pid = wait_until(ready_server_pid, 240, "the managed server to be ready")
+        assert not process_gone(server_pid)
         os.kill(proc.pid, signal.SIGKILL)  # the sweep only: nothing gets to clean up
         proc.wait(timeout=30)
-        deadline = time.monotonic() + 15
-        while not _gone(server_pid):
-            assert time.monotonic() < deadline, f"server {server_pid} outlived its sweep"
-            time.sleep(0.1)
+        wait_until(
+            lambda: process_gone(server_pid), 15, f"server {server_pid} to end with its sweep"
+        )
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)

@@ -22,6 +22,7 @@ from reference_server.ready import READY_PREFIX as SERVER_READY
 from tests.support.servers import (
     REPO_ROOT,
     ChildProcess,
+    NotYet,
     ReferenceProcess,
     child_env,
     children_of,
@@ -197,8 +198,8 @@ def quiet_truth(http_url: str, metrics_url: str, model: str, timeout_s: float = 
         now = server_truth(http_url, metrics_url, model)
         settled = last[-1:] == [now] and now["pending_requests"] in (0, None)
         last[:] = [now]
-        if not settled:  # wait_until shows the last of these when time runs out
-            raise AssertionError(f"still changing or pending: {now}")
+        if not settled:
+            raise NotYet(f"still changing or pending: {now}")
         return now
 
     # Polled once a second: "quiet" means the same totals one second apart.
@@ -225,8 +226,8 @@ def wait_agreement(dashboard_url: str, truth: dict, timeout_s: float = 15.0) -> 
         _, doc = http("GET", f"{dashboard_url}/perfsweep/server")
         totals = (doc.get("server") or {}).get("totals", {})
         diff = {k: (totals.get(k), truth[k]) for k in TOTAL_KEYS if totals.get(k) != truth[k]}
-        if diff:  # wait_until shows the last of these when time runs out
-            raise AssertionError(f"dashboard vs server (dashboard, server): {diff}")
+        if diff:
+            raise NotYet(f"dashboard vs server (dashboard, server): {diff}")
         return dict(totals)
 
     return wait_until(agreeing, timeout_s, "the dashboard to agree with the server", poll_s=0.5)
