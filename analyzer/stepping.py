@@ -19,9 +19,16 @@ Autocorrelation (why not plain Clopper-Pearson)
     where ``tau = 1 + 2 * sum(rho_k)`` is the integrated autocorrelation time. ``tau`` is the
     largest of three estimates, none of which is trusted alone:
 
-    * the latencies' own ranks (Sokal's automatic window, cutoff ``M >= 5 tau(M)``): always
-      estimable, robust to the heavy tail, and it sees the queue's time scale even when no request
-      has gone over the goal yet (a step with zero requests over would otherwise look independent);
+    * the indicator of the step's own upper tail, the requests above the series' empirical
+      ``1 - TAIL_PROXY_FACTOR * (1 - q)`` quantile (its p95 for a p99 goal; Sokal's automatic
+      window, cutoff ``M >= 5 tau(M)``): always estimable (5 % of the requests are in it), and it
+      sees the queue's time scale even when no request has gone over the goal yet (a step with
+      zero requests over would otherwise look independent). For Gaussian-copula dependence an
+      indicator's correlation shrinks as its threshold rises, so the p95's ``tau`` bounds the
+      p99's from above. The latencies' ranks were used first and dropped: on a shared machine
+      the *bulk* drifts slowly (a busy neighbour adds 2 ms to every request for seconds), which
+      put the ranks' ``tau`` at 30-400 on steps whose tail was nearly independent (``tau`` 2-4),
+      so no step far below the goal could pass before its cap;
     * the over-goal indicator itself, once at least ``MIN_OVER_FOR_INDICATOR_TAU`` requests are over
       (it sees clustering in the tail that the bulk may not show);
     * the dispersion of per-window counts over the goal against binomial (batch means: the
@@ -64,6 +71,8 @@ from analyzer.errors import InputError
 MIN_OVER_FOR_INDICATOR_TAU = 5
 #: Sokal's window constant: the autocorrelation sum stops at the first lag M with M >= C * tau(M).
 SOKAL_C = 5.0
+#: The tail proxy's share is this many times the goal's (p95 for a p99 goal), capped at one half.
+TAIL_PROXY_FACTOR = 5.0
 
 
 class StepVerdict(str, enum.Enum):
@@ -325,13 +334,17 @@ def integrated_time(series: Sequence[float] | np.ndarray, c: float = SOKAL_C) ->
     return max(1.0, tau)
 
 
-def latency_tau(latencies_ms: Sequence[float] | np.ndarray, goal_ms: float) -> float:
-    """``tau`` of a latency series (in completion order): its ranks, and its over-goal indicator."""
+def latency_tau(
+    latencies_ms: Sequence[float] | np.ndarray, goal_ms: float, target_share: float = 0.01
+) -> float:
+    """``tau`` of a latency series (in completion order): the larger of its upper tail's
+    indicator (above its own ``1 - TAIL_PROXY_FACTOR * target_share`` quantile) and, once
+    ``MIN_OVER_FOR_INDICATOR_TAU`` requests are over, its over-goal indicator."""
     lat = np.asarray(latencies_ms, dtype=float)
     if lat.size < 3:
         return 1.0
-    ranks = np.argsort(np.argsort(lat, kind="stable"), kind="stable")
-    tau = integrated_time(ranks)
+    tail_share = min(0.5, TAIL_PROXY_FACTOR * target_share)
+    tau = integrated_time(lat > np.quantile(lat, 1.0 - tail_share))
     over = lat > goal_ms
     count = int(over.sum())
     if count >= MIN_OVER_FOR_INDICATOR_TAU:
@@ -538,7 +551,10 @@ class SequentialRule:
     def decide(self) -> StepRecord:
         """The verdict over every window added; the grid points since the last call are looked at."""
         series = np.concatenate(self._latencies) if self._latencies else np.empty(0)
-        tau = max(latency_tau(series, self.test.goal_ms), window_dispersion(self._over, self._ns))
+        tau = max(
+            latency_tau(series, self.test.goal_ms, self.test.target_share),
+            window_dispersion(self._over, self._ns),
+        )
         self.record = decide_windows(
             self.test, self._over, self._ns, tau=tau, n_before=self._decided_n
         )
@@ -573,7 +589,10 @@ class SequentialRule:
             if looked.verdict.final:
                 return looked
         series = np.concatenate(self._latencies) if self._latencies else np.empty(0)
-        tau = max(latency_tau(series, self.test.goal_ms), window_dispersion(self._over, self._ns))
+        tau = max(
+            latency_tau(series, self.test.goal_ms, self.test.target_share),
+            window_dispersion(self._over, self._ns),
+        )
         seen = decide_windows(self.test, self._over, self._ns, tau=tau, n_before=self._n)
         counts = seen.reason.split("; ", 1)[-1]
         self.record = replace(seen, verdict=verdict, reason=f"{verdict.value}: {why}; {counts}")

@@ -39,7 +39,9 @@ from analyzer.measure import (
     rank_from_top,
     read_load_output,
     record_us,
+    sequential_verdict,
 )
+from analyzer.stepping import SequentialRule, StepRecord, StepTest, StepVerdict
 
 
 def _window(i: int, rps: float, p99: float) -> WindowStats:
@@ -370,3 +372,81 @@ def test_gain_of_a_clear_win_is_significant_and_its_interval_holds_it() -> None:
     assert lat is not None and lat.significant and lat.gain == pytest.approx(4.0)
     assert gain_estimate([], _capacities([1.0])) is None
     assert gain_estimate(_capacities([0.0]), _capacities([1.0])) is None
+
+
+# ---- sequential steps ----------------------------------------------------------------------------
+
+
+def _step(verdict: StepVerdict, goal_ms: float = 10.0, n: int = 1000) -> StepRecord:
+    rule = SequentialRule(goal_ms)
+    rule.add([1.0] * n)
+    record = rule.decide() if rule.due else rule.stop(StepVerdict.BOUNDARY, "planted")
+    return StepRecord.from_dict({**record.to_dict(), "verdict": verdict.value})
+
+
+def test_a_sequential_step_round_trips_and_old_documents_without_it_still_load() -> None:
+    step = _step(StepVerdict.PASS)
+    m = _measurement(step=step)
+    back = Measurement.from_dict(json.loads(json.dumps(m.to_dict())))
+    assert back == m and back.step == step
+    assert m.to_dict()["step"]["verdict"] == "pass" and m.to_dict()["step"]["n"] == 1000
+    old = _measurement().to_dict()
+    del old["step"]  # written before sequential steps existed
+    assert Measurement.from_dict(old).step is None
+    cap = CapacityResult(Goals(10.0), 100.0, (m,), m, True, "ok", at_boundary=True)
+    assert CapacityResult.from_dict(json.loads(json.dumps(cap.to_dict()))) == cap
+    old_cap = cap.to_dict()
+    del old_cap["at_boundary"]
+    assert CapacityResult.from_dict(old_cap).at_boundary is False
+
+
+def test_a_sequential_step_meets_the_latency_goal_by_its_verdict_not_its_point_p99() -> None:
+    goals = Goals(p99_ms=10.0)
+    over = _measurement(p99_ms=10.4)  # a point p99 just over the goal
+    assert not meets_goals(over, goals)[0]
+    at_boundary = _measurement(p99_ms=10.4, step=_step(StepVerdict.BOUNDARY))
+    ok, why = meets_goals(at_boundary, goals)
+    assert (
+        ok
+        and "at the boundary" in why
+        and sequential_verdict(at_boundary, goals) is (StepVerdict.BOUNDARY)
+    )
+    passed = _measurement(p99_ms=9.0, step=_step(StepVerdict.PASS))
+    assert meets_goals(passed, goals)[0]
+    failed = _measurement(p99_ms=9.9, step=_step(StepVerdict.FAIL))
+    ok, why = meets_goals(failed, goals)
+    assert not ok and "sequential test: fail" in why
+    # Validity, errors and an early stop still decide as for any level.
+    assert not meets_goals(_measurement(step=_step(StepVerdict.PASS), valid=False), goals)[0]
+    assert not meets_goals(_measurement(step=_step(StepVerdict.PASS), error_count=5), goals)[0]
+    stopped = _measurement(step=_step(StepVerdict.FAIL), stopped_early="backlog")
+    assert meets_goals(stopped, goals) == (False, "stopped early: backlog")
+    # A record judged against another goal is judged on its p99.
+    other = _measurement(p99_ms=10.4, step=_step(StepVerdict.BOUNDARY, goal_ms=20.0))
+    assert sequential_verdict(other, goals) is None and not meets_goals(other, goals)[0]
+
+
+def test_capacity_search_counts_a_boundary_step_as_a_pass_and_says_so() -> None:
+    search = CapacitySearch(CapacitySpec(Goals(10.0), start_rps=100.0, resolution=0.4))
+    search.record(100.0, True)
+    search.record(200.0, False)
+    search.record(150.0, True, boundary=True)
+    assert search.capacity_rps == 150.0 and search.at_boundary and search.next_rate() is None
+    clean = CapacitySearch(CapacitySpec(Goals(10.0), start_rps=100.0, resolution=0.3))
+    clean.record(100.0, True, boundary=True)
+    clean.record(200.0, True)
+    assert not clean.at_boundary  # the highest pass was decided
+
+
+def test_clearly_fails_leaves_the_latency_verdict_to_a_sequential_test() -> None:
+    goals = Goals(p99_ms=10.0)
+    assert clearly_fails(50.0, 100, 0, 0, goals, 64) is not None  # p90 beyond the p99 goal
+    assert clearly_fails(50.0, 100, 0, 0, goals, 64, latency_rule=False) is None
+    assert clearly_fails(50.0, 100, 0, 65, goals, 64, latency_rule=False) is not None  # backlog
+    assert clearly_fails(1.0, 100, 50, 0, goals, 64, latency_rule=False) is not None  # errors
+
+
+def test_load_spec_takes_a_sequential_test_and_is_off_by_default() -> None:
+    assert LoadSpec(LoadMode.REQUEST_RATE, 10.0).sequential is None
+    test = StepTest(goal_ms=60.0, max_requests=5_000)
+    assert LoadSpec(LoadMode.REQUEST_RATE, 10.0, sequential=test).sequential == test

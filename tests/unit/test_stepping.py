@@ -244,3 +244,88 @@ def test_records_round_trip_as_data() -> None:
     data = record.to_dict()
     assert data["verdict"] == record.verdict.value and data["n"] == 400 and data["over"] == 43
     assert StepRecord.from_dict(data) == record
+
+
+# --------------------------------------------------------------------------------------------------
+# Feeding ticks (what the load engine does): decide at grid points only, stop at other caps
+
+
+def feed_ticks(rule: SequentialRule, latencies: np.ndarray, tick: int) -> tuple[StepRecord, int]:
+    """Feed ``tick``-sized intervals as the engine does; the final record and the verdicts made."""
+    decided = 0
+    for start in range(0, latencies.size, tick):
+        record = rule.feed(latencies[start : start + tick])
+        if record is not None:
+            decided += 1
+            if record.verdict.final:
+                return record, decided
+    raise AssertionError("series ended before the step was decided or capped")
+
+
+def test_fed_ticks_decide_planted_steps_early_and_the_boundary_at_the_cap() -> None:
+    rng = np.random.default_rng(11)
+    below, decided = feed_ticks(
+        SequentialRule(planted_goal(0.9999)), ar1_latencies(rng, (1, 20_000), 0.0)[0], 37
+    )
+    assert below.verdict is StepVerdict.PASS and below.n <= 1_000
+    assert decided == below.look  # one verdict per grid point reached, not one per tick
+    above, _ = feed_ticks(
+        SequentialRule(planted_goal(0.9)), ar1_latencies(rng, (1, 20_000), 0.0)[0], 37
+    )
+    assert above.verdict is StepVerdict.FAIL and above.n < 250
+    boundary, _ = feed_ticks(
+        SequentialRule(planted_goal(0.99), max_requests=5_000),
+        ar1_latencies(rng, (1, 6_000), 0.0)[0],
+        37,
+    )
+    assert boundary.verdict is StepVerdict.BOUNDARY and boundary.n >= 5_000
+    assert boundary.lower_share <= 0.01 <= boundary.upper_share
+
+
+def test_feeding_ticks_spends_every_grid_point_it_crosses() -> None:
+    lat = ar1_latencies(np.random.default_rng(3), (1, 2_000), 0.0)[0]
+    goal = planted_goal(0.99)  # at the boundary: this seeded step stays undecided to its cap
+    per_look = 0.05 / 5
+    fine = SequentialRule(goal, max_requests=1_000, min_requests=200)
+    assert fine.test.looks == (200, 300, 450, 675, 1_000)
+    seen = [r for start in range(0, 1_000, 5) if (r := fine.feed(lat[start : start + 5]))]
+    # Ticks of 5 land on every grid point: one verdict at each, each at one look's level.
+    assert [r.n for r in seen] == [200, 300, 450, 675, 1_000]
+    assert seen[-1].verdict is StepVerdict.BOUNDARY
+    assert all(r.alpha_look == pytest.approx(per_look) for r in seen)
+    coarse = SequentialRule(goal, max_requests=1_000, min_requests=200)
+    first = next(
+        r for start in range(0, 1_000, 160) if (r := coarse.feed(lat[start : start + 160]))
+    )
+    # 160 -> 320 crosses 200 and 300: that verdict spends both points.
+    assert first.n == 320 and first.look == 2
+    assert first.alpha_look == pytest.approx(2 * per_look)
+
+
+def test_stop_ends_an_undecided_step_as_boundary_or_fail_without_spending_alpha() -> None:
+    rule = SequentialRule(planted_goal(0.99))
+    rule.feed(ar1_latencies(np.random.default_rng(4), (1, 150), 0.0)[0])  # before the first look
+    record = rule.stop(StepVerdict.BOUNDARY, "undecided at the step's cap of 2 windows")
+    assert record.verdict is StepVerdict.BOUNDARY and record.n == 150
+    assert record.alpha_look == 0.0 and record.reason.startswith("boundary: undecided at")
+    assert record.goal_ms == rule.test.goal_ms
+    assert rule.stop(StepVerdict.FAIL, "again") is record  # the step is over: its record stands
+    guard = SequentialRule(10.0)
+    failed = guard.stop(StepVerdict.FAIL, "stopped early: 900 requests in flight > bound 64")
+    assert failed.verdict is StepVerdict.FAIL and failed.n == 0 and "in flight" in failed.reason
+    with pytest.raises(InputError):
+        SequentialRule(10.0).stop(StepVerdict.PASS, "a pass must be decided")
+    decided = SequentialRule(10.0)
+    decided.add(np.full(300, 50.0))  # a grid point reached but not looked at: looked at first
+    assert decided.stop(StepVerdict.BOUNDARY, "cap").verdict is StepVerdict.FAIL
+
+
+def test_slow_drift_of_the_bulk_does_not_inflate_tau_of_an_independent_tail() -> None:
+    """A busy neighbour adds a slowly varying few ms to every request: the ranks of the latencies
+    are then strongly correlated, but which requests land in the tail is not."""
+    rng = np.random.default_rng(8)
+    n = 10_000
+    drift = 2.0 * np.sin(np.arange(n) / 400.0)  # seconds-long swings of +-2 ms
+    lat = 10.0 + drift + rng.exponential(3.0, n)
+    assert integrated_time(np.argsort(np.argsort(lat))) > 20
+    assert latency_tau(lat, goal_ms=200.0) < 6
