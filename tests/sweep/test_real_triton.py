@@ -20,6 +20,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from analyzer.results import load_summary, parse_config_text
 from analyzer.trial import Knobs, knobs_of
 from tests.support.real_triton import RealTriton, identity_model_config, sleep_model_config
+from tests.support.servers import wait_until
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -162,17 +163,23 @@ def test_ctrl_c_leaves_the_original_config(real_triton: RealTriton, tmp_path: Pa
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+    def running() -> None:
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+
     try:
         deadline = time.monotonic() + 240
-        while not (run_dir / "trials" / "000" / "measurement.json").exists():
-            assert proc.poll() is None, proc.communicate()[0][-3000:]
-            assert time.monotonic() < deadline, "trial 0 never finished"
-            time.sleep(0.2)
+        wait_until(
+            lambda: running() or (run_dir / "trials" / "000" / "measurement.json").exists(),
+            240,
+            "trial 0 to finish",
+        )
         # Trial 1 loads another config: interrupt once the server holds something else.
-        while knobs_of(served_config(real_triton, model)) == knobs_of(original):
-            assert proc.poll() is None, proc.communicate()[0][-3000:]
-            assert time.monotonic() < deadline, "no trial config was ever loaded"
-            time.sleep(0.1)
+        wait_until(
+            lambda: running() or knobs_of(served_config(real_triton, model)) != knobs_of(original),
+            max(deadline - time.monotonic(), 0.0),
+            "a trial config to be loaded",
+        )
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=120)
     finally:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 from analyzer.errors import TargetError
 from analyzer.target import ConfigRejectedError, ManagedServer, RemoteTarget, bundled_repository
 from analyzer.trial import Knobs, apply_knobs, knobs_of
+from tests.support.servers import wait_until
 from tests.sweep.test_e2e_sim import make_repo
 
 pytestmark = pytest.mark.slow
@@ -57,9 +57,7 @@ def test_dead_server_is_restarted_with_the_last_config(server: ManagedServer) ->
     old_pid = server.pid()
     assert old_pid is not None
     os.kill(old_pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while server.alive() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: not server.alive(), 10, "the killed server to be seen dead")
     server.ensure_alive()
     assert server.pid() != old_pid and server.restarts == 1
     assert knobs_of(server.model_config()) == wanted
