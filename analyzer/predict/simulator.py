@@ -21,12 +21,15 @@ one device shared by all instances; all requests shape-compatible.
 
 from __future__ import annotations
 
+import bisect
+import functools
 import heapq
 import math
 import random
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from analyzer.predict import ExtrapolationError
@@ -183,6 +186,20 @@ class _Batch:
         self.queued = False
 
 
+@functools.lru_cache(maxsize=16)
+def _unit_gaps(seed: int, n: int) -> tuple[float, ...]:
+    """The seed's first ``n`` unit-mean exponential gaps (common to every rate and config)."""
+    expo = random.Random(seed).expovariate
+    return tuple(expo(1.0) for _ in range(n))
+
+
+@functools.lru_cache(maxsize=16)
+def _normals(seed: int, n: int) -> tuple[float, ...]:
+    """The seed's first ``n`` standard normal draws, in the order the jitter consumes them."""
+    gauss = random.Random(seed).gauss
+    return tuple(gauss(0.0, 1.0) for _ in range(n))
+
+
 def simulate(
     profile: Profile,
     config: SimConfig,
@@ -217,25 +234,17 @@ def simulate(
     dev = [round(t.infer_ms * 1e6) for t in table]
     outs = [round(t.output_ms * 1e6) for t in table]
     jitter = profile.jitter
-    rng = random.Random(seed)
     warm = requests // 10 if warmup is None else warmup
     if warm >= requests:
         raise ValueError("warmup must leave some requests to measure")
 
-    # Arrival times (ns, integers: decide() compares integer ns as the server does).
+    # Arrival times (ns, integers: decide() compares integer ns as the server does). The unit
+    # gaps are the same at every rate (common random numbers), so they are drawn once per seed.
     mean_gap_ns = 1e9 / rate_rps
-    arrivals: list[int] = []
-    t = 0.0
-    expo = rng.expovariate
-    for _ in range(requests):
-        t += expo(1.0) * mean_gap_ns
-        arrivals.append(int(t))
-    arrivals_rng = random.Random(seed + 1)  # jitter draws, independent of the arrival count
-
-    def scaled(ns: int) -> int:
-        if jitter <= 0:
-            return ns
-        return max(0, round(ns * (1.0 + jitter * arrivals_rng.gauss(0.0, 1.0))))
+    arrivals = [int(t) for t in accumulate(g * mean_gap_ns for g in _unit_gaps(seed, requests))]
+    # Jitter draws, independent of the arrival count: at most three phases per request.
+    normals = _normals(seed + 1, 3 * requests) if jitter > 0 else ()
+    draw = 0
 
     dynamic = config.dynamic_batching
     params = config.params()
@@ -244,174 +253,182 @@ def simulate(
     merge = delay_ns > 0 and mbs > 1
     scan_limit = mbs + 1
     slots = 2 * config.instance_count
-    n_inst = config.instance_count
+    open_views = [OpenBatch(s, None) for s in range(mbs + 1)]
 
-    queue: deque[Candidate] = deque()
+    # The batcher's queue is always a run of consecutive arrivals: cands[q_head:next_arrival]
+    # (without dynamic batching requests go straight to the instance queue: it stays empty).
+    cands: list[Candidate] = []  # made as requests arrive (a stopped run needs fewer)
+    q_head = 0
     open_b = _Batch()
     iq: deque[_Batch] = deque()
-    idle = n_inst
+    idle = config.instance_count
     device_busy = False
     device_wait: deque[_Batch] = deque()  # batches whose input phase ended, device busy
     events: list[tuple[int, int, int, _Batch]] = []  # (time, seq, kind, batch)
+    push, pop = heapq.heappush, heapq.heappop
     seq = 0
     timer: int | None = None
-    histogram: dict[int, int] = {}
+    histogram = [0] * (mbs + 1 if dynamic else 2)
     latencies: list[int] = []
     measured_needed = requests - warm
     too_slow_ns = None if stop_above_ms is None else stop_above_ms * 1e6
     too_slow = 0
     too_slow_limit = measured_needed // 100  # more than 1 % over the goal: p99 over it
+    first_measured = arrivals[warm]
     last_completion = 0
-    done_count = 0
     stopped = False
     KIND_INPUT_DONE, KIND_DEVICE_DONE, KIND_DONE = 0, 1, 2
     NEVER = 1 << 62
-
-    def start_execution(now: int, batch: _Batch) -> None:
-        nonlocal seq
-        b = batch.size
-        histogram[b] = histogram.get(b, 0) + 1
-        seq += 1
-        heapq.heappush(events, (now + scaled(ins[b]), seq, KIND_INPUT_DONE, batch))
-
-    def pop_batches(now: int) -> bool:
-        nonlocal idle
-        popped = False
-        while idle and iq:
-            batch = iq.popleft()
-            batch.started = True
-            if merge:
-                while iq:
-                    nxt = iq[0]
-                    if now - nxt.oldest <= delay_ns or batch.size + nxt.size > mbs:
-                        break
-                    iq.popleft()
-                    batch.arrivals.extend(nxt.arrivals)
-                    batch.size += nxt.size
-                    nxt.started = True
-            idle -= 1
-            start_execution(now, batch)
-            popped = True
-        return popped
-
-    def run_steps(now: int) -> tuple[int | None, bool]:
-        """Scheduler._run_steps: returns (wake time, whether anything changed)."""
-        nonlocal open_b
-        changed = False
-        while True:
-            if open_b.sealed or open_b.started:
-                open_b = _Batch()
-            if not queue or len(iq) >= slots:
-                return None, changed
-            head = list(islice(queue, scan_limit))
-            d = decide(head, OpenBatch(open_b.size, None), params, now)
-            if d.take:
-                if not open_b.size:
-                    open_b.oldest = queue[0].enqueue_ns
-                for _ in range(d.take):
-                    c = queue.popleft()
-                    open_b.arrivals.append(c.enqueue_ns)
-                    open_b.size += 1
-                if not open_b.queued:
-                    open_b.queued = True
-                    iq.append(open_b)
-            if d.seal:
-                open_b.sealed = True
-            if d.take or (d.seal and open_b.size):
-                changed = True
-                continue
-            return d.wake_at_ns, changed
-
-    def settle(now: int) -> None:
-        """Everything the server does at one instant, under its lock, until it would wait."""
-        nonlocal timer
-        if not dynamic:
-            pop_batches(now)
-            return
-        while True:
-            pop_batches(now)
-            wake, changed = run_steps(now)
-            if not changed:
-                timer = wake
-                return
-
     next_arrival = 0
-    now = 0
+    t_arrival = arrivals[0]
+
     while True:
         # The earliest of: execution event, arrival, batcher timer (ties in that order).
         t_event = events[0][0] if events else NEVER
-        t_arrival = arrivals[next_arrival] if next_arrival < requests else NEVER
         now = t_event if t_event <= t_arrival else t_arrival
         if timer is not None and timer < now:
             now = timer
         if now == NEVER:
             break
         if t_event == now:
-            _, _, kind, batch = heapq.heappop(events)
+            _, _, kind, batch = pop(events)
             if kind == KIND_INPUT_DONE:
                 if device_busy:
                     device_wait.append(batch)
                 else:
                     device_busy = True
+                    ns = dev[batch.size]
+                    if jitter > 0:
+                        ns = round(ns * (1.0 + jitter * normals[draw]))
+                        ns = ns if ns > 0 else 0
+                        draw += 1
                     seq += 1
-                    heapq.heappush(
-                        events, (now + scaled(dev[batch.size]), seq, KIND_DEVICE_DONE, batch)
-                    )
+                    push(events, (now + ns, seq, KIND_DEVICE_DONE, batch))
                 continue
             if kind == KIND_DEVICE_DONE:
+                ns = outs[batch.size]
+                if jitter > 0:
+                    ns = round(ns * (1.0 + jitter * normals[draw]))
+                    ns = ns if ns > 0 else 0
+                    draw += 1
                 seq += 1
-                heapq.heappush(events, (now + scaled(outs[batch.size]), seq, KIND_DONE, batch))
+                push(events, (now + ns, seq, KIND_DONE, batch))
                 if device_wait:
                     waiting = device_wait.popleft()
+                    ns = dev[waiting.size]
+                    if jitter > 0:
+                        ns = round(ns * (1.0 + jitter * normals[draw]))
+                        ns = ns if ns > 0 else 0
+                        draw += 1
                     seq += 1
-                    heapq.heappush(
-                        events, (now + scaled(dev[waiting.size]), seq, KIND_DEVICE_DONE, waiting)
-                    )
+                    push(events, (now + ns, seq, KIND_DEVICE_DONE, waiting))
                 else:
                     device_busy = False
                 continue
             # KIND_DONE: responses delivered, the instance is idle again.
-            for a in batch.arrivals:
-                done_count += 1
-                if a >= arrivals[warm]:
-                    lat = now - a
-                    latencies.append(lat)
-                    if too_slow_ns is not None and lat > too_slow_ns:
-                        too_slow += 1
+            if too_slow_ns is None:
+                latencies.extend(now - a for a in batch.arrivals if a >= first_measured)
+            else:
+                for a in batch.arrivals:
+                    if a >= first_measured:
+                        lat = now - a
+                        latencies.append(lat)
+                        if lat > too_slow_ns:
+                            too_slow += 1
             last_completion = now
             idle += 1
-            if too_slow_ns is not None and too_slow > too_slow_limit:
+            if too_slow > too_slow_limit:
                 stopped = True
                 break
-            settle(now)
-            continue
-        if t_arrival == now:
-            if too_slow_ns is not None and next_arrival >= warm:
+        elif t_arrival == now:
+            if too_slow_ns is not None and next_arrival >= warm and q_head < next_arrival:
                 # Requests still queued that are already older than the goal count as over it.
                 waited = now - too_slow_ns
-                if queue and queue[0].enqueue_ns < waited and queue[0].enqueue_ns >= arrivals[warm]:
-                    late = sum(
-                        1 for c in islice(queue, too_slow_limit + 1) if c.enqueue_ns < waited
-                    )
+                oldest = arrivals[q_head]
+                if oldest < waited and oldest >= first_measured:
+                    end = min(next_arrival, q_head + too_slow_limit + 1)
+                    late = bisect.bisect_left(arrivals, waited, q_head, end) - q_head
                     if late + too_slow > too_slow_limit:
                         stopped = True
                         break
             next_arrival += 1
+            t_arrival = arrivals[next_arrival] if next_arrival < requests else NEVER
             if dynamic:
-                queue.append(Candidate(1, now))
+                cands.append(Candidate(1, now))
             else:
                 single = _Batch()
                 single.arrivals.append(now)
                 single.size = 1
                 single.oldest = now
                 iq.append(single)
-            settle(now)
-            continue
-        # The batcher's timer.
-        timer = None
-        settle(now)
+        else:
+            # The batcher's timer.
+            timer = None
 
-    first = arrivals[warm]
+        # Everything the server does at one instant, under its lock, until it would wait
+        # (Scheduler._run_steps with prefetching, as the module docstring describes).
+        while True:
+            # Idle instances take the oldest queued batches, merging those older than the delay.
+            while idle and iq:
+                batch = iq.popleft()
+                batch.started = True
+                if merge:
+                    while iq:
+                        nxt = iq[0]
+                        if now - nxt.oldest <= delay_ns or batch.size + nxt.size > mbs:
+                            break
+                        iq.popleft()
+                        batch.arrivals.extend(nxt.arrivals)
+                        batch.size += nxt.size
+                        nxt.started = True
+                idle -= 1
+                b = batch.size
+                histogram[b] += 1
+                ns = ins[b]
+                if jitter > 0:
+                    ns = round(ns * (1.0 + jitter * normals[draw]))
+                    ns = ns if ns > 0 else 0
+                    draw += 1
+                seq += 1
+                push(events, (now + ns, seq, KIND_INPUT_DONE, batch))
+            if not dynamic:
+                break
+            changed = False
+            wake: int | None = None
+            while True:
+                if open_b.sealed or open_b.started:
+                    open_b = _Batch()
+                if q_head == next_arrival or len(iq) >= slots:
+                    break
+                end = q_head + scan_limit
+                d = decide(
+                    cands[q_head : end if end < next_arrival else next_arrival],
+                    open_views[open_b.size],
+                    params,
+                    now,
+                )
+                take = d.take
+                if take:
+                    if not open_b.size:
+                        open_b.oldest = arrivals[q_head]
+                    open_b.arrivals.extend(arrivals[q_head : q_head + take])
+                    open_b.size += take
+                    q_head += take
+                    if not open_b.queued:
+                        open_b.queued = True
+                        iq.append(open_b)
+                if d.seal:
+                    open_b.sealed = True
+                if take or (d.seal and open_b.size):
+                    changed = True
+                    continue
+                wake = d.wake_at_ns
+                break
+            if not changed:
+                timer = wake
+                break
+
+    batch_sizes = {b: n for b, n in enumerate(histogram) if n}
     measured = len(latencies)
     if stopped or measured == 0:
         return Prediction(
@@ -421,12 +438,12 @@ def simulate(
             p99_ms=math.inf,
             mean_ms=math.inf,
             throughput_rps=0.0,
-            batch_sizes=dict(sorted(histogram.items())),
+            batch_sizes=batch_sizes,
             saturated=True,
             stopped_early=True,
         )
     latencies.sort()
-    span = max(1, last_completion - first)
+    span = max(1, last_completion - first_measured)
     throughput = measured / (span / 1e9)
     return Prediction(
         rate_rps=rate_rps,
@@ -435,7 +452,7 @@ def simulate(
         p99_ms=_quantile(latencies, 0.99) / 1e6,
         mean_ms=sum(latencies) / measured / 1e6,
         throughput_rps=throughput,
-        batch_sizes=dict(sorted(histogram.items())),
+        batch_sizes=batch_sizes,
         # Every arrival is served before the run ends, so a rate above capacity shows as a
         # throughput (measured / span until the last completion) well below the rate.
         saturated=throughput < 0.9 * rate_rps,
@@ -457,12 +474,18 @@ def capacity(
     seed: int = 0,
     resolution: float = 0.02,
     min_rps: float | None = None,
+    start_rps: float | None = None,
 ) -> CapacityPrediction:
-    """Bisect the rate for the highest one whose simulated p99 is <= ``p99_ms``.
+    """Search the rate for the highest one whose simulated p99 is <= ``p99_ms``.
 
-    The bracket is ``(0, peak]`` where ``peak`` is the profile's noise-free throughput bound
-    for the config (no rate above it can be sustained); every rate is simulated with the same
-    seed (common random numbers, so p99 is monotone in the rate up to jitter).
+    The search lies in ``[min_rps, peak]`` where ``peak`` is the profile's noise-free
+    throughput bound for the config (no rate above it can be sustained). Without
+    ``start_rps`` it bisects that bracket, simulating its ends only when the answer needs
+    them. With ``start_rps`` (a neighbouring config's capacity, say) it first brackets the
+    answer around it with steps that double in log-rate from ``1 + resolution``, then
+    bisects: a start within the resolution needs two simulated rates instead of eight. Every rate
+    is simulated with the same seed (common random numbers, so p99 is monotone in the rate
+    up to jitter).
 
     Args:
         profile: Execution times.
@@ -472,6 +495,7 @@ def capacity(
         seed: Seed of every simulation.
         resolution: Stop when the bracket is narrower than this share of the capacity.
         min_rps: Lowest rate tried (default: 1 % of the peak).
+        start_rps: Where to start looking (clipped into the bracket); None = bisection.
 
     Raises:
         ExtrapolationError: the config needs batch sizes beyond the profile.
@@ -489,22 +513,123 @@ def capacity(
         ok = pred.p99_ms <= p99_ms and not pred.saturated
         return ok, pred
 
-    ok, pred = passes(lo_rate)
-    if not ok:
-        return CapacityPrediction(p99_ms, 0.0, None, lo_rate, tuple(steps))
-    lo, best = lo_rate, pred
-    hi = peak
-    ok, pred = passes(hi)
-    if ok:
-        return CapacityPrediction(p99_ms, hi, pred, hi, tuple(steps))
-    while hi - lo > resolution * lo:
+    # Invariant: every rate <= lo passes (lo_rate is assumed to until tested, below) and every
+    # rate >= hi fails (peak is assumed to until tested).
+    lo, hi = lo_rate, peak
+    best: Prediction | None = None
+    hi_tested = False
+    if start_rps is not None and lo_rate < start_rps < peak:
+        factor = 1.0 + resolution
+        ok, pred = passes(start_rps)
+        if ok:
+            lo, best = start_rps, pred
+            while True:
+                rate = lo * factor
+                if rate >= peak:
+                    break
+                ok, pred = passes(rate)
+                if not ok:
+                    hi, hi_tested = rate, True
+                    break
+                lo, best = rate, pred
+                factor *= factor
+        else:
+            hi, hi_tested = start_rps, True
+            while True:
+                rate = hi / factor
+                if rate <= lo_rate:
+                    break
+                ok, pred = passes(rate)
+                if ok:
+                    lo, best = rate, pred
+                    break
+                hi = rate
+                factor *= factor
+    if not hi_tested:
+        ok, pred = passes(peak)
+        if ok:
+            return CapacityPrediction(p99_ms, peak, pred, peak, tuple(steps))
+    # (The tolerance keeps a bracket of exactly one resolution, ``lo * (1 + resolution)``,
+    # from counting as wider through rounding.)
+    while hi - lo > resolution * lo * (1.0 + 1e-9):
         mid = (lo + hi) / 2
         ok, pred = passes(mid)
         if ok:
             lo, best = mid, pred
         else:
             hi = mid
+    if best is None:
+        # Nothing above the lowest rate passed: only now does the lowest rate need its run.
+        ok, pred = passes(lo_rate)
+        if not ok:
+            return CapacityPrediction(p99_ms, 0.0, None, lo_rate, tuple(steps))
+        lo, best = lo_rate, pred
     return CapacityPrediction(p99_ms, lo, best, hi, tuple(steps))
+
+
+def _equivalence_key(config: SimConfig) -> tuple[Any, ...]:
+    """Configs with the same key simulate identically (same batches, same timings)."""
+    if not config.dynamic_batching:
+        return (False, config.instance_count)
+    params = config.params()
+    if params.max_batch_size == 1:
+        # Every batch is one request: the delay and preferred sizes change nothing.
+        return (True, 1, config.instance_count)
+    return (True, params, config.instance_count)
+
+
+def capacities(
+    profile: Profile,
+    configs: Iterable[SimConfig],
+    p99_ms: float,
+    *,
+    requests: int = 3000,
+    seed: int = 0,
+    resolution: float = 0.02,
+) -> dict[SimConfig, CapacityPrediction]:
+    """:func:`capacity` of every config, fast enough for a whole search space.
+
+    Configs are visited in an order where neighbours differ in one knob (instances, then
+    max batch size, preferred sizes, queue delay), and each search starts from the previous
+    config's capacity; configs that simulate identically (:func:`_equivalence_key`: e.g.
+    every delay at ``max_batch_size`` 1) are simulated once.
+
+    Raises:
+        ExtrapolationError: some config needs batch sizes beyond the profile (before any
+            simulation).
+    """
+    todo = sorted(
+        set(configs),
+        key=lambda c: (
+            c.dynamic_batching,
+            c.instance_count,
+            c.max_batch_size,
+            c.preferred_batch_size,
+            c.max_queue_delay_us,
+        ),
+    )
+    for config in todo:
+        profile.check_covers(config.largest_batch)
+    done: dict[tuple[Any, ...], CapacityPrediction] = {}
+    out: dict[SimConfig, CapacityPrediction] = {}
+    hint: float | None = None
+    for config in todo:
+        key = _equivalence_key(config)
+        cap = done.get(key)
+        if cap is None:
+            cap = capacity(
+                profile,
+                config,
+                p99_ms,
+                requests=requests,
+                seed=seed,
+                resolution=resolution,
+                start_rps=hint,
+            )
+            done[key] = cap
+        out[config] = cap
+        hint = cap.capacity_rps if cap.capacity_rps > 0 else None
+    return out
 
 
 __all__ = [
@@ -513,6 +638,7 @@ __all__ = [
     "ExtrapolationError",
     "Prediction",
     "SimConfig",
+    "capacities",
     "capacity",
     "simulate",
 ]

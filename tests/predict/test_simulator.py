@@ -114,3 +114,63 @@ def test_refuses_batch_sizes_beyond_the_profile() -> None:
         simulate(constant(1.0, 8), SimConfig(16), 100.0)
     # Without dynamic batching only batch 1 is executed: a profile of batch 1 suffices.
     simulate(constant(1.0, 1), SimConfig(16, dynamic_batching=False), 10.0, requests=200)
+
+
+def test_a_start_at_the_answer_needs_two_simulated_rates() -> None:
+    profile = constant(2.0, 16, per_item_ms=0.25)
+    config = SimConfig(16, 500)
+    cold = capacity(profile, config, 20.0)
+    warm = capacity(profile, config, 20.0, start_rps=cold.capacity_rps)
+    assert len(cold.steps) >= 6
+    assert len(warm.steps) == 2
+    assert warm.capacity_rps == cold.capacity_rps
+    assert warm.upper_rps == pytest.approx(cold.capacity_rps * 1.02)
+
+
+@pytest.mark.parametrize("start_factor", [0.5, 0.9, 1.1, 3.0])
+def test_a_start_away_from_the_answer_brackets_it(start_factor: float) -> None:
+    profile = constant(2.0, 16, per_item_ms=0.25)
+    config = SimConfig(16, 500)
+    cold = capacity(profile, config, 20.0)
+    warm = capacity(profile, config, 20.0, start_rps=cold.capacity_rps * start_factor)
+    # Both answers lie in a bracket of one resolution around the passing/failing boundary.
+    assert warm.capacity_rps == pytest.approx(cold.capacity_rps, rel=0.03)
+    assert warm.upper_rps - warm.capacity_rps <= 0.02 * warm.capacity_rps * (1 + 1e-6)
+    assert warm.at_capacity is not None and warm.at_capacity.p99_ms <= 20.0
+    assert len(warm.steps) <= len(cold.steps) + 4  # a start 2x off costs a few more
+
+
+def test_an_unreachable_goal_has_no_capacity_with_or_without_a_start() -> None:
+    # Every execution takes 10 ms: a 5 ms goal fails at any rate, the lowest included.
+    profile = constant(10.0, 4)
+    for start in (None, 30.0):
+        cap = capacity(profile, SimConfig(4), 5.0, start_rps=start)
+        assert cap.capacity_rps == 0.0 and cap.at_capacity is None
+        assert cap.steps[-1][0] == pytest.approx(profile.peak_rps(4) * 0.01)
+
+
+def test_capacities_of_a_space_match_one_search_each() -> None:
+    from analyzer.predict.simulator import capacities
+
+    profile = constant(2.0, 16, per_item_ms=0.25)
+    configs = [
+        SimConfig(mbs, delay, (), instances)
+        for mbs in (1, 4, 16)
+        for delay in (0, 500, 2000)
+        for instances in (1, 2)
+    ]
+    got = capacities(profile, configs, 20.0)
+    assert set(got) == set(configs)
+    for config in configs:
+        alone = capacity(profile, config, 20.0)
+        assert got[config].capacity_rps == pytest.approx(alone.capacity_rps, rel=0.03)
+    # max_batch_size 1: the delay changes nothing, so one search serves every delay.
+    ones = {id(got[SimConfig(1, d, (), 2)]) for d in (0, 500, 2000)}
+    assert len(ones) == 1
+
+
+def test_capacities_refuse_an_uncovered_config_before_simulating() -> None:
+    from analyzer.predict.simulator import capacities
+
+    with pytest.raises(ExtrapolationError):
+        capacities(constant(1.0, 8), [SimConfig(4), SimConfig(16)], 20.0)

@@ -1,0 +1,428 @@
+"""The profile phase: ask a live server for batches of chosen sizes and read their times.
+
+Traffic does not have to produce the batch sizes the simulator needs: for each size ``b`` the
+model is loaded with ``max_batch_size: b``, ``preferred_batch_size: [b]`` and a long
+``max_queue_delay_microseconds`` (:data:`PROBE_DELAY_US`), so the batcher holds requests until
+exactly ``b`` are queued, and a burst of ``b`` concurrent batch-1 requests becomes one execution
+of ``b``. (``max_batch_size: b`` matters: with a delay, a batch that reached its preferred size
+is not sealed and keeps growing while it waits for an instance, as in Triton.) The server's own
+statistics (``GET /v2/models/<m>/stats``, ``batch_stats``) give ``compute_input``,
+``compute_infer`` and ``compute_output`` of that execution: the difference of two reads
+around each burst. Sizes are geometric (1, 2, 4, ... and ``max_batch_size``), so the
+simulator interpolates between them and never extrapolates beyond the largest.
+
+Instance interference: the same is done with ``N`` instances and bursts of ``N * b``
+requests (``N`` batches of ``b`` at once); the mean execution time there over the one at 1
+instance is ``Profile.interference[N]`` (information, as for the run-directory fit: the
+simulator models the device serialisation itself). Jitter is the mean relative standard
+deviation of one execution's time over a size's bursts (each burst at 1 instance is one
+execution).
+
+Bounded: at most ``max_requests`` inferences and ``time_budget_s`` seconds; a probe cut short
+returns the sizes it finished (the largest finished size bounds what the profile covers) and
+says so in the provenance. It leaves the model on its last probe config: the caller loads
+the next one.
+
+Requests are plain HTTP/1.1 (``http.client``, the binary tensor extension, zero-filled
+inputs) from a thread pool, so nothing here needs gevent or tritonclient.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from analyzer.errors import TargetError
+from analyzer.predict import ProfileError
+from analyzer.predict.profile import BatchTiming, Profile
+from analyzer.server_stats import http_stats_source
+from analyzer.target import Target
+
+#: Queue delay of every probe config: long enough that only the preferred size ends a batch,
+#: short enough that a burst cut short by a lost request costs one second, not a hang.
+PROBE_DELAY_US = 1_000_000
+
+#: Bytes per element of the tensor types a probe can fill with zeros.
+_ELEMENT_BYTES = {
+    "BOOL": 1,
+    "UINT8": 1,
+    "INT8": 1,
+    "UINT16": 2,
+    "INT16": 2,
+    "FP16": 2,
+    "BF16": 2,
+    "UINT32": 4,
+    "INT32": 4,
+    "FP32": 4,
+    "UINT64": 8,
+    "INT64": 8,
+    "FP64": 8,
+}
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """What the profile phase measures.
+
+    Attributes:
+        batch_sizes: Sizes to execute (each <= the model's ``max_batch_size``); None = 1, 2,
+            4, ... up to ``max_batch_size`` (which is always included).
+        bursts: Measured bursts per size (one execution each at one instance).
+        warmup_bursts: Bursts per loaded config before measuring (first executions are slow
+            on real backends).
+        instances: Instance count of the interference probe (1 or less: none).
+        interference_batch: Batch size of the interference probe; None = the median size.
+        max_requests: Most inferences the whole phase sends.
+        time_budget_s: The phase stops starting bursts after this many seconds.
+        request_timeout_s: One inference's timeout.
+    """
+
+    batch_sizes: tuple[int, ...] | None = None
+    bursts: int = 6
+    warmup_bursts: int = 1
+    instances: int = 2
+    interference_batch: int | None = None
+    max_requests: int = 2000
+    time_budget_s: float = 60.0
+    request_timeout_s: float = 30.0
+
+
+def geometric_sizes(max_batch_size: int) -> tuple[int, ...]:
+    """1, 2, 4, ... below ``max_batch_size``, and ``max_batch_size`` itself."""
+    sizes = {max(1, max_batch_size)}
+    b = 1
+    while b < max_batch_size:
+        sizes.add(b)
+        b *= 2
+    return tuple(sorted(sizes))
+
+
+def probe_config(base: mc.ModelConfig, batch_size: int, instances: int) -> mc.ModelConfig:
+    """``base`` with dynamic batching that forms batches of exactly ``batch_size``."""
+    config = mc.ModelConfig()
+    config.CopyFrom(base)
+    config.max_batch_size = batch_size
+    config.dynamic_batching.Clear()
+    config.dynamic_batching.max_queue_delay_microseconds = PROBE_DELAY_US
+    config.dynamic_batching.preferred_batch_size.append(batch_size)
+    if not config.instance_group:
+        config.instance_group.add()
+    del config.instance_group[1:]
+    config.instance_group[0].count = instances
+    return config
+
+
+def _request_body(config: mc.ModelConfig) -> tuple[bytes, int]:
+    """One batch-1 inference with zero-filled inputs (binary tensor extension)."""
+    inputs = []
+    blobs = []
+    for tensor in config.input:
+        datatype = mc.DataType.Name(tensor.data_type).removeprefix("TYPE_")
+        datatype = {"STRING": "BYTES"}.get(datatype, datatype)
+        if datatype not in _ELEMENT_BYTES:
+            raise ProfileError(
+                f"the probe cannot fill input {tensor.name!r} of type {datatype}: only numeric "
+                "and BOOL tensors; profile from a run directory instead"
+            )
+        dims = [d if d > 0 else 1 for d in tensor.dims]
+        shape = [1, *dims] if config.max_batch_size > 0 else dims
+        count = 1
+        for d in shape:
+            count *= d
+        size = count * _ELEMENT_BYTES[datatype]
+        inputs.append(
+            {
+                "name": tensor.name,
+                "shape": shape,
+                "datatype": datatype,
+                "parameters": {"binary_data_size": size},
+            }
+        )
+        blobs.append(bytes(size))
+    header = json.dumps(
+        {"inputs": inputs, "parameters": {"binary_data_output": True}}, separators=(",", ":")
+    ).encode()
+    return header + b"".join(blobs), len(header)
+
+
+class _Sender:
+    """Batch-1 inferences over keep-alive connections, one per pool thread."""
+
+    def __init__(self, url: str, model: str, config: mc.ModelConfig, timeout_s: float) -> None:
+        parts = urlsplit(url)
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = parts.port or 80
+        self.path = f"/v2/models/{model}/infer"
+        self.body, header_length = _request_body(config)
+        self.headers = {
+            "Content-Type": "application/octet-stream",
+            "Inference-Header-Content-Length": str(header_length),
+        }
+        self.timeout_s = timeout_s
+        self._local = threading.local()
+        self._connections: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def infer(self) -> None:
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        try:
+            conn.request("POST", self.path, self.body, self.headers)
+            reply = conn.getresponse()
+            data = reply.read()
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            self._local.conn = None
+            raise TargetError(f"probe inference to {self.host}:{self.port} failed: {exc}") from exc
+        if reply.status != 200:
+            raise TargetError(
+                f"probe inference refused ({reply.status}): {data[:200].decode(errors='replace')}"
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+
+
+def _batch_totals(doc: Mapping[str, Any], model: str) -> dict[int, tuple[int, int, int, int]]:
+    """Batch size -> (executions, input ns, infer ns, output ns) summed over the versions."""
+    totals: dict[int, list[int]] = {}
+    for entry in doc.get("model_stats", []):
+        if entry.get("name") != model:
+            continue
+        for b in entry.get("batch_stats", []):
+            size = int(b.get("batch_size", 0))
+            acc = totals.setdefault(size, [0, 0, 0, 0])
+            acc[0] += int(b.get("compute_infer", {}).get("count", 0))
+            for i, key in enumerate(("compute_input", "compute_infer", "compute_output"), 1):
+                acc[i] += int(b.get(key, {}).get("ns", 0))
+    return {k: (v[0], v[1], v[2], v[3]) for k, v in totals.items()}
+
+
+@dataclass
+class _Phases:
+    """Executions of one size and the sum of each phase (ns), plus each burst's total."""
+
+    executions: int = 0
+    input_ns: int = 0
+    infer_ns: int = 0
+    output_ns: int = 0
+    per_burst_ms: tuple[float, ...] = ()
+
+    def mean_total_ms(self) -> float:
+        total = self.input_ns + self.infer_ns + self.output_ns
+        return total / self.executions / 1e6 if self.executions else 0.0
+
+
+def probe(
+    target: Target,
+    plan: ProbePlan | None = None,
+    *,
+    stats: Callable[[], Mapping[str, Any]] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Profile:
+    """Measure execution time per batch size (and instance interference) on ``target``.
+
+    Args:
+        target: A started target; its model's current config is the base of every probe
+            config (inputs, backend, instance kind).
+        plan: What to measure (default :class:`ProbePlan`).
+        stats: Reads the statistics document (default: ``GET /v2/models/<m>/stats``).
+        clock: Monotonic seconds (the time budget).
+
+    Raises:
+        ProfileError: the model cannot be probed (no batching, inputs the probe cannot fill)
+            or not even batch size 1 could be measured in the budget.
+        TargetError: the server failed a request or refused a probe config.
+    """
+    plan = plan or ProbePlan()
+    base = target.model_config()
+    model = target.model
+    mbs = base.max_batch_size
+    if mbs < 1:
+        raise ProfileError(
+            f"model {model!r} has max_batch_size 0 (no batching): there are no batch sizes to "
+            "probe; a profile of batch 1 comes from any run's statistics"
+        )
+    sizes = plan.batch_sizes or geometric_sizes(mbs)
+    if min(sizes) < 1 or max(sizes) > mbs:
+        raise ProfileError(f"probe sizes must lie in 1..{mbs} (max_batch_size), got {sizes}")
+    sizes = tuple(sorted(set(sizes)))
+    read_stats = stats or http_stats_source(target.url, model)
+    deadline = clock() + plan.time_budget_s
+    sent = 0
+    cut: list[str] = []
+    width = max(sizes) * max(1, plan.instances)
+    sender = _Sender(target.url, model, base, plan.request_timeout_s)
+    pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="probe")
+
+    def burst(n: int) -> None:
+        nonlocal sent
+        futures = [pool.submit(sender.infer) for _ in range(n)]
+        sent += n
+        for f in futures:
+            f.result()
+
+    def load(size: int, instances: int) -> int | None:
+        """Load the probe config and warm it up; the burst size, or None when out of budget."""
+        per_burst = size * instances
+        if sent + per_burst * (plan.warmup_bursts + 1) > plan.max_requests or clock() > deadline:
+            cut.append(f"batch {size} at {instances} instance(s)")
+            return None
+        target.load_config(probe_config(base, size, instances))
+        for _ in range(plan.warmup_bursts):
+            burst(per_burst)
+        return per_burst
+
+    def bursts(per_burst: int) -> Iterator[dict[int, tuple[int, int, int, int]]]:
+        """Send measured bursts; yield each one's executions per batch size (stats deltas)."""
+        before = _batch_totals(read_stats(), model)
+        for _ in range(plan.bursts):
+            if sent + per_burst > plan.max_requests or clock() > deadline:
+                return
+            burst(per_burst)
+            after = _batch_totals(read_stats(), model)
+            yield {
+                b: delta
+                for b, now in after.items()
+                if (delta := _minus(now, before.get(b, (0, 0, 0, 0))))[0] > 0
+            }
+            before = after
+
+    def measure(size: int) -> _Phases | None:
+        """Bursts of ``size`` at one instance: each one execution of exactly ``size``."""
+        per_burst = load(size, 1)
+        if per_burst is None:
+            return None
+        phases = _Phases()
+        totals: list[float] = []
+        for delta in bursts(per_burst):
+            if size not in delta:
+                continue  # the burst did not form a batch of this size (a straggler)
+            n, i, f, o = delta[size]
+            phases.executions += n
+            phases.input_ns += i
+            phases.infer_ns += f
+            phases.output_ns += o
+            totals.append((i + f + o) / n / 1e6)
+        phases.per_burst_ms = tuple(totals)
+        return phases if phases.executions else None
+
+    def interfere(size: int, instances: int, alone: Profile) -> float | None:
+        """Bursts of ``instances * size`` at ``instances`` instances: observed execution time
+        over what the one-instance profile predicts for the same batches (each batch size
+        that formed is compared with its own one-instance time)."""
+        per_burst = load(size, instances)
+        if per_burst is None:
+            return None
+        observed = predicted = 0.0
+        for delta in bursts(per_burst):
+            for b, (n, i, f, o) in delta.items():
+                if alone.min_batch_size <= b <= alone.max_batch_size:
+                    observed += (i + f + o) / 1e6
+                    predicted += n * alone.timing(b).total_ms
+        return observed / predicted if predicted > 0 else None
+
+    measured: dict[int, _Phases] = {}
+    interference: dict[int, float] = {}
+    try:
+        for size in sizes:
+            phases = measure(size)
+            if phases is None:
+                break  # larger sizes would be cut too; the profile covers what it has
+            measured[size] = phases
+        n = plan.instances
+        if n > 1 and 1 in measured:
+            alone = _profile(model, "", measured, 0.0, {})
+            ref = plan.interference_batch or sorted(measured)[len(measured) // 2]
+            ratio = interfere(ref, n, alone)
+            if ratio is not None:
+                interference[n] = ratio
+    finally:
+        pool.shutdown(wait=True)
+        sender.close()
+    if 1 not in measured:
+        raise ProfileError(
+            f"the probe of {model!r} measured no execution of batch size 1 within "
+            f"{plan.max_requests} requests and {plan.time_budget_s:g} s; raise the budget"
+        )
+    spreads = [
+        statistics.stdev(p.per_burst_ms) / statistics.fmean(p.per_burst_ms)
+        for p in measured.values()
+        if len(p.per_burst_ms) >= 3 and statistics.fmean(p.per_burst_ms) > 0
+    ]
+    jitter = statistics.fmean(spreads) if spreads else 0.0
+    facts = target.describe()
+    name = " ".join(str(facts[k]) for k in ("server", "server_version") if facts.get(k))
+    where = f"{name or facts.get('kind', 'server')} at {target.url}"
+    note = f"; cut short by the budget before {', '.join(cut)}" if cut else ""
+    return _profile(
+        model,
+        (
+            f"probed: {where}, batch sizes {', '.join(map(str, sorted(measured)))} forced with "
+            f"max_batch_size = preferred_batch_size = b, max_queue_delay {PROBE_DELAY_US} us, "
+            f"{sum(p.executions for p in measured.values())} executions at 1 instance from "
+            f"batch_stats deltas ({sent} requests); jitter = spread of single executions"
+            + (
+                f"; interference at {', '.join(map(str, interference))} instances"
+                if interference
+                else ""
+            )
+            + note
+        ),
+        measured,
+        jitter,
+        interference,
+    )
+
+
+def _minus(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+    return (a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3])
+
+
+def _profile(
+    model: str,
+    provenance: str,
+    measured: Mapping[int, _Phases],
+    jitter: float,
+    interference: Mapping[int, float],
+) -> Profile:
+    """The profile of the sizes measured at one instance (means per execution)."""
+    timings = tuple(
+        BatchTiming(
+            b,
+            p.input_ns / p.executions / 1e6,
+            p.infer_ns / p.executions / 1e6,
+            p.output_ns / p.executions / 1e6,
+            p.executions,
+        )
+        for b, p in sorted(measured.items())
+    )
+    return Profile(
+        model=model,
+        provenance=provenance,
+        source="probe",
+        timings=timings,
+        jitter=jitter,
+        instances_profiled=1,
+        interference=dict(interference),
+    )
+
+
+__all__ = ["PROBE_DELAY_US", "ProbePlan", "geometric_sizes", "probe", "probe_config"]
