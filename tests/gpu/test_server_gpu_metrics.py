@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from reference_server.app import ServerOptions, ServerThread
 from reference_server.core.gpu import GPU_FAMILIES, simulated_uuid
+from tests.support.servers import wait_until
 
 MIB = 1024 * 1024
 PROFILE = """
@@ -132,12 +133,12 @@ def test_memory_is_context_plus_weights_per_instance_plus_peak_activations(
     used = gpu_values(metrics_text(sim_server))["nv_gpu_memory_used_bytes"][uid]
     assert used in ((100 + 2 * 50 + 8 * 10) * MIB, (100 + 2 * 50 + 10 * 10) * MIB)
     client.unload_model("sim")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+
+    def released() -> dict | None:
         values = gpu_values(metrics_text(sim_server))
-        if values["nv_gpu_memory_used_bytes"][uid] == 0:
-            break
-        time.sleep(0.05)
+        return values if values["nv_gpu_memory_used_bytes"][uid] == 0 else None
+
+    values = wait_until(released, 10, "the unloaded model's memory to be released")
     # Unloaded: nothing held, the GPU is still reported (Triton reports every GPU it sees).
     assert values["nv_gpu_memory_used_bytes"][uid] == 0
     assert values["nv_gpu_memory_total_bytes"][uid] == 1000 * MIB
@@ -162,14 +163,14 @@ def test_utilization_is_the_busy_share_the_statistics_imply(sim_server: ServerTh
     worker.start()
     stats = httpclient.InferenceServerClient(address)
     try:
-        time.sleep(0.5)
 
         def infer_ns() -> int:
             doc = stats.get_inference_statistics("sim")
             return int(doc["model_stats"][0]["inference_stats"]["compute_infer"]["ns"])
 
+        wait_until(infer_ns, 30, "the client loop's first executions")
         before, t0 = infer_ns(), time.monotonic()
-        time.sleep(1.0)
+        time.sleep(1.0)  # the scenario: one second of load, the gauge's trailing interval
         text = metrics_text(sim_server)
         after, t1 = infer_ns(), time.monotonic()
     finally:
@@ -184,7 +185,7 @@ def test_utilization_is_the_busy_share_the_statistics_imply(sim_server: ServerTh
     power = values["nv_gpu_power_usage"][uid]
     assert power == pytest.approx(20 + 100 * util, rel=0.1)
     # Idle for longer than the interval: nothing busy in it.
-    time.sleep(1.2)
+    time.sleep(1.2)  # the scenario: the trailing second holds no execution
     values = gpu_values(metrics_text(sim_server))
     assert values["nv_gpu_utilization"][uid] == 0.0
     assert values["nv_gpu_power_usage"][uid] == 20.0
