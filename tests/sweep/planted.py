@@ -16,6 +16,12 @@ front of one accelerator shared by N instances (device work serialised, host wor
 real engine runs, on this noiseless formula, so the brute-force optimum and the fake's answers
 come from one function. ``FakeTarget`` + ``FakeLoadGenerator`` put the formula behind the real
 seams (``Target`` and ``LoadGenerator``) so the whole sweep runs in milliseconds.
+
+A capacity search whose step is sequential (``LoadSpec.sequential``) gets sequential steps from
+the fake too: the share of requests over the goal follows from the planted p99 (an exponential
+tail beyond it, :func:`share_over`), each window's count over the goal is a seeded binomial draw,
+and the real test (:func:`analyzer.stepping.decide_windows`, independent requests) decides PASS,
+FAIL or BOUNDARY; the step's ``request_count`` is the requests the test needed.
 """
 
 from __future__ import annotations
@@ -23,9 +29,10 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -40,7 +47,35 @@ from analyzer.measure import (
     meets_goals,
 )
 from analyzer.search import SearchSpace
+from analyzer.stepping import StepRecord, StepTest, decide_windows
 from analyzer.trial import Knobs
+
+#: Decay of the planted latency tail beyond p99: a goal at twice the p99 is its p99.99.
+TAIL_DECAY = math.log(100.0)
+
+
+def share_over(p99_ms: float, goal_ms: float) -> float:
+    """Share of requests over ``goal_ms`` when the p99 is ``p99_ms`` and the tail beyond it is
+    exponential in ``goal / p99`` (0.01 at the p99, 0.0001 at twice it), at most 1."""
+    if not math.isfinite(p99_ms):
+        return 1.0
+    return min(1.0, 0.01 * math.exp(-TAIL_DECAY * (goal_ms / p99_ms - 1.0)))
+
+
+def planted_step(
+    test: StepTest, p99_ms: float, rate: float, rng: np.random.Generator
+) -> StepRecord:
+    """The sequential test on binomial windows (half a second of requests each) of ``rate``."""
+    share = share_over(p99_ms, test.goal_ms)
+    window = max(50, round(rate / 2))
+    over: list[int] = []
+    ns: list[int] = []
+    while True:
+        ns.append(window)
+        over.append(int(rng.binomial(window, share)))
+        record = decide_windows(test, over, ns, tau=1.0)
+        if record.verdict.final:
+            return record
 
 
 @dataclass(frozen=True)
@@ -233,6 +268,8 @@ class FakeLoadGenerator:
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
+        # Apart from the p99 noise, so sequential and fixed-window sweeps see the same p99s.
+        self._step_rng = np.random.default_rng(self.seed)
 
     def _measurement(self, rate: float, knobs: Knobs, p99: float) -> Measurement:
         finite = math.isfinite(p99)
@@ -274,17 +311,25 @@ class FakeLoadGenerator:
         search = CapacitySearch(spec)
         points = []
         best = None
+        test = spec.step.sequential
+        if test is not None:
+            test = replace(test, goal_ms=spec.goals.p99_ms)
         while (rate := search.next_rate()) is not None:
             m = self._measurement(rate, knobs, self.model.p99_ms(knobs, rate))
+            if test is not None:
+                record = planted_step(test, m.p99_ms, rate, self._step_rng)
+                m = replace(m, step=record, request_count=record.n, duration_s=record.n / rate)
             ok, _ = meets_goals(m, spec.goals)
             points.append(m)
             if ok and (best is None or rate > best.target):
                 best = m
-            search.record(rate, ok)
+            boundary = ok and m.step is not None and m.step.verdict.value == "boundary"
+            search.record(rate, ok, boundary=boundary)
         return CapacityResult(
             goals=spec.goals,
             capacity_rps=search.capacity_rps,
             points=tuple(points),
             best=best,
             bracketed=search.bracketed,
+            at_boundary=search.at_boundary,
         )
