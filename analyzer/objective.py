@@ -23,10 +23,13 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, ClassVar, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
 
 from analyzer.errors import InputError
-from analyzer.measure import GainSample, Goals, Measurement, WindowStats, meets_goals
+from analyzer.measure import GainSample, LoadMode, meets_goals
+
+if TYPE_CHECKING:  # records imports this module (gentlest): its types only
+    from analyzer.records import TrialMeasurement, ValidationCandidate
 
 __all__ = [
     "OBJECTIVES",
@@ -50,7 +53,7 @@ class UnknownObjectiveError(InputError):
 
 
 class Result(Protocol):
-    """What the objective reads from a trial (``analyzer.trial.TrialResult`` is one)."""
+    """What the objective reads from a trial (``analyzer.records.TrialRecord`` is one)."""
 
     @property
     def number(self) -> int: ...
@@ -68,14 +71,14 @@ class Result(Protocol):
     def meets_goals(self) -> bool: ...
 
     @property
-    def measurement(self) -> Mapping[str, Any] | None: ...
+    def measurement(self) -> TrialMeasurement | None: ...
 
 
 #: The summary.json ``validation`` key holding each metric's :meth:`Objective.repeat_figure`.
 _WORST_KEY = {"throughput_rps": "worst_rps", "p99_ms": "worst_p99_ms"}
 
 R = TypeVar("R", bound=Result)
-C = TypeVar("C", bound=Mapping[str, Any])
+C = TypeVar("C", bound="ValidationCandidate")
 P = TypeVar("P")
 
 
@@ -239,7 +242,7 @@ class Objective(abc.ABC):
         picked: list[R] = []
         seen: list[Any] = []
         for r in self.ranked(feasible):
-            knobs = getattr(r, "knobs", r.number)
+            knobs = getattr(r, "config", r.number)
             if knobs not in seen:
                 picked.append(r)
                 seen.append(knobs)
@@ -274,8 +277,9 @@ class Objective(abc.ABC):
     def choose(self, passing: Sequence[C], resolution: float) -> tuple[C, str | None]:
         """The winner among validated candidates that met the goals in every repeat.
 
-        Candidates are the ``validation`` entries of summary.json; ``worst_rps`` and
-        ``worst_p99_ms`` hold their :meth:`repeat_figure` values. The best worst case wins.
+        Candidates are the ``validation`` entries of summary.json
+        (:class:`~analyzer.records.ValidationCandidate`); ``worst_rps`` and ``worst_p99_ms``
+        hold their :meth:`repeat_figure` values. The best worst case wins.
 
         Args:
             passing: The candidates (at least one).
@@ -287,9 +291,13 @@ class Objective(abc.ABC):
         if not passing:
             raise ValueError("no passing candidate")
         key = _WORST_KEY[self.metric]
+
+        def figure(c: C) -> float:
+            return float(getattr(c, key))
+
         if self.higher_is_better:
-            return max(passing, key=lambda c: float(c[key])), None
-        return min(passing, key=lambda c: float(c[key])), None
+            return max(passing, key=figure), None
+        return min(passing, key=figure), None
 
     # -- the gain and the headline --------------------------------------------------------------
 
@@ -359,25 +367,23 @@ class _CapacityMixin:
         using less GPU memory and device time (:func:`prefer_lighter`)."""
         if not passing:
             raise ValueError("no passing candidate")
-        chosen = max(passing, key=lambda c: float(c["worst_rps"]))
+        chosen = max(passing, key=lambda c: c.worst_rps)
         return prefer_lighter(chosen, list(passing), resolution)
 
     @staticmethod
     def _capacity_sample(result: Result) -> GainSample:
-        raw = result.measurement or {}
         value = result.throughput_rps if result.meets_goals else 0.0
-        capacity = raw.get("capacity") if "capacity" in raw else raw
+        capacity = result.measurement.capacity if result.measurement is not None else None
         high = value
-        closed_loop = isinstance(capacity, Mapping) and any(
-            p.get("mode") == "concurrency" for p in capacity.get("points", ())
+        # Closed loop: the levels are user counts, not rates, so they bound nothing here.
+        closed_loop = capacity is not None and any(
+            p.mode is LoadMode.CONCURRENCY for p in capacity.points
         )
-        if value > 0 and isinstance(capacity, Mapping) and not closed_loop:
-            # Closed loop: the levels are user counts, not rates, so they bound nothing here.
+        if value > 0 and capacity is not None and not closed_loop:
             failing = [
-                float(p["target"])
-                for p in capacity.get("points", ())
-                if float(p.get("target", 0)) > value
-                and not meets_goals(Measurement.from_dict(p), Goals(**capacity["goals"]))[0]
+                p.target
+                for p in capacity.points
+                if p.target > value and not meets_goals(p, capacity.goals)[0]
             ]
             high = min(failing, default=value)
         return GainSample(value, value, high)
@@ -472,8 +478,10 @@ class LatencyObjective(Objective):
         to the worst's."""
         if not result.meets_goals:
             return GainSample(math.inf, math.inf, math.inf)
-        raw = result.measurement or {}
-        windows = [WindowStats.from_dict(w) for w in raw.get("windows", ())]
+        m = result.measurement
+        # The fixed level's own windows (a capacity search brackets no latency here).
+        level = m.fixed if m is not None and m.capacity is None else None
+        windows = level.windows if level is not None else ()
         p99s = [w.p99_ms for w in windows if w.request_count > 0] + [result.p99_ms]
         return GainSample(result.p99_ms, min(p99s), max(p99s))
 
@@ -551,18 +559,14 @@ class ParetoObjective(_CapacityMixin, Objective):
         return max(0.5 * baseline_rps, min_rate_rps)
 
 
-def _gpu_use(candidate: Mapping[str, Any]) -> tuple[float, float] | None:
+def _gpu_use(candidate: ValidationCandidate) -> tuple[float, float] | None:
     """(peak memory of the fullest GPU, mean utilisation) over a candidate's validation repeats;
     None when a repeat recorded no GPU figure."""
-    from analyzer.trial import gpu_figures  # trial's records; imported late: no cycle
-
     peaks, utils = [], []
-    for raw in candidate.get("measurements") or ():
-        gpus = gpu_figures(raw) or []
-        mem = [g["memory_used_peak_mb"] for g in gpus if g.get("memory_used_peak_mb") is not None]
-        util = [
-            g["utilization_pct_mean"] for g in gpus if g.get("utilization_pct_mean") is not None
-        ]
+    for m in candidate.measurements:
+        gpus = m.gpus() if m is not None else ()
+        mem = [g.memory_used_peak_mb for g in gpus if g.memory_used_peak_mb is not None]
+        util = [g.utilization_pct_mean for g in gpus if g.utilization_pct_mean is not None]
         if not mem or not util:
             return None
         peaks.append(max(mem))
@@ -582,20 +586,20 @@ def prefer_lighter(chosen: C, passing: Sequence[C], tolerance: float) -> tuple[C
     Returns:
         (the winner, a sentence saying why it won over ``chosen``, or None when it is ``chosen``)
     """
-    best_rps = chosen["worst_rps"]
-    tied = [c for c in passing if c["worst_rps"] >= (1.0 - tolerance) * best_rps]
-    known = {c["trial_number"]: _gpu_use(c) for c in tied}
+    best_rps = chosen.worst_rps
+    tied = [c for c in passing if c.worst_rps >= (1.0 - tolerance) * best_rps]
+    known = {c.trial_number: _gpu_use(c) for c in tied}
     use = {n: u for n, u in known.items() if u is not None}
     if len(tied) < 2 or len(use) < len(known):
         return chosen, None
-    winner = min(tied, key=lambda c: (*use[c["trial_number"]], -c["worst_rps"]))
+    winner = min(tied, key=lambda c: (*use[c.trial_number], -c.worst_rps))
     if winner is chosen:
         return chosen, None
-    name = "the baseline" if winner["trial_number"] < 0 else f"trial {winner['trial_number']}"
-    other = "the baseline" if chosen["trial_number"] < 0 else f"trial {chosen['trial_number']}"
-    (w_mem, w_util), (c_mem, c_util) = use[winner["trial_number"]], use[chosen["trial_number"]]
+    name = "the baseline" if winner.trial_number < 0 else f"trial {winner.trial_number}"
+    other = "the baseline" if chosen.trial_number < 0 else f"trial {chosen.trial_number}"
+    (w_mem, w_util), (c_mem, c_util) = use[winner.trial_number], use[chosen.trial_number]
     return winner, (
-        f"Chose {name} ({winner['worst_rps']:.1f} req/s, {w_mem:.0f} MiB, GPU {w_util:.0f} % "
+        f"Chose {name} ({winner.worst_rps:.1f} req/s, {w_mem:.0f} MiB, GPU {w_util:.0f} % "
         f"busy) over {other} ({best_rps:.1f} req/s, {c_mem:.0f} MiB, {c_util:.0f} %): their "
         f"capacities are within the capacity search's resolution ({tolerance:.0%}), and at "
         "equal throughput the config using less GPU memory and device time wins."

@@ -53,21 +53,21 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from analyzer.errors import ResultFormatError
 from analyzer.measure import (
+    LOW_SAMPLE_P99,
     CapacityResult,
     GpuStats,
     Measurement,
     goals_met,
+    p99_sample_note,
     unusable,
 )
 from analyzer.objective import gentlest
 from analyzer.results import read_document, refuse_version, write_json
-
-if TYPE_CHECKING:  # trial.py may import this module: Knobs is imported where it is used
-    from analyzer.trial import Knobs, TrialResult
+from analyzer.trial import Knobs
 
 SUMMARY_KIND = "perfsweep.summary"
 TRIAL_KIND = "perfsweep.trial"
@@ -106,8 +106,6 @@ GPU_FIGURE_KEYS = (
 
 
 def _knobs(data: Mapping[str, Any]) -> Knobs:
-    from analyzer.trial import Knobs
-
     return Knobs.from_dict(data)
 
 
@@ -286,9 +284,12 @@ def _measurement_dict(m: TrialMeasurement | None) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class TrialRecord:
-    """One measured config: ``trials/NNN/measurement.json`` (``baseline/`` for number -1).
+    """One measured config: a search trial, the baseline (number -1) or a validation repeat.
 
-    The fields are those of ``TrialResult.to_record()`` (docs/internals.md, "Trial record").
+    The sweep builds it as it measures (and hands it to its observer); on disk it is
+    ``trials/NNN/measurement.json`` (``baseline/`` for number -1; docs/internals.md, "Trial
+    record"). Everything derived from the measurement (its operating point, GPU figures, sample
+    count, whether it is usable) is asked of the typed :attr:`measurement`.
     """
 
     number: int
@@ -322,12 +323,23 @@ class TrialRecord:
 
         Records written before the one rule could say an unusable measurement met the goals.
         """
-        problem = self.measurement.problem() if self.measurement is not None else None
-        return self.complete and self.meets_goals and goals_met(problem, {})
+        return self.complete and self.meets_goals and goals_met(self.problem(), {})
+
+    def problem(self) -> str | None:
+        """See :meth:`TrialMeasurement.problem` (None when not recorded)."""
+        return self.measurement.problem() if self.measurement is not None else None
 
     def operating_point(self) -> Measurement | None:
         """See :meth:`TrialMeasurement.operating_point` (None when not recorded)."""
         return self.measurement.operating_point() if self.measurement is not None else None
+
+    def request_count(self) -> int | None:
+        """Latencies behind the reported percentiles (None: not recorded)."""
+        return self.measurement.request_count() if self.measurement is not None else None
+
+    def gpu_figures(self) -> list[dict[str, Any]] | None:
+        """See :meth:`TrialMeasurement.gpu_figures` (None when not recorded)."""
+        return self.measurement.gpu_figures() if self.measurement is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         """The file's JSON, version header first."""
@@ -355,7 +367,7 @@ class TrialRecord:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrialRecord:
-        """Inverse of :meth:`to_dict`; also takes ``TrialResult.to_record()`` (no header)."""
+        """Inverse of :meth:`to_dict` (also without the version header)."""
         return _parsing(TRIAL_KIND, lambda: cls._from_dict(_migrate(TRIAL_KIND, data)))
 
     @classmethod
@@ -490,23 +502,36 @@ class ConfigEntry:
     source: str | None = None
 
     @classmethod
-    def from_result(
+    def from_trial(
         cls,
-        result: TrialResult,
+        trial: TrialRecord,
         *,
         config_path: str | None,
         search_throughput_rps: float | None,
         validated_throughput_rps: float | None = None,
     ) -> ConfigEntry:
-        """The entry of a headline :class:`~analyzer.trial.TrialResult` (``sweep._finish``)."""
-        return cls.from_dict(
-            {
-                **result.summary_entry(),
-                "config_path": config_path,
-                "validated_throughput_rps": validated_throughput_rps,
-                "search_throughput_rps": search_throughput_rps,
-                "source": result.source,
-            }
+        """The entry of a headline trial (``sweep._finish``).
+
+        ``p99_n`` is the number of latencies behind the percentiles; a p99 of fewer than
+        :data:`~analyzer.measure.LOW_SAMPLE_P99` is ``p99_low_sample`` with a ``p99_note``.
+        """
+        samples = trial.request_count()
+        gpus = trial.gpu_figures()
+        return cls(
+            config=trial.config,
+            throughput_rps=float(trial.throughput_rps),
+            p50_ms=float(trial.p50_ms),
+            p99_ms=float(trial.p99_ms),
+            meets_goals=bool(trial.meets_goals),
+            trial_number=trial.number,
+            config_path=config_path,
+            p99_n=samples,
+            p99_low_sample=None if samples is None else samples < LOW_SAMPLE_P99,
+            p99_note=p99_sample_note(samples),
+            gpus=None if gpus is None else tuple(gpus),
+            validated_throughput_rps=validated_throughput_rps,
+            search_throughput_rps=search_throughput_rps,
+            source=trial.source,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -588,7 +613,7 @@ class ParetoEntry:
 class RunSummary:
     """summary.json: what a sweep produced, where, and in which environment.
 
-    Build it with keyword arguments (``sweep._finish``: :meth:`ConfigEntry.from_result` for the
+    Build it with keyword arguments (``sweep._finish``: :meth:`ConfigEntry.from_trial` for the
     two entries, :meth:`ValidationCandidate.from_dict` for the candidates it wrote), or from the
     JSON with :meth:`from_dict`. Free-form parts (goals, environment, scenario, study, files,
     left_on_server, devices, server_gpus) stay mappings: they are the scenario's and the

@@ -36,12 +36,11 @@ from optuna.trial import TrialState
 from analyzer.errors import InputError
 from analyzer.trial import Knobs
 
-__all__ = [  # Knobs is defined in analyzer.trial (no optuna there) and re-exported here
+__all__ = [  # Knobs is analyzer.trial's (no optuna there): import it from there
     "INTERRUPTED_REASON",
     "AskedTrial",
     "FinishedTrial",
     "InterruptedTrial",
-    "Knobs",
     "Search",
     "SearchSpace",
     "TrialOutcome",

@@ -1,4 +1,4 @@
-"""The sweep, end to end: ``run_sweep(scenario) -> RunSummary``.
+"""The sweep, end to end: ``run_sweep(scenario) -> SweepOutcome``.
 
 ::
 
@@ -34,8 +34,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 from analyzer import records
 from analyzer.errors import InputError, TargetError
 from analyzer.evaluation import Evaluator
-from analyzer.measure import GainSample, LoadGenerator, gain_estimate, gain_sentence
+from analyzer.measure import GainSample, LoadGenerator, gain_estimate, gain_sentence, goals_met
 from analyzer.objective import Objective, objective_for, worst_value
+from analyzer.records import TrialRecord
 from analyzer.results import RunDirectory, environment, new_run_id, utc_now, write_atomic
 from analyzer.scenario import Scenario
 from analyzer.search import INTERRUPTED_REASON, FinishedTrial, Search, SearchSpace, TrialOutcome
@@ -46,27 +47,11 @@ from analyzer.target import (
     observed_device,
     untunable_reason,
 )
-from analyzer.trial import (
-    Knobs,
-    TrialResult,
-    apply_knobs,
-    knobs_of,
-    percentile_samples,
-    server_gpus,
-    trial_meets_goals,
-)
+from analyzer.trial import Knobs, apply_knobs, knobs_of, server_gpus
 
 _LOG = logging.getLogger(__name__)
 
-__all__ = [  # knobs_of, apply_knobs and TrialResult live in analyzer.trial; kept importable here
-    "RunSummary",
-    "SweepObserver",
-    "TrialResult",
-    "apply_knobs",
-    "knobs_of",
-    "run_sweep",
-    "space_for",
-]
+__all__ = ["SweepObserver", "SweepOutcome", "run_sweep", "space_for"]
 
 #: Consecutive trials failing because the target is gone before the sweep gives up.
 MAX_TARGET_FAILURES = 3
@@ -77,19 +62,19 @@ MAX_TARGET_FAILURES = 3
 
 
 @dataclass(frozen=True)
-class RunSummary:
-    """What a sweep produced: the trial results behind summary.json, and the file's record
+class SweepOutcome:
+    """What a sweep produced: the trial records behind summary.json, and the file's record
     (:class:`analyzer.records.RunSummary`, in :attr:`record`)."""
 
     run_dir: Path
     run_id: str
-    baseline: TrialResult | None
-    best: TrialResult | None
+    baseline: TrialRecord | None
+    best: TrialRecord | None
     gain: float | None
     trials: dict[str, int]
     stop_reason: str
     best_config_path: Path | None
-    pareto: list[TrialResult]
+    pareto: list[TrialRecord]
     #: summary.json as written (``record.to_dict()``).
     data: dict[str, Any]
     #: summary.json as its typed record.
@@ -110,16 +95,16 @@ class SweepObserver:
     def on_phase(self, text: str) -> None:
         """What the current trial is doing (load level, retry)."""
 
-    def on_trial_end(self, result: TrialResult, best: TrialResult | None) -> None:
+    def on_trial_end(self, result: TrialRecord, best: TrialRecord | None) -> None:
         """A trial finished; ``best`` is the best feasible trial so far."""
 
-    def on_validation(self, number: int, repeat: int, result: TrialResult) -> None:
+    def on_validation(self, number: int, repeat: int, result: TrialRecord) -> None:
         """One validation repeat finished."""
 
     def on_server_left(self, left: dict[str, Any]) -> None:
         """What the server holds now (``left_on_server`` of summary.json); also on failure."""
 
-    def on_finish(self, summary: RunSummary) -> None:
+    def on_finish(self, summary: SweepOutcome) -> None:
         """Everything is written."""
 
 
@@ -153,11 +138,11 @@ class _State:
     search: Search
     evaluator: Evaluator
     observer: SweepObserver
-    results: dict[int, TrialResult] = field(default_factory=dict)
-    baseline: TrialResult | None = None
+    results: dict[int, TrialRecord] = field(default_factory=dict)
+    baseline: TrialRecord | None = None
     target_failures: int = 0
     #: Validation repeats per trial number (-1 = the baseline).
-    validated: dict[int, list[TrialResult]] = field(default_factory=dict)
+    validated: dict[int, list[TrialRecord]] = field(default_factory=dict)
     #: A config was pushed to the server (so a shared server must be given one back).
     touched: bool = False
     #: What was left on the server (summary ``left_on_server``); None until decided.
@@ -176,7 +161,7 @@ def run_sweep(
     observer: SweepObserver | None = None,
     clock: Callable[[], float] = time.monotonic,
     command: list[str] | None = None,
-) -> RunSummary:
+) -> SweepOutcome:
     """Run (or resume) a sweep and write its run directory.
 
     Args:
@@ -253,7 +238,7 @@ def _sweep(
     started: float,
     started_at: str,
     command: list[str] | None,
-) -> RunSummary:
+) -> SweepOutcome:
     with contextlib.ExitStack() as stack:
         if target is None:
             _refuse_untunable(_repository_config(scenario))  # before a server loads it
@@ -293,7 +278,7 @@ def _sweep(
         )
         observer.on_start(directory.root, scenario, target.describe())
         for record in directory.load_existing_trials():
-            result = TrialResult.from_record(record)
+            result = _resumed(TrialRecord.from_dict(record))
             if result.number < 0:
                 state.baseline = result
             else:
@@ -324,6 +309,12 @@ def _sweep(
             run_state["left_on_server"] = _leave_server(state, None)
             raise
         return _finish(state, stop_reason, validation, started_at, clock() - started, run_state)
+
+
+def _resumed(record: TrialRecord) -> TrialRecord:
+    """A record read back on ``--resume``: records written before the one rule could say an
+    unusable measurement met the goals; it does not."""
+    return replace(record, meets_goals=record.meets_goals and record.problem() is None)
 
 
 def _repository_config(scenario: Scenario) -> mc.ModelConfig | None:
@@ -370,19 +361,19 @@ def _record_interrupted(
     state: _State, number: int, source: str, knobs: Knobs, started_at: str
 ) -> None:
     """Record a trial the run stopped during: it is a trial of this run, not a result."""
-    result = TrialResult(
+    result = TrialRecord(
         number=number,
         source=source,
-        knobs=knobs,
         state="interrupted",
+        config=knobs,
         failure=INTERRUPTED_REASON,
         started_at=started_at,
     )
     state.results[number] = result
-    state.run_dir.write_trial(result.to_record())
+    state.run_dir.write_trial(result)
 
 
-def _leave_server(state: _State, chosen: TrialResult | None) -> dict[str, Any]:
+def _leave_server(state: _State, chosen: TrialRecord | None) -> dict[str, Any]:
     """Put a shared server back on a known config (``run.leave``) and say which; once.
 
     The config is sent explicitly in the load override: an empty load means "the on-disk
@@ -409,7 +400,7 @@ def _leave_server(state: _State, chosen: TrialResult | None) -> dict[str, Any]:
                     "the best config is the model's original config: restored it",
                 )
             else:
-                which, config = "best", apply_knobs(base, chosen.knobs)
+                which, config = "best", apply_knobs(base, chosen.config)
                 detail = f"loaded the best config (trial {chosen.number})"
         try:
             target.load_config(config)
@@ -503,12 +494,12 @@ def _locust_generator(
         yield generator
 
 
-def _measure_baseline(state: _State) -> TrialResult:
+def _measure_baseline(state: _State) -> TrialRecord:
     knobs = knobs_of(state.base_config)
     state.run_dir.write_config(-1, state.base_config)
     state.observer.on_trial_start(-1, "baseline", knobs, 0, state.scenario.budget.trials)
     result = _run_trial(state, -1, "baseline", knobs, state.base_config)
-    state.run_dir.write_trial(result.to_record())
+    state.run_dir.write_trial(result)
     state.observer.on_trial_end(result, None)
     return result
 
@@ -521,7 +512,7 @@ def _run_trial(
     config: mc.ModelConfig,
     factor: float = 1.0,
     near_rps: float | None = None,
-) -> TrialResult:
+) -> TrialRecord:
     """Load ``config`` and measure it; a failure becomes a failed result, never an exception.
 
     A target that died is restarted and the trial retried once.
@@ -549,39 +540,40 @@ def _run_trial(
             break
         state.target_failures = 0
         numbers, constraints = evaluation.numbers, evaluation.constraints
-        return TrialResult(
+        return TrialRecord(
             number=number,
             source=source,
-            knobs=knobs,
             state="complete",
+            config=knobs,
             throughput_rps=numbers["throughput_rps"],
             offered_rps=numbers["offered_rps"],
             p50_ms=numbers["p50_ms"],
             p90_ms=numbers["p90_ms"],
             p99_ms=numbers["p99_ms"] if math.isfinite(numbers["p99_ms"]) else 0.0,
             error_rate=numbers["error_rate"],
-            meets_goals=trial_meets_goals(evaluation.measurement, constraints),  # the one rule
+            # The one rule: a usable measurement, and every slack satisfied.
+            meets_goals=goals_met(evaluation.measurement.problem(), constraints),
             constraints=dict(constraints),
             values=evaluation.values,
             started_at=started_at,
-            duration_s=time.monotonic() - t0,
+            duration_s=round(time.monotonic() - t0, 3),
             measurement=evaluation.measurement,
         )
-    return TrialResult(
+    return TrialRecord(
         number=number,
         source=source,
-        knobs=knobs,
         state="failed",
+        config=knobs,
         failure=failure,
         started_at=started_at,
-        duration_s=time.monotonic() - t0,
+        duration_s=round(time.monotonic() - t0, 3),
     )
 
 
-def _stagnant(results: dict[int, TrialResult], scenario: Scenario, objective: Objective) -> bool:
+def _stagnant(results: dict[int, TrialRecord], scenario: Scenario, objective: Objective) -> bool:
     """True after ``patience`` trials without a feasible improvement of ``min_improvement``."""
     b = scenario.budget
-    best: TrialResult | None = None
+    best: TrialRecord | None = None
     since = 0
     for number in sorted(results):
         r = results[number]
@@ -640,11 +632,11 @@ def _search_loop(state: _State, clock: Callable[[], float], started: float) -> s
             if state.target_failures >= MAX_TARGET_FAILURES:
                 raise TargetError(f"{MAX_TARGET_FAILURES} trials in a row failed: {result.failure}")
         state.results[asked.number] = result
-        state.run_dir.write_trial(result.to_record())
+        state.run_dir.write_trial(result)
         state.observer.on_trial_end(result, state.objective.best(state.results.values()))
 
 
-def _validate(state: _State) -> list[dict[str, Any]]:
+def _validate(state: _State) -> list[records.ValidationCandidate]:
     """Re-measure the top feasible configs with longer windows; keep every repeat's numbers."""
     scenario, objective = state.scenario, state.objective
     b = scenario.budget
@@ -653,21 +645,21 @@ def _validate(state: _State) -> list[dict[str, Any]]:
     feasible = [r for r in state.results.values() if r.state == "complete" and r.meets_goals]
     top = objective.validation_candidates(feasible, b.validate_top)
     baseline = state.baseline
-    if top and baseline and baseline.meets_goals and baseline.knobs not in [t.knobs for t in top]:
+    if top and baseline and baseline.meets_goals and baseline.config not in [t.config for t in top]:
         # The starting config competes too: a sweep must never recommend a config that is
         # worse than what the model already had, just because one search measurement was lucky.
         top.append(baseline)
     order = [(r, i) for i in range(b.validate_repeats) for r in top]
     random.Random(scenario.run.seed).shuffle(order)  # interleaved: drift hits all alike
-    repeats: dict[int, list[TrialResult]] = {r.number: [] for r in top}
+    repeats: dict[int, list[TrialRecord]] = {r.number: [] for r in top}
     for r, i in order:
-        state.observer.on_trial_start(r.number, "validation", r.knobs, i + 1, b.validate_repeats)
-        config = state.base_config if r.number < 0 else apply_knobs(state.base_config, r.knobs)
+        state.observer.on_trial_start(r.number, "validation", r.config, i + 1, b.validate_repeats)
+        config = state.base_config if r.number < 0 else apply_knobs(state.base_config, r.config)
         result = _run_trial(
             state,
             r.number,
             "validation",
-            r.knobs,
+            r.config,
             config,
             factor=b.validate_window_factor,
             near_rps=r.throughput_rps,
@@ -675,7 +667,7 @@ def _validate(state: _State) -> list[dict[str, Any]]:
         repeats[r.number].append(result)
         state.validated.setdefault(r.number, []).append(result)
         state.observer.on_validation(r.number, i + 1, result)
-    candidates: list[dict[str, Any]] = []
+    candidates: list[records.ValidationCandidate] = []
     for r in top:
         runs = repeats[r.number]
         ok = [x for x in runs if x.state == "complete"]
@@ -688,43 +680,41 @@ def _validate(state: _State) -> list[dict[str, Any]]:
         )
         worst_p99 = worst_value("p99_ms", [x.p99_ms for x in ok]) if ok else math.inf
         candidates.append(
-            {
-                "trial_number": r.number,
-                "config": r.knobs.to_dict(),
-                "search_throughput_rps": r.throughput_rps,
-                "throughput_rps": [x.throughput_rps for x in runs],
-                "p99_ms": [x.p99_ms for x in runs],
-                "p99_n": [percentile_samples(x.measurement) for x in runs],
-                "meets_goals": [x.meets_goals for x in runs],
-                "measurements": [x.measurement for x in runs],
-                "worst_rps": worst_rps,
-                "worst_p99_ms": worst_p99 if math.isfinite(worst_p99) else None,
-                "all_meet_goals": bool(ok)
-                and len(ok) == len(runs)
-                and all(x.meets_goals for x in ok),
-            }
+            records.ValidationCandidate(
+                trial_number=r.number,
+                config=r.config,
+                search_throughput_rps=r.throughput_rps,
+                throughput_rps=tuple(x.throughput_rps for x in runs),
+                p99_ms=tuple(x.p99_ms for x in runs),
+                meets_goals=tuple(x.meets_goals for x in runs),
+                worst_rps=worst_rps,
+                worst_p99_ms=worst_p99 if math.isfinite(worst_p99) else None,
+                all_meet_goals=bool(ok) and len(ok) == len(runs) and all(x.meets_goals for x in ok),
+                p99_n=tuple(x.request_count() for x in runs),
+                measurements=tuple(x.measurement for x in runs),
+            )
         )
-    state.run_dir.write_validation([dict(c) for c in candidates])
+    state.run_dir.write_validation(records.Validation(tuple(candidates)))
     return candidates
 
 
 def _choose(
-    state: _State, validation: list[dict[str, Any]]
-) -> tuple[TrialResult | None, float | None]:
+    state: _State, validation: list[records.ValidationCandidate]
+) -> tuple[TrialRecord | None, float | None]:
     """The best worst case among validated configs, else the best search trial."""
-    passing = [c for c in validation if c["all_meet_goals"]]
+    passing = [c for c in validation if c.all_meet_goals]
     if passing:
         chosen, state.tie_break = state.objective.choose(
             passing, state.scenario.budget.capacity_resolution
         )
-        number = chosen["trial_number"]
+        number = chosen.trial_number
         if number < 0 and state.baseline is not None:
-            return state.baseline, chosen["worst_rps"]
-        return state.results[number], chosen["worst_rps"]
+            return state.baseline, chosen.worst_rps
+        return state.results[number], chosen.worst_rps
     return state.objective.best(state.results.values()), None
 
 
-def _headline(state: _State, result: TrialResult | None) -> TrialResult | None:
+def _headline(state: _State, result: TrialRecord | None) -> TrialRecord | None:
     """``result`` as its worst validation repeat (numbered like the trial), when it was validated
     and every repeat completed; the search measurement otherwise."""
     if result is None:
@@ -740,15 +730,15 @@ def _headline(state: _State, result: TrialResult | None) -> TrialResult | None:
 def _finish(
     state: _State,
     stop_reason: str,
-    validation: list[dict[str, Any]],
+    validation: list[records.ValidationCandidate],
     started_at: str,
     duration_s: float,
     run_state: dict[str, Any],
-) -> RunSummary:
+) -> SweepOutcome:
     scenario, directory = state.scenario, state.run_dir
     chosen, validated_rps = _choose(state, validation)
     best_path = (
-        directory.write_best(apply_knobs(state.base_config, chosen.knobs)) if chosen else None
+        directory.write_best(apply_knobs(state.base_config, chosen.config)) if chosen else None
     )
     left = _leave_server(state, chosen)
     # Headline numbers: the worst validation repeat when validated, so that baseline, best and
@@ -766,7 +756,7 @@ def _finish(
     counts["total"] = sum(counts.values())
     best_entry = None
     if best and chosen:
-        best_entry = records.ConfigEntry.from_result(
+        best_entry = records.ConfigEntry.from_trial(
             best,
             config_path=directory.relative(best_path) if best_path else None,
             search_throughput_rps=chosen.throughput_rps,
@@ -774,7 +764,7 @@ def _finish(
         )
     baseline_entry = None
     if baseline and state.baseline:
-        baseline_entry = records.ConfigEntry.from_result(
+        baseline_entry = records.ConfigEntry.from_trial(
             baseline,
             config_path=directory.relative(directory.trial_dir(-1) / "config.pbtxt"),
             search_throughput_rps=state.baseline.throughput_rps,
@@ -808,7 +798,7 @@ def _finish(
         stop_reason=stop_reason,
         left_on_server=left,
         pareto=pareto_entries,
-        validation=tuple(records.ValidationCandidate.from_dict(c) for c in validation),
+        validation=tuple(validation),
         environment=environment(scenario.hash(), target_info),
         scenario=scenario.to_dict(),
         study={"storage": _redact(run_state["storage"]), "study_name": run_state["study_name"]},
@@ -832,7 +822,7 @@ def _finish(
     )
     directory.write_run_state(run_state)
     _write_report(directory, data)
-    return RunSummary(
+    return SweepOutcome(
         directory.root,
         run_state["run_id"],
         baseline,
@@ -847,7 +837,7 @@ def _finish(
     )
 
 
-def _front(state: _State) -> tuple[list[TrialResult], tuple[records.ParetoEntry, ...]]:
+def _front(state: _State) -> tuple[list[TrialRecord], tuple[records.ParetoEntry, ...]]:
     """A front objective's feasible non-dominated trials by throughput, each config written
     to ``pareto/NN/``; nothing for a single-winner objective."""
     if not state.objective.multi:
@@ -858,12 +848,12 @@ def _front(state: _State) -> tuple[list[TrialResult], tuple[records.ParetoEntry,
         (state.results[f.number] for f in front if f.number in state.results),
         key=lambda r: -r.throughput_rps,
     )
-    paths = directory.write_pareto(apply_knobs(state.base_config, r.knobs) for r in pareto)
+    paths = directory.write_pareto(apply_knobs(state.base_config, r.config) for r in pareto)
     entries = tuple(
         records.ParetoEntry(
             rank=rank,
             trial_number=r.number,
-            config=r.knobs,
+            config=r.config,
             throughput_rps=r.throughput_rps,
             p99_ms=r.p99_ms,
             reference_p99_ms=r.values[1] if len(r.values) > 1 else None,
@@ -887,9 +877,9 @@ class _Gain:
 
 def _gain(
     state: _State,
-    chosen: TrialResult | None,
-    best: TrialResult | None,
-    baseline: TrialResult | None,
+    chosen: TrialRecord | None,
+    best: TrialRecord | None,
+    baseline: TrialRecord | None,
 ) -> _Gain:
     """The objective's gain of ``best`` over ``baseline`` (their headline numbers), with its
     uncertainty: a seeded bootstrap over each side's validation repeats (each within its
@@ -903,7 +893,7 @@ def _gain(
     if chosen is None or state.baseline is None:
         return _Gain(gain, gain_sentence(gain, None, None, None))
 
-    def side(r: TrialResult) -> list[GainSample]:
+    def side(r: TrialRecord) -> list[GainSample]:
         runs = state.validated.get(r.number, [])
         if not runs or any(x.state != "complete" for x in runs):
             runs = [r]

@@ -1,30 +1,22 @@
-"""One trial: the knobs, the config they make, and the result record.
+"""One trial's knobs and the config they make.
 
-Nothing here imports optuna or gevent, so the dashboard and the report can use the knobs and
-the records cheaply. ``analyzer.search`` encodes :class:`Knobs` for the sampler;
-``analyzer.sweep`` measures trials with :class:`analyzer.evaluation.Evaluator` and stores
-:class:`TrialResult` records.
+Nothing here imports optuna or gevent, so the dashboard and the report can use the knobs
+cheaply. ``analyzer.search`` encodes :class:`Knobs` for the sampler; ``analyzer.sweep``
+measures trials with :class:`analyzer.evaluation.Evaluator` and records each as an
+:class:`analyzer.records.TrialRecord` (the one trial record type; its typed measurement answers
+what the trial's numbers rest on).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.measure import (
-    LOW_SAMPLE_P99,
-    GpuStats,
-    Measurement,
-    goals_met,
-    p99_sample_note,
-    unusable,
-)
-from analyzer.objective import gentlest
+from analyzer.measure import Measurement
 
 
 @dataclass(frozen=True)
@@ -130,153 +122,7 @@ def apply_knobs(base: mc.ModelConfig, knobs: Knobs) -> mc.ModelConfig:
 
 
 # --------------------------------------------------------------------------------------------------
-# Records and measurement
-
-
-@dataclass(frozen=True)
-class TrialResult:
-    """One measured config (a search trial, the baseline, or a validation repeat)."""
-
-    number: int
-    source: str
-    knobs: Knobs
-    state: str = "complete"
-    throughput_rps: float = 0.0
-    offered_rps: float = 0.0
-    p50_ms: float = 0.0
-    p90_ms: float = 0.0
-    p99_ms: float = 0.0
-    error_rate: float = 0.0
-    meets_goals: bool = False
-    constraints: dict[str, float] = field(default_factory=dict)
-    values: tuple[float, ...] = ()
-    failure: str | None = None
-    started_at: str = ""
-    duration_s: float = 0.0
-    measurement: dict[str, Any] | None = None
-
-    def to_record(self) -> dict[str, Any]:
-        """The trial record of ``trials/NNN/measurement.json`` (docs/internals.md)."""
-        return {
-            "number": self.number,
-            "source": self.source,
-            "state": self.state,
-            "config": self.knobs.to_dict(),
-            "throughput_rps": self.throughput_rps,
-            "offered_rps": self.offered_rps,
-            "p50_ms": self.p50_ms,
-            "p90_ms": self.p90_ms,
-            "p99_ms": self.p99_ms,
-            "error_rate": self.error_rate,
-            "meets_goals": self.meets_goals,
-            "constraints": dict(self.constraints),
-            "values": list(self.values),
-            "failure": self.failure,
-            "started_at": self.started_at,
-            "duration_s": round(self.duration_s, 3),
-            "measurement": self.measurement,
-        }
-
-    @classmethod
-    def from_record(cls, record: dict[str, Any]) -> TrialResult:
-        """Inverse of :meth:`to_record`."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"knobs", "values"}
-        kwargs = {k: v for k, v in record.items() if k in names}
-        # Records written before the one rule could say an invalid measurement met the goals.
-        kwargs["meets_goals"] = bool(record.get("meets_goals")) and (
-            measurement_problem(record.get("measurement")) is None
-        )
-        return cls(
-            knobs=Knobs.from_dict(record["config"]),
-            values=tuple(record.get("values", ())),
-            **kwargs,
-        )
-
-    def summary_entry(self) -> dict[str, Any]:
-        """The ``baseline`` / ``best`` object of summary.json.
-
-        ``p99_n`` is the number of latencies behind the percentiles; a p99 of fewer than
-        :data:`~analyzer.measure.LOW_SAMPLE_P99` is ``p99_low_sample`` with a ``p99_note``.
-        """
-        samples = percentile_samples(self.measurement)
-        return {
-            "config": self.knobs.to_dict(),
-            "throughput_rps": self.throughput_rps,
-            "p50_ms": self.p50_ms,
-            "p99_ms": self.p99_ms,
-            "p99_n": samples,
-            "p99_low_sample": None if samples is None else samples < LOW_SAMPLE_P99,
-            "p99_note": p99_sample_note(samples),
-            "meets_goals": self.meets_goals,
-            "trial_number": self.number,
-            "gpus": gpu_figures(self.measurement),
-        }
-
-
-def measurement_problem(raw: Mapping[str, Any] | None) -> str | None:
-    """Why a trial's measurement (its ``measurement`` JSON) cannot meet the goals, else None.
-
-    The measurement the trial's numbers rest on must be usable (:func:`analyzer.measure.unusable`):
-    the fixed level (``latency``), the reference level (``pareto``) or the capacity search's
-    operating point (its ``best`` passed :func:`~analyzer.measure.meets_goals` by construction).
-    With :func:`analyzer.measure.goals_met` this is the trial's whole verdict.
-    """
-    if not raw:
-        return None
-    if "reference" in raw and "capacity" in raw:
-        problem = measurement_problem(raw["reference"])
-        return f"reference load: {problem}" if problem else None
-    if "points" in raw and "capacity_rps" in raw:
-        best = raw.get("best")
-        return unusable(Measurement.from_dict(best)) if best else None
-    if "mode" in raw:
-        return unusable(Measurement.from_dict(raw))
-    return None
-
-
-def trial_meets_goals(raw: Mapping[str, Any] | None, constraints: Mapping[str, float]) -> bool:
-    """``TrialResult.meets_goals``: the measurement is usable and every slack is satisfied."""
-    return goals_met(measurement_problem(raw), constraints)
-
-
-def operating_point(raw: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """The measurement a trial's numbers rest on: the fixed level, or the capacity search's
-    best point (the gentlest point when nothing passed); None when not recorded."""
-    if not raw:
-        return None
-    if "capacity" in raw and isinstance(raw["capacity"], Mapping):
-        raw = raw["capacity"]
-    if "points" in raw and "capacity_rps" in raw:
-        point = raw.get("best")
-        if not point:
-            point = gentlest(raw.get("points") or ())
-        return point or None
-    return raw
-
-
-def gpu_figures(raw: Mapping[str, Any] | None) -> list[dict[str, Any]] | None:
-    """Per GPU at the operating point: ``uuid``, ``name``, ``utilization_pct_mean``/``_p95``,
-    ``memory_used_peak_mb``, ``memory_total_mb``, ``power_mean_w`` (see ``measure.GpuStats``).
-
-    None when the measurement is not recorded or the server reported no GPU (CPU-only Triton,
-    or metrics not readable).
-    """
-    point = operating_point(raw)
-    server = (point or {}).get("server") or {}
-    gpus = [GpuStats.from_dict(g) for g in server.get("gpus") or ()]
-    if not gpus:
-        return None
-    keep = (
-        "uuid",
-        "name",
-        "utilization_pct_mean",
-        "utilization_pct_p95",
-        "memory_used_peak_mb",
-        "memory_total_mb",
-        "power_mean_w",
-        "power_limit_w",
-    )
-    return [{k: getattr(g, k) for k in keep} for g in gpus]
+# Summary figures
 
 
 def server_gpus(*entries: Mapping[str, Any] | None) -> list[dict[str, Any]]:
@@ -303,11 +149,3 @@ def peak_gpu_memory_mb(m: Measurement) -> float:
         if g.memory_used_peak_mb is not None
     ]
     return max(peaks) if peaks else math.nan
-
-
-def percentile_samples(raw: Mapping[str, Any] | None) -> int | None:
-    """How many latencies the trial's reported percentiles rest on (None: not recorded): the
-    request count of its :func:`operating_point`."""
-    point = operating_point(raw) or {}
-    count = point.get("request_count")
-    return int(count) if count is not None else None

@@ -42,8 +42,9 @@ sys.path.insert(0, str(ROOT))
 
 from analyzer.results import environment, load_trial_record  # noqa: E402
 from analyzer.scenario import Scenario, load_scenario  # noqa: E402
-from analyzer.search import Knobs, Search, SearchSpace, TrialOutcome  # noqa: E402
+from analyzer.search import Search, SearchSpace, TrialOutcome  # noqa: E402
 from analyzer.sweep import run_sweep, space_for  # noqa: E402
+from analyzer.trial import Knobs  # noqa: E402
 from tests.sweep.planted import FakeLoadGenerator, FakeTarget, PlantedModel, brute_force  # noqa: E402
 
 #: (name, model, p99 goal ms): a GPU-like device at two goals and a CPU-like device.

@@ -22,8 +22,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 
 from analyzer.errors import GoalNotMetError, InputError
+from analyzer.records import TrialRecord
 from analyzer.scenario import Scenario, bundled_scenario, load_scenario
-from analyzer.sweep import RunSummary, SweepObserver, TrialResult
+from analyzer.sweep import SweepObserver, SweepOutcome
 from analyzer.trial import Knobs
 
 
@@ -44,8 +45,8 @@ class LiveView(SweepObserver):
         self.task = self.progress.add_task("trials", total=budget)
         self.current = ""
         self.phase = ""
-        self.rows: list[TrialResult] = []
-        self.best: TrialResult | None = None
+        self.rows: list[TrialRecord] = []
+        self.best: TrialRecord | None = None
         self.live = Live(self._render(), console=console, refresh_per_second=2, transient=False)
         self.started = False
 
@@ -66,7 +67,7 @@ class LiveView(SweepObserver):
             table.add_row(
                 "base" if r.number < 0 else str(r.number),
                 r.source,
-                r.knobs.label(),
+                r.config.label(),
                 f"{r.throughput_rps:.1f}" if r.state == "complete" else "-",
                 f"{r.p99_ms:.1f}" if r.state == "complete" else "-",
                 ("[green]met" if r.meets_goals else "[red]missed")
@@ -74,7 +75,7 @@ class LiveView(SweepObserver):
                 else f"[red]{r.state}: {escape((r.failure or '')[:60])}",
             )
         best = (
-            f"best so far: trial {self.best.number}  {escape(self.best.knobs.label())}  "
+            f"best so far: trial {self.best.number}  {escape(self.best.config.label())}  "
             f"{self.best.throughput_rps:.1f} req/s  p99 {self.best.p99_ms:.1f} ms"
             if self.best
             else "best so far: none meets the goals yet"
@@ -110,14 +111,14 @@ class LiveView(SweepObserver):
         self.phase = text
         self._refresh()
 
-    def on_trial_end(self, result: TrialResult, best: TrialResult | None) -> None:
+    def on_trial_end(self, result: TrialRecord, best: TrialRecord | None) -> None:
         self.rows.append(result)
         self.best = best or self.best
         if result.number >= 0:
             self.progress.advance(self.task)
         self._refresh()
 
-    def on_validation(self, number: int, repeat: int, result: TrialResult) -> None:
+    def on_validation(self, number: int, repeat: int, result: TrialRecord) -> None:
         self.phase = f"validated trial {number} repeat {repeat}: {result.throughput_rps:.1f} req/s"
         self._refresh()
 
@@ -129,7 +130,7 @@ def server_left_line(left: dict[str, Any]) -> str:
     return f"server left with: {left.get('detail')}{label}"
 
 
-def summary_table(summary: RunSummary) -> Table:
+def summary_table(summary: SweepOutcome) -> Table:
     """Baseline vs best, gain, and where the files are."""
     validated = any(
         r is not None and r.source == "validation" for r in (summary.baseline, summary.best)
@@ -162,7 +163,7 @@ def summary_table(summary: RunSummary) -> Table:
         if r is None:
             table.add_row(label, "-", "-", "-", "-", "-", "-", "-", "none met the goals")
             continue
-        k = r.knobs
+        k = r.config
         table.add_row(
             label,
             str(k.max_batch_size),

@@ -14,13 +14,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from analyzer.evaluation.capacity import CapacityDriver
 from analyzer.evaluation.plan import LoadPlan
 from analyzer.evaluation.slack import slacks
 from analyzer.measure import CapacityResult, LoadGenerator, Measurement
 from analyzer.objective import Objective, gentlest, objective_for
+from analyzer.records import (
+    CapacityMeasurement,
+    FixedMeasurement,
+    ParetoMeasurement,
+    TrialMeasurement,
+)
 from analyzer.scenario import Scenario
 from analyzer.trial import peak_gpu_memory_mb
 
@@ -44,14 +49,14 @@ class Evaluation:
             ``p90_ms``, ``p99_ms`` (infinite when nothing was measured), ``error_rate``,
             ``gpu_memory_peak_mb`` (NaN without GPU metrics) and, with a capacity search and a
             fixed level, ``reference_p99_ms``.
-        measurement: The raw measurement JSON of the trial record (a fixed level, a capacity
-            search, or ``{"capacity": ..., "reference": ...}``).
+        measurement: The trial record's typed measurement (a capacity search, a fixed level,
+            or both for pareto).
         values: The objective's values, in the study's direction order.
         constraints: The slacks (<= 0: satisfied).
     """
 
     numbers: Mapping[str, float]
-    measurement: dict[str, Any]
+    measurement: TrialMeasurement
     values: tuple[float, ...]
     constraints: Mapping[str, float]
 
@@ -130,21 +135,21 @@ class Evaluator:
             target = self.plan.reference_target(self.reference_rps)
             self.on_phase(f"fixed load {target:g} {self.plan.unit}")
             fixed = self.load.measure(self.plan.fixed(target, factor))
-        raw: dict[str, Any]
+        measurement: TrialMeasurement
         if capacity is not None:
             numbers = capacity_numbers(capacity, self.plan.open_loop)
-            raw = capacity.to_dict()
+            measurement = CapacityMeasurement(capacity)
             if fixed is not None:
-                raw = {"capacity": raw, "reference": fixed.to_dict()}
+                measurement = ParetoMeasurement(capacity, fixed)
                 numbers["reference_p99_ms"] = fixed.p99_ms
         elif fixed is not None:
             numbers = level_numbers(fixed, fixed.throughput_rps, fixed.target)
-            raw = fixed.to_dict()
+            measurement = FixedMeasurement(fixed)
         else:  # pragma: no cover - every objective measures something
             raise AssertionError(f"objective {self.objective.name!r} measures nothing")
         return Evaluation(
             numbers=numbers,
-            measurement=raw,
+            measurement=measurement,
             values=self.objective.values(numbers),
             constraints=self.constraints(numbers),
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from analyzer.measure import GpuStats, Measurement, ServerView
-from analyzer.search import Knobs
+from analyzer.trial import Knobs
 from tests.sweep.planted import FakeLoadGenerator, PlantedModel
 
 CONTEXT_MB = 300.0

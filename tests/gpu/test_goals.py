@@ -5,9 +5,18 @@ from __future__ import annotations
 import math
 
 from analyzer.evaluation import Evaluator
-from analyzer.measure import GpuStats, LoadMode, Measurement, ServerView, goals_met
+from analyzer.measure import (
+    CapacityResult,
+    Goals,
+    GpuStats,
+    LoadMode,
+    Measurement,
+    ServerView,
+    goals_met,
+)
+from analyzer.records import CapacityMeasurement
 from analyzer.scenario import Scenario
-from analyzer.trial import gpu_figures, peak_gpu_memory_mb, server_gpus
+from analyzer.trial import peak_gpu_memory_mb, server_gpus
 
 
 class NoLoad:
@@ -76,11 +85,11 @@ def test_operating_point_figures_reach_the_summary_entry() -> None:
     m = _measurement((a, b))
     assert peak_gpu_memory_mb(m) == 900.0
     assert math.isnan(peak_gpu_memory_mb(_measurement(())))
-    raw = {"capacity_rps": 10.0, "points": [m.to_dict()], "best": m.to_dict()}
-    figures = gpu_figures(raw)
+    figures = CapacityMeasurement(CapacityResult(Goals(10.0), 10.0, (m,), m, True)).gpu_figures()
     assert figures is not None and [g["uuid"] for g in figures] == ["GPU-a", "GPU-b"]
     assert figures[0]["utilization_pct_mean"] == 60.0 and figures[0]["power_mean_w"] == 46.0
-    assert gpu_figures({"capacity_rps": 0.0, "points": [_measurement(()).to_dict()]}) is None
+    nothing = CapacityResult(Goals(10.0), 0.0, (_measurement(()),), None, False)
+    assert CapacityMeasurement(nothing).gpu_figures() is None
     assert server_gpus({"gpus": figures}, {"gpus": figures[:1]}, None) == [
         {"uuid": "GPU-a", "name": "sim", "memory_total_mb": 16384.0},
         {"uuid": "GPU-b", "name": None, "memory_total_mb": 16384.0},

@@ -15,8 +15,8 @@ import pytest
 
 from analyzer.measure import Measurement, ServerView, WindowStats
 from analyzer.scenario import load_scenario
-from analyzer.search import Knobs
-from analyzer.sweep import RunSummary, run_sweep
+from analyzer.sweep import SweepOutcome, run_sweep
+from analyzer.trial import Knobs
 from tests.sweep.planted import FakeLoadGenerator, FakeTarget
 
 HOSTILE = "<script>alert(1)</script>"
@@ -80,7 +80,7 @@ def sweep_run_dir(
     min_throughput_rps: float = 0.0,
     load_class: type[ServerViewLoadGenerator] | None = None,
     device: str = "sim",
-) -> RunSummary:
+) -> SweepOutcome:
     """A complete run directory written by ``run_sweep`` against the planted fake."""
     overrides = {
         "model.name": model,

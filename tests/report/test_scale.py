@@ -18,8 +18,9 @@ from analyzer.measure import CapacitySpec, Goals
 from analyzer.report import build_record, load_run, write_report
 from analyzer.results import RunDirectory, environment, trial_row, utc_now, write_json
 from analyzer.scenario import load_scenario
-from analyzer.search import Knobs, Search, TrialOutcome
-from analyzer.sweep import apply_knobs, knobs_of, space_for
+from analyzer.search import Search, TrialOutcome
+from analyzer.sweep import space_for
+from analyzer.trial import Knobs, apply_knobs, knobs_of
 from tests.report.conftest import ServerViewLoadGenerator
 from tests.sweep.planted import FakeTarget
 

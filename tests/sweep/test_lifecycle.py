@@ -66,10 +66,10 @@ def test_leave_best_applies_the_winner(tmp_path: Path) -> None:
     target = shared_target()
     summary = run_sweep(s, target=target, load=FakeLoadGenerator(target, CPU_LIKE))
     assert summary.best is not None
-    assert knobs_of(target.current) == summary.best.knobs
+    assert knobs_of(target.current) == summary.best.config
     assert target.current.parameters["profile"].string_value == "kept"
     left = load_summary(summary.run_dir)["left_on_server"]
-    assert left["config"] == "best" and left["knobs"] == summary.best.knobs.to_dict()
+    assert left["config"] == "best" and left["knobs"] == summary.best.config.to_dict()
 
 
 def test_ctrl_c_restores_the_original_config(tmp_path: Path) -> None:

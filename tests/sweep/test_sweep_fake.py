@@ -74,12 +74,17 @@ def test_planted_optimum_reached_within_default_budget(tmp_path: Path) -> None:
     summary = run_sweep(s, target=target, load=FakeLoadGenerator(target, CPU_LIKE, seed=0))
 
     assert summary.best is not None
-    true_capacity = CPU_LIKE.capacity_rps(summary.best.knobs, GOAL_MS)
-    assert true_capacity >= 0.95 * optimum, (summary.best.knobs, best_knobs, true_capacity, optimum)
+    true_capacity = CPU_LIKE.capacity_rps(summary.best.config, GOAL_MS)
+    assert true_capacity >= 0.95 * optimum, (
+        summary.best.config,
+        best_knobs,
+        true_capacity,
+        optimum,
+    )
     assert summary.trials["complete"] <= s.budget.trials
     # The config written is the config chosen, and it is what the server was given.
     written = parse_config_text(summary.best_config_path.read_text())  # type: ignore[union-attr]
-    assert knobs_from_config(written) == summary.best.knobs
+    assert knobs_from_config(written) == summary.best.config
     assert all(
         size <= cfg.max_batch_size
         for cfg in target.loads
@@ -328,12 +333,12 @@ def test_latency_objective_never_picks_an_invalid_measurement(tmp_path: Path) ->
     invalid = [r for r in records if r["config"]["instance_count"] == 4]
     assert invalid, "the seeds include the most instances: the planted case must be measured"
     assert not any(r["meets_goals"] for r in invalid)
-    assert summary.best is not None and summary.best.knobs.instance_count != 4
+    assert summary.best is not None and summary.best.config.instance_count != 4
     assert summary.best.p99_ms > 0.5
     # The record, the report and a re-read trial agree on the one rule.
-    from analyzer.trial import TrialResult
+    from analyzer.records import TrialRecord
 
-    assert not any(TrialResult.from_record(r).meets_goals for r in invalid)
+    assert not any(TrialRecord.from_dict(r).feasible for r in invalid)
     html = (summary.run_dir / "report.html").read_text()
     data = json.loads(re.search(r'id="perfsweep-data">(.*?)</script>', html, re.S).group(1))  # type: ignore[union-attr]
     assert all(not t["meets_goals"] for t in data["trials"] if t["config"]["instance_count"] == 4)
@@ -534,7 +539,7 @@ def test_gpu_memory_goal_excludes_configs_on_more_instances(tmp_path: Path) -> N
         assert r["constraints"]["gpu_memory_slack"] > 0 and not r["meets_goals"], r["config"]
     fitting = [r for r in records if r["state"] == "complete" and r["meets_goals"]]
     assert fitting and all(r["config"]["instance_count"] <= 2 for r in fitting)
-    assert summary.best is not None and summary.best.knobs.instance_count <= 2
+    assert summary.best is not None and summary.best.config.instance_count <= 2
     best = load_summary(summary.run_dir)["best"]
     assert best["gpus"][0]["memory_used_peak_mb"] <= goal_mb
 

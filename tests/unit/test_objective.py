@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 import pytest
 
 from analyzer.errors import InputError
-from analyzer.measure import GainSample, LoadMode, Measurement, WindowStats
+from analyzer.measure import (
+    CapacityResult,
+    GainSample,
+    Goals,
+    GpuStats,
+    LoadMode,
+    Measurement,
+    ServerView,
+    WindowStats,
+)
 from analyzer.objective import (
     OBJECTIVES,
     LatencyObjective,
@@ -20,6 +28,14 @@ from analyzer.objective import (
     objective_for,
     worst_value,
 )
+from analyzer.records import (
+    CapacityMeasurement,
+    FixedMeasurement,
+    ParetoMeasurement,
+    TrialMeasurement,
+    ValidationCandidate,
+)
+from analyzer.trial import Knobs
 
 
 @dataclass(frozen=True)
@@ -29,8 +45,8 @@ class R:
     p99_ms: float
     meets_goals: bool = True
     state: str = "complete"
-    measurement: dict[str, Any] | None = None
-    knobs: str = ""
+    measurement: TrialMeasurement | None = None
+    config: str = ""
 
 
 THROUGHPUT, LATENCY, PARETO = (objective_for(n) for n in ("throughput", "latency", "pareto"))
@@ -113,10 +129,10 @@ def test_best_skips_failed_and_infeasible_trials_and_keeps_the_first_of_equals()
 
 def test_validation_candidates_are_the_top_configs_once_each() -> None:
     feasible = [
-        R(0, 100.0, 30.0, knobs="a"),
-        R(1, 300.0, 40.0, knobs="b"),
-        R(2, 250.0, 20.0, knobs="b"),
-        R(3, 200.0, 10.0, knobs="c"),
+        R(0, 100.0, 30.0, config="a"),
+        R(1, 300.0, 40.0, config="b"),
+        R(2, 250.0, 20.0, config="b"),
+        R(3, 200.0, 10.0, config="c"),
     ]
     assert [r.number for r in THROUGHPUT.validation_candidates(feasible, 2)] == [1, 3]
     assert [r.number for r in LATENCY.validation_candidates(feasible, 2)] == [3, 2]
@@ -138,11 +154,28 @@ def test_repeat_figure_is_the_worst_repeat() -> None:
     assert THROUGHPUT.score(runs[1]) == 0.0 and LATENCY.score(runs[1]) == math.inf
 
 
+def candidate(
+    number: int,
+    worst_rps: float,
+    worst_p99_ms: float | None = None,
+    measurements: tuple[TrialMeasurement | None, ...] = (),
+) -> ValidationCandidate:
+    return ValidationCandidate(
+        number,
+        Knobs(8),
+        worst_rps,
+        (worst_rps,),
+        (worst_p99_ms or 1.0,),
+        (True,),
+        worst_rps,
+        worst_p99_ms,
+        True,
+        measurements=measurements,
+    )
+
+
 def test_choose_the_best_worst_case() -> None:
-    passing = [
-        {"trial_number": 1, "worst_rps": 100.0, "worst_p99_ms": 9.0, "measurements": []},
-        {"trial_number": 2, "worst_rps": 150.0, "worst_p99_ms": 12.0, "measurements": []},
-    ]
+    passing = [candidate(1, 100.0, 9.0), candidate(2, 150.0, 12.0)]
     assert THROUGHPUT.choose(passing, 0.1) == (passing[1], None)
     assert LATENCY.choose(passing, 0.1) == (passing[0], None)
     with pytest.raises(ValueError):
@@ -150,12 +183,12 @@ def test_choose_the_best_worst_case() -> None:
 
 
 def test_a_throughput_tie_goes_to_the_lighter_config() -> None:
-    def gpu(mem: float, util: float) -> dict[str, Any]:
-        g = {"uuid": "G", "name": "H", "utilization_pct_mean": util, "memory_used_peak_mb": mem}
-        return {"mode": "request_rate", "target": 1.0, "server": {"gpus": [g]}}
+    def gpu(mem: float, util: float) -> TrialMeasurement:
+        g = GpuStats("G", "H", util, util, (util,), mem, None, None, None)
+        return FixedMeasurement(replace(level(1.0, 1.0), server=ServerView(gpus=(g,))))
 
-    heavy = {"trial_number": 1, "worst_rps": 100.0, "measurements": [gpu(900.0, 80.0)]}
-    light = {"trial_number": -1, "worst_rps": 95.0, "measurements": [gpu(300.0, 70.0)]}
+    heavy = candidate(1, 100.0, measurements=(gpu(900.0, 80.0),))
+    light = candidate(-1, 95.0, measurements=(gpu(300.0, 70.0),))
     chosen, why = THROUGHPUT.choose([heavy, light], 0.1)
     assert chosen is light
     assert why is not None and why.startswith("Chose the baseline (95.0 req/s, 300 MiB")
@@ -173,36 +206,38 @@ def test_gain_and_its_label() -> None:
     assert not LATENCY.has_gain(R(-1, 1.0, 10.0), R(1, 1.0, 0.0))
 
 
-def level(target: float, p99_ms: float) -> dict[str, Any]:
+def level(target: float, p99_ms: float) -> Measurement:
     return Measurement(
         LoadMode.REQUEST_RATE, target, target, 1.0, 1.0, 1.0, p99_ms, 100, 0, True, True, 0.0, None
-    ).to_dict()
+    )
 
 
-def window(index: int, p99_ms: float) -> dict[str, Any]:
-    return WindowStats(index, 1.0, 5, 0, 5.0, 1.0, p99_ms, 1.0).to_dict()
+def window(index: int, p99_ms: float) -> WindowStats:
+    return WindowStats(index, 1.0, 5, 0, 5.0, 1.0, p99_ms, 1.0)
 
 
 def test_gain_samples() -> None:
-    capacity = {
-        "goals": {"p99_ms": 50.0, "max_error_rate": 0.01},
-        "capacity_rps": 100.0,
-        "points": [level(100.0, 20.0), level(140.0, 90.0), level(200.0, 95.0)],
-    }
-    r = R(1, 100.0, 20.0, measurement=capacity)
+    capacity = CapacityResult(
+        Goals(p99_ms=50.0, max_error_rate=0.01),
+        100.0,
+        (level(100.0, 20.0), level(140.0, 90.0), level(200.0, 95.0)),
+        None,
+        True,
+    )
+    r = R(1, 100.0, 20.0, measurement=CapacityMeasurement(capacity))
     assert THROUGHPUT.gain_sample(r) == GainSample(100.0, 100.0, 140.0)
-    pareto = replace_measurement(r, {"capacity": capacity, "reference": level(50.0, 9.0)})
+    pareto = replace_measurement(r, ParetoMeasurement(capacity, level(50.0, 9.0)))
     assert PARETO.gain_sample(pareto) == GainSample(100.0, 100.0, 140.0)
     assert THROUGHPUT.gain_sample(R(1, 100.0, 20.0, meets_goals=False)) == GainSample(0.0, 0.0, 0.0)
-    fixed = {"windows": [window(0, 18.0), window(1, 23.0)]}
+    fixed = FixedMeasurement(replace(level(60.0, 20.0), windows=(window(0, 18.0), window(1, 23.0))))
     assert LATENCY.gain_sample(R(1, 60.0, 20.0, measurement=fixed)) == GainSample(20.0, 18.0, 23.0)
     assert LATENCY.gain_sample(R(1, 60.0, 20.0, meets_goals=False)) == GainSample(
         math.inf, math.inf, math.inf
     )
 
 
-def replace_measurement(r: R, raw: dict[str, Any]) -> R:
-    return R(r.number, r.throughput_rps, r.p99_ms, r.meets_goals, r.state, raw)
+def replace_measurement(r: R, measurement: TrialMeasurement) -> R:
+    return R(r.number, r.throughput_rps, r.p99_ms, r.meets_goals, r.state, measurement)
 
 
 @dataclass(frozen=True)

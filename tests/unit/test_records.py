@@ -36,7 +36,7 @@ from analyzer.records import (
     measurement_from_dict,
 )
 from analyzer.results import RunDirectory, write_json
-from analyzer.trial import Knobs, TrialResult
+from analyzer.trial import Knobs
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 KNOBS = Knobs(16, 500, (16, 8), 2)
@@ -252,8 +252,8 @@ def test_run_directory_writes_and_reads_the_records(tmp_path: Path) -> None:
 
 
 def test_config_entry_from_a_trial_result() -> None:
-    result = TrialResult.from_record(trial(6, MEASUREMENTS[MeasurementKind.CAPACITY]).to_dict())
-    entry = ConfigEntry.from_result(
+    result = TrialRecord.from_dict(trial(6, MEASUREMENTS[MeasurementKind.CAPACITY]).to_dict())
+    entry = ConfigEntry.from_trial(
         result, config_path="best/config.pbtxt", search_throughput_rps=210.0,
         validated_throughput_rps=190.0,
     )  # fmt: skip

@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 from analyzer.errors import InputError
 from analyzer.search import (
     INTERRUPTED_REASON,
-    Knobs,
     Search,
     SearchSpace,
     TrialOutcome,
     delay_ladder,
     preferred_sizes,
 )
+from analyzer.trial import Knobs
 
 
 def test_delay_ladder_starts_at_zero_and_grows_geometrically() -> None:

@@ -189,7 +189,7 @@ def test_each_objective_measures_what_it_needs() -> None:
     tp = Evaluator(scenario(), load).evaluate()
     assert isinstance(tp, Evaluation) and tp.values == (80.0,)
     assert len(load.searched) == 1 and len(load.measured) == 1  # the warm-up only
-    assert "points" in tp.measurement and tp.constraints["p99_slack"] == -0.8
+    assert "points" in tp.measurement.to_dict() and tp.constraints["p99_slack"] == -0.8
 
     load = Scripted(lambda spec: 30.0)
     lat = Evaluator(scenario(objective="latency", traffic={"rate_rps": 6.0}), load).evaluate()
@@ -203,4 +203,4 @@ def test_each_objective_measures_what_it_needs() -> None:
     assert len(load.searched) == 1 and load.measured[-1].target == 25.0
     assert load.measured[-1].window_s == 8.0
     assert front.values == (80.0, 30.0) and front.numbers["reference_p99_ms"] == 30.0
-    assert set(front.measurement) == {"capacity", "reference"}
+    assert set(front.measurement.to_dict()) == {"capacity", "reference"}
