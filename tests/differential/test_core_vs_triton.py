@@ -17,7 +17,6 @@ the same requests; the answers must match where this server follows Triton liter
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,7 +31,7 @@ from tests.support.real_triton import (
     dynamic_batching,
     sleep_model_config,
 )
-from tests.support.servers import ReferenceServer
+from tests.support.servers import NotYet, ReferenceServer, wait_until
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -197,16 +196,18 @@ def _settled_successes(
     server: RealTriton | ReferenceServer, *, statistics: int, metric: int, timeout_s: float = 10.0
 ) -> tuple[int, float]:
     """``(statistics success count, nv_inference_request_success)`` of ``reload`` once both have
-    reached the expected counts (or ``timeout_s`` passed; the caller's assertion shows them)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+    reached the expected counts (an AssertionError with the last counts after ``timeout_s``)."""
+
+    def reached() -> tuple[int, float]:
         counts = (
             int(server.model_stats("reload")["inference_stats"]["success"]["count"]),
             _success_metric(server, "reload"),
         )
-        if (counts[0] >= statistics and counts[1] >= metric) or time.monotonic() > deadline:
-            return counts
-        time.sleep(0.02)
+        if counts[0] < statistics or counts[1] < metric:
+            raise NotYet(f"(statistics, metric) = {counts}")
+        return counts
+
+    return wait_until(reached, timeout_s, f"reload's counts to reach {(statistics, metric)}")
 
 
 def _success_metric(server: RealTriton | ReferenceServer, model: str) -> float:

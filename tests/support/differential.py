@@ -25,6 +25,8 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import InferenceServerException
 
+from tests.support.servers import wait_until
+
 
 class Target(Protocol):
     """The part of a server handle the scenarios need (``RealTriton`` satisfies it)."""
@@ -117,11 +119,8 @@ def pending_count(target: Target, model: str) -> int:
 
 
 def _wait_pending(target: Target, model: str, count: int, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while pending_count(target, model) < count:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"server never reported {count} pending requests for {model}")
-        time.sleep(0.01)
+    what = f"the server to report {count} pending requests for {model}"
+    wait_until(lambda: pending_count(target, model) >= count, timeout_s, what, poll_s=0.01)
 
 
 def _request(
@@ -194,7 +193,7 @@ def run_scenario(
     origin = time.monotonic()
     for index, send in enumerate(sends):
         if send.pause_s:
-            time.sleep(send.pause_s)
+            time.sleep(send.pause_s)  # the scenario's send schedule, not a sync wait
         thread = threading.Thread(
             target=_request,
             args=(target.http_url, model, config, send, index, origin, outcomes),
