@@ -24,7 +24,7 @@ import pytest
 
 from analyzer.predict.profile import from_statistics, from_toml
 from analyzer.predict.simulator import SimConfig, simulate
-from tests.load.refserver import write_sim_model
+from tests.support.servers import write_sim_model
 
 RATE_RPS = 300.0
 DURATION_S = 4.0
@@ -70,7 +70,7 @@ def _open_loop(grpc_url: str, model: str, rate: float, duration_s: float, seed: 
             break
         wait = start + due - time.monotonic()
         if wait > 0:
-            time.sleep(wait)
+            time.sleep(wait)  # the scenario: Poisson arrivals at their due times
         client.async_infer(model, inputs, callback)
         sent += 1
     for _ in range(sent):
