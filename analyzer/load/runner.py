@@ -27,6 +27,7 @@ import socket
 import subprocess
 import sys
 import time
+from array import array
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -236,20 +237,31 @@ class _Window:
     server_before: ServerSnapshot | None = None
 
 
-def _equal_parts(samples: list[tuple[float, Tick]], parts: int) -> list[WindowStats]:
-    """A step's ticks (seconds since its start, tick) cut into ``parts`` consecutive stretches of
-    about equal length, as windows for the stability check (throughput and p99 only)."""
+@dataclass(frozen=True)
+class _TickSample:
+    """What the stability check of a sequential step keeps of one tick (not its histograms:
+    three HDR histograms are ~0.4 MB, ten a second)."""
+
+    at_s: float
+    completed: int
+    errors: int
+    sequence: array[float]
+
+
+def _equal_parts(samples: list[_TickSample], parts: int) -> list[WindowStats]:
+    """A step's ticks cut into ``parts`` consecutive stretches of about equal length, as windows
+    for the stability check (throughput and p99 only)."""
     if not samples or parts < 1:
         return []
-    total_s = samples[-1][0]
+    total_s = samples[-1].at_s
     out: list[WindowStats] = []
     start_s, index = 0.0, 0
     for part in range(parts):
         end_s = total_s * (part + 1) / parts
         completed = errors = 0
         latencies: list[np.ndarray] = []
-        while index < len(samples) and (samples[index][0] <= end_s or part == parts - 1):
-            tick = samples[index][1]
+        while index < len(samples) and (samples[index].at_s <= end_s or part == parts - 1):
+            tick = samples[index]
             completed, errors = completed + tick.completed, errors + tick.errors
             latencies.append(np.asarray(tick.sequence, dtype=float))
             index += 1
@@ -298,7 +310,7 @@ class LocustLoadGenerator:
         self.options = options
         self._backend: _Backend | None = None
         #: The current sequential step's ticks (seconds since its start, tick): its stability check.
-        self._step_ticks: list[tuple[float, Tick]] = []
+        self._step_ticks: list[_TickSample] = []
         warm = new_histogram()
         warm.record_value(1)
         percentiles_us(warm, [50])  # builds the bucket tables now, not in the first window
@@ -404,7 +416,9 @@ class LocustLoadGenerator:
             collected_at = time.monotonic()
             elapsed = collected_at - current.started
             if rule is not None:
-                self._step_ticks.append((collected_at - started, tick))
+                self._step_ticks.append(
+                    _TickSample(collected_at - started, tick.completed, tick.errors, tick.sequence)
+                )
                 record = _feed(rule, tick) or record
             if spec.fail_fast is not None:
                 t = current.tick

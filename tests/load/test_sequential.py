@@ -86,3 +86,4 @@ def test_far_from_goal_steps_end_early_with_their_verdict_in_the_measurement() -
         assert p["step"]["verdict"] == "fail", brief
         assert p["step"]["n"] <= 1_000, brief  # a few hundred requests
     assert high["capacity_rps"] == 0.0 and high["best"] is None, high["message"]
+    print(json.dumps(brief))
