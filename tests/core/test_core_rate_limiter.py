@@ -12,8 +12,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,19 +40,11 @@ from tests.core.conftest import (
     identity_config,
     pending,
     request,
+    wait_until,
     write_model,
 )
 
 R1_GLOBAL = (ResourceNeed("R", 1, global_=True),)
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    """Poll a condition (a bound, never a measurement); local so that it does not depend on
-    which ``wait_until`` the shared helpers offer at the moment."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)
 
 
 def _limits(priority: int = 0, resources: tuple[ResourceNeed, ...] = R1_GLOBAL) -> InstanceLimits:
@@ -379,10 +370,10 @@ def test_priorities_one_and_two_execute_two_to_one(
     tracker.gate.clear()
     collector = Collector()
     _send(server, "m", collector, "0")
-    wait_until(lambda: tracker.running == 1)
+    wait_until(lambda: tracker.running == 1, 20, "one execution running")
     for k in range(1, 30):
         _send(server, "m", collector, str(k))
-    wait_until(lambda: pending(server, "m") == 29)
+    wait_until(lambda: pending(server, "m") == 29, 20, "29 requests pending")
     tracker.gate.set()
     collector.wait(30)
     order = "".join("a" if name.endswith("p1_0") else "b" for name in tracker.order)
@@ -441,7 +432,9 @@ def test_global_and_per_device_declarations_conflict(
     server.unload_model("g")
     limiter = server.rate_limiter
     assert limiter is not None
-    wait_until(lambda: limiter.capacity("R", GLOBAL_DEVICE) == 0)  # g drained and left
+    wait_until(
+        lambda: limiter.capacity("R", GLOBAL_DEVICE) == 0, 20, "R to be used up"
+    )  # g drained and left
     server.load_model("d")  # g is gone: no conflict any more
     assert server.model_ready("d")
 
@@ -461,13 +454,17 @@ def test_batches_held_by_the_rate_limiter_are_not_capped(
         local.attach(server, name)
         collector = Collector()
         _send(server, name, collector, "0")
-        wait_until(lambda local=local: local.running == 1)
+        wait_until(lambda local=local: local.running == 1, 20, "one execution running")
         for k in range(1, 6):
             _send(server, name, collector, str(k))
-        wait_until(lambda server=server, name=name: pending(server, name) == 5)
+        wait_until(lambda server=server, name=name: pending(server, name) == 5, 20, "5 pending")
         scheduler = server._lookup(name).scheduler
         # Once the batcher has formed what it may: 3 requests left queued (off) or none.
-        wait_until(lambda s=scheduler, r=rate_limit: s.queued_count() == (3 if r == "off" else 0))
+        wait_until(
+            lambda s=scheduler, r=rate_limit: s.queued_count() == (3 if r == "off" else 0),
+            20,
+            "the scheduler queue to hold what the rate limiter does not",
+        )
         results[rate_limit] = scheduler.queued_count()
         local.gate.set()
         collector.wait(6)
@@ -497,13 +494,17 @@ def test_without_prefetch_one_batch_waits_per_idle_instance(
     tracker.gate.clear()
     collector = Collector()
     _send(server, "h", collector, "h")
-    wait_until(lambda: tracker.running == 1)
+    wait_until(lambda: tracker.running == 1, 20, "one execution running")
     scheduler = server._lookup("m").scheduler
     server.submit(request("m", 1.0, "a", priority=2), collector.callback("a"))
-    wait_until(lambda: pending(server, "m") == 1 and scheduler.queued_count() == 0)  # bound
+    wait_until(
+        lambda: pending(server, "m") == 1 and scheduler.queued_count() == 0,
+        20,
+        "one request pending, none in the scheduler queue",
+    )  # bound
     for rid, priority in (("b", 2), ("c", 2), ("d", 1)):
         server.submit(request("m", 1.0, rid, priority=priority), collector.callback(rid))
-    wait_until(lambda: pending(server, "m") == 4)
+    wait_until(lambda: pending(server, "m") == 4, 20, "4 requests pending")
     assert scheduler.queued_count() == 3  # no batch formed for them: no idle instance
     tracker.gate.set()
     collector.wait(5)
@@ -521,10 +522,10 @@ def test_unload_drains_requests_waiting_for_resources(
     tracker.gate.clear()
     collector = Collector()
     _send(server, "a", collector, "a0")
-    wait_until(lambda: tracker.running == 1)
+    wait_until(lambda: tracker.running == 1, 20, "one execution running")
     for k in range(3):
         _send(server, "b", collector, f"b{k}")
-    wait_until(lambda: pending(server, "b") == 3)
+    wait_until(lambda: pending(server, "b") == 3, 20, "3 requests of b pending")
     server.unload_model("b")
     tracker.gate.set()
     collector.wait(4)
