@@ -1,7 +1,11 @@
-"""``perfsweep predict``: what a config would do at a rate, or its capacity, without a server.
+"""``perfsweep predict``: what a config would do at a rate, or its capacity.
+
+The profile comes from a run directory, a profile file, or (``--url``) a short profile phase
+against a running server, which asks it for batches of chosen sizes and is then left on the
+model's config as it was found.
 
 Exit codes: 0 answered, 2 bad flags, no usable profile, or a config that needs batch sizes
-beyond the profiled ones (predictions never extrapolate).
+beyond the profiled ones (predictions never extrapolate), 3 the server (``--url``) failed.
 """
 
 from __future__ import annotations
@@ -55,10 +59,26 @@ def register(app: typer.Typer) -> None:
                 "run's statistics.",
             ),
         ] = None,
+        url: Annotated[
+            str | None,
+            typer.Option(
+                "--url",
+                help="Probe this running server's model for the profile (a few hundred "
+                "requests); its current config is the default config.",
+            ),
+        ] = None,
+        model: Annotated[
+            str | None, typer.Option("--model", help="The model to probe (with --url).")
+        ] = None,
+        save_profile: Annotated[
+            Path | None,
+            typer.Option("--save-profile", help="Write the profile used as JSON (for --profile)."),
+        ] = None,
         seed: Annotated[int, typer.Option("--seed", help="Simulation seed.")] = 0,
         as_json: Annotated[bool, typer.Option("--json", help="Print the answer as JSON.")] = False,
     ) -> None:
-        """Predict a config's latency at a rate, or its capacity, from a run's profile."""
+        """Predict a config's latency at a rate, or its capacity, from a profile (a run's, a
+        file's, or one probed from a live server with --url)."""
         from analyzer.predict.planner import PlanRequest, plan, render_text
 
         report = plan(
@@ -72,6 +92,9 @@ def register(app: typer.Typer) -> None:
                 preferred_batch_size=_sizes(preferred),
                 instance_count=instances,
                 seed=seed,
+                url=url,
+                model=model,
+                save_profile=save_profile,
             )
         )
         if as_json:

@@ -4,10 +4,16 @@
 
     profile.py    Profile (execution time per batch size, provenance, JSON), built from a
                   statistics document, a run directory's trial measurements, or a bundled
-                  simulated-device TOML; refuses batch sizes it did not profile
+                  simulated-device TOML (or by probe.py); refuses batch sizes it did not
+                  profile
+    probe.py      probe(target) -> Profile: the profile phase against a live server (batches
+                  of chosen sizes forced with max_batch_size = preferred = b and a long delay,
+                  times from batch_stats deltas, interference at N instances)
     simulator.py  SimConfig, simulate() -> Prediction at one rate, capacity() -> the highest
-                  rate whose simulated p99 meets a goal (bisection); drives the reference
+                  rate whose simulated p99 meets a goal (bisection, or a bracket around a
+                  start), capacities() -> every config of a space; drives the reference
                   server's own ``reference_server.batching.decide.decide``
+    planner.py    PlanRequest -> plan() -> PlanReport (``perfsweep predict``)
 
 Errors (both :class:`analyzer.errors.InputError`, exit 2): :class:`ExtrapolationError` (a
 config needs a batch size beyond the profiled ones) and :class:`ProfileError` (no profile can

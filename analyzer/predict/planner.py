@@ -1,19 +1,21 @@
 """The library call behind ``perfsweep predict``: which profile, which config, which question.
 
-:func:`plan` resolves a :class:`PlanRequest` (a run directory and/or a profile file, a rate or a
-p99 goal, config overrides) into a :class:`PlanReport`; :func:`render_text` prints it. No
-server is contacted.
+:func:`plan` resolves a :class:`PlanRequest` (a run directory, a profile file or a live
+server to probe; a rate or a p99 goal; config overrides) into a :class:`PlanReport`;
+:func:`render_text` prints it. Only with ``url`` is a server contacted: the profile phase
+(:func:`analyzer.predict.probe.probe`) runs against it, and the model's config is loaded back
+as it was found.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from analyzer import records
 from analyzer.errors import InputError, ResultFormatError
-from analyzer.predict.profile import Profile, from_run_dir, from_toml, load_profile
+from analyzer.predict.profile import Profile, from_run_dir, from_toml, load_profile, save_profile
 from analyzer.predict.simulator import (
     ASSUMPTIONS,
     CapacityPrediction,
@@ -22,6 +24,9 @@ from analyzer.predict.simulator import (
     capacity,
     simulate,
 )
+
+if TYPE_CHECKING:
+    from analyzer.predict.probe import ProbePlan
 
 T = TypeVar("T")
 
@@ -32,9 +37,14 @@ class PlanRequest:
 
     Attributes:
         run_dir: A ``perfsweep run`` directory (profile from its trials, default config = its
-            best, else its baseline); may be None with ``profile_path``.
+            best, else its baseline); may be None with ``profile_path`` or ``url``.
         profile_path: A profile JSON (``Profile.to_dict``) or a simulated-device TOML; wins over
             the run directory's own statistics.
+        url: A running server whose ``model`` is probed for the profile (and whose current
+            config is the default config); its config is loaded back afterwards.
+        model: The model to probe (with ``url``).
+        probe: What the profile phase measures (with ``url``; None = its defaults).
+        save_profile: Write the profile used (e.g. the probed one) to this JSON file.
         rate_rps: Predict latency and batch sizes at this Poisson rate.
         p99_ms: Or: predict the capacity at this p99 goal.
         max_batch_size / max_queue_delay_us / preferred_batch_size / instance_count: Config
@@ -53,6 +63,10 @@ class PlanRequest:
     instance_count: int | None = None
     requests: int = 20000
     seed: int = 0
+    url: str | None = None
+    model: str | None = None
+    probe: ProbePlan | None = None
+    save_profile: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -122,16 +136,26 @@ def plan(request: PlanRequest) -> PlanReport:
         raise InputError("--rate must be positive")
     if request.p99_ms is not None and request.p99_ms <= 0:
         raise InputError("--p99-ms must be positive")
-    if request.run_dir is None and request.profile_path is None:
-        raise InputError("give a run directory or --profile FILE")
+    if request.run_dir is None and request.profile_path is None and request.url is None:
+        raise InputError("give a run directory, --profile FILE or --url URL --model NAME")
+    if request.url is not None and not request.model:
+        raise InputError("--url needs --model: the model whose batch sizes are probed")
     if request.run_dir is not None and not request.run_dir.is_dir():
         raise InputError(f"run directory {request.run_dir} does not exist")
+    live: SimConfig | None = None
     if request.profile_path is not None:
         profile = _read_profile(request.profile_path)
+    elif request.url is not None:
+        assert request.model
+        profile, live = probe_live(request.url, request.model, request.probe)
     else:
         assert request.run_dir is not None
         profile = from_run_dir(request.run_dir)
+    if request.save_profile is not None:
+        save_profile(profile, request.save_profile)
     config, source = _default_config(request.run_dir)
+    if config is None and live is not None:
+        config, source = live, "the server's current config"
     flags = [
         name
         for name, value in (
@@ -169,6 +193,31 @@ def plan(request: PlanRequest) -> PlanReport:
     assert request.p99_ms is not None
     cap = capacity(profile, config, request.p99_ms, seed=request.seed)
     return PlanReport(profile, config, source, None, cap)
+
+
+def probe_live(
+    url: str, model: str, probe_plan: ProbePlan | None = None
+) -> tuple[Profile, SimConfig]:
+    """Probe ``model`` on the server at ``url``; the profile and the config it had before.
+
+    The model's config is loaded back afterwards (also when the probe fails): the server is
+    shared, and a probe config (one batch size, a one-second delay) must not stay on it.
+
+    Raises:
+        TargetError: the server cannot be reached, failed a request or refused a config.
+        ProfileError: the model cannot be probed.
+    """
+    from analyzer.predict.probe import probe
+    from analyzer.target import RemoteTarget
+
+    target = RemoteTarget(url, model)
+    target.start()
+    original = target.model_config()
+    try:
+        profile = probe(target, probe_plan)
+    finally:
+        target.load_config(original)
+    return profile, SimConfig.from_model_config(original)
 
 
 def _pick(flag: T | None, default: T) -> T:

@@ -6,7 +6,8 @@ Triton's statistics split it: ``compute_input`` (host work before the device par
 ``compute_output`` (host work after it). Between profiled sizes it interpolates linearly; outside
 them it refuses (:class:`~analyzer.predict.ExtrapolationError`).
 
-Three builders, all pure except for reading the file they are given:
+Three builders here, all pure except for reading the file they are given (a fourth,
+:func:`analyzer.predict.probe.probe`, measures a live server):
 
 * :func:`from_statistics`: a statistics-extension document (``GET /v2/models/<m>/stats``, a
   reference server's or Triton's) — its ``batch_stats`` give ns and count per batch size.
@@ -74,7 +75,7 @@ class Profile:
     Attributes:
         model: Model name.
         provenance: One paragraph: what was measured or read, how, and what is assumed.
-        source: ``"statistics"`` | ``"run_dir"`` | ``"toml"``.
+        source: ``"statistics"`` | ``"run_dir"`` | ``"toml"`` | ``"probe"``.
         timings: One entry per profiled batch size, sorted by size.
         jitter: Relative standard deviation of every phase duration (0 = deterministic).
         instances_profiled: Instance count of the config the input phase was measured with.

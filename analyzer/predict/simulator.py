@@ -14,6 +14,12 @@ Executions follow the simulated backend: the input phase (host) overlaps across 
 device phase is serialised per device in the order instances reach it, the output phase
 overlaps. With ``jitter`` each phase is scaled by ``max(0, 1 + jitter * N(0, 1))``.
 
+Speed (``benchmarks/simulator_speed.py``): one event loop with no per-event calls besides
+``decide()`` and the heap; the batcher's queue is a run of consecutive arrivals (two indices),
+and the unit exponential gaps and the jitter's normal draws are drawn once per seed and
+reused by every rate and config. :func:`capacities` visits a space's configs neighbour after
+neighbour and starts each capacity search at the previous answer.
+
 Assumptions (:data:`ASSUMPTIONS`, printed by ``perfsweep predict``): Poisson arrivals of
 batch-1 requests; no network, protocol or thread hand-over cost (latency = queue + execution);
 one device shared by all instances; all requests shape-compatible.
@@ -37,6 +43,8 @@ from analyzer.predict.profile import Profile
 from reference_server.batching.decide import BatchingParams, Candidate, OpenBatch, decide
 
 if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
+
     from analyzer.trial import Knobs
 
 ASSUMPTIONS = (
@@ -88,6 +96,19 @@ class SimConfig:
             preferred_batch_size=tuple(knobs.preferred_batch_size),
             instance_count=knobs.instance_count,
             dynamic_batching=knobs.dynamic_batching,
+        )
+
+    @classmethod
+    def from_model_config(cls, config: mc.ModelConfig) -> SimConfig:
+        """From a server's model config (``GET /v2/models/<m>/config``, parsed)."""
+        dynamic = config.HasField("dynamic_batching")
+        batching = config.dynamic_batching
+        return cls(
+            max_batch_size=max(1, config.max_batch_size),
+            max_queue_delay_us=int(batching.max_queue_delay_microseconds) if dynamic else 0,
+            preferred_batch_size=tuple(batching.preferred_batch_size) if dynamic else (),
+            instance_count=sum(g.count or 1 for g in config.instance_group) or 1,
+            dynamic_batching=dynamic and config.max_batch_size > 0,
         )
 
     def describe(self) -> str:

@@ -69,6 +69,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceProces
         proc.stop()
 
 
+@pytest.fixture
+def target(server: ReferenceProcess) -> RemoteTarget:
+    """A target on the model as written: a probe leaves the model on its last probe config, so
+    the repository's config.pbtxt is loaded again first."""
+    server.load_model(MODEL)
+    remote = RemoteTarget(server.http_url, MODEL)
+    remote.start()
+    return remote
+
+
 def test_geometric_sizes_end_at_max_batch_size() -> None:
     assert geometric_sizes(16) == (1, 2, 4, 8, 16)
     assert geometric_sizes(12) == (1, 2, 4, 8, 12)
@@ -90,9 +100,9 @@ def test_probe_config_forces_one_batch_size() -> None:
 
 
 @pytest.mark.timeout(180)
-def test_probed_times_match_the_planted_profile(server: ReferenceProcess) -> None:
-    target = RemoteTarget(server.http_url, MODEL)
-    target.start()
+def test_probed_times_match_the_planted_profile(
+    server: ReferenceProcess, target: RemoteTarget
+) -> None:
     profile = probe(target, ProbePlan(bursts=6, instances=2))
     planted = from_toml("resnet50_sim", max_batch_size=MAX_BATCH)
     assert profile.source == "probe"
@@ -145,18 +155,58 @@ def test_probed_times_match_the_planted_profile(server: ReferenceProcess) -> Non
 
 
 @pytest.mark.timeout(60)
-def test_a_budget_too_small_for_batch_1_is_refused(server: ReferenceProcess) -> None:
-    target = RemoteTarget(server.http_url, MODEL)
-    target.start()
+def test_a_budget_too_small_for_batch_1_is_refused(target: RemoteTarget) -> None:
     with pytest.raises(ProfileError, match="no execution of batch size 1"):
         probe(target, ProbePlan(max_requests=1))
 
 
 @pytest.mark.timeout(60)
-def test_a_cut_probe_covers_the_sizes_it_finished(server: ReferenceProcess) -> None:
-    target = RemoteTarget(server.http_url, MODEL)
-    target.start()
+def test_a_cut_probe_covers_the_sizes_it_finished(target: RemoteTarget) -> None:
     # 1+2+4 sizes with a warm-up and two bursts each = 21 requests; size 8 needs 16 more.
     profile = probe(target, ProbePlan(bursts=2, instances=1, max_requests=25))
     assert profile.max_batch_size == 4
     assert "cut short" in profile.provenance
+
+
+@pytest.mark.timeout(180)
+def test_perfsweep_predict_probes_a_live_server_and_leaves_its_config(
+    server: ReferenceProcess, target: RemoteTarget, tmp_path: Path
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    before = server.http_status("GET", f"/v2/models/{MODEL}/config")
+    saved = tmp_path / "probed.json"
+    out = subprocess.run(
+        [
+            *(sys.executable, "-c", "from analyzer.cli import main; main()", "predict"),
+            *("--url", server.http_url, "--model", MODEL, "--p99-ms", "60"),
+            *("--max-queue-delay-us", "2000", "--save-profile", str(saved), "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["profile"]["source"] == "probe"
+    assert [t["batch_size"] for t in doc["profile"]["timings"]] == [1, 2, 4, 8, 16]
+    # The server's own config (max_batch_size 16, one instance) with the flag's delay.
+    assert doc["config"]["max_batch_size"] == MAX_BATCH
+    assert doc["config"]["instance_count"] == 1
+    assert doc["config"]["max_queue_delay_us"] == 2000
+    assert "the server's current config" in doc["config_source"]
+    assert doc["capacity"]["capacity_rps"] > 0
+    assert json.loads(saved.read_text())["source"] == "probe"
+    # Left as found: the probe configs (one batch size, a long delay) are gone.
+    assert server.http_status("GET", f"/v2/models/{MODEL}/config") == before
+
+
+def test_url_without_model_is_refused() -> None:
+    from analyzer.errors import InputError
+    from analyzer.predict.planner import PlanRequest, plan
+
+    with pytest.raises(InputError, match="--url needs --model"):
+        plan(PlanRequest(url="http://127.0.0.1:1", p99_ms=60.0))
