@@ -734,8 +734,7 @@ def meets_goals(m: Measurement, goals: Goals) -> tuple[bool, str]:
         problem = f"stopped early: {m.stopped_early}"
     step = sequential_verdict(m, goals)
     if step is not None:
-        slacks = goal_slacks(m.p99_ms, m.error_rate, goals)
-        slacks["p99_slack"] = 0.0 if step is not StepVerdict.FAIL else 1.0
+        slacks = {**goal_slacks(m.p99_ms, m.error_rate, goals), "p99_slack": p99_slack(m, goals)}
         if goals_met(problem, slacks):
             where = "at the boundary of" if step is StepVerdict.BOUNDARY else "meets"
             return True, (
@@ -756,6 +755,27 @@ def meets_goals(m: Measurement, goals: Goals) -> tuple[bool, str]:
     if m.p99_ms > goals.p99_ms:
         return False, f"p99 {m.p99_ms:.2f} ms > goal {goals.p99_ms:g} ms"
     return False, f"error rate {m.error_rate:.2%} > goal {goals.max_error_rate:.2%}"
+
+
+#: A sequential FAIL whose point p99 is not above the goal still gets this (tiny) positive slack.
+FAIL_SLACK_FLOOR = 1e-6
+
+
+def p99_slack(m: Measurement, goals: Goals) -> float:
+    """``(p99 - goal) / goal`` of one level, with a sequential step's verdict over its point p99.
+
+    PASS and BOUNDARY give at most 0 (met; a BOUNDARY step's p99 may lie a little above the goal,
+    within the test's resolution, and counts as met at the boundary: 0), FAIL at least
+    ``FAIL_SLACK_FLOOR``. Anything that turns a trial's operating point into a p99 slack (the
+    sweep's constraints) should use this, so it agrees with :func:`meets_goals`.
+    """
+    raw = (m.p99_ms - goals.p99_ms) / goals.p99_ms
+    verdict = sequential_verdict(m, goals)
+    if verdict is None:
+        return raw
+    if verdict is StepVerdict.FAIL:
+        return max(raw, FAIL_SLACK_FLOOR)
+    return min(raw, 0.0)
 
 
 def sequential_verdict(m: Measurement, goals: Goals) -> StepVerdict | None:

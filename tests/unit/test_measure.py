@@ -35,6 +35,7 @@ from analyzer.measure import (
     merge_histograms,
     new_histogram,
     p99_sample_note,
+    p99_slack,
     percentiles_us,
     rank_from_top,
     read_load_output,
@@ -421,6 +422,9 @@ def test_a_sequential_step_meets_the_latency_goal_by_its_verdict_not_its_point_p
     assert not meets_goals(_measurement(step=_step(StepVerdict.PASS), error_count=5), goals)[0]
     stopped = _measurement(step=_step(StepVerdict.FAIL), stopped_early="backlog")
     assert meets_goals(stopped, goals) == (False, "stopped early: backlog")
+    # The continuous slack agrees: at most 0 when met (at the boundary: 0), above 0 on a FAIL.
+    assert p99_slack(at_boundary, goals) == 0.0 and p99_slack(over, goals) > 0
+    assert p99_slack(passed, goals) == pytest.approx(-0.1) and p99_slack(failed, goals) > 0
     # A record judged against another goal is judged on its p99.
     other = _measurement(p99_ms=10.4, step=_step(StepVerdict.BOUNDARY, goal_ms=20.0))
     assert sequential_verdict(other, goals) is None and not meets_goals(other, goals)[0]
