@@ -22,7 +22,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +41,7 @@ from tests.support.real_triton import (
     dynamic_batching,
     sleep_model_config,
 )
+from tests.support.servers import wait_until
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -173,13 +174,6 @@ def _pending(server: Server, model: str) -> int:
     return 0
 
 
-def _wait(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 def _infer(url: str, send: Send, index: int, done: dict[int, tuple[float, str | None]]) -> None:
     client = httpclient.InferenceServerClient(url, network_timeout=120.0)
     data = np.full((1, 16), float(index), dtype=np.float32)
@@ -208,12 +202,15 @@ def run_stream(server: Server, sends: Sequence[Send], exec_ms: int = EXEC_MS) ->
         thread.start()
         threads.append(thread)
         queued[send.model] = queued.get(send.model, 0) + 1
-        _wait(
+        wait_until(
             lambda m=send.model, n=queued[send.model]: _pending(server, m) >= n,
+            30,
             f"request {index} to be queued",
         )
         if send.hold:
-            _wait(lambda m=send.model: _pending(server, m) == 0, f"request {index} to start")
+            wait_until(
+                lambda m=send.model: _pending(server, m) == 0, 30, f"request {index} to start"
+            )
             queued[send.model] -= 1
     for thread in threads:
         thread.join(120)
@@ -251,7 +248,7 @@ def _batch_stats(server: Server, model: str, requests: int) -> dict[int, int]:
         seen.update({int(e["batch_size"]): int(e["compute_infer"]["count"]) for e in entries})
         return sum(size * count for size, count in seen.items()) >= requests
 
-    _wait(caught_up, f"statistics of {model}", timeout_s=10)
+    wait_until(caught_up, 10, f"statistics of {model}")
     return dict(seen)
 
 
