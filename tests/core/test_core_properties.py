@@ -76,7 +76,7 @@ def test_every_request_answered_once_with_its_own_data(
             col = Collector()
             for i, (bs, priority, gap) in enumerate(reqs):
                 if gap:
-                    time.sleep(gap)
+                    time.sleep(gap)  # the generated arrival schedule, not a sync wait
                 data = np.arange(bs * 4, dtype=np.float32).reshape(bs, 4) + 1000 * i
                 server.submit(
                     InferRequest("p", id=str(i), inputs={"INPUT0": data}, priority=priority),

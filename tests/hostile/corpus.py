@@ -81,7 +81,7 @@ def exchange(address: str, case: Case) -> Reply:
             for piece in case.pieces:
                 sock.sendall(piece)
                 if case.pause_s:
-                    time.sleep(case.pause_s)
+                    time.sleep(case.pause_s)  # the hostile client's pause is the case itself
             while time.monotonic() < deadline:
                 sock.settimeout(max(0.05, deadline - time.monotonic()))
                 chunk = sock.recv(65536)
