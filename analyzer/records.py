@@ -573,6 +573,23 @@ class ConfigEntry:
         )
 
 
+def server_gpus(*entries: ConfigEntry | None) -> list[dict[str, Any]]:
+    """summary.json's ``server_gpus``: the GPUs the server reported in the entries (uuid, name,
+    memory_total_mb), once each."""
+    seen: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        for g in (entry.gpus if entry is not None else None) or ():
+            seen.setdefault(
+                g["uuid"],
+                {
+                    "uuid": g["uuid"],
+                    "name": g.get("name"),
+                    "memory_total_mb": g.get("memory_total_mb"),
+                },
+            )
+    return list(seen.values())
+
+
 @dataclass(frozen=True)
 class ParetoEntry:
     """One config on the front (objective ``pareto``), ranked by throughput."""

@@ -47,7 +47,7 @@ from analyzer.target import (
     observed_device,
     untunable_reason,
 )
-from analyzer.trial import Knobs, apply_knobs, knobs_of, server_gpus
+from analyzer.trial import Knobs, apply_knobs, knobs_of
 
 _LOG = logging.getLogger(__name__)
 
@@ -779,9 +779,7 @@ def _finish(
         device_requested=state.target.device,
         devices=tuple(devices),
         # The GPUs the server reported on /metrics (not the client host's: environment.gpu).
-        server_gpus=tuple(
-            server_gpus(*(e.to_dict() if e else None for e in (baseline_entry, best_entry)))
-        ),
+        server_gpus=tuple(records.server_gpus(baseline_entry, best_entry)),
         target_url=state.target.url,
         goals=scenario.goals.model_dump(),
         objective=scenario.objective,

@@ -9,14 +9,11 @@ what the trial's numbers rest on).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
-
-from analyzer.measure import Measurement
 
 
 @dataclass(frozen=True)
@@ -119,33 +116,3 @@ def apply_knobs(base: mc.ModelConfig, knobs: Knobs) -> mc.ModelConfig:
     del config.instance_group[:]
     config.instance_group.append(first)
     return config
-
-
-# --------------------------------------------------------------------------------------------------
-# Summary figures
-
-
-def server_gpus(*entries: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """The GPUs the server reported in summary entries (uuid, name, memory_total_mb), once each."""
-    seen: dict[str, dict[str, Any]] = {}
-    for entry in entries:
-        for g in (entry or {}).get("gpus") or ():
-            seen.setdefault(
-                g["uuid"],
-                {
-                    "uuid": g["uuid"],
-                    "name": g.get("name"),
-                    "memory_total_mb": g.get("memory_total_mb"),
-                },
-            )
-    return list(seen.values())
-
-
-def peak_gpu_memory_mb(m: Measurement) -> float:
-    """The most memory any GPU held during ``m`` (NaN when no GPU figure was recorded)."""
-    peaks = [
-        g.memory_used_peak_mb
-        for g in (m.server.gpus if m.server else ())
-        if g.memory_used_peak_mb is not None
-    ]
-    return max(peaks) if peaks else math.nan

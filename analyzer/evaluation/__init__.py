@@ -11,7 +11,13 @@ No optuna or gevent here (the load generator is passed in).
 """
 
 from analyzer.evaluation.capacity import CapacityDriver
-from analyzer.evaluation.evaluator import Evaluation, Evaluator, capacity_numbers, level_numbers
+from analyzer.evaluation.evaluator import (
+    Evaluation,
+    Evaluator,
+    capacity_numbers,
+    level_numbers,
+    peak_gpu_memory_mb,
+)
 from analyzer.evaluation.plan import LoadPlan
 from analyzer.evaluation.slack import slacks
 
@@ -22,5 +28,6 @@ __all__ = [
     "LoadPlan",
     "capacity_numbers",
     "level_numbers",
+    "peak_gpu_memory_mb",
     "slacks",
 ]

@@ -27,7 +27,6 @@ from analyzer.records import (
     TrialMeasurement,
 )
 from analyzer.scenario import Scenario
-from analyzer.trial import peak_gpu_memory_mb
 
 #: The numbers of a capacity search that measured no level at all.
 NOTHING_MEASURED: Mapping[str, float] = {
@@ -59,6 +58,16 @@ class Evaluation:
     measurement: TrialMeasurement
     values: tuple[float, ...]
     constraints: Mapping[str, float]
+
+
+def peak_gpu_memory_mb(m: Measurement) -> float:
+    """The most memory any GPU held during ``m`` (NaN when no GPU figure was recorded)."""
+    peaks = [
+        g.memory_used_peak_mb
+        for g in (m.server.gpus if m.server else ())
+        if g.memory_used_peak_mb is not None
+    ]
+    return max(peaks) if peaks else math.nan
 
 
 def level_numbers(m: Measurement, throughput: float, offered: float) -> dict[str, float]:

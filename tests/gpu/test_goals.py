@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from analyzer.evaluation import Evaluator
+from analyzer.evaluation import Evaluator, peak_gpu_memory_mb
 from analyzer.measure import (
     CapacityResult,
     Goals,
@@ -14,9 +14,9 @@ from analyzer.measure import (
     ServerView,
     goals_met,
 )
-from analyzer.records import CapacityMeasurement
+from analyzer.records import CapacityMeasurement, ConfigEntry, server_gpus
 from analyzer.scenario import Scenario
-from analyzer.trial import peak_gpu_memory_mb, server_gpus
+from analyzer.trial import Knobs
 
 
 class NoLoad:
@@ -90,7 +90,11 @@ def test_operating_point_figures_reach_the_summary_entry() -> None:
     assert figures[0]["utilization_pct_mean"] == 60.0 and figures[0]["power_mean_w"] == 46.0
     nothing = CapacityResult(Goals(10.0), 0.0, (_measurement(()),), None, False)
     assert CapacityMeasurement(nothing).gpu_figures() is None
-    assert server_gpus({"gpus": figures}, {"gpus": figures[:1]}, None) == [
+
+    def entry(gpus: list[dict[str, object]]) -> ConfigEntry:
+        return ConfigEntry(Knobs(8), 10.0, 1.0, 1.0, True, 0, gpus=tuple(gpus))
+
+    assert server_gpus(entry(figures), entry(figures[:1]), None) == [
         {"uuid": "GPU-a", "name": "sim", "memory_total_mb": 16384.0},
         {"uuid": "GPU-b", "name": None, "memory_total_mb": 16384.0},
     ]
