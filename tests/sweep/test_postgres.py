@@ -12,11 +12,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.servers import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -133,9 +134,15 @@ def test_two_workers_share_one_study_without_duplicates_or_losses(
         )
         for i in range(2)
     ]
-    for w in workers:
-        w.start()
-        time.sleep(0.5)  # the first creates the study and enqueues the seeds
+    storage = postgres_url.replace("postgresql://", "postgresql+psycopg2://")
+
+    def seeded() -> bool:
+        summaries = optuna.get_all_study_summaries(storage=storage)
+        return any(s.study_name == "shared" and s.n_trials > 0 for s in summaries)
+
+    workers[0].start()
+    wait_until(seeded, 120, "the first worker to create the study and enqueue its seeds")
+    workers[1].start()
     for w in workers:
         w.join(timeout=240)
         assert w.exitcode == 0
