@@ -20,8 +20,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,7 +29,6 @@ from typing import Any, Protocol
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import InferenceServerException
 
@@ -41,7 +38,7 @@ from tests.support.real_triton import (
     dynamic_batching,
     sleep_model_config,
 )
-from tests.support.servers import wait_until
+from tests.support.servers import ReferenceServer, wait_until
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -255,74 +252,6 @@ def _batch_stats(server: Server, model: str, requests: int) -> dict[int, int]:
 # ------------------------------------------------------------------------------ the servers
 
 
-class _Reference:
-    """The reference server in this process with the rate-limit flags (a local handle: the
-    shared ones in ``tests/support`` take no rate-limit options)."""
-
-    def __init__(
-        self,
-        workdir: Path,
-        models: Sequence[mc.ModelConfig],
-        rate_limit: str,
-        resources: Sequence[str],
-    ) -> None:
-        self.repository = workdir / "repo"
-        self.models = list(models)
-        self.rate_limit = rate_limit
-        self.resources = tuple(resources)
-        self._thread: Any = None
-
-    def __enter__(self) -> _Reference:
-        from reference_server.app import ServerOptions, ServerThread
-
-        self.repository.mkdir(parents=True, exist_ok=True)
-        for config in self.models:
-            self.add_model(config)
-        options = ServerOptions(
-            model_repositories=(self.repository,),
-            models=tuple(c.name for c in self.models),
-            device="cpu",
-            delay_scheduler=0,
-            rate_limit=self.rate_limit,
-            rate_limit_resources=self.resources,
-        )
-        self._thread = ServerThread(options).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._thread.stop()
-
-    @property
-    def http_url(self) -> str:
-        return str(self._thread.http_url)
-
-    def http_status(
-        self, method: str, path: str, body: dict[str, Any] | None = None, timeout_s: float = 10.0
-    ) -> tuple[int, bytes]:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(f"http://{self.http_url}{path}", data=data, method=method)
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=timeout_s) as reply:
-                return int(reply.status), bytes(reply.read())
-        except urllib.error.HTTPError as exc:
-            return int(exc.code), bytes(exc.read())
-
-    def metrics_text(self) -> str:
-        with urllib.request.urlopen(self._thread.metrics_url, timeout=10) as reply:
-            return str(reply.read().decode())
-
-    def add_model(self, config: mc.ModelConfig) -> None:
-        """Write the config for the identity backend (same ``execute_delay_ms``)."""
-        copy = mc.ModelConfig()
-        copy.CopyFrom(config)
-        copy.backend = "identity"
-        model_dir = self.repository / config.name
-        (model_dir / "1").mkdir(parents=True, exist_ok=True)
-        (model_dir / "config.pbtxt").write_text(text_format.MessageToString(copy))
-
-
 @contextmanager
 def _server(
     kind: str,
@@ -337,7 +266,8 @@ def _server(
         with RealTriton(install, workdir / kind, models=models, extra_args=args) as triton:
             yield triton
     else:
-        with _Reference(workdir / kind, models, rate_limit, resources) as reference:
+        options = {"rate_limit": rate_limit, "rate_limit_resources": tuple(resources)}
+        with ReferenceServer(workdir / kind, models, options=options) as reference:
             yield reference
 
 

@@ -532,6 +532,7 @@ class ReferenceServer(ServerHandle):
         workdir: scratch directory; the repository goes to ``workdir/repo``.
         models: configs (Triton flavour) written and loaded at startup.
         delay_scheduler: ``TRITONSERVER_DELAY_SCHEDULER`` for the reference batcher.
+        options: more ``reference_server.ServerOptions`` fields (e.g. ``rate_limit``).
     """
 
     def __init__(
@@ -539,10 +540,13 @@ class ReferenceServer(ServerHandle):
         workdir: Path,
         models: Sequence[mc.ModelConfig] = (),
         delay_scheduler: int | None = None,
+        *,
+        options: Mapping[str, Any] | None = None,
     ) -> None:
         self.workdir = workdir
         self.models = list(models)
         self.delay_scheduler = delay_scheduler
+        self.options = dict(options or {})
         self._server: Any = None
 
     @property
@@ -566,6 +570,7 @@ class ReferenceServer(ServerHandle):
             device="cpu",
             # 0, not None: None would read TRITONSERVER_DELAY_SCHEDULER from this process.
             delay_scheduler=self.delay_scheduler or 0,
+            **self.options,
         )
         self._server = ServerThread(options).start()
 
