@@ -52,6 +52,9 @@ from analyzer.target import Target
 #: short enough that a burst cut short by a lost request costs one second, not a hang.
 PROBE_DELAY_US = 1_000_000
 
+#: How long the statistics may lag behind the answers of a burst before the probe reads on.
+STATS_SETTLE_S = 5.0
+
 #: Bytes per element of the tensor types a probe can fill with zeros.
 _ELEMENT_BYTES = {
     "BOOL": 1,
@@ -236,6 +239,7 @@ def probe(
     *,
     stats: Callable[[], Mapping[str, Any]] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Profile:
     """Measure execution time per batch size (and instance interference) on ``target``.
 
@@ -245,6 +249,7 @@ def probe(
         plan: What to measure (default :class:`ProbePlan`).
         stats: Reads the statistics document (default: ``GET /v2/models/<m>/stats``).
         clock: Monotonic seconds (the time budget).
+        sleep: Waits between statistics reads while they catch up with a burst.
 
     Raises:
         ProfileError: the model cannot be probed (no batching, inputs the probe cannot fill)
@@ -279,25 +284,42 @@ def probe(
         for f in futures:
             f.result()
 
+    expected_items = 0  # items the statistics must show once every sent request is counted
+
+    def settled() -> dict[int, tuple[int, int, int, int]]:
+        """The batch totals once they count every request sent (Triton updates its statistics
+        after it has answered, so a read right after a burst can miss its execution)."""
+        give_up = clock() + STATS_SETTLE_S
+        while True:
+            totals = _batch_totals(read_stats(), model)
+            if _items(totals) >= expected_items or clock() > give_up:
+                return totals
+            sleep(0.002)
+
     def load(size: int, instances: int) -> int | None:
         """Load the probe config and warm it up; the burst size, or None when out of budget."""
+        nonlocal expected_items
         per_burst = size * instances
         if sent + per_burst * (plan.warmup_bursts + 1) > plan.max_requests or clock() > deadline:
             cut.append(f"batch {size} at {instances} instance(s)")
             return None
         target.load_config(probe_config(base, size, instances))
+        expected_items = _items(_batch_totals(read_stats(), model))
         for _ in range(plan.warmup_bursts):
             burst(per_burst)
+            expected_items += per_burst
         return per_burst
 
     def bursts(per_burst: int) -> Iterator[dict[int, tuple[int, int, int, int]]]:
         """Send measured bursts; yield each one's executions per batch size (stats deltas)."""
-        before = _batch_totals(read_stats(), model)
+        nonlocal expected_items
+        before = settled()
         for _ in range(plan.bursts):
             if sent + per_burst > plan.max_requests or clock() > deadline:
                 return
             burst(per_burst)
-            after = _batch_totals(read_stats(), model)
+            expected_items += per_burst
+            after = settled()
             yield {
                 b: delta
                 for b, now in after.items()
@@ -390,6 +412,11 @@ def probe(
         jitter,
         interference,
     )
+
+
+def _items(totals: Mapping[int, tuple[int, int, int, int]]) -> int:
+    """Requests (batch items) the totals count."""
+    return sum(b * v[0] for b, v in totals.items())
 
 
 def _minus(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> tuple[int, int, int, int]:

@@ -13,6 +13,8 @@ backend with the bundled ``resnet50_sim`` profile (device table 4-32 ms, host ph
 2. The simulator on the *probed* profile against the same server: the batch-size histogram of
    an open-loop Poisson run (two instances, preferred sizes, a queue delay) within the same
    tolerance as ``test_vs_server.py`` (total-variation distance <= 0.15, mean batch within 15 %).
+3. The probe's premise on a real Triton (marked ``triton``): the same configs form exactly one
+   batch of each size per burst there too (Python-backend sleep model).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.predict import ProfileError
 from analyzer.predict.probe import ProbePlan, geometric_sizes, probe, probe_config
@@ -29,6 +32,7 @@ from analyzer.predict.profile import from_toml
 from analyzer.predict.simulator import SimConfig, simulate
 from analyzer.target import RemoteTarget
 from tests.predict.test_vs_server import _mean_batch, _open_loop, _shares, _tv
+from tests.support.real_triton import RealTriton, dynamic_batching, sleep_model_config
 from tests.support.servers import ReferenceProcess
 
 MODEL = "simres"
@@ -69,13 +73,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceProces
         proc.stop()
 
 
+@pytest.fixture(scope="module")
+def written_config(server: ReferenceProcess) -> mc.ModelConfig:
+    """The model's config as the repository has it (read before any probe changed it)."""
+    return RemoteTarget(server.http_url, MODEL).model_config()
+
+
 @pytest.fixture
-def target(server: ReferenceProcess) -> RemoteTarget:
+def target(server: ReferenceProcess, written_config: mc.ModelConfig) -> RemoteTarget:
     """A target on the model as written: a probe leaves the model on its last probe config, so
-    the repository's config.pbtxt is loaded again first."""
-    server.load_model(MODEL)
+    the written config is loaded again first."""
     remote = RemoteTarget(server.http_url, MODEL)
     remote.start()
+    remote.load_config(written_config)
     return remote
 
 
@@ -86,8 +96,6 @@ def test_geometric_sizes_end_at_max_batch_size() -> None:
 
 
 def test_probe_config_forces_one_batch_size() -> None:
-    from tritonclient.grpc import model_config_pb2 as mc
-
     base = mc.ModelConfig(name="m", max_batch_size=8)
     base.instance_group.add(count=3)
     base.dynamic_batching.preferred_batch_size.extend([2, 8])
@@ -210,3 +218,32 @@ def test_url_without_model_is_refused() -> None:
 
     with pytest.raises(InputError, match="--url needs --model"):
         plan(PlanRequest(url="http://127.0.0.1:1", p99_ms=60.0))
+
+
+@pytest.mark.triton
+@pytest.mark.timeout(240)
+def test_probe_forms_exact_batches_on_real_triton(real_triton: RealTriton) -> None:
+    # Triton's Python backend sleeping 3 ms + 1 ms per item: the probe's premise (max_batch_size
+    # = preferred = b with a long delay forms exactly one batch of b per burst) holds there too.
+    real_triton.add_model(
+        sleep_model_config(
+            "probe_sleep",
+            max_batch_size=8,
+            execute_delay_ms=3.0,
+            execute_delay_ms_per_item=1.0,
+            dynamic_batching=dynamic_batching(max_queue_delay_us=100),
+        )
+    )
+    real_triton.load_model("probe_sleep")
+    target = RemoteTarget(real_triton.http_url, "probe_sleep")
+    target.start()
+    profile = probe(target, ProbePlan(bursts=4, instances=2))
+    assert [t.batch_size for t in profile.timings] == [1, 2, 4, 8]
+    for t in profile.timings:
+        assert t.executions == 4, t  # every burst was one execution of exactly its size
+        planted = 3.0 + 1.0 * t.batch_size
+        # compute_infer holds the sleep and the Python stub's hand-over (about a millisecond).
+        assert planted - 0.05 <= t.infer_ms <= 1.2 * planted + 2.0, t
+    assert "triton" in profile.provenance
+    # Two Python-backend instances run in parallel (no shared device): little interference.
+    assert 0.7 <= profile.interference[2] <= 1.5
