@@ -474,8 +474,15 @@ class ServerHandle:
     :meth:`server_config` when their server needs a config converted.
     """
 
-    http_url: str
-    metrics_url: str
+    @property
+    def http_url(self) -> str:
+        """``host:port`` of the HTTP endpoint."""
+        raise NotImplementedError
+
+    @property
+    def metrics_url(self) -> str:
+        """Full URL of the Prometheus endpoint."""
+        raise NotImplementedError
 
     @property
     def base_url(self) -> str:
@@ -587,7 +594,7 @@ class ReferenceServer(ServerHandle):
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    @property  # type: ignore[override]
+    @property
     def http_url(self) -> str:
         """``host:port`` for ``tritonclient.http``."""
         return str(self._server.http_url)
@@ -597,7 +604,7 @@ class ReferenceServer(ServerHandle):
         """``host:port`` for ``tritonclient.grpc``."""
         return str(self._server.grpc_url)
 
-    @property  # type: ignore[override]
+    @property
     def metrics_url(self) -> str:
         """Full URL of the Prometheus endpoint."""
         return str(self._server.metrics_url)
@@ -711,7 +718,7 @@ class ReferenceProcess(ReferenceServer):
         assert self.addresses is not None, "the reference process is not running"
         return self.addresses
 
-    @property  # type: ignore[override]
+    @property
     def http_url(self) -> str:
         """``host:port`` for ``tritonclient.http``."""
         return self._bound().http_url
@@ -721,7 +728,7 @@ class ReferenceProcess(ReferenceServer):
         """``host:port`` for ``tritonclient.grpc``."""
         return self._bound().grpc_url
 
-    @property  # type: ignore[override]
+    @property
     def metrics_url(self) -> str:
         """Full URL of the Prometheus endpoint."""
         return self._bound().metrics_url
