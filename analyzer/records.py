@@ -7,6 +7,7 @@ read and write them through it::
     TrialRecord  trials/NNN/measurement.json  load_trial(path)       write_trial(path, r)
                  (and baseline/)
     Validation   validation.json              load_validation(path)  write_validation(path, v)
+    Predictions  predictions.json             load_predictions(path) write_predictions(path, p)
 
 Each record is a frozen dataclass with ``to_dict()`` (the file's JSON, version header included)
 and ``from_dict()`` (its inverse, which also reads every older version it knows). A trial's
@@ -40,6 +41,15 @@ Trial record (``perfsweep.trial``):
   read from the measurement's own keys, in this module only (:func:`measurement_from_dict`).
   Early version-1 records lack ``values`` and ``started_at`` (read as ``()`` and ``""``).
 
+Within version 1, trial records gained ``prediction`` (the simulator's capacity for the config
+and its band, ``--search predict`` only; absent in older records, read as None), and summary.json
+gained ``search_strategy``, ``search_note`` and ``phases`` (seconds per phase; absent: not recorded).
+
+predictions.json (``perfsweep.predictions``):
+
+* Version 1 (current): :meth:`Predictions.to_dict`: the profile the simulator used (a short
+  description) and every config of the space with its predicted capacity and band.
+
 validation.json (``perfsweep.validation``):
 
 * Version 1 (current): ``{"candidates": [...]}``, each as summary.json's ``validation``.
@@ -72,16 +82,19 @@ from analyzer.trial import Knobs
 SUMMARY_KIND = "perfsweep.summary"
 TRIAL_KIND = "perfsweep.trial"
 VALIDATION_KIND = "perfsweep.validation"
+PREDICTIONS_KIND = "perfsweep.predictions"
 
 #: Current format version of each record (see the format history above).
 SUMMARY_FORMAT_VERSION = 1
 TRIAL_FORMAT_VERSION = 1
 VALIDATION_FORMAT_VERSION = 1
+PREDICTIONS_FORMAT_VERSION = 1
 
 _CURRENT = {
     SUMMARY_KIND: SUMMARY_FORMAT_VERSION,
     TRIAL_KIND: TRIAL_FORMAT_VERSION,
     VALIDATION_KIND: VALIDATION_FORMAT_VERSION,
+    PREDICTIONS_KIND: PREDICTIONS_FORMAT_VERSION,
 }
 
 #: kind -> {version: function lifting a document of that version to the next one}. Empty while
@@ -90,6 +103,7 @@ _MIGRATIONS: dict[str, dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = 
     SUMMARY_KIND: {},
     TRIAL_KIND: {},
     VALIDATION_KIND: {},
+    PREDICTIONS_KIND: {},
 }
 
 #: The per-GPU figures a summary entry keeps (``measure.GpuStats`` less its samples).
@@ -279,6 +293,97 @@ def _measurement_dict(m: TrialMeasurement | None) -> dict[str, Any] | None:
 
 
 # --------------------------------------------------------------------------------------------------
+# Predictions
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The simulator's capacity at the goal for one config, and its band (req/s).
+
+    ``low_rps``/``high_rps`` bound what a measurement may show and still agree with the
+    prediction (``--search predict`` stops once the measured best falls inside the band of the
+    predicted best).
+    """
+
+    capacity_rps: float
+    low_rps: float
+    high_rps: float
+
+    def contains(self, rps: float) -> bool:
+        """Whether a measured capacity agrees with the prediction."""
+        return self.low_rps <= rps <= self.high_rps
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "capacity_rps": self.capacity_rps,
+            "low_rps": self.low_rps,
+            "high_rps": self.high_rps,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Prediction:
+        return cls(float(d["capacity_rps"]), float(d["low_rps"]), float(d["high_rps"]))
+
+
+def _opt_prediction(raw: Mapping[str, Any] | None) -> Prediction | None:
+    return None if not raw else Prediction.from_dict(raw)
+
+
+@dataclass(frozen=True)
+class ConfigPrediction:
+    """One config of the space and its :class:`Prediction` (an entry of predictions.json)."""
+
+    config: Knobs
+    prediction: Prediction
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config": self.config.to_dict(), **self.prediction.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ConfigPrediction:
+        return cls(_knobs(d["config"]), Prediction.from_dict(d))
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """predictions.json: the simulator's capacity for every config of the space.
+
+    ``profile`` is a short description of the profile the simulator ran on (shown, not computed
+    with); ``configs`` are in the space's order.
+    """
+
+    profile: dict[str, Any] = field(default_factory=dict)
+    configs: tuple[ConfigPrediction, ...] = ()
+
+    def get(self, config: Knobs) -> Prediction | None:
+        """The prediction of ``config`` (None: not in the space predicted)."""
+        return next((c.prediction for c in self.configs if c.config == config), None)
+
+    def ranked(self) -> list[ConfigPrediction]:
+        """Highest predicted capacity first (ties in the space's order)."""
+        return sorted(self.configs, key=lambda c: -c.prediction.capacity_rps)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": PREDICTIONS_FORMAT_VERSION,
+            "kind": PREDICTIONS_KIND,
+            "profile": dict(self.profile),
+            "configs": [c.to_dict() for c in self.configs],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Predictions:
+        def parse() -> Predictions:
+            d = _migrate(PREDICTIONS_KIND, data)
+            return cls(
+                dict(d.get("profile") or {}),
+                tuple(ConfigPrediction.from_dict(c) for c in d.get("configs") or ()),
+            )
+
+        return _parsing(PREDICTIONS_KIND, parse)
+
+
+# --------------------------------------------------------------------------------------------------
 # Trial record
 
 
@@ -312,6 +417,8 @@ class TrialRecord:
     started_at: str = ""
     duration_s: float = 0.0
     measurement: TrialMeasurement | None = None
+    #: The simulator's capacity for this config (``--search predict``; None: not predicted).
+    prediction: Prediction | None = None
 
     @property
     def complete(self) -> bool:
@@ -363,6 +470,7 @@ class TrialRecord:
             "started_at": self.started_at,
             "duration_s": self.duration_s,
             "measurement": _measurement_dict(self.measurement),
+            "prediction": None if self.prediction is None else self.prediction.to_dict(),
         }
 
     @classmethod
@@ -390,6 +498,7 @@ class TrialRecord:
             started_at=str(d.get("started_at") or ""),
             duration_s=float(d.get("duration_s") or 0.0),
             measurement=measurement_from_dict(d.get("measurement")),
+            prediction=_opt_prediction(d.get("prediction")),
         )
 
 
@@ -672,6 +781,13 @@ class RunSummary:
     started_at: str | None = None
     finished_at: str | None = None
     duration_s: float | None = None
+    #: ``predict``, ``tpe``, ``random`` or ``grid``: the search that ran (None: not recorded).
+    search_strategy: str | None = None
+    #: Why the search that ran is not the one asked for (e.g. predict fell back to tpe).
+    search_note: str | None = None
+    #: Seconds per phase (``baseline``, ``profile``, ``predict``, ``search``, ``validation``);
+    #: a phase that did not run is absent; empty: not recorded.
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def chosen(self) -> ConfigEntry | None:
@@ -717,6 +833,9 @@ class RunSummary:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "duration_s": self.duration_s,
+            "search_strategy": self.search_strategy,
+            "search_note": self.search_note,
+            "phases": dict(self.phases),
         }
 
     @classmethod
@@ -762,6 +881,9 @@ class RunSummary:
             started_at=_opt_str(d.get("started_at")),
             finished_at=_opt_str(d.get("finished_at")),
             duration_s=None if duration is None else float(duration),
+            search_strategy=_opt_str(d.get("search_strategy")),
+            search_note=_opt_str(d.get("search_note")),
+            phases={str(k): float(v) for k, v in (d.get("phases") or {}).items()},
         )
 
 
@@ -839,6 +961,24 @@ def load_validation(path: Path) -> Validation:
     """Read validation.json."""
     result: Validation = _load(Path(path), VALIDATION_KIND, Validation.from_dict)
     return result
+
+
+def load_predictions(path: Path) -> Predictions:
+    """Read predictions.json (a run directory or the file itself).
+
+    Raises:
+        ResultFormatError: Missing, damaged, another kind, or a version this perfsweep cannot read.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "predictions.json"
+    result: Predictions = _load(path, PREDICTIONS_KIND, Predictions.from_dict)
+    return result
+
+
+def write_predictions(path: Path, predictions: Predictions) -> None:
+    """Atomically write predictions.json."""
+    write_json(Path(path), predictions.to_dict())
 
 
 def write_summary(path: Path, summary: RunSummary) -> None:

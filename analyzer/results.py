@@ -211,6 +211,11 @@ class RunDirectory:
         return self.root / "validation.json"
 
     @property
+    def predictions_json(self) -> Path:
+        """The simulator's capacity for every config (``--search predict``; records.Predictions)."""
+        return self.root / "predictions.json"
+
+    @property
     def report_html(self) -> Path:
         return self.root / "report.html"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -339,3 +340,52 @@ def test_an_older_version_is_migrated_on_load(monkeypatch: pytest.MonkeyPatch) -
     assert RunSummary.from_dict(doc).run_id == "old"
     with pytest.raises(ResultFormatError, match="format_version -1"):
         RunSummary.from_dict({**doc, "format_version": -1})
+
+
+def test_predictions_and_the_new_optional_fields_round_trip(tmp_path: Path) -> None:
+    prediction = records.Prediction(400.0, 360.0, 440.0)
+    other = Knobs(8, 0, (), 1)
+    predictions = records.Predictions(
+        {"batch_sizes": [1, 8, 16]},
+        (
+            records.ConfigPrediction(other, records.Prediction(300.0, 270.0, 330.0)),
+            records.ConfigPrediction(KNOBS, prediction),
+        ),
+    )
+    run = RunDirectory(tmp_path)
+    records.write_predictions(run.predictions_json, predictions)
+    loaded = records.load_predictions(tmp_path)
+    assert loaded == predictions
+    assert loaded.get(KNOBS) == prediction and loaded.get(Knobs(4, 0, (), 1)) is None
+    assert [c.config for c in loaded.ranked()] == [KNOBS, other]
+    raw = json.loads(run.predictions_json.read_text())
+    assert raw["kind"] == "perfsweep.predictions" and raw["format_version"] == 1
+    assert raw["configs"][1] == {"config": KNOBS.to_dict(), **prediction.to_dict()}
+    assert prediction.contains(360.0) and not prediction.contains(441.0)
+
+    record = replace(trial(3, None), prediction=prediction)
+    assert TrialRecord.from_dict(record.to_dict()) == record
+    older = record.to_dict()
+    del older["prediction"]
+    assert TrialRecord.from_dict(older).prediction is None
+
+    summary = RunSummary(
+        run_id="r",
+        model="m",
+        device="sim",
+        objective="throughput",
+        goals={},
+        baseline=None,
+        best=None,
+        gain=None,
+        trials={"total": 0},
+        stop_reason="budget",
+        search_strategy="predict",
+        phases={"baseline": 1.5, "search": 10.0},
+    )
+    assert RunSummary.from_dict(summary.to_dict()) == summary
+    old = summary.to_dict()
+    for key in ("search_strategy", "search_note", "phases"):
+        del old[key]
+    back = RunSummary.from_dict(old)
+    assert back.search_strategy is None and back.phases == {}
