@@ -3,7 +3,8 @@
 "Before" is ``analyzer/predict/simulator.py`` as of commit :data:`BEFORE_COMMIT` (read with
 ``git show`` and loaded as a module of its own): one :func:`capacity` bisection per config.
 "After" is this checkout's :func:`analyzer.predict.simulator.capacities` over the same configs
-(warm-started brackets, equivalent configs simulated once, the leaner event loop). Both use
+(warm-started brackets, equivalent configs simulated once, the leaner event loop; in
+``--workers`` processes, one instance count each). Both use
 the same profile, goal, seed and requests per simulated rate, in one process, one after the
 other.
 
@@ -19,6 +20,7 @@ It prints a markdown table and writes ``benchmarks/results/simulator_speed-<UTC>
 (``format_version`` 1, the environment, every config's capacities).
 
     .venv/bin/python benchmarks/simulator_speed.py [--limit N] [--noise] [--p99-ms 60]
+        [--workers 1]
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--noise", action="store_true", help="Also run before with seed 1.")
     parser.add_argument("--p99-ms", type=float, default=60.0)
     parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--workers", type=int, default=1, help="Processes for after.")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
 
@@ -132,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
 
     t_before, caps_before, rates_before = run_before(0)
     start = time.perf_counter()
-    after = capacities(profile, configs, args.p99_ms, requests=args.requests, seed=0)
+    after = capacities(
+        profile, configs, args.p99_ms, requests=args.requests, seed=0, workers=args.workers
+    )
     t_after = time.perf_counter() - start
     caps_after = {c: p.capacity_rps for c, p in after.items()}
     rates_after = len({id(p) for p in after.values()})  # searches run (equivalents share one)
@@ -151,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"| before ({BEFORE_COMMIT}) | {t_before:.1f} | {n / t_before:.1f} | {rates_before} | {n} |"
     )
-    print(f"| after | {t_after:.1f} | {n / t_after:.1f} | {sims_after} | {rates_after} |")
+    print(
+        f"| after (workers {args.workers}) | {t_after:.1f} | {n / t_after:.1f} | {sims_after} | {rates_after} |"
+    )
     print(f"\nspeed-up: {t_before / t_after:.1f}x")
 
     def summary(values: list[float]) -> str:
@@ -185,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         "before_commit": BEFORE_COMMIT,
         "p99_ms": args.p99_ms,
         "requests": args.requests,
+        "workers": args.workers,
         "configs": n,
         "before_s": t_before,
         "after_s": t_after,

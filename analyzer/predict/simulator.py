@@ -607,34 +607,56 @@ def capacities(
     requests: int = 3000,
     seed: int = 0,
     resolution: float = 0.02,
+    workers: int = 1,
 ) -> dict[SimConfig, CapacityPrediction]:
     """:func:`capacity` of every config, fast enough for a whole search space.
 
-    Configs are visited in an order where neighbours differ in one knob (instances, then
-    max batch size, preferred sizes, queue delay), and each search starts from the previous
-    config's capacity; configs that simulate identically (:func:`_equivalence_key`: e.g.
-    every delay at ``max_batch_size`` 1) are simulated once.
+    Configs are grouped by instance count (and dynamic batching or not); within a group they
+    are visited in an order where neighbours differ in one knob (max batch size, preferred
+    sizes, queue delay), and each search starts from the previous config's capacity. Configs
+    that simulate identically (:func:`_equivalence_key`: e.g. every delay at
+    ``max_batch_size`` 1) are simulated once. Groups are independent, so ``workers > 1``
+    runs them in that many processes with the same answers.
 
     Raises:
         ExtrapolationError: some config needs batch sizes beyond the profile (before any
             simulation).
     """
-    todo = sorted(
-        set(configs),
-        key=lambda c: (
-            c.dynamic_batching,
-            c.instance_count,
-            c.max_batch_size,
-            c.preferred_batch_size,
-            c.max_queue_delay_us,
-        ),
-    )
-    for config in todo:
+    groups: dict[tuple[bool, int], list[SimConfig]] = {}
+    for config in set(configs):
         profile.check_covers(config.largest_batch)
+        groups.setdefault((config.dynamic_batching, config.instance_count), []).append(config)
+    chains = [
+        sorted(g, key=lambda c: (c.max_batch_size, c.preferred_batch_size, c.max_queue_delay_us))
+        for _, g in sorted(groups.items())
+    ]
+    args = (profile, p99_ms, requests, seed, resolution)
+    out: dict[SimConfig, CapacityPrediction] = {}
+    if workers > 1 and len(chains) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(workers, len(chains))) as pool:
+            for part in pool.map(_chain, chains, *zip(*[args] * len(chains), strict=True)):
+                out.update(part)
+    else:
+        for chain in chains:
+            out.update(_chain(chain, *args))
+    return out
+
+
+def _chain(
+    chain: list[SimConfig],
+    profile: Profile,
+    p99_ms: float,
+    requests: int,
+    seed: int,
+    resolution: float,
+) -> dict[SimConfig, CapacityPrediction]:
+    """One group of :func:`capacities`, each search warm-started at the previous answer."""
     done: dict[tuple[Any, ...], CapacityPrediction] = {}
     out: dict[SimConfig, CapacityPrediction] = {}
     hint: float | None = None
-    for config in todo:
+    for config in chain:
         key = _equivalence_key(config)
         cap = done.get(key)
         if cap is None:

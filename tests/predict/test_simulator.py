@@ -174,3 +174,15 @@ def test_capacities_refuse_an_uncovered_config_before_simulating() -> None:
 
     with pytest.raises(ExtrapolationError):
         capacities(constant(1.0, 8), [SimConfig(4), SimConfig(16)], 20.0)
+
+
+def test_capacities_in_worker_processes_give_the_same_answers() -> None:
+    from analyzer.predict.simulator import capacities
+
+    profile = constant(2.0, 8, per_item_ms=0.25)
+    configs = [
+        SimConfig(mbs, delay, (), n) for mbs in (2, 8) for delay in (0, 1000) for n in (1, 2)
+    ]
+    one = capacities(profile, configs, 20.0, requests=1500)
+    two = capacities(profile, configs, 20.0, requests=1500, workers=2)
+    assert {c: p.to_dict() for c, p in one.items()} == {c: p.to_dict() for c, p in two.items()}
