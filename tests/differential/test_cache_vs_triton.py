@@ -20,7 +20,7 @@ from reference_server.core.server import CoreOptions, InferenceServer
 from reference_server.core.types import InferRequest
 from tests.support.differential import settled_stats
 from tests.support.real_triton import RealTriton, TensorSpec, TritonInstall, sleep_model_config
-from tests.support.servers import for_reference
+from tests.support.servers import for_reference, write_model
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -84,8 +84,7 @@ def test_cache_statistics_and_metrics_match(triton_install: TritonInstall, tmp_p
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        (root / "c" / "1").mkdir(parents=True)
-        (root / "c" / "config.pbtxt").write_text(config_to_text(for_reference(cfg)))
+        write_model(root, "c", config_to_text(for_reference(cfg)))
         server = InferenceServer(
             CoreOptions(model_repositories=(root,), startup_models=("c",), cache_size_bytes=1 << 20)
         )

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from reference_server.app import ServerOptions, ServerThread
 from reference_server.core.gpu import GPU_FAMILIES, simulated_uuid
-from tests.support.servers import wait_until
+from tests.support.servers import wait_until, write_model
 
 MIB = 1024 * 1024
 PROFILE = """
@@ -67,16 +67,9 @@ output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }
 """
 
 
-def write(root: Path, name: str, config: str, profile: str | None = None) -> None:
-    (root / name / "1").mkdir(parents=True)
-    (root / name / "config.pbtxt").write_text(config, encoding="utf-8")
-    if profile is not None:
-        (root / name / "gpu_test.toml").write_text(profile, encoding="utf-8")
-
-
 @pytest.fixture
 def sim_server(tmp_path: Path) -> Iterator[ServerThread]:
-    write(tmp_path, "sim", sim_config("sim"), PROFILE)
+    write_model(tmp_path, "sim", sim_config("sim"), files={"gpu_test.toml": PROFILE})
     with ServerThread(ServerOptions(model_repositories=(tmp_path,), models=("sim",))) as server:
         yield server
 
@@ -206,7 +199,7 @@ def test_energy_counter_adds_idle_and_busy_power(sim_server: ServerThread) -> No
 
 
 def test_cpu_only_server_prints_no_gpu_series(tmp_path: Path) -> None:
-    write(tmp_path, "plain", IDENTITY)
+    write_model(tmp_path, "plain", IDENTITY)
     options = ServerOptions(model_repositories=(tmp_path,), models=("plain",), device="cpu")
     with ServerThread(options) as server:
         client = httpclient.InferenceServerClient(server.http_url.split("://")[-1])

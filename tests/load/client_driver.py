@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.load.child import run_module
+from tests.support.servers import write_model
 
 
 def run_client_checks(name: str, timeout_s: float = 120.0) -> dict[str, Any]:
@@ -30,9 +31,9 @@ def run_client_checks(name: str, timeout_s: float = 120.0) -> dict[str, Any]:
 
 
 def _write_identity(repo: Path) -> None:
-    model = repo / "ident"
-    (model / "1").mkdir(parents=True)
-    (model / "config.pbtxt").write_text(
+    write_model(
+        repo,
+        "ident",
         textwrap.dedent(
             """\
             name: "ident"
@@ -43,7 +44,7 @@ def _write_identity(repo: Path) -> None:
             output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
                      { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
             """
-        )
+        ),
     )
 
 

@@ -125,6 +125,7 @@ def write_model(
     versions: Sequence[int] = (1,),
     add_name: bool = False,
     model_source: str = "",
+    files: Mapping[str, str] | None = None,
 ) -> Path:
     """Write ``repository/name/config.pbtxt`` and the version directories; return the model dir.
 
@@ -136,6 +137,7 @@ def write_model(
         add_name: put ``name: "<name>"`` in front of a config text that leaves it out.
         model_source: ``model.py`` written into every version directory (Triton's Python
             backend); ``""`` writes none.
+        files: more files beside ``config.pbtxt`` (name -> text), e.g. a device profile.
     """
     if isinstance(config, str):
         text = f'name: "{name}"\n{config}' if add_name else config
@@ -148,6 +150,8 @@ def write_model(
     model_dir = repository / name
     model_dir.mkdir(parents=True, exist_ok=True)
     (model_dir / "config.pbtxt").write_text(text, encoding="utf-8")
+    for file_name, content in (files or {}).items():
+        (model_dir / file_name).write_text(content, encoding="utf-8")
     for version in versions:
         (model_dir / str(version)).mkdir(exist_ok=True)
         if model_source:

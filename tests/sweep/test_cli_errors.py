@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.servers import write_model
+
 PERFSWEEP = [sys.executable, "-c", "from analyzer.cli import main; main()"]
 
 
@@ -109,8 +111,7 @@ ensemble_scheduling {
 def test_models_perfsweep_cannot_tune_are_refused_before_the_server_starts(
     tmp_path: Path, name: str, config: str, needle: str
 ) -> None:
-    (tmp_path / "repo" / name / "1").mkdir(parents=True)
-    (tmp_path / "repo" / name / "config.pbtxt").write_text(config)
+    write_model(tmp_path / "repo", name, config)
     out = tmp_path / "out"
     done = run_cli(
         ["--model-repository", str(tmp_path / "repo"), "--model", name, "--device", "sim",

@@ -23,7 +23,7 @@ import pytest
 from analyzer.results import load_summary, load_trial_record, parse_config_text
 from reference_server.core.config import validate
 from reference_server.ready import last_ready
-from tests.support.servers import process_gone, supervised_pid, wait_until
+from tests.support.servers import process_gone, supervised_pid, wait_until, write_model
 
 pytestmark = pytest.mark.slow
 
@@ -69,8 +69,7 @@ parameters { key: "profile" value { string_value: "resnet50_sim" } }
 
 
 def make_repo(root: Path) -> Path:
-    (root / "repo" / "tiny" / "1").mkdir(parents=True)
-    (root / "repo" / "tiny" / "config.pbtxt").write_text(MODEL_CONFIG)
+    write_model(root / "repo", "tiny", MODEL_CONFIG)
     return root / "repo"
 
 
