@@ -379,6 +379,9 @@ class ChildProcess:
         with contextlib.suppress(ProcessLookupError):  # anything it left behind in its group
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.close_stdin()
+        self._pump_thread.join(5)  # EOF once the group is gone; then the pipe can close
+        if self.proc.stdout is not None and not self._pump_thread.is_alive():
+            self.proc.stdout.close()
         if self._stderr is not None:
             self._stderr.close()
         return int(self.proc.returncode)
