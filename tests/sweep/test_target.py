@@ -12,6 +12,7 @@ import pytest
 from analyzer.errors import TargetError
 from analyzer.target import ConfigRejectedError, ManagedServer, RemoteTarget, bundled_repository
 from analyzer.trial import Knobs, apply_knobs, knobs_of
+from reference_server.ready import READY_PREFIX
 from tests.support.servers import wait_until
 from tests.sweep.test_e2e_sim import make_repo
 
@@ -62,7 +63,7 @@ def test_dead_server_is_restarted_with_the_last_config(server: ManagedServer) ->
     assert server.pid() != old_pid and server.restarts == 1
     assert knobs_of(server.model_config()) == wanted
     log = server.log_path.read_text()
-    assert "server died" in log and log.count("perfsweep reference server ready") == 2
+    assert "server died" in log and log.count(READY_PREFIX) == 2
 
 
 def test_remote_target_checks_reachability_and_model(server: ManagedServer) -> None:
