@@ -135,6 +135,9 @@ class Objective(abc.ABC):
         capacity: Each trial runs a capacity search (the highest load within the goals).
         fixed: Each trial measures one fixed load level (``traffic.rate_rps``/``concurrency``,
             or the reference level).
+        checks_at_capacity: Validation measures the winner and the runner-up at the winner's
+            capacity with the sequential test, and whole capacities only when the two are
+            within noise (open loop); else every top config ``validate_repeats`` times.
     """
 
     name: ClassVar[str]
@@ -147,6 +150,7 @@ class Objective(abc.ABC):
     metric_names: ClassVar[tuple[str, ...]]
     capacity: ClassVar[bool]
     fixed: ClassVar[bool]
+    checks_at_capacity: ClassVar[bool] = False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -423,6 +427,7 @@ class ThroughputObjective(_CapacityMixin, Objective):
     metric_names = ("throughput_rps",)
     capacity = True
     fixed = False
+    checks_at_capacity = True
 
     def values(self, numbers: Mapping[str, float]) -> tuple[float, ...]:
         return (numbers["throughput_rps"],)

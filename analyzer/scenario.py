@@ -213,6 +213,35 @@ class BudgetSection(_Section):
     """Repeats per validated config; the best worst case wins."""
     validate_window_factor: Annotated[float, Field(ge=1)] = 2.0
     """Validation windows are this many times longer than search windows."""
+    validation: Literal["check", "repeats"] = "check"
+    """``check``: the winner and the runner-up are measured once at the winner's capacity with
+    the sequential test, whole capacities again only when the two are within noise, the
+    baseline not again (a capacity objective in open loop; otherwise ``repeats``);
+    ``repeats``: each of the ``validate_top`` best configs and the baseline
+    ``validate_repeats`` times (a gain interval from repeats on both sides)."""
+    sequential: bool = True
+    """Open-loop capacity steps are sequential (``LoadSpec.sequential``): a step stops as soon as
+    ``p99 <= goal`` is statistically decided (PASS/FAIL), or at ``sequential_max_requests``
+    (BOUNDARY), instead of after fixed windows. ``false``: fixed windows (before issue 13)."""
+    sequential_max_requests: Annotated[int, Field(ge=200)] = 10_000
+    """Cap of one sequential step: a step still undecided after this many requests is reported
+    at the boundary."""
+
+
+class SearchSection(_Section):
+    """How the configs to measure are chosen (``perfsweep run --search``)."""
+
+    strategy: Literal["predict", "tpe", "random", "grid"] = "predict"
+    """``predict``: profile the server's execution times, simulate every config's capacity and
+    measure the predicted best first (falls back to ``tpe`` where no profile can be taken:
+    closed loop, a fixed-load objective, a probe that fails); ``tpe``: Optuna's TPE after the
+    sensible seeds; ``random``: Optuna's RandomSampler (seeded); ``grid``: every config of the
+    space, bounded by ``budget.trials``."""
+    band: Annotated[float, Field(gt=0, lt=1)] = 0.1
+    """Half-width of a prediction's band, as a share of the predicted capacity (0.1 = +-10 %):
+    ``predict`` stops once the measured best lies in the band of the predicted best."""
+    profile_time_s: PositiveFloat = 60.0
+    """Time budget of the profile phase (``predict``), seconds."""
 
 
 class RunSection(_Section):
@@ -223,7 +252,8 @@ class RunSection(_Section):
     seed: int = 0
     """Seed of the sampler and of the generated load."""
     sampler: Literal["tpe", "random"] = "tpe"
-    """Optuna sampler: ``tpe`` (default) or ``random`` (a baseline for benchmarks)."""
+    """Optuna sampler of the trials a strategy does not choose itself (``search.strategy`` tpe,
+    and predict's fall-back); ``search.strategy = "random"`` uses ``random`` whatever this says."""
     storage: str | None = None
     """Optuna storage URL (``postgresql://...``) shared by several workers; default: a journal
     file in the run directory."""
@@ -270,6 +300,7 @@ class Scenario(_Section):
     goals: GoalsSection = GoalsSection()
     space: SpaceSection = SpaceSection()
     budget: BudgetSection = BudgetSection()
+    search: SearchSection = SearchSection()
     run: RunSection = RunSection()
     gate: GateSection = GateSection()
 
@@ -338,6 +369,17 @@ class Scenario(_Section):
             data["goals"].pop("max_gpu_memory_mb", None)  # unset: the hash of older scenarios
         for key in ("workers", "expect_workers", "master_bind_host", "master_port"):
             data["traffic"].pop(key, None)  # nor does where the generator runs
+        # The search strategy is in the hash, as run.sampler and budget.trials are: it changes
+        # which configs are measured (so which answer a run gives), though not how one config is
+        # measured. "tpe" was the only search before [search]: its scenarios keep their hash.
+        if data["search"]["strategy"] == "tpe":
+            data.pop("search")
+        # Sequential steps change how a config is measured; fixed windows keep the old hash.
+        if data["budget"]["validation"] == "repeats":
+            data["budget"].pop("validation")  # the validation before issue 13
+        if not data["budget"]["sequential"]:
+            data["budget"].pop("sequential")
+            data["budget"].pop("sequential_max_requests")
         text = json.dumps(data, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -261,7 +261,7 @@ class AskedTrial:
     number: int
     params: Mapping[str, int]
     knobs: Knobs
-    source: str  # "seed" (enqueued) or "search"
+    source: str  # "seed"/"predict"/"grid" (enqueued) or "search" (the sampler's)
 
 
 @dataclass(frozen=True)
@@ -349,7 +349,7 @@ class Search:
 
     # -- seeding and resume ----------------------------------------------------------------------
 
-    def enqueue(self, knobs: Knobs, reason: str, again: bool = False) -> None:
+    def enqueue(self, knobs: Knobs, reason: str, again: bool = False, source: str = "seed") -> None:
         """Queue ``knobs`` to be tried next.
 
         Args:
@@ -357,9 +357,12 @@ class Search:
             reason: Why (kept as the trial's ``seed`` attribute).
             again: Queue it even if the same point was tried before (re-running an interrupted
                 trial); otherwise such a point is skipped.
+            source: The trial's source when asked (``seed``; ``predict``, ``grid``: chosen by
+                that strategy).
         """
         params = self.space.encode(knobs)
-        self._study.enqueue_trial(params, user_attrs={"seed": reason}, skip_if_exists=not again)
+        attrs = {"seed": reason} if source == "seed" else {"seed": reason, "source": source}
+        self._study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=not again)
 
     def recover_interrupted(self) -> list[InterruptedTrial]:
         """Fail trials left RUNNING by a killed run and queue their configs again.
@@ -377,14 +380,20 @@ class Search:
             # Recorded before the tell: a crash in between must not make it count as a result.
             self._study.set_user_attr(_INTERRUPTED_ATTR, sorted(lost))
             self._study.tell(trial.number, state=TrialState.FAIL)
-            self._study.enqueue_trial(dict(trial.params), user_attrs={"seed": "re-run"})
+            source = _source(trial.user_attrs)
+            attrs = (
+                {"seed": "re-run"}
+                if source in ("seed", "search")
+                else {"seed": "re-run", "source": source}
+            )
+            self._study.enqueue_trial(dict(trial.params), user_attrs=attrs)
             params = {k: int(v) for k, v in trial.params.items()}
             started = trial.datetime_start
             found.append(
                 InterruptedTrial(
                     number=trial.number,
                     knobs=self.space.decode(params),
-                    source="seed" if "seed" in trial.user_attrs else "search",
+                    source=source,
                     started_at=started.astimezone(dt.timezone.utc).isoformat(timespec="seconds")
                     if started
                     else "",
@@ -399,7 +408,7 @@ class Search:
         trial = self._study.ask()
         bounds = self.space.param_bounds()
         params = {name: trial.suggest_int(name, lo, hi) for name, (lo, hi) in bounds.items()}
-        source = "seed" if "seed" in trial.user_attrs else "search"
+        source = _source(trial.user_attrs)
         self._open[trial.number] = trial
         return AskedTrial(trial.number, params, self.space.decode(params), source)
 
@@ -508,6 +517,13 @@ def param_importances(storage: str, study_name: str) -> dict[str, float]:
     except (RuntimeError, ValueError) as exc:
         raise InputError(f"parameter importance unavailable: {_first_line(exc)}") from exc
     return {name: float(v) for name, v in values.items()}
+
+
+def _source(user_attrs: Mapping[str, Any]) -> str:
+    """A trial's source: what enqueued it (``seed``, ``predict``, ``grid``), else ``search``."""
+    if "source" in user_attrs:
+        return str(user_attrs["source"])
+    return "seed" if "seed" in user_attrs else "search"
 
 
 def _make_sampler(name: str, seed: int, n_objectives: int) -> optuna.samplers.BaseSampler:

@@ -2,11 +2,18 @@
 
 ::
 
-    target up -> baseline (the model's config as given) -> seeds + Optuna ask/tell:
+    target up -> baseline (the model's config as given)
+    -> [predict] profile phase (predict/probe.py) -> every config's simulated capacity
+       (predictions.json; analyzer.strategy.Guide)
+    -> Optuna ask/tell (the strategy enqueues: predict its best unmeasured prediction, tpe the
+       seeds, grid every config; random and tpe then sample):
         knobs -> ModelConfig -> trials/NNN/config.pbtxt -> repository load (no restart)
-        -> measurement (capacity search or fixed load, per objective) -> values + slacks -> tell
-    -> stop (trials, time budget, stagnation, Ctrl-C) -> validate the top configs with longer
-    windows, choose the best worst case -> best/config.pbtxt, summary.json, report.html
+        -> measurement (capacity search started near the expected capacity, sequential steps;
+           or fixed load, per objective) -> values + slacks -> tell [-> predict: refit]
+    -> stop (trials, time budget, stagnation, the predicted best's band, the grid, Ctrl-C)
+    -> validate: winner and runner-up at the winner's capacity (sequential), whole capacities
+       re-measured only when the two are within noise -> best/config.pbtxt, summary.json
+       (time per phase), report.html
 
 A failed load or measurement is a failed trial with its reason kept; the sweep goes on. The
 server is restarted (and the trial retried once) when a managed server dies.
@@ -36,10 +43,21 @@ from analyzer.errors import InputError, TargetError
 from analyzer.evaluation import Evaluator
 from analyzer.measure import GainSample, LoadGenerator, gain_estimate, gain_sentence, goals_met
 from analyzer.objective import Objective, objective_for, worst_value
+from analyzer.predict import ProfileError
+from analyzer.predict.profile import Profile, from_run_dir, load_profile, save_profile
 from analyzer.records import TrialRecord
 from analyzer.results import RunDirectory, environment, new_run_id, utc_now, write_atomic
 from analyzer.scenario import Scenario
 from analyzer.search import INTERRUPTED_REASON, FinishedTrial, Search, SearchSpace, TrialOutcome
+from analyzer.strategy import (
+    Guide,
+    grid_configs,
+    grid_note,
+    nearest_capacity,
+    resolve,
+    sampler_for,
+    with_prediction,
+)
 from analyzer.target import (
     ConfigRejectedError,
     Target,
@@ -55,6 +73,12 @@ __all__ = ["SweepObserver", "SweepOutcome", "run_sweep", "space_for"]
 
 #: Consecutive trials failing because the target is gone before the sweep gives up.
 MAX_TARGET_FAILURES = 3
+
+#: The profile phase: the live server -> a Profile (``run_sweep(profiler=...)``; tests plant one).
+Profiler = Callable[[Target, Scenario], Profile]
+
+#: Stop reason of ``--search predict``: the measured best lies in the predicted best's band.
+PREDICTION_STOP = "prediction"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -79,6 +103,8 @@ class SweepOutcome:
     data: dict[str, Any]
     #: summary.json as its typed record.
     record: records.RunSummary | None = None
+    #: Seconds per phase (summary.json's ``phases``, and ``report``: rendering it).
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 class SweepObserver:
@@ -94,6 +120,9 @@ class SweepObserver:
 
     def on_phase(self, text: str) -> None:
         """What the current trial is doing (load level, retry)."""
+
+    def on_note(self, text: str) -> None:
+        """Something the user should read (a fall-back, a budget smaller than the grid)."""
 
     def on_trial_end(self, result: TrialRecord, best: TrialRecord | None) -> None:
         """A trial finished; ``best`` is the best feasible trial so far."""
@@ -149,6 +178,28 @@ class _State:
     left: dict[str, Any] | None = None
     #: Why the chosen config won a throughput tie on GPU use (summary ``tie_break``).
     tie_break: str | None = None
+    #: The search that runs (``predict``, ``tpe``, ``random``, ``grid``) and why it is not the
+    #: one asked for (summary ``search_strategy``, ``search_note``).
+    strategy: str = "tpe"
+    notes: list[str] = field(default_factory=list)
+    #: ``--search predict``: the predictions and the rules on them.
+    guide: Guide | None = None
+    #: Seconds per phase (summary ``phases``).
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def note(self, text: str) -> None:
+        """Tell the user (console) and keep it for summary.json."""
+        self.notes.append(text)
+        self.observer.on_note(text)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a phase (added up when it runs more than once)."""
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[name] = round(self.phases.get(name, 0.0) + time.monotonic() - t0, 3)
 
 
 def run_sweep(
@@ -161,6 +212,7 @@ def run_sweep(
     observer: SweepObserver | None = None,
     clock: Callable[[], float] = time.monotonic,
     command: list[str] | None = None,
+    profiler: Profiler | None = None,
 ) -> SweepOutcome:
     """Run (or resume) a sweep and write its run directory.
 
@@ -173,6 +225,8 @@ def run_sweep(
         observer: Receives progress events.
         clock: Monotonic clock (time budgets).
         command: The command line that started the run (recorded in run.json for the report).
+        profiler: The profile phase of ``--search predict`` (None: probe the target,
+            :func:`probe_profile`).
 
     Returns:
         The summary (also written as ``summary.json``).
@@ -208,6 +262,7 @@ def run_sweep(
             started,
             started_at,
             command,
+            profiler or probe_profile,
         )
     except BaseException as exc:
         if not run_state:
@@ -238,6 +293,7 @@ def _sweep(
     started: float,
     started_at: str,
     command: list[str] | None,
+    profiler: Profiler,
 ) -> SweepOutcome:
     with contextlib.ExitStack() as stack:
         if target is None:
@@ -257,12 +313,13 @@ def _sweep(
             load = stack.enter_context(_locust_generator(scenario, target, observer))
         space = space_for(scenario)
         objective = objective_for(scenario.objective)
+        strategy, why = resolve(scenario)
         search = Search(
             space,
             objective.directions,
             storage=run_state["storage"],
             study_name=run_state["study_name"],
-            sampler=scenario.run.sampler,
+            sampler=sampler_for(strategy, scenario),
             seed=scenario.run.seed,
             metric_names=objective.metric_names,
         )
@@ -275,8 +332,11 @@ def _sweep(
             search,
             Evaluator(scenario, load, observer.on_phase),
             observer,
+            strategy=strategy,
         )
         observer.on_start(directory.root, scenario, target.describe())
+        if why:
+            state.note(why)
         for record in directory.load_existing_trials():
             result = _resumed(TrialRecord.from_dict(record))
             if result.number < 0:
@@ -290,7 +350,8 @@ def _sweep(
         stop_reason = "interrupted"
         try:
             if state.baseline is None:
-                state.baseline = _measure_baseline(state)
+                with state.phase("baseline"):
+                    state.baseline = _measure_baseline(state)
             if state.baseline.meets_goals:
                 state.evaluator.hint_rps = state.baseline.throughput_rps
             state.evaluator.reference_rps = objective.reference_rps(
@@ -298,11 +359,28 @@ def _sweep(
                 state.baseline.throughput_rps,
                 scenario.traffic.min_rate_rps,
             )
-            if not search.finished() and search.started_count() == 0:
+            if state.strategy == "predict":
+                state.guide = _guide(state, profiler)
+                if state.guide is None:
+                    state.strategy = "tpe"
+            fresh = not search.finished() and search.started_count() == 0
+            if fresh and state.strategy == "tpe":
                 for knobs in space.seeds(knobs_of(base_config), scenario.goals.p99_ms):
                     search.enqueue(knobs, "sensible default")
-            stop_reason = _search_loop(state, clock, started)
-            validation = _validate(state) if stop_reason != "interrupted" else []
+            if state.strategy == "grid":
+                grid = grid_configs(space)
+                if (text := grid_note(len(grid), scenario.budget.trials)) is not None:
+                    state.note(text)
+                if fresh:
+                    for knobs in grid:
+                        search.enqueue(knobs, "grid", source="grid")
+            with state.phase("search"):
+                stop_reason = _search_loop(state, clock, started)
+            if stop_reason != "interrupted":
+                with state.phase("validation"):
+                    validation = _validate(state)
+            else:
+                validation = []
         except KeyboardInterrupt:
             stop_reason, validation = "interrupted", []
         except BaseException:
@@ -512,10 +590,14 @@ def _run_trial(
     config: mc.ModelConfig,
     factor: float = 1.0,
     near_rps: float | None = None,
+    expect_rps: float | None = None,
+    check_rps: float | None = None,
 ) -> TrialRecord:
     """Load ``config`` and measure it; a failure becomes a failed result, never an exception.
 
-    A target that died is restarted and the trial retried once.
+    ``check_rps``: one sequential step at that rate instead (validation); else the objective's
+    measurement, its capacity search near ``near_rps`` or ``expect_rps``. A target that died is
+    restarted and the trial retried once.
     """
     started_at, t0 = utc_now(), time.monotonic()
     failure = ""
@@ -524,7 +606,11 @@ def _run_trial(
             state.target.ensure_alive()
             state.touched = True
             state.target.load_config(config)
-            evaluation = state.evaluator.evaluate(factor, near_rps)
+            evaluation = (
+                state.evaluator.check(check_rps, factor)
+                if check_rps
+                else state.evaluator.evaluate(factor, near_rps, expect_rps)
+            )
         except ConfigRejectedError as exc:
             failure = str(exc)
             break
@@ -593,15 +679,29 @@ def _stagnant(results: dict[int, TrialRecord], scenario: Scenario, objective: Ob
 
 
 def _search_loop(state: _State, clock: Callable[[], float], started: float) -> str:
-    scenario, search = state.scenario, state.search
+    scenario, search, guide = state.scenario, state.search, state.guide
     budget = scenario.budget
+    grid = len(grid_configs(search.space)) if state.strategy == "grid" else None
     while True:
         done = search.started_count()
         if done >= budget.trials:
             return "trials"
         if budget.time_budget_s is not None and clock() - started >= budget.time_budget_s:
             return "time_budget"
-        if _stagnant(state.results, scenario, state.objective):
+        if grid is not None:
+            if done >= grid:
+                return "grid"
+        elif guide is not None:
+            measured = [r.config for r in state.results.values() if r.state != "interrupted"]
+            best = state.objective.best(state.results.values())
+            if guide.settled(best.throughput_rps if best else None):
+                return PREDICTION_STOP
+            upcoming = guide.next_config(measured)
+            if upcoming is not None:
+                search.enqueue(upcoming, "predicted capacity", source="predict")
+            elif _stagnant(state.results, scenario, state.objective):
+                return "stagnation"  # every prediction measured: the sampler goes on
+        elif _stagnant(state.results, scenario, state.objective):
             return "stagnation"
         asked = search.ask()
         config = apply_knobs(state.base_config, asked.knobs)
@@ -610,12 +710,21 @@ def _search_loop(state: _State, clock: Callable[[], float], started: float) -> s
             asked.number, asked.source, asked.knobs, done + 1, budget.trials
         )
         try:
-            result = _run_trial(state, asked.number, asked.source, asked.knobs, config)
+            result = _run_trial(
+                state,
+                asked.number,
+                asked.source,
+                asked.knobs,
+                config,
+                expect_rps=_expected_rps(state, asked.knobs),
+            )
         except KeyboardInterrupt:
             search.fail(asked.number, INTERRUPTED_REASON)
-            search.enqueue(asked.knobs, "re-run", again=True)
+            search.enqueue(asked.knobs, "re-run", again=True, source=asked.source)
             _record_interrupted(state, asked.number, asked.source, asked.knobs, utc_now())
             raise
+        if guide is not None:
+            result = with_prediction(result, guide.predictions)
         if result.state == "complete":
             search.tell(
                 asked.number,
@@ -634,14 +743,243 @@ def _search_loop(state: _State, clock: Callable[[], float], started: float) -> s
         state.results[asked.number] = result
         state.run_dir.write_trial(result)
         state.observer.on_trial_end(result, state.objective.best(state.results.values()))
+        if guide is not None and result.state == "complete":
+            _refit(state, guide, budget.trials - search.started_count())
+
+
+def _expected_rps(state: _State, knobs: Knobs) -> float | None:
+    """Where a trial's capacity search starts: the config's predicted capacity, else the
+    capacity of the nearest finished trial (the baseline included); None: neither is known."""
+    if not state.objective.capacity:
+        return None
+    if state.guide is not None:
+        prediction = state.guide.prediction(knobs)
+        if prediction is not None and prediction.capacity_rps > 0:
+            return prediction.capacity_rps
+    finished = [*state.results.values(), *([state.baseline] if state.baseline else [])]
+    return nearest_capacity(state.search.space, knobs, finished)
+
+
+# --------------------------------------------------------------------------------------------------
+# Predict: the profile phase and the predictions
+
+
+def probe_profile(target: Target, scenario: Scenario) -> Profile:
+    """The profile phase on a live server (:func:`analyzer.predict.probe.probe`), up to the
+    space's largest batch (the model's own ``max_batch_size`` may be smaller), within
+    ``search.profile_time_s``. The probe leaves a probe config loaded: the sweep loads the
+    next trial's (or gives a shared server its config back at the end).
+
+    Raises:
+        ProfileError: The model cannot be probed.
+        TargetError: The server failed a request or refused a probe config.
+    """
+    from analyzer.predict.probe import ProbePlan, probe
+
+    largest = scenario.space.max_batch_size[1]
+    # Interference is information (the simulator serialises the device itself): 2 instances
+    # when the space has several, none otherwise.
+    several = scenario.space.instance_count[1] > 1
+    plan = ProbePlan(instances=2 if several else 1, time_budget_s=scenario.search.profile_time_s)
+    return probe(_Widened(target, largest), plan)
+
+
+class _Widened:
+    """A target whose model config reads ``max_batch_size`` as the space's largest, so the probe
+    profiles every batch size a searched config can execute (the space's bounds are the user's
+    statement that such configs load)."""
+
+    def __init__(self, target: Target, max_batch_size: int) -> None:
+        self._target = target
+        self._mbs = max_batch_size
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+    def model_config(self) -> mc.ModelConfig:
+        config = self._target.model_config()
+        config.max_batch_size = max(config.max_batch_size, self._mbs)
+        return config
+
+
+def _guide(state: _State, profiler: Profiler) -> Guide | None:
+    """The profile and predict phases (or a resumed run's predictions); None when no profile
+    can be taken (the sweep then searches with tpe and says why)."""
+    scenario, directory = state.scenario, state.run_dir
+    space_configs = grid_configs(state.search.space)
+    goal, half = scenario.goals.p99_ms, scenario.search.band
+    profile_path = directory.root / "profile.json"
+    if directory.predictions_json.exists() and profile_path.exists():
+        try:
+            saved = records.load_predictions(directory.predictions_json)
+            return Guide.from_record(saved, load_profile(profile_path), goal, half)
+        except (InputError, OSError) as exc:
+            _LOG.warning("predictions of the resumed run unreadable (%s): predicting again", exc)
+    state.observer.on_trial_start(
+        -1, "profile", knobs_of(state.base_config), 0, scenario.budget.trials
+    )
+    state.observer.on_phase("profile phase: batches of chosen sizes")
+    try:
+        with state.phase("profile"):
+            state.touched = True
+            profile = profiler(state.target, scenario)
+    except (ProfileError, TargetError, InputError, OSError, RuntimeError, ValueError) as exc:
+        state.note(
+            f"search predict: no profile could be taken ({_first_line(exc)}); searching with tpe"
+        )
+        return None
+    save_profile(profile, profile_path)
+    state.observer.on_phase(f"predicting {len(space_configs)} configs")
+    try:
+        with state.phase("predict"):
+            guide = Guide.predict(profile, space_configs, goal, half, seed=scenario.run.seed)
+    except (InputError, ValueError) as exc:
+        state.note(f"search predict: the simulator failed ({_first_line(exc)}); searching with tpe")
+        return None
+    if not guide.predictions:
+        state.note(
+            f"search predict: the profile covers batch sizes {profile.min_batch_size}-"
+            f"{profile.max_batch_size}, no config of the space; searching with tpe"
+        )
+        return None
+    if guide.uncovered:
+        state.note(
+            f"search predict: {len(guide.uncovered)} configs need batches above the profiled "
+            f"{profile.max_batch_size}: they are not predicted, and predict does not choose them"
+        )
+    records.write_predictions(directory.predictions_json, guide.record(space_configs))
+    best = guide.best()
+    if best is not None:
+        state.observer.on_phase(
+            f"predicted best {best[0].label()}: {best[1].capacity_rps:.0f} req/s "
+            f"({best[1].low_rps:.0f}-{best[1].high_rps:.0f})"
+        )
+    return guide
+
+
+def _refit(state: _State, guide: Guide, remaining: int) -> None:
+    """Refit the profile from the run's trial windows and re-predict the configs still in
+    reach (twice the trials left); a run whose windows carry no statistics keeps its profile."""
+    if remaining <= 0:
+        return
+    try:
+        fitted = from_run_dir(state.run_dir.root, state.scenario.model.name)
+        measured = [r.config for r in state.results.values()]
+        guide.refit(fitted, measured, candidates=2 * remaining)
+    except (InputError, ValueError) as exc:
+        _LOG.debug("no refit: %s", exc)
+        return
+    records.write_predictions(
+        state.run_dir.predictions_json, guide.record(grid_configs(state.search.space))
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _validate(state: _State) -> list[records.ValidationCandidate]:
+    """Re-measure the best configs before one is chosen: at the winner's capacity
+    (``budget.validation = "check"``, a capacity objective in open loop:
+    :func:`_validate_at_capacity`), else every top config ``budget.validate_repeats`` times
+    with longer windows."""
+    objective = state.objective
+    if not objective.validates or state.scenario.budget.validate_top == 0:
+        return []
+    check = state.scenario.budget.validation == "check"
+    if check and objective.checks_at_capacity and state.evaluator.plan.open_loop:
+        return _validate_at_capacity(state)
+    return _validate_repeats(state)
+
+
+def _validate_at_capacity(state: _State) -> list[records.ValidationCandidate]:
+    """Validation that pays for itself.
+
+    The winner and the runner-up (``budget.validate_top`` >= 2) are each measured once at the
+    winner's capacity with the sequential test (:meth:`Evaluator.check`, longer windows): a
+    step far from the goal ends after a few hundred requests. Their whole capacities are
+    re-measured (a capacity search near each) only when the two are within noise: the
+    runner-up serves the winner's capacity too, or the winner does not. The baseline is
+    measured once (its baseline measurement); it competes only when its capacity beat the
+    winner's in the search.
+    """
+    scenario, objective = state.scenario, state.objective
+    b = scenario.budget
+    feasible = [r for r in state.results.values() if r.state == "complete" and r.meets_goals]
+    top = objective.validation_candidates(feasible, min(b.validate_top, 2))
+    if not top:
+        return []
+    winner = top[0]
+    rate = winner.throughput_rps
+    repeats: dict[int, list[TrialRecord]] = {r.number: [] for r in top}
+
+    def measure(r: TrialRecord, index: int, total: int, **how: Any) -> TrialRecord:
+        state.observer.on_trial_start(r.number, "validation", r.config, index, total)
+        result = _run_trial(
+            state,
+            r.number,
+            "validation",
+            r.config,
+            apply_knobs(state.base_config, r.config),
+            factor=b.validate_window_factor,
+            **how,
+        )
+        repeats[r.number].append(result)
+        state.validated.setdefault(r.number, []).append(result)
+        state.observer.on_validation(r.number, index, result)
+        return result
+
+    checks = {r.number: measure(r, 1, 2, check_rps=rate) for r in top}
+    winner_held = checks[winner.number].meets_goals
+    close = [
+        r for r in top[1:] if checks[r.number].state != "complete" or checks[r.number].meets_goals
+    ]
+    if close or not winner_held:
+        state.observer.on_phase("within noise: re-measuring the whole capacities")
+        for r in top:
+            measure(r, 2, 2, near_rps=r.throughput_rps)
+    candidates = [_candidate(r, repeats[r.number]) for r in top]
+    baseline = state.baseline
+    if baseline is not None and baseline.meets_goals and baseline.throughput_rps > rate:
+        # The starting config competes too (its one measurement): a sweep must never recommend
+        # a config worse than what the model already had.
+        state.validated.setdefault(baseline.number, []).append(baseline)
+        candidates.append(_candidate(baseline, [baseline]))
+    state.run_dir.write_validation(records.Validation(tuple(candidates)))
+    return candidates
+
+
+def _candidate(r: TrialRecord, runs: list[TrialRecord]) -> records.ValidationCandidate:
+    """A validated config: every repeat's numbers and the one repeat rule's worst case."""
+    ok = [x for x in runs if x.state == "complete"]
+    # The one repeat rule (Objective.repeat_figure): the worst repeat, a repeat that missed
+    # the goals counting as 0 req/s.
+    worst_rps = (
+        worst_value("throughput_rps", [x.throughput_rps if x.meets_goals else 0.0 for x in ok])
+        if ok
+        else 0.0
+    )
+    worst_p99 = worst_value("p99_ms", [x.p99_ms for x in ok]) if ok else math.inf
+    return records.ValidationCandidate(
+        trial_number=r.number,
+        config=r.config,
+        search_throughput_rps=r.throughput_rps,
+        throughput_rps=tuple(x.throughput_rps for x in runs),
+        p99_ms=tuple(x.p99_ms for x in runs),
+        meets_goals=tuple(x.meets_goals for x in runs),
+        worst_rps=worst_rps,
+        worst_p99_ms=worst_p99 if math.isfinite(worst_p99) else None,
+        all_meet_goals=bool(ok) and len(ok) == len(runs) and all(x.meets_goals for x in ok),
+        p99_n=tuple(x.request_count() for x in runs),
+        measurements=tuple(x.measurement for x in runs),
+    )
+
+
+def _validate_repeats(state: _State) -> list[records.ValidationCandidate]:
     """Re-measure the top feasible configs with longer windows; keep every repeat's numbers."""
     scenario, objective = state.scenario, state.objective
     b = scenario.budget
-    if not objective.validates or b.validate_top == 0:
-        return []
     feasible = [r for r in state.results.values() if r.state == "complete" and r.meets_goals]
     top = objective.validation_candidates(feasible, b.validate_top)
     baseline = state.baseline
@@ -667,33 +1005,7 @@ def _validate(state: _State) -> list[records.ValidationCandidate]:
         repeats[r.number].append(result)
         state.validated.setdefault(r.number, []).append(result)
         state.observer.on_validation(r.number, i + 1, result)
-    candidates: list[records.ValidationCandidate] = []
-    for r in top:
-        runs = repeats[r.number]
-        ok = [x for x in runs if x.state == "complete"]
-        # The one repeat rule (Objective.repeat_figure): the worst repeat, a repeat that missed
-        # the goals counting as 0 req/s.
-        worst_rps = (
-            worst_value("throughput_rps", [x.throughput_rps if x.meets_goals else 0.0 for x in ok])
-            if ok
-            else 0.0
-        )
-        worst_p99 = worst_value("p99_ms", [x.p99_ms for x in ok]) if ok else math.inf
-        candidates.append(
-            records.ValidationCandidate(
-                trial_number=r.number,
-                config=r.config,
-                search_throughput_rps=r.throughput_rps,
-                throughput_rps=tuple(x.throughput_rps for x in runs),
-                p99_ms=tuple(x.p99_ms for x in runs),
-                meets_goals=tuple(x.meets_goals for x in runs),
-                worst_rps=worst_rps,
-                worst_p99_ms=worst_p99 if math.isfinite(worst_p99) else None,
-                all_meet_goals=bool(ok) and len(ok) == len(runs) and all(x.meets_goals for x in ok),
-                p99_n=tuple(x.request_count() for x in runs),
-                measurements=tuple(x.measurement for x in runs),
-            )
-        )
+    candidates = [_candidate(r, repeats[r.number]) for r in top]
     state.run_dir.write_validation(records.Validation(tuple(candidates)))
     return candidates
 
@@ -809,6 +1121,9 @@ def _finish(
         started_at=started_at,
         finished_at=utc_now(),
         duration_s=round(duration_s, 1),
+        search_strategy=state.strategy,
+        search_note="; ".join(state.notes) or None,
+        phases={k: round(v, 1) for k, v in state.phases.items()},
     )
     directory.write_summary(summary)
     data = summary.to_dict()
@@ -819,7 +1134,9 @@ def _finish(
         left_on_server=left,
     )
     directory.write_run_state(run_state)
+    t0 = time.monotonic()
     _write_report(directory, data)
+    phases = {**summary.phases, "report": round(time.monotonic() - t0, 1)}
     return SweepOutcome(
         directory.root,
         run_state["run_id"],
@@ -832,6 +1149,7 @@ def _finish(
         pareto,
         data,
         summary,
+        phases,
     )
 
 

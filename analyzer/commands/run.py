@@ -111,6 +111,9 @@ class LiveView(SweepObserver):
         self.phase = text
         self._refresh()
 
+    def on_note(self, text: str) -> None:
+        self.console.print(f"note: {text}", highlight=False, markup=False)
+
     def on_trial_end(self, result: TrialRecord, best: TrialRecord | None) -> None:
         self.rows.append(result)
         self.best = best or self.best
@@ -128,6 +131,19 @@ def server_left_line(left: dict[str, Any]) -> str:
     knobs = left.get("knobs")
     label = f" [{Knobs.from_dict(knobs).label()}]" if knobs else ""
     return f"server left with: {left.get('detail')}{label}"
+
+
+#: The phases in the order a run goes through them (summary.json ``phases``, and the report).
+PHASES = ("baseline", "profile", "predict", "search", "validation", "report")
+
+
+def phases_line(summary: SweepOutcome) -> str:
+    """``time per phase: baseline 12 s, profile 8 s, ...`` (phases that did not run left out),
+    with the search strategy that ran."""
+    phases = summary.phases or dict(summary.data.get("phases") or {})
+    parts = [f"{name} {phases[name]:.0f} s" for name in PHASES if name in phases]
+    strategy = summary.data.get("search_strategy") or "?"
+    return f"search {strategy}; time per phase: " + (", ".join(parts) or "not recorded")
 
 
 def summary_table(summary: SweepOutcome) -> Table:
@@ -249,6 +265,14 @@ def register(app: typer.Typer) -> None:
         ] = None,
         window_s: Annotated[float | None, typer.Option(help="Measurement window, seconds.")] = None,
         seed: Annotated[int | None, typer.Option(help="Sampler and load seed.")] = None,
+        search: Annotated[
+            str | None,
+            typer.Option(
+                "--search",
+                help="predict (default: profile the server, simulate every config, measure the "
+                "predicted best first; tpe where no profile can be taken) | tpe | random | grid.",
+            ),
+        ] = None,
         output_dir: Annotated[
             Path | None, typer.Option(help="Root of run directories (default reports/).")
         ] = None,
@@ -312,6 +336,7 @@ def register(app: typer.Typer) -> None:
             "budget.patience": patience,
             "budget.window_s": window_s,
             "run.seed": seed,
+            "search.strategy": search,
             "run.output_dir": str(output_dir) if output_dir else None,
             "run.storage": storage,
             "run.study_name": study_name,
@@ -382,6 +407,9 @@ def _run(
         f"({time.monotonic() - t0:.0f} s)",
         highlight=False,
     )
+    if summary.data.get("search_note"):
+        console.print(f"search: {summary.data['search_note']}", highlight=False, markup=False)
+    console.print(phases_line(summary), highlight=False)
     root = summary.run_dir
     if summary.best_config_path:
         console.print(f"best config:  {summary.best_config_path}", highlight=False)

@@ -7,6 +7,9 @@
                            -> fixed level     (objective.fixed: plan.fixed at the reference)
     -> numbers (the capacity's operating point, else the fixed level) -> values (objective)
     -> slacks (analyzer.evaluation.slack)
+
+    check(rate): warm-up -> one sequential step at the rate (plan.check) -> the same record
+    (validation: does the config serve the winner's capacity?)
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 from analyzer.evaluation.capacity import CapacityDriver
 from analyzer.evaluation.plan import LoadPlan
 from analyzer.evaluation.slack import slacks
-from analyzer.measure import CapacityResult, LoadGenerator, Measurement
+from analyzer.measure import CapacityResult, LoadGenerator, Measurement, meets_goals, p99_slack
 from analyzer.objective import Objective, gentlest, objective_for
 from analyzer.records import (
     CapacityMeasurement,
@@ -126,19 +129,28 @@ class Evaluator:
         self.reference_rps: float | None = scenario.traffic.rate_rps
         self.hint_rps: float | None = None
 
-    def evaluate(self, factor: float = 1.0, near_rps: float | None = None) -> Evaluation:
+    def evaluate(
+        self,
+        factor: float = 1.0,
+        near_rps: float | None = None,
+        expect_rps: float | None = None,
+    ) -> Evaluation:
         """Measure the loaded config.
 
         Args:
             factor: Window length factor (validation: ``budget.validate_window_factor``).
             near_rps: A known capacity (validation): the search starts just below it.
+            expect_rps: The config's expected capacity (predicted, or the nearest finished
+                trial's): the search starts near it with small steps.
         """
         self._warm_up()
         capacity: CapacityResult | None = None
         fixed: Measurement | None = None
         if self.objective.capacity:
             capacity = self.driver.run(
-                self.plan.capacity_spec(factor, near_rps=near_rps, hint_rps=self.hint_rps)
+                self.plan.capacity_spec(
+                    factor, near_rps=near_rps, hint_rps=self.hint_rps, expect_rps=expect_rps
+                )
             )
         if self.objective.fixed:
             target = self.plan.reference_target(self.reference_rps)
@@ -156,11 +168,39 @@ class Evaluator:
             measurement = FixedMeasurement(fixed)
         else:  # pragma: no cover - every objective measures something
             raise AssertionError(f"objective {self.objective.name!r} measures nothing")
+        constraints = self.constraints(numbers)
+        if capacity is not None and capacity.best is not None:
+            # A sequential best level is judged by its verdict (a BOUNDARY level's p99 may lie a
+            # hair above the goal): the slack agrees with meets_goals.
+            constraints["p99_slack"] = round(p99_slack(capacity.best, self.plan.goals), 6)
         return Evaluation(
             numbers=numbers,
             measurement=measurement,
             values=self.objective.values(numbers),
-            constraints=self.constraints(numbers),
+            constraints=constraints,
+        )
+
+    def check(self, rate_rps: float, factor: float = 1.0) -> Evaluation:
+        """One sequential step at ``rate_rps`` on the loaded config (validation at the winner's
+        capacity, open loop).
+
+        A step that passes (PASS, or BOUNDARY: at the goal) stands for a capacity of
+        ``rate_rps``, as a capacity search's best level does; one that fails for none. The p99
+        slack is the step's verdict over its point p99 (:func:`analyzer.measure.p99_slack`), so
+        the record meets the goals exactly when the test passed it.
+        """
+        self._warm_up()
+        self.on_phase(f"sequential check at {rate_rps:.0f} req/s")
+        level = self.load.measure(self.plan.check(rate_rps, factor))
+        passed = meets_goals(level, self.plan.goals)[0]
+        numbers = level_numbers(level, rate_rps if passed else 0.0, level.target)
+        constraints = self.constraints(numbers)
+        constraints["p99_slack"] = round(p99_slack(level, self.plan.goals), 6)
+        return Evaluation(
+            numbers=numbers,
+            measurement=FixedMeasurement(level),
+            values=self.objective.values(numbers),
+            constraints=constraints,
         )
 
     def constraints(self, numbers: Mapping[str, float]) -> dict[str, float]:

@@ -7,7 +7,10 @@
     warm_up()                 the discarded light load right after a config load (None: none)
     reference_target(rps)     the fixed level: traffic.concurrency users, else the reference rate
     capacity_spec(...)        the capacity search: open loop (request rates) or closed loop
-                              (user counts), its start and growth
+                              (user counts), its start and growth; open-loop steps are
+                              sequential with ``budget.sequential``
+    check(rate)               one sequential step at a rate (validation: does a config serve
+                              the winner's capacity?)
 """
 
 from __future__ import annotations
@@ -16,6 +19,18 @@ from dataclasses import dataclass, replace
 
 from analyzer.measure import Arrival, CapacitySpec, Goals, LoadMode, LoadSpec
 from analyzer.scenario import Scenario
+from analyzer.stepping import StepTest
+
+#: Windows a sequential step may take (its request cap usually ends it first): the window is
+#: then only the unit of the stability check and of the batch means, not the stopping rule.
+SEQUENTIAL_WINDOWS = 3
+
+#: Growth of a capacity search that starts at an expected capacity: small steps bracket it.
+EXPECTED_GROWTH = 1.2
+
+#: Where such a search starts, as a share of the expected capacity: one step below it, so the
+#: usual first step passes and the second brackets.
+EXPECTED_START = 0.9
 
 
 @dataclass(frozen=True)
@@ -99,15 +114,62 @@ class LoadPlan:
         """One fixed level at ``target`` (never stopped early: its numbers are the result)."""
         return replace(self.step(factor), target=target, fail_fast=None)
 
+    @property
+    def sequential(self) -> bool:
+        """Capacity steps are sequential tests (``budget.sequential``, open loop only: a closed
+        loop's level is a user count, whose throughput the test does not decide)."""
+        return self.scenario.budget.sequential and self.open_loop
+
+    def step_test(self) -> StepTest:
+        """The sequential test of a step: p99 <= the goal, capped at
+        ``budget.sequential_max_requests``."""
+        b = self.scenario.budget
+        return StepTest(
+            goal_ms=self.goals.p99_ms,
+            min_requests=min(b.min_requests, b.sequential_max_requests),
+            max_requests=b.sequential_max_requests,
+        )
+
+    def capacity_step(self, factor: float = 1.0) -> LoadSpec:
+        """The template of a capacity search's levels: :meth:`step`, sequential when
+        :attr:`sequential`."""
+        step = self.step(factor)
+        if not self.sequential:
+            return step
+        return replace(
+            step,
+            sequential=self.step_test(),
+            max_windows=max(step.max_windows, SEQUENTIAL_WINDOWS),
+        )
+
+    def check(self, rate_rps: float, factor: float = 1.0) -> LoadSpec:
+        """One sequential step at ``rate_rps`` (validation at the winner's capacity): it ends
+        as soon as p99 <= goal is decided, or at the boundary."""
+        step = self.step(factor)
+        return replace(
+            step,
+            target=rate_rps,
+            sequential=self.step_test(),
+            max_windows=max(step.max_windows, SEQUENTIAL_WINDOWS),
+            fail_fast=None,
+        )
+
     def capacity_spec(
-        self, factor: float = 1.0, near_rps: float | None = None, hint_rps: float | None = None
+        self,
+        factor: float = 1.0,
+        near_rps: float | None = None,
+        hint_rps: float | None = None,
+        expect_rps: float | None = None,
     ) -> CapacitySpec:
         """The capacity search of one trial.
 
         Open loop: request rates from ``traffic.start_rps`` (default 10x the lowest rate),
         doubling. ``near_rps`` (validation of a known capacity) starts just below it and grows
         in small steps, so a re-measurement costs a few levels, not a full bracket; else
-        ``hint_rps`` (the best capacity so far) starts it near half of that.
+        ``expect_rps`` (the config's predicted capacity, or the capacity of the nearest finished
+        trial) starts :data:`EXPECTED_START` of it and brackets in steps of
+        :data:`EXPECTED_GROWTH`; else ``hint_rps`` (the best capacity so far) starts it near
+        half of that.
 
         Closed loop: user counts from 1 to ``traffic.max_concurrency``.
 
@@ -129,6 +191,9 @@ class LoadPlan:
         growth = 2.0
         if near_rps:
             start, growth = min(max(0.85 * near_rps, t.min_rate_rps), t.max_rate_rps), 1.5
+        elif expect_rps:
+            start = min(max(EXPECTED_START * expect_rps, t.min_rate_rps), t.max_rate_rps)
+            growth = EXPECTED_GROWTH
         elif hint_rps:
             # Near half the best capacity seen so far (two steps bracket most configs), but
             # not below the configured start: one unlucky early measurement must not make
@@ -141,6 +206,6 @@ class LoadPlan:
             min_rps=t.min_rate_rps,
             resolution=b.capacity_resolution,
             growth=growth,
-            step=self.step(factor),
+            step=self.capacity_step(factor),
             confirm_failures=True,
         )

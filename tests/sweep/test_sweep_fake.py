@@ -56,6 +56,9 @@ def scenario(tmp_path: Path, **overrides: Any) -> Scenario:
         "traffic.max_rate_rps": 20000.0,
         "budget.capacity_resolution": 0.05,
         "run.output_dir": str(tmp_path),
+        # These tests are about TPE's search on the planted device (the fake target has no
+        # server to profile); --search predict has its own tests (test_search_strategies.py).
+        "search.strategy": "tpe",
         **overrides,
     }
     return load_scenario(None, flags, env={})
@@ -463,7 +466,13 @@ class PlantedCapacities(FakeLoadGenerator):
 def _uncertainty_run(tmp_path: Path, batched_rps: float) -> tuple[dict[str, Any], dict[str, Any]]:
     s = scenario(
         tmp_path,
-        **{"budget.trials": 3, "budget.validate_top": 1, "budget.validate_repeats": 3},
+        # The gain's interval rests on repeats of both sides: the repeats validation.
+        **{
+            "budget.trials": 3,
+            "budget.validate_top": 1,
+            "budget.validate_repeats": 3,
+            "budget.validation": "repeats",
+        },
     )
     target = FakeTarget()
     summary = run_sweep(
@@ -560,7 +569,13 @@ def test_throughput_tie_goes_to_the_config_using_less_gpu(tmp_path: Path) -> Non
             return CapacityResult(spec.goals, truth, (ok, bad), ok, True)
 
     s = scenario(
-        tmp_path, **{"budget.trials": 6, "budget.validate_top": 6, "budget.validate_repeats": 1}
+        tmp_path,
+        **{
+            "budget.trials": 6,
+            "budget.validate_top": 6,
+            "budget.validate_repeats": 1,
+            "budget.validation": "repeats",  # six candidates re-measured, ties among them
+        },
     )
     target = FakeTarget()
     summary = run_sweep(s, target=target, load=Tied(target, CPU_LIKE, noise=0.0))

@@ -1,0 +1,301 @@
+"""Which configs a sweep measures: the search strategies of ``perfsweep run --search`` (pure).
+
+::
+
+    predict  profile -> the simulator's capacity for every config (a band around each)
+             -> measure the predicted best first -> refit the profile from each measurement
+             -> stop once the measured best lies in the band of the predicted best
+    tpe      Optuna's TPE after the sensible seeds (the search before issue 13)
+    random   Optuna's RandomSampler, seeded
+    grid     every config of the space, in its order, bounded by ``budget.trials``
+
+Optuna owns the study in every strategy: ``predict`` and ``grid`` enqueue their configs
+(``study.enqueue_trial``) and tell the measured values like any trial. This module decides
+*which* configs; the sweep measures them. :class:`Guide` holds the predictions of ``predict``
+and the rules on them; the profile phase itself (a live probe) is the sweep's.
+
+Nothing here talks to a server: the simulator runs on a :class:`~analyzer.predict.profile.Profile`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from analyzer import records
+from analyzer.predict.profile import Profile
+from analyzer.predict.simulator import SimConfig, capacities
+from analyzer.scenario import Scenario
+from analyzer.search import SearchSpace
+from analyzer.trial import Knobs
+
+__all__ = [
+    "STRATEGIES",
+    "Guide",
+    "band",
+    "grid_configs",
+    "merged_profile",
+    "nearest_capacity",
+    "resolve",
+]
+
+STRATEGIES = ("predict", "tpe", "random", "grid")
+
+#: Arrivals per simulated rate (the simulator's default: p99 of 3000 requests).
+SIM_REQUESTS = 3000
+
+#: Resolution of the simulated capacity search (2 %: well inside a 10 % band).
+SIM_RESOLUTION = 0.02
+
+
+def resolve(scenario: Scenario) -> tuple[str, str | None]:
+    """The strategy a scenario can run before any profile is taken, and why it is not the one
+    asked for (None: it is).
+
+    ``predict`` needs a capacity objective (it predicts capacities) in open loop (the simulator
+    drives Poisson arrivals); anything else falls back to ``tpe``. A probe that fails later
+    falls back the same way (the sweep says so).
+    """
+    asked = scenario.search.strategy
+    if asked != "predict":
+        return asked, None
+    if not scenario.objective_spec().capacity:
+        return "tpe", (
+            f"search predict: the {scenario.objective} objective measures a fixed load, not a "
+            "capacity the simulator could predict; searching with tpe"
+        )
+    if scenario.traffic.mode != "rate":
+        return "tpe", (
+            "search predict: the simulator drives open-loop (Poisson) arrivals, and this "
+            "scenario's load is closed loop (traffic.mode = concurrency); searching with tpe"
+        )
+    return "predict", None
+
+
+def sampler_for(strategy: str, scenario: Scenario) -> str:
+    """The Optuna sampler behind a strategy's own asks (``random`` for ``random``)."""
+    return "random" if strategy == "random" else scenario.run.sampler
+
+
+def band(capacity_rps: float, half_width: float) -> records.Prediction:
+    """A predicted capacity with its band, ``capacity * (1 +- half_width)``."""
+    return records.Prediction(
+        round(capacity_rps, 3),
+        round(capacity_rps * (1 - half_width), 3),
+        round(capacity_rps * (1 + half_width), 3),
+    )
+
+
+def grid_configs(space: SearchSpace) -> list[Knobs]:
+    """Every distinct config of the space, in its order (grid points that decode to the same
+    config, e.g. preferred-size depths beyond a small max batch size, count once)."""
+    seen: dict[Knobs, None] = {}
+    for params in space.points():
+        seen.setdefault(space.decode(params), None)
+    return list(seen)
+
+
+def grid_note(configs: int, trials: int) -> str | None:
+    """What a user is told when the grid is larger than the budget (None: it fits)."""
+    if configs <= trials:
+        return None
+    return (
+        f"search grid: the space has {configs} configs and the budget {trials} trials; "
+        f"measuring the first {trials} in the space's order (--trials {configs} measures all)"
+    )
+
+
+def nearest_capacity(
+    space: SearchSpace, knobs: Knobs, finished: Iterable[records.TrialRecord]
+) -> float | None:
+    """The capacity of the finished trial whose config is nearest to ``knobs`` on the grid
+    (L1 distance of the encoded knobs; the latest of equals), among those that met the goals;
+    None when none did.
+    """
+    here = space.encode(knobs)
+    best: tuple[int, int] | None = None
+    rps: float | None = None
+    for r in finished:
+        if not (r.complete and r.meets_goals and r.throughput_rps > 0):
+            continue
+        there = space.encode(r.config)
+        distance = sum(abs(here.get(k, 0) - there.get(k, 0)) for k in set(here) | set(there))
+        key = (distance, -r.number)
+        if best is None or key < best:
+            best, rps = key, r.throughput_rps
+    return rps
+
+
+def merged_profile(probed: Profile, fitted: Profile) -> Profile:
+    """The probe's profile refitted: the run's own fit (its trial windows) where it observed
+    batches, the probe's timings beyond, so a prediction never needs an unprofiled size."""
+    timings = [t for t in fitted.timings if t.batch_size <= fitted.max_batch_size]
+    timings += [t for t in probed.timings if t.batch_size > fitted.max_batch_size]
+    return Profile(
+        model=probed.model,
+        provenance=(
+            f"refitted: {fitted.provenance}; beyond batch {fitted.max_batch_size}: "
+            f"{probed.provenance}"
+        ),
+        source=fitted.source,
+        timings=tuple(sorted(timings, key=lambda t: t.batch_size)),
+        jitter=probed.jitter,
+        instances_profiled=fitted.instances_profiled,
+        interference=dict(fitted.interference) or dict(probed.interference),
+    )
+
+
+def _workers() -> int:
+    return max(1, (os.cpu_count() or 1) // 2)
+
+
+@dataclass
+class Guide:
+    """The predictions of ``--search predict`` and the decisions made on them.
+
+    Attributes:
+        profile: The profile the predictions rest on (the probe's, then refitted).
+        goal_p99_ms: The latency goal the capacities are predicted at.
+        half_width: The band (``search.band``).
+        predictions: Config -> predicted capacity and band (configs the profile covers).
+        uncovered: Configs of the space the profile cannot predict (a larger batch than
+            profiled): predict never chooses them.
+        seed: Seed of every simulation.
+    """
+
+    profile: Profile
+    goal_p99_ms: float
+    half_width: float
+    predictions: dict[Knobs, records.Prediction] = field(default_factory=dict)
+    uncovered: list[Knobs] = field(default_factory=list)
+    seed: int = 0
+    #: Times the profile was refitted from the run's measurements.
+    refits: int = 0
+
+    @classmethod
+    def predict(
+        cls,
+        profile: Profile,
+        configs: Sequence[Knobs],
+        goal_p99_ms: float,
+        half_width: float,
+        seed: int = 0,
+    ) -> Guide:
+        """Simulate every config's capacity at the goal (the predict phase)."""
+        guide = cls(profile, goal_p99_ms, half_width, seed=seed)
+        covered = [k for k in configs if _covers(profile, k)]
+        guide.uncovered = [k for k in configs if not _covers(profile, k)]
+        guide._simulate(covered)
+        return guide
+
+    @classmethod
+    def from_record(
+        cls, saved: records.Predictions, profile: Profile, goal_p99_ms: float, half_width: float
+    ) -> Guide:
+        """The guide of a resumed run (its predictions.json; no new simulation)."""
+        guide = cls(profile, goal_p99_ms, half_width)
+        guide.predictions = {c.config: c.prediction for c in saved.configs}
+        return guide
+
+    def _simulate(self, configs: Sequence[Knobs]) -> None:
+        if not configs:
+            return
+        sims = {SimConfig.from_knobs(k): k for k in configs}
+        found = capacities(
+            self.profile,
+            list(sims),
+            self.goal_p99_ms,
+            requests=SIM_REQUESTS,
+            seed=self.seed,
+            resolution=SIM_RESOLUTION,
+            workers=_workers(),
+        )
+        for sim, cap in found.items():
+            self.predictions[sims[sim]] = band(cap.capacity_rps, self.half_width)
+
+    # -- queries ----------------------------------------------------------------------------------
+
+    def prediction(self, knobs: Knobs) -> records.Prediction | None:
+        """The predicted capacity of ``knobs`` (None: not predicted)."""
+        return self.predictions.get(knobs)
+
+    def ranked(self) -> list[Knobs]:
+        """Predicted configs, highest predicted capacity first (ties: the smaller config
+        first: fewer instances, smaller batches, shorter delay)."""
+        return sorted(self.predictions, key=lambda k: (-self.predictions[k].capacity_rps, _size(k)))
+
+    def best(self) -> tuple[Knobs, records.Prediction] | None:
+        """The predicted best config and its prediction (None: nothing predicted)."""
+        ranked = self.ranked()
+        return (ranked[0], self.predictions[ranked[0]]) if ranked else None
+
+    def next_config(self, measured: Iterable[Knobs]) -> Knobs | None:
+        """The unmeasured config with the highest predicted capacity (None: all measured)."""
+        done = set(measured)
+        return next((k for k in self.ranked() if k not in done), None)
+
+    def settled(self, best_measured_rps: float | None) -> bool:
+        """The measured best lies in the band of the predicted best (or above it: no config is
+        predicted to beat it), so measuring further predictions cannot be expected to win."""
+        best = self.best()
+        if best is None or best_measured_rps is None or best_measured_rps <= 0:
+            return False
+        return best_measured_rps >= best[1].low_rps
+
+    def refit(self, fitted: Profile, measured: Iterable[Knobs], candidates: int) -> None:
+        """Refit the profile with the run's own fit and re-predict the ``candidates`` best
+        unmeasured configs (the ones the search may still measure); the rest keep theirs."""
+        profile = merged_profile(self.profile, fitted)
+        done = set(measured)
+        top = [k for k in self.ranked() if k not in done][: max(1, candidates)]
+        top = [k for k in top if _covers(profile, k)]
+        if not top:
+            return
+        self.profile = profile
+        self.refits += 1
+        self._simulate(top)
+
+    def record(self, order: Sequence[Knobs]) -> records.Predictions:
+        """predictions.json: every predicted config (in ``order``, the space's) and the profile."""
+        configs = tuple(
+            records.ConfigPrediction(k, self.predictions[k]) for k in order if k in self.predictions
+        )
+        return records.Predictions(profile_summary(self.profile, self.refits), configs)
+
+
+def profile_summary(profile: Profile, refits: int = 0) -> dict[str, object]:
+    """predictions.json's short description of a profile."""
+    return {
+        "model": profile.model,
+        "source": profile.source,
+        "batch_sizes": [profile.min_batch_size, profile.max_batch_size],
+        "jitter": profile.jitter,
+        "instances_profiled": profile.instances_profiled,
+        "interference": {str(k): v for k, v in sorted(profile.interference.items())},
+        "refits": refits,
+        "provenance": profile.provenance,
+    }
+
+
+def _covers(profile: Profile, knobs: Knobs) -> bool:
+    largest = SimConfig.from_knobs(knobs).largest_batch
+    return profile.min_batch_size <= 1 and largest <= profile.max_batch_size
+
+
+def _size(k: Knobs) -> tuple[int, int, int]:
+    return (k.instance_count, k.max_batch_size, k.max_queue_delay_us)
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    """``|predicted - measured| / measured`` (inf when nothing was measured)."""
+    return abs(predicted - measured) / measured if measured > 0 else math.inf
+
+
+def with_prediction(
+    record: records.TrialRecord, predictions: Mapping[Knobs, records.Prediction]
+) -> records.TrialRecord:
+    """``record`` with its config's prediction (unchanged when it has none)."""
+    p = predictions.get(record.config)
+    return record if p is None else replace(record, prediction=p)
