@@ -46,7 +46,7 @@ from analyzer.errors import TargetError
 from analyzer.predict import ProfileError
 from analyzer.predict.profile import BatchTiming, Profile
 from analyzer.server_stats import http_stats_source
-from analyzer.target import Target
+from analyzer.target import Target, untunable_reason
 
 #: Queue delay of every probe config: long enough that only the preferred size ends a batch,
 #: short enough that a burst cut short by a lost request costs one second, not a hang.
@@ -252,14 +252,18 @@ def probe(
         sleep: Waits between statistics reads while they catch up with a burst.
 
     Raises:
-        ProfileError: the model cannot be probed (no batching, inputs the probe cannot fill)
-            or not even batch size 1 could be measured in the budget.
+        ProfileError: the model cannot be probed (no batching, an ensemble or sequence-batched
+            model, inputs the probe cannot fill) or not even batch size 1 could be measured in
+            the budget.
         TargetError: the server failed a request or refused a probe config.
     """
     plan = plan or ProbePlan()
     base = target.model_config()
     model = target.model
     mbs = base.max_batch_size
+    why = untunable_reason(base)
+    if why is not None:
+        raise ProfileError(f"cannot probe: {why}")
     if mbs < 1:
         raise ProfileError(
             f"model {model!r} has max_batch_size 0 (no batching): there are no batch sizes to "

@@ -247,3 +247,33 @@ def test_probe_forms_exact_batches_on_real_triton(real_triton: RealTriton) -> No
     assert "triton" in profile.provenance
     # Two Python-backend instances run in parallel (no shared device): little interference.
     assert 0.7 <= profile.interference[2] <= 1.5
+
+
+class _FakeTarget:
+    """Only what probe() reads before it sends anything."""
+
+    model = "m"
+    url = "http://127.0.0.1:1"
+
+    def __init__(self, config: mc.ModelConfig) -> None:
+        self.config = config
+
+    def model_config(self) -> mc.ModelConfig:
+        return self.config
+
+
+@pytest.mark.parametrize(
+    ("config", "why"),
+    [
+        (mc.ModelConfig(name="m", max_batch_size=0), "max_batch_size 0"),
+        (
+            mc.ModelConfig(
+                name="m", max_batch_size=8, sequence_batching=mc.ModelSequenceBatching()
+            ),
+            "sequence-batched",
+        ),
+    ],
+)
+def test_models_the_probe_cannot_batch_are_refused(config: mc.ModelConfig, why: str) -> None:
+    with pytest.raises(ProfileError, match=why):
+        probe(_FakeTarget(config))  # type: ignore[arg-type]
