@@ -11,7 +11,7 @@ import difflib
 import shlex
 from collections.abc import Mapping, Sequence
 
-from analyzer.measure import Goals, Measurement
+from analyzer.measure import Goals, Measurement, meets_goals
 from analyzer.objective import Objective, objective_for
 from analyzer.records import ConfigEntry, RunSummary, TrialRecord, Validation
 from analyzer.report.gpu import (
@@ -23,13 +23,22 @@ from analyzer.report.gpu import (
     utilization_pct,
     utilization_warnings,
 )
+from analyzer.report.prediction import (
+    NOT_A_CAPACITY,
+    landscape,
+    no_predictions_reason,
+    phase_times,
+    prediction_check,
+)
 from analyzer.report.record import (
     KNOBS,
     PARAM_TO_KNOB,
     ConfigResult,
     ConfigTexts,
     CurvePoint,
+    Landscape,
     LoadCurve,
+    PredictionCheck,
     Progress,
     ProgressPoint,
     Provenance,
@@ -129,6 +138,11 @@ def build_record(run: RunData, *, min_gpu_utilization_pct: float | None = None) 
     if gpu is None:
         missing["gpu"] = NO_GPU_METRIC
 
+    prediction, space = _predicted(run, objective, trials, points, best, missing)
+    phases = phase_times(summary)
+    if phases is None:
+        missing["phases"] = "not recorded: summary.json holds no phase times (an older run)"
+
     validation = _validation_rows(run.validation, best)
     summary_verdict = build_verdict(
         summary, run.run_state, objective, baseline, best, trials, validation
@@ -139,6 +153,8 @@ def build_record(run: RunData, *, min_gpu_utilization_pct: float | None = None) 
         warnings=(*summary_verdict.warnings, *utilization),
         min_gpu_utilization_pct=min_gpu_utilization_pct,
         tie_break=summary.tie_break or None,
+        search_strategy=summary.search_strategy,
+        search_note=summary.search_note or None,
     )
     ceiling = ceiling_warning(summary, best, curves)
     if ceiling:
@@ -157,8 +173,44 @@ def build_record(run: RunData, *, min_gpu_utilization_pct: float | None = None) 
         provenance=_provenance(run),
         explanation=explain(breakdown),
         gpu=gpu,
+        prediction=prediction,
+        landscape=space,
+        phases=phases,
         missing=missing,
     )
+
+
+def _predicted(
+    run: RunData,
+    objective: Objective,
+    trials: Sequence[TrialPoint],
+    points: Mapping[int, TrialPoint],
+    best: ConfigResult | None,
+    missing: dict[str, str],
+) -> tuple[PredictionCheck | None, Landscape | None]:
+    """Predicted vs measured capacity and the predicted landscape, or why each is missing."""
+    prediction = None
+    if not objective.capacity:
+        missing["prediction"] = NOT_A_CAPACITY
+    elif (prediction := prediction_check(run.trials, points, run.predictions)) is None:
+        if run.predictions is None and not any(r.prediction for r in run.trials):
+            missing["prediction"] = no_predictions_reason(run.summary, run.predictions_note)
+        else:
+            missing["prediction"] = (
+                "not recorded: no complete capacity measurement has a prediction to set it against"
+            )
+    space = landscape(run.predictions, trials, best.trial_number if best else None)
+    if space is None:
+        if run.predictions_note:
+            missing["landscape"] = run.predictions_note
+        elif run.predictions is None:
+            missing["landscape"] = (
+                "not recorded: the run directory holds no predictions.json (written by "
+                "--search predict)"
+            )
+        else:
+            missing["landscape"] = "not shown: no predicted config uses the dynamic batcher"
+    return prediction, space
 
 
 def objective_value(objective: Objective, point: TrialPoint) -> float | None:
@@ -293,15 +345,9 @@ def _server_breakdown(role: str, record: TrialRecord | None) -> ServerBreakdown 
 
 def _curve_point(p: Measurement, goals: Goals) -> CurvePoint:
     p99 = as_float(p.p99_ms)
-    requests = p.request_count
-    error_rate = p.error_count / requests if requests else 1.0
-    ok = (
-        requests > 0
-        and p.valid
-        and p99 is not None
-        and p99 <= goals.p99_ms
-        and error_rate <= goals.max_error_rate
-    )
+    # The one rule (analyzer.measure.meets_goals): a sequential step is judged by its test, and
+    # a step at the boundary meets the goal there, as the capacity search counted it.
+    ok, _ = meets_goals(p, goals)
     return CurvePoint(
         offered_rps=float(p.target),
         throughput_rps=float(p.throughput_rps),

@@ -28,6 +28,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure as MplFigure
 
 from analyzer.objective import objective_for
+from analyzer.report.prediction import CLOSE
 from analyzer.report.record import (
     KNOBS,
     LoadCurve,
@@ -521,6 +522,183 @@ def _time_series(
     return Figure("time_series", to_svg(fig, "time_series"), alt)
 
 
+# --------------------------------------------------------------------------------------------------
+# 3b. Prediction against measurement
+
+
+def predicted_vs_measured(record: ReportRecord) -> Figure | None:
+    """Predicted (y) against measured (x) capacity per measured config, y = x, a +-10 % band,
+    each prediction's band as an error bar."""
+    return styled(lambda: _predicted_vs_measured(record))
+
+
+def _predicted_vs_measured(record: ReportRecord) -> Figure | None:
+    check = record.prediction
+    if check is None or not check.points:
+        return None
+    fig, (ax,) = new_figure(5.6, 4.6)
+    top = max(max(p.measured_rps, p.high_rps, p.predicted_rps) for p in check.points) * 1.08
+    line = [0.0, top]
+    ax.fill_between(
+        line,
+        [x * (1 - CLOSE) for x in line],
+        [x * (1 + CLOSE) for x in line],
+        color="#cccccc",
+        alpha=0.45,
+        linewidth=0,
+        label=f"within {100 * CLOSE:.0f} %",
+    )
+    ax.plot(line, line, color="#777777", linewidth=1, linestyle="--", label="predicted = measured")
+    best = record.verdict.best.trial_number if record.verdict.best else None
+    for ok, marker, color, name in (
+        (True, "o", FEASIBLE, "inside its band"),
+        (False, "D", INFEASIBLE, "outside its band"),
+    ):
+        picked = [p for p in check.points if p.in_band == ok]
+        if not picked:
+            continue
+        ax.errorbar(
+            [p.measured_rps for p in picked],
+            [p.predicted_rps for p in picked],
+            yerr=[
+                [max(p.predicted_rps - p.low_rps, 0.0) for p in picked],
+                [max(p.high_rps - p.predicted_rps, 0.0) for p in picked],
+            ],
+            fmt=marker,
+            ms=4,
+            color=color,
+            ecolor=color,
+            elinewidth=0.8,
+            capsize=2,
+            alpha=0.85,
+            label=f"{name} ({len(picked)})",
+        )
+    for p in check.points:
+        if p.trial_number == best or p.trial_number < 0:
+            role = "best" if p.trial_number == best else "baseline"
+            ax.scatter(
+                [p.measured_rps],
+                [p.predicted_rps],
+                s=170 if role == "best" else 70,
+                marker="*" if role == "best" else "s",
+                color=BEST if role == "best" else BASELINE,
+                edgecolor="black",
+                linewidth=0.6,
+                zorder=5,
+                label=role,
+            )
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_aspect("equal", adjustable="box")
+    ax.set_xlabel("measured capacity at the goal (req/s)")
+    ax.set_ylabel("predicted capacity at the goal (req/s)")
+    ax.legend(loc="upper left", fontsize=8, frameon=False)
+    alt = f"Predicted against measured capacity of {len(check.points)} configs. {check.summary}"
+    return Figure("predicted_vs_measured", to_svg(fig, "predicted_vs_measured"), alt)
+
+
+def landscape(record: ReportRecord) -> Figure | None:
+    """Predicted capacity over max batch size x queue delay, one heat map per instance count,
+    the measured configs marked on it."""
+    return styled(lambda: _landscape(record))
+
+
+def _landscape(record: ReportRecord) -> Figure | None:
+    space = record.landscape
+    if space is None or not space.cells:
+        return None
+    panels = space.instance_counts
+    xs, ys = space.max_batch_sizes, space.queue_delays_us
+    col = {v: i for i, v in enumerate(xs)}
+    row = {v: i for i, v in enumerate(ys)}
+    width = max(3.2, 0.42 * len(xs) + 1.4)
+    fig, axes = new_figure(width * len(panels) + 0.8, max(2.8, 0.34 * len(ys) + 1.4), len(panels))
+    vmax = max(c.capacity_rps for c in space.cells) or 1.0
+    image = None
+    for ax, instances in zip(axes, panels, strict=True):
+        grid = [[math.nan] * len(xs) for _ in ys]
+        for c in space.cells:
+            if c.instance_count == instances:
+                grid[row[c.max_queue_delay_us]][col[c.max_batch_size]] = c.capacity_rps
+        image = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis", vmin=0.0, vmax=vmax)
+        ax.grid(False)
+        ax.set_xticks(range(len(xs)), [str(v) for v in xs], fontsize=7)
+        step = max(1, len(ys) // 10)
+        ax.set_yticks(list(range(0, len(ys), step)), [str(v) for v in ys[::step]], fontsize=7)
+        ax.set_xlabel("max batch size")
+        ax.set_title(f"{instances} instance(s)", fontsize=9)
+        b = space.best
+        if b.instance_count == instances:
+            ax.scatter(
+                [col[b.max_batch_size]],
+                [row[b.max_queue_delay_us]],
+                s=120,
+                marker="s",
+                facecolor="none",
+                edgecolor="black",
+                linewidth=1.6,
+                label="predicted best",
+            )
+        for ok, marker, color, name in (
+            (True, "o", "white", "measured, meets goals"),
+            (False, "x", INFEASIBLE, "measured, misses goals"),
+        ):
+            marks = [
+                m
+                for m in space.marks
+                if m.instance_count == instances and m.meets_goals == ok and m.role != "best"
+            ]
+            if marks:
+                ax.scatter(
+                    [col[m.max_batch_size] for m in marks],
+                    [row[m.max_queue_delay_us] for m in marks],
+                    s=26,
+                    marker=marker,
+                    color=color,
+                    edgecolor="black" if ok else None,
+                    linewidth=0.6 if ok else 1.4,
+                    label=name,
+                )
+        for m in space.marks:
+            if m.instance_count == instances and m.role == "best":
+                ax.scatter(
+                    [col[m.max_batch_size]],
+                    [row[m.max_queue_delay_us]],
+                    s=170,
+                    marker="*",
+                    color=BEST,
+                    edgecolor="black",
+                    linewidth=0.6,
+                    zorder=5,
+                    label="measured best",
+                )
+    axes[0].set_ylabel("max queue delay (µs)")
+    if image is not None:
+        fig.colorbar(image, ax=axes, shrink=0.85, label="predicted capacity (req/s)")
+    handles: dict[str, Any] = {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, h)
+    fig.legend(
+        list(handles.values()),
+        list(handles),
+        loc="upper center",
+        bbox_to_anchor=(0.45, 0.0),
+        ncols=min(4, len(handles)) or 1,
+        fontsize=8,
+        frameon=False,
+    )
+    b = space.best
+    alt = (
+        f"Predicted capacity of {space.configs} configs over max batch size and queue delay, "
+        f"one panel per instance count ({', '.join(map(str, panels))}); predicted best "
+        f"{b.capacity_rps:.0f} req/s at max batch size {b.max_batch_size}, delay "
+        f"{b.max_queue_delay_us} µs, {b.instance_count} instance(s); "
+        f"{len(space.marks)} measured config(s) marked."
+    )
+    return Figure("landscape", to_svg(fig, "landscape"), alt)
+
+
 def report_figures(record: ReportRecord) -> dict[str, Figure | None]:
     """Every figure of the single-run report, keyed by name (None: data not recorded)."""
     return {
@@ -528,6 +706,8 @@ def report_figures(record: ReportRecord) -> dict[str, Figure | None]:
         "best_so_far": best_so_far(record),
         "importance": importance(record),
         "slices": slices(record),
+        "predicted_vs_measured": predicted_vs_measured(record),
+        "landscape": landscape(record),
         "latency_breakdown": latency_breakdown(record),
         "batch_sizes": batch_sizes(record),
         "load_curves": load_curves(record),

@@ -126,6 +126,10 @@ class Verdict:
     tie_break: str | None = None
     #: What the gain is a ratio of (``Objective.gain_label``: ``best / baseline throughput``).
     gain_label: str = ""
+    #: The search that ran (``predict``, ``tpe``, ``random``, ``grid``; None: not recorded).
+    search_strategy: str | None = None
+    #: Why it is not the one asked for (summary.json ``search_note``; None: nothing to say).
+    search_note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -306,6 +310,116 @@ class ValidationRow:
 
 
 @dataclass(frozen=True)
+class PredictedPoint:
+    """One measured config: the simulator's capacity at the goal against the measured one."""
+
+    trial_number: int
+    label: str
+    config: dict[str, Any]
+    #: The capacity the trial's search measured (0: it met the goals at no load tried).
+    measured_rps: float
+    predicted_rps: float
+    #: The prediction's band (``records.Prediction.low_rps``/``high_rps``).
+    low_rps: float
+    high_rps: float
+    #: (predicted - measured) / measured; None when nothing was measured to divide by.
+    relative_error: float | None
+    #: The measured capacity lies inside the prediction band.
+    in_band: bool
+    meets_goals: bool
+    #: ``trial record`` (what the search predicted before measuring it) or ``predictions.json``
+    #: (the space-wide prediction, for a trial whose record holds none).
+    source: str
+
+
+@dataclass(frozen=True)
+class PredictionCheck:
+    """Predicted against measured capacity over every measured config that has a prediction."""
+
+    points: tuple[PredictedPoint, ...]
+    #: Median and largest |predicted - measured| / measured over the points with a capacity.
+    median_abs_error: float | None
+    worst_abs_error: float | None
+    worst_trial_number: int | None
+    #: Points within 10 % of the measurement, and inside their own band.
+    within_10pct: int
+    in_band: int
+    #: Points without a measured capacity (no relative error).
+    unmeasured: int
+    #: The caption's numbers as one sentence.
+    summary: str
+
+
+@dataclass(frozen=True)
+class LandscapeCell:
+    """The best predicted config of one (instances, max batch size, queue delay) cell."""
+
+    instance_count: int
+    max_batch_size: int
+    max_queue_delay_us: int
+    capacity_rps: float
+    low_rps: float
+    high_rps: float
+    #: Preferred sizes of the cell's best config (the cell collapses every preferred list).
+    preferred_batch_size: tuple[int, ...]
+    #: Predicted configs collapsed into the cell.
+    configs: int
+
+
+@dataclass(frozen=True)
+class LandscapeMark:
+    """A measured config placed on the landscape."""
+
+    trial_number: int
+    role: str
+    instance_count: int
+    max_batch_size: int
+    max_queue_delay_us: int
+    preferred_batch_size: tuple[int, ...]
+    measured_rps: float | None
+    meets_goals: bool
+
+
+@dataclass(frozen=True)
+class Landscape:
+    """predictions.json over max batch size x queue delay, one panel per instance count."""
+
+    cells: tuple[LandscapeCell, ...]
+    marks: tuple[LandscapeMark, ...]
+    instance_counts: tuple[int, ...]
+    max_batch_sizes: tuple[int, ...]
+    queue_delays_us: tuple[int, ...]
+    #: Predicted configs in predictions.json (all of them, before collapsing).
+    configs: int
+    #: The highest predicted cell.
+    best: LandscapeCell
+    #: What the simulator ran on (predictions.json ``profile``, shown as is).
+    profile: dict[str, Any]
+    #: How the configs were collapsed, and what was left out.
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PhaseTime:
+    """Wall time of one phase of the run."""
+
+    name: str
+    seconds: float
+    #: Share of the recorded phases' total (0..1).
+    share: float
+
+
+@dataclass(frozen=True)
+class PhaseTimes:
+    """Where the run's wall time went (summary.json ``phases``)."""
+
+    phases: tuple[PhaseTime, ...]
+    total_s: float
+    #: The run's own wall time (summary.json ``duration_s``; None: not recorded).
+    run_duration_s: float | None
+
+
+@dataclass(frozen=True)
 class ReportRecord:
     """Everything the report shows, as data (embedded in the HTML as JSON)."""
 
@@ -322,6 +436,13 @@ class ReportRecord:
     explanation: tuple[str, ...] = ()
     #: GPU figures of baseline and best (None: no GPU metric; the reason in ``missing["gpu"]``).
     gpu: GpuStory | None = None
+    #: Predicted against measured capacity (None: no predictions; ``missing["prediction"]``).
+    prediction: PredictionCheck | None = None
+    #: The predicted capacity of the whole space (None: no predictions.json;
+    #: ``missing["landscape"]``).
+    landscape: Landscape | None = None
+    #: Seconds per phase (None: not recorded; ``missing["phases"]``).
+    phases: PhaseTimes | None = None
     #: Report part -> why it is not shown (absent key: shown).
     missing: dict[str, str] = field(default_factory=dict)
     format_version: int = REPORT_FORMAT_VERSION

@@ -15,9 +15,11 @@ from typing import Any
 
 from analyzer.errors import InputError, PerfsweepError, ResultFormatError
 from analyzer.records import (
+    Predictions,
     RunSummary,
     TrialRecord,
     Validation,
+    load_predictions,
     load_summary,
     load_trial,
     load_validation,
@@ -40,6 +42,8 @@ class RunData:
         scenario_toml: scenario.toml as written by the sweep.
         importances: Optuna parameter -> importance, or None.
         importance_note: Why importances are missing (empty when present).
+        predictions: predictions.json (None when absent or unreadable).
+        predictions_note: Why predictions.json could not be read (empty otherwise).
     """
 
     root: Path
@@ -52,6 +56,8 @@ class RunData:
     scenario_toml: str | None = None
     importances: dict[str, float] | None = None
     importance_note: str = ""
+    predictions: Predictions | None = None
+    predictions_note: str = ""
 
 
 def load_run(run_dir: Path, *, importances: bool = True) -> RunData:
@@ -88,6 +94,7 @@ def load_run(run_dir: Path, *, importances: bool = True) -> RunData:
     validation = None
     if directory.validation_json.exists():
         validation = load_validation(directory.validation_json)
+    predictions, predictions_note = _predictions(directory)
     importance_values, note = None, ""
     if importances:
         importance_values, note = _importances(summary, run_state, root)
@@ -106,7 +113,20 @@ def load_run(run_dir: Path, *, importances: bool = True) -> RunData:
         scenario_toml=_read_text(root, "scenario.toml"),
         importances=importance_values,
         importance_note=note,
+        predictions=predictions,
+        predictions_note=predictions_note,
     )
+
+
+def _predictions(directory: RunDirectory) -> tuple[Predictions | None, str]:
+    """predictions.json, or None and why not (an optional part: it never stops the report)."""
+    path = directory.predictions_json
+    if not path.exists():
+        return None, ""
+    try:
+        return load_predictions(path), ""
+    except ResultFormatError as exc:
+        return None, f"predictions.json is not readable: {exc}"
 
 
 def _read_text(root: Path, relative: str | None) -> str | None:

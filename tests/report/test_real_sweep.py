@@ -82,6 +82,15 @@ def test_sweep_writes_the_full_report(real_run: Path) -> None:
     if not data["progress"]["slices"]:
         assert len(complete) < 2 or len({json.dumps(t["config"]) for t in complete}) < 2
         expected.discard("slices")
+    # The bundled scenario searches with predict: the simulator's predictions are drawn against
+    # the measurements, unless the profile could not be taken (then the page says why).
+    if data["verdict"]["search_strategy"] == "predict":
+        expected |= {"predicted_vs_measured", "landscape"}
+        assert data["landscape"]["configs"] > 0
+    else:
+        assert "--search predict" in data["missing"]["prediction"], data["verdict"]
+    phases = [p["name"] for p in data["phases"]["phases"]]
+    assert phases[0] == "baseline" and "search" in phases
     assert shown == expected, data["missing"]
 
 
