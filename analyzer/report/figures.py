@@ -550,11 +550,13 @@ def _predicted_vs_measured(record: ReportRecord) -> Figure | None:
     )
     ax.plot(line, line, color="#777777", linewidth=1, linestyle="--", label="predicted = measured")
     best = record.verdict.best.trial_number if record.verdict.best else None
-    for ok, marker, color, name in (
-        (True, "o", FEASIBLE, "inside its band"),
-        (False, "D", INFEASIBLE, "outside its band"),
-    ):
-        picked = [p for p in check.points if p.in_band == ok]
+    groups = (
+        ("o", FEASIBLE, "inside its band", lambda p: p.bracketed and p.in_band),
+        ("D", INFEASIBLE, "outside its band", lambda p: p.bracketed and not p.in_band),
+        (">", SECONDARY, "measured is a lower bound", lambda p: not p.bracketed),
+    )
+    for marker, color, name, belongs in groups:
+        picked = [p for p in check.points if belongs(p)]
         if not picked:
             continue
         ax.errorbar(

@@ -80,6 +80,7 @@ def prediction_check(
             continue
         measured = float(capacity.capacity_rps)
         error = (predicted.capacity_rps - measured) / measured if measured > 0 else None
+        bracketed = bool(capacity.bracketed) and measured > 0
         out.append(
             PredictedPoint(
                 trial_number=record.number,
@@ -92,12 +93,17 @@ def prediction_check(
                 relative_error=None if error is None else round(error, 6),
                 in_band=predicted.contains(measured),
                 meets_goals=point.meets_goals,
+                bracketed=bracketed,
                 source=source,
             )
         )
     if not out:
         return None
-    errors = [(abs(p.relative_error), p.trial_number) for p in out if p.relative_error is not None]
+    errors = [
+        (abs(p.relative_error), p.trial_number)
+        for p in out
+        if p.relative_error is not None and p.bracketed
+    ]
     median = statistics.median(e for e, _ in errors) if errors else None
     worst = max(errors, default=None)
     check = PredictionCheck(
@@ -107,7 +113,8 @@ def prediction_check(
         worst_trial_number=None if worst is None else worst[1],
         within_10pct=sum(e <= CLOSE for e, _ in errors),
         in_band=sum(p.in_band for p in out),
-        unmeasured=len(out) - len(errors),
+        unmeasured=sum(p.relative_error is None for p in out),
+        lower_bounds=sum(p.relative_error is not None and not p.bracketed for p in out),
         summary="",
     )
     return dataclasses.replace(check, summary=_summary(check))
@@ -123,10 +130,17 @@ def _summary(check: PredictionCheck) -> str:
             f"|predicted - measured| / measured: median {100 * check.median_abs_error:.1f} %, "
             f"worst {100 * check.worst_abs_error:.1f} % ({where}{which})"
         )
-        measured = n - check.unmeasured
+        bracketed = n - check.unmeasured - check.lower_bounds
         parts.append(
-            f"{check.within_10pct} of {measured} within {100 * CLOSE:.0f} %, "
+            f"{check.within_10pct} of {bracketed} within {100 * CLOSE:.0f} %, "
             f"{check.in_band} of {n} inside their prediction band"
+        )
+    else:
+        parts.append("no measured capacity was bracketed, so no error is stated")
+    if check.lower_bounds:
+        parts.append(
+            f"{check.lower_bounds} met the goals up to the highest rate tried (the measured "
+            "capacity is a lower bound: not in the error figures)"
         )
     if check.unmeasured:
         parts.append(

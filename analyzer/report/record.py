@@ -327,6 +327,9 @@ class PredictedPoint:
     #: The measured capacity lies inside the prediction band.
     in_band: bool
     meets_goals: bool
+    #: The search found a failing load above the capacity; False: the measured capacity is a
+    #: lower bound (it met the goals up to the highest rate tried), left out of the error figures.
+    bracketed: bool
     #: ``trial record`` (what the search predicted before measuring it) or ``predictions.json``
     #: (the space-wide prediction, for a trial whose record holds none).
     source: str
@@ -337,15 +340,18 @@ class PredictionCheck:
     """Predicted against measured capacity over every measured config that has a prediction."""
 
     points: tuple[PredictedPoint, ...]
-    #: Median and largest |predicted - measured| / measured over the points with a capacity.
+    #: Median and largest |predicted - measured| / measured over the points whose capacity the
+    #: search bracketed (the others are a lower bound or nothing).
     median_abs_error: float | None
     worst_abs_error: float | None
     worst_trial_number: int | None
-    #: Points within 10 % of the measurement, and inside their own band.
+    #: Bracketed points within 10 % of the measurement; points inside their own band.
     within_10pct: int
     in_band: int
-    #: Points without a measured capacity (no relative error).
+    #: Points without a measured capacity (met the goals at no load tried).
     unmeasured: int
+    #: Points whose measured capacity is a lower bound (no failing load up to the ceiling).
+    lower_bounds: int
     #: The caption's numbers as one sentence.
     summary: str
 

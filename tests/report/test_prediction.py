@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.records import (
+    CapacityMeasurement,
     ConfigPrediction,
     Prediction,
     Predictions,
@@ -98,13 +99,14 @@ def record(predicted_run: Path):
     return build_record(load_run(predicted_run, importances=False))
 
 
-def _measured(run: Path) -> dict[int, float]:
-    """Trial number -> the capacity its search measured (complete capacity trials)."""
+def _measured(run: Path) -> dict[int, tuple[float, bool]]:
+    """Trial number -> the capacity its search measured and whether it was bracketed."""
     out = {}
     for path in RunDirectory(run).trial_paths():
         r = load_trial(path)
         if r.complete and r.measurement is not None and r.measurement.capacity is not None:
-            out[r.number] = r.measurement.capacity.capacity_rps
+            capacity = r.measurement.capacity
+            out[r.number] = (capacity.capacity_rps, capacity.bracketed)
     return out
 
 
@@ -116,17 +118,18 @@ def test_every_measured_config_is_set_against_its_prediction(predicted_run: Path
     expected = {n for n in measured if n in FACTORS}
     assert {p.trial_number for p in check.points} == expected
     for p in check.points:
+        capacity, bracketed = measured[p.trial_number]
         assert p.source == "trial record"
-        assert p.measured_rps == pytest.approx(measured[p.trial_number])
-        assert p.predicted_rps == pytest.approx(measured[p.trial_number] * FACTORS[p.trial_number])
+        assert p.measured_rps == pytest.approx(capacity)
+        assert p.bracketed == (bracketed and capacity > 0)
+        assert p.predicted_rps == pytest.approx(capacity * FACTORS[p.trial_number])
         assert p.low_rps == pytest.approx(p.predicted_rps * (1 - BAND))
         assert p.high_rps == pytest.approx(p.predicted_rps * (1 + BAND))
-        if measured[p.trial_number] > 0:
+        if capacity > 0:
             assert p.relative_error == pytest.approx(FACTORS[p.trial_number] - 1, abs=1e-6)
-    errors = {
-        p.trial_number: abs(FACTORS[p.trial_number] - 1) for p in check.points if p.measured_rps > 0
-    }
-    assert check.unmeasured == len(check.points) - len(errors)
+    errors = {p.trial_number: abs(FACTORS[p.trial_number] - 1) for p in check.points if p.bracketed}
+    assert len(errors) >= 4  # the planted search brackets most capacities
+    assert check.unmeasured + check.lower_bounds == len(check.points) - len(errors)
     assert check.median_abs_error == pytest.approx(statistics.median(errors.values()), abs=1e-6)
     worst = max(errors, key=lambda n: errors[n])
     assert check.worst_trial_number == worst
@@ -138,8 +141,29 @@ def test_every_measured_config_is_set_against_its_prediction(predicted_run: Path
         for p in check.points
         if p.measured_rps > 0
     )
+    outside = {p.trial_number for p in check.points if p.bracketed and not p.in_band}
+    assert outside == {2, 6} & set(errors)  # factors 1.30 and 0.85 miss a +-12 % band
     assert f"median {100 * statistics.median(errors.values()):.1f} %" in check.summary
     assert f"worst {100 * errors[worst]:.1f} % (trial {worst})" in check.summary
+
+
+def test_a_capacity_at_the_rate_ceiling_is_a_lower_bound_not_an_error(
+    predicted_run: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(predicted_run, run)
+    worst = build_record(load_run(run, importances=False)).prediction.worst_trial_number
+    path = next(p for p in RunDirectory(run).trial_paths() if load_trial(p).number == worst)
+    trial = load_trial(path)
+    assert isinstance(trial.measurement, CapacityMeasurement)
+    unbracketed = dataclasses.replace(trial.measurement.result, bracketed=False)
+    write_trial(path, dataclasses.replace(trial, measurement=CapacityMeasurement(unbracketed)))
+    check = build_record(load_run(run, importances=False)).prediction
+    assert check is not None and check.lower_bounds == 1
+    point = next(p for p in check.points if p.trial_number == worst)
+    assert not point.bracketed and point.relative_error is not None
+    assert check.worst_trial_number != worst  # no longer in the error figures
+    assert "1 met the goals up to the highest rate tried" in check.summary
 
 
 def test_a_trial_without_its_own_prediction_takes_the_space_wide_one(
