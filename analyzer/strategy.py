@@ -163,6 +163,9 @@ class Guide:
         uncovered: Configs of the space the profile cannot predict (a larger batch than
             profiled): predict never chooses them.
         seed: Seed of every simulation.
+        ceiling_rps: The highest rate the sweep offers (``traffic.max_rate_rps``): no
+            measurement can show more, so no prediction says more (configs predicted above it
+            tie there, and the smaller config ranks first).
     """
 
     profile: Profile
@@ -171,6 +174,7 @@ class Guide:
     predictions: dict[Knobs, records.Prediction] = field(default_factory=dict)
     uncovered: list[Knobs] = field(default_factory=list)
     seed: int = 0
+    ceiling_rps: float = math.inf
     #: Times the profile was refitted from the run's measurements.
     refits: int = 0
 
@@ -182,9 +186,10 @@ class Guide:
         goal_p99_ms: float,
         half_width: float,
         seed: int = 0,
+        ceiling_rps: float = math.inf,
     ) -> Guide:
         """Simulate every config's capacity at the goal (the predict phase)."""
-        guide = cls(profile, goal_p99_ms, half_width, seed=seed)
+        guide = cls(profile, goal_p99_ms, half_width, seed=seed, ceiling_rps=ceiling_rps)
         covered = [k for k in configs if _covers(profile, k)]
         guide.uncovered = [k for k in configs if not _covers(profile, k)]
         guide._simulate(covered)
@@ -192,10 +197,15 @@ class Guide:
 
     @classmethod
     def from_record(
-        cls, saved: records.Predictions, profile: Profile, goal_p99_ms: float, half_width: float
+        cls,
+        saved: records.Predictions,
+        profile: Profile,
+        goal_p99_ms: float,
+        half_width: float,
+        ceiling_rps: float = math.inf,
     ) -> Guide:
         """The guide of a resumed run (its predictions.json; no new simulation)."""
-        guide = cls(profile, goal_p99_ms, half_width)
+        guide = cls(profile, goal_p99_ms, half_width, ceiling_rps=ceiling_rps)
         guide.predictions = {c.config: c.prediction for c in saved.configs}
         return guide
 
@@ -213,7 +223,8 @@ class Guide:
             workers=_workers(),
         )
         for sim, cap in found.items():
-            self.predictions[sims[sim]] = band(cap.capacity_rps, self.half_width)
+            rps = min(cap.capacity_rps, self.ceiling_rps)
+            self.predictions[sims[sim]] = band(rps, self.half_width)
 
     # -- queries ----------------------------------------------------------------------------------
 

@@ -808,11 +808,12 @@ def _guide(state: _State, profiler: Profiler) -> Guide | None:
     scenario, directory = state.scenario, state.run_dir
     space_configs = grid_configs(state.search.space)
     goal, half = scenario.goals.p99_ms, scenario.search.band
+    ceiling = scenario.traffic.max_rate_rps
     profile_path = directory.root / "profile.json"
     if directory.predictions_json.exists() and profile_path.exists():
         try:
             saved = records.load_predictions(directory.predictions_json)
-            return Guide.from_record(saved, load_profile(profile_path), goal, half)
+            return Guide.from_record(saved, load_profile(profile_path), goal, half, ceiling)
         except (InputError, OSError) as exc:
             _LOG.warning("predictions of the resumed run unreadable (%s): predicting again", exc)
     state.observer.on_trial_start(
@@ -832,7 +833,9 @@ def _guide(state: _State, profiler: Profiler) -> Guide | None:
     state.observer.on_phase(f"predicting {len(space_configs)} configs")
     try:
         with state.phase("predict"):
-            guide = Guide.predict(profile, space_configs, goal, half, seed=scenario.run.seed)
+            guide = Guide.predict(
+                profile, space_configs, goal, half, seed=scenario.run.seed, ceiling_rps=ceiling
+            )
     except (InputError, ValueError) as exc:
         state.note(f"search predict: the simulator failed ({_first_line(exc)}); searching with tpe")
         return None

@@ -46,6 +46,8 @@ from analyzer.measure import (
     Measurement,
     meets_goals,
 )
+from analyzer.predict.profile import BatchTiming, Profile
+from analyzer.predict.simulator import SimConfig, simulate
 from analyzer.search import SearchSpace
 from analyzer.stepping import StepRecord, StepTest, decide_windows
 from analyzer.trial import Knobs
@@ -333,3 +335,61 @@ class FakeLoadGenerator:
             bracketed=search.bracketed,
             at_boundary=search.at_boundary,
         )
+
+
+@dataclass(frozen=True)
+class SimulatedDevice(PlantedModel):
+    """A planted device whose latency *is* the simulator's (``analyzer.predict.simulator``) on
+    a planted profile, so ``--search predict`` faces a device on which its prediction is right.
+
+    ``scale`` stretches every execution (a device slower than its profile: the prediction is
+    wrong by that factor).
+    """
+
+    profile: Profile | None = None
+    scale: float = 1.0
+    requests: int = 3000
+
+    def _sim(self, knobs: Knobs) -> tuple[Profile, SimConfig]:
+        assert self.profile is not None
+        profile = self.profile
+        if self.scale != 1.0:
+            profile = replace(
+                profile,
+                timings=tuple(
+                    replace(
+                        t,
+                        input_ms=t.input_ms * self.scale,
+                        infer_ms=t.infer_ms * self.scale,
+                        output_ms=t.output_ms * self.scale,
+                    )
+                    for t in profile.timings
+                ),
+            )
+        return profile, SimConfig.from_knobs(knobs)
+
+    def p99_ms(self, knobs: Knobs, rate: float) -> float:
+        profile, config = self._sim(knobs)
+        if rate >= profile.peak_rps(config.largest_batch, config.instance_count):
+            return math.inf
+        p = simulate(profile, config, rate, requests=self.requests, seed=0)
+        return math.inf if p.saturated else p.p99_ms
+
+    def batch_size(self, knobs: Knobs, rate: float) -> float:
+        return float(SimConfig.from_knobs(knobs).largest_batch)
+
+    def ceiling_rps(self, batch: float, instances: int) -> float:
+        assert self.profile is not None
+        return self.profile.peak_rps(max(1, int(batch)), instances) / self.scale
+
+
+def planted_profile(max_batch_size: int = 16) -> Profile:
+    """A GPU-like profile: 2 ms + 0.5 ms per item on the device, a little host work."""
+    return Profile(
+        model="planted",
+        provenance="planted: 2 ms + 0.5 ms/item on the device, 0.1 ms host work each side",
+        source="toml",
+        timings=tuple(
+            BatchTiming(b, 0.1, 2.0 + 0.5 * b, 0.1) for b in range(1, max_batch_size + 1)
+        ),
+    )

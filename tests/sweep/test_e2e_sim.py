@@ -55,6 +55,8 @@ capacity_resolution = 0.3
 validate_top = {validate_top}
 validate_repeats = 1
 validate_window_factor = 1.0
+[search]
+strategy = "{strategy}"
 """
 
 MODEL_CONFIG = """
@@ -73,9 +75,19 @@ def make_repo(root: Path) -> Path:
     return root / "repo"
 
 
-def command(tmp_path: Path, trials: int, run_dir: Path, validate_top: int = 1) -> list[str]:
-    scenario = tmp_path / f"tiny-{trials}.toml"
-    scenario.write_text(SCENARIO.format(trials=trials, validate_top=validate_top))
+def command(
+    tmp_path: Path,
+    trials: int,
+    run_dir: Path,
+    validate_top: int = 1,
+    strategy: str = "tpe",
+) -> list[str]:
+    """The ``perfsweep run`` command line. The plumbing tests search with tpe (a fixed number
+    of trials, resumable mid-trial); ``--search predict`` has its own test below."""
+    scenario = tmp_path / f"tiny-{trials}-{strategy}.toml"
+    scenario.write_text(
+        SCENARIO.format(trials=trials, validate_top=validate_top, strategy=strategy)
+    )
     return [
         sys.executable,
         "-c",
@@ -119,6 +131,39 @@ def test_sweep_on_simulated_device_writes_a_loadable_best_config(tmp_path: Path)
         assert record["measurement"]["points"], "the capacity search measured load levels"
     assert "ready" in (run_dir / "server" / "server.log").read_text()
     assert "best config:" in done.stdout and "gain over baseline" in done.stdout
+
+
+def test_search_predict_on_simulated_device(tmp_path: Path) -> None:
+    """The profile phase probes the real server, the simulator predicts every config, the
+    search measures the predicted best first; each trial carries its prediction."""
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [*command(tmp_path, 3, run_dir, validate_top=2, strategy="predict"), "--search", "predict"],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = load_summary(run_dir)
+    assert summary["search_strategy"] == "predict", summary.get("search_note")
+    assert {"baseline", "profile", "predict", "search", "validation"} <= set(summary["phases"])
+    assert summary["stop_reason"] in ("prediction", "trials")
+    predictions = json.loads((run_dir / "predictions.json").read_text())
+    assert predictions["kind"] == "perfsweep.predictions"
+    # The probe's profile is kept; predictions.json's may be refitted from the trials' windows.
+    assert json.loads((run_dir / "profile.json").read_text())["source"] == "probe"
+    assert predictions["profile"]["source"] in ("probe", "run_dir")
+    assert len(predictions["configs"]) >= 40  # every config of the space
+    # No prediction exceeds the highest rate offered (traffic.max_rate_rps).
+    assert max(c["capacity_rps"] for c in predictions["configs"]) <= 400.0
+    first = load_trial_record(run_dir / "trials" / "000" / "measurement.json")
+    assert first["source"] == "predict"
+    # Its prediction as predictions.json keeps it (a refit re-predicts unmeasured configs only).
+    entry = next(c for c in predictions["configs"] if c["config"] == first["config"])
+    assert first["prediction"] == {k: entry[k] for k in ("capacity_rps", "low_rps", "high_rps")}
+    assert first["prediction"]["low_rps"] < first["prediction"]["capacity_rps"]
+    assert summary["best"] is not None and summary["best"]["meets_goals"]
+    assert "time per phase" in done.stdout and "search predict" in done.stdout
 
 
 def test_sigkill_mid_trial_then_resume_loses_no_finished_trial(tmp_path: Path) -> None:

@@ -1,0 +1,220 @@
+"""``--search predict|tpe|random|grid`` on planted devices behind the real seams (fast).
+
+``predict`` runs on :class:`~tests.sweep.planted.SimulatedDevice`: the device's latency is the
+simulator's on a planted profile, and the sweep's profile phase returns that profile, so the
+prediction is right and the search should need its first trial only. A device slower than its
+profile makes the prediction wrong, and the search goes on.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analyzer import records
+from analyzer.measure import CapacityResult, CapacitySpec
+from analyzer.predict import ProfileError
+from analyzer.predict.profile import Profile
+from analyzer.scenario import Scenario, load_scenario
+from analyzer.strategy import grid_configs
+from analyzer.sweep import run_sweep, space_for
+from analyzer.target import Target
+from tests.sweep.planted import (
+    FakeLoadGenerator,
+    FakeTarget,
+    SimulatedDevice,
+    planted_profile,
+)
+
+GOAL_MS = 20.0
+PROFILE = planted_profile(16)
+
+
+def scenario(tmp_path: Path, **overrides: Any) -> Scenario:
+    flags = {
+        "goals.p99_ms": GOAL_MS,
+        "space.max_batch_size": [1, 8],
+        "space.instance_count": [1, 2],
+        "space.max_queue_delay_us": [0, 4000],
+        "space.delay_steps": 3,
+        "traffic.min_rate_rps": 5.0,
+        "traffic.max_rate_rps": 20000.0,
+        "budget.capacity_resolution": 0.05,
+        "budget.trials": 8,
+        "run.output_dir": str(tmp_path),
+        **overrides,
+    }
+    return load_scenario(None, flags, env={})
+
+
+@dataclass
+class Recording(FakeLoadGenerator):
+    """Keeps every capacity search's spec (where each started)."""
+
+    specs: list[CapacitySpec] = field(default_factory=list)
+
+    def find_capacity(self, spec: CapacitySpec) -> CapacityResult:
+        self.specs.append(spec)
+        return super().find_capacity(spec)
+
+
+def planted(profile: Profile = PROFILE) -> Any:
+    def profiler(target: Target, scenario: Scenario) -> Profile:
+        return profile
+
+    return profiler
+
+
+def sweep(tmp_path: Path, scale: float = 1.0, profiler: Any = None, **overrides: Any) -> Any:
+    s = scenario(tmp_path, **overrides)
+    target = FakeTarget(base_max_batch_size=16)
+    device = SimulatedDevice(profile=PROFILE, scale=scale)
+    load = Recording(target, device, noise=0.0)
+    outcome = run_sweep(s, target=target, load=load, profiler=profiler or planted())
+    return outcome, load, target
+
+
+def trials(outcome: Any) -> list[records.TrialRecord]:
+    paths = sorted((outcome.run_dir / "trials").glob("*/measurement.json"))
+    return [records.load_trial(p) for p in paths]
+
+
+def test_predict_measures_the_predicted_best_first_and_stops_in_its_band(tmp_path: Path) -> None:
+    outcome, load, _ = sweep(tmp_path)
+    predictions = records.load_predictions(outcome.run_dir)
+    space = space_for(scenario(tmp_path))
+    # Every config of the space has a prediction, in the space's order.
+    assert [c.config for c in predictions.configs] == grid_configs(space)
+    best = predictions.ranked()[0]
+    done = trials(outcome)
+    assert done[0].config == best.config and done[0].source == "predict"
+    assert done[0].prediction == best.prediction
+    # The device is the simulator: the measured best lies in the band, the search stops.
+    assert outcome.stop_reason == "prediction"
+    assert len(done) == 1
+    assert best.prediction.contains(done[0].throughput_rps)
+    # Its capacity search started near the prediction (not at start_rps) with small steps.
+    first = load.specs[1]  # [0] is the baseline's
+    assert first.start_rps == pytest.approx(0.9 * best.prediction.capacity_rps, rel=1e-3)
+    assert first.growth == pytest.approx(1.2)
+    assert first.step.sequential is not None  # sequential steps by default
+    summary = records.load_summary(outcome.run_dir)
+    assert summary.search_strategy == "predict" and summary.search_note is None
+    assert set(summary.phases) == {"baseline", "profile", "predict", "search", "validation"}
+    assert all(v >= 0 for v in summary.phases.values())
+    assert "report" in outcome.phases
+    assert summary.best is not None and summary.best.config == best.config
+
+
+def test_a_wrong_prediction_makes_predict_go_on_down_its_ranking(tmp_path: Path) -> None:
+    outcome, _, _ = sweep(tmp_path, scale=1.6, **{"budget.trials": 4})
+    predictions = records.load_predictions(outcome.run_dir)
+    done = trials(outcome)
+    assert outcome.stop_reason == "trials" and len(done) == 4
+    ranked = [c.config for c in predictions.ranked()]
+    # Each trial is a predicted config, never measured twice, the first the predicted best.
+    assert done[0].config == ranked[0]
+    assert all(t.source == "predict" and t.prediction is not None for t in done)
+    assert len({t.config for t in done}) == 4
+    assert all(not t.prediction.contains(t.throughput_rps) for t in done)  # type: ignore[union-attr]
+
+
+def test_predict_falls_back_to_tpe_when_no_profile_can_be_taken(tmp_path: Path) -> None:
+    def failing(target: Target, scenario: Scenario) -> Profile:
+        raise ProfileError("model 'planted' cannot be probed: planted failure")
+
+    outcome, _, _ = sweep(tmp_path, profiler=failing, **{"budget.trials": 3})
+    summary = records.load_summary(outcome.run_dir)
+    assert summary.search_strategy == "tpe"
+    assert summary.search_note is not None and "planted failure" in summary.search_note
+    assert "tpe" in summary.search_note
+    assert not (outcome.run_dir / "predictions.json").exists()
+    assert all(t.prediction is None for t in trials(outcome))
+    assert "profile" in summary.phases and "predict" not in summary.phases
+    # tpe's seeds come first, as before.
+    assert trials(outcome)[0].source == "seed"
+
+
+def test_a_fixed_load_objective_falls_back_to_tpe_without_profiling(tmp_path: Path) -> None:
+    called: list[int] = []
+
+    def profiler(target: Target, scenario: Scenario) -> Profile:
+        called.append(1)
+        return PROFILE
+
+    outcome, _, _ = sweep(
+        tmp_path,
+        profiler=profiler,
+        **{"objective": "latency", "traffic.rate_rps": 200.0, "budget.trials": 2},
+    )
+    summary = records.load_summary(outcome.run_dir)
+    assert summary.search_strategy == "tpe" and not called
+    assert summary.search_note is not None and "latency" in summary.search_note
+
+
+def test_grid_measures_every_config_of_a_small_space(tmp_path: Path) -> None:
+    flags = {
+        "search.strategy": "grid",
+        "space.max_batch_size": [1, 4],
+        "space.delay_steps": 2,
+        "space.preferred_batch_size": "none",
+        "budget.trials": 50,
+    }
+    outcome, _, _ = sweep(tmp_path, **flags)
+    expected = grid_configs(space_for(scenario(tmp_path, **flags)))
+    assert len(expected) == 12  # 3 batch sizes x 2 delays x 2 instance counts
+    done = trials(outcome)
+    assert [t.config for t in done] == expected
+    assert all(t.source == "grid" for t in done)
+    assert outcome.stop_reason == "grid"
+    summary = records.load_summary(outcome.run_dir)
+    assert summary.search_strategy == "grid" and summary.search_note is None
+
+
+def test_a_grid_larger_than_the_budget_says_so_and_measures_its_start(tmp_path: Path) -> None:
+    flags = {"search.strategy": "grid", "budget.trials": 3}
+    outcome, _, _ = sweep(tmp_path, **flags)
+    expected = grid_configs(space_for(scenario(tmp_path, **flags)))
+    assert [t.config for t in trials(outcome)] == expected[:3]
+    note = records.load_summary(outcome.run_dir).search_note
+    assert note is not None and f"{len(expected)} configs" in note and "3 trials" in note
+    assert outcome.stop_reason == "trials"
+
+
+def test_random_is_seeded_and_reproducible(tmp_path: Path) -> None:
+    def configs(where: Path, seed: int) -> list[Any]:
+        flags = {"search.strategy": "random", "budget.trials": 4, "run.seed": seed}
+        outcome, _, _ = sweep(where, **flags)
+        assert records.load_summary(outcome.run_dir).search_strategy == "random"
+        done = trials(outcome)
+        assert all(t.source == "search" for t in done)  # no seeds: the sampler alone
+        return [t.config for t in done]
+
+    first = configs(tmp_path / "a", 7)
+    assert configs(tmp_path / "b", 7) == first
+    assert configs(tmp_path / "c", 8) != first
+
+
+def test_validation_checks_winner_and_runner_up_at_the_winners_capacity(tmp_path: Path) -> None:
+    outcome, _, _ = sweep(tmp_path, scale=1.6, **{"budget.trials": 3})
+    validation = records.load_validation(outcome.run_dir / "validation.json")
+    winner, runner_up = validation.candidates[:2]
+    assert winner.search_throughput_rps >= runner_up.search_throughput_rps
+    # The first repeat of each is one sequential step at the winner's capacity.
+    for c in (winner, runner_up):
+        check = c.measurements[0]
+        assert isinstance(check, records.FixedMeasurement)
+        assert check.level.target == pytest.approx(winner.search_throughput_rps)
+    # Re-measured whole only when the runner-up also served the winner's capacity.
+    close = runner_up.meets_goals[0] or not winner.meets_goals[0]
+    assert len(winner.measurements) == (2 if close else 1)
+    summary = records.load_summary(outcome.run_dir)
+    assert [c.trial_number for c in summary.validation][:2] == [
+        winner.trial_number,
+        runner_up.trial_number,
+    ]
+    assert json.loads((outcome.run_dir / "summary.json").read_text())["phases"]["validation"] >= 0
