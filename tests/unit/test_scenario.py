@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -110,3 +112,41 @@ def test_scenario_is_frozen() -> None:
     s = Scenario()
     with pytest.raises(Exception):  # noqa: B017 - pydantic's frozen error type is internal
         s.goals.p99_ms = 1.0  # type: ignore[misc]
+
+
+def test_search_strategy_is_in_the_hash_and_tpe_keeps_the_old_hash() -> None:
+    base = load_scenario(None, {"budget.sequential": False, "budget.validation": "repeats"}, env={})
+    tpe = load_scenario(
+        None,
+        {
+            "budget.sequential": False,
+            "budget.validation": "repeats",
+            "search.strategy": "tpe",
+            "search.band": 0.2,
+        },
+        env={},
+    )
+    grid = load_scenario(
+        None,
+        {"budget.sequential": False, "budget.validation": "repeats", "search.strategy": "grid"},
+        env={},
+    )
+    assert base.search.strategy == "predict"
+    assert len({base.hash(), tpe.hash(), grid.hash()}) == 3
+    # A tpe scenario measured as before issue 13 hashes as it did: the hash of its data
+    # without the keys issue 13 added.
+    data = tpe.to_dict()
+    data.pop("search")
+    for key in ("sequential", "sequential_max_requests", "validation"):
+        data["budget"].pop(key)
+    data.pop("gate")
+    data["goals"].pop("note")
+    data["goals"].pop("max_gpu_memory_mb")
+    data["run"].pop("leave")
+    data["model"].pop("metrics_url")
+    for key in ("workers", "expect_workers", "master_bind_host", "master_port"):
+        data["traffic"].pop(key)
+    old = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    assert tpe.hash() == old
+    with pytest.raises(ScenarioError, match="strategy"):
+        load_scenario(None, {"search.strategy": "bayes"}, env={})

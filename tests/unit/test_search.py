@@ -158,3 +158,65 @@ def test_unknown_sampler_and_bad_storage_are_input_errors(tmp_path: Path) -> Non
         Search(small_space(), ["maximize"], str(tmp_path / "j"), "s", sampler="cma")
     with pytest.raises(InputError, match="cannot open"):
         Search(small_space(), ["maximize"], "postgresql://u:p@127.0.0.1:1/db", "s")
+
+
+def test_an_enqueued_trial_is_asked_with_its_strategys_source(tmp_path: Path) -> None:
+    search = Search(small_space(), ["maximize"], str(tmp_path / "j"), "s")
+    space = small_space()
+    first, second = (space.decode(p) for p in itertools.islice(space.points(), 2))
+    search.enqueue(first, "predicted capacity", source="predict")
+    search.enqueue(second, "sensible default")
+    a, b = search.ask(), search.ask()
+    assert (a.knobs, a.source) == (first, "predict")
+    assert (b.knobs, b.source) == (second, "seed")
+    assert search.ask().source == "search"
+
+
+def test_strategy_rules_on_predictions() -> None:
+    from analyzer import records
+    from analyzer.predict.profile import BatchTiming, Profile
+    from analyzer.strategy import (
+        Guide,
+        band,
+        grid_configs,
+        grid_note,
+        merged_profile,
+        nearest_capacity,
+    )
+
+    space = small_space()
+    configs = grid_configs(space)
+    assert len(configs) == len(set(configs)) <= space.size()
+    assert grid_note(len(configs), len(configs)) is None
+    assert "--trials" in (grid_note(10, 3) or "")
+    assert band(100.0, 0.1) == records.Prediction(100.0, 90.0, 110.0)
+
+    def trial(number: int, knobs: Knobs, rps: float, ok: bool = True) -> records.TrialRecord:
+        return records.TrialRecord(number, "search", "complete", knobs, rps, meets_goals=ok)
+
+    a, b = configs[0], configs[-1]
+    finished = [trial(0, a, 100.0), trial(1, b, 300.0), trial(2, a, 999.0, ok=False)]
+    assert nearest_capacity(space, a, finished) == 100.0
+    assert nearest_capacity(space, b, finished) == 300.0
+    assert nearest_capacity(space, a, []) is None
+
+    probed = Profile(
+        "m", "probe", "probe", tuple(BatchTiming(s, 0.1, 1.0 * s, 0.1) for s in (1, 2, 4, 8))
+    )
+    fitted = Profile(
+        "m", "fit", "run_dir", tuple(BatchTiming(s, 0.1, 2.0 * s, 0.1) for s in (1, 2, 3))
+    )
+    merged = merged_profile(probed, fitted)
+    assert [(t.batch_size, t.infer_ms) for t in merged.timings] == [
+        (1, 2.0),
+        (2, 4.0),
+        (3, 6.0),
+        (4, 4.0),
+        (8, 8.0),
+    ]
+
+    guide = Guide(probed, 50.0, 0.1, {a: band(200.0, 0.1), b: band(100.0, 0.1)})
+    assert guide.best() == (a, band(200.0, 0.1))
+    assert guide.next_config([a]) == b and guide.next_config([a, b]) is None
+    assert not guide.settled(None) and not guide.settled(179.0)
+    assert guide.settled(180.0) and guide.settled(250.0)

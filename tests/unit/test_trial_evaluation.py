@@ -204,3 +204,36 @@ def test_each_objective_measures_what_it_needs() -> None:
     assert load.measured[-1].window_s == 8.0
     assert front.values == (80.0, 30.0) and front.numbers["reference_p99_ms"] == 30.0
     assert set(front.measurement.to_dict()) == {"capacity", "reference"}
+
+
+def test_a_capacity_search_starts_near_the_expected_capacity_with_small_steps() -> None:
+    plan = LoadPlan(scenario(traffic={"min_rate_rps": 5.0, "max_rate_rps": 2000.0}))
+    spec = plan.capacity_spec(expect_rps=400.0, hint_rps=1000.0)
+    assert spec.start_rps == pytest.approx(360.0) and spec.growth == pytest.approx(1.2)
+    # A validation re-measurement (near_rps) keeps its own start; the expectation is clipped.
+    assert plan.capacity_spec(near_rps=100.0, expect_rps=400.0).start_rps == pytest.approx(85.0)
+    assert plan.capacity_spec(expect_rps=1.0).start_rps == 5.0
+
+
+def test_open_loop_capacity_steps_are_sequential_unless_turned_off() -> None:
+    on = LoadPlan(scenario(goals={"p99_ms": 40.0}))
+    step = on.capacity_spec().step
+    assert step.sequential is not None and step.sequential.goal_ms == 40.0
+    assert step.sequential.max_requests == on.scenario.budget.sequential_max_requests
+    assert on.warm_up().sequential is None and on.fixed(10.0).sequential is None  # type: ignore[union-attr]
+    off = LoadPlan(scenario(budget={"sequential": False}))
+    assert off.capacity_spec().step.sequential is None
+    closed = LoadPlan(scenario(traffic={"mode": "concurrency", "max_concurrency": 8}))
+    assert closed.capacity_spec().step.sequential is None  # a user count is not tested
+
+
+def test_check_is_one_sequential_step_whose_pass_stands_for_the_rate() -> None:
+    s = scenario(goals={"p99_ms": 50.0})
+    good = Evaluator(s, Scripted(lambda spec: 20.0))
+    evaluation = good.check(300.0)
+    spec = good.load.measured[-1]  # type: ignore[attr-defined]
+    assert spec.target == 300.0 and spec.sequential is not None and spec.fail_fast is None
+    assert evaluation.numbers["throughput_rps"] == 300.0
+    assert evaluation.constraints["p99_slack"] < 0
+    bad = Evaluator(s, Scripted(lambda spec: 80.0)).check(300.0)
+    assert bad.numbers["throughput_rps"] == 0.0 and bad.constraints["p99_slack"] > 0
