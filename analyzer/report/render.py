@@ -148,6 +148,11 @@ def render_report(record: ReportRecord) -> str:
         report_figures(record),
         {
             "diff_lines": diff_lines(record.configs.diff),
+            # Trial number -> its predicted capacity (the trials table's "predicted" column).
+            "predicted": {
+                p.trial_number: p.predicted_rps
+                for p in (record.prediction.points if record.prediction else ())
+            },
             "version": _version(),
             "low_sample_p99": LOW_SAMPLE_P99,
         },

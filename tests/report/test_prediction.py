@@ -263,6 +263,11 @@ def test_page_shows_the_prediction_the_landscape_and_the_phases(
         assert name in table
     assert f"{sum(PHASES.values()):.1f}" in table
     assert parser.text_by_id["search-strategy"].startswith("predict")
+    # The trials table says what was predicted for each trial, so the scatter's points are named.
+    trials_table = parser.text_by_id["trials-table"]
+    assert "predicted" in trials_table
+    for p in data["prediction"]["points"]:
+        assert f"{p['predicted_rps']:.1f}" in trials_table
     ids = [a["id"] for _, a in parser.tags if a.get("id")]
     assert len(ids) == len(set(ids))  # the new figures' SVG ids are prefixed too
     assert_no_external_urls(parser)
@@ -284,6 +289,7 @@ def test_example_runs_without_predictions_still_render(tmp_path: Path) -> None:
         assert {"prediction", "landscape", "phases"} <= missing
         shown = {a.get("data-figure") for tag, a in parser.tags if tag == "figure"}
         assert not shown & {"predicted_vs_measured", "landscape"}
+        assert "predicted" not in parser.text_by_id["trials-table"]
 
 
 def test_compare_is_unaffected_by_predictions(
