@@ -538,6 +538,7 @@ def _predicted_vs_measured(record: ReportRecord) -> Figure | None:
         return None
     fig, (ax,) = new_figure(5.6, 4.6)
     top = max(max(p.measured_rps, p.high_rps, p.predicted_rps) for p in check.points) * 1.08
+    top = max(top, 1.0)  # all-zero capacities still get axes
     line = [0.0, top]
     ax.fill_between(
         line,

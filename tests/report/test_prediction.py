@@ -34,7 +34,7 @@ from analyzer.results import RunDirectory
 from analyzer.scenario import load_scenario
 from analyzer.sweep import space_for
 from analyzer.trial import Knobs
-from tests.report.conftest import sweep_run_dir
+from tests.report.conftest import HOSTILE, sweep_run_dir
 from tests.report.test_html import assert_no_external_urls, embedded, parse
 
 #: Trial number -> predicted / measured (the baseline, -1, keeps no prediction of its own).
@@ -302,6 +302,30 @@ def test_compare_is_unaffected_by_predictions(
         "compare_curves",
     }
     assert embedded(parser)["a"]["landscape"] is not None
+
+
+def test_a_one_cell_space_with_nothing_passing_still_draws(
+    predicted_run: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(predicted_run, run)
+    only = Knobs(max_batch_size=8, max_queue_delay_us=0, instance_count=1)
+    profile = {"source": "planted", "note": HOSTILE}
+    write_predictions(
+        RunDirectory(run).predictions_json,
+        Predictions(profile, (ConfigPrediction(only, Prediction(0.0, 0.0, 0.0)),)),
+    )
+    for path in RunDirectory(run).trial_paths():
+        write_trial(path, dataclasses.replace(load_trial(path), prediction=Prediction(0, 0, 0)))
+    out = write_report(run, tmp_path / "report.html")
+    text, parser = parse(out)
+    data = embedded(parser)
+    assert [c["capacity_rps"] for c in data["landscape"]["cells"]] == [0.0]
+    assert data["landscape"]["instance_counts"] == [1]
+    shown = {a.get("data-figure") for tag, a in parser.tags if tag == "figure"}
+    assert {"predicted_vs_measured", "landscape"} <= shown
+    # The profile is shown as text, escaped like every other run string.
+    assert HOSTILE not in text and HOSTILE in parser.text_by_id["landscape-profile"]
 
 
 def test_latency_objective_has_no_capacity_to_check(tmp_path: Path) -> None:
