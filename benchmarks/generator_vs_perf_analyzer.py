@@ -305,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(INSTALL_HINT, file=sys.stderr)
         return 2
     from tests.support.real_triton import RealTriton, TritonInstall, TritonUnavailable
-    from tests.support.reference import ReferenceProcess
+    from tests.support.servers import ReferenceProcess
 
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     output = args.output or ROOT / "benchmarks" / "results" / f"generator_vs_pa-{stamp}.json"

@@ -49,7 +49,7 @@ from tests.support.real_triton import (  # noqa: E402  (needs the repository roo
     TritonUnavailable,
     identity_model_config,
 )
-from tests.support.reference import ReferenceProcess  # noqa: E402
+from tests.support.servers import ReferenceProcess  # noqa: E402
 
 FORMAT_VERSION = 1
 MODEL = "identity"
