@@ -272,6 +272,25 @@ def read_data_file(path: Path) -> DataFile:
     return _read_json(path)
 
 
+def _element_count(raw: RawTensor, datatype: str) -> int | None:
+    """Elements the data holds, where that is known without a shape."""
+    if raw.values is not None:
+        return len(raw.values)
+    if raw.raw is None:
+        return None
+    if datatype == "BYTES":
+        return len(_text_lines(raw.raw)) if raw.text_lines else None
+    itemsize = np.dtype(triton_to_np_dtype(datatype)).itemsize
+    return len(raw.raw) // itemsize if len(raw.raw) % itemsize == 0 else None
+
+
+def _text_lines(data: bytes) -> list[bytes]:
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return lines
+
+
 def _dims(
     tensor: ModelTensor,
     raw: RawTensor,
@@ -283,10 +302,11 @@ def _dims(
     given = raw.shape
     if given is None:
         dims = tuple(int(d) for d in default) if default is not None else model
-        if dims.count(-1) == 1 and raw.values is not None:
+        count = _element_count(raw, tensor.datatype)
+        if dims.count(-1) == 1 and count is not None:
             fixed = math.prod(d for d in dims if d != -1)
-            if fixed and len(raw.values) % fixed == 0:  # one free dim: the count decides it
-                dims = tuple(len(raw.values) // fixed if d == -1 else d for d in dims)
+            if fixed and count % fixed == 0:  # one free dim: the number of elements decides it
+                dims = tuple(count // fixed if d == -1 else d for d in dims)
         if any(d < 0 for d in dims):
             raise InputError(
                 f'{where}: input {tensor.name!r} has variable dims {list(model)}; give "shape" in '
@@ -332,9 +352,7 @@ def _decode(raw: RawTensor, tensor: ModelTensor, dims: tuple[int, ...], where: s
             items = [v.encode() if isinstance(v, str) else bytes(v) for v in raw.array.ravel()]
         elif raw.text_lines:
             assert raw.raw is not None
-            items = raw.raw.split(b"\n")
-            if items and items[-1] == b"":
-                items.pop()
+            items = _text_lines(raw.raw)
         else:
             assert raw.raw is not None
             items = _length_prefixed(raw.raw, f"{where}: input {name!r} (BYTES)")
