@@ -53,7 +53,8 @@ predictions.json (``perfsweep.predictions``):
 validation.json (``perfsweep.validation``):
 
 * Version 1 (current): ``{"candidates": [...]}``, each as summary.json's ``validation``.
-  Candidates written before measurements were kept lack ``measurements`` (read as ``()``).
+  Candidates written before measurements were kept lack ``measurements`` (read as ``()``);
+  before the validation check, ``check_rps``, ``check_met`` and ``check`` (read as None).
 """
 
 from __future__ import annotations
@@ -524,6 +525,13 @@ class ValidationCandidate:
     p99_n: tuple[int | None, ...] = ()
     #: Each repeat's measurement (empty: not recorded; an entry is None for a failed repeat).
     measurements: tuple[TrialMeasurement | None, ...] = ()
+    #: ``budget.validation = "check"``: the rate of the sequential check (the winner's
+    #: capacity), whether the config served it, and the check's measurement. The check is the
+    #: one repeat unless the whole capacity was re-measured (the two best within noise): the
+    #: repeats are then the re-measurements. None: no check (repeats validation, older files).
+    check_rps: float | None = None
+    check_met: bool | None = None
+    check: TrialMeasurement | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -538,6 +546,9 @@ class ValidationCandidate:
             "worst_rps": self.worst_rps,
             "worst_p99_ms": self.worst_p99_ms,
             "all_meet_goals": self.all_meet_goals,
+            "check_rps": self.check_rps,
+            "check_met": self.check_met,
+            "check": _measurement_dict(self.check),
         }
 
     @classmethod
@@ -554,6 +565,9 @@ class ValidationCandidate:
             all_meet_goals=bool(d.get("all_meet_goals", False)),
             p99_n=tuple(_opt_int(x) for x in d.get("p99_n") or ()),
             measurements=tuple(measurement_from_dict(m) for m in d.get("measurements") or ()),
+            check_rps=_opt_float(d.get("check_rps")),
+            check_met=None if d.get("check_met") is None else bool(d["check_met"]),
+            check=measurement_from_dict(d.get("check")),
         )
 
 

@@ -775,7 +775,17 @@ def probe_profile(target: Target, scenario: Scenario) -> Profile:
         TargetError: The server failed a request or refused a probe config.
     """
     from analyzer.predict.probe import ProbePlan, probe
+    from analyzer.server_stats import http_stats_source
 
+    # The probe reads batch_stats: a server without them (or not answering) is told apart
+    # before any probe config is loaded.
+    try:
+        http_stats_source(target.url, target.model)()
+    except Exception as exc:  # urllib / socket / JSON errors: translated where they enter
+        raise ProfileError(
+            f"the server's statistics (/v2/models/{target.model}/stats) cannot be read: "
+            f"{_first_line(exc)}"
+        ) from exc
     largest = scenario.space.max_batch_size[1]
     # Interference is information (the simulator serialises the device itself): 2 instances
     # when the space has several, none otherwise.
@@ -915,7 +925,6 @@ def _validate_at_capacity(state: _State) -> list[records.ValidationCandidate]:
         return []
     winner = top[0]
     rate = winner.throughput_rps
-    repeats: dict[int, list[TrialRecord]] = {r.number: [] for r in top}
 
     def measure(r: TrialRecord, index: int, total: int, **how: Any) -> TrialRecord:
         state.observer.on_trial_start(r.number, "validation", r.config, index, total)
@@ -928,21 +937,35 @@ def _validate_at_capacity(state: _State) -> list[records.ValidationCandidate]:
             factor=b.validate_window_factor,
             **how,
         )
-        repeats[r.number].append(result)
-        state.validated.setdefault(r.number, []).append(result)
         state.observer.on_validation(r.number, index, result)
         return result
 
     checks = {r.number: measure(r, 1, 2, check_rps=rate) for r in top}
     winner_held = checks[winner.number].meets_goals
+    # A runner-up whose check did not complete is not known to be slower: within noise too.
     close = [
         r for r in top[1:] if checks[r.number].state != "complete" or checks[r.number].meets_goals
     ]
+    remeasured: dict[int, list[TrialRecord]] = {}
     if close or not winner_held:
         state.observer.on_phase("within noise: re-measuring the whole capacities")
         for r in top:
-            measure(r, 2, 2, near_rps=r.throughput_rps)
-    candidates = [_candidate(r, repeats[r.number]) for r in top]
+            remeasured[r.number] = [measure(r, 2, 2, near_rps=r.throughput_rps)]
+    candidates = []
+    for r in top:
+        check = checks[r.number]
+        # The check is the one repeat, unless the whole capacity was measured again: that
+        # measurement then says what the config serves, and the check is kept beside it.
+        runs = remeasured.get(r.number, [check])
+        state.validated[r.number] = runs
+        candidates.append(
+            replace(
+                _candidate(r, runs),
+                check_rps=rate,
+                check_met=check.meets_goals if check.state == "complete" else None,
+                check=check.measurement,
+            )
+        )
     baseline = state.baseline
     if baseline is not None and baseline.meets_goals and baseline.throughput_rps > rate:
         # The starting config competes too (its one measurement): a sweep must never recommend

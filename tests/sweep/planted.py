@@ -303,7 +303,11 @@ class FakeLoadGenerator:
         self.calls += 1
         self.measured.append(spec)
         knobs = knobs_from_config(self.target.current)
-        return self._measurement(spec.target, knobs, self.model.p99_ms(knobs, spec.target))
+        m = self._measurement(spec.target, knobs, self.model.p99_ms(knobs, spec.target))
+        if spec.sequential is not None:  # one sequential step (the validation check)
+            record = planted_step(spec.sequential, m.p99_ms, spec.target, self._step_rng)
+            m = replace(m, step=record, request_count=record.n, duration_s=record.n / spec.target)
+        return m
 
     def find_capacity(self, spec: CapacitySpec) -> CapacityResult:
         self.calls += 1

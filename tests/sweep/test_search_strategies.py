@@ -204,14 +204,17 @@ def test_validation_checks_winner_and_runner_up_at_the_winners_capacity(tmp_path
     validation = records.load_validation(outcome.run_dir / "validation.json")
     winner, runner_up = validation.candidates[:2]
     assert winner.search_throughput_rps >= runner_up.search_throughput_rps
-    # The first repeat of each is one sequential step at the winner's capacity.
+    # Each was checked with one sequential step at the winner's capacity.
     for c in (winner, runner_up):
-        check = c.measurements[0]
-        assert isinstance(check, records.FixedMeasurement)
-        assert check.level.target == pytest.approx(winner.search_throughput_rps)
-    # Re-measured whole only when the runner-up also served the winner's capacity.
-    close = runner_up.meets_goals[0] or not winner.meets_goals[0]
-    assert len(winner.measurements) == (2 if close else 1)
+        assert c.check_rps == pytest.approx(winner.search_throughput_rps)
+        assert isinstance(c.check, records.FixedMeasurement) and c.check.level.step is not None
+        assert c.check.level.target == pytest.approx(winner.search_throughput_rps)
+    # Whole capacities re-measured only when the runner-up also served the winner's capacity
+    # (or the winner did not): the repeats are then the re-measurements, else the check.
+    close = runner_up.check_met or not winner.check_met
+    kind = records.CapacityMeasurement if close else records.FixedMeasurement
+    assert all(isinstance(m, kind) for c in (winner, runner_up) for m in c.measurements)
+    assert len(winner.measurements) == 1
     summary = records.load_summary(outcome.run_dir)
     assert [c.trial_number for c in summary.validation][:2] == [
         winner.trial_number,

@@ -96,7 +96,9 @@ def test_planted_optimum_reached_within_default_budget(tmp_path: Path) -> None:
 
 
 def test_run_directory_matches_the_documented_layout(tmp_path: Path) -> None:
-    s = scenario(tmp_path, **{"budget.trials": 6})
+    # Repeats validation: every validation measurement is a repeat, so loads count as below
+    # (the check validation's loads are in test_search_strategies.py).
+    s = scenario(tmp_path, **{"budget.trials": 6, "budget.validation": "repeats"})
     target = FakeTarget()
     generator = FakeLoadGenerator(target, CPU_LIKE)
     summary = run_sweep(s, target=target, load=generator)
