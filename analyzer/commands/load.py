@@ -8,6 +8,8 @@ Examples::
     perfsweep load ... --workers 2                      # Locust master + 2 local worker processes
     perfsweep load ... --master --expect-workers 4 --master-bind-host 0.0.0.0   # across machines
     perfsweep load --worker --master-host 10.0.0.5      # on each load machine
+    perfsweep load ... --input-data data.json --shape IDS:128   # perf_analyzer's --input-data
+    perfsweep load ... --unique-payloads 10000 --repeat-ratio 0.3  # exercise a response cache
 
 Exit codes: 0 done, 1 ``--find-capacity`` found no rate meeting the goal, 2 bad input, 3 the target
 failed.
@@ -15,6 +17,7 @@ failed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -31,6 +34,8 @@ from rich.live import Live
 from rich.table import Table
 
 from analyzer.errors import GoalNotMetError, InputError
+from analyzer.load.engine import EngineOptions
+from analyzer.load.inputs import DEFAULT_ROTATION, DataMode, InputOptions
 from analyzer.measure import (
     Arrival,
     CapacityResult,
@@ -71,8 +76,65 @@ def _shapes(items: list[str]) -> dict[str, list[int]] | None:
     return out
 
 
-def environment_record(url: str, model: str, protocol: str, workers: int) -> dict[str, Any]:
-    """Where the measurement ran (stored in the output JSON)."""
+def input_options(
+    input_data: str,
+    batch_size: int,
+    shapes: dict[str, list[int]] | None,
+    unique_payloads: int | None,
+    repeat_ratio: float,
+    seed: int,
+) -> InputOptions:
+    """The flags as one checked ``InputOptions`` (bad values end here, before any load)."""
+    if input_data in ("random", "zeros"):
+        mode, data_file = DataMode(input_data), None
+    else:
+        mode, data_file = DataMode.FILE, Path(input_data).resolve()
+        if not data_file.exists():
+            raise InputError(
+                f"--input-data {input_data}: no such file or directory (random, zeros, a "
+                "perf_analyzer .json, an .npz, or a directory with one file per input)"
+            )
+    return InputOptions(
+        mode=mode,
+        batch_size=batch_size,
+        shapes=shapes,
+        data_file=data_file,
+        unique_payloads=unique_payloads,
+        repeat_ratio=repeat_ratio,
+        seed=seed,
+    )
+
+
+def _engine_input_fields(options: InputOptions) -> dict[str, Any]:
+    """``EngineOptions`` fields for the inputs; refuses a knob the engine cannot carry yet."""
+    out: dict[str, Any] = {
+        "data_mode": options.mode.value,
+        "data_file": str(options.data_file) if options.data_file else None,
+        "batch_size": options.batch_size,
+        "shapes": {k: list(v) for k, v in options.shapes.items()} if options.shapes else None,
+    }
+    wanted = {"unique_payloads": options.unique_payloads, "repeat_ratio": options.repeat_ratio}
+    known = {f.name for f in dataclasses.fields(EngineOptions)}
+    for name, value in wanted.items():
+        if value in (None, 0.0):
+            continue
+        if name not in known:
+            raise InputError(
+                f"--{name.replace('_', '-')} is not carried to the generator processes by this "
+                "build (EngineOptions lacks the field); leave it out"
+            )
+        out[name] = value
+    return out
+
+
+def environment_record(
+    url: str,
+    model: str,
+    protocol: str,
+    workers: int,
+    inputs: InputOptions | None = None,
+) -> dict[str, Any]:
+    """Where the measurement ran, and with which input data (stored in the output JSON)."""
     versions: dict[str, str | None] = {}
     for pkg in ("perfsweep", "locust", "tritonclient", "gevent", "grpcio"):
         try:
@@ -89,6 +151,7 @@ def environment_record(url: str, model: str, protocol: str, workers: int) -> dic
         "model": model,
         "protocol": protocol,
         "generator_processes": workers,
+        "input": inputs.to_dict() if inputs is not None else None,
     }
 
 
@@ -251,12 +314,26 @@ def register(app: typer.Typer) -> None:
         ] = False,
         master_host: Annotated[str, typer.Option(help="--worker: master address")] = "127.0.0.1",
         input_data: Annotated[
-            str, typer.Option(help="random, zeros, or a .npz/.json file of input tensors")
+            str,
+            typer.Option(
+                help="random, zeros, a perf_analyzer --input-data .json, an .npz (leading axis ="
+                " entries), or a directory with one raw file per input"
+            ),
         ] = "random",
         batch_size: Annotated[int, typer.Option(help="request batch size")] = 1,
         shape: Annotated[
             list[str] | None, typer.Option(help="NAME:D1,D2 for variable input dims (repeatable)")
         ] = None,
+        unique_payloads: Annotated[
+            int | None,
+            typer.Option(
+                help=f"distinct random payloads [default: {DEFAULT_ROTATION}, fewer for large inputs]"
+            ),
+        ] = None,
+        repeat_ratio: Annotated[
+            float,
+            typer.Option(help="share of random requests that repeat an earlier payload, 0..<1"),
+        ] = 0.0,
         seed: Annotated[int, typer.Option(help="seed of arrivals and random inputs")] = 0,
         pool_size: Annotated[
             int, typer.Option(help="open loop: in-flight requests per process")
@@ -287,9 +364,9 @@ def register(app: typer.Typer) -> None:
             raise InputError("give exactly one of --concurrency, --request-rate or --find-capacity")
         if find_capacity and p99_ms is None:
             raise InputError("--find-capacity needs a goal: --p99-ms X")
-        data_mode, data_file = input_data, None
-        if input_data not in ("random", "zeros"):
-            data_mode, data_file = "file", str(Path(input_data).resolve())
+        inputs = input_options(
+            input_data, batch_size, _shapes(shape or []), unique_payloads, repeat_ratio, seed
+        )
 
         if max_windows is None:
             max_windows = 4 if find_capacity else 10
@@ -315,7 +392,7 @@ def register(app: typer.Typer) -> None:
         metrics_url = http_url(metrics_url) if metrics_url else metrics_url
         stats_url = http_url(stats_url) if stats_url else stats_url
 
-        from analyzer.load import EngineOptions, LocustLoadGenerator  # gevent: only from here on
+        from analyzer.load import LocustLoadGenerator  # gevent: only from here on
 
         options = EngineOptions(
             url=url,
@@ -325,10 +402,7 @@ def register(app: typer.Typer) -> None:
             expect_remote_workers=expect_workers if master else 0,
             master_bind_host=master_bind_host,
             master_port=master_port if master else 0,
-            data_mode=data_mode,
-            data_file=data_file,
-            batch_size=batch_size,
-            shapes=_shapes(shape or []),
+            **_engine_input_fields(inputs),
             pool_size=pool_size,
             metrics_url=metrics_url,
             stats_url=stats_url,
@@ -379,7 +453,7 @@ def register(app: typer.Typer) -> None:
             out.print(f"[bold]{capacity.message}[/]", highlight=False)
         if output is not None:
             doc = load_output_dict(
-                measurements, capacity, environment_record(url, model, protocol, workers)
+                measurements, capacity, environment_record(url, model, protocol, workers, inputs)
             )
             output.parent.mkdir(parents=True, exist_ok=True)
             tmp = output.with_suffix(output.suffix + ".tmp")

@@ -6,11 +6,13 @@ import json
 import socket
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.load.refserver import REPO_ROOT, RefServer, write_sim_model
+from tests.support.servers import write_model
 
 PERFSWEEP = str(Path(sys.executable).parent / "perfsweep")
 
@@ -30,6 +32,22 @@ def _load(*args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str
         (["--model", "m", "--concurrency", "two"], "comma-separated"),
         (["--model", "m", "--request-rate", "5", "--protocol", "udp"], "http or grpc"),
         (["--concurrency", "1"], "--model"),
+        (["--model", "m", "--concurrency", "1", "--repeat-ratio", "1"], "repeat ratio"),
+        (["--model", "m", "--concurrency", "1", "--unique-payloads", "0"], "unique payloads"),
+        (["--model", "m", "--concurrency", "1", "--input-data", "nowhere.json"], "no such file"),
+        (
+            [
+                "--model",
+                "m",
+                "--concurrency",
+                "1",
+                "--input-data",
+                "zeros",
+                "--repeat-ratio",
+                "0.5",
+            ],
+            "apply to random data",
+        ),
     ],
 )
 def test_usage_errors_exit_2_and_say_what_to_do(args: list[str], message: str) -> None:
@@ -151,3 +169,84 @@ def test_master_and_worker_commands(tmp_path: Path) -> None:
     assert m["workers"] == 1 and m["error_count"] == 0
     assert m["request_count"] == pytest.approx(30 * m["duration_s"], rel=0.15)
     assert m["server"]["success_count"] == pytest.approx(m["request_count"], abs=4)
+
+
+def _write_tensor_model(repo: Path) -> None:
+    """Identity over a [3, 4] INT32 tensor and a BYTES pair: shapes the server checks."""
+    write_model(
+        repo,
+        "tensors",
+        textwrap.dedent(
+            """\
+            name: "tensors"
+            backend: "identity"
+            max_batch_size: 4
+            input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 3, 4 ] },
+                    { name: "INPUT1" data_type: TYPE_STRING dims: [ 2 ] } ]
+            output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 3, 4 ] },
+                     { name: "OUTPUT1" data_type: TYPE_STRING dims: [ 2 ] } ]
+            """
+        ),
+    )
+
+
+def test_perf_analyzer_json_data_file_is_sent_with_the_model_shapes(tmp_path: Path) -> None:
+    """A perf_analyzer data file through Locust: flat lists for [3, 4] (not 1x12), strings,
+    b64, three entries at batch size 2; the server checks every request's shapes."""
+    import base64
+
+    import numpy as np
+
+    _write_tensor_model(tmp_path / "repo")
+    b64 = base64.b64encode(np.arange(12, dtype="<i4").tobytes()).decode()
+    data = tmp_path / "data.json"
+    data.write_text(
+        json.dumps(
+            {
+                "data": [
+                    {"INPUT0": list(range(12)), "INPUT1": ["a", "bc"]},
+                    {"INPUT0": {"b64": b64}, "INPUT1": ["d", ""]},
+                    {"INPUT0": {"content": [1] * 12, "shape": [3, 4]}, "INPUT1": ["e", "f"]},
+                ]
+            }
+        )
+    )
+    out = tmp_path / "data-run.json"
+    with RefServer(tmp_path / "repo", ("tensors",)) as srv:
+        done = _load(
+            "--url",
+            srv.http_url,
+            "--model",
+            "tensors",
+            "--metrics-url",
+            srv.metrics_url,
+            "--concurrency",
+            "2",
+            "--window-requests",
+            "40",
+            "--max-windows",
+            "3",
+            "--warmup-s",
+            "0.2",
+            "--batch-size",
+            "2",
+            "--input-data",
+            str(data),
+            "--output",
+            str(out),
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        hostile = tmp_path / "hostile.json"
+        hostile.write_text(json.dumps({"data": [{"INPUT0": [1, 2, 3], "INPUT1": ["a", "b"]}]}))
+        refused = _load(
+            "--url", srv.http_url, "--model", "tensors", "--concurrency", "1",
+            "--input-data", str(hostile),
+        )  # fmt: skip
+    (m,) = json.loads(out.read_text())["results"]
+    assert m["error_count"] == 0 and m["request_count"] >= 120
+    assert m["server"]["inference_count"] == 2 * m["server"]["success_count"]  # batch 2
+    recorded = json.loads(out.read_text())["environment"]["input"]
+    assert recorded["mode"] == "file" and recorded["data_file"] == str(data)
+    assert recorded["batch_size"] == 2
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert f"{hostile}: entry 0: input 'INPUT0' (INT32) has 3 values" in refused.stderr
