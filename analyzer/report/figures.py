@@ -536,7 +536,7 @@ def _predicted_vs_measured(record: ReportRecord) -> Figure | None:
     check = record.prediction
     if check is None or not check.points:
         return None
-    fig, (ax,) = new_figure(5.6, 4.6)
+    fig, (ax,) = new_figure(7.2, 4.6)
     top = max(max(p.measured_rps, p.high_rps, p.predicted_rps) for p in check.points) * 1.08
     top = max(top, 1.0)  # all-zero capacities still get axes
     line = [0.0, top]
@@ -595,7 +595,8 @@ def _predicted_vs_measured(record: ReportRecord) -> Figure | None:
     ax.set_aspect("equal", adjustable="box")
     ax.set_xlabel("measured capacity at the goal (req/s)")
     ax.set_ylabel("predicted capacity at the goal (req/s)")
-    ax.legend(loc="upper left", fontsize=8, frameon=False)
+    # Beside the axes: inside, it would hide the points in the corner it takes.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
     alt = f"Predicted against measured capacity of {len(check.points)} configs. {check.summary}"
     return Figure("predicted_vs_measured", to_svg(fig, "predicted_vs_measured"), alt)
 
