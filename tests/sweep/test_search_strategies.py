@@ -221,3 +221,48 @@ def test_validation_checks_winner_and_runner_up_at_the_winners_capacity(tmp_path
         runner_up.trial_number,
     ]
     assert json.loads((outcome.run_dir / "summary.json").read_text())["phases"]["validation"] >= 0
+
+
+@dataclass
+class Interrupting(Recording):
+    """Ctrl-C during the ``at``-th capacity search (1 = the baseline's)."""
+
+    at: int = 0
+    searches: int = 0
+
+    def find_capacity(self, spec: CapacitySpec) -> CapacityResult:
+        self.searches += 1
+        if self.searches == self.at:
+            raise KeyboardInterrupt
+        return super().find_capacity(spec)
+
+
+def test_a_resumed_predict_run_keeps_its_predictions_and_profiles_once(tmp_path: Path) -> None:
+    s = scenario(tmp_path, **{"budget.trials": 3, "budget.validate_top": 0})
+    target = FakeTarget(base_max_batch_size=16)
+    device = SimulatedDevice(profile=PROFILE, scale=1.6)
+    calls: list[int] = []
+
+    def profiler(target: Target, scenario: Scenario) -> Profile:
+        calls.append(1)
+        return PROFILE
+
+    first = run_sweep(
+        s, target=target, load=Interrupting(target, device, noise=0.0, at=3), profiler=profiler
+    )
+    assert first.stop_reason == "interrupted" and calls == [1]
+    predictions = (first.run_dir / "predictions.json").read_text()
+    resumed = run_sweep(
+        s,
+        target=target,
+        load=Recording(target, device, noise=0.0),
+        run_dir=first.run_dir,
+        resume=True,
+        profiler=profiler,
+    )
+    assert calls == [1]  # the saved profile and predictions are reused
+    assert (first.run_dir / "predictions.json").read_text() == predictions
+    done = [t for t in trials(resumed) if t.state == "complete"]
+    assert resumed.stop_reason == "trials" and len(done) == 3
+    assert all(t.source == "predict" and t.prediction is not None for t in done)
+    assert len({t.config for t in done}) == 3
