@@ -102,7 +102,11 @@ class LiveView(SweepObserver):
     def on_trial_start(
         self, number: int, source: str, knobs: Knobs, index: int, budget: int
     ) -> None:
-        label = "baseline" if number < 0 else f"trial {number} ({source})"
+        # Number -1 is the baseline's config: measured ("baseline") or profiled ("profile").
+        if number < 0:
+            label = "profile phase" if source == "profile" else "baseline"
+        else:
+            label = f"trial {number} ({source})"
         self.current = f"{label}: {knobs.label()}"
         self.phase = ""
         self._refresh()
