@@ -519,6 +519,8 @@ def _validation_rows(
                 worst_rps=as_float(c.worst_rps),
                 all_meet_goals=c.all_meet_goals,
                 chosen=best is not None and best.trial_number == c.trial_number,
+                check_rps=as_float(c.check_rps),
+                check_met=c.check_met,
             )
         )
     return tuple(rows)

@@ -307,6 +307,10 @@ class ValidationRow:
     worst_rps: float | None
     all_meet_goals: bool
     chosen: bool
+    #: ``budget.validation = "check"``: the rate of the sequential check (the winner's
+    #: capacity) and whether the config served it (None: no check, or it did not complete).
+    check_rps: float | None = None
+    check_met: bool | None = None
 
 
 @dataclass(frozen=True)

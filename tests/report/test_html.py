@@ -140,6 +140,12 @@ def test_page_has_all_eight_parts(page: Path) -> None:
     assert len(rows) == len(data["trials"])
     assert parser.text_by_id["best-config"] == data["configs"]["best"]
     assert "goals met" in parser.text_by_id["goals-badge"]
+    # The validation check at the winner's capacity is a column of the validation table.
+    winner = data["validation"][0]
+    assert winner["check_rps"] is not None
+    verdict = "served" if winner["check_met"] else "missed"
+    assert f"{verdict} {winner['check_rps']:.1f} req/s" in parser.text_by_id["validation-table"]
+    assert "winner's capacity" in parser.text_by_id["validation-check-note"]
     # What the gain is a ratio of comes from the objective (throughput here).
     assert data["verdict"]["gain_label"] == "best / baseline throughput"
     assert '<div class="muted">best / baseline throughput</div>' in text

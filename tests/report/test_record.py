@@ -205,6 +205,12 @@ def test_configs_and_provenance(planted_run: Path, record) -> None:
         c["trial_number"] for c in load_summary(planted_run)["validation"]
     ]
     assert sum(v.chosen for v in record.validation) == 1
+    # Validation at the winner's capacity (the default): each row says what the check found.
+    for v, c in zip(record.validation, load_summary(planted_run)["validation"], strict=True):
+        assert v.check_rps == c["check_rps"] and v.check_met == c["check_met"]
+    assert record.validation[0].check_rps == pytest.approx(
+        record.validation[0].search_throughput_rps
+    )
 
 
 def test_to_dict_is_json(record) -> None:
