@@ -54,7 +54,7 @@ class RawTensor:
     """One tensor of one entry as the file states it, before the model's dims and dtype apply.
 
     Exactly one of ``values`` (JSON numbers/strings/bools, flattened row-major), ``raw`` (bytes:
-    b64, a directory file) or ``array`` (an ``.npz`` slice) is set.
+    b64, a directory file), ``array`` (an ``.npz`` slice) or ``error`` (unusable) is set.
     """
 
     values: tuple[Any, ...] | None = None
@@ -64,6 +64,9 @@ class RawTensor:
     shape: tuple[int, ...] | None = None
     #: A directory file: BYTES are text lines, not length-prefixed elements.
     text_lines: bool = False
+    #: Why the file's value is unusable; raised once the name is known to be a model input
+    #: (an unknown name is reported as unknown first, as perf_analyzer does).
+    error: str | None = None
 
 
 #: One entry (one request's batch item): tensor name -> its data.
@@ -180,11 +183,15 @@ def _raw_tensor(value: Any, where: str, name: str) -> RawTensor:
 def _entry(value: Any, where: str) -> dict[str, RawTensor]:
     if not isinstance(value, dict):
         raise InputError(f"{where} is {type(value).__name__}; expected an object INPUT -> data")
-    return {
-        name: _raw_tensor(tensor, where, name)
-        for name, tensor in value.items()
-        if name not in IGNORED_KEYS
-    }
+    out = {}
+    for name, tensor in value.items():
+        if name in IGNORED_KEYS:
+            continue
+        try:
+            out[name] = _raw_tensor(tensor, where, name)
+        except InputError as exc:
+            out[name] = RawTensor(error=str(exc))
+    return out
 
 
 def _streams(
@@ -492,6 +499,8 @@ def resolve(
             item = {}
             for name, tensor in by_name.items():
                 raw = entry[name]
+                if raw.error is not None:
+                    raise InputError(raw.error)
                 dims = _dims(tensor, raw, defaults.get(name), where)
                 item[name] = _decode(raw, tensor, dims, where)
             resolved.append(item)
@@ -520,11 +529,11 @@ def resolve_validation(
                     f"{where}: {unknown} are not outputs of the model (its outputs: "
                     f"{sorted(by_name)})"
                 )
-            resolved.append(
-                {
-                    n: _decode(raw, by_name[n], _dims(by_name[n], raw, None, where), where)
-                    for n, raw in entry.items()
-                }
-            )
+            expected = {}
+            for n, raw in entry.items():
+                if raw.error is not None:
+                    raise InputError(f"{raw.error} (validation_data)")
+                expected[n] = _decode(raw, by_name[n], _dims(by_name[n], raw, None, where), where)
+            resolved.append(expected)
         out.append(tuple(resolved))
     return tuple(out)

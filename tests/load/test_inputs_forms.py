@@ -203,6 +203,11 @@ def test_bytes_as_strings_and_as_length_prefixed_b64(tmp_path: Path) -> None:
     assert [p["T"].tolist() for p in inputs.payloads] == [[[b"hello", b"", b"w"]]] * 2
 
 
+def test_an_entry_may_name_the_model_as_perf_analyzer_allows(tmp_path: Path) -> None:
+    path = _file(tmp_path, {"data": [{"model": "m", "X": [1, 2]}]})
+    assert _from_file(_meta(("X", "INT32", [2])), path).payloads[0]["X"].tolist() == [1, 2]
+
+
 def test_entries_rotate_in_order_and_a_batch_takes_consecutive_entries(tmp_path: Path) -> None:
     path = _file(tmp_path, {"data": [{"X": [i, i]} for i in range(3)]})
     meta = _meta(("X", "INT32", [-1, 2]))
@@ -405,6 +410,8 @@ HOSTILE = [
     ({"data": [5]}, "entry 0 is int"),
     ({"data": [{"X": [[1, 2], [3, {"a": 1}]]}]}, "input 'X' holds dict"),
     ({"values": []}, 'expected {"data"'),
+    # perf_analyzer's loader has no per-entry "parameters": any key but "model" must be an input
+    ({"data": [{"X": [1, 2, 3, 4], "parameters": {"p": 1}}]}, r"\['parameters'\] are not inputs"),
 ]
 
 
