@@ -38,7 +38,13 @@ import numpy as np
 from tritonclient.utils import triton_to_np_dtype
 
 from analyzer.errors import InputError
-from analyzer.load.data_file import ModelTensor, read_data_file, resolve, resolve_validation
+from analyzer.load.data_file import (
+    MAX_ELEMENTS,
+    ModelTensor,
+    read_data_file,
+    resolve,
+    resolve_validation,
+)
 
 #: Requests in a random rotation when ``unique_payloads`` is not given (auto). 4096 distinct
 #: payloads cover a sweep step (warm-up + two 4 s windows) at 500 req/s without a repeat, so a
@@ -242,6 +248,11 @@ def tensor_specs(
                 f"or --shape {name}:D1,D2"
             )
         dims = [batch_size, *inner] if max_batch_size > 0 else inner
+        if math.prod(dims) > MAX_ELEMENTS:
+            raise InputError(
+                f"input {name!r} of shape {dims} has {math.prod(dims)} elements per request; at "
+                f"most {MAX_ELEMENTS} are generated (check --shape and --batch-size)"
+            )
         specs.append(TensorSpec(name, entry["datatype"], tuple(dims)))
     if not specs:
         raise InputError(f"model {metadata.get('name')!r} declares no inputs in its metadata")

@@ -384,6 +384,8 @@ def test_options_cross_processes_and_refuse_nonsense(tmp_path: Path) -> None:
     ]:
         with pytest.raises(InputError, match=message):
             InputOptions(**bad)
+    with pytest.raises(InputError, match="elements per request"):
+        build_inputs(_meta(("X", "FP32", [-1, -1])), {"max_batch_size": 8}, shapes={"X": [2**30]})
     with pytest.raises(InputError, match="MiB"):
         build_inputs(
             _meta(("X", "FP32", [-1, 1024, 1024])), {"max_batch_size": 1}, unique_payloads=1000
