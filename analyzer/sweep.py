@@ -41,6 +41,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from analyzer import records
 from analyzer.errors import InputError, TargetError
 from analyzer.evaluation import Evaluator
+from analyzer.evaluation.plan import EXPECTED_GROWTH, NEIGHBOUR_GROWTH
 from analyzer.measure import GainSample, LoadGenerator, gain_estimate, gain_sentence, goals_met
 from analyzer.objective import Objective, objective_for, worst_value
 from analyzer.predict import ProfileError
@@ -590,13 +591,14 @@ def _run_trial(
     config: mc.ModelConfig,
     factor: float = 1.0,
     near_rps: float | None = None,
-    expect_rps: float | None = None,
+    expect: tuple[float, float] | None = None,
     check_rps: float | None = None,
 ) -> TrialRecord:
     """Load ``config`` and measure it; a failure becomes a failed result, never an exception.
 
     ``check_rps``: one sequential step at that rate instead (validation); else the objective's
-    measurement, its capacity search near ``near_rps`` or ``expect_rps``. A target that died is
+    measurement, its capacity search near ``near_rps`` or ``expect`` (an expected capacity and
+    the growth to bracket it with, :func:`_expected`). A target that died is
     restarted and the trial retried once.
     """
     started_at, t0 = utc_now(), time.monotonic()
@@ -609,7 +611,12 @@ def _run_trial(
             evaluation = (
                 state.evaluator.check(check_rps, factor)
                 if check_rps
-                else state.evaluator.evaluate(factor, near_rps, expect_rps)
+                else state.evaluator.evaluate(
+                    factor,
+                    near_rps,
+                    expect_rps=expect[0] if expect else None,
+                    expect_growth=expect[1] if expect else EXPECTED_GROWTH,
+                )
             )
         except ConfigRejectedError as exc:
             failure = str(exc)
@@ -716,7 +723,7 @@ def _search_loop(state: _State, clock: Callable[[], float], started: float) -> s
                 asked.source,
                 asked.knobs,
                 config,
-                expect_rps=_expected_rps(state, asked.knobs),
+                expect=_expected(state, asked.knobs),
             )
         except KeyboardInterrupt:
             search.fail(asked.number, INTERRUPTED_REASON)
@@ -747,17 +754,19 @@ def _search_loop(state: _State, clock: Callable[[], float], started: float) -> s
             _refit(state, guide, budget.trials - search.started_count())
 
 
-def _expected_rps(state: _State, knobs: Knobs) -> float | None:
-    """Where a trial's capacity search starts: the config's predicted capacity, else the
-    capacity of the nearest finished trial (the baseline included); None: neither is known."""
+def _expected(state: _State, knobs: Knobs) -> tuple[float, float] | None:
+    """Where a trial's capacity search starts, and the growth that brackets it: the config's
+    predicted capacity (small steps), else the capacity of the nearest finished trial, the
+    baseline included (larger steps: a neighbour is a looser guess); None: neither is known."""
     if not state.objective.capacity:
         return None
     if state.guide is not None:
         prediction = state.guide.prediction(knobs)
         if prediction is not None and prediction.capacity_rps > 0:
-            return prediction.capacity_rps
+            return prediction.capacity_rps, EXPECTED_GROWTH
     finished = [*state.results.values(), *([state.baseline] if state.baseline else [])]
-    return nearest_capacity(state.search.space, knobs, finished)
+    rps = nearest_capacity(state.search.space, knobs, finished)
+    return None if rps is None else (rps, NEIGHBOUR_GROWTH)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from analyzer.evaluation.capacity import CapacityDriver
-from analyzer.evaluation.plan import LoadPlan
+from analyzer.evaluation.plan import EXPECTED_GROWTH, LoadPlan
 from analyzer.evaluation.slack import slacks
 from analyzer.measure import CapacityResult, LoadGenerator, Measurement, meets_goals, p99_slack
 from analyzer.objective import Objective, gentlest, objective_for
@@ -134,6 +134,7 @@ class Evaluator:
         factor: float = 1.0,
         near_rps: float | None = None,
         expect_rps: float | None = None,
+        expect_growth: float = EXPECTED_GROWTH,
     ) -> Evaluation:
         """Measure the loaded config.
 
@@ -141,7 +142,7 @@ class Evaluator:
             factor: Window length factor (validation: ``budget.validate_window_factor``).
             near_rps: A known capacity (validation): the search starts just below it.
             expect_rps: The config's expected capacity (predicted, or the nearest finished
-                trial's): the search starts near it with small steps.
+                trial's): the search starts near it with small steps (``expect_growth``).
         """
         self._warm_up()
         capacity: CapacityResult | None = None
@@ -149,7 +150,11 @@ class Evaluator:
         if self.objective.capacity:
             capacity = self.driver.run(
                 self.plan.capacity_spec(
-                    factor, near_rps=near_rps, hint_rps=self.hint_rps, expect_rps=expect_rps
+                    factor,
+                    near_rps=near_rps,
+                    hint_rps=self.hint_rps,
+                    expect_rps=expect_rps,
+                    expect_growth=expect_growth,
                 )
             )
         if self.objective.fixed:

@@ -25,8 +25,12 @@ from analyzer.stepping import StepTest
 #: then only the unit of the stability check and of the batch means, not the stopping rule.
 SEQUENTIAL_WINDOWS = 3
 
-#: Growth of a capacity search that starts at an expected capacity: small steps bracket it.
+#: Growth of a capacity search that starts at a predicted capacity: small steps bracket it.
 EXPECTED_GROWTH = 1.2
+
+#: Growth when the expectation is a neighbouring config's capacity (a looser guess: a config
+#: one knob away can serve twice as much, which steps of 1.2 would take four levels to reach).
+NEIGHBOUR_GROWTH = 1.5
 
 #: Where such a search starts, as a share of the expected capacity: one step below it, so the
 #: usual first step passes and the second brackets.
@@ -160,6 +164,7 @@ class LoadPlan:
         near_rps: float | None = None,
         hint_rps: float | None = None,
         expect_rps: float | None = None,
+        expect_growth: float = EXPECTED_GROWTH,
     ) -> CapacitySpec:
         """The capacity search of one trial.
 
@@ -167,8 +172,9 @@ class LoadPlan:
         doubling. ``near_rps`` (validation of a known capacity) starts just below it and grows
         in small steps, so a re-measurement costs a few levels, not a full bracket; else
         ``expect_rps`` (the config's predicted capacity, or the capacity of the nearest finished
-        trial) starts :data:`EXPECTED_START` of it and brackets in steps of
-        :data:`EXPECTED_GROWTH`; else ``hint_rps`` (the best capacity so far) starts it near
+        trial) starts :data:`EXPECTED_START` of it and brackets in steps of ``expect_growth``
+        (:data:`EXPECTED_GROWTH` for a prediction, :data:`NEIGHBOUR_GROWTH` for a neighbour's
+        capacity); else ``hint_rps`` (the best capacity so far) starts it near
         half of that.
 
         Closed loop: user counts from 1 to ``traffic.max_concurrency``.
@@ -193,7 +199,7 @@ class LoadPlan:
             start, growth = min(max(0.85 * near_rps, t.min_rate_rps), t.max_rate_rps), 1.5
         elif expect_rps:
             start = min(max(EXPECTED_START * expect_rps, t.min_rate_rps), t.max_rate_rps)
-            growth = EXPECTED_GROWTH
+            growth = expect_growth
         elif hint_rps:
             # Near half the best capacity seen so far (two steps bracket most configs), but
             # not below the configured start: one unlucky early measurement must not make

@@ -213,6 +213,8 @@ def test_a_capacity_search_starts_near_the_expected_capacity_with_small_steps() 
     # A validation re-measurement (near_rps) keeps its own start; the expectation is clipped.
     assert plan.capacity_spec(near_rps=100.0, expect_rps=400.0).start_rps == pytest.approx(85.0)
     assert plan.capacity_spec(expect_rps=1.0).start_rps == 5.0
+    # A neighbour's capacity is a looser guess than a prediction: larger steps.
+    assert plan.capacity_spec(expect_rps=400.0, expect_growth=1.5).growth == pytest.approx(1.5)
 
 
 def test_open_loop_capacity_steps_are_sequential_unless_turned_off() -> None:
