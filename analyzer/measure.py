@@ -724,9 +724,11 @@ def meets_goals(m: Measurement, goals: Goals) -> tuple[bool, str]:
     :func:`goal_slacks`; a level stopped early (capacity search) is unusable too.
 
     A sequential step (``m.step``, its goal that of ``goals``) is judged on the latency goal by
-    its test, not by its point p99: PASS meets it, FAIL misses it, and BOUNDARY (undecided at the
-    cap: the p99 is within the test's resolution of the goal) meets it *at the boundary*, so a
-    capacity search counts the highest rate not shown to fail (see :class:`CapacitySearch`).
+    its test, not by its point p99: PASS meets it, FAIL misses it. BOUNDARY (undecided at its
+    cap) is judged on its point p99, as a fixed-window level is: an undecided test may mean "near
+    the goal" (the request cap reached) but also "too few effective samples" (the window cap
+    reached under heavy autocorrelation), and a p99 of twice the goal must not pass for want of
+    evidence. A BOUNDARY step whose point p99 meets the goal meets it *at the boundary*.
     The error-rate goal and usability apply as for any level.
     """
     problem = unusable(m)
@@ -747,6 +749,11 @@ def meets_goals(m: Measurement, goals: Goals) -> tuple[bool, str]:
             return False, (
                 f"p99 {m.p99_ms:.2f} ms over the goal {goals.p99_ms:g} ms (sequential test: fail)"
             )
+        if m.p99_ms > goals.p99_ms:
+            return False, (
+                f"p99 {m.p99_ms:.2f} ms > goal {goals.p99_ms:g} ms (sequential test undecided at "
+                "its cap: judged on the point p99)"
+            )
         return False, f"error rate {m.error_rate:.2%} > goal {goals.max_error_rate:.2%}"
     if goals_met(problem, goal_slacks(m.p99_ms, m.error_rate, goals)):
         return True, f"p99 {m.p99_ms:.2f} ms <= {goals.p99_ms:g} ms, error rate {m.error_rate:.2%}"
@@ -764,9 +771,8 @@ FAIL_SLACK_FLOOR = 1e-6
 def p99_slack(m: Measurement, goals: Goals) -> float:
     """``(p99 - goal) / goal`` of one level, with a sequential step's verdict over its point p99.
 
-    PASS and BOUNDARY give at most 0 (met; a BOUNDARY step's p99 may lie a little above the goal,
-    within the test's resolution, and counts as met at the boundary: 0), FAIL at least
-    ``FAIL_SLACK_FLOOR``. Anything that turns a trial's operating point into a p99 slack (the
+    PASS gives at most 0, FAIL at least ``FAIL_SLACK_FLOOR``, BOUNDARY (undecided) its point
+    p99's slack, as a fixed-window level. Anything that turns a trial's operating point into a p99 slack (the
     sweep's constraints) should use this, so it agrees with :func:`meets_goals`.
     """
     raw = (m.p99_ms - goals.p99_ms) / goals.p99_ms
@@ -775,6 +781,8 @@ def p99_slack(m: Measurement, goals: Goals) -> float:
         return raw
     if verdict is StepVerdict.FAIL:
         return max(raw, FAIL_SLACK_FLOOR)
+    if verdict is StepVerdict.BOUNDARY:
+        return raw
     return min(raw, 0.0)
 
 
@@ -846,12 +854,9 @@ class CapacitySearch:
     ``resolution`` x the lower end. A failing first step divides the rate by ``growth`` until one
     passes (then bisects) or the rate would drop below ``min_rps``.
 
-    A sequential step that ends at the boundary (BOUNDARY: its test could not tell its p99 from
-    the goal within its cap) is recorded as passed with ``boundary=True``: the bracket's lower
-    end is then the highest rate *not shown to fail*, which at worst overstates the capacity by
-    the test's resolution, where counting it as a failure would understate it by up to a whole
-    bracket step and stop the bisection on a rate the server may well serve. The result says so
-    (:attr:`at_boundary`).
+    A sequential step that ends undecided at its cap (BOUNDARY) passes or fails on its point p99
+    (:func:`meets_goals`); one that passes is recorded with ``boundary=True``, and the result
+    says so (:attr:`at_boundary`): its capacity rests on the point estimate, not on the test.
     """
 
     def __init__(self, spec: CapacitySpec) -> None:

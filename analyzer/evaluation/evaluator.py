@@ -175,8 +175,8 @@ class Evaluator:
             raise AssertionError(f"objective {self.objective.name!r} measures nothing")
         constraints = self.constraints(numbers)
         if capacity is not None and capacity.best is not None:
-            # A sequential best level is judged by its verdict (a BOUNDARY level's p99 may lie a
-            # hair above the goal): the slack agrees with meets_goals.
+            # A sequential best level is judged by its verdict (BOUNDARY: on its point p99):
+            # the slack agrees with meets_goals.
             constraints["p99_slack"] = round(p99_slack(capacity.best, self.plan.goals), 6)
         return Evaluation(
             numbers=numbers,
@@ -189,7 +189,7 @@ class Evaluator:
         """One sequential step at ``rate_rps`` on the loaded config (validation at the winner's
         capacity, open loop).
 
-        A step that passes (PASS, or BOUNDARY: at the goal) stands for a capacity of
+        A step that passes (PASS, or BOUNDARY with its point p99 within the goal) stands for a capacity of
         ``rate_rps``, as a capacity search's best level does; one that fails for none. The p99
         slack is the step's verdict over its point p99 (:func:`analyzer.measure.p99_slack`), so
         the record meets the goals exactly when the test passed it.

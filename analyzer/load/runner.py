@@ -640,8 +640,9 @@ class LocustLoadGenerator:
         """Bracket, then bisect, the highest open-loop rate meeting ``spec.goals``.
 
         With ``spec.step.sequential`` set, every step is a sequential step against
-        ``spec.goals.p99_ms`` (PASS and FAIL as pass and fail; BOUNDARY passes at the boundary,
-        see :class:`~analyzer.measure.CapacitySearch`), and only the first step warms up.
+        ``spec.goals.p99_ms`` (PASS and FAIL as pass and fail; BOUNDARY on its point p99, labelled
+        at the boundary when it passes: :func:`~analyzer.measure.meets_goals`), and only the
+        first step warms up.
         """
         search = CapacitySearch(spec)
         points: list[Measurement] = []
