@@ -1,0 +1,96 @@
+"""Pure helpers of benchmarks/time_to_answer.py: quality ratio, prediction error, MA's CSV."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location(
+        "time_to_answer", ROOT / "benchmarks" / "time_to_answer.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("time_to_answer", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+tta = _load()
+
+# Model Analyzer 1.58's metrics-model-inference.csv, default inference_output_fields.
+MA_CSV = """\
+Model,Batch,Concurrency,Model Config Path,Instance Group,Max Batch Size,Satisfies Constraints,\
+Throughput (infer/sec),p99 Latency (ms)
+resnet50,1,16,resnet50_config_3,2:CPU,8,Yes,310.5,41.2
+resnet50,1,64,resnet50_config_4,2:CPU,16,No,420.0,95.1
+resnet50,1,8,resnet50_config_0,1:CPU,1,Yes,90.0,12.0
+resnet50,1,32,resnet50_config_default,1:CPU,32,Yes,250.0,58.0
+"""
+
+
+def test_quality_is_the_config_capacity_over_the_best_of_the_space() -> None:
+    a, b, outside = (1, 0, (), 1), (8, 2000, (), 2), (32, 0, (), 1)
+    capacities = {a: 100.0, b: 400.0, outside: 800.0}
+    assert tta.quality(capacities, [a, b], a) == pytest.approx(0.25)
+    assert tta.quality(capacities, [a, b], b) == pytest.approx(1.0)
+    # A config outside the space is judged against the space's best, not its own.
+    assert tta.quality(capacities, [a, b], outside) == pytest.approx(2.0)
+    assert tta.quality(capacities, [a, b], (2, 0, (), 1)) is None
+    assert tta.quality({}, [a, b], a) is None
+
+
+def test_relative_errors_and_their_median_skip_unmeasured_configs() -> None:
+    errors = tta.relative_errors([(110.0, 100.0), (50.0, 100.0), (10.0, 0.0), (90.0, 100.0)])
+    assert errors == pytest.approx([0.1, 0.5, 0.1])
+    stats = tta.error_stats(errors)
+    assert stats["n"] == 3
+    assert stats["median"] == pytest.approx(0.1)
+    assert stats["worst"] == pytest.approx(0.5)
+    assert tta.error_stats([]) == {"n": 0, "median": None, "worst": None}
+
+
+def test_model_analyzer_csv_parsed_and_its_best_config_meets_the_goal() -> None:
+    rows = tta.parse_ma_metrics(MA_CSV)
+    assert [r["name"] for r in rows] == [
+        "resnet50_config_3",
+        "resnet50_config_4",
+        "resnet50_config_0",
+        "resnet50_config_default",
+    ]
+    assert rows[0]["instance_count"] == 2
+    assert rows[0]["max_batch_size"] == 8
+    assert rows[0]["satisfies"] is True
+    assert rows[1]["satisfies"] is False
+    best = tta.ma_recommendation(rows, p99_ms=60.0)
+    assert best is not None
+    assert best["name"] == "resnet50_config_3"  # config_4 is faster but misses the goal
+    assert tta.ma_recommendation(rows, p99_ms=5.0) is None
+
+
+def test_config_key_reads_summary_and_trial_configs_alike() -> None:
+    config = {
+        "max_batch_size": 16,
+        "max_queue_delay_us": 2000,
+        "preferred_batch_size": [8, 16],
+        "instance_count": 2,
+    }
+    assert tta.config_key(config) == (16, 2000, (8, 16), 2)
+    assert tta.config_key({"max_batch_size": 4}) == (4, 0, (), 1)
+
+
+def test_scenario_written_by_the_harness_reads_back() -> None:
+    text = tta.dump_toml(
+        {"space": {"max_batch_size": [1, 16], "preferred_batch_size": "none"}, "goals": {}},
+        {"objective": "throughput"},
+    )
+    doc = tomllib.loads(text)
+    assert doc["objective"] == "throughput"
+    assert doc["space"] == {"max_batch_size": [1, 16], "preferred_batch_size": "none"}
