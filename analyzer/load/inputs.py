@@ -46,11 +46,15 @@ from analyzer.load.data_file import (
     resolve_validation,
 )
 
-#: Requests in a random rotation when ``unique_payloads`` is not given (auto). 4096 distinct
-#: payloads cover a sweep step (warm-up + two 4 s windows) at 500 req/s without a repeat, so a
-#: response cache sees none; more would cost start-up time today, as each user builds one
-#: request per payload (about 18 us each).
-DEFAULT_ROTATION = 4096
+#: Requests in a random rotation when ``unique_payloads`` is not given (auto). Small on purpose,
+#: for now: every generator user pre-builds one request per payload in its ``on_start`` (about
+#: 18 us each, on the gevent hub), so at 1024 or 4096 the load tests' capacity search and
+#: sequential steps measured the generator's stalls instead of the server. 64 costs about 1 ms
+#: per user. Against a response cache that is too few (it repeats every 64 requests): pass
+#: ``unique_payloads`` (``--unique-payloads``) to exceed a step's request count, and raise this
+#: to 8192 (a 2 x 4 s step at 1000 req/s without a repeat) once the clients build their requests
+#: once per process.
+DEFAULT_ROTATION = 64
 #: Auto mode holds at most this many bytes of distinct tensor data (large inputs get fewer).
 PAYLOAD_BUDGET_BYTES = 64 * 2**20
 #: An explicit ``unique_payloads`` may not hold more tensor data than this.
