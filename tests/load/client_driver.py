@@ -53,7 +53,7 @@ def _inputs(url: str, batch_size: int = 3) -> Any:
     from analyzer.load.inputs import build_inputs
 
     metadata, config = fetch_model_documents("http", url, "ident")
-    return build_inputs(metadata, config, batch_size=batch_size, seed=7)
+    return build_inputs(metadata, config, batch_size=batch_size, seed=7, unique_payloads=4)
 
 
 def check_outputs() -> dict[str, Any]:
