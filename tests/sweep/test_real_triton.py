@@ -7,6 +7,7 @@ are refused before anything is loaded."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -49,6 +50,8 @@ capacity_resolution = 0.3
 validate_top = 1
 validate_repeats = 1
 validate_window_factor = 1.0
+[search]
+strategy = "tpe"
 """
 
 
@@ -125,6 +128,28 @@ def test_sweep_a_real_triton_and_load_the_best_config(
         served.parameters["execute_delay_ms"].string_value
         == best.parameters["execute_delay_ms"].string_value
     )
+
+
+def test_predict_search_profiles_a_real_triton(real_triton: RealTriton, tmp_path: Path) -> None:
+    # The default search against Triton itself: the profile phase reads Triton's batch_stats,
+    # the simulator ranks the space, the measured trials are the predicted ones, and the
+    # shared server gets its original config back.
+    name = "sweep_sleep_predict"
+    original = add_sleep_model(real_triton, name)
+    run_dir = tmp_path / "run"
+    command = sweep_command(real_triton, tmp_path, name, run_dir, "--search", "predict", trials=3)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=280)
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    summary = load_summary(run_dir)
+    assert summary["search_strategy"] == "predict", summary.get("search_note")
+    assert {"baseline", "profile", "predict"} <= set(summary["phases"])
+    predictions = json.loads((run_dir / "predictions.json").read_text())
+    assert predictions["kind"] == "perfsweep.predictions" and len(predictions["configs"]) >= 4
+    trials = [
+        json.loads(p.read_text()) for p in sorted((run_dir / "trials").glob("*/measurement.json"))
+    ]
+    assert trials and all(t["source"] == "predict" and t["prediction"] for t in trials)
+    assert served_config(real_triton, name) == original
 
 
 def test_leave_best_leaves_the_winner_loaded(real_triton: RealTriton, tmp_path: Path) -> None:
