@@ -374,8 +374,9 @@ class _CapacityMixin:
         chosen = max(passing, key=lambda c: c.worst_rps)
         return prefer_lighter(chosen, list(passing), resolution)
 
-    @staticmethod
-    def _capacity_sample(result: Result) -> GainSample:
+    def gain_sample(self, result: Result) -> GainSample:
+        """The capacity found (0 when the goals were missed), up to the lowest failing rate
+        above it that the search measured (a search only brackets the capacity)."""
         value = result.throughput_rps if result.meets_goals else 0.0
         capacity = result.measurement.capacity if result.measurement is not None else None
         high = value
@@ -392,9 +393,8 @@ class _CapacityMixin:
             high = min(failing, default=value)
         return GainSample(value, value, high)
 
-    @staticmethod
-    def _capacity_headline(
-        best: Any, baseline: Any | None, gain_text: str | None, p99_goal_ms: float | None
+    def headline(
+        self, best: Any, baseline: Any | None, gain_text: str | None, p99_goal_ms: float | None
     ) -> str:
         # Search numbers throughout (throughput, p99 and the gain come from one measurement);
         # the validation's worst case is stated beside them, not mixed in.
@@ -411,8 +411,7 @@ class _CapacityMixin:
             text += f" Re-measured in validation: {validated:.1f} req/s (worst repeat)."
         return text
 
-    @staticmethod
-    def _capacity_measure_text(goals: Mapping[str, Any], traffic: Mapping[str, Any]) -> str:
+    def measure_text(self, goals: Mapping[str, Any], traffic: Mapping[str, Any]) -> str:
         return f"capacity at p99 <= {goals.get('p99_ms', '?'):g} ms"
 
 
@@ -431,23 +430,6 @@ class ThroughputObjective(_CapacityMixin, Objective):
 
     def values(self, numbers: Mapping[str, float]) -> tuple[float, ...]:
         return (numbers["throughput_rps"],)
-
-    def gain_sample(self, result: Result) -> GainSample:
-        """The capacity found (0 when the goals were missed), up to the lowest failing rate
-        above it that the search measured (a search only brackets the capacity)."""
-        return self._capacity_sample(result)
-
-    def headline(
-        self,
-        best: Any,
-        baseline: Any | None,
-        gain_text: str | None,
-        p99_goal_ms: float | None,
-    ) -> str:
-        return self._capacity_headline(best, baseline, gain_text, p99_goal_ms)
-
-    def measure_text(self, goals: Mapping[str, Any], traffic: Mapping[str, Any]) -> str:
-        return self._capacity_measure_text(goals, traffic)
 
 
 class LatencyObjective(Objective):
@@ -537,22 +519,6 @@ class ParetoObjective(_CapacityMixin, Objective):
 
     def values(self, numbers: Mapping[str, float]) -> tuple[float, ...]:
         return (numbers["throughput_rps"], numbers["reference_p99_ms"])
-
-    def gain_sample(self, result: Result) -> GainSample:
-        """As :class:`ThroughputObjective`: the capacity within its bracket."""
-        return self._capacity_sample(result)
-
-    def headline(
-        self,
-        best: Any,
-        baseline: Any | None,
-        gain_text: str | None,
-        p99_goal_ms: float | None,
-    ) -> str:
-        return self._capacity_headline(best, baseline, gain_text, p99_goal_ms)
-
-    def measure_text(self, goals: Mapping[str, Any], traffic: Mapping[str, Any]) -> str:
-        return self._capacity_measure_text(goals, traffic)
 
     def reference_rps(
         self, configured: float | None, baseline_rps: float, min_rate_rps: float
