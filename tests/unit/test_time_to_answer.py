@@ -1,4 +1,4 @@
-"""Pure helpers of benchmarks/time_to_answer.py: quality ratio, prediction error, MA's CSV."""
+"""Pure helpers of benchmarks/time_to_answer.py: quality ratio, prediction error, MA's CSV and checkpoint."""
 
 from __future__ import annotations
 
@@ -94,3 +94,50 @@ def test_scenario_written_by_the_harness_reads_back() -> None:
     doc = tomllib.loads(text)
     assert doc["objective"] == "throughput"
     assert doc["space"] == {"max_batch_size": [1, 16], "preferred_batch_size": "none"}
+
+
+def _variant(name: str, mbs: int, count: int, batching: dict | None, points: list) -> dict:
+    model_config = {"name": "m", "maxBatchSize": mbs, "instanceGroup": [{"count": count}]}
+    if batching is not None:
+        model_config["dynamicBatching"] = batching
+    run_config = {"_model_run_configs": [{"_model_config_variant": {"model_config": model_config}}]}
+    measurements = {
+        f"{name} --concurrency-range={c}": {
+            "_model_config_measurements": [
+                {
+                    "_model_specific_pa_params": {"concurrency-range": c},
+                    "_non_gpu_data": [
+                        ["perf_latency_p99", {"_value": p99, "_timestamp": 0}],
+                        ["perf_throughput", {"_value": rps, "_timestamp": 0}],
+                    ],
+                }
+            ]
+        }
+        for c, rps, p99 in points
+    }
+    return {name: [run_config, measurements]}
+
+
+def test_model_analyzer_checkpoint_gives_every_measurement_with_its_config() -> None:
+    doc = {
+        "ResultManager.results": {
+            "_results": {
+                "m": {
+                    **_variant("m_config_default", 32, 1, None, [(64, 130.0, 660.0)]),
+                    **_variant("m_config_5", 4, 2, {}, [(8, 400.0, 30.0), (16, 590.0, 39.0)]),
+                    **_variant(
+                        "m_config_6", 8, 2, {"maxQueueDelayMicroseconds": "100"}, [(32, 680, 66)]
+                    ),
+                }
+            }
+        }
+    }
+    rows = tta.parse_ma_checkpoint(doc, "m")
+    assert len(rows) == 4
+    default = rows[0]
+    assert (default["max_batch_size"], default["dynamic_batching"]) == (32, False)
+    assert rows[3]["max_queue_delay_us"] == 100
+    best = tta.ma_recommendation(rows, p99_ms=60.0)
+    assert best is not None
+    assert (best["name"], best["concurrency"], best["instance_count"]) == ("m_config_5", 16, 2)
+    assert tta.parse_ma_checkpoint(doc, "other") == []
