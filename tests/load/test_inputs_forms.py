@@ -28,6 +28,7 @@ from analyzer.load.inputs import (
     build_inputs,
 )
 from analyzer.load.inputs import _digest as digest
+from tests.server.conftest import DATATYPES
 
 ONES16 = [1] * 16
 
@@ -267,25 +268,7 @@ def test_bool_random_data_is_about_half_true() -> None:
     assert values.dtype == np.bool_ and 0.45 < values.mean() < 0.55
 
 
-@pytest.mark.parametrize(
-    "datatype",
-    [
-        "BOOL",
-        "UINT8",
-        "UINT16",
-        "UINT32",
-        "UINT64",
-        "INT8",
-        "INT16",
-        "INT32",
-        "INT64",
-        "FP16",
-        "FP32",
-        "FP64",
-        "BF16",
-        "BYTES",
-    ],
-)
+@pytest.mark.parametrize("datatype", DATATYPES)
 def test_every_dtype_gets_data_tritonclient_sends_and_reads_back(datatype: str) -> None:
     inputs = build_inputs(_meta(("X", datatype, [-1, 8])), {"max_batch_size": 4}, unique_payloads=2)
     array = inputs.payloads[0]["X"]
