@@ -71,6 +71,13 @@ class ModelSection(_Section):
     """Model repository directory served by the managed reference server (own models)."""
     url: str | None = None
     """HTTP URL of a running server (real Triton or reference server); no server is started."""
+    server: Literal["reference", "triton"] = "reference"
+    """Which server perfsweep starts and manages: the bundled ``reference`` server or a real
+    ``triton`` (``tritonserver`` on loopback, explicit model control, the user's
+    ``repository``). Ignored with ``url``: nothing is started then."""
+    triton_server_path: Path | None = None
+    """The ``tritonserver`` binary of ``server = "triton"`` (default: found on ``PATH``). Not
+    part of :meth:`Scenario.hash`: where the binary lies changes no measurement."""
     device: Literal["auto", "sim", "cpu", "cuda"] = "auto"
     """Device of the managed reference server: real ONNX Runtime (``auto``/``cpu``/``cuda``) or the
     simulated latency profile (``sim``). Ignored with ``url``."""
@@ -365,6 +372,11 @@ class Scenario(_Section):
         data["goals"].pop("note", None)  # nor does the reason given for the goals
         data["run"].pop("leave", None)  # nor does what is left on the server afterwards
         data["model"].pop("metrics_url", None)  # nor where the metrics are read
+        data["model"].pop("triton_server_path", None)  # nor where the tritonserver binary lies
+        # The server kind changes what is measured; the reference server (the only one before
+        # issue 14) keeps the old hash.
+        if data["model"].get("server") == "reference":
+            data["model"].pop("server")
         if data["goals"].get("max_gpu_memory_mb") is None:
             data["goals"].pop("max_gpu_memory_mb", None)  # unset: the hash of older scenarios
         for key in ("workers", "expect_workers", "master_bind_host", "master_port"):

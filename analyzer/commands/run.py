@@ -224,6 +224,17 @@ def register(app: typer.Typer) -> None:
                 help="HTTP URL of a running server (Triton or reference); nothing is started."
             ),
         ] = None,
+        server: Annotated[
+            str | None,
+            typer.Option(
+                help="Managed server to start: reference (default, the bundled one) | triton "
+                "(a tritonserver binary on the --model-repository). Ignored with --url."
+            ),
+        ] = None,
+        triton_server_path: Annotated[
+            Path | None,
+            typer.Option(help="--server triton: the tritonserver binary (default: on PATH)."),
+        ] = None,
         metrics_url: Annotated[
             str | None,
             typer.Option(
@@ -326,6 +337,8 @@ def register(app: typer.Typer) -> None:
             "model.name": model,
             "model.repository": str(model_repository) if model_repository else None,
             "model.url": url,
+            "model.server": server,
+            "model.triton_server_path": str(triton_server_path) if triton_server_path else None,
             "model.metrics_url": metrics_url,
             "goals.max_gpu_memory_mb": max_gpu_memory_mb,
             "model.device": device,

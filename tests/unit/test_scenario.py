@@ -144,9 +144,27 @@ def test_search_strategy_is_in_the_hash_and_tpe_keeps_the_old_hash() -> None:
     data["goals"].pop("max_gpu_memory_mb")
     data["run"].pop("leave")
     data["model"].pop("metrics_url")
+    for key in ("server", "triton_server_path"):
+        data["model"].pop(key)
     for key in ("workers", "expect_workers", "master_bind_host", "master_port"):
         data["traffic"].pop(key)
     old = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
     assert tpe.hash() == old
     with pytest.raises(ScenarioError, match="strategy"):
         load_scenario(None, {"search.strategy": "bayes"}, env={})
+
+
+def test_server_kind_is_in_the_hash_and_the_binary_path_is_not() -> None:
+    reference = load_scenario(None, {}, env={})
+    triton = load_scenario(None, {"model.server": "triton"}, env={})
+    elsewhere = load_scenario(
+        None,
+        {"model.server": "triton", "model.triton_server_path": "/opt/bin/tritonserver"},
+        env={},
+    )
+    assert triton.model.server == "triton"
+    assert elsewhere.model.triton_server_path == Path("/opt/bin/tritonserver")
+    assert reference.hash() != triton.hash()
+    assert triton.hash() == elsewhere.hash()
+    with pytest.raises(ScenarioError, match=r"model\.server"):
+        load_scenario(None, {"model.server": "tgi"}, env={})
