@@ -1,7 +1,8 @@
 """``python -m reference_server``: serve a model repository over KServe v2 HTTP and gRPC.
 
 Flags follow ``tritonserver`` where one exists (``--model-repository``, ``--load-model``,
-``--http-port``, ``--grpc-port``, ``--metrics-port``, ``--http-max-input-size``). Exit status
+``--http-port``, ``--grpc-port``, ``--metrics-port``, ``--http-max-input-size``,
+``--cache-config``, ``--rate-limit``). Exit status
 (as ``perfsweep serve``): 0 after a clean shutdown, 2 for bad input (repository path, model
 config, option values), 3 when the server cannot start otherwise (e.g. a port in use); the
 message says what to fix.
@@ -58,7 +59,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--metrics-port", type=int, default=8002, help="0 = a free port")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda", "sim"), default="auto")
     parser.add_argument(
-        "--cache-size", type=int, default=0, metavar="BYTES", help="response cache size; 0 = off"
+        "--cache-size",
+        "--response-cache-byte-size",
+        dest="cache_size",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="response cache size; 0 = off (--response-cache-byte-size: Triton's old name)",
+    )
+    parser.add_argument(
+        "--cache-config",
+        dest="cache_config",
+        action="append",
+        default=[],
+        metavar="NAME,SETTING=VALUE",
+        help="a response cache setting, as tritonserver: --cache-config=local,size=BYTES "
+        "(repeatable, one setting each; not with --cache-size)",
     )
     parser.add_argument(
         "--rate-limit",
@@ -136,6 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             model_control_mode=args.model_control_mode,
             rate_limit=args.rate_limit,
             rate_limit_resources=tuple(args.rate_limit_resources),
+            cache_config=tuple(args.cache_config),
         )
         run_server(options)
     except ServerError as exc:

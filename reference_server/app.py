@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
 from reference_server.batching.rate_limiter import parse_resource_limit
+from reference_server.core.cache import resolve_cache_size
 from reference_server.core.errors import Code, ServerError
 from reference_server.frontends.http import DEFAULT_MAX_INPUT_SIZE, DEFAULT_READ_TIMEOUT_S
 from reference_server.ready import ServerAddresses
@@ -52,7 +53,8 @@ class ServerOptions:
         metrics_port: Prometheus ``/metrics`` port; 0 = a free port.
         device: ``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``sim``
             (the simulated-device backend).
-        cache_size_bytes: Response cache size in bytes; 0 disables the cache.
+        cache_size_bytes: Response cache size in bytes (``--cache-size``); 0 disables the
+            cache unless ``cache_config`` sets one.
         max_input_size_bytes: ``--http-max-input-size``: largest JSON header or raw body.
         read_timeout_s: ``--http-read-timeout``: seconds an HTTP request body may send
             nothing before it is answered 408 and its connection closed (Triton has no
@@ -67,6 +69,8 @@ class ServerOptions:
             sections are ignored) or ``execution_count`` (honoured); case-insensitive.
         rate_limit_resources: ``--rate-limit-resource`` values, ``<name>:<count>[:<device>]``
             (resource names are case-sensitive, as in Triton 2.51).
+        cache_config: ``--cache-config`` values, ``<cache name>,<setting>=<value>`` as
+            ``tritonserver`` takes them (``local,size=1048576``); not with ``cache_size_bytes``.
     """
 
     model_repositories: tuple[Path, ...] = ()
@@ -84,6 +88,7 @@ class ServerOptions:
     model_control_mode: str = "explicit"
     rate_limit: str = "off"
     rate_limit_resources: tuple[str, ...] = ()
+    cache_config: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("http_port", "grpc_port", "metrics_port"):
@@ -111,6 +116,7 @@ class ServerOptions:
             )
         for value in self.rate_limit_resources:
             parse_resource_limit(value)  # raises with Triton's format message
+        resolve_cache_size(self.cache_size_bytes, self.cache_config)  # raises as tritonserver
         if self.max_input_size_bytes <= 0:
             raise ServerError("the HTTP max input size must be positive", Code.INVALID_ARG)
         if not self.read_timeout_s > 0:
@@ -118,6 +124,11 @@ class ServerOptions:
                 f"http-read-timeout {self.read_timeout_s} must be a positive number of seconds",
                 Code.INVALID_ARG,
             )
+
+    @property
+    def response_cache_bytes(self) -> int:
+        """The response cache size ``cache_size_bytes`` or ``cache_config`` sets; 0 = none."""
+        return resolve_cache_size(self.cache_size_bytes, self.cache_config)
 
 
 class _Frontend(Protocol):
@@ -269,7 +280,7 @@ def _make_core(options: ServerOptions, repositories: tuple[Path, ...]) -> Infere
         # No --model means every model, as a user of "serve this repository" expects; the
         # repository API can still load and unload afterwards.
         startup_models=tuple(options.models) or ("*",),
-        cache_size_bytes=options.cache_size_bytes,
+        cache_size_bytes=options.response_cache_bytes,
         rate_limit="execution_count" if options.rate_limit.lower() == "execution_count" else "off",
         rate_limit_resources=tuple(parse_resource_limit(v) for v in options.rate_limit_resources),
         delay_scheduler=(

@@ -4,6 +4,7 @@ Examples::
 
     perfsweep serve --model resnet50 --device cpu          # the bundled ResNet-50
     perfsweep serve --model-repository models/ --model m1 --model m2 --http-port 0
+    perfsweep serve --model-repository models/ --cache-config local,size=1048576
 
 It prints one line with the bound ports once everything listens and stops on Ctrl-C/SIGTERM.
 Exit codes: 0 after a clean shutdown, 2 bad input (repository path, model config), 3 the server
@@ -43,6 +44,14 @@ def register(app: typer.Typer) -> None:
         metrics_port: Annotated[int, typer.Option(help="Prometheus port, 0 = free port")] = 8002,
         device: Annotated[str, typer.Option(help="auto, cpu, cuda or sim")] = "auto",
         cache_size: Annotated[int, typer.Option(help="response cache size in bytes, 0 = off")] = 0,
+        cache_config: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--cache-config",
+                help="response cache setting as tritonserver takes it: local,size=BYTES "
+                "(repeatable, one setting each; not with --cache-size)",
+            ),
+        ] = None,
         rate_limit: Annotated[
             str,
             typer.Option(
@@ -85,6 +94,7 @@ def register(app: typer.Typer) -> None:
                 metrics_port=metrics_port,
                 device=device,
                 cache_size_bytes=cache_size,
+                cache_config=tuple(cache_config or ()),
                 rate_limit=rate_limit,
                 rate_limit_resources=tuple(rate_limit_resource or ()),
                 max_input_size_bytes=http_max_input_size,
