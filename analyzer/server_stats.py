@@ -5,8 +5,15 @@ Sources (both optional, both Triton's):
 * the statistics extension, ``GET /v2/models/<m>/stats`` (cumulative counts and nanoseconds per
   model version, plus ``batch_stats``: executions per batch size);
 * Prometheus ``/metrics`` (failures by reason, the pending-request gauge used to wait for a drain,
-  and Triton's GPU series ``nv_gpu_*`` / ``nv_energy_consumption`` per ``gpu_uuid``). One parser
+  the response cache's ``nv_cache_num_hits_per_model`` / ``nv_cache_num_misses_per_model``, and
+  Triton's GPU series ``nv_gpu_*`` / ``nv_energy_consumption`` per ``gpu_uuid``). One parser
   reads a real Triton's page and the reference server's.
+
+Response cache: a window's hits and misses are the deltas of the statistics' ``cache_hit.count``
+and ``cache_miss.count`` (else of the per-model cache counters); :func:`cache_window` computes
+them and :func:`cache_hit_ratio` reads the ratio back from a ``ServerView``. A cache hit is a
+success that never ran the model, so a throughput with hits is not the model's throughput: every
+figure measured with hits is shown with its ratio (``analyzer.report``).
 
 Plain ``urllib`` only: this module must work in a normal process and in a gevent-patched one (where
 urllib's sockets are cooperative). ``server_view(before, after)`` is pure and unit-tested.
@@ -19,7 +26,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -43,6 +50,9 @@ GPU_FAMILIES = {
 #: The reference server's name for each GPU (Triton's page has only the uuid).
 GPU_INFO_METRIC = "perfsweep_gpu_info"
 _MB = 1024.0 * 1024.0
+#: Per-model cache counters (Triton prints them only for a model with the cache enabled).
+CACHE_HIT_METRIC = "nv_cache_num_hits_per_model"
+CACHE_MISS_METRIC = "nv_cache_num_misses_per_model"
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,9 @@ class StatsSnapshot:
     batch_executions: dict[int, int] = field(default_factory=dict)
     #: compute_infer ns summed over ``batch_stats`` (once per execution).
     batch_compute_infer_ns: int = 0
+    #: ``inference_stats.cache_hit.count`` / ``cache_miss.count`` (0 without a cache).
+    cache_hits: int = 0
+    cache_misses: int = 0
 
 
 @dataclass(frozen=True)
@@ -81,6 +94,28 @@ class MetricsSnapshot:
     pending_requests: int | None = None
     #: gpu_uuid -> its series; empty when the server printed no GPU family (CPU-only).
     gpus: dict[str, GpuSample] = field(default_factory=dict)
+    #: ``nv_cache_num_hits_per_model`` / ``..._misses_...``; None when the page has neither
+    #: (the model does not enable the cache, or the server has none).
+    cache_hits: int | None = None
+    cache_misses: int | None = None
+
+
+@dataclass(frozen=True)
+class CacheWindow:
+    """The response cache over one window: lookups that hit and that missed."""
+
+    hits: int
+    misses: int
+
+    @property
+    def lookups(self) -> int:
+        """Requests the cache was asked about."""
+        return self.hits + self.misses
+
+    @property
+    def hit_ratio(self) -> float | None:
+        """Hits / lookups; None when nothing was looked up."""
+        return self.hits / self.lookups if self.lookups else None
 
 
 @dataclass(frozen=True)
@@ -104,6 +139,7 @@ def parse_model_stats(doc: Mapping[str, Any], model: str) -> StatsSnapshot:
     durations: dict[str, list[int]] = {k: [0, 0] for k in _DURATION_KEYS}
     batches: dict[int, int] = {}
     batch_infer_ns = 0
+    cache_hits = cache_misses = 0
     for entry in doc.get("model_stats", []):
         if entry.get("name") != model:
             continue
@@ -114,6 +150,8 @@ def parse_model_stats(doc: Mapping[str, Any], model: str) -> StatsSnapshot:
             d = inference_stats.get(key, {})
             durations[key][0] += int(d.get("count", 0))
             durations[key][1] += int(d.get("ns", 0))
+        cache_hits += int(inference_stats.get("cache_hit", {}).get("count", 0))
+        cache_misses += int(inference_stats.get("cache_miss", {}).get("count", 0))
         for b in entry.get("batch_stats", []):
             size = int(b.get("batch_size", 0))
             count = int(b.get("compute_infer", {}).get("count", 0))
@@ -125,6 +163,8 @@ def parse_model_stats(doc: Mapping[str, Any], model: str) -> StatsSnapshot:
         durations={k: (v[0], v[1]) for k, v in durations.items()},
         batch_executions=batches,
         batch_compute_infer_ns=batch_infer_ns,
+        cache_hits=cache_hits,
+        cache_misses=cache_misses,
     )
 
 
@@ -133,6 +173,7 @@ def parse_metrics(text: str, model: str) -> MetricsSnapshot:
     and every GPU's series (``nv_gpu_*``, ``nv_energy_consumption``, ``perfsweep_gpu_info``)."""
     failures: dict[str, int] = {}
     pending: int | None = None
+    cache: dict[str, int] = {}
     gpus: dict[str, dict[str, Any]] = {}
     for family in text_string_to_metric_families(text):
         # The parser names a counter's family without ``_total`` and its samples with it.
@@ -159,11 +200,56 @@ def parse_metrics(text: str, model: str) -> MetricsSnapshot:
                 failures[reason] = failures.get(reason, 0) + int(sample.value)
             elif sample.name == "nv_inference_pending_request_count":
                 pending = (pending or 0) + int(sample.value)
+            elif sample.name.removesuffix("_total") in (CACHE_HIT_METRIC, CACHE_MISS_METRIC):
+                name = sample.name.removesuffix("_total")
+                cache[name] = cache.get(name, 0) + int(sample.value)
+    has_cache = bool(cache)
     return MetricsSnapshot(
         failures_by_reason=failures,
         pending_requests=pending,
         gpus={uid: GpuSample(**entry) for uid, entry in sorted(gpus.items())},
+        cache_hits=cache.get(CACHE_HIT_METRIC, 0) if has_cache else None,
+        cache_misses=cache.get(CACHE_MISS_METRIC, 0) if has_cache else None,
     )
+
+
+def cache_window(before: ServerSnapshot, after: ServerSnapshot) -> CacheWindow | None:
+    """The cache's hits and misses between two snapshots; None when the window looked nothing
+    up (no cache, or no source readable at both ends).
+
+    The statistics' ``cache_hit``/``cache_miss`` counts come first (the same document as every
+    other count of the window); the per-model cache counters are the fallback.
+    """
+    window: CacheWindow | None = None
+    if before.stats is not None and after.stats is not None:
+        window = CacheWindow(
+            hits=after.stats.cache_hits - before.stats.cache_hits,
+            misses=after.stats.cache_misses - before.stats.cache_misses,
+        )
+    elif (
+        before.metrics is not None
+        and after.metrics is not None
+        and after.metrics.cache_hits is not None
+        and after.metrics.cache_misses is not None
+    ):
+        window = CacheWindow(
+            hits=after.metrics.cache_hits - (before.metrics.cache_hits or 0),
+            misses=after.metrics.cache_misses - (before.metrics.cache_misses or 0),
+        )
+    return window if window is not None and window.lookups > 0 else None
+
+
+#: ``ServerView``'s fields; the cache counts are carried once ``analyzer.measure`` has them.
+_VIEW_FIELDS = frozenset(f.name for f in fields(ServerView))
+
+
+def cache_hit_ratio(view: ServerView | None) -> float | None:
+    """A view's cache hits / lookups; None without a view or without lookups (no cache)."""
+    if view is None:
+        return None
+    hits = int(getattr(view, "cache_hit_count", 0))
+    lookups = hits + int(getattr(view, "cache_miss_count", 0))
+    return hits / lookups if lookups else None
 
 
 def gpu_window(before: GpuSample | None, after: GpuSample, span_s: float | None) -> GpuStats:
@@ -239,6 +325,9 @@ def server_view(before: ServerSnapshot, after: ServerSnapshot) -> ServerView | N
     if after.stats is None and after.metrics is None:
         return None
     kwargs: dict[str, Any] = {}
+    cache = cache_window(before, after)
+    if cache is not None:
+        kwargs.update(cache_hit_count=cache.hits, cache_miss_count=cache.misses)
     if before.stats is not None and after.stats is not None:
         b, a = before.stats, after.stats
 
@@ -290,7 +379,7 @@ def server_view(before: ServerSnapshot, after: ServerSnapshot) -> ServerView | N
             kwargs["failures_by_reason"] = {r: fa[r] - fb.get(r, 0) for r in sorted(fa)}
             if "failure_count" not in kwargs:
                 kwargs["failure_count"] = sum(kwargs["failures_by_reason"].values())
-    return ServerView(**kwargs)
+    return ServerView(**{k: v for k, v in kwargs.items() if k in _VIEW_FIELDS})
 
 
 def combine_views(views: list[ServerView | None]) -> ServerView | None:
@@ -315,7 +404,13 @@ def combine_views(views: list[ServerView | None]) -> ServerView | None:
             batch_sizes[size] = batch_sizes.get(size, 0) + n
         for reason, n in v.failures_by_reason.items():
             failures[reason] = failures.get(reason, 0) + n
+    cache = {
+        name: sum(int(getattr(v, name, 0)) for v in present)
+        for name in ("cache_hit_count", "cache_miss_count")
+        if name in _VIEW_FIELDS
+    }
     return ServerView(
+        **cache,
         success_count=success,
         failure_count=sum(v.failure_count for v in present),
         failures_by_reason=failures,
