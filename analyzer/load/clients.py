@@ -1,6 +1,9 @@
 """KServe v2 inference clients for the hot path, HTTP (binary tensors) and gRPC.
 
-Both are built from an ``InputSet`` once and then send pre-built requests:
+Both send pre-built requests. A process builds them once from its ``InputSet``
+(:func:`prepare_requests`, one request per distinct payload, each with that payload's own tensor
+shapes) and every user's client shares them (``make_client(..., prepared=...)``): building them
+per user made a large rotation cost the generator its schedule.
 
 * HTTP (``RawHttpInferClient``, the default): ``tritonclient.http`` serialises each payload once
   (binary tensor extension, ``Inference-Header-Content-Length``) and the whole HTTP/1.1 request
@@ -28,7 +31,8 @@ from __future__ import annotations
 import analyzer.load._gevent  # noqa: F401  (isort: skip) patch first
 import json
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import tritonclient.grpc as grpcclient
@@ -78,11 +82,15 @@ def _split_url(url: str) -> tuple[str, int]:
 
 
 def _request_body(inputs: InputSet, index: int) -> tuple[bytes, dict[str, str]]:
-    """Payload ``index`` as a binary-extension body and the headers it needs."""
+    """Payload ``index`` as a binary-extension body and the headers it needs.
+
+    The shape sent is the payload's own (a ``distribution`` or a data file mixes shapes), not
+    the first payload's in ``inputs.specs``.
+    """
     payload = inputs.payloads[index]
     tensors = []
     for spec in inputs.specs:
-        t = httpclient.InferInput(spec.name, list(spec.shape), spec.datatype)
+        t = httpclient.InferInput(spec.name, list(payload[spec.name].shape), spec.datatype)
         t.set_data_from_numpy(payload[spec.name], binary_data=True)
         tensors.append(t)
     outputs = [httpclient.InferRequestedOutput(name, binary_data=True) for name in inputs.outputs]
@@ -123,29 +131,26 @@ class RawHttpInferClient:
         inputs: the payloads; one request is built per payload, once.
         concurrency: connections at most (callers beyond it wait for a free one).
         timeout_s: connect and per-read timeout.
+        requests: the requests already built for ``url`` and ``inputs``
+            (:func:`raw_http_requests`; shared by the users of a process); None builds them.
     """
 
     #: Bytes read per ``recv`` call; one read holds a whole small response.
     BLOCK = 65536
 
     def __init__(
-        self, url: str, inputs: InputSet, concurrency: int = 1, timeout_s: float = 60.0
+        self,
+        url: str,
+        inputs: InputSet,
+        concurrency: int = 1,
+        timeout_s: float = 60.0,
+        requests: Sequence[bytes] | None = None,
     ) -> None:
         self._address = _split_url(url)
         self._timeout_s = timeout_s
         self._slots = BoundedSemaphore(max(1, concurrency))
         self._idle: list[socket.socket] = []
-        host, port = self._address
-        head = (
-            f"POST /v2/models/{inputs.model}/infer HTTP/1.1\r\nHost: {host}:{port}\r\n"
-            "Connection: keep-alive\r\n"
-        )
-        self._requests = []
-        for index in range(len(inputs.payloads)):
-            body, headers = _request_body(inputs, index)
-            lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-            request = f"{head}{lines}Content-Length: {len(body)}\r\n\r\n".encode("latin-1")
-            self._requests.append(request + body)
+        self._requests = requests if requests is not None else raw_http_requests(url, inputs)
         self._checked = False
 
     def _connect(self) -> socket.socket:
@@ -274,7 +279,12 @@ class PooledHttpInferClient:
     """Pre-serialised KServe v2 HTTP requests over geventhttpclient's keep-alive pool."""
 
     def __init__(
-        self, url: str, inputs: InputSet, concurrency: int = 1, timeout_s: float = 60.0
+        self,
+        url: str,
+        inputs: InputSet,
+        concurrency: int = 1,
+        timeout_s: float = 60.0,
+        requests: Sequence[tuple[bytes, dict[str, str]]] | None = None,
     ) -> None:
         host, port = _split_url(url)
         self._client = HTTPClient(
@@ -285,7 +295,7 @@ class PooledHttpInferClient:
             network_timeout=timeout_s,
         )
         self._path = f"/v2/models/{inputs.model}/infer"
-        self._requests = [_request_body(inputs, p) for p in range(len(inputs.payloads))]
+        self._requests = requests if requests is not None else http_bodies(inputs)
         self._checked = False
 
     def infer(self, payload_index: int) -> None:
@@ -309,19 +319,17 @@ class PooledHttpInferClient:
 class GrpcInferClient:
     """tritonclient.grpc unary inference (needs gevent-initialised grpc)."""
 
-    def __init__(self, url: str, inputs: InputSet, timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        inputs: InputSet,
+        timeout_s: float = 60.0,
+        requests: Sequence[tuple[list[Any], list[Any] | None]] | None = None,
+    ) -> None:
         self._client = grpcclient.InferenceServerClient(url)
         self._model = inputs.model
         self._timeout_s = timeout_s
-        self._requests = []
-        outputs = [grpcclient.InferRequestedOutput(name) for name in inputs.outputs] or None
-        for payload in inputs.payloads:
-            tensors = []
-            for spec in inputs.specs:
-                t = grpcclient.InferInput(spec.name, list(spec.shape), spec.datatype)
-                t.set_data_from_numpy(payload[spec.name])
-                tensors.append(t)
-            self._requests.append((tensors, outputs))
+        self._requests = requests if requests is not None else grpc_requests(inputs)
 
     def infer(self, payload_index: int) -> None:
         """One unary ModelInfer call; raise ``InferError`` on failure."""
@@ -342,8 +350,93 @@ class GrpcInferClient:
 HTTP_CLIENTS = ("raw", "geventhttpclient")
 
 
+def _per_payload(inputs: InputSet, build: Callable[[int], Any]) -> list[Any]:
+    """``build(index)`` once per distinct payload: a repeat in the rotation is the same dict
+    object as the payload it repeats, and gets the same request object."""
+    built: dict[int, Any] = {}
+    out = []
+    for index, payload in enumerate(inputs.payloads):
+        key = id(payload)
+        if key not in built:
+            built[key] = build(index)
+        out.append(built[key])
+    return out
+
+
+def raw_http_requests(url: str, inputs: InputSet) -> list[bytes]:
+    """Whole HTTP/1.1 requests (request line, headers, body) for ``url``, one per rotation slot."""
+    host, port = _split_url(url)
+    head = (
+        f"POST /v2/models/{inputs.model}/infer HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        "Connection: keep-alive\r\n"
+    )
+
+    def build(index: int) -> bytes:
+        body, headers = _request_body(inputs, index)
+        lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        return f"{head}{lines}Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body
+
+    return _per_payload(inputs, build)
+
+
+def http_bodies(inputs: InputSet) -> list[tuple[bytes, dict[str, str]]]:
+    """Binary-extension bodies and their headers, one per rotation slot."""
+    return _per_payload(inputs, lambda index: _request_body(inputs, index))
+
+
+def grpc_requests(inputs: InputSet) -> list[tuple[list[Any], list[Any] | None]]:
+    """``(InferInput list, requested outputs)`` per rotation slot, each with its payload's shapes."""
+    outputs = [grpcclient.InferRequestedOutput(name) for name in inputs.outputs] or None
+
+    def build(index: int) -> tuple[list[Any], list[Any] | None]:
+        payload = inputs.payloads[index]
+        tensors = []
+        for spec in inputs.specs:
+            array = payload[spec.name]
+            t = grpcclient.InferInput(spec.name, list(array.shape), spec.datatype)
+            t.set_data_from_numpy(array)
+            tensors.append(t)
+        return tensors, outputs
+
+    return _per_payload(inputs, build)
+
+
+@dataclass(frozen=True)
+class PreparedRequests:
+    """One process's requests for one target and ``InputSet``, built once, read by every user.
+
+    ``items`` is in rotation order, one per payload slot: whole HTTP requests (``raw``), body
+    and headers (``geventhttpclient``), or gRPC input objects (``grpc``).
+    """
+
+    protocol: str
+    http_client: str
+    url: str
+    items: tuple[Any, ...]
+
+
+def prepare_requests(
+    protocol: str, url: str, inputs: InputSet, http_client: str = "raw"
+) -> PreparedRequests:
+    """The requests ``make_client`` would build for these arguments, built once here."""
+    if protocol == "grpc":
+        items: list[Any] = grpc_requests(inputs)
+    elif http_client == "geventhttpclient":
+        items = http_bodies(inputs)
+    elif http_client == "raw":
+        items = raw_http_requests(url, inputs)
+    else:
+        raise ValueError(f"http_client must be one of {HTTP_CLIENTS}, not {http_client!r}")
+    return PreparedRequests(protocol, http_client if protocol != "grpc" else "", url, tuple(items))
+
+
 def make_client(
-    protocol: str, url: str, inputs: InputSet, concurrency: int, http_client: str = "raw"
+    protocol: str,
+    url: str,
+    inputs: InputSet,
+    concurrency: int,
+    http_client: str = "raw",
+    prepared: PreparedRequests | None = None,
 ) -> InferClient:
     """A hot-path client for ``protocol`` ("http" or "grpc").
 
@@ -353,14 +446,23 @@ def make_client(
         inputs: the payloads.
         concurrency: HTTP connections at most.
         http_client: one of ``HTTP_CLIENTS`` (HTTP only).
+        prepared: requests built once for the process (:func:`prepare_requests`); used when
+            they were built for this protocol, client and URL, else the client builds its own.
     """
+    kind = "" if protocol == "grpc" else http_client
+    shared = (
+        prepared.items
+        if prepared is not None
+        and (prepared.protocol, prepared.http_client, prepared.url) == (protocol, kind, url)
+        else None
+    )
     if protocol == "grpc":
-        return GrpcInferClient(url, inputs)
+        return GrpcInferClient(url, inputs, requests=shared)
     if http_client == "geventhttpclient":
-        return PooledHttpInferClient(url, inputs, concurrency=concurrency)
+        return PooledHttpInferClient(url, inputs, concurrency=concurrency, requests=shared)
     if http_client != "raw":
         raise ValueError(f"http_client must be one of {HTTP_CLIENTS}, not {http_client!r}")
-    return RawHttpInferClient(url, inputs, concurrency=concurrency)
+    return RawHttpInferClient(url, inputs, concurrency=concurrency, requests=shared)
 
 
 def fetch_model_documents(protocol: str, url: str, model: str) -> tuple[dict, dict]:

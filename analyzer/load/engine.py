@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from analyzer.load.inputs import ShapeChoice
 from analyzer.measure import LoadSpec, WindowStats
 
 if TYPE_CHECKING:
@@ -38,6 +39,14 @@ class EngineOptions:
     data_file: str | None = None
     batch_size: int = 1
     shapes: dict[str, list[int]] | None = None
+    #: Distinct random payloads per generator process (None: ``DEFAULT_ROTATION``, fewer for
+    #: large inputs).
+    unique_payloads: int | None = None
+    #: Share of the random rotation that repeats an earlier payload, 0 <= r < 1 (the hit ratio
+    #: a response cache that holds them all sees).
+    repeat_ratio: float = 0.0
+    #: Variable-length mix: each random payload takes one choice's shapes, drawn by weight.
+    distribution: tuple[ShapeChoice, ...] = ()
     #: HTTP hot path: "raw" (pre-built requests on pooled sockets, the default) or
     #: "geventhttpclient" (its pool; for A/B comparisons).
     http_client: str = "raw"

@@ -380,6 +380,13 @@ class LocustLoadGenerator:
             data_file=o.data_file,
             batch_size=o.batch_size,
             shapes=o.shapes,
+            unique_payloads=o.unique_payloads,
+            repeat_ratio=o.repeat_ratio,
+            distribution=[
+                {"shapes": {k: list(v) for k, v in c.shapes.items()}, "weight": c.weight}
+                for c in o.distribution
+            ]
+            or None,
             http_client=o.http_client,
             precise_timer=o.precise_timer,
         )

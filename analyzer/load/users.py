@@ -2,7 +2,9 @@
 
 Every generator process (the in-process runner, or each ``analyzer.load.worker``) holds one
 ``ProcessContext`` on its Locust ``Environment``: the current ``EngineConfig`` (sent by the
-controller before each load level), the ``InputSet`` built from it, and the ``Recorder``.
+controller before each load level), the ``InputSet`` built from it, the requests built from
+that once for the whole process (``PreparedRequests``: every user's client shares them), and the
+``Recorder``.
 
 * ``ClosedLoopUser``: one request outstanding per user, back to back (perf_analyzer
   ``--concurrency-range``). Latency is timed from the actual send (closed loop; a stall delays the
@@ -19,7 +21,7 @@ import analyzer.load._gevent  # noqa: F401  (isort: skip) patch first
 import collections
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import gevent
@@ -27,8 +29,15 @@ from gevent.pool import Pool
 from locust import User, constant, task
 from locust.env import Environment
 
-from analyzer.load.clients import InferClient, InferError, fetch_model_documents, make_client
-from analyzer.load.inputs import DataMode, InputSet, build_inputs
+from analyzer.load.clients import (
+    InferClient,
+    InferError,
+    PreparedRequests,
+    fetch_model_documents,
+    make_client,
+    prepare_requests,
+)
+from analyzer.load.inputs import DataMode, InputOptions, InputSet, ShapeChoice, build_inputs
 from analyzer.load.recorder import Recorder
 from analyzer.load.timing import DeadlineSleeper
 
@@ -53,6 +62,12 @@ class EngineConfig:
     data_file: str | None = None
     batch_size: int = 1
     shapes: dict[str, list[int]] | None = None
+    #: Distinct random payloads (None: ``DEFAULT_ROTATION``, fewer for large inputs).
+    unique_payloads: int | None = None
+    #: Share of the random rotation that repeats an earlier payload, 0 <= r < 1.
+    repeat_ratio: float = 0.0
+    #: Variable-length mix: ``[{"shapes": {NAME: [dims]}, "weight": w}, ...]`` (empty: none).
+    distribution: list[dict[str, Any]] | None = None
     #: HTTP hot path: "raw" (pre-built requests on pooled sockets) or "geventhttpclient".
     http_client: str = "raw"
     #: Open loop: wake the dispatcher on a timerfd (sub-ms) rather than ``gevent.sleep`` (~1 ms).
@@ -67,6 +82,23 @@ class EngineConfig:
         """Inverse of ``to_dict``."""
         return cls(**data)
 
+    def input_options(self) -> InputOptions:
+        """How this level's payloads are built (checked: a bad value raises ``InputError``)."""
+        from pathlib import Path
+
+        return InputOptions(
+            mode=DataMode(self.data_mode),
+            batch_size=self.batch_size,
+            shapes=self.shapes,
+            data_file=Path(self.data_file) if self.data_file else None,
+            unique_payloads=self.unique_payloads,
+            repeat_ratio=self.repeat_ratio,
+            distribution=tuple(
+                ShapeChoice.of(c["shapes"], c.get("weight", 1.0)) for c in self.distribution or ()
+            ),
+            seed=self.seed,
+        )
+
 
 class ProcessContext:
     """Per-process engine state, attached to the Locust environment."""
@@ -75,38 +107,38 @@ class ProcessContext:
         self.process_index = process_index
         self.config: EngineConfig | None = None
         self.inputs: InputSet | None = None
+        #: The requests of ``inputs``, built once per process (not per user).
+        self.requests: PreparedRequests | None = None
         self.recorder = Recorder()
         self._inputs_key: tuple | None = None
+        self._requests_key: tuple | None = None
         self._users_started = 0
+        self._next_payload = 0
 
     def configure(self, config: EngineConfig) -> None:
-        """Adopt a new level's config; rebuild inputs only when they change; reset recording."""
-        key = (
-            config.protocol,
-            config.url,
-            config.model,
-            config.data_mode,
-            config.data_file,
-            config.batch_size,
-            repr(config.shapes),
-            config.seed,
-        )
+        """Adopt a new level's config; rebuild inputs and requests only when they change;
+        reset recording."""
+        options = config.input_options()
+        if options.mode is DataMode.RANDOM and self.process_index:
+            # Each process draws payloads of its own: with the same seed every worker would send
+            # the same ones, and the combined traffic would repeat more than ``repeat_ratio``.
+            options = replace(options, seed=options.seed + 1_000_003 * self.process_index)
+        key = (config.protocol, config.url, config.model, repr(options.to_dict()))
         if key != self._inputs_key:
-            from pathlib import Path
-
             metadata, model_config = fetch_model_documents(
                 config.protocol, config.url, config.model
             )
-            self.inputs = build_inputs(
-                metadata,
-                model_config,
-                mode=DataMode(config.data_mode),
-                batch_size=config.batch_size,
-                data_file=Path(config.data_file) if config.data_file else None,
-                seed=config.seed,
-                shapes=config.shapes,
-            )
+            self.inputs = build_inputs(metadata, model_config, options=options)
             self._inputs_key = key
+            self._requests_key = None
+            self._next_payload = 0
+        requests_key = (key, config.http_client)
+        if requests_key != self._requests_key:
+            assert self.inputs is not None
+            self.requests = prepare_requests(
+                config.protocol, config.url, self.inputs, config.http_client
+            )
+            self._requests_key = requests_key
         self.config = config
         self.recorder = Recorder()
         self._users_started = 0
@@ -115,6 +147,18 @@ class ProcessContext:
         """A distinct index per user started in this process (seeds, phases)."""
         self._users_started += 1
         return self.process_index * 1000 + self._users_started
+
+    def next_payload(self) -> int:
+        """The rotation slot of the next request this process sends.
+
+        One counter for all the process's users, kept across load levels (until the inputs
+        change), so the process walks its rotation once in order: per-user counters sent each
+        payload once per user, and a new level started the rotation over, which a response
+        cache would have answered.
+        """
+        index = self._next_payload
+        self._next_payload += 1
+        return index
 
 
 def attach_context(env: Environment, ctx: ProcessContext) -> None:
@@ -160,20 +204,24 @@ class ClosedLoopUser(User):
         assert ctx.config is not None and ctx.inputs is not None
         self.ctx = ctx
         self.infer_client: InferClient = make_client(
-            ctx.config.protocol, ctx.config.url, ctx.inputs, 1, ctx.config.http_client
+            ctx.config.protocol,
+            ctx.config.url,
+            ctx.inputs,
+            1,
+            ctx.config.http_client,
+            prepared=ctx.requests,
         )
-        self.request_index = ctx.next_user_index()
 
     @task
     def infer(self) -> None:
         """Send one request and record it."""
         recorder = self.ctx.recorder
         recorder.dispatched_one(0.0)
-        self.request_index += 1
+        payload = self.ctx.next_payload()
         error: BaseException | None = None
         start = time.perf_counter()
         try:
-            self.infer_client.infer(self.request_index)
+            self.infer_client.infer(payload)
         except Exception as exc:  # any failure is a failed request, recorded by kind
             error = exc
         end = time.perf_counter()
@@ -210,10 +258,10 @@ class OpenLoopUser(User):
             ctx.inputs,
             self.config.pool_size,
             self.config.http_client,
+            prepared=ctx.requests,
         )
         index = ctx.next_user_index()
         self.rng = random.Random(self.config.seed * 1_000_003 + index)
-        self.request_index = index * 1_000_000
 
     def _interval(self) -> float:
         rate = self.config.rate_per_user
@@ -250,11 +298,11 @@ class OpenLoopUser(User):
         recorder = self.ctx.recorder
         model = self.ctx.inputs.model if self.ctx.inputs else ""
         while True:
-            self.request_index += 1
+            payload = self.ctx.next_payload()
             error: BaseException | None = None
             start = time.perf_counter()
             try:
-                self.infer_client.infer(self.request_index)
+                self.infer_client.infer(payload)
             except Exception as exc:  # any failure is a failed request, recorded by kind
                 error = exc
             end = time.perf_counter()
