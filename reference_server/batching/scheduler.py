@@ -264,8 +264,11 @@ class Scheduler:
                     "accepting new inference requests",
                     Code.UNAVAILABLE,
                 )
+            # An entry that arrives with a time (from the sequence batcher, oldest strategy)
+            # keeps it as its queue start, as Triton's dynamic batcher does in that role.
+            arrived = entry.enqueue_ns
             entry.enqueue_ns = self._clock()
-            req.queue_start_ns = entry.enqueue_ns
+            req.queue_start_ns = arrived or entry.enqueue_ns
             if self.params is not None:
                 self._enqueue_batching(entry, rid)
                 return

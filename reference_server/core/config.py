@@ -27,6 +27,8 @@ ModelConfig = mc.ModelConfig
 #: (and, for ONNX, a session) of this process; Triton has no cap, and 10,000 took 12 s and as
 #: many threads to start. Far above what one host can use for one model.
 MAX_INSTANCES_PER_MODEL = 64
+#: Triton's ``SEQUENCE_IDLE_DEFAULT_MICROSECONDS``: idle sequences lose their slot after 1 s.
+SEQUENCE_IDLE_DEFAULT_US = 1_000_000
 
 #: config data type -> KServe protocol datatype.
 _TYPE_TO_PROTOCOL = {
@@ -204,6 +206,12 @@ def normalize(
         and out.max_batch_size > 0
     ):
         out.dynamic_batching.preferred_batch_size.append(out.max_batch_size)
+    if out.HasField("sequence_batching"):
+        sb = out.sequence_batching
+        if sb.max_sequence_idle_microseconds == 0:
+            sb.max_sequence_idle_microseconds = SEQUENCE_IDLE_DEFAULT_US
+        if sb.HasField("oldest") and not sb.oldest.preferred_batch_size and out.max_batch_size > 0:
+            sb.oldest.preferred_batch_size.append(out.max_batch_size)
     if out.backend != "ensemble" and out.platform != "ensemble":
         if not out.optimization.HasField("input_pinned_memory"):
             out.optimization.input_pinned_memory.enable = True
@@ -276,17 +284,13 @@ def validate(
                 )
     if cfg.HasField("dynamic_batching"):
         _validate_dynamic_batching(cfg)
-    if cfg.response_cache.enable:
-        if cfg.HasField("sequence_batching"):
-            raise ModelConfigError(
-                f"Response Cache does not currently support model {name} with sequence "
-                "batching scheduler. Please disable the response cache."
-            )
-        if cfg.model_transaction_policy.decoupled:
-            raise ModelConfigError(
-                f"Response Cache does not currently support model {name} with 'decoupled' "
-                "transaction policy. Please disable the response cache."
-            )
+    if cfg.HasField("sequence_batching"):
+        _validate_sequence_batching(cfg)
+    if cfg.response_cache.enable and cfg.model_transaction_policy.decoupled:
+        raise ModelConfigError(
+            f"Response Cache does not currently support model {name} with 'decoupled' "
+            "transaction policy. Please disable the response cache."
+        )
     if instance_groups:
         validate_instance_groups(cfg, gpu_ids)
 
@@ -367,6 +371,108 @@ def _validate_dynamic_batching(cfg: mc.ModelConfig) -> None:
                 raise ModelConfigError(
                     "Queue policy can not have DELAY as timeout action when "
                     f"'preserve_ordering' is true for {name}"
+                )
+
+
+_CONTROL = mc.ModelSequenceBatching.Control
+_CORRID_TYPES = (mc.TYPE_UINT64, mc.TYPE_INT64, mc.TYPE_UINT32, mc.TYPE_INT32, mc.TYPE_STRING)
+
+
+def _validate_sequence_batching(cfg: mc.ModelConfig) -> None:
+    """``ValidateModelConfig``'s sequence-batching checks, in Triton's order and words."""
+    name = cfg.name
+    if cfg.response_cache.enable:
+        raise ModelConfigError(
+            f"Response Cache does not currently support model {name} with sequence "
+            "batching scheduler. Please disable the response cache."
+        )
+    sb = cfg.sequence_batching
+    for kind in (
+        _CONTROL.CONTROL_SEQUENCE_START,
+        _CONTROL.CONTROL_SEQUENCE_END,
+        _CONTROL.CONTROL_SEQUENCE_READY,
+        _CONTROL.CONTROL_SEQUENCE_CORRID,
+    ):
+        _check_control(sb, name, kind)
+    for control_input in sb.control_input:
+        for control in control_input.control:
+            if (
+                control.kind == _CONTROL.CONTROL_SEQUENCE_CORRID
+                and control.data_type not in _CORRID_TYPES
+            ):
+                raise ModelConfigError(
+                    f"unexpected data type for control CONTROL_SEQUENCE_CORRID for {name}. "
+                    "Allowed data types are TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 "
+                    "and TYPE_STRING"
+                )
+    if sb.HasField("oldest"):
+        for size in sb.oldest.preferred_batch_size:
+            if size <= 0:
+                raise ModelConfigError(
+                    f"sequence batching preferred batch size must be positive for {name}"
+                )
+            if size > cfg.max_batch_size:
+                raise ModelConfigError(
+                    f"sequence batching preferred batch size must be <= max batch size for {name}"
+                )
+    if sb.HasField("direct"):
+        utilization = sb.direct.minimum_slot_utilization
+        if utilization < 0.0 or utilization > 1.0:
+            raise ModelConfigError(
+                "sequence batching minimum slot utilization must be in range (0.0, 1.0] for " + name
+            )
+
+
+def _check_control(sb: mc.ModelSequenceBatching, name: str, kind: int) -> None:
+    """``Get{Boolean,Typed}SequenceControlProperties`` for one control kind."""
+    kind_name = _CONTROL.Kind.Name(kind)
+    typed = kind == _CONTROL.CONTROL_SEQUENCE_CORRID
+    seen_tensors: set[str] = set()
+    seen = False
+    for control_input in sb.control_input:
+        if not control_input.name:
+            raise ModelConfigError(f"sequence batching control tensor must have a name for {name}")
+        if control_input.name in seen_tensors:
+            raise ModelConfigError(
+                f"sequence batching control tensor '{control_input.name}' is specified for "
+                f"multiple control kinds for {name}"
+            )
+        seen_tensors.add(control_input.name)
+        for control in control_input.control:
+            if control.kind != kind:
+                continue
+            if seen:
+                raise ModelConfigError(
+                    f"sequence batching specifies multiple {kind_name} tensors for {name}"
+                )
+            seen = True
+            lists = {
+                "int32_false_true": len(control.int32_false_true),
+                "fp32_false_true": len(control.fp32_false_true),
+                "bool_false_true": len(control.bool_false_true),
+            }
+            given = [k for k, n in lists.items() if n]
+            if typed:
+                if given:
+                    raise ModelConfigError(
+                        "sequence batching must not specify either 'int32_false_true', "
+                        f"'fp32_false_true' or 'bool_false_true' for {kind_name} for {name}"
+                    )
+                continue
+            if not given:
+                raise ModelConfigError(
+                    "sequence batching must specify either 'int32_false_true', "
+                    f"'fp32_false_true' or 'bool_false_true' for {kind_name} for {name}"
+                )
+            if len(given) > 1:
+                raise ModelConfigError(
+                    "sequence batching specifies more than one from 'int32_false_true', "
+                    f"'fp32_false_true' and 'bool_false_true' for {kind_name} for {name}"
+                )
+            if lists[given[0]] != 2:
+                raise ModelConfigError(
+                    f"sequence batching control '{given[0]}' must have exactly 2 entries for "
+                    f"{kind_name} for {name}"
                 )
 
 

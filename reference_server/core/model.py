@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
-from reference_server.backends.base import BackendArgs, create_backend
+from reference_server.backends.base import Backend, BackendArgs, create_backend
 from reference_server.batching.decide import BatchingParams, QueuePolicy
 from reference_server.batching.instances import (
     DeviceRegistry,
@@ -30,6 +30,7 @@ from reference_server.batching.instances import (
 )
 from reference_server.batching.rate_limiter import InstanceLimits, ResourceNeed
 from reference_server.batching.scheduler import Batch, Entry, Scheduler
+from reference_server.batching.sequence import Controls, SequenceParams, SequenceScheduler
 from reference_server.core.cache import ResponseCache, cache_key
 from reference_server.core.config import numpy_dtype, protocol_datatype
 from reference_server.core.errors import BackendError, Code, ServerError
@@ -149,6 +150,15 @@ class ModelRuntime:
         cfg = self.config
         active = sum(g.count * max(1, len(g.gpus)) for g in cfg.instance_group if not g.passive)
         dispatch = self._options.rate_limiter
+        if cfg.HasField("sequence_batching"):
+            # Sequence slots belong to instances: the rate limiter does not reorder them here.
+            return SequenceScheduler(
+                self.name,
+                SequenceParams.from_config(cfg),
+                Controls.from_config(cfg),
+                instance_count=active,
+                on_reject=self._on_reject,
+            )
         if not cfg.HasField("dynamic_batching"):
             return Scheduler(self.name, None, instance_count=active, dispatch=dispatch)
         db = cfg.dynamic_batching
@@ -202,14 +212,14 @@ class ModelRuntime:
         params.setdefault("device", self._options.default_device)
         specs = self._instance_specs()
         slots = iter(range(len(specs)))
-        limiter = self._options.rate_limiter
+        limiter = None if self.config.HasField("sequence_batching") else self._options.rate_limiter
         try:
             if limiter is not None:
                 # Before any backend starts, as Triton registers each instance on creation:
                 # resources that cannot be scheduled fail the load.
                 limiter.register(self.scheduler, [s.limits for s in specs if not s.passive])
             for index, spec in enumerate(specs):
-                backend = create_backend(self.config)
+                backend = _create_backend(self.config)
                 device_name = f"gpu{spec.device_id}" if spec.kind == "KIND_GPU" else "cpu"
                 args = BackendArgs(
                     model_name=self.name,
@@ -269,7 +279,9 @@ class ModelRuntime:
         self.scheduler.join()
         for instance in self.instances:
             instance.join()
-        if self._options.rate_limiter is not None:
+        if self._options.rate_limiter is not None and not isinstance(
+            self.scheduler, SequenceScheduler
+        ):
             self._options.rate_limiter.unregister(self.scheduler)
         self._finalize_backends()
 
@@ -473,7 +485,8 @@ class ModelRuntime:
     def _run_batch(self, instance: ModelInstance, batch: Batch) -> None:
         entries = batch.entries
         requests = [e.request for e in entries]
-        self.stats.pending_add(-len(entries))
+        # Null requests of the direct sequence strategy (no context) belong to no client.
+        self.stats.pending_add(-sum(1 for e in entries if e.context is not None))
         self.pause_gate.wait()
         start = time.monotonic_ns()
         for req in requests:
@@ -503,6 +516,8 @@ class ModelRuntime:
                 end - output_start,
             )
         for entry, result in zip(entries, results, strict=True):
+            if entry.context is None:
+                continue
             req = entry.request
             req.compute_input_end_ns = input_end
             req.compute_output_start_ns = output_start
@@ -589,6 +604,15 @@ class ModelRuntime:
     def pause(self, seconds: float) -> None:
         """Hold executions starting in the next ``seconds`` back (coordinated-omission tests)."""
         self.pause_gate.pause(seconds)
+
+
+def _create_backend(config: mc.ModelConfig) -> Backend:
+    """The backend of a config: the zoo's stateful accumulator, or a built-in one."""
+    if (config.backend or config.platform) == "accumulator":
+        from reference_server.zoo.accumulator import AccumulatorBackend
+
+        return AccumulatorBackend()
+    return create_backend(config)
 
 
 def _deliver(callback: Callback, result: InferResponse | ServerError) -> None:

@@ -571,12 +571,6 @@ class InferenceServer:
             new: dict[str, ModelRuntime] = {}
             try:
                 validate_instance_groups(cfg, self.gpu_ids)
-                if cfg.HasField("sequence_batching"):
-                    raise ServerError(
-                        "sequence batching is not implemented by this server; use "
-                        "dynamic_batching (or no scheduler) for this model",
-                        Code.UNSUPPORTED,
-                    )
                 versions = select_versions(cfg, source.directory)
                 unchanged = (
                     (source is kept or (not source.from_override and not st.from_override))

@@ -22,6 +22,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
+from reference_server.batching.sequence import SequenceInfo, set_sequence
 from reference_server.core.errors import Code, ServerError
 from reference_server.core.types import InferRequest, InferResponse, ParamValue, RequestedOutput
 from reference_server.frontends import wire
@@ -76,9 +77,7 @@ _FIELD_DATATYPE = {
     "fp64_contents": "FP64",
     "bytes_contents": "BYTES",
 }
-_IGNORED_PARAMETERS = frozenset(
-    {"sequence_id", "sequence_start", "sequence_end", "binary_data_output"}
-)
+_IGNORED_PARAMETERS = frozenset({"binary_data_output"})
 _ALLOWED_TRITON_PARAMETERS = frozenset({"triton_enable_empty_final_response"})
 
 R = TypeVar("R")
@@ -435,6 +434,7 @@ def _from_contents(
 
 
 def _parse_parameters(request: InferRequest, parameters: Any) -> None:
+    sequence: dict[str, Any] = {}
     for key, param in parameters.items():
         kind = param.WhichOneof("parameter_choice")
         if key.startswith("triton_") and key not in _ALLOWED_TRITON_PARAMETERS:
@@ -444,7 +444,24 @@ def _parse_parameters(request: InferRequest, parameters: Any) -> None:
                 + ", ".join(sorted(_ALLOWED_TRITON_PARAMETERS)),
                 Code.INVALID_ARG,
             )
-        if key == "priority":
+        if key == "sequence_id":
+            if kind not in ("int64_param", "uint64_param", "string_param"):
+                raise ServerError(
+                    "invalid value type for 'sequence_id' parameter, expected int64_param, "
+                    "uint64_param or string_param.",
+                    Code.INVALID_ARG,
+                )
+            value = getattr(param, kind)
+            # tritonclient sends an int id as int64_param; Triton reads it as a uint64.
+            sequence["correlation_id"] = value if isinstance(value, str) else int(value) % 2**64
+        elif key in ("sequence_start", "sequence_end"):
+            if kind != "bool_param":
+                raise ServerError(
+                    f"invalid value type for '{key}' parameter, expected bool_param.",
+                    Code.INVALID_ARG,
+                )
+            sequence[key.removeprefix("sequence_")] = bool(param.bool_param)
+        elif key == "priority":
             if kind not in ("int64_param", "uint64_param"):
                 raise ServerError(
                     "invalid value type for 'priority' parameter, expected int64_param or "
@@ -468,6 +485,8 @@ def _parse_parameters(request: InferRequest, parameters: Any) -> None:
             continue
         elif kind is not None:
             request.parameters[key] = _param_value(param)
+    if sequence:
+        set_sequence(request, SequenceInfo(**sequence))
 
 
 def _param_value(param: Any) -> ParamValue:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from reference_server.batching.sequence import SequenceInfo, set_sequence
 from reference_server.core.config import protocol_datatype
 from reference_server.core.errors import Code, ServerError
 from reference_server.core.types import InferRequest, InferResponse, ParamValue, RequestedOutput
@@ -23,9 +24,6 @@ from reference_server.frontends import wire
 #: Bytes that may follow the JSON header as binary tensors (gRPC's limit, INT32_MAX).
 MAX_BINARY_SIZE = 2**31 - 1
 
-# Request parameters the server interprets; sequence fields are accepted and ignored because
-# this server has no sequence batcher (Triton ignores them on non-sequence models too).
-_IGNORED_PARAMETERS = frozenset({"sequence_id", "sequence_start", "sequence_end"})
 
 _compact = json.JSONEncoder(separators=(",", ":"), allow_nan=True).encode
 
@@ -135,6 +133,7 @@ def parse_infer_request(
 def _parse_parameters(request: InferRequest, parameters: Any) -> None:
     if not isinstance(parameters, dict):
         raise _json_type("parameters", "object")
+    sequence: dict[str, Any] = {}
     for key, value in parameters.items():
         if key.startswith("triton_"):
             raise ServerError(
@@ -142,14 +141,17 @@ def _parse_parameters(request: InferRequest, parameters: Any) -> None:
                 "should not be specified.",
                 Code.INVALID_ARG,
             )
-        if key == "priority":
+        if key == "sequence_id":
+            # A string names a string sequence; anything else must be a uint64.
+            sequence["correlation_id"] = value if isinstance(value, str) else _uint(key, value)
+        elif key in ("sequence_start", "sequence_end"):
+            sequence[key.removeprefix("sequence_")] = _bool(key, value)
+        elif key == "priority":
             request.priority = _uint(key, value)
         elif key == "timeout":
             request.timeout_us = _uint(key, value)
         elif key == "binary_data_output":
             request.binary_data_output = _bool(key, value)
-        elif key in _IGNORED_PARAMETERS:
-            continue
         elif isinstance(value, str | bool | int | float):
             request.parameters[key] = value
         else:
@@ -158,6 +160,8 @@ def _parse_parameters(request: InferRequest, parameters: Any) -> None:
                 "'string'.",
                 Code.INVALID_ARG,
             )
+    if sequence:
+        set_sequence(request, SequenceInfo(**sequence))
 
 
 def _parse_input(
