@@ -148,7 +148,9 @@ def merged_profile(probed: Profile, fitted: Profile) -> Profile:
 
 
 def _workers() -> int:
-    return max(1, (os.cpu_count() or 1) // 2)
+    # The predict phase runs alone (no load is offered meanwhile, the server idles): every
+    # core simulates. A group per instance count, so more processes than groups idle.
+    return max(1, os.cpu_count() or 1)
 
 
 @dataclass
@@ -221,6 +223,7 @@ class Guide:
             seed=self.seed,
             resolution=SIM_RESOLUTION,
             workers=_workers(),
+            ceiling_rps=self.ceiling_rps,
         )
         for sim, cap in found.items():
             rps = min(cap.capacity_rps, self.ceiling_rps)

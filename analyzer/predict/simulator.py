@@ -496,6 +496,7 @@ def capacity(
     resolution: float = 0.02,
     min_rps: float | None = None,
     start_rps: float | None = None,
+    ceiling_rps: float = math.inf,
 ) -> CapacityPrediction:
     """Search the rate for the highest one whose simulated p99 is <= ``p99_ms``.
 
@@ -517,14 +518,18 @@ def capacity(
         resolution: Stop when the bracket is narrower than this share of the capacity.
         min_rps: Lowest rate tried (default: 1 % of the peak).
         start_rps: Where to start looking (clipped into the bracket); None = bisection.
+        ceiling_rps: No rate above this is of interest (the sweep offers no more): the
+            search's upper end is ``min(peak, ceiling_rps)``, so a config that passes there
+            costs one simulated rate.
 
     Raises:
         ExtrapolationError: the config needs batch sizes beyond the profile.
     """
     if p99_ms <= 0:
         raise ValueError("p99_ms must be positive")
-    peak = profile.peak_rps(config.largest_batch, config.instance_count)
-    lo_rate = min_rps if min_rps is not None else peak * 0.01
+    bound = profile.peak_rps(config.largest_batch, config.instance_count)
+    lo_rate = min_rps if min_rps is not None else bound * 0.01
+    peak = min(bound, ceiling_rps)
     steps: list[tuple[float, float]] = []
 
     def passes(rate: float) -> tuple[bool, Prediction]:
@@ -608,6 +613,7 @@ def capacities(
     seed: int = 0,
     resolution: float = 0.02,
     workers: int = 1,
+    ceiling_rps: float = math.inf,
 ) -> dict[SimConfig, CapacityPrediction]:
     """:func:`capacity` of every config, fast enough for a whole search space.
 
@@ -616,7 +622,8 @@ def capacities(
     sizes, queue delay), and each search starts from the previous config's capacity. Configs
     that simulate identically (:func:`_equivalence_key`: e.g. every delay at
     ``max_batch_size`` 1) are simulated once. Groups are independent, so ``workers > 1``
-    runs them in that many processes with the same answers.
+    runs them in that many processes with the same answers. ``ceiling_rps``: as in
+    :func:`capacity` (configs at or above it cost one simulated rate each).
 
     Raises:
         ExtrapolationError: some config needs batch sizes beyond the profile (before any
@@ -630,7 +637,7 @@ def capacities(
         sorted(g, key=lambda c: (c.max_batch_size, c.preferred_batch_size, c.max_queue_delay_us))
         for _, g in sorted(groups.items())
     ]
-    args = (profile, p99_ms, requests, seed, resolution)
+    args = (profile, p99_ms, requests, seed, resolution, ceiling_rps)
     out: dict[SimConfig, CapacityPrediction] = {}
     if workers > 1 and len(chains) > 1:
         from concurrent.futures import ProcessPoolExecutor
@@ -651,6 +658,7 @@ def _chain(
     requests: int,
     seed: int,
     resolution: float,
+    ceiling_rps: float = math.inf,
 ) -> dict[SimConfig, CapacityPrediction]:
     """One group of :func:`capacities`, each search warm-started at the previous answer."""
     done: dict[tuple[Any, ...], CapacityPrediction] = {}
@@ -668,6 +676,7 @@ def _chain(
                 seed=seed,
                 resolution=resolution,
                 start_rps=hint,
+                ceiling_rps=ceiling_rps,
             )
             done[key] = cap
         out[config] = cap

@@ -186,3 +186,25 @@ def test_capacities_in_worker_processes_give_the_same_answers() -> None:
     one = capacities(profile, configs, 20.0, requests=1500)
     two = capacities(profile, configs, 20.0, requests=1500, workers=2)
     assert {c: p.to_dict() for c, p in one.items()} == {c: p.to_dict() for c, p in two.items()}
+
+
+def test_a_ceiling_caps_the_search_and_costs_one_rate_where_it_passes() -> None:
+    from analyzer.predict.simulator import capacities
+
+    profile = constant(2.0, 16, per_item_ms=0.25)
+    configs = [SimConfig(mbs, delay, (), 1) for mbs in (1, 4, 16) for delay in (0, 2000)]
+    free = capacities(profile, configs, 20.0)
+    ceiling = 0.5 * max(p.capacity_rps for p in free.values())
+    capped = capacities(profile, configs, 20.0, ceiling_rps=ceiling)
+    assert any(p.capacity_rps >= ceiling for p in free.values())
+    assert any(p.capacity_rps < ceiling for p in free.values())
+    for config in configs:
+        if free[config].capacity_rps >= ceiling:
+            # Passes at the ceiling: the answer is the ceiling; searched alone, from one rate.
+            assert capped[config].capacity_rps == ceiling
+            alone = capacity(profile, config, 20.0, ceiling_rps=ceiling)
+            assert (alone.capacity_rps, len(alone.steps)) == (ceiling, 1)
+        else:
+            assert capped[config].capacity_rps == pytest.approx(free[config].capacity_rps, rel=0.03)
+    rates = sum(len(p.steps) for p in {id(p): p for p in capped.values()}.values())
+    assert rates < sum(len(p.steps) for p in {id(p): p for p in free.values()}.values())
