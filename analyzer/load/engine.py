@@ -2,8 +2,8 @@
 from a scenario (:func:`engine_options`). Pure: no locust or gevent import, so the sweep and the
 gate build options before (and without) patching the process.
 
-``perfsweep load`` has no scenario (its flags map one to one onto the fields) and builds
-:class:`EngineOptions` itself.
+``perfsweep load`` builds its options here too, from a scenario made of its flags, so the
+traffic ``run``, ``gate`` and ``load`` describe is described once (``[input]``).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def engine_options(
     scenario's inputs, over HTTP.
 
     Args:
-        scenario: Where the inputs (``input.data``, ``input.batch_size``) and, when
+        scenario: Where the inputs (the whole ``[input]`` section) and, when
             ``distributed``, the generator processes (``traffic.workers``, ``expect_workers``,
             ``master_bind_host``, ``master_port``) come from.
         url: The target's HTTP address (a ``Target.url``).
@@ -93,12 +93,18 @@ def engine_options(
             gate measures with one generator process).
         **fields: Any other :class:`EngineOptions` field (``max_send_lag_ms``, ``on_window``...).
     """
+    i = scenario.input
     options = EngineOptions(
         url=url.split("://", 1)[-1],
         model=model,
         protocol="http",
-        data_mode=scenario.input.data,
-        batch_size=scenario.input.batch_size,
+        data_mode=i.mode,
+        data_file=str(i.data_file) if i.data_file is not None else None,
+        batch_size=i.batch_size,
+        shapes={k: list(v) for k, v in i.shapes.items()} if i.shapes else None,
+        unique_payloads=i.unique_payloads,
+        repeat_ratio=i.repeat_ratio,
+        distribution=tuple(ShapeChoice.of(d.shapes, d.weight) for d in i.distribution),
         metrics_url=metrics_url,
     )
     if distributed:
