@@ -170,13 +170,7 @@ class Controls:
             if datatype == "BYTES":
                 out[name] = np.full(shape, str(cid).encode(), dtype=np.object_)
             else:
-                # Triton copies the uint64's low bytes into the tensor (a C memcpy).
-                raw = np.array([int(cid) & 0xFFFF_FFFF_FFFF_FFFF], dtype=np.uint64)
-                out[name] = (
-                    raw.view(np.uint8)[: np.dtype(_NUMPY[datatype]).itemsize]
-                    .view(_NUMPY[datatype])
-                    .reshape(shape)
-                )
+                out[name] = _integer_corrid(cid, datatype).reshape(shape)
         return out
 
     def datatypes(self) -> dict[str, str]:
@@ -185,6 +179,23 @@ class Controls:
         if self.corrid is not None:
             out[self.corrid[0]] = self.corrid[1]
         return out
+
+
+def _integer_corrid(cid: CorrelationId, datatype: str) -> np.ndarray:
+    """What Triton 2.51 writes into an integer CORRID tensor (a C memcpy of the id's bytes).
+
+    A uint64 id gives its low bytes. Triton 2.51 does not refuse a string id for an integer
+    CORRID (later versions do): it copies the id's serialized form (uint32 length, then the
+    bytes) into the tensor, truncated to its size; here the bytes it does not write are zero.
+    """
+    dtype = np.dtype(_NUMPY[datatype])
+    if isinstance(cid, str):
+        text = cid.encode()
+        raw = len(text).to_bytes(4, "little") + text
+    else:
+        raw = (int(cid) & 0xFFFF_FFFF_FFFF_FFFF).to_bytes(8, "little")
+    raw = raw[: dtype.itemsize].ljust(dtype.itemsize, b"\0")
+    return np.frombuffer(raw, dtype=dtype).copy()
 
 
 _PROTOCOL = {
@@ -602,7 +613,6 @@ class SequenceScheduler(Scheduler):
         """
         req = entry.request
         info = sequence_of(req)
-        self._check_correlation_type(req, info)
         if req.batch_size > 1:
             raise ServerError(
                 f"inference request to model '{self.model_name}' must specify batch-size 1 "
@@ -626,19 +636,6 @@ class SequenceScheduler(Scheduler):
             self._seq_cond.notify_all()  # the reaper watches the new timestamp
             if slot is not None:
                 self._place(slot, [entry])
-
-    def _check_correlation_type(self, req: InferRequest, info: SequenceInfo) -> None:
-        """``InferenceRequest::ValidateCorrelationId``: the id's type must suit CORRID."""
-        if self.controls.corrid is None:
-            return
-        name, expected = self.controls.corrid
-        given = "BYTES" if isinstance(info.correlation_id, str) else "UINT64"
-        if (given == "BYTES") != (expected == "BYTES"):
-            raise ServerError(
-                f"[request id: {req.id or '<id_unknown>'}] sequence batching control '{name}' "
-                f"data-type is '{given}', but model '{self.model_name}' expects '{expected}'",
-                Code.INVALID_ARG,
-            )
 
     def _place(self, slot: SlotRef, entries: Sequence[Entry | None]) -> None:
         """Under the lock: queue requests (or a force-end marker) on a slot."""
