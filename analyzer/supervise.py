@@ -4,12 +4,15 @@ A supervised child dies with the process that started it, even after ``kill -9``
 on Linux the child asks for ``PR_SET_PDEATHSIG`` (SIGTERM when its parent thread exits) before
 it executes, and everywhere it gets ``PERFSWEEP_PARENT_PID`` (``python -m reference_server`` stops
 itself once that parent is gone). :func:`die_with_parent` is the one mechanism; the managed
-reference server (:class:`analyzer.target.ManagedServer`) and ``perfsweep ui``'s Locust
-processes are started through :func:`child_process_options`.
+servers (:class:`analyzer.target.ManagedServer`: the reference server, or a real Triton from
+:mod:`analyzer.triton_server`) and ``perfsweep ui``'s Locust processes are started through
+:func:`child_process_options`.
 
 :class:`Supervisor` knows nothing about servers or HTTP: it runs a command with its output
 appended to a log file, waits until a caller-given parser finds what it needs in the new part of
-the log, restarts it when it died, and stops it (SIGTERM, then SIGKILL).
+the log, restarts it when it died (with a new command line when the caller gives one), and
+stops it (SIGTERM, then SIGKILL). With ``own_group`` the child leads a process group of its own,
+and stopping it also ends what it started (Triton's Python-backend stub processes).
 """
 
 from __future__ import annotations
@@ -65,6 +68,39 @@ def child_process_options(env: Mapping[str, str] | None = None) -> dict[str, Any
     }
 
 
+def group_members(pgid: int) -> list[int]:
+    """The live processes of process group ``pgid`` (zombies not counted), read from ``/proc``;
+    empty where there is no ``/proc``."""
+    members: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return members
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):  # it ended while we looked
+            continue
+        if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+            members.append(int(entry))
+    return members
+
+
+def kill_group(pgid: int, timeout_s: float = 10.0) -> None:
+    """SIGKILL what is left of process group ``pgid`` until nothing of it runs (bounded by
+    ``timeout_s``): its leader is gone, but what the leader started may still run."""
+    deadline = time.monotonic() + timeout_s
+    while group_members(pgid) and time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.02)
+
+
 def log_note(log_path: Path, text: str) -> None:
     """Append ``--- perfsweep: <text>`` to a child's log (perfsweep's own lines in it)."""
     with open(log_path, "ab") as log:
@@ -80,6 +116,9 @@ class Supervisor:
         name: What the child is, for messages ("the reference server").
         label: Its short name in the log's ``--- perfsweep: <label> pid N`` line (tests read it).
         env: Extra environment variables for the child.
+        own_group: Start the child in a session (and process group) of its own: Ctrl-C in the
+            terminal does not reach it, and :meth:`stop` also ends the processes it started,
+            even those left behind when the child itself was killed.
     """
 
     def __init__(
@@ -89,8 +128,10 @@ class Supervisor:
         name: str = "the child process",
         label: str = "child",
         env: Mapping[str, str] | None = None,
+        own_group: bool = False,
     ) -> None:
         self.command = list(command)
+        self.own_group = own_group
         self.log_path = Path(log_path).resolve()
         self.name = name
         self.label = label
@@ -111,6 +152,7 @@ class Supervisor:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                start_new_session=self.own_group,
                 **options,
             )
             self.note(f"{self.label} pid {self._proc.pid}", log)
@@ -143,13 +185,21 @@ class Supervisor:
                 )
             time.sleep(poll_s)
 
-    def restart(self, timeout_s: float = 10.0) -> None:
+    def restart(self, timeout_s: float = 10.0, command: Sequence[str] | None = None) -> None:
         """Stop the child whatever its state (dead, or running but hung), say so in the log
-        (``<label> died (status N); restarting``), and start it again."""
+        (``<label> died (status N); restarting``), and start it again.
+
+        Args:
+            timeout_s: How long the old child gets to stop after SIGTERM.
+            command: The new command line (a managed Triton picks new free ports); default the
+                same one.
+        """
         code = self.returncode()
         self.stop(timeout_s)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log_note(self.log_path, f"{self.label} died (status {code}); restarting")
+        if command is not None:
+            self.command = list(command)
         self.start()
 
     def running(self) -> bool:
@@ -165,16 +215,23 @@ class Supervisor:
         return self._proc.pid if self._proc is not None else None
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop the child: SIGTERM, then SIGKILL after ``timeout_s``."""
+        """Stop the child: SIGTERM, then SIGKILL after ``timeout_s``.
+
+        With ``own_group`` only the child gets the SIGTERM (a server shuts its own helpers down
+        cleanly); whatever is left of its process group afterwards is killed.
+        """
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
-        proc.terminate()
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=timeout_s)
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=timeout_s)
+        if self.own_group:
+            kill_group(proc.pid, timeout_s)
 
     def note(self, text: str, log: Any = None) -> None:
         """Append ``--- perfsweep: <text>`` to the log (``log``: an open binary handle)."""

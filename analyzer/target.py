@@ -2,9 +2,11 @@
 
 Two implementations:
 
-* :class:`ManagedServer`: the reference server as a subprocess (``python -m reference_server``)
-  on loopback with free ports, its output appended to a log file in the run directory; it is
-  restarted when it dies.
+* :class:`ManagedServer`: a server process perfsweep starts on loopback with free ports, its
+  output appended to a log file in the run directory; it is restarted when it dies. The
+  reference server (``python -m reference_server``) by default;
+  :class:`analyzer.triton_server.ManagedTriton` is the same target with a real ``tritonserver``
+  (``--server triton``): it only overrides how the process is prepared, launched and awaited.
 * :class:`RemoteTarget`: a server that is already running at ``--url`` (a real Triton or a
   reference server); never restarted.
 
@@ -383,11 +385,16 @@ def bundled_repository(
 
 
 class ManagedServer(_HttpTarget):
-    """The reference server as a subprocess on loopback with free ports.
+    """A server subprocess on loopback with free ports: the reference server by default.
 
     Composes a :class:`~analyzer.supervise.Supervisor` (the process and its log), the ready line
     (:func:`reference_server.ready.last_ready`), :func:`bundled_repository` and
     :func:`read_device_info`; the HTTP calls are the shared :class:`_HttpTarget` ones.
+
+    The life cycle (start, restart a dead server and reload its last config, stop) is this
+    class's alone. Another server overrides the hooks: :meth:`_prepare` (files the process
+    needs), :meth:`command`, :meth:`_new_supervisor` and :meth:`_await_ready` (see
+    :class:`analyzer.triton_server.ManagedTriton`).
 
     Args:
         model: Model to load (a bundled model name, or a model in ``repository``).
@@ -400,6 +407,10 @@ class ManagedServer(_HttpTarget):
     """
 
     shared = False
+    #: What the server is, in messages ("the reference server died ...").
+    server_name = "the reference server"
+    #: ``describe()["managed_server"]``: which server perfsweep manages.
+    server_kind = "reference"
 
     def __init__(
         self,
@@ -450,25 +461,37 @@ class ManagedServer(_HttpTarget):
             cmd += ["--model-repository", str(self.repository)]
         return cmd
 
+    def _prepare(self) -> None:
+        """Make what the process needs before its first start: a bundled model's repository."""
+        if self.repository is None:
+            self.repository = bundled_repository(
+                self.model,
+                self.log_path.parent / "repository",
+                self.device,
+                self.python,
+                self.startup_timeout_s,
+            )
+
+    def _new_supervisor(self) -> Supervisor:
+        """The supervisor of this server's process (after :meth:`_prepare`)."""
+        return Supervisor(
+            self.command(),
+            self.log_path,
+            name=self.server_name,
+            label="server",
+            env={"PYTHONUNBUFFERED": "1"},
+        )
+
     def _supervisor(self) -> Supervisor:
         """The server's process supervisor (made on first use, once the repository exists)."""
         if self._process is None:
-            if self.repository is None:
-                self.repository = bundled_repository(
-                    self.model,
-                    self.log_path.parent / "repository",
-                    self.device,
-                    self.python,
-                    self.startup_timeout_s,
-                )
-            self._process = Supervisor(
-                self.command(),
-                self.log_path,
-                name="the reference server",
-                label="server",
-                env={"PYTHONUNBUFFERED": "1"},
-            )
+            self._prepare()
+            self._process = self._new_supervisor()
         return self._process
+
+    def _relaunch_command(self) -> list[str] | None:
+        """The command line of a restart (None: the same one)."""
+        return None
 
     def _await_ready(self, process: Supervisor) -> None:
         """Read the ports from the ready line, then wait until the model is ready."""
@@ -488,12 +511,15 @@ class ManagedServer(_HttpTarget):
         process.start()
         self._await_ready(process)
 
+    #: Seconds between SIGTERM and SIGKILL when the server is stopped.
+    stop_timeout_s = 10.0
+
     def stop(self) -> None:
-        """Terminate the subprocess (SIGTERM, then SIGKILL after 10 s)."""
+        """Terminate the subprocess (SIGTERM, then SIGKILL after :attr:`stop_timeout_s`)."""
         self.url = ""
         self.addresses = None
         if self._process is not None:
-            self._process.stop(timeout_s=10.0)
+            self._process.stop(timeout_s=self.stop_timeout_s)
 
     def alive(self) -> bool:
         """Whether the subprocess runs and answers."""
@@ -509,7 +535,7 @@ class ManagedServer(_HttpTarget):
         self.addresses = None
         self.restarts += 1
         process = self._supervisor()
-        process.restart(timeout_s=10.0)
+        process.restart(timeout_s=self.stop_timeout_s, command=self._relaunch_command())
         self._await_ready(process)
         if self._last_config is not None:
             super().load_config(self._last_config)
@@ -517,6 +543,11 @@ class ManagedServer(_HttpTarget):
     def load_config(self, config: mc.ModelConfig) -> None:
         super().load_config(config)
         self._last_config = config
+
+    @property
+    def grpc_url(self) -> str:
+        """``host:port`` of the running server's gRPC endpoint (``""`` when not running)."""
+        return self.addresses.grpc_url if self.addresses is not None else ""
 
     def pid(self) -> int | None:
         """The server's process id (tests kill it to check the restart)."""
@@ -530,6 +561,7 @@ class ManagedServer(_HttpTarget):
         meta = self.server_metadata() if self.url else {}
         return {
             "kind": "managed",
+            "managed_server": self.server_kind,
             "url": self.url,
             "device": self.device,
             "devices": self.devices() if self.url else [],
@@ -549,12 +581,29 @@ class ManagedServer(_HttpTarget):
 
 def make_target(scenario: Scenario, workdir: Path, url: str | None = None) -> Target:
     """The target a scenario describes: a :class:`RemoteTarget` at ``url`` (default
-    ``scenario.model.url``), else a :class:`ManagedServer` logging to
-    ``workdir/server/server.log`` (a run directory's ``server_log``)."""
+    ``scenario.model.url``), else with ``model.server = "triton"`` a
+    :class:`~analyzer.triton_server.ManagedTriton` logging to ``workdir/server/tritonserver.log``,
+    else a :class:`ManagedServer` logging to ``workdir/server/server.log`` (a run directory's
+    ``server_log``).
+
+    Raises:
+        InputError: ``--server triton`` without a binary or a repository.
+    """
     m = scenario.model
     address = url or m.url
     if address:
         return RemoteTarget(address, m.name)
+    if m.server == "triton":
+        from analyzer.triton_server import managed_triton  # it imports this module
+
+        return managed_triton(
+            m.name,
+            m.repository,
+            workdir,
+            m.triton_server_path,
+            m.startup_timeout_s,
+            image=getattr(m, "triton_image", None),  # a scenario field yet to come
+        )
     return ManagedServer(
         m.name,
         m.device,

@@ -1,0 +1,328 @@
+"""`perfsweep run --server triton`: perfsweep starts a real ``tritonserver`` (the nvidia-pytriton
+wheel's), tunes a Python-backend model in the user's repository, and the recommended
+``config.pbtxt`` loads and answers in that Triton; a Triton killed mid-sweep is restarted and
+its trial retried. The user's ``config.pbtxt`` is never written.
+
+The model has two inputs (INT64, FP16) and a BYTES output. Its ``model.py`` reads only the
+inputs' shapes: the wheel's stub is built against numpy 1, and with this project's numpy 2 it
+misreads array item sizes (see :data:`MODEL_SOURCE` for how the BYTES output gets through).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analyzer.errors import TargetError
+from analyzer.results import load_summary, parse_config_text
+from analyzer.target import ConfigRejectedError, ManagedServer
+from analyzer.trial import Knobs, apply_knobs, knobs_of
+from analyzer.triton_server import ManagedTriton, shm_regions
+from tests.support.real_triton import TritonInstall
+from tests.support.servers import process_gone, supervised_pid, wait_until, write_model
+
+pytestmark = [pytest.mark.triton, pytest.mark.slow]
+
+MODEL = "shop"
+
+#: A Python-backend model: INT64 ``INPUT_IDS`` and FP16 ``SCALE`` in, BYTES ``LABEL`` out.
+MODEL_SOURCE = '''\
+"""Two inputs in, one BYTES label per item out (written by tests/sweep/test_managed_triton.py).
+
+The nvidia-pytriton stub is built against numpy 1. Under numpy 2 it reads an array's item size
+from where numpy 1 kept it, which numpy 2 uses for the dtype's flags; a BYTES output (serialised
+by pb_utils.serialize_byte_tensor) then comes out empty. Handing the stub the serialised bytes as
+an aligned one-field struct whose item size equals its flags (144) makes the two agree; the
+last label is padded with spaces to a multiple of 144 bytes. Under numpy 1 nothing is changed.
+"""
+
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+_ITEM = 144
+_STRUCT = np.dtype({"names": ["b"], "formats": ["u1"], "itemsize": _ITEM}, align=True)
+_NUMPY2 = int(np.__version__.split(".")[0]) >= 2 and _STRUCT.flags == _ITEM
+
+
+def _labels(count):
+    labels = [b"ok"] * count
+    if _NUMPY2:
+        used = sum(4 + len(label) for label in labels)
+        labels[-1] += b" " * ((-used) % _ITEM)
+    return np.array(labels, dtype=np.object_).reshape(count, 1)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        if _NUMPY2:
+            serialize = pb_utils.serialize_byte_tensor
+            pb_utils.serialize_byte_tensor = lambda t: np.frombuffer(serialize(t), dtype=_STRUCT)
+
+    def execute(self, requests):
+        items = sum(
+            pb_utils.get_input_tensor_by_name(r, "INPUT_IDS").shape()[0] for r in requests
+        )
+        time.sleep(0.002 + 0.0003 * items)
+        responses = []
+        for request in requests:
+            count = pb_utils.get_input_tensor_by_name(request, "INPUT_IDS").shape()[0]
+            label = pb_utils.Tensor("LABEL", _labels(count))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[label]))
+        return responses
+'''
+
+
+def model_config(ids_dims: str = "[ 8 ]") -> str:
+    return f"""name: "{MODEL}"
+backend: "python"
+max_batch_size: 8
+input [
+  {{ name: "INPUT_IDS" data_type: TYPE_INT64 dims: {ids_dims} }},
+  {{ name: "SCALE" data_type: TYPE_FP16 dims: [ 4 ] }}
+]
+output [ {{ name: "LABEL" data_type: TYPE_STRING dims: [ 1 ] }} ]
+instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+"""
+
+
+SCENARIO = """
+objective = "throughput"
+[traffic]
+min_rate_rps = 5.0
+start_rps = 40.0
+max_rate_rps = 300.0
+[goals]
+p99_ms = 300.0
+max_error_rate = 0.01
+[space]
+max_batch_size = [1, 8]
+max_queue_delay_us = [0, 2000]
+delay_steps = 2
+instance_count = [1, 2]
+[budget]
+trials = {trials}
+warmup_s = 0.5
+window_s = 0.5
+min_requests = 60
+capacity_resolution = 0.3
+validate_top = 1
+validate_repeats = 1
+validate_window_factor = 1.0
+[search]
+strategy = "tpe"
+"""
+
+
+def make_repository(root: Path, ids_dims: str = "[ 8 ]") -> Path:
+    repository = root / "repo"
+    write_model(repository, MODEL, model_config(ids_dims), model_source=MODEL_SOURCE)
+    return repository
+
+
+def sweep_command(
+    binary: Path, repository: Path, run_dir: Path, tmp_path: Path, *extra: str, trials: int = 2
+) -> list[str]:
+    scenario = tmp_path / f"s{trials}.toml"
+    scenario.write_text(SCENARIO.format(trials=trials))
+    return [
+        sys.executable,
+        "-c",
+        "from analyzer.cli import main; main()",
+        "run",
+        "--scenario",
+        str(scenario),
+        "--server",
+        "triton",
+        "--triton-server-path",
+        str(binary),
+        "--model-repository",
+        str(repository),
+        "--model",
+        MODEL,
+        "--run-dir",
+        str(run_dir),
+        *extra,
+    ]
+
+
+def infer_once(target: ManagedServer, ids_width: int = 8) -> np.ndarray:
+    """One request with both inputs; the BYTES labels it returns."""
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(target.url.removeprefix("http://"))
+    try:
+        ids = httpclient.InferInput("INPUT_IDS", [2, ids_width], "INT64")
+        ids.set_data_from_numpy(np.arange(2 * ids_width, dtype=np.int64).reshape(2, ids_width))
+        scale = httpclient.InferInput("SCALE", [2, 4], "FP16")
+        scale.set_data_from_numpy(np.ones((2, 4), dtype=np.float16))
+        result = client.infer(MODEL, [ids, scale])
+        labels = result.as_numpy("LABEL")
+    finally:
+        client.close()
+    assert labels is not None and labels.shape == (2, 1), labels
+    assert [label.rstrip() for label in labels.ravel()] == [b"ok", b"ok"]
+    return labels
+
+
+@pytest.fixture()
+def triton(triton_install: TritonInstall, tmp_path: Path) -> Iterator[ManagedTriton]:
+    target = ManagedTriton(
+        MODEL,
+        make_repository(tmp_path),
+        tmp_path / "run" / "server" / "tritonserver.log",
+        binary=triton_install.server_bin,
+        startup_timeout_s=120,
+    )
+    target.start()
+    try:
+        yield target
+    finally:
+        target.stop()
+
+
+def test_managed_triton_loads_configs_and_survives_a_kill(
+    triton: ManagedTriton, tmp_path: Path
+) -> None:
+    repository_file = tmp_path / "repo" / MODEL / "config.pbtxt"
+    written = repository_file.read_bytes()
+    infer_once(triton)
+    assert triton.describe()["managed_server"] == "triton"
+    assert triton.describe()["server"] == "triton"
+    base = triton.model_config()
+    wanted = Knobs(8, 500, (8, 4), 2)
+    triton.load_config(apply_knobs(base, wanted))
+    assert knobs_of(triton.model_config()) == wanted
+    infer_once(triton)
+
+    bad = apply_knobs(base, Knobs(4, 100, (), 1))
+    bad.dynamic_batching.preferred_batch_size.append(16)  # above max_batch_size
+    with pytest.raises(ConfigRejectedError):
+        triton.load_config(bad)
+    triton.load_config(apply_knobs(base, wanted))
+
+    # A dead Triton: the next load is a target failure (restart and retry), not a rejection.
+    old_pid, old_url = triton.pid(), triton.url
+    assert old_pid is not None
+    os.kill(old_pid, signal.SIGKILL)
+    wait_until(lambda: not triton.alive(), 30, "the killed Triton to be seen dead")
+    with pytest.raises(TargetError) as refused:
+        triton.load_config(apply_knobs(base, wanted))
+    assert not isinstance(refused.value, ConfigRejectedError)
+    triton.ensure_alive()
+    assert triton.pid() != old_pid and triton.restarts == 1
+    assert triton.url != old_url  # new free ports
+    assert knobs_of(triton.model_config()) == wanted  # the last config, pushed again
+    infer_once(triton)
+    log = triton.log_path.read_text()
+    assert "server died" in log and log.count("--- perfsweep: starting ") == 2
+    assert repository_file.read_bytes() == written  # never written by perfsweep
+
+    # Stopped: nothing of either Triton runs, and no shared-memory file of theirs is left.
+    new_pid = triton.pid()
+    assert new_pid is not None
+    regions = shm_regions(new_pid)
+    triton.stop()
+    wait_until(lambda: process_gone(new_pid), 30, "the stopped Triton to be gone")
+    assert not [r for r in regions if r.exists()]
+
+
+def test_a_missing_model_is_named_with_the_log(
+    triton_install: TritonInstall, tmp_path: Path
+) -> None:
+    target = ManagedTriton(
+        "nope", make_repository(tmp_path), tmp_path / "log" / "t.log", triton_install.server_bin
+    )
+    with pytest.raises(TargetError, match=r"could not load model 'nope'.*t\.log"):
+        target.start()
+    target.stop()
+
+
+def test_run_server_triton_sweeps_and_the_best_config_loads(
+    triton_install: TritonInstall, tmp_path: Path
+) -> None:
+    repository = make_repository(tmp_path)
+    written = (repository / MODEL / "config.pbtxt").read_bytes()
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        sweep_command(triton_install.server_bin, repository, run_dir, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    summary = load_summary(run_dir)
+    assert summary["trials"]["total"] == 2
+    target = summary["environment"]["target"]
+    assert target["managed_server"] == "triton" and target["server"] == "triton"
+    assert target["restarts"] == 0
+    assert (run_dir / "server" / "tritonserver.log").exists()
+    measured = [load_summary_trial(p) for p in sorted((run_dir / "trials").glob("0*"))]
+    assert measured and all(t["state"] == "complete" for t in measured), measured
+    assert (repository / MODEL / "config.pbtxt").read_bytes() == written
+    assert summary["best"] is not None, done.stdout[-3000:]
+
+    # The recommended config.pbtxt, as the model's own file, loads in that Triton and answers.
+    best_text = (run_dir / "best" / "config.pbtxt").read_text()
+    check_repo = tmp_path / "check"
+    shutil.copytree(repository, check_repo)
+    (check_repo / MODEL / "config.pbtxt").write_text(best_text)
+    with ManagedTriton(
+        MODEL, check_repo, tmp_path / "check.log", triton_install.server_bin
+    ) as check:
+        assert knobs_of(check.model_config()) == knobs_of(parse_config_text(best_text))
+        infer_once(check)
+
+
+def load_summary_trial(trial_dir: Path) -> dict[str, object]:
+    import json
+
+    data: dict[str, object] = json.loads((trial_dir / "measurement.json").read_text())
+    return data
+
+
+def test_a_triton_killed_mid_sweep_is_restarted_and_the_trial_retried(
+    triton_install: TritonInstall, tmp_path: Path
+) -> None:
+    repository = make_repository(tmp_path)
+    run_dir = tmp_path / "run"
+    log = run_dir / "server" / "tritonserver.log"
+    proc = subprocess.Popen(
+        sweep_command(triton_install.server_bin, repository, run_dir, tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+
+        def trial_started() -> int | None:
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            if not (run_dir / "trials" / "000" / "config.pbtxt").exists():
+                return None
+            return supervised_pid(log.read_text())
+
+        pid = wait_until(trial_started, 240, "trial 0 to start", poll_s=0.01)
+        os.kill(pid, signal.SIGKILL)  # Triton only; the sweep must bring it back
+        output, _ = proc.communicate(timeout=280)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode in (0, 1), output[-3000:]
+    summary = load_summary(run_dir)
+    assert summary["environment"]["target"]["restarts"] == 1, output[-3000:]
+    text = log.read_text()
+    assert f"server pid {pid}" in text and "server died" in text
+    assert text.count("--- perfsweep: starting ") == 2
+    # The trial that lost its server was measured again on the new one: every trial complete.
+    measured = [load_summary_trial(p) for p in sorted((run_dir / "trials").glob("0*"))]
+    assert len(measured) == 2 and all(t["state"] == "complete" for t in measured), output[-3000:]
