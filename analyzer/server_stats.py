@@ -252,6 +252,15 @@ def cache_hit_ratio(view: ServerView | None) -> float | None:
     return hits / lookups if lookups else None
 
 
+def cache_hits_text(ratio: float | None) -> str:
+    """``90 % cache hits`` (what follows a throughput measured with the cache); "" for None."""
+    if ratio is None:
+        return ""
+    pct = 100.0 * ratio
+    shown = "<1" if 0 < pct < 0.5 else ">99" if 99.5 <= pct < 100 else f"{pct:.0f}"
+    return f"{shown} % cache hits"
+
+
 def gpu_window(before: GpuSample | None, after: GpuSample, span_s: float | None) -> GpuStats:
     """One GPU over one window: the utilisation gauge at its end (it covers the server's
     metrics interval), the larger memory reading, power from the energy counter's increase

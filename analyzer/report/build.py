@@ -2,6 +2,10 @@
 
 Every number in the record is taken from, or computed from, what :func:`load_run` read; parts the
 run did not record are left empty with the reason in ``ReportRecord.missing``.
+
+A throughput measured while the response cache answered requests is not the model's: every
+label shown beside such a figure (trials, baseline and best, validation rows, time series, GPU
+table) ends in its hit ratio (`` · 90 % cache hits``), and the verdict warns once.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from analyzer.report.record import (
 )
 from analyzer.report.rundir import RunData
 from analyzer.report.verdict import build_verdict, ceiling_warning, explain
+from analyzer.server_stats import cache_hit_ratio, cache_hits_text
 
 
 def build_record(run: RunData, *, min_gpu_utilization_pct: float | None = None) -> ReportRecord:
@@ -74,8 +79,8 @@ def build_record(run: RunData, *, min_gpu_utilization_pct: float | None = None) 
     front = _front_numbers(summary, run.trials, objective)
     trials = tuple(_trial_point(r, front, min_gpu_utilization_pct) for r in run.trials)
     points = {t.number: t for t in trials}
-    baseline = _config_result("baseline", summary.baseline, points)
-    best = _config_result("best", summary.best, points)
+    baseline = _config_result("baseline", summary.baseline, points, by_number)
+    best = _config_result("best", summary.best, points, by_number)
     roles = [("baseline", baseline), ("best", best)]
 
     breakdown = []
@@ -143,7 +148,7 @@ def build_record(run: RunData, *, min_gpu_utilization_pct: float | None = None) 
     if phases is None:
         missing["phases"] = "not recorded: summary.json holds no phase times (an older run)"
 
-    validation = _validation_rows(run.validation, best)
+    validation = _validation_rows(run.validation, best, by_number)
     summary_verdict = build_verdict(
         summary, run.run_state, objective, baseline, best, trials, validation
     )
@@ -156,6 +161,11 @@ def build_record(run: RunData, *, min_gpu_utilization_pct: float | None = None) 
         search_strategy=summary.search_strategy,
         search_note=summary.search_note or None,
     )
+    cached = cache_warning(run.trials)
+    if cached:
+        summary_verdict = dataclasses.replace(
+            summary_verdict, warnings=(*summary_verdict.warnings, cached)
+        )
     ceiling = ceiling_warning(summary, best, curves)
     if ceiling:
         summary_verdict = dataclasses.replace(
@@ -213,6 +223,34 @@ def _predicted(
     return prediction, space
 
 
+def hit_ratio(measurement: Measurement | None) -> float | None:
+    """The response cache's hits / lookups over a measurement; None: no cache lookups seen."""
+    return cache_hit_ratio(measurement.server) if measurement is not None else None
+
+
+def with_hits(label: str, ratio: float | None) -> str:
+    """``label`` followed by its cache hit ratio when the measurement had cache lookups."""
+    return f"{label} · {cache_hits_text(ratio)}" if ratio is not None else label
+
+
+def _record_ratio(record: TrialRecord | None) -> float | None:
+    return hit_ratio(record.operating_point()) if record is not None else None
+
+
+def cache_warning(records: Sequence[TrialRecord]) -> str | None:
+    """The verdict's warning when some config was measured with response-cache hits."""
+    ratios = [r for r in (_record_ratio(x) for x in records if x.complete) if r is not None]
+    if not ratios or max(ratios) == 0:
+        return None
+    low, high = cache_hits_text(min(ratios)), cache_hits_text(max(ratios))
+    span = high if low == high else f"{low.split(' %')[0]}-{high}"
+    return (
+        f"Throughputs include response-cache hits ({span}): a hit is answered without running "
+        "the model, so a figure holds only for traffic that repeats as this run's did; each "
+        "config's label gives its hit ratio."
+    )
+
+
 def objective_value(objective: Objective, point: TrialPoint) -> float | None:
     """The value the search optimised for a trial (:attr:`Objective.metric`), None if incomplete."""
     if point.state != "complete":
@@ -234,7 +272,7 @@ def _trial_point(
         source=record.source,
         state=record.state,
         config=record.config.to_dict(),
-        label=record.config.label(),
+        label=with_hits(record.config.label(), hit_ratio(op) if complete else None),
         throughput_rps=as_float(record.throughput_rps) if complete else None,
         offered_rps=as_float(record.offered_rps) if complete else None,
         p50_ms=as_float(record.p50_ms) if complete else None,
@@ -290,7 +328,10 @@ def pareto_front(points: Sequence[tuple[int, float, float]]) -> set[int]:
 
 
 def _config_result(
-    role: str, entry: ConfigEntry | None, trials: Mapping[int, TrialPoint]
+    role: str,
+    entry: ConfigEntry | None,
+    trials: Mapping[int, TrialPoint],
+    records: Mapping[int, TrialRecord],
 ) -> ConfigResult | None:
     if entry is None:
         return None
@@ -299,7 +340,7 @@ def _config_result(
         role=role,
         trial_number=entry.trial_number,
         config=entry.config.to_dict(),
-        label=entry.config.label(),
+        label=with_hits(entry.config.label(), _record_ratio(records.get(entry.trial_number))),
         throughput_rps=entry.throughput_rps,
         p50_ms=entry.p50_ms,
         p99_ms=entry.p99_ms,
@@ -399,6 +440,7 @@ def _series(
                 generator_cpu_pct=w.generator_cpu_pct,
             )
         )
+    label = with_hits(label, hit_ratio(measurement))
     stable, valid = measurement.stable, measurement.valid
     # The engine's own messages say what went wrong and what to do; generic flags only when
     # it gave none.
@@ -505,14 +547,22 @@ def _progress(
 
 
 def _validation_rows(
-    validation: Validation | None, best: ConfigResult | None
+    validation: Validation | None,
+    best: ConfigResult | None,
+    records: Mapping[int, TrialRecord],
 ) -> tuple[ValidationRow, ...]:
     rows = []
     for c in validation.candidates if validation else ():
+        # The repeats' own hit ratio (their hits over their lookups), else the search's.
+        repeats = [
+            m.operating_point() for m in c.measurements if m is not None and m.operating_point()
+        ]
+        ratios = [r for r in (hit_ratio(op) for op in repeats) if r is not None]
+        ratio = sum(ratios) / len(ratios) if ratios else _record_ratio(records.get(c.trial_number))
         rows.append(
             ValidationRow(
                 trial_number=c.trial_number,
-                label=c.config.label(),
+                label=with_hits(c.config.label(), ratio),
                 search_throughput_rps=as_float(c.search_throughput_rps),
                 throughput_rps=c.throughput_rps,
                 p99_ms=tuple(as_float(x) for x in c.p99_ms),
