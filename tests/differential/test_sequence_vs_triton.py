@@ -15,6 +15,7 @@ the last lone request, when the delay expires), which depends only on the strate
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -303,6 +304,86 @@ def observe_errors(server: ServerHandle) -> dict[str, Any]:
     return seen
 
 
+def _invalid(name: str, edit: str) -> mc.ModelConfig:
+    """A ``seq_plain``-like config with one thing wrong (``edit`` names what)."""
+    config = accumulator_config(name, max_batch_size=4, backend="python")
+    sb = config.sequence_batching
+    kinds = mc.ModelSequenceBatching.Control
+    if edit == "unnamed":
+        sb.control_input.add().control.add(kind=kinds.CONTROL_SEQUENCE_END, int32_false_true=[0, 1])
+    elif edit == "tensor_twice":
+        sb.control_input.add(name="START").control.add(
+            kind=kinds.CONTROL_SEQUENCE_END, int32_false_true=[0, 1]
+        )
+    elif edit == "start_twice":
+        sb.control_input.add(name="START2").control.add(
+            kind=kinds.CONTROL_SEQUENCE_START, int32_false_true=[0, 1]
+        )
+    elif edit == "no_values":
+        del sb.control_input[0].control[0].int32_false_true[:]
+    elif edit == "two_value_kinds":
+        sb.control_input[0].control[0].fp32_false_true.extend([0.0, 1.0])
+    elif edit == "three_values":
+        sb.control_input[0].control[0].int32_false_true.append(2)
+    elif edit == "corrid_values":
+        sb.control_input[3].control[0].int32_false_true.extend([0, 1])
+    elif edit == "corrid_fp32":
+        sb.control_input[3].control[0].data_type = mc.TYPE_FP32
+    elif edit == "preferred_zero":
+        sb.oldest.preferred_batch_size.append(0)
+    elif edit == "preferred_too_big":
+        sb.oldest.preferred_batch_size.append(5)
+    elif edit == "utilization":
+        sb.ClearField("oldest")
+        sb.direct.minimum_slot_utilization = 1.5
+    elif edit == "cache":
+        config.response_cache.enable = True
+    else:
+        raise AssertionError(edit)
+    return config
+
+
+INVALID = (
+    "unnamed",
+    "tensor_twice",
+    "start_twice",
+    "no_values",
+    "two_value_kinds",
+    "three_values",
+    "corrid_values",
+    "corrid_fp32",
+    "preferred_zero",
+    "preferred_too_big",
+    "utilization",
+    "cache",
+)
+
+
+def _config_reasons(kind: str, server: ServerHandle) -> dict[str, str]:
+    """Why each invalid config fails to load: the reference's reply, Triton's log line."""
+    reasons = {}
+    for edit in INVALID:
+        config = _invalid(f"bad_{edit}", edit)
+        if kind == "triton":
+            assert isinstance(server, RealTriton)
+            server.add_model(config, ACCUMULATOR_SOURCE)
+        else:
+            config.backend = "accumulator"
+            write_model(server.repository, config.name, config)
+        status, body = server.http_status(
+            "POST", f"/v2/repository/models/{config.name}/load", {}, timeout_s=120
+        )
+        assert status != 200, f"{edit} loaded"
+        if kind == "triton":
+            lines = [line for line in server.log_tail(200_000).splitlines() if config.name in line]
+            reasons[edit] = "\n".join(lines)
+        else:
+            reasons[edit] = json.loads(body)["error"].split(
+                "failed to poll from model repository: "
+            )[-1]
+    return reasons
+
+
 @pytest.fixture(scope="module")
 def observations(
     triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory
@@ -314,6 +395,7 @@ def observations(
             groups, totals = run_oldest(server)
             out[kind] = {"oldest_batches": groups, "oldest_totals": totals}
             out[kind].update(observe_errors(server))
+            out[kind]["config_reasons"] = _config_reasons(kind, server)
     return out
 
 
@@ -354,3 +436,14 @@ def test_reference_sequences_like_triton(
 ) -> None:
     reference, triton = observations["reference"][name], observations["triton"][name]
     assert reference == triton, f"{name}:\n  reference: {reference}\n  triton:    {triton}"
+
+
+@pytest.mark.parametrize("edit", INVALID)
+def test_invalid_sequence_config_refused_with_tritons_reason(
+    edit: str, observations: dict[str, dict[str, Any]]
+) -> None:
+    reference = observations["reference"]["config_reasons"][edit]
+    triton_log = observations["triton"]["config_reasons"][edit]
+    assert reference and reference in triton_log, (
+        f"{edit}:\n  reference: {reference}\n  triton log: {triton_log}"
+    )
