@@ -361,8 +361,9 @@ class OldestSlots(Generic[T]):
     """The slot queues of one instance under ``oldest`` (pure).
 
     Each slot issues at most one request at a time to the instance's dynamic batcher; a None
-    item is a force-end marker (idle sequence). :meth:`push` and :meth:`complete` return what
-    to do next, and the caller applies it (``OldestSequenceBatch::CompleteAndNext``).
+    item is a force-end marker (idle sequence). :meth:`push` says whether the slot is idle and
+    :meth:`advance` what to issue next (``OldestSequenceBatch::CompleteAndNext``); the caller
+    hands the issued requests to the dynamic batcher, whose batches :func:`decide` forms.
     """
 
     def __init__(self, slot_count: int) -> None:
@@ -393,6 +394,31 @@ class OldestSlots(Generic[T]):
             return None, True
         self.in_flight[seq_slot] = True
         return item, is_end(item)
+
+    def advance(
+        self,
+        seq_slot: int,
+        is_end: Callable[[T], bool],
+        release: Callable[[], list[T] | None],
+    ) -> T | None:
+        """The slot's previous request executed (or the slot was idle): move it on.
+
+        ``release`` is called when the slot's sequence is over; it returns the requests of
+        the backlogged sequence that takes the slot (None: the slot is free).
+
+        Returns:
+            The request to issue to the dynamic batcher now, if any.
+        """
+        while True:
+            item, over = self.next(seq_slot, is_end)
+            if not over:
+                return item
+            handed = release()
+            if handed is None:
+                return item
+            self.queues[seq_slot].extend(handed)
+            if item is not None:
+                return item  # the END request still runs; the backlog follows when it is done
 
     def queued(self) -> int:
         """Requests waiting in slot queues (markers excluded)."""
@@ -652,21 +678,14 @@ class SequenceScheduler(Scheduler):
 
     def _advance(self, slot: SlotRef) -> None:
         """Oldest, under the lock: issue the slot's next request, release it when over."""
-        slots = self._oldest[slot.instance]
-        while True:
-            item, release = slots.next(slot.seq_slot, _is_end)
-            if item is not None:
-                self._issue(slot, item)
-            if not release:
-                return
+
+        def release() -> list[Entry] | None:
             handed = self._router.release(slot)
-            if handed is None:
-                return
-            _, backlog = handed
-            for queued in backlog:
-                slots.push(slot.seq_slot, queued)
-            if slots.in_flight[slot.seq_slot]:
-                return  # the END request still runs; the backlog follows when it is done
+            return None if handed is None else handed[1]
+
+        item = self._oldest[slot.instance].advance(slot.seq_slot, _is_end, release)
+        if item is not None:
+            self._issue(slot, item)
 
     def _issue(self, slot: SlotRef, entry: Entry) -> None:
         self._add_controls(entry.request, ready=True)
