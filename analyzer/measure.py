@@ -286,8 +286,16 @@ class CapacitySpec:
     drain_timeout_s: float = 30.0
     #: Repeat a failing step once before it counts (real servers have rare outliers).
     confirm_failures: bool = False
+    #: A rate already seen failing (validation: the winner's failed check): the search starts
+    #: bracketed below it instead of growing past it.
+    fails_at_rps: float | None = None
 
     def __post_init__(self) -> None:
+        if self.fails_at_rps is not None and not self.start_rps < self.fails_at_rps:
+            raise InputError(
+                f"capacity search starting at {self.start_rps} req/s cannot be bounded by a "
+                f"failing rate {self.fails_at_rps} req/s at or below it"
+            )
         if not 0 < self.min_rps <= self.start_rps <= self.max_rps:
             raise InputError(
                 f"capacity search needs 0 < min ({self.min_rps}) <= start ({self.start_rps}) "
@@ -852,7 +860,8 @@ class CapacitySearch:
     Bracketing multiplies the rate by ``growth`` while it passes (up to ``max_rps``). Once a rate
     fails, bisection runs between the highest pass and the lowest fail until the gap is at most
     ``resolution`` x the lower end. A failing first step divides the rate by ``growth`` until one
-    passes (then bisects) or the rate would drop below ``min_rps``.
+    passes (then bisects) or the rate would drop below ``min_rps``. ``spec.fails_at_rps`` is a
+    failure known beforehand: the search starts with it as the lowest failing rate.
 
     A sequential step that ends undecided at its cap (BOUNDARY) passes or fails on its point p99
     (:func:`meets_goals`); one that passes is recorded with ``boundary=True``, and the result
@@ -862,7 +871,7 @@ class CapacitySearch:
     def __init__(self, spec: CapacitySpec) -> None:
         self.spec = spec
         self.highest_pass: float | None = None
-        self.lowest_fail: float | None = None
+        self.lowest_fail: float | None = spec.fails_at_rps
         self.history: list[tuple[float, bool]] = []
         self._boundary: dict[float, bool] = {}
         self._next: float | None = spec.start_rps

@@ -179,6 +179,8 @@ class Guide:
     ceiling_rps: float = math.inf
     #: Times the profile was refitted from the run's measurements.
     refits: int = 0
+    #: Predictions of configs outside the space (the baseline), made on first ask.
+    forecasts: dict[Knobs, records.Prediction | None] = field(default_factory=dict)
 
     @classmethod
     def predict(
@@ -212,8 +214,11 @@ class Guide:
         return guide
 
     def _simulate(self, configs: Sequence[Knobs]) -> None:
+        self.predictions.update(self._capacities(configs))
+
+    def _capacities(self, configs: Sequence[Knobs]) -> dict[Knobs, records.Prediction]:
         if not configs:
-            return
+            return {}
         sims = {SimConfig.from_knobs(k): k for k in configs}
         found = capacities(
             self.profile,
@@ -222,18 +227,30 @@ class Guide:
             requests=SIM_REQUESTS,
             seed=self.seed,
             resolution=SIM_RESOLUTION,
-            workers=_workers(),
+            workers=_workers() if len(configs) > 1 else 1,
             ceiling_rps=self.ceiling_rps,
         )
-        for sim, cap in found.items():
-            rps = min(cap.capacity_rps, self.ceiling_rps)
-            self.predictions[sims[sim]] = band(rps, self.half_width)
+        return {
+            sims[sim]: band(min(cap.capacity_rps, self.ceiling_rps), self.half_width)
+            for sim, cap in found.items()
+        }
 
     # -- queries ----------------------------------------------------------------------------------
 
     def prediction(self, knobs: Knobs) -> records.Prediction | None:
         """The predicted capacity of ``knobs`` (None: not predicted)."""
         return self.predictions.get(knobs)
+
+    def forecast(self, knobs: Knobs) -> records.Prediction | None:
+        """The predicted capacity of any config, the space's or not (the baseline: the model's
+        own config, often without dynamic batching), simulated on first ask and never ranked;
+        None when the profile does not cover its batches."""
+        if knobs in self.predictions:
+            return self.predictions[knobs]
+        if knobs not in self.forecasts:
+            covered = _covers(self.profile, knobs)
+            self.forecasts[knobs] = self._capacities([knobs])[knobs] if covered else None
+        return self.forecasts[knobs]
 
     def ranked(self) -> list[Knobs]:
         """Predicted configs, highest predicted capacity first (ties: the smaller config

@@ -350,6 +350,11 @@ def _sweep(
 
         stop_reason = "interrupted"
         try:
+            if state.strategy == "predict":
+                # Profile first: the baseline's capacity search then starts at its prediction.
+                state.guide = _guide(state, profiler)
+                if state.guide is None:
+                    state.strategy = "tpe"
             if state.baseline is None:
                 with state.phase("baseline"):
                     state.baseline = _measure_baseline(state)
@@ -360,10 +365,6 @@ def _sweep(
                 state.baseline.throughput_rps,
                 scenario.traffic.min_rate_rps,
             )
-            if state.strategy == "predict":
-                state.guide = _guide(state, profiler)
-                if state.guide is None:
-                    state.strategy = "tpe"
             fresh = not search.finished() and search.started_count() == 0
             if fresh and state.strategy == "tpe":
                 for knobs in space.seeds(knobs_of(base_config), scenario.goals.p99_ms):
@@ -574,10 +575,18 @@ def _locust_generator(
 
 
 def _measure_baseline(state: _State) -> TrialRecord:
+    """The model's own config, measured once; with predictions, its capacity search starts at
+    the baseline's predicted capacity (small steps) instead of ``traffic.start_rps``."""
     knobs = knobs_of(state.base_config)
     state.run_dir.write_config(-1, state.base_config)
     state.observer.on_trial_start(-1, "baseline", knobs, 0, state.scenario.budget.trials)
-    result = _run_trial(state, -1, "baseline", knobs, state.base_config)
+    forecast = state.guide.forecast(knobs) if state.guide is not None else None
+    expect = None
+    if forecast is not None and forecast.capacity_rps > 0 and state.objective.capacity:
+        expect = (forecast.capacity_rps, EXPECTED_GROWTH)
+    result = _run_trial(state, -1, "baseline", knobs, state.base_config, expect=expect)
+    if forecast is not None:
+        result = replace(result, prediction=forecast)
     state.run_dir.write_trial(result)
     state.observer.on_trial_end(result, None)
     return result
@@ -593,12 +602,14 @@ def _run_trial(
     near_rps: float | None = None,
     expect: tuple[float, float] | None = None,
     check_rps: float | None = None,
+    fails_at_rps: float | None = None,
 ) -> TrialRecord:
     """Load ``config`` and measure it; a failure becomes a failed result, never an exception.
 
     ``check_rps``: one sequential step at that rate instead (validation); else the objective's
     measurement, its capacity search near ``near_rps`` or ``expect`` (an expected capacity and
-    the growth to bracket it with, :func:`_expected`). A target that died is
+    the growth to bracket it with, :func:`_expected`), below ``fails_at_rps`` when a rate is
+    known to fail (validation). A target that died is
     restarted and the trial retried once.
     """
     started_at, t0 = utc_now(), time.monotonic()
@@ -616,6 +627,7 @@ def _run_trial(
                     near_rps,
                     expect_rps=expect[0] if expect else None,
                     expect_growth=expect[1] if expect else EXPECTED_GROWTH,
+                    fails_at_rps=fails_at_rps,
                 )
             )
         except ConfigRejectedError as exc:
@@ -959,7 +971,11 @@ def _validate_at_capacity(state: _State) -> list[records.ValidationCandidate]:
     if close or not winner_held:
         state.observer.on_phase("within noise: re-measuring the whole capacities")
         for r in top:
-            remeasured[r.number] = [measure(r, 2, 2, near_rps=r.throughput_rps)]
+            # A failed check bounds the re-measurement: it need not climb past that rate again.
+            failed = checks[r.number].state == "complete" and not checks[r.number].meets_goals
+            remeasured[r.number] = [
+                measure(r, 2, 2, near_rps=r.throughput_rps, fails_at_rps=rate if failed else None)
+            ]
     candidates = []
     for r in top:
         check = checks[r.number]

@@ -135,6 +135,7 @@ class Evaluator:
         near_rps: float | None = None,
         expect_rps: float | None = None,
         expect_growth: float = EXPECTED_GROWTH,
+        fails_at_rps: float | None = None,
     ) -> Evaluation:
         """Measure the loaded config.
 
@@ -143,6 +144,7 @@ class Evaluator:
             near_rps: A known capacity (validation): the search starts just below it.
             expect_rps: The config's expected capacity (predicted, or the nearest finished
                 trial's): the search starts near it with small steps (``expect_growth``).
+            fails_at_rps: With ``near_rps``, a rate the config just failed at (validation).
         """
         self._warm_up()
         capacity: CapacityResult | None = None
@@ -155,6 +157,7 @@ class Evaluator:
                     hint_rps=self.hint_rps,
                     expect_rps=expect_rps,
                     expect_growth=expect_growth,
+                    fails_at_rps=fails_at_rps,
                 )
             )
         if self.objective.fixed:

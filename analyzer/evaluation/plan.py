@@ -165,6 +165,7 @@ class LoadPlan:
         hint_rps: float | None = None,
         expect_rps: float | None = None,
         expect_growth: float = EXPECTED_GROWTH,
+        fails_at_rps: float | None = None,
     ) -> CapacitySpec:
         """The capacity search of one trial.
 
@@ -175,7 +176,8 @@ class LoadPlan:
         trial) starts :data:`EXPECTED_START` of it and brackets in steps of ``expect_growth``
         (:data:`EXPECTED_GROWTH` for a prediction, :data:`NEIGHBOUR_GROWTH` for a neighbour's
         capacity); else ``hint_rps`` (the best capacity so far) starts it near
-        half of that.
+        half of that. ``fails_at_rps`` (with ``near_rps``: the rate a validation check just
+        failed at) bounds the search from above from its start.
 
         Closed loop: user counts from 1 to ``traffic.max_concurrency``.
 
@@ -195,8 +197,11 @@ class LoadPlan:
             )
         start = t.start_rps or min(10 * t.min_rate_rps, t.max_rate_rps)
         growth = 2.0
+        fails_at = None
         if near_rps:
             start, growth = min(max(0.85 * near_rps, t.min_rate_rps), t.max_rate_rps), 1.5
+            if fails_at_rps is not None and start < fails_at_rps:
+                fails_at = fails_at_rps
         elif expect_rps:
             start = min(max(EXPECTED_START * expect_rps, t.min_rate_rps), t.max_rate_rps)
             growth = expect_growth
@@ -214,4 +219,5 @@ class LoadPlan:
             growth=growth,
             step=self.capacity_step(factor),
             confirm_failures=True,
+            fails_at_rps=fails_at,
         )

@@ -110,6 +110,24 @@ def test_predict_measures_the_predicted_best_first_and_stops_in_its_band(tmp_pat
     assert summary.best is not None and summary.best.config == best.config
 
 
+def test_the_baseline_is_profiled_first_and_its_search_starts_at_its_forecast(
+    tmp_path: Path,
+) -> None:
+    outcome, load, _ = sweep(tmp_path)
+    baseline = records.load_trial(outcome.run_dir / "baseline" / "measurement.json")
+    # The baseline (the model's own config, no dynamic batching) is no config of the space,
+    # yet it is predicted: its record carries the forecast, and its search starts below it.
+    assert not baseline.config.dynamic_batching
+    assert baseline.prediction is not None and baseline.prediction.capacity_rps > 0
+    predicted = {c.config for c in records.load_predictions(outcome.run_dir).configs}
+    assert baseline.config not in predicted  # never ranked, never enqueued
+    first = load.specs[0]
+    assert first.start_rps == pytest.approx(0.9 * baseline.prediction.capacity_rps, rel=1e-3)
+    assert first.growth == pytest.approx(1.2)
+    # The device is the simulator: the forecast is right within its band.
+    assert baseline.prediction.contains(baseline.throughput_rps)
+
+
 def test_a_wrong_prediction_makes_predict_go_on_down_its_ranking(tmp_path: Path) -> None:
     outcome, _, _ = sweep(tmp_path, scale=1.6, **{"budget.trials": 4})
     predictions = records.load_predictions(outcome.run_dir)

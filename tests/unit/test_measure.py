@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -447,6 +448,25 @@ def test_capacity_search_counts_a_boundary_step_as_a_pass_and_says_so() -> None:
     clean.record(100.0, True, boundary=True)
     clean.record(200.0, True)
     assert not clean.at_boundary  # the highest pass was decided
+
+
+def test_a_rate_known_to_fail_bounds_the_search_from_its_start() -> None:
+    spec = CapacitySpec(Goals(10.0), start_rps=85.0, resolution=0.05, fails_at_rps=100.0)
+    search = CapacitySearch(spec)
+    search.record(85.0, True)
+    # Bracketed at once: it bisects below the known failure instead of growing past it.
+    assert search.bracketed and search.next_rate() == pytest.approx(92.5)
+    rates = []
+    while (rate := search.next_rate()) is not None:
+        rates.append(rate)
+        search.record(rate, True)
+    assert rates and all(r < 100.0 for r in rates)
+    assert search.lowest_fail == 100.0 and 95.0 <= search.capacity_rps < 100.0
+    wide = CapacitySearch(replace(spec, resolution=0.2))
+    wide.record(85.0, True)
+    assert wide.next_rate() is None and wide.capacity_rps == 85.0  # within the resolution
+    with pytest.raises(InputError):
+        CapacitySpec(Goals(10.0), start_rps=100.0, fails_at_rps=100.0)
 
 
 def test_clearly_fails_leaves_the_latency_verdict_to_a_sequential_test() -> None:

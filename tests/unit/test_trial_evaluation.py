@@ -107,6 +107,12 @@ def test_capacity_spec_start_and_growth() -> None:
     assert plan.capacity_spec(hint_rps=10.0).start_rps == 20.0  # never below the start
     near = plan.capacity_spec(2.0, near_rps=200.0, hint_rps=300.0)
     assert (near.start_rps, near.growth, near.step.window_s) == (170.0, 1.5, 8.0)
+    assert near.fails_at_rps is None
+    # A failed validation check bounds the re-measurement; a bound at or below its start does
+    # not (the search then descends from its start as usual).
+    assert plan.capacity_spec(near_rps=200.0, fails_at_rps=200.0).fails_at_rps == 200.0
+    assert plan.capacity_spec(near_rps=200.0, fails_at_rps=160.0).fails_at_rps is None
+    assert plan.capacity_spec(fails_at_rps=200.0).fails_at_rps is None  # only with near_rps
     closed = LoadPlan(scenario(traffic={"mode": "concurrency", "max_concurrency": 64}))
     spec = closed.capacity_spec(hint_rps=300.0)
     assert (spec.start_rps, spec.max_rps, spec.min_rps) == (1, 64, 1)
