@@ -45,7 +45,13 @@ from analyzer.gate import (
     render_markdown,
 )
 from analyzer.measure import Arrival, LoadMode, LoadSpec, Measurement, load_output_dict
-from analyzer.scenario import GateSection, Scenario, bundled_scenario, load_scenario
+from analyzer.scenario import (
+    GateSection,
+    Scenario,
+    bundled_scenario,
+    input_overrides,
+    load_scenario,
+)
 from analyzer.target import ManagedServer, RemoteTarget, Target, make_target
 
 if sys.version_info >= (3, 11):
@@ -125,6 +131,12 @@ class MeasureRequest:
     baseline_output: Path | None = None
     #: Prometheus ``/metrics`` of the ``url`` server (GPU figures); the managed server's is found.
     metrics_url: str | None = None
+    #: Request data (``analyzer.commands.input_flags``): ``[input]`` of the scenario.
+    shape: list[str] | None = None
+    input_data: str | None = None
+    batch_size: int | None = None
+    unique_payloads: int | None = None
+    repeat_ratio: float | None = None
 
     def live_flags(self) -> list[str]:
         """The flags given that only make sense when measuring."""
@@ -461,6 +473,7 @@ def measure_and_gate(
         "model.repository": str(r.model_repository) if r.model_repository else None,
         "model.device": r.device,
         "model.metrics_url": r.metrics_url,
+        **input_overrides(r.shape, r.input_data, r.batch_size, r.unique_payloads, r.repeat_ratio),
     }
     path = r.scenario_file
     if path is None and r.url is None and r.model_repository is None:

@@ -128,10 +128,10 @@ class InputSection(_Section):
     """SHA-256 of ``data_file`` (a directory: of its file names and bytes), filled in when the
     scenario is built and recorded with it. A value that differs from the file's refuses the
     scenario: a resumed run whose data changed is not continued."""
-    unique_payloads: Annotated[int, Field(ge=1)] | None = None
+    unique_payloads: int | None = None
     """Distinct random payloads per generator process (default 8192, fewer for large inputs).
     Random data only."""
-    repeat_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    repeat_ratio: float = 0.0
     """Share of random requests that repeat an earlier payload: the hit ratio a response cache
     that holds them all sees (0 = no repeat within the rotation). Random data only."""
     distribution: tuple[ShapeWeight, ...] = ()
@@ -140,6 +140,15 @@ class InputSection(_Section):
 
     @model_validator(mode="after")
     def _check_source(self) -> InputSection:
+        # The words of analyzer.load.inputs.InputOptions, which ``perfsweep load`` users know.
+        if self.unique_payloads is not None and self.unique_payloads < 1:
+            raise ValueError(
+                f"input.unique_payloads: unique payloads must be >= 1, got {self.unique_payloads}"
+            )
+        if not 0.0 <= self.repeat_ratio < 1.0:
+            raise ValueError(
+                f"input.repeat_ratio: repeat ratio must be in [0, 1), got {self.repeat_ratio:g}"
+            )
         if self.data_file is not None and self.data == "zeros":
             raise ValueError("input.data_file replaces input.data; leave input.data out")
         random_only = {
@@ -151,8 +160,8 @@ class InputSection(_Section):
         if given and (self.data_file is not None or self.data == "zeros"):
             source = "a data_file" if self.data_file is not None else "zeros"
             raise ValueError(
-                f"input.{given[0]} applies to random data, not {source} (a data file's entries "
-                "are its rotation)"
+                f"input.{given[0]}: unique payloads, repeat ratio and distribution apply to "
+                f"random data, not {source} (a data file's entries are its rotation)"
             )
         if self.data_file is None and self.data_sha256 is not None:
             raise ValueError("input.data_sha256 needs input.data_file")
@@ -506,6 +515,47 @@ class Scenario(_Section):
             data["budget"].pop("sequential_max_requests")
         text = json.dumps(data, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def parse_shapes(items: list[str] | None) -> dict[str, list[int]] | None:
+    """``["IDS:128", "X:3,4"]`` -> ``{"IDS": [128], "X": [3, 4]}``; None when none given."""
+    if not items:
+        return None
+    out: dict[str, list[int]] = {}
+    for item in items:
+        name, sep, dims = item.partition(":")
+        try:
+            if not name or not sep:
+                raise ValueError(item)
+            out[name] = [int(d) for d in dims.split(",")]
+        except ValueError as exc:
+            raise InputError(f"--shape takes NAME:D1,D2 (e.g. IDS:128), got {item!r}") from exc
+    return out
+
+
+def input_overrides(
+    shape: list[str] | None = None,
+    input_data: str | None = None,
+    batch_size: int | None = None,
+    unique_payloads: int | None = None,
+    repeat_ratio: float | None = None,
+) -> dict[str, Any]:
+    """The request-data flags of ``run``, ``gate`` and ``load`` as dotted ``[input]`` keys for
+    :func:`load_scenario` (None: not given). A file given by flag is relative to the working
+    directory."""
+    data = data_file = None
+    if input_data in ("random", "zeros"):
+        data = input_data
+    elif input_data is not None:
+        data_file = str(Path(input_data).expanduser().resolve())
+    return {
+        "input.shapes": parse_shapes(shape),
+        "input.data": data,
+        "input.data_file": data_file,
+        "input.batch_size": batch_size,
+        "input.unique_payloads": unique_payloads,
+        "input.repeat_ratio": repeat_ratio,
+    }
 
 
 def bundled_scenario(model: str, device: str | None = None) -> Path | None:

@@ -33,6 +33,13 @@ from typing import Annotated
 
 import typer
 
+from analyzer.commands.input_flags import (
+    BatchSizeFlag,
+    InputDataFlag,
+    RepeatRatioFlag,
+    ShapeFlag,
+    UniquePayloadsFlag,
+)
 from analyzer.errors import GoalNotMetError, InputError
 from analyzer.gate_measure import GateCommand, GateFlags, MeasureRequest, run_gate
 
@@ -120,6 +127,11 @@ def register(app: typer.Typer) -> None:
         warmup_s: Annotated[float | None, typer.Option(help="Warm-up per repeat, s.")] = None,
         window_s: Annotated[float | None, typer.Option(help="Window length, s.")] = None,
         windows: Annotated[int | None, typer.Option(help="Windows per repeat (default 2).")] = None,
+        shape: ShapeFlag = None,
+        input_data: InputDataFlag = None,
+        batch_size: BatchSizeFlag = None,
+        unique_payloads: UniquePayloadsFlag = None,
+        repeat_ratio: RepeatRatioFlag = None,
         output: Annotated[
             Path | None,
             typer.Option(help="Save the candidate's measurements (a baseline for later gates)."),
@@ -161,6 +173,11 @@ def register(app: typer.Typer) -> None:
             output=output,
             baseline_output=baseline_output,
             metrics_url=metrics_url,
+            shape=shape,
+            input_data=input_data,
+            batch_size=batch_size,
+            unique_payloads=unique_payloads,
+            repeat_ratio=repeat_ratio,
         )
         step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
         command = GateCommand(

@@ -17,7 +17,6 @@ failed.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import platform
@@ -33,9 +32,16 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from analyzer.commands.input_flags import (
+    BatchSizeFlag,
+    InputDataFlag,
+    RepeatRatioFlag,
+    ShapeFlag,
+    UniquePayloadsFlag,
+    input_overrides,
+)
 from analyzer.errors import GoalNotMetError, InputError
-from analyzer.load.engine import EngineOptions
-from analyzer.load.inputs import DEFAULT_ROTATION, DataMode, InputOptions
+from analyzer.load.engine import engine_options, input_options
 from analyzer.measure import (
     Arrival,
     CapacityResult,
@@ -47,6 +53,7 @@ from analyzer.measure import (
     WindowStats,
     load_output_dict,
 )
+from analyzer.scenario import InputSection, load_scenario
 
 
 def _numbers(text: str | None, what: str) -> list[float]:
@@ -63,76 +70,12 @@ def _numbers(text: str | None, what: str) -> list[float]:
     return values
 
 
-def _shapes(items: list[str]) -> dict[str, list[int]] | None:
-    if not items:
-        return None
-    out = {}
-    for item in items:
-        name, _, dims = item.partition(":")
-        try:
-            out[name] = [int(d) for d in dims.split(",")]
-        except ValueError as exc:
-            raise InputError(f"--shape takes NAME:D1,D2, got {item!r}") from exc
-    return out
-
-
-def input_options(
-    input_data: str,
-    batch_size: int,
-    shapes: dict[str, list[int]] | None,
-    unique_payloads: int | None,
-    repeat_ratio: float,
-    seed: int,
-) -> InputOptions:
-    """The flags as one checked ``InputOptions`` (bad values end here, before any load)."""
-    if input_data in ("random", "zeros"):
-        mode, data_file = DataMode(input_data), None
-    else:
-        mode, data_file = DataMode.FILE, Path(input_data).resolve()
-        if not data_file.exists():
-            raise InputError(
-                f"--input-data {input_data}: no such file or directory (random, zeros, a "
-                "perf_analyzer .json, an .npz, or a directory with one file per input)"
-            )
-    return InputOptions(
-        mode=mode,
-        batch_size=batch_size,
-        shapes=shapes,
-        data_file=data_file,
-        unique_payloads=unique_payloads,
-        repeat_ratio=repeat_ratio,
-        seed=seed,
-    )
-
-
-def _engine_input_fields(options: InputOptions) -> dict[str, Any]:
-    """``EngineOptions`` fields for the inputs; refuses a knob the engine cannot carry yet."""
-    out: dict[str, Any] = {
-        "data_mode": options.mode.value,
-        "data_file": str(options.data_file) if options.data_file else None,
-        "batch_size": options.batch_size,
-        "shapes": {k: list(v) for k, v in options.shapes.items()} if options.shapes else None,
-    }
-    wanted = {"unique_payloads": options.unique_payloads, "repeat_ratio": options.repeat_ratio}
-    known = {f.name for f in dataclasses.fields(EngineOptions)}
-    for name, value in wanted.items():
-        if value in (None, 0.0):
-            continue
-        if name not in known:
-            raise InputError(
-                f"--{name.replace('_', '-')} is not carried to the generator processes by this "
-                "build (EngineOptions lacks the field); leave it out"
-            )
-        out[name] = value
-    return out
-
-
 def environment_record(
     url: str,
     model: str,
     protocol: str,
     workers: int,
-    inputs: InputOptions | None = None,
+    inputs: InputSection | None = None,
 ) -> dict[str, Any]:
     """Where the measurement ran, and with which input data (stored in the output JSON)."""
     versions: dict[str, str | None] = {}
@@ -151,8 +94,16 @@ def environment_record(
         "model": model,
         "protocol": protocol,
         "generator_processes": workers,
-        "input": inputs.to_dict() if inputs is not None else None,
+        "input": _input_record(inputs) if inputs is not None else None,
     }
+
+
+def _input_record(section: InputSection) -> dict[str, Any]:
+    """The request data as the generator builds it (``InputOptions``), and the data file's
+    sha256 (the same path with other bytes is another measurement)."""
+    record = input_options(section).to_dict()
+    record["data_sha256"] = section.data_sha256
+    return record
 
 
 def _num(value: float) -> str:
@@ -313,27 +264,11 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--worker", help="be a Locust worker of a --master")
         ] = False,
         master_host: Annotated[str, typer.Option(help="--worker: master address")] = "127.0.0.1",
-        input_data: Annotated[
-            str,
-            typer.Option(
-                help="random, zeros, a perf_analyzer --input-data .json, an .npz (leading axis ="
-                " entries), or a directory with one raw file per input"
-            ),
-        ] = "random",
-        batch_size: Annotated[int, typer.Option(help="request batch size")] = 1,
-        shape: Annotated[
-            list[str] | None, typer.Option(help="NAME:D1,D2 for variable input dims (repeatable)")
-        ] = None,
-        unique_payloads: Annotated[
-            int | None,
-            typer.Option(
-                help=f"distinct random payloads [default: {DEFAULT_ROTATION}, fewer for large inputs]"
-            ),
-        ] = None,
-        repeat_ratio: Annotated[
-            float,
-            typer.Option(help="share of random requests that repeat an earlier payload, 0..<1"),
-        ] = 0.0,
+        input_data: InputDataFlag = None,
+        batch_size: BatchSizeFlag = None,
+        shape: ShapeFlag = None,
+        unique_payloads: UniquePayloadsFlag = None,
+        repeat_ratio: RepeatRatioFlag = None,
         seed: Annotated[int, typer.Option(help="seed of arrivals and random inputs")] = 0,
         pool_size: Annotated[
             int, typer.Option(help="open loop: in-flight requests per process")
@@ -364,9 +299,14 @@ def register(app: typer.Typer) -> None:
             raise InputError("give exactly one of --concurrency, --request-rate or --find-capacity")
         if find_capacity and p99_ms is None:
             raise InputError("--find-capacity needs a goal: --p99-ms X")
-        inputs = input_options(
-            input_data, batch_size, _shapes(shape or []), unique_payloads, repeat_ratio, seed
+        # The same [input] keys as a scenario's, checked the same way (bad values end here,
+        # before any load); load reads no scenario file and no PERFSWEEP_* variables.
+        scenario = load_scenario(
+            None,
+            input_overrides(shape, input_data, batch_size, unique_payloads, repeat_ratio),
+            env={},
         )
+        input_options(scenario.input, seed)  # the generator's own checks, before any load
 
         if max_windows is None:
             max_windows = 4 if find_capacity else 10
@@ -394,17 +334,17 @@ def register(app: typer.Typer) -> None:
 
         from analyzer.load import LocustLoadGenerator  # gevent: only from here on
 
-        options = EngineOptions(
-            url=url,
-            model=model,
+        options = engine_options(
+            scenario,
+            url,
+            model,
+            metrics_url=metrics_url,
             protocol=protocol,
             workers=workers,
             expect_remote_workers=expect_workers if master else 0,
             master_bind_host=master_bind_host,
             master_port=master_port if master else 0,
-            **_engine_input_fields(inputs),
             pool_size=pool_size,
-            metrics_url=metrics_url,
             stats_url=stats_url,
             on_window=live,
         )
@@ -453,7 +393,9 @@ def register(app: typer.Typer) -> None:
             out.print(f"[bold]{capacity.message}[/]", highlight=False)
         if output is not None:
             doc = load_output_dict(
-                measurements, capacity, environment_record(url, model, protocol, workers, inputs)
+                measurements,
+                capacity,
+                environment_record(url, model, protocol, workers, scenario.input),
             )
             output.parent.mkdir(parents=True, exist_ok=True)
             tmp = output.with_suffix(output.suffix + ".tmp")

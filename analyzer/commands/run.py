@@ -21,6 +21,14 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from analyzer.commands.input_flags import (
+    BatchSizeFlag,
+    InputDataFlag,
+    RepeatRatioFlag,
+    ShapeFlag,
+    UniquePayloadsFlag,
+    input_overrides,
+)
 from analyzer.errors import GoalNotMetError, InputError
 from analyzer.records import TrialRecord
 from analyzer.scenario import Scenario, bundled_scenario, load_scenario
@@ -269,6 +277,11 @@ def register(app: typer.Typer) -> None:
         rate_rps: Annotated[
             float | None, typer.Option(help="Offered load for --objective latency, req/s.")
         ] = None,
+        shape: ShapeFlag = None,
+        input_data: InputDataFlag = None,
+        batch_size: BatchSizeFlag = None,
+        unique_payloads: UniquePayloadsFlag = None,
+        repeat_ratio: RepeatRatioFlag = None,
         trials: Annotated[
             int | None, typer.Option(help="Search trials (baseline and validation come on top).")
         ] = None,
@@ -348,6 +361,7 @@ def register(app: typer.Typer) -> None:
             "goals.note": "set with --p99-ms" if p99_ms is not None else None,
             "goals.min_throughput_rps": min_throughput_rps,
             "traffic.rate_rps": rate_rps,
+            **input_overrides(shape, input_data, batch_size, unique_payloads, repeat_ratio),
             "budget.trials": trials,
             "budget.time_budget_s": time_budget,
             "budget.patience": patience,

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from analyzer.load.inputs import ShapeChoice
+from analyzer.load.inputs import DataMode, InputOptions, ShapeChoice
 from analyzer.measure import LoadSpec, WindowStats
 
 if TYPE_CHECKING:
-    from analyzer.scenario import Scenario
+    from analyzer.scenario import InputSection, Scenario
 
 #: How often (seconds) the controller collects recorder deltas.
 TICK_S = 0.1
@@ -93,18 +93,18 @@ def engine_options(
             gate measures with one generator process).
         **fields: Any other :class:`EngineOptions` field (``max_send_lag_ms``, ``on_window``...).
     """
-    i = scenario.input
+    inputs = input_options(scenario.input)
     options = EngineOptions(
         url=url.split("://", 1)[-1],
         model=model,
         protocol="http",
-        data_mode=i.mode,
-        data_file=str(i.data_file) if i.data_file is not None else None,
-        batch_size=i.batch_size,
-        shapes={k: list(v) for k, v in i.shapes.items()} if i.shapes else None,
-        unique_payloads=i.unique_payloads,
-        repeat_ratio=i.repeat_ratio,
-        distribution=tuple(ShapeChoice.of(d.shapes, d.weight) for d in i.distribution),
+        data_mode=inputs.mode.value,
+        data_file=str(inputs.data_file) if inputs.data_file is not None else None,
+        batch_size=inputs.batch_size,
+        shapes={k: list(v) for k, v in inputs.shapes.items()} if inputs.shapes else None,
+        unique_payloads=inputs.unique_payloads,
+        repeat_ratio=inputs.repeat_ratio,
+        distribution=inputs.distribution,
         metrics_url=metrics_url,
     )
     if distributed:
@@ -118,3 +118,18 @@ def engine_options(
             master_port=t.master_port if t.expect_workers else 0,
         )
     return replace(options, **fields)
+
+
+def input_options(section: InputSection, seed: int = 0) -> InputOptions:
+    """The generator's ``InputOptions`` for a scenario's ``[input]`` (``seed``: the load's);
+    raises ``InputError`` on a combination the generator refuses."""
+    return InputOptions(
+        mode=DataMode(section.mode),
+        batch_size=section.batch_size,
+        shapes={k: list(v) for k, v in section.shapes.items()} if section.shapes else None,
+        data_file=section.data_file,
+        unique_payloads=section.unique_payloads,
+        repeat_ratio=section.repeat_ratio,
+        distribution=tuple(ShapeChoice.of(d.shapes, d.weight) for d in section.distribution),
+        seed=seed,
+    )

@@ -46,15 +46,13 @@ from analyzer.load.data_file import (
     resolve_validation,
 )
 
-#: Requests in a random rotation when ``unique_payloads`` is not given (auto). Small on purpose,
-#: for now: every generator user pre-builds one request per payload in its ``on_start`` (about
-#: 18 us each, on the gevent hub), so at 1024 or 4096 the load tests' capacity search and
-#: sequential steps measured the generator's stalls instead of the server. 64 costs about 1 ms
-#: per user. Against a response cache that is too few (it repeats every 64 requests): pass
-#: ``unique_payloads`` (``--unique-payloads``) to exceed a step's request count, and raise this
-#: to 8192 (a 2 x 4 s step at 1000 req/s without a repeat) once the clients build their requests
-#: once per process.
-DEFAULT_ROTATION = 64
+#: Requests in a random rotation when ``unique_payloads`` is not given (auto): a 2 x 4 s step at
+#: 1000 req/s without a repeat, so a response cache is not what is measured. The requests are
+#: built once per generator process and shared by its users (``clients.prepare_requests``):
+#: 8192 small payloads cost about 0.25 s per process, once per input change, and the load
+#: tests' capacity search and accuracy checks pass as they did at 64. (Before that they were
+#: built per user on the gevent hub, and 1024 or 4096 made the tests measure the generator.)
+DEFAULT_ROTATION = 8192
 #: Auto mode holds at most this many bytes of distinct tensor data (large inputs get fewer).
 PAYLOAD_BUDGET_BYTES = 64 * 2**20
 #: An explicit ``unique_payloads`` may not hold more tensor data than this.
@@ -247,9 +245,11 @@ def tensor_specs(
                 raise InputError(f"--shape {name}: dims must be >= 0, got {given}")
             inner = given
         if any(d < 0 for d in inner):
+            example = ",".join("D" if d < 0 else str(d) for d in inner)
             raise InputError(
-                f"input {name!r} has a variable dimension {inner}; give its shape with a data file "
-                f"or --shape {name}:D1,D2"
+                f"input {name!r} has a variable dimension {inner}: give its dims with "
+                f"--shape {name}:{example} (scenario: [input] shapes = {{{name} = [{example}]}}), "
+                "or a data file that states them (--input-data FILE)"
             )
         dims = [batch_size, *inner] if max_batch_size > 0 else inner
         if math.prod(dims) > MAX_ELEMENTS:

@@ -94,12 +94,12 @@ def test_a_directory_digest_covers_names_and_bytes(tmp_path: Path) -> None:
     ("overrides", "needle"),
     [
         ({"input.data_file": "/no/such/data.json"}, "no such file or directory"),
-        ({"input.repeat_ratio": 1.0}, "input.repeat_ratio"),
-        ({"input.unique_payloads": 0}, "input.unique_payloads"),
+        ({"input.repeat_ratio": 1.0}, "input.repeat_ratio: repeat ratio must be in [0, 1)"),
+        ({"input.unique_payloads": 0}, "input.unique_payloads: unique payloads must be >= 1"),
         ({"input.shapes": {"IDS": [-1]}}, "input.shapes"),
         ({"input.distribution": [{"shapes": {}}]}, "needs shapes"),
         ({"input.distribution": [{"shapes": {"IDS": [4]}, "weight": 0}]}, "weight"),
-        ({"input.data": "zeros", "input.repeat_ratio": 0.5}, "applies to random data, not zeros"),
+        ({"input.data": "zeros", "input.repeat_ratio": 0.5}, "apply to random data, not zeros"),
         ({"input.data_sha256": "ab"}, "needs input.data_file"),
         ({"input.batch_size": 0}, "input.batch_size"),
     ],
@@ -114,6 +114,7 @@ def test_bad_input_sections_are_one_line_errors(overrides: dict, needle: str) ->
 def test_random_only_knobs_are_refused_with_a_data_file(tmp_path: Path) -> None:
     data = data_json(tmp_path / "data.json", [1.0] * 12)
     with pytest.raises(
-        ScenarioError, match="unique_payloads applies to random data, not a data_file"
+        ScenarioError,
+        match="unique_payloads: unique payloads, repeat ratio and distribution apply to random data, not a data_file",
     ):
         load_scenario(None, {"input.data_file": str(data), "input.unique_payloads": 5}, env={})

@@ -1,0 +1,76 @@
+"""The request-data flags, defined once for ``run``, ``gate`` and ``load``.
+
+Each command declares the same five parameters with these types and hands them to
+:func:`analyzer.scenario.input_overrides`, which maps them onto the scenario's ``[input]`` keys; the scenario
+validates them (one-line errors naming the key) and :func:`analyzer.load.engine.engine_options`
+carries them to the generator. So a flag means the same in every command, and the same as its
+scenario key::
+
+    --shape IDS:128 --shape MASK:128     [input] shapes = {IDS = [128], MASK = [128]}
+    --input-data data.json               [input] data_file = "data.json"
+    --input-data zeros                   [input] data = "zeros"
+    --batch-size 4                       [input] batch_size = 4
+    --unique-payloads 10000              [input] unique_payloads = 10000
+    --repeat-ratio 0.3                   [input] repeat_ratio = 0.3
+
+A shape ``distribution`` has no flag (a list of weighted shapes reads better in the file).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from analyzer.scenario import input_overrides, parse_shapes
+
+__all__ = [
+    "BatchSizeFlag",
+    "InputDataFlag",
+    "RepeatRatioFlag",
+    "ShapeFlag",
+    "UniquePayloadsFlag",
+    "input_overrides",
+    "parse_shapes",
+]
+
+#: ``--shape NAME:D1,D2`` (repeatable).
+ShapeFlag = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--shape",
+        help="NAME:D1,D2: dims of an input with a variable (-1) dim, batch dim left out "
+        "(repeatable; [input] shapes).",
+    ),
+]
+#: ``--input-data random | zeros | FILE``.
+InputDataFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--input-data",
+        help="random (default), zeros, a perf_analyzer --input-data .json, an .npz (leading "
+        "axis = entries), or a directory with one raw file per input ([input] data_file).",
+    ),
+]
+#: ``--batch-size N``.
+BatchSizeFlag = Annotated[
+    int | None, typer.Option("--batch-size", help="Samples per request ([input] batch_size).")
+]
+#: ``--unique-payloads N``.
+UniquePayloadsFlag = Annotated[
+    int | None,
+    typer.Option(
+        "--unique-payloads",
+        help="Distinct random payloads per generator process (default 8192, fewer for large "
+        "inputs; [input] unique_payloads).",
+    ),
+]
+#: ``--repeat-ratio R``.
+RepeatRatioFlag = Annotated[
+    float | None,
+    typer.Option(
+        "--repeat-ratio",
+        help="Share of random requests that repeat an earlier payload, 0..<1: the hit ratio "
+        "a response cache sees ([input] repeat_ratio).",
+    ),
+]
