@@ -117,13 +117,14 @@ def _models(backend: str) -> list[mc.ModelConfig]:
     )
     idle = accumulator_config("seq_idle", max_batch_size=4, max_idle_us=IDLE_US, backend=backend)
     string_ids = accumulator_config("seq_plain", max_batch_size=4, backend=backend)
-    for config in (oldest, idle, string_ids):
+    direct = accumulator_config("seq_direct", max_batch_size=4, oldest=False, backend=backend)
+    for config in (oldest, idle, string_ids, direct):
         config.parameters["execute_delay_ms"].string_value = (
             str(EXEC_MS) if config is oldest else "0"
         )
     if backend != "python":
         oldest.parameters["profile"].string_value = "slow_step.toml"
-    return [oldest, idle, string_ids]
+    return [oldest, idle, string_ids, direct]
 
 
 @contextmanager
@@ -284,6 +285,24 @@ def _error_grpc(server: ServerHandle, model: str, send: Send) -> str:
     return "answered"
 
 
+#: Direct strategy, one request at a time: A holds slot 0, B slot 1, C (after A ends) slot 0.
+DIRECT_STREAM = (
+    Send(11, 1, start=True),
+    Send(12, 10, start=True),
+    Send(11, 2, end=True),
+    Send(12, 20),
+    Send(13, 100, start=True),
+    Send(12, 30, end=True),
+    Send(13, 200, end=True),
+)
+
+
+def run_direct(server: ServerHandle) -> list[tuple[int, int]]:
+    """(running sum, execution size) of each request of :data:`DIRECT_STREAM`, sent in turn."""
+    replies = [_infer_http(server.http_url, "seq_direct", send) for send in DIRECT_STREAM]
+    return [(reply.total, reply.batch_size) for reply in replies]
+
+
 def observe_errors(server: ServerHandle) -> dict[str, Any]:
     """The replies to requests a sequence batcher must refuse, and to an idle sequence."""
     seen: dict[str, Any] = {
@@ -394,6 +413,7 @@ def observations(
         with _server(kind, tmp_path_factory.mktemp(f"seq_{kind}"), triton_install) as server:
             groups, totals = run_oldest(server)
             out[kind] = {"oldest_batches": groups, "oldest_totals": totals}
+            out[kind]["direct"] = run_direct(server)
             out[kind].update(observe_errors(server))
             out[kind]["config_reasons"] = _config_reasons(kind, server)
     return out
@@ -413,6 +433,8 @@ def test_triton_forms_the_expected_oldest_batches(observations: dict[str, dict[s
     assert "must specify the START flag" in triton["no_start_http"]
     assert "must specify the START flag" in triton["idle_continue"]
     assert triton["idle_restart"] == 2
+    # Direct: a request in slot 1 runs beside a null request for the empty slot 0.
+    assert triton["direct"] == [(1, 1), (10, 2), (3, 1), (30, 2), (100, 1), (60, 2), (300, 1)]
 
 
 @pytest.mark.parametrize(
@@ -420,6 +442,7 @@ def test_triton_forms_the_expected_oldest_batches(observations: dict[str, dict[s
     [
         "oldest_batches",
         "oldest_totals",
+        "direct",
         "no_start_http",
         "no_start_grpc",
         "batch_of_two",
