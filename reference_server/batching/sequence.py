@@ -21,13 +21,14 @@ Two strategies form the batches of an instance:
 
 ``max_sequence_idle_microseconds`` (default 1 s): a sequence without a request for that long
 loses its slot (the reaper); a later request of that id without START is refused, as by Triton.
+When the model stops, requests still in the backlog are answered UNAVAILABLE.
 
 The pure parts -- :class:`SequenceRouter` (slots, backlog, idle sequences), :class:`OldestSlots`,
 :func:`direct_step` and :class:`Controls` -- take no locks and no clock of their own;
 :class:`SequenceScheduler` runs them under one lock with threads. Not modelled: implicit state
 (``sequence_batching.state``), iterative sequences, backlog expiry by request timeout, the rate
 limiter (sequence models take their instances directly), cancellation of queued sequence
-requests (they run).
+requests (they run); :func:`unsupported` names what a load refuses.
 """
 
 from __future__ import annotations
@@ -344,6 +345,13 @@ class SequenceRouter(Generic[T]):
         """Requests waiting in the backlog."""
         return sum(len(b.items) for b in self._backlogs)
 
+    def drain(self) -> list[T]:
+        """Empty the backlog (the model stops): its requests, oldest sequence first."""
+        items = [item for backlog in self._backlogs for item in backlog.items]
+        self._backlogs.clear()
+        self._collecting.clear()
+        return items
+
 
 def missing_start(correlation_id: CorrelationId, model_name: str) -> ServerError:
     """Triton's reply to a request of an unknown sequence without START."""
@@ -553,7 +561,9 @@ class SequenceScheduler(Scheduler):
         on_reject: RejectCallback | None = None,
         clock_ns: Callable[[], int] = time.monotonic_ns,
     ) -> None:
-        super().__init__(model_name, None, instance_count=instance_count, clock_ns=clock_ns)
+        super().__init__(
+            model_name, None, instance_count=instance_count, on_reject=on_reject, clock_ns=clock_ns
+        )
         self.sequence_params = params
         self.controls = controls
         self._seq_clock = clock_ns
@@ -612,11 +622,19 @@ class SequenceScheduler(Scheduler):
             self._seq_cond.notify_all()
 
     def join(self, timeout: float | None = None) -> None:
-        """Wait until every queued request was issued, then drain the batchers."""
+        """Wait until every slot's queued requests ran, then drain the batchers.
+
+        Requests still in the backlog would wait for a slot whose sequence can no longer end:
+        they are answered UNAVAILABLE.
+        """
         with self._seq_cond:
             self._seq_cond.wait_for(self._drained, timeout)
             self._reaper_stop = True
             self._seq_cond.notify_all()
+            stranded = self._router.drain()
+        if self._on_reject is not None:
+            for entry in stranded:
+                self._on_reject(entry, "REJECTED", _stopping())
         for batcher in self._batchers:
             batcher.stop()
             batcher.join(timeout)
@@ -650,11 +668,7 @@ class SequenceScheduler(Scheduler):
         entry.enqueue_ns = now
         with self._seq_cond:
             if not self._seq_accepting:
-                raise ServerError(
-                    "Server is stopping, scheduler for model has stopped accepting new "
-                    "inference requests",
-                    Code.UNAVAILABLE,
-                )
+                raise _stopping()
             try:
                 slot = self._router.route(info, entry, now // 1000)
             except UnknownSequence:
@@ -808,6 +822,25 @@ class SequenceScheduler(Scheduler):
 
     def _now_s(self) -> float:
         return self._seq_clock() / 1e9
+
+
+def _stopping() -> ServerError:
+    return ServerError(
+        "Server is stopping, scheduler for model has stopped accepting new inference requests",
+        Code.UNAVAILABLE,
+    )
+
+
+def unsupported(cfg: mc.ModelConfig) -> str | None:
+    """Why this server cannot serve a valid ``sequence_batching`` config (None: it can)."""
+    sb = cfg.sequence_batching
+    if sb.state:
+        return "implicit state (sequence_batching.state) is not implemented by this server"
+    if sb.iterative_sequence:
+        return "iterative sequences are not implemented by this server"
+    if sb.HasField("oldest") and sb.oldest.preserve_ordering:
+        return "sequence_batching.oldest.preserve_ordering is not implemented by this server"
+    return None
 
 
 def _is_end(entry: Entry) -> bool:

@@ -31,6 +31,7 @@ from reference_server.batching.instances import (
 from reference_server.batching.rate_limiter import InstanceLimits, ResourceNeed
 from reference_server.batching.scheduler import Batch, Entry, Scheduler
 from reference_server.batching.sequence import Controls, SequenceParams, SequenceScheduler
+from reference_server.batching.sequence import unsupported as sequence_unsupported
 from reference_server.core.cache import ResponseCache, cache_key
 from reference_server.core.config import numpy_dtype, protocol_datatype
 from reference_server.core.errors import BackendError, Code, ServerError
@@ -151,6 +152,9 @@ class ModelRuntime:
         active = sum(g.count * max(1, len(g.gpus)) for g in cfg.instance_group if not g.passive)
         dispatch = self._options.rate_limiter
         if cfg.HasField("sequence_batching"):
+            reason = sequence_unsupported(cfg)
+            if reason is not None:
+                raise ServerError(reason, Code.UNSUPPORTED)
             # Sequence slots belong to instances: the rate limiter does not reorder them here.
             return SequenceScheduler(
                 self.name,

@@ -37,6 +37,7 @@ def _models() -> list[mc.ModelConfig]:
         accumulator_config("acc_direct", oldest=False, max_batch_size=4),
         accumulator_config("acc_idle", max_idle_us=IDLE_US),
         accumulator_config("acc_one", max_candidate_sequences=1),
+        accumulator_config("acc_unload", max_candidate_sequences=1),
     ]
 
 
@@ -49,6 +50,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     for config in models:
         make_repository(root, config)
     options = ServerOptions(model_repositories=(root,), models=tuple(m.name for m in models))
+    stateful = accumulator_config("acc_state")
+    state = stateful.sequence_batching.state.add(input_name="IN_STATE", output_name="OUT_STATE")
+    state.data_type = mc.TYPE_INT32
+    state.dims.append(1)
+    make_repository(root, stateful)  # written, not loaded: implicit state is refused
     with ServerThread(options) as running:
         yield running
 
@@ -244,3 +250,31 @@ def test_make_repository_writes_a_loadable_layout(tmp_path: Path) -> None:
     make_repository(tmp_path)
     assert (tmp_path / "accumulator" / "config.pbtxt").is_file()
     assert (tmp_path / "accumulator" / "1").is_dir()
+
+
+def test_unload_answers_backlogged_requests(server: ServerThread) -> None:
+    client = _http(server)
+    assert _infer(client, "acc_unload", 1, 9101, start=True)[0] == 1
+    errors: dict[str, InferenceServerException] = {}
+
+    def waiting() -> None:
+        other = _http(server)
+        errors["b"] = _error(lambda: _infer(other, "acc_unload", 5, 9102, start=True))
+        other.close()
+
+    thread = threading.Thread(target=waiting, daemon=True)
+    thread.start()
+    wait_until(lambda: _pending(server, "acc_unload") == 1, 10, "B in the backlog")
+    client.unload_model("acc_unload")
+    thread.join(10)
+    # B's sequence could never get the slot A holds: it is answered, not left hanging.
+    assert errors["b"].status() == "503"
+    assert "stopped accepting new inference requests" in str(errors["b"].message())
+    client.close()
+
+
+def test_implicit_state_is_refused_at_load(server: ServerThread) -> None:
+    client = _http(server)
+    error = _error(lambda: client.load_model("acc_state"))
+    assert "implicit state (sequence_batching.state) is not implemented" in str(error.message())
+    client.close()
