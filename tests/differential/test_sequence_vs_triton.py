@@ -303,6 +303,28 @@ def run_direct(server: ServerHandle) -> list[tuple[int, int]]:
     return [(reply.total, reply.batch_size) for reply in replies]
 
 
+def direct_statistics(server: ServerHandle) -> tuple[int, dict[int, int]]:
+    """``seq_direct``'s success count and ``{batch size: executions}`` after the stream.
+
+    Triton's Python backend reports statistics just after the responses: wait for all seven
+    executions to be counted.
+    """
+    seen: dict[str, Any] = {}
+
+    def counted() -> bool:
+        status, body = server.http_status("GET", "/v2/models/seq_direct/stats")
+        assert status == 200, body
+        stats = json.loads(body)["model_stats"][0]
+        seen["success"] = int(stats["inference_stats"]["success"]["count"])
+        seen["batches"] = {
+            int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]
+        }
+        return sum(seen["batches"].values()) >= len(DIRECT_STREAM)
+
+    wait_until(counted, 10, "statistics of seq_direct")
+    return seen["success"], seen["batches"]
+
+
 def observe_errors(server: ServerHandle) -> dict[str, Any]:
     """The replies to requests a sequence batcher must refuse, and to an idle sequence."""
     seen: dict[str, Any] = {
@@ -414,6 +436,7 @@ def observations(
             groups, totals = run_oldest(server)
             out[kind] = {"oldest_batches": groups, "oldest_totals": totals}
             out[kind]["direct"] = run_direct(server)
+            out[kind]["direct_statistics"] = direct_statistics(server)
             out[kind].update(observe_errors(server))
             out[kind]["config_reasons"] = _config_reasons(kind, server)
     return out
@@ -435,6 +458,8 @@ def test_triton_forms_the_expected_oldest_batches(observations: dict[str, dict[s
     assert triton["idle_restart"] == 2
     # Direct: a request in slot 1 runs beside a null request for the empty slot 0.
     assert triton["direct"] == [(1, 1), (10, 2), (3, 1), (30, 2), (100, 1), (60, 2), (300, 1)]
+    # Null requests count in the executions' batch sizes, not as successful inferences.
+    assert triton["direct_statistics"] == (7, {1: 4, 2: 3})
 
 
 @pytest.mark.parametrize(
@@ -443,6 +468,7 @@ def test_triton_forms_the_expected_oldest_batches(observations: dict[str, dict[s
         "oldest_batches",
         "oldest_totals",
         "direct",
+        "direct_statistics",
         "no_start_http",
         "no_start_grpc",
         "batch_of_two",
