@@ -91,7 +91,7 @@ def parse_cache_config(values: Sequence[str]) -> CacheConfig | None:
     for value in values:
         name, comma, rest = value.partition(",")
         setting, equals, setting_value = rest.partition("=")
-        if not name and comma:
+        if not (name and comma):  # tritonserver's first check: a name, then a comma
             raise CacheConfigError(
                 "No cache specified. --cache-config option format is "
                 f"<cache name>,<setting>=<value>. Got {value}"

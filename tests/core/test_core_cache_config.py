@@ -10,6 +10,7 @@ value without ``<setting>=<value>``, "No cache specified" for an empty name, one
 from __future__ import annotations
 
 import signal
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ from reference_server.core.cache import (
 )
 from tests.core.conftest import identity_config, write_model
 from tests.server.test_serve_cli import FREE_PORTS, finish, perfsweep
+from tests.support.real_triton import TritonInstall
 from tests.support.servers import wait_until
 
 CACHED = "response_cache { enable: true }"
@@ -51,11 +53,8 @@ def test_no_flag_means_the_cache_size_flag_decides() -> None:
 @pytest.mark.parametrize(
     ("values", "cache_size", "message"),
     [
-        (
-            ["local"],
-            0,
-            "--cache-config option format is '<cache name>,<setting>=<value>'. Got local",
-        ),
+        (["local"], 0, "No cache specified. --cache-config option format is"),
+        (["size=100"], 0, "No cache specified. --cache-config option format is"),
         (["local,size"], 0, "format is '<cache name>,<setting>=<value>'. Got local,size"),
         (["local,size="], 0, "format is '<cache name>,<setting>=<value>'. Got local,size="),
         (["local,=5"], 0, "format is '<cache name>,<setting>=<value>'. Got local,=5"),
@@ -151,6 +150,45 @@ def test_perfsweep_serve_refuses_a_bad_cache_config_with_exit_2(tmp_path: Path) 
     code, err = finish(process)
     assert code == 2, err
     assert "size 'abc' is not a positive whole number of bytes" in err
+
+
+#: (--cache-config values, a message fragment both servers print for them).
+SAME_AS_TRITON = [
+    (["local"], "No cache specified. --cache-config option format is"),
+    ([",size=1"], "No cache specified. --cache-config option format is"),
+    (["local,size"], "--cache-config option format is '<cache name>,<setting>=<value>'"),
+    (["local,=5"], "--cache-config option format is '<cache name>,<setting>=<value>'"),
+    (["local,size=10", "redis,host=h"], "only a single cache is currently supported"),
+    (["local,bogus=3"], "config didn't contain a valid 'size' field"),
+]
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize(("values", "fragment"), SAME_AS_TRITON)
+def test_tritonserver_refuses_the_same_values_with_the_same_words(
+    triton_install: TritonInstall, tmp_path: Path, values: list[str], fragment: str
+) -> None:
+    (tmp_path / "repo").mkdir()
+    done = subprocess.run(
+        [
+            str(triton_install.server_bin),
+            f"--model-repository={tmp_path / 'repo'}",
+            f"--cache-directory={triton_install.server_bin.parent.parent / 'caches'}",
+            "--allow-http=false",
+            "--allow-grpc=false",
+            "--allow-metrics=false",
+            *(f"--cache-config={v}" for v in values),
+        ],
+        env=triton_install.environment(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert fragment in done.stdout + done.stderr
+    with pytest.raises(CacheConfigError) as caught:
+        ServerOptions(cache_config=tuple(values))
+    assert fragment in caught.value.message
 
 
 def _ones() -> np.ndarray:
