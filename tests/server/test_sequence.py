@@ -38,7 +38,16 @@ def _models() -> list[mc.ModelConfig]:
         accumulator_config("acc_idle", max_idle_us=IDLE_US),
         accumulator_config("acc_one", max_candidate_sequences=1),
         accumulator_config("acc_unload", max_candidate_sequences=1),
+        _two_instances(accumulator_config("acc_two", max_candidate_sequences=3)),
+        _two_instances(accumulator_config("acc_two_direct", oldest=False, max_batch_size=4)),
     ]
+
+
+def _two_instances(config: mc.ModelConfig) -> mc.ModelConfig:
+    if config.sequence_batching.HasField("oldest"):
+        config.sequence_batching.oldest.max_queue_delay_microseconds = 200
+    config.instance_group[0].count = 2
+    return config
 
 
 @pytest.fixture(scope="module")
@@ -278,3 +287,32 @@ def test_implicit_state_is_refused_at_load(server: ServerThread) -> None:
     error = _error(lambda: client.load_model("acc_state"))
     assert "implicit state (sequence_batching.state) is not implemented" in str(error.message())
     client.close()
+
+
+@pytest.mark.parametrize("model", ["acc_two", "acc_two_direct"])
+def test_concurrent_sequences_on_two_instances_keep_their_sums(
+    server: ServerThread, model: str
+) -> None:
+    # 10 sequences on 2 x 3 (oldest) or 2 x 4 (direct) slots: some wait in the backlog, slots
+    # of both instances are reused; whatever the interleaving, every sum must be right.
+    wrong: list[tuple[int, int, float, float]] = []
+
+    def run(cid: int) -> None:
+        client = _http(server)
+        total = 0.0
+        for step in range(8):
+            value = cid * 100 + step
+            total += value
+            got, _ = _infer(client, model, value, cid, start=step == 0, end=step == 7)
+            if got != total:
+                wrong.append((cid, step, got, total))
+        client.close()
+
+    base = 10_000 if model == "acc_two" else 20_000
+    threads = [threading.Thread(target=run, args=(base + k,)) for k in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert wrong == []
