@@ -438,8 +438,11 @@ class ManagedServer(_HttpTarget):
         self._process: Supervisor | None = None
         self._last_config: mc.ModelConfig | None = None
 
-    def command(self) -> list[str]:
-        """The server's command line."""
+    def command(self, ports: ServerAddresses | None = None) -> list[str]:
+        """The server's command line: free ports, or those of ``ports`` (a restart)."""
+        http, grpc, metrics = (
+            (ports.http_port, ports.grpc_port, ports.metrics_port) if ports else (0, 0, 0)
+        )
         cmd = [
             self.python,
             "-m",
@@ -451,11 +454,11 @@ class ManagedServer(_HttpTarget):
             "--host",
             "127.0.0.1",
             "--http-port",
-            "0",
+            str(http),
             "--grpc-port",
-            "0",
+            str(grpc),
             "--metrics-port",
-            "0",
+            str(metrics),
         ]
         if self.repository is not None:
             cmd += ["--model-repository", str(self.repository)]
@@ -489,9 +492,10 @@ class ManagedServer(_HttpTarget):
             self._process = self._new_supervisor()
         return self._process
 
-    def _relaunch_command(self) -> list[str] | None:
-        """The command line of a restart (None: the same one)."""
-        return None
+    def _relaunch_command(self, ports: ServerAddresses | None) -> list[str]:
+        """The command line of a restart on ``ports``, the ports the dead server had (None: free
+        ones): the load generator and everything else that holds :attr:`url` keep reaching it."""
+        return self.command(ports)
 
     def _await_ready(self, process: Supervisor) -> None:
         """Read the ports from the ready line, then wait until the model is ready."""
@@ -528,15 +532,22 @@ class ManagedServer(_HttpTarget):
         return self._is_live()
 
     def ensure_alive(self) -> None:
-        """Restart the server when it died (or hangs), and reload the last config pushed to it."""
+        """Restart the server when it died (or hangs), on the ports it had, and reload the last
+        config pushed to it."""
         if self.alive():
             return
-        self.url = ""
-        self.addresses = None
+        ports, self.url, self.addresses = self.addresses, "", None
         self.restarts += 1
         process = self._supervisor()
-        process.restart(timeout_s=self.stop_timeout_s, command=self._relaunch_command())
-        self._await_ready(process)
+        process.restart(timeout_s=self.stop_timeout_s, command=self._relaunch_command(ports))
+        try:
+            self._await_ready(process)
+        except TargetError:
+            if ports is None or process.running():
+                raise
+            # Its old ports were taken meanwhile: free ones (a new url) beat no server.
+            process.restart(timeout_s=self.stop_timeout_s, command=self._relaunch_command(None))
+            self._await_ready(process)
         if self._last_config is not None:
             super().load_config(self._last_config)
 

@@ -322,16 +322,16 @@ class ManagedTriton(ManagedServer):
         if self._launch is None:
             self._launch = triton_launch(self.binary, self.log_path.parent)
 
-    def _new_ports(self) -> None:
-        http, grpc, metrics = free_ports(3)
-        self.ports = TritonPorts(http, grpc, metrics)
-
-    def command(self) -> list[str]:
-        """The ``tritonserver`` command line of the next start (new free ports)."""
+    def command(self, ports: ServerAddresses | None = None) -> list[str]:
+        """The ``tritonserver`` command line of the next start: on ``ports`` (a restart), else
+        on new free ones."""
         self._prepare()
         assert self._launch is not None and self.repository is not None
-        self._new_ports()
-        assert self.ports is not None
+        if ports is not None:
+            self.ports = TritonPorts(ports.http_port, ports.grpc_port, ports.metrics_port)
+        else:
+            http, grpc, metrics = free_ports(3)
+            self.ports = TritonPorts(http, grpc, metrics)
         return triton_command(self._launch, self.repository, self.ports)
 
     def _new_supervisor(self) -> Supervisor:
@@ -344,9 +344,6 @@ class ManagedTriton(ManagedServer):
             env=dict(self._launch.env),
             own_group=True,  # its stub processes go with it
         )
-
-    def _relaunch_command(self) -> list[str] | None:
-        return self.command()
 
     def _await_ready(self, process: Supervisor) -> None:
         """Wait for ``/v2/health/ready`` (new ports when one could not bind), then load the model."""

@@ -10,6 +10,7 @@ misreads array item sizes (see :data:`MODEL_SOURCE` for how the BYTES output get
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -32,6 +34,8 @@ from tests.support.servers import process_gone, supervised_pid, wait_until, writ
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
 MODEL = "shop"
+#: Triton's log line of a model (re)load starting.
+LOADING = f'"loading: {MODEL}:1"'
 
 #: A Python-backend model: INT64 ``INPUT_IDS`` and FP16 ``SCALE`` in, BYTES ``LABEL`` out.
 MODEL_SOURCE = '''\
@@ -220,7 +224,7 @@ def test_managed_triton_loads_configs_and_survives_a_kill(
     assert not isinstance(refused.value, ConfigRejectedError)
     triton.ensure_alive()
     assert triton.pid() != old_pid and triton.restarts == 1
-    assert triton.url != old_url  # new free ports
+    assert triton.url == old_url  # its old ports: whoever holds the url reaches it again
     assert knobs_of(triton.model_config()) == wanted  # the last config, pushed again
     infer_once(triton)
     log = triton.log_path.read_text()
@@ -266,8 +270,9 @@ def test_run_server_triton_sweeps_and_the_best_config_loads(
     assert target["managed_server"] == "triton" and target["server"] == "triton"
     assert target["restarts"] == 0
     assert (run_dir / "server" / "tritonserver.log").exists()
-    measured = [load_summary_trial(p) for p in sorted((run_dir / "trials").glob("0*"))]
+    measured = trials_of(run_dir)
     assert measured and all(t["state"] == "complete" for t in measured), measured
+    assert all(served(t) for t in measured), measured
     assert (repository / MODEL / "config.pbtxt").read_bytes() == written
     assert summary["best"] is not None, done.stdout[-3000:]
 
@@ -283,11 +288,17 @@ def test_run_server_triton_sweeps_and_the_best_config_loads(
         infer_once(check)
 
 
-def load_summary_trial(trial_dir: Path) -> dict[str, object]:
-    import json
+def trials_of(run_dir: Path) -> list[dict[str, Any]]:
+    """The measured trials' records (``trials/NNN/measurement.json``), in order."""
+    return [
+        json.loads(path.read_text())
+        for path in sorted((run_dir / "trials").glob("[0-9]*/measurement.json"))
+    ]
 
-    data: dict[str, object] = json.loads((trial_dir / "measurement.json").read_text())
-    return data
+
+def served(trial: dict[str, Any]) -> bool:
+    """The trial's load was answered: throughput measured, next to no failed requests."""
+    return bool(trial["throughput_rps"] > 0 and trial["error_rate"] <= 0.01)
 
 
 def test_a_triton_killed_mid_sweep_is_restarted_and_the_trial_retried(
@@ -311,7 +322,13 @@ def test_a_triton_killed_mid_sweep_is_restarted_and_the_trial_retried(
             return supervised_pid(log.read_text())
 
         pid = wait_until(trial_started, 240, "trial 0 to start", poll_s=0.01)
-        os.kill(pid, signal.SIGKILL)  # Triton only; the sweep must bring it back
+        # Killed while it loads trial 0's config: the load fails, Triton is restarted (on its
+        # ports) and the trial runs again from its load. Triton only; the sweep brings it back.
+        loads = log.read_text().count(LOADING)
+        wait_until(
+            lambda: log.read_text().count(LOADING) > loads, 60, "trial 0's load", poll_s=0.005
+        )
+        os.kill(pid, signal.SIGKILL)
         output, _ = proc.communicate(timeout=280)
     finally:
         if proc.poll() is None:
@@ -323,6 +340,10 @@ def test_a_triton_killed_mid_sweep_is_restarted_and_the_trial_retried(
     text = log.read_text()
     assert f"server pid {pid}" in text and "server died" in text
     assert text.count("--- perfsweep: starting ") == 2
-    # The trial that lost its server was measured again on the new one: every trial complete.
-    measured = [load_summary_trial(p) for p in sorted((run_dir / "trials").glob("0*"))]
+    # On the new Triton: the model from disk, the last config that was loaded, the trial's.
+    assert text.split("server died")[1].count(f"successfully loaded '{MODEL}'") >= 3
+    # The trial that lost its server was measured again on the new one, on the same url: both
+    # trials complete, their load answered.
+    measured = trials_of(run_dir)
     assert len(measured) == 2 and all(t["state"] == "complete" for t in measured), output[-3000:]
+    assert all(served(t) for t in measured), measured
