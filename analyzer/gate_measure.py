@@ -137,6 +137,9 @@ class MeasureRequest:
     batch_size: int | None = None
     unique_payloads: int | None = None
     repeat_ratio: float | None = None
+    #: ``model.protocol`` (http or grpc) and ``traffic.workers`` (local generator processes).
+    protocol: str | None = None
+    workers: int | None = None
 
     def live_flags(self) -> list[str]:
         """The flags given that only make sense when measuring."""
@@ -302,6 +305,10 @@ def locust_generators(
                 target.url,
                 target.model,
                 metrics_url=metrics_url_for(target, metrics_urls or {}),
+                # A managed server's gRPC port (its ports are free ones, not HTTP + 1).
+                grpc_url=getattr(target, "grpc_url", "") or None,
+                # Local generator processes only: a gate judges one build from one host.
+                workers=scenario.traffic.workers,
             )
         )
 
@@ -392,6 +399,10 @@ def live_environment(
         "scenario_hash": measurement_hash(scenario, plan, target.device),
         "target_url": url or "managed reference server",
         "level": f"{plan.spec.mode.value} {plan.spec.target:g}",
+        "protocol": scenario.model.protocol,
+        "generator_processes": scenario.traffic.workers,
+        # What each request carried (a data file by its sha256 too).
+        "input": scenario.to_dict()["input"],
     }
 
 
@@ -474,6 +485,8 @@ def measure_and_gate(
         "model.device": r.device,
         "model.metrics_url": r.metrics_url,
         **input_overrides(r.shape, r.input_data, r.batch_size, r.unique_payloads, r.repeat_ratio),
+        "model.protocol": r.protocol,
+        "traffic.workers": r.workers,
     }
     path = r.scenario_file
     if path is None and r.url is None and r.model_repository is None:

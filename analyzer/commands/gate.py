@@ -127,6 +127,17 @@ def register(app: typer.Typer) -> None:
         warmup_s: Annotated[float | None, typer.Option(help="Warm-up per repeat, s.")] = None,
         window_s: Annotated[float | None, typer.Option(help="Window length, s.")] = None,
         windows: Annotated[int | None, typer.Option(help="Windows per repeat (default 2).")] = None,
+        protocol: Annotated[
+            str | None,
+            typer.Option(
+                help="http (default) | grpc: the protocol the load speaks (a --url server's gRPC "
+                "port: its HTTP port + 1, as Triton lays them out)."
+            ),
+        ] = None,
+        workers: Annotated[
+            int | None,
+            typer.Option(help="Local Locust generator processes (default: traffic.workers, 1)."),
+        ] = None,
         shape: ShapeFlag = None,
         input_data: InputDataFlag = None,
         batch_size: BatchSizeFlag = None,
@@ -178,6 +189,8 @@ def register(app: typer.Typer) -> None:
             batch_size=batch_size,
             unique_payloads=unique_payloads,
             repeat_ratio=repeat_ratio,
+            protocol=protocol,
+            workers=workers,
         )
         step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
         command = GateCommand(

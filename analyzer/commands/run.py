@@ -239,6 +239,13 @@ def register(app: typer.Typer) -> None:
                 "(a tritonserver binary on the --model-repository). Ignored with --url."
             ),
         ] = None,
+        protocol: Annotated[
+            str | None,
+            typer.Option(
+                help="http (default) | grpc: the protocol the load speaks (a --url server's gRPC "
+                "port: its HTTP port + 1, as Triton lays them out)."
+            ),
+        ] = None,
         triton_server_path: Annotated[
             Path | None,
             typer.Option(help="--server triton: the tritonserver binary (default: on PATH)."),
@@ -351,6 +358,7 @@ def register(app: typer.Typer) -> None:
             "model.repository": str(model_repository) if model_repository else None,
             "model.url": url,
             "model.server": server,
+            "model.protocol": protocol,
             "model.triton_server_path": str(triton_server_path) if triton_server_path else None,
             "model.metrics_url": metrics_url,
             "goals.max_gpu_memory_mb": max_gpu_memory_mb,

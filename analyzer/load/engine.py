@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from analyzer.errors import InputError
 from analyzer.load.inputs import DataMode, InputOptions, ShapeChoice
 from analyzer.measure import LoadSpec, WindowStats
 
@@ -75,11 +76,12 @@ def engine_options(
     model: str,
     *,
     metrics_url: str | None = None,
+    grpc_url: str | None = None,
     distributed: bool = False,
     **fields: Any,
 ) -> EngineOptions:
     """Options to load ``model`` at ``url`` (``http://host:port`` or ``host:port``) with the
-    scenario's inputs, over HTTP.
+    scenario's inputs, over the scenario's ``model.protocol``.
 
     Args:
         scenario: Where the inputs (the whole ``[input]`` section) and, when
@@ -89,15 +91,23 @@ def engine_options(
         model: The model to load.
         metrics_url: The target's Prometheus ``/metrics`` (GPU figures per window); None lets
             the engine try ``<url>/metrics``.
+        grpc_url: The target's gRPC ``host:port`` when ``model.protocol`` is grpc (a managed
+            server's ``grpc_url``); None: the HTTP port + 1, Triton's default layout. The
+            server's statistics are still read over HTTP at ``url``.
         distributed: Use the scenario's ``[traffic]`` generator processes (the sweep does; the
             gate measures with one generator process).
         **fields: Any other :class:`EngineOptions` field (``max_send_lag_ms``, ``on_window``...).
     """
     inputs = input_options(scenario.input)
+    http_address = url.split("://", 1)[-1]
+    grpc = scenario.model.protocol == "grpc"
     options = EngineOptions(
-        url=url.split("://", 1)[-1],
+        url=(grpc_url.split("://", 1)[-1] if grpc_url else next_port(http_address))
+        if grpc
+        else http_address,
         model=model,
-        protocol="http",
+        protocol=scenario.model.protocol,
+        stats_url=http_address if grpc else None,
         data_mode=inputs.mode.value,
         data_file=str(inputs.data_file) if inputs.data_file is not None else None,
         batch_size=inputs.batch_size,
@@ -118,6 +128,14 @@ def engine_options(
             master_port=t.master_port if t.expect_workers else 0,
         )
     return replace(options, **fields)
+
+
+def next_port(address: str) -> str:
+    """``host:port`` -> ``host:port+1`` (Triton's gRPC port beside its HTTP port)."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError(f"expected HOST:PORT for the target, got {address!r}")
+    return f"{host}:{int(port) + 1}"
 
 
 def input_options(section: InputSection, seed: int = 0) -> InputOptions:

@@ -1,0 +1,58 @@
+"""gRPC and several generator processes in ``perfsweep gate`` (and the options ``run`` builds).
+
+The gate measures the managed reference server over gRPC with two local Locust workers; the
+managed server's ports are free ones, so the gRPC address must come from the server itself,
+not from the HTTP port + 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analyzer.load.engine import engine_options
+from analyzer.scenario import load_scenario
+from tests.load.refserver import REPO_ROOT, write_sim_model
+
+
+def test_grpc_options_load_the_grpc_port_and_read_statistics_over_http() -> None:
+    s = load_scenario(None, {"model.protocol": "grpc"}, env={})
+    managed = engine_options(s, "http://127.0.0.1:40000", "m", grpc_url="127.0.0.1:40123")
+    assert (managed.protocol, managed.url, managed.stats_url) == (
+        "grpc",
+        "127.0.0.1:40123",
+        "127.0.0.1:40000",
+    )
+    # A --url server without a known gRPC address: Triton's layout, HTTP port + 1.
+    remote = engine_options(s, "http://triton:8000", "m")
+    assert (remote.url, remote.stats_url) == ("triton:8001", "triton:8000")
+    http = engine_options(load_scenario(None, env={}), "http://h:8000", "m", grpc_url="h:9")
+    assert (http.protocol, http.url, http.stats_url) == ("http", "h:8000", None)
+
+
+@pytest.mark.slow
+def test_gate_measures_over_grpc_with_two_generator_processes(tmp_path: Path) -> None:
+    write_sim_model(tmp_path / "repo", "m", device_ms=2.0)
+    out = tmp_path / "candidate.json"
+    done = subprocess.run(
+        [
+            sys.executable, "-c", "from analyzer.cli import main; main()", "gate",
+            "--model", "m", "--model-repository", str(tmp_path / "repo"), "--device", "sim",
+            "--protocol", "grpc", "--workers", "2", "--p99-ms", "200", "--rate-rps", "20",
+            "--warmup-s", "0.5", "--window-s", "1", "--windows", "2", "--repeats", "1",
+            "--output", str(out),
+        ],
+        capture_output=True, text=True, timeout=240, cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["environment"]["protocol"] == "grpc"
+    assert doc["environment"]["generator_processes"] == 2
+    (m,) = doc["results"]
+    assert m["error_count"] == 0 and m["request_count"] >= 20
