@@ -572,6 +572,10 @@ class SequenceScheduler(Scheduler):
         self._router: SequenceRouter[Entry] = SequenceRouter(slots, params.max_idle_us)
         self._seq_lock = threading.Lock()
         self._seq_cond = threading.Condition(self._seq_lock)
+        # The reaper waits on its own condition: an arrival wakes it only when it watches
+        # nothing (a new timestamp is never due before the ones it already waits for).
+        self._reaper_cond = threading.Condition(self._seq_lock)
+        self._reaper_idle = False
         self._seq_accepting = True
         self._reaper: threading.Thread | None = None
         self._reaper_stop = False
@@ -630,7 +634,7 @@ class SequenceScheduler(Scheduler):
         with self._seq_cond:
             self._seq_cond.wait_for(self._drained, timeout)
             self._reaper_stop = True
-            self._seq_cond.notify_all()
+            self._reaper_cond.notify_all()
             stranded = self._router.drain()
         if self._on_reject is not None:
             for entry in stranded:
@@ -673,7 +677,8 @@ class SequenceScheduler(Scheduler):
                 slot = self._router.route(info, entry, now // 1000)
             except UnknownSequence:
                 raise missing_start(info.correlation_id, self.model_name) from None
-            self._seq_cond.notify_all()  # the reaper watches the new timestamp
+            if self._reaper_idle:
+                self._reaper_cond.notify()
             if slot is not None:
                 self._place(slot, [entry])
 
@@ -818,7 +823,9 @@ class SequenceScheduler(Scheduler):
                 for _, slot in ended:
                     self._place(slot, [None])
                 wait = None if next_us is None else max(0.0, next_us / 1e6 - self._now_s())
-                self._seq_cond.wait(wait)
+                self._reaper_idle = wait is None
+                self._reaper_cond.wait(wait)
+                self._reaper_idle = False
 
     def _now_s(self) -> float:
         return self._seq_clock() / 1e9
