@@ -356,14 +356,19 @@ class ManagedTriton(ManagedServer):
             try:
                 process.wait_for(self._ready_probe, self.startup_timeout_s)
                 break
-            except _PortTaken as exc:
+            except (_PortTaken, TargetError) as exc:
+                # Triton 2.51 exits when its HTTP or gRPC port is taken; an endpoint that fails
+                # otherwise may leave it running. Either way the log line says so.
+                failed = bind_failure(process.log_text())
+                if failed is None:
+                    raise
                 if attempt == PORT_ATTEMPTS:
                     process.stop(self.stop_timeout_s)
                     raise TargetError(
-                        f"Triton could not bind its ports {PORT_ATTEMPTS} times ({exc}); "
+                        f"Triton could not bind its ports {PORT_ATTEMPTS} times ({failed}); "
                         f"log: {self.log_path}"
-                    ) from None
-                process.note(f"{exc}; starting again on new ports")
+                    ) from exc
+                process.note(f"{failed}; starting again on new ports")
                 process.stop(self.stop_timeout_s)
                 process.command = self.command()
                 process.start()

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -238,6 +239,33 @@ def test_managed_triton_loads_configs_and_survives_a_kill(
     triton.stop()
     wait_until(lambda: process_gone(new_pid), 30, "the stopped Triton to be gone")
     assert not [r for r in regions if r.exists()]
+
+
+def test_a_port_taken_at_startup_means_a_start_on_new_ports(
+    triton_install: TritonInstall, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import analyzer.triton_server as triton_server
+
+    real_free_ports = triton_server.free_ports
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = int(taken.getsockname()[1])
+        picks = iter([[port, *real_free_ports(2)]])
+        monkeypatch.setattr(
+            triton_server, "free_ports", lambda n=3: next(picks, None) or real_free_ports(n)
+        )
+        target = ManagedTriton(
+            MODEL, make_repository(tmp_path), tmp_path / "t.log", triton_install.server_bin
+        )
+        try:
+            target.start()
+            assert target.ports is not None and target.ports.http != port
+            infer_once(target)
+        finally:
+            target.stop()
+    log = target.log_path.read_text()
+    assert f"'127.0.0.1:{port}' already in use" in log and "starting again on new ports" in log
 
 
 def test_a_missing_model_is_named_with_the_log(

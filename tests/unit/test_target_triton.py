@@ -137,7 +137,7 @@ def test_bind_failures_are_found_in_the_log() -> None:
     # The E line is the one Triton 2.51 (the wheel's) writes when its HTTP port is taken.
     log = (
         'I1201 grpc_server.cc:2558] "Started GRPCInferenceService at 127.0.0.1:1"\n'
-        "E1201 main.cc:245] \"failed to start HTTP service: Unavailable - Socket '127.0.0.1:2' "
+        "E1201 main.cc:257] \"failed to start HTTP service: Unavailable - Socket '127.0.0.1:2' "
         'already in use "\n'
     )
     assert bind_failure(log) is not None and "HTTP service" in (bind_failure(log) or "")
