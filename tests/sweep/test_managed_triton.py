@@ -375,3 +375,48 @@ def test_a_triton_killed_mid_sweep_is_restarted_and_the_trial_retried(
     measured = trials_of(run_dir)
     assert len(measured) == 2 and all(t["state"] == "complete" for t in measured), output[-3000:]
     assert all(served(t) for t in measured), measured
+
+
+def test_run_server_triton_with_a_variable_dim_from_perf_analyzer_data(
+    triton_install: TritonInstall, tmp_path: Path
+) -> None:
+    # The "done when": INT64 [-1] and FP16 [4] in, BYTES out, the requests from a
+    # perf_analyzer --input-data file (content + shape for the variable dim, a flat list for
+    # the fixed one), two sequence lengths.
+    repository = make_repository(tmp_path, ids_dims="[ -1 ]")
+    data = tmp_path / "data.json"
+    data.write_text(
+        json.dumps(
+            {
+                "data": [
+                    {
+                        "INPUT_IDS": {"content": list(range(16)), "shape": [16]},
+                        "SCALE": [1.0, 0.5, 0.25, 2.0],
+                    },
+                    {
+                        "INPUT_IDS": {"content": list(range(12)), "shape": [12]},
+                        "SCALE": [0.0, 1.0, 2.0, 3.0],
+                    },
+                ]
+            }
+        )
+    )
+    run_dir = tmp_path / "run"
+    command = sweep_command(
+        triton_install.server_bin, repository, run_dir, tmp_path, "--input-data", str(data)
+    )
+    done = subprocess.run(command, capture_output=True, text=True, timeout=280)
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    measured = trials_of(run_dir)
+    assert len(measured) == 2 and all(served(t) for t in measured), measured
+    summary = load_summary(run_dir)
+    assert summary["best"] is not None, done.stdout[-3000:]
+    best_text = (run_dir / "best" / "config.pbtxt").read_text()
+    check_repo = tmp_path / "check"
+    shutil.copytree(repository, check_repo)
+    (check_repo / MODEL / "config.pbtxt").write_text(best_text)
+    with ManagedTriton(
+        MODEL, check_repo, tmp_path / "check.log", triton_install.server_bin
+    ) as check:
+        assert list(check.model_config().input[0].dims) == [-1]
+        infer_once(check, ids_width=12)
