@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from analyzer import records
 from analyzer.predict.profile import Profile
-from analyzer.predict.simulator import SimConfig, capacities
+from analyzer.predict.simulator import SimConfig, capacities, latency_offset
 from analyzer.scenario import Scenario
 from analyzer.search import SearchSpace
 from analyzer.trial import Knobs
@@ -144,6 +144,7 @@ def merged_profile(probed: Profile, fitted: Profile) -> Profile:
         jitter=probed.jitter,
         instances_profiled=fitted.instances_profiled,
         interference=dict(fitted.interference) or dict(probed.interference),
+        latency_offset_ms=probed.latency_offset_ms,
     )
 
 
@@ -194,10 +195,32 @@ class Guide:
     ) -> Guide:
         """Simulate every config's capacity at the goal (the predict phase)."""
         guide = cls(profile, goal_p99_ms, half_width, seed=seed, ceiling_rps=ceiling_rps)
-        covered = [k for k in configs if _covers(profile, k)]
-        guide.uncovered = [k for k in configs if not _covers(profile, k)]
-        guide._simulate(covered)
+        guide.predict_space(configs)
         return guide
+
+    def predict_space(self, configs: Sequence[Knobs]) -> None:
+        """Simulate the capacity of every config the profile covers; the others are
+        :attr:`uncovered`."""
+        covered = [k for k in configs if _covers(self.profile, k)]
+        self.uncovered = [k for k in configs if not _covers(self.profile, k)]
+        self._simulate(covered)
+
+    def calibrate(self, operating_points: Sequence[tuple[Knobs, float, float]]) -> None:
+        """Set the profile's latency offset from measured operating points (config, rate,
+        p99): the latency the server does not see; forecasts made before are forgotten."""
+        self.profile = self._calibrated(self.profile, operating_points)
+        self.forecasts.clear()
+
+    def _calibrated(
+        self, profile: Profile, operating_points: Sequence[tuple[Knobs, float, float]]
+    ) -> Profile:
+        """``profile`` with the offset of :func:`latency_offset` (unchanged where no point can
+        be simulated)."""
+        points = [(SimConfig.from_knobs(k), rate, p99) for k, rate, p99 in operating_points]
+        offset = latency_offset(profile, points, requests=SIM_REQUESTS, seed=self.seed)
+        if offset is None:
+            return profile
+        return replace(profile, latency_offset_ms=round(offset, 3))
 
     @classmethod
     def from_record(
@@ -275,10 +298,21 @@ class Guide:
             return False
         return best_measured_rps >= best[1].low_rps
 
-    def refit(self, fitted: Profile, measured: Iterable[Knobs], candidates: int) -> None:
-        """Refit the profile with the run's own fit and re-predict the ``candidates`` best
-        unmeasured configs (the ones the search may still measure); the rest keep theirs."""
-        profile = merged_profile(self.profile, fitted)
+    def refit(
+        self,
+        fitted: Profile | None,
+        measured: Iterable[Knobs],
+        candidates: int,
+        operating_points: Sequence[tuple[Knobs, float, float]] = (),
+    ) -> None:
+        """Refit the profile with the run's own fit (None: keep the execution times), calibrate
+        its latency offset on the measured ``operating_points`` (config, rate, p99: the latency
+        the server does not see), and re-predict the ``candidates`` best unmeasured configs
+        (the ones the search may still measure); the rest keep theirs."""
+        profile = self.profile if fitted is None else merged_profile(self.profile, fitted)
+        profile = self._calibrated(profile, operating_points)
+        if profile == self.profile:
+            return  # nothing new: the same simulation would give the same predictions
         done = set(measured)
         top = [k for k in self.ranked() if k not in done][: max(1, candidates)]
         top = [k for k in top if _covers(profile, k)]
@@ -305,6 +339,7 @@ def profile_summary(profile: Profile, refits: int = 0) -> dict[str, object]:
         "jitter": profile.jitter,
         "instances_profiled": profile.instances_profiled,
         "interference": {str(k): v for k, v in sorted(profile.interference.items())},
+        "latency_offset_ms": profile.latency_offset_ms,
         "refits": refits,
         "provenance": profile.provenance,
     }

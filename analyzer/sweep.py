@@ -351,13 +351,16 @@ def _sweep(
         stop_reason = "interrupted"
         try:
             if state.strategy == "predict":
-                # Profile first: the baseline's capacity search then starts at its prediction.
-                state.guide = _guide(state, profiler)
-                if state.guide is None:
-                    state.strategy = "tpe"
+                # Profile first: the baseline's capacity search then starts at its forecast,
+                # and its operating point calibrates the predictions of the whole space.
+                state.guide = _profiled(state, profiler)
             if state.baseline is None:
                 with state.phase("baseline"):
                     state.baseline = _measure_baseline(state)
+            if state.guide is not None and not state.guide.predictions:
+                state.guide = _predicted(state, state.guide)
+            if state.strategy == "predict" and state.guide is None:
+                state.strategy = "tpe"
             if state.baseline.meets_goals:
                 state.evaluator.hint_rps = state.baseline.throughput_rps
             state.evaluator.reference_rps = objective.reference_rps(
@@ -833,11 +836,11 @@ class _Widened:
         return config
 
 
-def _guide(state: _State, profiler: Profiler) -> Guide | None:
-    """The profile and predict phases (or a resumed run's predictions); None when no profile
+def _profiled(state: _State, profiler: Profiler) -> Guide | None:
+    """The profile phase (or a resumed run's predictions): a guide that can forecast single
+    configs (the baseline) before :func:`_predicted` simulates the space; None when no profile
     can be taken (the sweep then searches with tpe and says why)."""
     scenario, directory = state.scenario, state.run_dir
-    space_configs = grid_configs(state.search.space)
     goal, half = scenario.goals.p99_ms, scenario.search.band
     ceiling = scenario.traffic.max_rate_rps
     profile_path = directory.root / "profile.json"
@@ -861,15 +864,23 @@ def _guide(state: _State, profiler: Profiler) -> Guide | None:
         )
         return None
     save_profile(profile, profile_path)
+    return Guide(profile, goal, half, seed=scenario.run.seed, ceiling_rps=ceiling)
+
+
+def _predicted(state: _State, guide: Guide) -> Guide | None:
+    """The predict phase: the profile's latency offset calibrated on the baseline's operating
+    point, then every config of the space simulated; None when nothing could be predicted."""
+    directory = state.run_dir
+    space_configs = grid_configs(state.search.space)
     state.observer.on_phase(f"predicting {len(space_configs)} configs")
     try:
         with state.phase("predict"):
-            guide = Guide.predict(
-                profile, space_configs, goal, half, seed=scenario.run.seed, ceiling_rps=ceiling
-            )
+            guide.calibrate(_operating_points(state))
+            guide.predict_space(space_configs)
     except (InputError, ValueError) as exc:
         state.note(f"search predict: the simulator failed ({_first_line(exc)}); searching with tpe")
         return None
+    profile = guide.profile
     if not guide.predictions:
         state.note(
             f"search predict: the profile covers batch sizes {profile.min_batch_size}-"
@@ -891,15 +902,36 @@ def _guide(state: _State, profiler: Profiler) -> Guide | None:
     return guide
 
 
+def _operating_points(state: _State) -> list[tuple[Knobs, float, float]]:
+    """(config, rate, p99) of every measurement that met the goals so far, the baseline's
+    included: where the predictions' latency offset is calibrated."""
+    finished = [*([state.baseline] if state.baseline else []), *state.results.values()]
+    return [
+        (r.config, r.throughput_rps, r.p99_ms)
+        for r in finished
+        if r.complete and r.meets_goals and r.throughput_rps > 0
+    ]
+
+
 def _refit(state: _State, guide: Guide, remaining: int) -> None:
-    """Refit the profile from the run's trial windows and re-predict the configs still in
-    reach (twice the trials left); a run whose windows carry no statistics keeps its profile."""
+    """Refit the profile from the run's trial windows, calibrate its latency offset on every
+    operating point measured so far (the baseline's included), and re-predict the configs
+    still in reach (twice the trials left); a run whose windows carry no statistics keeps its
+    execution times."""
     if remaining <= 0:
         return
     try:
-        fitted = from_run_dir(state.run_dir.root, state.scenario.model.name)
-        measured = [r.config for r in state.results.values()]
-        guide.refit(fitted, measured, candidates=2 * remaining)
+        fitted: Profile | None = from_run_dir(state.run_dir.root, state.scenario.model.name)
+    except (InputError, ValueError) as exc:
+        _LOG.debug("no refit of the execution times: %s", exc)
+        fitted = None
+    try:
+        guide.refit(
+            fitted,
+            [r.config for r in state.results.values()],
+            2 * remaining,
+            _operating_points(state),
+        )
     except (InputError, ValueError) as exc:
         _LOG.debug("no refit: %s", exc)
         return

@@ -80,6 +80,9 @@ class Profile:
         jitter: Relative standard deviation of every phase duration (0 = deterministic).
         instances_profiled: Instance count of the config the input phase was measured with.
         interference: Instance count -> mean execution time relative to ``instances_profiled``.
+        latency_offset_ms: Latency outside the server's queue and execution (network, protocol,
+            the generator's own delays), added to every simulated latency; 0 until calibrated
+            on measured operating points (:func:`analyzer.predict.simulator.latency_offset`).
     """
 
     model: str
@@ -89,6 +92,7 @@ class Profile:
     jitter: float = 0.0
     instances_profiled: int = 1
     interference: Mapping[int, float] = field(default_factory=dict)
+    latency_offset_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.timings:
@@ -163,6 +167,7 @@ class Profile:
             "jitter": self.jitter,
             "instances_profiled": self.instances_profiled,
             "interference": {str(k): v for k, v in sorted(self.interference.items())},
+            "latency_offset_ms": self.latency_offset_ms,
             "timings": [
                 {
                     "batch_size": t.batch_size,
@@ -202,6 +207,7 @@ class Profile:
                 jitter=float(data.get("jitter", 0.0)),
                 instances_profiled=int(data.get("instances_profiled", 1)),
                 interference={int(k): float(v) for k, v in data.get("interference", {}).items()},
+                latency_offset_ms=float(data.get("latency_offset_ms", 0.0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ProfileError(f"malformed profile document: {exc!r}") from exc

@@ -21,7 +21,8 @@ reused by every rate and config. :func:`capacities` visits a space's configs nei
 neighbour and starts each capacity search at the previous answer.
 
 Assumptions (:data:`ASSUMPTIONS`, printed by ``perfsweep predict``): Poisson arrivals of
-batch-1 requests; no network, protocol or thread hand-over cost (latency = queue + execution);
+batch-1 requests; network, protocol and thread hand-overs are one constant offset (latency =
+queue + execution + ``Profile.latency_offset_ms``, calibrated by :func:`latency_offset`);
 one device shared by all instances; all requests shape-compatible.
 """
 
@@ -32,9 +33,10 @@ import functools
 import heapq
 import math
 import random
+import statistics
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
@@ -49,8 +51,9 @@ if TYPE_CHECKING:
 
 ASSUMPTIONS = (
     "arrivals: Poisson (seeded), one item per request",
-    "latency = queue + execution on the server; network, protocol and thread hand-overs are "
-    "not modelled",
+    "latency = queue + execution on the server + one constant offset for what the server does "
+    "not see (network, protocol, the load generator), calibrated on measured operating points "
+    "(0 until a run has measured one)",
     "batching: reference_server.batching.decide.decide, with the reference server's prefetching "
     "(up to 2 batches per instance queued) and instance-side merging",
     "execution: compute_input and compute_output overlap across instances; compute_infer is "
@@ -292,7 +295,8 @@ def simulate(
     histogram = [0] * (mbs + 1 if dynamic else 2)
     latencies: list[int] = []
     measured_needed = requests - warm
-    too_slow_ns = None if stop_above_ms is None else stop_above_ms * 1e6
+    offset_ms = profile.latency_offset_ms
+    too_slow_ns = None if stop_above_ms is None else (stop_above_ms - offset_ms) * 1e6
     too_slow = 0
     too_slow_limit = measured_needed // 100  # more than 1 % over the goal: p99 over it
     first_measured = arrivals[warm]
@@ -469,9 +473,9 @@ def simulate(
     return Prediction(
         rate_rps=rate_rps,
         requests=measured,
-        p50_ms=_quantile(latencies, 0.50) / 1e6,
-        p99_ms=_quantile(latencies, 0.99) / 1e6,
-        mean_ms=sum(latencies) / measured / 1e6,
+        p50_ms=max(0.0, _quantile(latencies, 0.50) / 1e6 + offset_ms),
+        p99_ms=max(0.0, _quantile(latencies, 0.99) / 1e6 + offset_ms),
+        mean_ms=max(0.0, sum(latencies) / measured / 1e6 + offset_ms),
         throughput_rps=throughput,
         batch_sizes=batch_sizes,
         # Every arrival is served before the run ends, so a rate above capacity shows as a
@@ -593,6 +597,33 @@ def capacity(
     return CapacityPrediction(p99_ms, lo, best, hi, tuple(steps))
 
 
+def latency_offset(
+    profile: Profile,
+    points: Iterable[tuple[SimConfig, float, float]],
+    *,
+    requests: int = 3000,
+    seed: int = 0,
+) -> float | None:
+    """The latency the simulator does not see, from measured operating points.
+
+    Each point is ``(config, rate, measured p99)``: the p99 a sweep measured at that Poisson
+    rate. The offset is the median over the points of the measured minus the simulated p99 at
+    the same rate (simulated without any offset), so ``replace(profile, latency_offset_ms=...)``
+    predicts what was measured. Points the profile cannot simulate (batches beyond it, a rate
+    it saturates at, no finite p99) are skipped; None when none is left.
+    """
+    base = replace(profile, latency_offset_ms=0.0)
+    gaps: list[float] = []
+    for config, rate, p99_ms in points:
+        covered = base.min_batch_size <= 1 and config.largest_batch <= base.max_batch_size
+        if rate <= 0 or not math.isfinite(p99_ms) or not covered:
+            continue
+        sim = simulate(base, config, rate, requests=requests, seed=seed)
+        if not sim.saturated and math.isfinite(sim.p99_ms):
+            gaps.append(p99_ms - sim.p99_ms)
+    return statistics.median(gaps) if gaps else None
+
+
 def _equivalence_key(config: SimConfig) -> tuple[Any, ...]:
     """Configs with the same key simulate identically (same batches, same timings)."""
     if not config.dynamic_batching:
@@ -692,5 +723,6 @@ __all__ = [
     "SimConfig",
     "capacities",
     "capacity",
+    "latency_offset",
     "simulate",
 ]

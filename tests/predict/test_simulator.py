@@ -208,3 +208,42 @@ def test_a_ceiling_caps_the_search_and_costs_one_rate_where_it_passes() -> None:
             assert capped[config].capacity_rps == pytest.approx(free[config].capacity_rps, rel=0.03)
     rates = sum(len(p.steps) for p in {id(p): p for p in capped.values()}.values())
     assert rates < sum(len(p.steps) for p in {id(p): p for p in free.values()}.values())
+
+
+def test_a_latency_offset_calibrated_on_measured_points_predicts_them() -> None:
+    from dataclasses import replace
+
+    from analyzer.predict.simulator import latency_offset
+
+    profile = constant(2.0, 8, per_item_ms=0.25)
+    configs = [SimConfig(8, 1000), SimConfig(4), SimConfig(1, dynamic_batching=False)]
+    # A server measured 7 ms slower than the simulator at every operating point (network,
+    # protocol, a busy generator): the offset is 7 ms, the median over the points.
+    points = [(c, 150.0, simulate(profile, c, 150.0, requests=3000).p99_ms + 7.0) for c in configs]
+    points.append(
+        (SimConfig(8), 150.0, simulate(profile, SimConfig(8), 150.0, requests=3000).p99_ms + 50)
+    )
+    offset = latency_offset(profile, points)
+    assert offset == pytest.approx(7.0, abs=1e-6)
+    shifted = replace(profile, latency_offset_ms=offset)
+    for config, rate, measured in points[:3]:
+        assert simulate(shifted, config, rate, requests=3000).p99_ms == pytest.approx(measured)
+    # A capacity at goal G with the offset is the capacity at G - offset without it.
+    assert capacity(shifted, SimConfig(8, 1000), 20.0).capacity_rps == pytest.approx(
+        capacity(profile, SimConfig(8, 1000), 13.0).capacity_rps, rel=0.03
+    )
+    # Points the profile cannot simulate are skipped: none left, no offset.
+    assert latency_offset(profile, [(SimConfig(16), 100.0, 5.0)]) is None
+    assert latency_offset(profile, [(SimConfig(4), 1e6, 5.0)]) is None  # saturated
+
+
+def test_the_latency_offset_travels_with_the_profile() -> None:
+    from dataclasses import replace
+
+    from analyzer.predict.profile import Profile
+
+    profile = replace(constant(2.0, 4), latency_offset_ms=3.5)
+    assert Profile.from_dict(profile.to_dict()) == profile
+    legacy = profile.to_dict()
+    del legacy["latency_offset_ms"]  # a profile.json written before the offset
+    assert Profile.from_dict(legacy).latency_offset_ms == 0.0

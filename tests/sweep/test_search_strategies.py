@@ -279,8 +279,18 @@ def test_a_resumed_predict_run_keeps_its_predictions_and_profiles_once(tmp_path:
         profiler=profiler,
     )
     assert calls == [1]  # the saved profile and predictions are reused
-    assert (first.run_dir / "predictions.json").read_text() == predictions
     done = [t for t in trials(resumed) if t.state == "complete"]
+    # The first trial after the resume was chosen on, and carries, the saved prediction (each
+    # later measurement refits the offset: the file then holds the refitted ones).
+    saved = {
+        c.config: c.prediction
+        for c in records.Predictions.from_dict(json.loads(predictions)).configs
+    }
+    rerun = min((t for t in done if t.number > 0), key=lambda t: t.number)  # 0: before Ctrl-C
+    assert rerun.prediction == saved[rerun.config]
+    assert set(saved) == {
+        c.config for c in records.load_predictions(first.run_dir / "predictions.json").configs
+    }
     assert resumed.stop_reason == "trials" and len(done) == 3
     assert all(t.source == "predict" and t.prediction is not None for t in done)
     assert len({t.config for t in done}) == 3
