@@ -427,6 +427,16 @@ class Search:
         trial.set_user_attr("failure", reason)
         self._study.tell(trial, state=TrialState.FAIL)
 
+    # -- study attributes (the shared-target lease, analyzer.target.claim_target) ---------------
+
+    def study_attrs(self) -> dict[str, Any]:
+        """The study's user attributes, read from the storage now (other workers' included)."""
+        return dict(self._study.user_attrs)
+
+    def set_study_attr(self, key: str, value: Any) -> None:
+        """Set one study user attribute (JSON-able) in the storage, seen by every worker."""
+        self._study.set_user_attr(key, value)
+
     # -- queries ----------------------------------------------------------------------------------
 
     def _interrupted(self) -> list[int]:
