@@ -249,10 +249,12 @@ def measurement_hash(scenario: Scenario, plan: MeasurePlan, device: str) -> str:
     data = {
         "model": scenario.model.name,
         "device": device,
-        "input": scenario.input.model_dump(),
+        "input": scenario.input.identity(),
         "level": [s.mode.value, s.target, s.arrival.value],
         "windows": [s.warmup_s, s.window_s, s.max_windows],
     }
+    if scenario.model.protocol != "http":  # HTTP, the only protocol before, keeps its hashes
+        data["protocol"] = scenario.model.protocol
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

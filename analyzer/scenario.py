@@ -184,6 +184,23 @@ class InputSection(_Section):
                 )
         return self
 
+    def identity(self) -> dict[str, Any]:
+        """The section as far as it decides what is measured (JSON-able, for fingerprints): a
+        data file by its bytes (``data_sha256``), not by where it lies; the keys added with
+        issue 14 left out at their defaults, so older scenarios keep their fingerprints."""
+        data: dict[str, Any] = json.loads(self.model_dump_json())
+        data.pop("data_file", None)
+        for key, default in (
+            ("shapes", None),
+            ("data_sha256", None),
+            ("unique_payloads", None),
+            ("repeat_ratio", 0.0),
+            ("distribution", []),
+        ):
+            if data.get(key, default) == default:
+                data.pop(key, None)
+        return data
+
     @property
     def mode(self) -> Literal["random", "zeros", "file"]:
         """Where values come from: ``file`` with a ``data_file``, else ``data``."""
@@ -488,18 +505,7 @@ class Scenario(_Section):
             data["model"].pop("server")
         if data["goals"].get("max_gpu_memory_mb") is None:
             data["goals"].pop("max_gpu_memory_mb", None)  # unset: the hash of older scenarios
-        # A data file counts by its bytes (data_sha256), not by where it lies; the input keys of
-        # issue 14 at their defaults keep the hash of older scenarios.
-        data["input"].pop("data_file", None)
-        for key, default in (
-            ("shapes", None),
-            ("data_sha256", None),
-            ("unique_payloads", None),
-            ("repeat_ratio", 0.0),
-            ("distribution", []),
-        ):
-            if data["input"].get(key, default) == default:
-                data["input"].pop(key, None)
+        data["input"] = self.input.identity()
         for key in ("workers", "expect_workers", "master_bind_host", "master_port"):
             data["traffic"].pop(key, None)  # nor does where the generator runs
         # The search strategy is in the hash, as run.sampler and budget.trials are: it changes

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from analyzer.gate_measure import GateFlags, measurement_hash, plan_measurement, resolve_criteria
 from analyzer.load.engine import engine_options
-from analyzer.scenario import load_scenario
+from analyzer.scenario import Scenario, load_scenario
 from tests.load.refserver import REPO_ROOT, write_sim_model
 
 
@@ -33,6 +34,25 @@ def test_grpc_options_load_the_grpc_port_and_read_statistics_over_http() -> None
     assert (remote.url, remote.stats_url) == ("triton:8001", "triton:8000")
     http = engine_options(load_scenario(None, env={}), "http://h:8000", "m", grpc_url="h:9")
     assert (http.protocol, http.url, http.stats_url) == ("http", "h:8000", None)
+
+
+def test_the_gate_fingerprint_counts_protocol_and_data_bytes_not_paths(tmp_path: Path) -> None:
+    def fingerprint(s: Scenario) -> str:
+        criteria = resolve_criteria(GateFlags(p99_ms=9), None)
+        plan = plan_measurement(s, criteria, 1, 30.0, None, None, None, None, 2)
+        return measurement_hash(s, plan, "sim")
+
+    def with_data(name: str, text: str, **more: object) -> Scenario:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return load_scenario(None, {"input.data_file": str(path), **more}, env={})
+
+    one = with_data("a/data.json", '{"data": [{"X": [1]}]}')
+    assert fingerprint(one) == fingerprint(with_data("b/data.json", '{"data": [{"X": [1]}]}'))
+    assert fingerprint(one) != fingerprint(with_data("c/data.json", '{"data": [{"X": [2]}]}'))
+    grpc = with_data("a/data.json", '{"data": [{"X": [1]}]}', **{"model.protocol": "grpc"})
+    assert fingerprint(one) != fingerprint(grpc)
 
 
 @pytest.mark.slow
