@@ -1,4 +1,4 @@
-"""gRPC and several generator processes in ``perfsweep gate`` (and the options ``run`` builds).
+"""gRPC, several generator processes and a data file in ``perfsweep gate`` (and the options).
 
 The gate measures the managed reference server over gRPC with two local Locust workers; the
 managed server's ports are free ones, so the gRPC address must come from the server itself,
@@ -17,7 +17,7 @@ import pytest
 
 from analyzer.gate_measure import GateFlags, measurement_hash, plan_measurement, resolve_criteria
 from analyzer.load.engine import engine_options
-from analyzer.scenario import Scenario, load_scenario
+from analyzer.scenario import Scenario, data_digest, load_scenario
 from tests.load.refserver import REPO_ROOT, write_sim_model
 
 
@@ -58,12 +58,15 @@ def test_the_gate_fingerprint_counts_protocol_and_data_bytes_not_paths(tmp_path:
 @pytest.mark.slow
 def test_gate_measures_over_grpc_with_two_generator_processes(tmp_path: Path) -> None:
     write_sim_model(tmp_path / "repo", "m", device_ms=2.0)
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps({"data": [{"INPUT0": [float(i)] * 16} for i in range(3)]}))
     out = tmp_path / "candidate.json"
     done = subprocess.run(
         [
             sys.executable, "-c", "from analyzer.cli import main; main()", "gate",
             "--model", "m", "--model-repository", str(tmp_path / "repo"), "--device", "sim",
-            "--protocol", "grpc", "--workers", "2", "--p99-ms", "200", "--rate-rps", "20",
+            "--protocol", "grpc", "--workers", "2", "--input-data", str(data),
+            "--p99-ms", "200", "--rate-rps", "20",
             "--warmup-s", "0.5", "--window-s", "1", "--windows", "2", "--repeats", "1",
             "--output", str(out),
         ],
@@ -74,5 +77,6 @@ def test_gate_measures_over_grpc_with_two_generator_processes(tmp_path: Path) ->
     doc = json.loads(out.read_text())
     assert doc["environment"]["protocol"] == "grpc"
     assert doc["environment"]["generator_processes"] == 2
+    assert doc["environment"]["input"]["data_sha256"] == data_digest(data)
     (m,) = doc["results"]
     assert m["error_count"] == 0 and m["request_count"] >= 20
