@@ -385,6 +385,9 @@ class ServerView:
     pending_requests: int | None = None
     #: Per GPU the server reported (``nv_gpu_*``); empty when it reported none (CPU-only).
     gpus: tuple[GpuStats, ...] = ()
+    #: Response-cache lookups in the window that hit / missed; 0 and 0: no lookups (no cache).
+    cache_hit_count: int = 0
+    cache_miss_count: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (batch sizes keyed by strings, as JSON requires)."""

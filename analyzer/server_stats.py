@@ -26,7 +26,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -239,16 +239,12 @@ def cache_window(before: ServerSnapshot, after: ServerSnapshot) -> CacheWindow |
     return window if window is not None and window.lookups > 0 else None
 
 
-#: ``ServerView``'s fields; the cache counts are carried once ``analyzer.measure`` has them.
-_VIEW_FIELDS = frozenset(f.name for f in fields(ServerView))
-
-
 def cache_hit_ratio(view: ServerView | None) -> float | None:
     """A view's cache hits / lookups; None without a view or without lookups (no cache)."""
     if view is None:
         return None
-    hits = int(getattr(view, "cache_hit_count", 0))
-    lookups = hits + int(getattr(view, "cache_miss_count", 0))
+    hits = view.cache_hit_count
+    lookups = hits + view.cache_miss_count
     return hits / lookups if lookups else None
 
 
@@ -388,7 +384,7 @@ def server_view(before: ServerSnapshot, after: ServerSnapshot) -> ServerView | N
             kwargs["failures_by_reason"] = {r: fa[r] - fb.get(r, 0) for r in sorted(fa)}
             if "failure_count" not in kwargs:
                 kwargs["failure_count"] = sum(kwargs["failures_by_reason"].values())
-    return ServerView(**{k: v for k, v in kwargs.items() if k in _VIEW_FIELDS})
+    return ServerView(**kwargs)
 
 
 def combine_views(views: list[ServerView | None]) -> ServerView | None:
@@ -413,13 +409,9 @@ def combine_views(views: list[ServerView | None]) -> ServerView | None:
             batch_sizes[size] = batch_sizes.get(size, 0) + n
         for reason, n in v.failures_by_reason.items():
             failures[reason] = failures.get(reason, 0) + n
-    cache = {
-        name: sum(int(getattr(v, name, 0)) for v in present)
-        for name in ("cache_hit_count", "cache_miss_count")
-        if name in _VIEW_FIELDS
-    }
     return ServerView(
-        **cache,
+        cache_hit_count=sum(v.cache_hit_count for v in present),
+        cache_miss_count=sum(v.cache_miss_count for v in present),
         success_count=success,
         failure_count=sum(v.failure_count for v in present),
         failures_by_reason=failures,

@@ -7,7 +7,6 @@ cache figure at all (a model without the cache is not "0 % hits").
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -31,13 +30,6 @@ from analyzer.server_stats import (
 )
 from reference_server.app import ServerOptions, ServerThread
 from tests.core.conftest import identity_config, write_model
-
-#: Whether ``analyzer.measure.ServerView`` carries the counts yet (the lead's change).
-VIEW_HAS_CACHE = "cache_hit_count" in {f.name for f in dataclasses.fields(ServerView)}
-needs_view_fields = pytest.mark.skipif(
-    not VIEW_HAS_CACHE,
-    reason="analyzer.measure.ServerView has no cache_hit_count/cache_miss_count yet",
-)
 
 #: Triton 2.51's page for a model with the cache on (counter families without ``_total``).
 TRITON_PAGE = """\
@@ -111,7 +103,6 @@ def test_a_view_without_cache_counts_has_no_ratio() -> None:
     assert cache_hit_ratio(ServerView(success_count=10)) is None
 
 
-@needs_view_fields
 def test_views_carry_the_counts_and_combine_by_adding() -> None:
     b = ServerSnapshot(StatsSnapshot(cache_hits=0, cache_misses=0), None)
     a = ServerSnapshot(StatsSnapshot(cache_hits=9, cache_misses=1), None)
@@ -146,8 +137,7 @@ def test_a_window_on_a_reference_server_with_the_cache_on(tmp_path: Path, source
             client.close()
             scraper.close()
     assert cache_window(before, after) == CacheWindow(hits=3, misses=1)
-    if VIEW_HAS_CACHE:
-        assert cache_hit_ratio(server_view(before, after)) == pytest.approx(0.75)
+    assert cache_hit_ratio(server_view(before, after)) == pytest.approx(0.75)
 
 
 def _infer(client: httpclient.InferenceServerClient, value: float) -> None:
