@@ -106,6 +106,8 @@ class SearchSpace:
         max_pref_depth: Largest preferred-size depth searched (0: never set preferred sizes).
         fixed_preferred: Preferred sizes used by every config instead of a searched depth.
         instances: Inclusive bounds of the instance count.
+        cache_choices: Values of :attr:`Knobs.response_cache` searched
+            (:func:`analyzer.trial.response_cache_choices`; ``(None,)``: the model's own).
     """
 
     log2_mbs: tuple[int, int]
@@ -113,6 +115,7 @@ class SearchSpace:
     max_pref_depth: int = 2
     fixed_preferred: tuple[int, ...] | None = None
     instances: tuple[int, int] = (1, 1)
+    cache_choices: tuple[bool | None, ...] = (None,)
 
     def __post_init__(self) -> None:
         if self.fixed_preferred:
@@ -135,6 +138,7 @@ class SearchSpace:
         delay_steps: int,
         preferred: str | Sequence[int],
         instance_count: tuple[int, int],
+        cache_choices: tuple[bool | None, ...] = (None,),
     ) -> SearchSpace:
         """Build the space from the scenario's ``[space]`` bounds."""
         fixed: tuple[int, ...] | None = None
@@ -150,6 +154,7 @@ class SearchSpace:
             max_pref_depth=depth,
             fixed_preferred=fixed,
             instances=instance_count,
+            cache_choices=cache_choices,
         )
 
     # -- encoding -------------------------------------------------------------------------------
@@ -161,6 +166,7 @@ class SearchSpace:
             "delay_idx": (0, len(self.delays_us) - 1),
             "pref_depth": (0, self.max_pref_depth),
             "instances": self.instances,
+            "cache_idx": (0, len(self.cache_choices) - 1),
         }
         return {name: b for name, b in bounds.items() if b[0] < b[1]}
 
@@ -177,6 +183,7 @@ class SearchSpace:
             max_queue_delay_us=self.delays_us[int(params.get("delay_idx", 0))],
             preferred_batch_size=pref,
             instance_count=int(params.get("instances", self.instances[0])),
+            response_cache=self.cache_choices[int(params.get("cache_idx", 0))],
         )
 
     def encode(self, knobs: Knobs) -> dict[str, int]:
@@ -189,11 +196,13 @@ class SearchSpace:
         )
         depth = min(max(len(knobs.preferred_batch_size) - 1, 0), self.max_pref_depth)
         instances = min(max(knobs.instance_count, self.instances[0]), self.instances[1])
+        cache = knobs.response_cache
         params = {
             "log2_mbs": log2,
             "delay_idx": delay_idx,
             "pref_depth": depth,
             "instances": instances,
+            "cache_idx": self.cache_choices.index(cache) if cache in self.cache_choices else 0,
         }
         return {k: v for k, v in params.items() if k in self.param_bounds()}
 

@@ -220,3 +220,21 @@ def test_strategy_rules_on_predictions() -> None:
     assert guide.next_config([a]) == b and guide.next_config([a, b]) is None
     assert not guide.settled(None) and not guide.settled(179.0)
     assert guide.settled(180.0) and guide.settled(250.0)
+
+
+def test_the_response_cache_is_a_dimension_only_when_searched() -> None:
+    from analyzer.search import SearchSpace
+
+    plain = SearchSpace.from_bounds((1, 8), (0, 1000), 2, "none", (1, 1))
+    assert "cache_idx" not in plain.param_bounds()
+    assert {plain.decode(p).response_cache for p in plain.points()} == {None}
+    both = SearchSpace.from_bounds((1, 8), (0, 1000), 2, "none", (1, 1), (False, True))
+    assert both.param_bounds()["cache_idx"] == (0, 1)
+    assert both.size() == 2 * plain.size()
+    decoded = [both.decode(p) for p in both.points()]
+    assert {k.response_cache for k in decoded} == {False, True}
+    for knobs in decoded:  # encode is decode's inverse on the grid
+        assert both.decode(both.encode(knobs)) == knobs
+    forced = SearchSpace.from_bounds((1, 8), (0, 1000), 2, "none", (1, 1), (True,))
+    assert "cache_idx" not in forced.param_bounds()
+    assert {forced.decode(p).response_cache for p in forced.points()} == {True}
