@@ -418,7 +418,13 @@ class PreparedRequests:
 def prepare_requests(
     protocol: str, url: str, inputs: InputSet, http_client: str = "raw"
 ) -> PreparedRequests:
-    """The requests ``make_client`` would build for these arguments, built once here."""
+    """The requests ``make_client`` would build for these arguments, built once per
+    ``InputSet`` (kept in its ``request_cache``) and shared by every client made from it."""
+    kind = "" if protocol == "grpc" else http_client
+    cached = inputs.request_cache.get((protocol, kind, url))
+    if cached is not None:
+        assert isinstance(cached, PreparedRequests)
+        return cached
     if protocol == "grpc":
         items: list[Any] = grpc_requests(inputs)
     elif http_client == "geventhttpclient":
@@ -427,7 +433,9 @@ def prepare_requests(
         items = raw_http_requests(url, inputs)
     else:
         raise ValueError(f"http_client must be one of {HTTP_CLIENTS}, not {http_client!r}")
-    return PreparedRequests(protocol, http_client if protocol != "grpc" else "", url, tuple(items))
+    prepared = PreparedRequests(protocol, kind, url, tuple(items))
+    inputs.request_cache[(protocol, kind, url)] = prepared
+    return prepared
 
 
 def make_client(
@@ -447,15 +455,18 @@ def make_client(
         concurrency: HTTP connections at most.
         http_client: one of ``HTTP_CLIENTS`` (HTTP only).
         prepared: requests built once for the process (:func:`prepare_requests`); used when
-            they were built for this protocol, client and URL, else the client builds its own.
+            they were built for this protocol, client and URL. Without them the client takes
+            the ones ``inputs`` holds for these arguments (built on first use), so users that
+            share an ``InputSet`` share its requests.
     """
     kind = "" if protocol == "grpc" else http_client
-    shared = (
-        prepared.items
-        if prepared is not None
-        and (prepared.protocol, prepared.http_client, prepared.url) == (protocol, kind, url)
-        else None
-    )
+    if prepared is None or (prepared.protocol, prepared.http_client, prepared.url) != (
+        protocol,
+        kind,
+        url,
+    ):
+        prepared = prepare_requests(protocol, url, inputs, http_client)
+    shared = prepared.items
     if protocol == "grpc":
         return GrpcInferClient(url, inputs, requests=shared)
     if http_client == "geventhttpclient":

@@ -204,6 +204,11 @@ class InputSet:
     expected: tuple[Payload, ...] = ()
     #: Where the values came from, in words (for the run's record).
     source: str = field(default="")
+    #: The requests built from these payloads, per (protocol, client, URL): filled by
+    #: ``clients.prepare_requests`` so every user of a process shares one set.
+    request_cache: dict[tuple[str, str, str], Any] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
 
 def _inner_dims(entry: Mapping[str, Any], max_batch_size: int) -> list[int]:

@@ -35,6 +35,7 @@ def main() -> None:
     """Measure the level, then describe the requests the engine sent."""
     spec = json.loads(sys.stdin.read())
     from analyzer.load import EngineOptions, LocustLoadGenerator
+    from analyzer.load.clients import prepare_requests
     from analyzer.load.inputs import ShapeChoice
     from analyzer.load.users import EngineConfig, ProcessContext
     from analyzer.measure import LoadMode, LoadSpec
@@ -77,6 +78,8 @@ def main() -> None:
         "unique": ctx.inputs.unique_count,
         "rotation": len(ctx.inputs.payloads),
         "distinct_request_objects": len({id(r) for r in ctx.requests.items}),
+        # Any client made from this InputSet (the dashboard's users too) takes these requests.
+        "shared_by_clients": prepare_requests("http", options.url, ctx.inputs) is ctx.requests,
     }
     print(json.dumps(answer), flush=True)
 

@@ -93,6 +93,7 @@ def test_repeat_ratio_is_the_share_of_cache_hits_on_the_wire(server: str) -> Non
     assert answer["unique"] == 4000 and answer["rotation"] == 40000
     # One request object per distinct payload, shared by the repeats (built once per process).
     assert answer["distinct_request_objects"] == 4000
+    assert answer["shared_by_clients"]
     assert 500 < sent < answer["rotation"], "the rotation was walked once, in part"
     # Four users share one walk through the rotation: each payload is sent once, and a tenth
     # of the slots are new payloads; per-user walks would have made nearly every request a hit.
