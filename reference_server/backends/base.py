@@ -119,6 +119,10 @@ def create_backend(config: mc.ModelConfig) -> Backend:
         from reference_server.backends.simulated import SimulatedBackend
 
         return SimulatedBackend()
+    if name == "accumulator":
+        from reference_server.zoo.accumulator import AccumulatorBackend
+
+        return AccumulatorBackend()
     if name in ("onnxruntime", "onnxruntime_onnx"):
         from reference_server.backends.onnxruntime import OnnxRuntimeBackend
 

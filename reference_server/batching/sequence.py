@@ -55,7 +55,6 @@ T = TypeVar("T")
 
 #: Direct strategy: how long the batcher waits when nothing is queued (Triton's 500 ms).
 _DIRECT_IDLE_WAIT_S = 0.5
-_SEQUENCE_KEY = "sequence"
 
 
 # ------------------------------------------------------------------------------ request fields
@@ -78,15 +77,14 @@ class SequenceInfo:
 
 def set_sequence(request: InferRequest, info: SequenceInfo) -> None:
     """Attach the sequence fields a frontend parsed to ``request``."""
-    # InferRequest (core/types.py) has no sequence fields yet; until it does they ride in the
-    # instance dict under one private key, read only through sequence_of().
-    request.__dict__[_SEQUENCE_KEY] = info
+    request.sequence_id = info.correlation_id
+    request.sequence_start = info.start
+    request.sequence_end = info.end
 
 
 def sequence_of(request: InferRequest) -> SequenceInfo:
     """The sequence fields of ``request`` (all defaults when it carried none)."""
-    info = request.__dict__.get(_SEQUENCE_KEY)
-    return info if isinstance(info, SequenceInfo) else SequenceInfo()
+    return SequenceInfo(request.sequence_id, request.sequence_start, request.sequence_end)
 
 
 def correlation_text(correlation_id: CorrelationId) -> str:

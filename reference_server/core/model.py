@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
-from reference_server.backends.base import Backend, BackendArgs, create_backend
+from reference_server.backends.base import BackendArgs, create_backend
 from reference_server.batching.decide import BatchingParams, QueuePolicy
 from reference_server.batching.instances import (
     DeviceRegistry,
@@ -223,7 +223,7 @@ class ModelRuntime:
                 # resources that cannot be scheduled fail the load.
                 limiter.register(self.scheduler, [s.limits for s in specs if not s.passive])
             for index, spec in enumerate(specs):
-                backend = _create_backend(self.config)
+                backend = create_backend(self.config)
                 device_name = f"gpu{spec.device_id}" if spec.kind == "KIND_GPU" else "cpu"
                 args = BackendArgs(
                     model_name=self.name,
@@ -608,15 +608,6 @@ class ModelRuntime:
     def pause(self, seconds: float) -> None:
         """Hold executions starting in the next ``seconds`` back (coordinated-omission tests)."""
         self.pause_gate.pause(seconds)
-
-
-def _create_backend(config: mc.ModelConfig) -> Backend:
-    """The backend of a config: the zoo's stateful accumulator, or a built-in one."""
-    if (config.backend or config.platform) == "accumulator":
-        from reference_server.zoo.accumulator import AccumulatorBackend
-
-        return AccumulatorBackend()
-    return create_backend(config)
 
 
 def _deliver(callback: Callback, result: InferResponse | ServerError) -> None:

@@ -51,6 +51,11 @@ class InferRequest:
     timeout_us: int = 0
     binary_data_output: bool = False
     cancelled: bool = False
+    #: Sequence parameters (``sequence_id`` uint64 or string, ``sequence_start``,
+    #: ``sequence_end``); 0 / "": the request names no sequence.
+    sequence_id: int | str = 0
+    sequence_start: bool = False
+    sequence_end: bool = False
     # Filled by the core.
     batch_size: int = 0
     request_start_ns: int = 0

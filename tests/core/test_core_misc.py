@@ -145,13 +145,6 @@ def test_failing_callback_does_not_stop_the_model(
     assert out.outputs["OUTPUT0"].tolist() == [[2.0] * 4]
 
 
-def test_sequence_batching_refused_clearly(tmp_path: Path, make_server: ServerFactory) -> None:
-    write_model(tmp_path, "s", identity_config("s", "sequence_batching {}"))
-    server = make_server(models=())
-    with pytest.raises(ServerError, match="Unsupported: sequence batching is not implemented"):
-        server.load_model("s")
-
-
 def test_same_model_in_two_repositories(tmp_path: Path) -> None:
     from reference_server.core.server import CoreOptions, InferenceServer
 
