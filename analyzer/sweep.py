@@ -237,10 +237,6 @@ def run_sweep(
         InputError: The scenario cannot run (e.g. the storage cannot be opened).
     """
     observer = observer or SweepObserver()
-    if load is None and scenario.model.protocol == "grpc":
-        raise InputError(
-            "model.protocol = 'grpc' is not supported by `perfsweep run` yet; use http"
-        )
     started = clock()
     started_at = utc_now()
     # A new run's run.json and scenario.toml are written once the target is up and its model
@@ -567,6 +563,8 @@ def _locust_generator(
         # GPU utilisation, memory and power per window: the managed server's metrics port,
         # or --metrics-url for a --url server (None: the engine tries the HTTP port once).
         metrics_url=getattr(target, "metrics_url", "") or scenario.model.metrics_url or None,
+        # model.protocol grpc: a managed server's own gRPC port; a --url server's HTTP port + 1.
+        grpc_url=getattr(target, "grpc_url", "") or None,
         distributed=True,
         # Latency is timed from the intended send, so send lag is already in every p99; a lag
         # of a tenth of the goal cannot flip a verdict, so only more than that is "saturated".

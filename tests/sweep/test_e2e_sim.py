@@ -166,6 +166,24 @@ def test_search_predict_on_simulated_device(tmp_path: Path) -> None:
     assert "time per phase" in done.stdout and "search predict" in done.stdout
 
 
+def test_a_sweep_over_grpc_reaches_the_managed_servers_grpc_port(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [*command(tmp_path, 1, run_dir, validate_top=0), "--protocol", "grpc"],
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = load_summary(run_dir)
+    assert summary["scenario"]["model"]["protocol"] == "grpc"
+    assert summary["trials"]["complete"] == 1 and summary["best"]["throughput_rps"] > 0
+    record = load_trial_record(run_dir / "trials" / "000" / "measurement.json")
+    best = record["measurement"]["best"]
+    # Every request the generator counted reached the server (its statistics agree).
+    assert best["error_count"] == 0 and best["server"]["success_count"] >= best["request_count"]
+
+
 def test_sigkill_mid_trial_then_resume_loses_no_finished_trial(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     # Its own session, so one killpg takes the sweep and its managed server down together.
