@@ -48,6 +48,7 @@ from reference_server.core.repository import (
     check_model_name,
     select_versions,
 )
+from reference_server.core.shm import SharedMemoryRegistry
 from reference_server.core.stats import MetricSource, ModelMetrics, TritonCollector, render_text
 from reference_server.core.types import InferRequest, InferResponse
 
@@ -63,6 +64,7 @@ EXTENSIONS = (
     "model_repository(unload_dependents)",
     "schedule_policy",
     "model_configuration",
+    "system_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
@@ -253,6 +255,9 @@ class InferenceServer:
         self.repository = ModelRepository(options.model_repositories)
         self.cache = ResponseCache(options.cache_size_bytes) if options.cache_size_bytes else None
         self.devices = DeviceRegistry()
+        #: Regions clients registered (``systemsharedmemory`` extension), shared by both
+        #: frontends.
+        self.shared_memory = SharedMemoryRegistry()
         if options.rate_limit not in ("off", "execution_count"):
             raise ServerError(
                 f"invalid argument for --rate-limit: '{options.rate_limit}' (use off or "
@@ -317,6 +322,7 @@ class InferenceServer:
             rt.scheduler.join(max(0.0, deadline - time.monotonic()))
             for inst in rt.instances:
                 inst.join(max(0.0, deadline - time.monotonic()))
+        self.shared_memory.close()
         self.repository.close()
 
     def is_live(self) -> bool:

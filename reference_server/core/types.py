@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from reference_server.core.shm import RegionSlice
+
 ParamValue = bool | int | float | str
 
 
@@ -22,11 +24,14 @@ class RequestedOutput:
         name: Output name as in the model config.
         binary_data: HTTP only: return this output in the binary tensor extension.
         class_count: Classification extension: return the top ``class_count`` entries.
+        shared_memory: Write the output into this part of a registered shared-memory region
+            instead of the response (the response then carries no data for it).
     """
 
     name: str
     binary_data: bool = False
     class_count: int = 0
+    shared_memory: RegionSlice | None = None
 
 
 @dataclass(eq=False)

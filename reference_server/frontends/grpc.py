@@ -3,8 +3,9 @@
 Built on the generated modules that ship with ``tritonclient`` (``service_pb2``,
 ``service_pb2_grpc``, ``model_config_pb2``), so the server and every client share one copy of
 Triton's protobuf descriptors. Every RPC maps ``ServerError`` codes to gRPC status codes exactly
-as Triton does; optional extensions this server does not implement (shared memory, trace,
-logging) answer UNIMPLEMENTED. ``grpc.health.v1.Health/Check`` is served when the
+as Triton does. System shared memory is served from the core's registry (the same regions as
+over HTTP); CUDA shared memory answers as a Triton that cannot open CUDA handles; the optional
+trace and logging extensions answer UNIMPLEMENTED. ``grpc.health.v1.Health/Check`` is served when the
 ``grpcio-health-checking`` package is installed.
 """
 
@@ -24,6 +25,7 @@ from tritonclient.grpc import service_pb2_grpc
 
 from reference_server.batching.sequence import SequenceInfo, set_sequence
 from reference_server.core.errors import Code, ServerError
+from reference_server.core.shm import SharedMemoryRegistry
 from reference_server.core.types import InferRequest, InferResponse, ParamValue, RequestedOutput
 from reference_server.frontends import wire
 
@@ -274,14 +276,54 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 task.cancel()
 
     async def _infer(self, message: Any) -> Any:
-        request = to_infer_request(message)
+        request = to_infer_request(message, self._core.shared_memory)
         try:
             response = await self._core.infer(request)
         except asyncio.CancelledError:
             # The RPC was cancelled (client deadline or disconnect): let the batcher drop it.
             request.cancel()
             raise
-        return to_infer_response(response)
+        return to_infer_response(response, request)
+
+    # -- shared-memory extensions -------------------------------------------------------------
+
+    @_rpc
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        reply = pb.SystemSharedMemoryStatusResponse()
+        for region in self._core.shared_memory.status(request.name):
+            entry = reply.regions[region.name]
+            entry.name = region.name
+            entry.key = region.key
+            entry.offset = region.offset
+            entry.byte_size = region.byte_size
+        return reply
+
+    @_rpc
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        self._core.shared_memory.register(
+            request.name, request.key, request.offset, request.byte_size
+        )
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @_rpc
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        self._core.shared_memory.unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    @_rpc
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        self._core.shared_memory.cuda_status(request.name)  # none to list; a name raises
+        return pb.CudaSharedMemoryStatusResponse()
+
+    @_rpc
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        self._core.shared_memory.cuda_register(request.name)
+        raise AssertionError("cuda_register always raises")  # pragma: no cover
+
+    @_rpc
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        # No CUDA region is ever registered; Triton answers OK for any name.
+        return pb.CudaSharedMemoryUnregisterResponse()
 
     # -- optional extensions this server does not implement -----------------------------------
 
@@ -290,26 +332,6 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             grpc.StatusCode.UNIMPLEMENTED, f"{what} is not supported by the reference server"
         )
 
-    # Status and unregister are answered truthfully (no region is ever registered), so clients
-    # that clean up shared memory on exit work; registering is what is not supported.
-    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        return pb.SystemSharedMemoryStatusResponse()
-
-    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        return await self._unsupported(context, "system shared memory")
-
-    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        return pb.SystemSharedMemoryUnregisterResponse()
-
-    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        return pb.CudaSharedMemoryStatusResponse()
-
-    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        return await self._unsupported(context, "CUDA shared memory")
-
-    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        return pb.CudaSharedMemoryUnregisterResponse()
-
     async def TraceSetting(self, request: Any, context: Any) -> Any:
         return await self._unsupported(context, "the trace extension")
 
@@ -317,8 +339,12 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return await self._unsupported(context, "the logging extension")
 
 
-def to_infer_request(message: Any) -> InferRequest:
-    """Build the core request from a ``ModelInferRequest`` (raw or typed contents).
+def to_infer_request(
+    message: Any, shared_memory: SharedMemoryRegistry | None = None
+) -> InferRequest:
+    """Build the core request from a ``ModelInferRequest`` (raw, typed or shared-memory data).
+
+    ``shared_memory`` holds the regions inputs and outputs may name (``None``: none is known).
 
     Raises:
         ServerError: INVALID_ARG with Triton's message for inconsistent tensors or parameters.
@@ -328,7 +354,8 @@ def to_infer_request(message: Any) -> InferRequest:
     )
     _parse_parameters(request, message.parameters)
     raw = message.raw_input_contents
-    for index, tensor in enumerate(message.inputs):
+    raw_index = 0  # raw entries belong to the inputs without shared memory, in order
+    for tensor in message.inputs:
         name = tensor.name
         datatype = tensor.datatype
         shape = list(tensor.shape)
@@ -344,7 +371,23 @@ def to_infer_request(message: Any) -> InferRequest:
                 f"'{name}' for model '{request.model_name}', got {shape}",
                 Code.INVALID_ARG,
             )
-        if tensor.HasField("contents"):
+        shm = _shm_reference(tensor)
+        if shm is not None:
+            if tensor.HasField("contents"):
+                raise ServerError(
+                    "unexpected 'content' provided when using shared memory for input tensor "
+                    f"'{name}' for model '{request.model_name}'",
+                    Code.INVALID_ARG,
+                )
+            try:
+                array = wire.shm_input(shared_memory, shm, datatype, shape)
+            except ValueError as exc:
+                raise ServerError(
+                    f"{_prefix(request)}input byte size mismatch for input '{name}' for model "
+                    f"'{request.model_name}'. {exc}",
+                    Code.INVALID_ARG,
+                ) from None
+        elif tensor.HasField("contents"):
             if raw:
                 raise ServerError(
                     "contents field must not be specified when using raw_input_contents for "
@@ -352,9 +395,10 @@ def to_infer_request(message: Any) -> InferRequest:
                     Code.INVALID_ARG,
                 )
             array = _from_contents(request, name, datatype, shape, tensor.contents)
-        elif index < len(raw):
+        elif raw_index < len(raw):
+            raw_index += 1
             try:
-                array = wire.from_raw(datatype, shape, raw[index])
+                array = wire.from_raw(datatype, shape, raw[raw_index - 1])
             except ValueError as exc:
                 raise ServerError(
                     f"{_prefix(request)}input byte size mismatch for input '{name}' for model "
@@ -372,17 +416,69 @@ def to_infer_request(message: Any) -> InferRequest:
         request.inputs[name] = array
         request.input_datatypes[name] = datatype
     for output in message.outputs:
-        if "shared_memory_region" in output.parameters:
-            raise ServerError(
-                "Unable to find system shared memory region: "
-                f"'{output.parameters['shared_memory_region'].string_param}'",
-                Code.INVALID_ARG,
+        shm = _shm_reference(output)
+        if shm is not None:
+            if "classification" in output.parameters:
+                raise ServerError(
+                    "output can't set both 'shared_memory_region' and 'classification'",
+                    Code.INVALID_ARG,
+                )
+            target = wire.shm_output(shared_memory, shm)
+            request.requested_outputs.append(
+                RequestedOutput(name=output.name, shared_memory=target)
             )
+            continue
         class_count = 0
         if "classification" in output.parameters:
             class_count = int(_param_value(output.parameters["classification"]) or 0)
         request.requested_outputs.append(RequestedOutput(name=output.name, class_count=class_count))
     return request
+
+
+def _shm_reference(tensor: Any) -> wire.ShmReference | None:
+    """A tensor's shared-memory parameters with Triton's gRPC rules (int64 offset and size)."""
+    params = tensor.parameters
+    name = tensor.name
+    region: str | None = None
+    if "shared_memory_region" in params:
+        param = params["shared_memory_region"]
+        if param.WhichOneof("parameter_choice") != "string_param":
+            raise _shm_type("shared_memory_region", name, "string_param")
+        region = param.string_param
+    values = {}
+    for key in ("shared_memory_offset", "shared_memory_byte_size"):
+        if key not in params:
+            continue
+        if region is None:
+            raise ServerError(
+                f"'{key}' can not be specified without 'shared_memory_region' parameter for "
+                f"tensor '{name}'",
+                Code.INVALID_ARG,
+            )
+        param = params[key]
+        if param.WhichOneof("parameter_choice") != "int64_param":
+            raise _shm_type(key, name, "int64_param")
+        values[key] = param.int64_param
+    if region is None:
+        return None
+    if "shared_memory_byte_size" not in values:
+        raise ServerError(
+            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
+            f"parameter for tensor '{name}'",
+            Code.INVALID_ARG,
+        )
+    return wire.ShmReference(
+        region=region,
+        offset=values.get("shared_memory_offset", 0),
+        byte_size=values["shared_memory_byte_size"],
+    )
+
+
+def _shm_type(key: str, tensor: str, expected: str) -> ServerError:
+    return ServerError(
+        f"invalid value type for '{key}' parameter for tensor '{tensor}', expected {expected}.",
+        Code.INVALID_ARG,
+    )
 
 
 def _from_contents(
@@ -495,8 +591,17 @@ def _param_value(param: Any) -> ParamValue:
     return value
 
 
-def to_infer_response(response: InferResponse) -> Any:
-    """Render a core response as ``ModelInferResponse`` (one raw entry per output, in order)."""
+def to_infer_response(response: InferResponse, request: InferRequest | None = None) -> Any:
+    """Render a core response as ``ModelInferResponse`` (one raw entry per output, in order).
+
+    An output the request directs to shared memory is written there; its raw entry is empty,
+    as in Triton's reply.
+    """
+    targets = {
+        output.name: output.shared_memory
+        for output in (request.requested_outputs if request is not None else ())
+        if output.shared_memory is not None
+    }
     message = pb.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
@@ -508,7 +613,12 @@ def to_infer_response(response: InferResponse) -> Any:
         tensor.name = name
         tensor.datatype = datatype
         tensor.shape.extend(array.shape)
-        message.raw_output_contents.append(bytes(wire.to_raw(datatype, array)))
+        target = targets.get(name)
+        if target is not None:
+            wire.write_shm_output(name, datatype, array, target)
+            message.raw_output_contents.append(b"")
+        else:
+            message.raw_output_contents.append(bytes(wire.to_raw(datatype, array)))
     return message
 
 

@@ -160,7 +160,7 @@ class HttpFrontend:
         elif head == "repository":
             return self._repository(rest[1:])
         elif head in ("systemsharedmemory", "cudasharedmemory"):
-            return self._shared_memory(rest[1:])
+            return self._shared_memory(head == "cudasharedmemory", rest[1:])
         raise _not_found()
 
     def _models(self, rest: list[str]) -> tuple[str, Handler, tuple[str, ...]]:
@@ -199,36 +199,81 @@ class HttpFrontend:
             return "POST", handler, (unquote(rest[1]),)
         raise _not_found()
 
-    def _shared_memory(self, rest: list[str]) -> tuple[str, Handler, tuple[str, ...]]:
-        # /v2/{system,cuda}sharedmemory[/region/<r>]/(status|register|unregister). No region is
-        # ever registered here: status lists none, unregister is a no-op, register is refused.
+    def _shared_memory(self, cuda: bool, rest: list[str]) -> tuple[str, Handler, tuple[str, ...]]:
+        # /v2/{system,cuda}sharedmemory[/region/<r>]/(status|register|unregister)
+        region = ""
         if len(rest) == 3 and rest[0] == "region" and rest[1]:
+            region = unquote(rest[1])
             rest = rest[2:]
-        if rest == ["status"]:
-            return "GET", self._shm_status, ()
-        if rest == ["unregister"]:
-            return "POST", self._shm_unregister, ()
-        if rest == ["register"]:
-            return "POST", self._shm_register, ()
+        if len(rest) == 1:
+            action = rest[0]
+            if action == "status":
+                return "GET", self._cuda_shm_status if cuda else self._shm_status, (region,)
+            if action == "register":
+                handler = self._cuda_shm_register if cuda else self._shm_register
+                return "POST", handler, (region,)
+            if action == "unregister":
+                handler = self._cuda_shm_unregister if cuda else self._shm_unregister
+                return "POST", handler, (region,)
         raise _not_found()
+
+    # -- shared-memory extensions -------------------------------------------------------------
 
     async def _shm_status(
         self, request: web.BaseRequest, args: tuple[str, ...]
     ) -> web.StreamResponse:
-        return _json([])
-
-    async def _shm_unregister(
-        self, request: web.BaseRequest, args: tuple[str, ...]
-    ) -> web.StreamResponse:
-        return web.Response(content_type=_JSON)
+        return _json([region.to_json() for region in self._core.shared_memory.status(args[0])])
 
     async def _shm_register(
         self, request: web.BaseRequest, args: tuple[str, ...]
     ) -> web.StreamResponse:
-        raise ServerError(
-            "shared memory registration is not supported by the reference server",
-            Code.UNSUPPORTED,
-        )
+        if not args[0]:
+            raise ServerError(
+                "'region name' is necessary to register system shared memory region",
+                Code.INVALID_ARG,
+            )
+        body = await self._read_register_body(request)
+        key, offset, byte_size = http_codec.parse_shm_register(body)
+        self._core.shared_memory.register(args[0], key, offset, byte_size)
+        return web.Response(content_type=_JSON)
+
+    async def _shm_unregister(
+        self, request: web.BaseRequest, args: tuple[str, ...]
+    ) -> web.StreamResponse:
+        self._core.shared_memory.unregister(args[0])
+        return web.Response(content_type=_JSON)
+
+    async def _cuda_shm_status(
+        self, request: web.BaseRequest, args: tuple[str, ...]
+    ) -> web.StreamResponse:
+        return _json([region.to_json() for region in self._core.shared_memory.cuda_status(args[0])])
+
+    async def _cuda_shm_register(
+        self, request: web.BaseRequest, args: tuple[str, ...]
+    ) -> web.StreamResponse:
+        if not args[0]:
+            raise ServerError(
+                "'region name' is necessary to register cuda shared memory region",
+                Code.INVALID_ARG,
+            )
+        http_codec.parse_cuda_shm_register(await self._read_register_body(request))
+        self._core.shared_memory.cuda_register(args[0])
+        raise AssertionError("cuda_register always raises")  # pragma: no cover
+
+    async def _cuda_shm_unregister(
+        self, request: web.BaseRequest, args: tuple[str, ...]
+    ) -> web.StreamResponse:
+        # No CUDA region is ever registered; Triton answers OK for any name.
+        return web.Response(content_type=_JSON)
+
+    async def _read_register_body(self, request: web.BaseRequest) -> Any:
+        body = await self._read_body(request, self._max_input_size)
+        if not body.strip():
+            raise ServerError(
+                "failed to parse the request JSON buffer: The document is empty. at 0",
+                Code.INTERNAL,
+            )
+        return http_codec.parse_json(body)
 
     # -- health and metadata ------------------------------------------------------------------
 
@@ -377,7 +422,12 @@ class HttpFrontend:
                 )
             header = http_codec.parse_json(body)
             infer_request = http_codec.parse_infer_request(
-                name, version, header, memoryview(b""), has_header_length=False
+                name,
+                version,
+                header,
+                memoryview(b""),
+                has_header_length=False,
+                shared_memory=self._core.shared_memory,
             )
         elif header_length == 0:
             body = await self._read_body(request, self._max_input_size)
@@ -396,7 +446,12 @@ class HttpFrontend:
             view = memoryview(body)
             header = http_codec.parse_json(view[:header_length])
             infer_request = http_codec.parse_infer_request(
-                name, version, header, view[header_length:], has_header_length=True
+                name,
+                version,
+                header,
+                view[header_length:],
+                has_header_length=True,
+                shared_memory=self._core.shared_memory,
             )
         return infer_request
 

@@ -10,6 +10,8 @@ problems INVALID_ARG (400). Messages are Triton's where the spec records them.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from typing import Any
 
@@ -18,6 +20,7 @@ import numpy as np
 from reference_server.batching.sequence import SequenceInfo, set_sequence
 from reference_server.core.config import protocol_datatype
 from reference_server.core.errors import Code, ServerError
+from reference_server.core.shm import CUDA_IPC_HANDLE_SIZE, SharedMemoryRegistry
 from reference_server.core.types import InferRequest, InferResponse, ParamValue, RequestedOutput
 from reference_server.frontends import wire
 
@@ -82,6 +85,7 @@ def parse_infer_request(
     binary: memoryview,
     *,
     has_header_length: bool,
+    shared_memory: SharedMemoryRegistry | None = None,
 ) -> InferRequest:
     """Build the core request from a parsed JSON header and the binary bytes after it.
 
@@ -92,6 +96,8 @@ def parse_infer_request(
         binary: The body bytes after the JSON header (empty for a pure-JSON request).
         has_header_length: Whether ``Inference-Header-Content-Length`` was sent; binary inputs
             are only valid with it.
+        shared_memory: The server's registered regions, for inputs and outputs that name one
+            (``None``: every region is unknown).
 
     Raises:
         ServerError: With Triton's code and message for any malformed or inconsistent request.
@@ -116,7 +122,7 @@ def parse_infer_request(
         raise _json_type("inputs", "array")
     offset = 0
     for entry in inputs:
-        offset = _parse_input(request, entry, binary, offset, has_header_length)
+        offset = _parse_input(request, entry, binary, offset, has_header_length, shared_memory)
     if offset != len(binary):
         raise ServerError(
             f"unexpected additional input data for model '{model_name}'", Code.INVALID_ARG
@@ -126,7 +132,7 @@ def parse_infer_request(
     if outputs is not None:
         if not isinstance(outputs, list):
             raise _json_type("outputs", "array")
-        request.requested_outputs = [_parse_output(entry) for entry in outputs]
+        request.requested_outputs = [_parse_output(entry, shared_memory) for entry in outputs]
     return request
 
 
@@ -170,6 +176,7 @@ def _parse_input(
     binary: memoryview,
     offset: int,
     has_header_length: bool,
+    shared_memory: SharedMemoryRegistry | None,
 ) -> int:
     if not isinstance(entry, dict):
         # Triton 2.51 reads a non-object entry as an input with no data (checked).
@@ -214,9 +221,15 @@ def _parse_input(
             Code.INVALID_ARG,
         )
     if region is not None:
-        # No shared-memory extension here, so no region is ever registered.
-        raise ServerError(f"Unable to find shared memory region: '{region}'", Code.NOT_FOUND)
-    if binary_size is not None:
+        try:
+            array = wire.shm_input(shared_memory, _shm_reference(params), datatype, shape)
+        except ValueError as exc:
+            raise ServerError(
+                f"{_prefix(request)}input byte size mismatch for input '{name}' for model "
+                f"'{request.model_name}'. {exc}",
+                Code.INVALID_ARG,
+            ) from None
+    elif binary_size is not None:
         if not has_header_length:
             raise ServerError(
                 "must specify valid 'Infer-Header-Content-Length' in request header and "
@@ -249,7 +262,7 @@ def _parse_input(
     return offset
 
 
-def _parse_output(entry: Any) -> RequestedOutput:
+def _parse_output(entry: Any, shared_memory: SharedMemoryRegistry | None) -> RequestedOutput:
     if not isinstance(entry, dict):
         raise _json_type("outputs", "object")
     name = entry.get("name")
@@ -258,17 +271,38 @@ def _parse_output(entry: Any) -> RequestedOutput:
     params = entry.get("parameters") or {}
     if not isinstance(params, dict):
         raise _json_type("parameters", "object")
-    if params.get("shared_memory_region") is not None:
-        raise ServerError(
-            f"Unable to find shared memory region: '{params['shared_memory_region']}'",
-            Code.NOT_FOUND,
-        )
-    binary = params.get("binary_data", False)
+    binary = _bool("binary_data", params.get("binary_data", False))
+    if "shared_memory_region" in params:
+        # Classification is computed from the output, so it cannot go to shared memory.
+        if "classification" in params:
+            raise ServerError(
+                "Output can't set both 'shared_memory_region' and 'classification'",
+                Code.INVALID_ARG,
+            )
+        if binary:
+            raise ServerError(
+                "Output can't set both 'shared_memory_region' and 'binary_data'",
+                Code.INVALID_ARG,
+            )
+        target = wire.shm_output(shared_memory, _shm_reference(params))
+        return RequestedOutput(name=name, shared_memory=target)
     class_count = params.get("classification", 0)
     return RequestedOutput(
         name=name,
-        binary_data=_bool("binary_data", binary),
+        binary_data=binary,
         class_count=_uint("classification", class_count),
+    )
+
+
+def _shm_reference(params: dict[str, Any]) -> wire.ShmReference:
+    """The shared-memory parameters of an input or output, with Triton's JSON type rules."""
+    region = params["shared_memory_region"]
+    if not isinstance(region, str):
+        raise _json_type("shared_memory_region", "string")
+    return wire.ShmReference(
+        region=region,
+        offset=_uint("shared_memory_offset", params.get("shared_memory_offset", 0)),
+        byte_size=_uint("shared_memory_byte_size", params.get("shared_memory_byte_size", 0)),
     )
 
 
@@ -352,7 +386,10 @@ def render_infer_response(
         # Request-level binary_data_output does not apply to explicitly listed outputs.
         binary = wanted.binary_data if wanted is not None else request.binary_data_output
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
-        if binary:
+        if wanted is not None and wanted.shared_memory is not None:
+            # Triton's reply names the tensor and nothing else: the data is in the region.
+            wire.write_shm_output(name, datatype, array, wanted.shared_memory)
+        elif binary:
             raw = wire.to_raw(datatype, array)
             entry["parameters"] = {"binary_data_size": len(raw)}
             if len(raw):
@@ -372,6 +409,65 @@ def render_infer_response(
     if not blobs:
         return [header], None
     return [header, *blobs], len(header)
+
+
+def parse_shm_register(body: Any) -> tuple[str, int, int]:
+    """``(key, offset, byte_size)`` of a system shared-memory register body, Triton's checks.
+
+    Missing fields are INVALID_ARG (400); fields of the wrong JSON type INTERNAL (500), with
+    rapidjson's words and no field name, as Triton 2.51 answers.
+    """
+    if not isinstance(body, dict) or "key" not in body:
+        raise ServerError("Shared memory register request has no 'key' field", Code.INVALID_ARG)
+    key = body["key"]
+    if not isinstance(key, str):
+        raise ServerError("attempt to access JSON non-string as string", Code.INTERNAL)
+    offset = _bare_uint(body.get("offset", 0))
+    if "byte_size" not in body:
+        raise ServerError(
+            "Shared memory register request has no 'byte_size' field", Code.INVALID_ARG
+        )
+    return key, offset, _bare_uint(body["byte_size"])
+
+
+def parse_cuda_shm_register(body: Any) -> tuple[bytes, int, int]:
+    """``(raw_handle, byte_size, device_id)`` of a CUDA shared-memory register body.
+
+    Checked as Triton checks it before it tries to open the handle: ``raw_handle.b64`` must
+    decode to a 64-byte ``cudaIpcMemHandle_t``.
+    """
+    if not isinstance(body, dict) or "raw_handle" not in body:
+        raise ServerError(
+            "Shared memory register request has no 'raw_handle' field", Code.INVALID_ARG
+        )
+    b64 = _member(body["raw_handle"], "b64")
+    if not isinstance(b64, str):
+        raise ServerError("attempt to access JSON non-string as string", Code.INTERNAL)
+    byte_size = _bare_uint(_member(body, "byte_size"))
+    device_id = _bare_uint(_member(body, "device_id"))
+    try:
+        handle = base64.b64decode(b64)
+    except (binascii.Error, ValueError):
+        handle = b""
+    if len(handle) != CUDA_IPC_HANDLE_SIZE:
+        raise ServerError(
+            "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t", Code.INVALID_ARG
+        )
+    return handle, byte_size, device_id
+
+
+def _member(value: Any, key: str) -> Any:
+    if not isinstance(value, dict) or key not in value:
+        raise ServerError(f"attempt to access non-existing object member '{key}'", Code.INTERNAL)
+    return value[key]
+
+
+def _bare_uint(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+        raise ServerError(
+            "attempt to access JSON non-unsigned-integer as unsigned-integer", Code.INTERNAL
+        )
+    return value
 
 
 def _uint(key: str, value: Any) -> int:
@@ -406,6 +502,7 @@ def _prefix(request: InferRequest) -> str:
 
 
 def _which_set(data: bool, binary: bool, region: bool) -> str:
+    # Triton's wording: "But set 'data' 'binary_data_size'".
     names = [
         label
         for flag, label in (
@@ -417,7 +514,7 @@ def _which_set(data: bool, binary: bool, region: bool) -> str:
     ]
     if not names:
         return "no field is set"
-    return " and ".join(names) + " are set"
+    return "set " + " ".join(names)
 
 
 def parameter_value(value: ParamValue) -> ParamValue:

@@ -11,6 +11,12 @@ Inside the server a tensor is a numpy array of :data:`NUMPY_DTYPES` ``[datatype]
 datatypes have no exact numpy counterpart: BYTES tensors are ``object`` arrays of ``bytes``, and
 BF16 tensors carry their raw 16-bit patterns as ``uint16`` (the server never does arithmetic on
 them; a backend that does must convert).
+
+A third source is **system shared memory** (:mod:`reference_server.core.shm`): a tensor's raw
+bytes lie in a region the client registered, and the request names the region with the
+``shared_memory_region``, ``shared_memory_offset`` and ``shared_memory_byte_size`` parameters.
+Each frontend reads those parameters with its protocol's type rules into a :class:`ShmReference`;
+:func:`shm_input`, :func:`shm_output` and :func:`write_shm_output` do the rest for both.
 """
 
 from __future__ import annotations
@@ -18,11 +24,13 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from reference_server.core.errors import Code, ServerError
+from reference_server.core.shm import RegionSlice, SharedMemoryRegistry
 
 #: KServe datatype name -> numpy dtype of the in-server array (explicitly little-endian).
 NUMPY_DTYPES: dict[str, np.dtype[Any]] = {
@@ -258,3 +266,69 @@ def to_json(name: str, datatype: str, array: np.ndarray) -> list[Any]:
         return [as_bytes(item).decode("utf-8", "replace") for item in array.reshape(-1)]
     values: list[Any] = array.reshape(-1).tolist()
     return values
+
+
+@dataclass(frozen=True)
+class ShmReference:
+    """The shared-memory parameters of one input or requested output, as sent.
+
+    Attributes:
+        region: ``shared_memory_region``: the registered region's name.
+        offset: ``shared_memory_offset``: bytes from the region's start (default 0).
+        byte_size: ``shared_memory_byte_size``: bytes of the tensor (HTTP default 0, which no
+            region accepts).
+    """
+
+    region: str
+    offset: int = 0
+    byte_size: int = 0
+
+
+def shm_slice(registry: SharedMemoryRegistry | None, ref: ShmReference) -> RegionSlice:
+    """The bounds-checked part of a registered region that ``ref`` names.
+
+    Raises:
+        ServerError: NOT_FOUND for an unknown region (every region is unknown without a
+            registry), INVALID_ARG for an offset or size outside it.
+    """
+    if registry is None:
+        raise ServerError(f"Unable to find shared memory region: '{ref.region}'", Code.NOT_FOUND)
+    return registry.slice(ref.region, ref.offset, ref.byte_size)
+
+
+def shm_input(
+    registry: SharedMemoryRegistry | None,
+    ref: ShmReference,
+    datatype: str,
+    shape: Sequence[int],
+) -> np.ndarray:
+    """Decode one input tensor from shared memory (raw layout, as :func:`from_raw`).
+
+    Fixed-size tensors are read-only views of the client's memory, not copies.
+
+    Raises:
+        ServerError: the region cannot serve ``ref`` (see :func:`shm_slice`).
+        ValueError: ``ref.byte_size`` is not the tensor's size; the caller words the mismatch.
+    """
+    return from_raw(datatype, shape, shm_slice(registry, ref).view())
+
+
+def shm_output(registry: SharedMemoryRegistry | None, ref: ShmReference) -> RegionSlice:
+    """Where a requested output goes: checked when the request is parsed, as Triton does."""
+    return shm_slice(registry, ref)
+
+
+def write_shm_output(name: str, datatype: str, array: np.ndarray, target: RegionSlice) -> None:
+    """Write one output tensor's raw bytes to the start of ``target``.
+
+    Raises:
+        ServerError: INTERNAL (Triton's code) when the tensor does not fit.
+    """
+    raw = to_raw(datatype, array)
+    if len(raw) > target.byte_size:
+        raise ServerError(
+            f"shared memory size specified with the request for output '{name}' "
+            f"({target.byte_size} bytes) should be at least {len(raw)} bytes to hold the results",
+            Code.INTERNAL,
+        )
+    target.write(raw)
