@@ -88,6 +88,9 @@ class ModelSection(_Section):
     utilisation, memory and power per window; a managed server's is discovered."""
     startup_timeout_s: PositiveFloat = 180.0
     """How long to wait for a managed server (and its first model load) to become ready."""
+    cache_size_bytes: Annotated[int, Field(ge=0)] = 64 * 2**20
+    """Response cache of a managed server (``--cache-config local,size=...``), bytes; only
+    models whose config enables ``response_cache`` use it; 0 = no cache."""
 
 
 Dims = tuple[Annotated[int, Field(ge=0)], ...]
@@ -288,6 +291,11 @@ class SpaceSection(_Section):
     ``none``: never set preferred sizes; a list: always use exactly these sizes."""
     instance_count: tuple[int, int] = (1, 4)
     """Inclusive bounds of the instance count (``instance_group[0].count``)."""
+    response_cache: Literal["off", "on", "search"] | None = None
+    """``response_cache { enable }`` of every trial: ``off``/``on`` force it, ``search`` tries
+    both; unset: as the model's config says. Refused for sequence-batched or decoupled models.
+    A run with the cache on and repeated inputs (``[input] repeat_ratio``) states the hit ratio
+    next to every throughput."""
 
     @model_validator(mode="after")
     def _check_bounds(self) -> SpaceSection:
@@ -506,6 +514,10 @@ class Scenario(_Section):
         if data["goals"].get("max_gpu_memory_mb") is None:
             data["goals"].pop("max_gpu_memory_mb", None)  # unset: the hash of older scenarios
         data["input"] = self.input.identity()
+        if data["space"].get("response_cache") is None:
+            data["space"].pop("response_cache", None)  # unset: the hash of older scenarios
+        if data["space"].get("response_cache") in (None, "off"):
+            data["model"].pop("cache_size_bytes", None)  # no cache: its size measures nothing
         for key in ("workers", "expect_workers", "master_bind_host", "master_port"):
             data["traffic"].pop(key, None)  # nor does where the generator runs
         # The search strategy is in the hash, as run.sampler and budget.trials are: it changes

@@ -66,7 +66,7 @@ from analyzer.target import (
     observed_device,
     untunable_reason,
 )
-from analyzer.trial import Knobs, apply_knobs, knobs_of
+from analyzer.trial import Knobs, apply_knobs, knobs_of, response_cache_choices
 
 _LOG = logging.getLogger(__name__)
 
@@ -142,8 +142,9 @@ class SweepObserver:
 # Search space
 
 
-def space_for(scenario: Scenario) -> SearchSpace:
-    """The search space the scenario bounds."""
+def space_for(scenario: Scenario, base: mc.ModelConfig | None = None) -> SearchSpace:
+    """The search space the scenario bounds (``base``: the model's config, which may refuse a
+    response cache: :func:`analyzer.trial.response_cache_choices`)."""
     s = scenario.space
     return SearchSpace.from_bounds(
         s.max_batch_size,
@@ -151,6 +152,7 @@ def space_for(scenario: Scenario) -> SearchSpace:
         s.delay_steps,
         s.preferred_batch_size,
         s.instance_count,
+        response_cache_choices(s.response_cache, base),
     )
 
 
@@ -308,7 +310,7 @@ def _sweep(
             run_state.update(_create_run(scenario, directory, command))
         if load is None:
             load = stack.enter_context(_locust_generator(scenario, target, observer))
-        space = space_for(scenario)
+        space = space_for(scenario, base_config)
         objective = objective_for(scenario.objective)
         strategy, why = resolve(scenario)
         search = Search(

@@ -144,8 +144,9 @@ def test_search_strategy_is_in_the_hash_and_tpe_keeps_the_old_hash() -> None:
     data["goals"].pop("max_gpu_memory_mb")
     data["run"].pop("leave")
     data["model"].pop("metrics_url")
-    for key in ("server", "triton_server_path"):
+    for key in ("server", "triton_server_path", "cache_size_bytes"):
         data["model"].pop(key)
+    data["space"].pop("response_cache")
     for key in ("shapes", "data_file", "data_sha256", "unique_payloads", "repeat_ratio"):
         data["input"].pop(key)
     data["input"].pop("distribution")
@@ -171,3 +172,20 @@ def test_server_kind_is_in_the_hash_and_the_binary_path_is_not() -> None:
     assert triton.hash() == elsewhere.hash()
     with pytest.raises(ScenarioError, match=r"model\.server"):
         load_scenario(None, {"model.server": "tgi"}, env={})
+
+
+def test_the_response_cache_setting_reaches_the_space_and_the_hash_only_when_set() -> None:
+    from analyzer.sweep import space_for
+
+    plain = load_scenario(None, {}, env={})
+    searched = load_scenario(None, {"space.response_cache": "search"}, env={})
+    bigger = load_scenario(
+        None, {"space.response_cache": "search", "model.cache_size_bytes": 2**30}, env={}
+    )
+    sized_off = load_scenario(None, {"model.cache_size_bytes": 2**30}, env={})
+    assert plain.hash() == sized_off.hash()  # without a cache its size measures nothing
+    assert len({plain.hash(), searched.hash(), bigger.hash()}) == 3
+    assert "cache_idx" not in space_for(plain).param_bounds()
+    assert space_for(searched).param_bounds()["cache_idx"] == (0, 1)
+    with pytest.raises(ScenarioError):
+        load_scenario(None, {"space.response_cache": "sometimes"}, env={})
