@@ -32,8 +32,18 @@ from analyzer.commands.input_flags import (
 from analyzer.errors import GoalNotMetError, InputError
 from analyzer.records import TrialRecord
 from analyzer.scenario import Scenario, bundled_scenario, load_scenario
+from analyzer.server_stats import cache_hit_ratio, cache_hits_text
 from analyzer.sweep import SweepObserver, SweepOutcome
 from analyzer.trial import Knobs
+
+
+def _rps(r: TrialRecord, unit: str = "") -> str:
+    """A throughput as the console prints it, with the response cache's hit ratio beside it when
+    the measurement was served partly from the cache (so no one mistakes a cache for a faster
+    model)."""
+    point = r.operating_point()
+    hits = cache_hits_text(cache_hit_ratio(point.server if point is not None else None))
+    return f"{r.throughput_rps:.1f}{unit}" + (f" ({hits})" if hits else "")
 
 
 class LiveView(SweepObserver):
@@ -76,7 +86,7 @@ class LiveView(SweepObserver):
                 "base" if r.number < 0 else str(r.number),
                 r.source,
                 r.config.label(),
-                f"{r.throughput_rps:.1f}" if r.state == "complete" else "-",
+                _rps(r) if r.state == "complete" else "-",
                 f"{r.p99_ms:.1f}" if r.state == "complete" else "-",
                 ("[green]met" if r.meets_goals else "[red]missed")
                 if r.state == "complete"
@@ -84,7 +94,7 @@ class LiveView(SweepObserver):
             )
         best = (
             f"best so far: trial {self.best.number}  {escape(self.best.config.label())}  "
-            f"{self.best.throughput_rps:.1f} req/s  p99 {self.best.p99_ms:.1f} ms"
+            f"{_rps(self.best, ' req/s')}  p99 {self.best.p99_ms:.1f} ms"
             if self.best
             else "best so far: none meets the goals yet"
         )
@@ -198,7 +208,7 @@ def summary_table(summary: SweepOutcome) -> Table:
             str(k.max_queue_delay_us) if k.dynamic_batching else "off",
             " ".join(str(s) for s in k.preferred_batch_size) or "-",
             str(k.instance_count),
-            f"{r.throughput_rps:.1f}",
+            _rps(r),
             f"{r.p50_ms:.1f}",
             p99,
             "met" if r.meets_goals else "missed",

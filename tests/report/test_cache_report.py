@@ -23,21 +23,13 @@ from analyzer.report.render import render_report
 from analyzer.server_stats import cache_hits_text
 
 
-@dataclasses.dataclass(frozen=True)
-class _CachedView(ServerView):
-    """A view with the cache counts (``analyzer.measure.ServerView`` gets them as fields)."""
-
-    cache_hit_count: int = 0
-    cache_miss_count: int = 0
-
-
 def _cached(m: Measurement | None, hits: int, misses: int) -> Measurement | None:
     if m is None:
         return None
     base = m.server or ServerView()
-    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(ServerView)}
-    fields.update(cache_hit_count=hits, cache_miss_count=misses)
-    return dataclasses.replace(m, server=_CachedView(**fields))
+    return dataclasses.replace(
+        m, server=dataclasses.replace(base, cache_hit_count=hits, cache_miss_count=misses)
+    )
 
 
 def _with_cache(record: TrialRecord, hits: int, misses: int) -> TrialRecord:
@@ -118,3 +110,16 @@ def test_a_run_without_cache_lookups_is_unchanged(planted_run: Path) -> None:
     assert not any("cache hits" in t.label for t in record.trials)
     assert not any("cache" in w for w in record.verdict.warnings)
     assert cache_warning(load_run(planted_run).trials) is None
+
+
+def test_the_console_prints_the_ratio_beside_a_cached_throughput(cached_run) -> None:  # type: ignore[no-untyped-def]
+    from analyzer.commands.run import _rps
+
+    run, best_number = cached_run
+    by_number = {r.number: r for r in run.trials}
+    best = by_number[best_number]
+    assert _rps(best) == f"{best.throughput_rps:.1f} (90 % cache hits)"
+    other = next(r for r in run.trials if r.number != best_number and r.complete)
+    assert _rps(other, " req/s") == f"{other.throughput_rps:.1f} req/s (0 % cache hits)"
+    plain = dataclasses.replace(best, measurement=None)
+    assert _rps(plain) == f"{best.throughput_rps:.1f}"  # no lookups recorded: no ratio
