@@ -62,8 +62,12 @@ from analyzer.strategy import (
 from analyzer.target import (
     ConfigRejectedError,
     Target,
+    TargetLease,
+    claim_target,
     make_target,
     observed_device,
+    release_target,
+    renew_target,
     untunable_reason,
 )
 from analyzer.trial import Knobs, apply_knobs, knobs_of, response_cache_choices
@@ -189,6 +193,8 @@ class _State:
     guide: Guide | None = None
     #: Seconds per phase (summary ``phases``).
     phases: dict[str, float] = field(default_factory=dict)
+    #: This worker's claim on a shared server (``model.url``) in the study; None: managed.
+    lease: TargetLease | None = None
 
     def note(self, text: str) -> None:
         """Tell the user (console) and keep it for summary.json."""
@@ -333,6 +339,11 @@ def _sweep(
             observer,
             strategy=strategy,
         )
+        if scenario.model.url:
+            # Two workers of one study must not reload one shared server under each other:
+            # claimed before anything is loaded, renewed after every trial, released at the end.
+            state.lease = claim_target(search, target.url, target.model)
+            stack.callback(lambda: release_target(search, state.lease) if state.lease else None)
         observer.on_start(directory.root, scenario, target.describe())
         if why:
             state.note(why)
@@ -763,6 +774,8 @@ def _search_loop(state: _State, clock: Callable[[], float], started: float) -> s
             if state.target_failures >= MAX_TARGET_FAILURES:
                 raise TargetError(f"{MAX_TARGET_FAILURES} trials in a row failed: {result.failure}")
         state.results[asked.number] = result
+        if state.lease is not None:
+            state.lease = renew_target(search, state.lease)
         state.run_dir.write_trial(result)
         state.observer.on_trial_end(result, state.objective.best(state.results.values()))
         if guide is not None and result.state == "complete":
