@@ -37,8 +37,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -228,6 +230,29 @@ def data_digest(path: Path) -> str:
     return h.hexdigest()
 
 
+class TrafficClass(_Section):
+    """One class of a priority mix (``[[traffic.classes]]``): a share of the offered load sent
+    with its own ``priority`` and ``timeout`` request parameters, as tritonclient sends them."""
+
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
+    """What the class is called in results and the report (letters, digits, ``_.-``)."""
+    share: Annotated[float, Field(gt=0, le=1)]
+    """Fraction of the offered load (of the requests sent) in this class; the shares of all
+    classes sum to 1."""
+    priority: Annotated[int, Field(ge=0)] = 0
+    """Priority level sent with each request (1 = highest); 0 sends none: the model's
+    ``default_priority_level``."""
+    timeout_us: Annotated[int, Field(ge=0)] = 0
+    """Queue timeout sent with each request (the ``timeout`` parameter), microseconds; 0 sends
+    none: the model's queue policy decides."""
+    p99_ms: Annotated[float, Field(ge=0)] = 0.0
+    """This class's 99th-percentile latency goal, milliseconds; 0 = the run's ``goals.p99_ms``."""
+
+
+#: Shares of the traffic classes must sum to 1 within this.
+SHARE_TOLERANCE = 1e-6
+
+
 class TrafficSection(_Section):
     """How load is offered."""
 
@@ -258,6 +283,36 @@ class TrafficSection(_Section):
     """With ``expect_workers``: the address the Locust master listens on for its workers."""
     master_port: Annotated[int, Field(ge=0, le=65535)] = 5557
     """With ``expect_workers``: the Locust master's port (0 = a free port)."""
+    classes: tuple[TrafficClass, ...] = ()
+    """A priority mix: each request is drawn into one class by its ``share`` and sent with the
+    class's priority and timeout; results and goals are per class. Empty: one implicit class
+    (no priority or timeout sent), judged on the run's goals."""
+
+    @model_validator(mode="after")
+    def _check_classes(self) -> TrafficSection:
+        names = [c.name for c in self.classes]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"traffic.classes: class name {repeated[0]!r} is used twice")
+        total = sum(c.share for c in self.classes)
+        if self.classes and abs(total - 1.0) > SHARE_TOLERANCE:
+            shares = " + ".join(f"{c.share:g}" for c in self.classes)
+            raise ValueError(f"traffic.classes: the shares must sum to 1, got {shares} = {total:g}")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _leave_out_no_classes(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # No mix: the section dumps as before classes existed (records, TOML and hashes of
+        # older scenarios stay as they were).
+        data: dict[str, Any] = handler(self)
+        if not self.classes:
+            data.pop("classes", None)
+        return data
+
+    def class_goals(self) -> tuple[tuple[str, float], ...]:
+        """``(name, p99_ms)`` of every class with its own p99 goal (the others take the run's
+        ``goals.p99_ms``): what :class:`analyzer.measure.Goals` ``classes`` is built from."""
+        return tuple((c.name, c.p99_ms) for c in self.classes if c.p99_ms > 0)
 
 
 class GoalsSection(_Section):
@@ -520,6 +575,8 @@ class Scenario(_Section):
             data["model"].pop("cache_size_bytes", None)  # no cache: its size measures nothing
         for key in ("workers", "expect_workers", "master_bind_host", "master_port"):
             data["traffic"].pop(key, None)  # nor does where the generator runs
+        if not data["traffic"].get("classes"):
+            data["traffic"].pop("classes", None)  # no priority mix: the hash of older scenarios
         # The search strategy is in the hash, as run.sampler and budget.trials are: it changes
         # which configs are measured (so which answer a run gives), though not how one config is
         # measured. "tpe" was the only search before [search]: its scenarios keep their hash.
