@@ -190,8 +190,12 @@ class Goals:
 
     #: Client-side p99 latency limit, milliseconds.
     p99_ms: float
-    #: Highest tolerated fraction of failed requests (0.01 = 1 %).
+    #: Highest tolerated fraction of failed requests (0.01 = 1 %); with traffic classes, of
+    #: each class's requests.
     max_error_rate: float = 0.0
+    #: ``(class name, p99 goal ms)`` of the traffic classes with a goal of their own
+    #: (``TrafficSection.class_goals()``); any other class is held to ``p99_ms``.
+    classes: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.p99_ms > 0:
@@ -200,6 +204,16 @@ class Goals:
             raise InputError(
                 f"error-rate goal must be in [0, 1), got {self.max_error_rate}; pass a fraction"
             )
+        # A record read back from JSON has lists; the frozen object holds tuples.
+        classes = tuple((str(name), float(goal)) for name, goal in self.classes)
+        object.__setattr__(self, "classes", classes)
+        for name, goal in classes:
+            if not goal > 0:
+                raise InputError(f"p99 goal of class {name!r} must be positive, got {goal} ms")
+
+    def class_p99_ms(self, name: str) -> float:
+        """The p99 goal of traffic class ``name``: its own, else ``p99_ms``."""
+        return next((goal for n, goal in self.classes if n == name), self.p99_ms)
 
 
 @dataclass(frozen=True)
@@ -443,6 +457,42 @@ class WindowStats:
 
 
 @dataclass(frozen=True)
+class ClassStats:
+    """One traffic class of a load level (``[[traffic.classes]]``): its requests and latencies.
+
+    Latencies are timed as the level's (``Measurement.latency_basis``); a request the server
+    refused (a queue-timeout REJECT, a full queue) is an error of its class.
+    """
+
+    name: str
+    #: Priority level the class's requests were sent with (0: none sent, the model's default).
+    priority: int = 0
+    #: Share of the offered load drawn into this class.
+    share: float = 0.0
+    #: ``timeout`` parameter sent with each request, microseconds (0: none sent).
+    timeout_us: int = 0
+    request_count: int = 0
+    error_count: int = 0
+    p50_ms: float = 0.0
+    p90_ms: float = 0.0
+    p99_ms: float = 0.0
+
+    @property
+    def error_rate(self) -> float:
+        """Failed requests / requests of this class (0 when it got none)."""
+        return self.error_count / self.request_count if self.request_count else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {**dataclasses.asdict(self), "error_rate": self.error_rate}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ClassStats:
+        """Inverse of ``to_dict``."""
+        return cls(**_known_fields(cls, data))
+
+
+@dataclass(frozen=True)
 class Measurement:
     """The result of one load level: exact client-side latencies, self-checks, server view."""
 
@@ -485,6 +535,9 @@ class Measurement:
     #: The sequential test's verdict of this level (``LoadSpec.sequential``): n, the count over
     #: the goal, n_eff, the bounds and PASS/FAIL/BOUNDARY. None: a level measured to stability.
     step: StepRecord | None = None
+    #: Per traffic class (``[[traffic.classes]]``), in the scenario's order; empty without a
+    #: priority mix (and in records written before classes existed).
+    classes: tuple[ClassStats, ...] = ()
 
     @property
     def error_rate(self) -> float:
@@ -505,6 +558,10 @@ class Measurement:
         out["messages"] = list(self.messages)
         out["step"] = self.step.to_dict() if self.step else None
         out["error_rate"] = self.error_rate
+        if self.classes:
+            out["classes"] = [c.to_dict() for c in self.classes]
+        else:  # no mix: the record reads as before classes existed
+            out.pop("classes")
         return out
 
     @classmethod
@@ -518,6 +575,7 @@ class Measurement:
         kwargs["messages"] = tuple(data.get("messages", ()))
         kwargs["errors"] = dict(data.get("errors", {}))
         kwargs["step"] = StepRecord.from_dict(data["step"]) if data.get("step") else None
+        kwargs["classes"] = tuple(ClassStats.from_dict(c) for c in data.get("classes") or ())
         return cls(**kwargs)
 
 
@@ -542,7 +600,7 @@ class CapacityResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
         return {
-            "goals": dataclasses.asdict(self.goals),
+            "goals": goals_dict(self.goals),
             "capacity_rps": self.capacity_rps,
             "bracketed": self.bracketed,
             "at_boundary": self.at_boundary,
@@ -563,6 +621,17 @@ class CapacityResult:
             message=str(data.get("message", "")),
             at_boundary=bool(data.get("at_boundary", False)),
         )
+
+
+def goals_dict(goals: Goals) -> dict[str, Any]:
+    """``goals`` as JSON-ready data (``Goals(**goals_dict(g)) == g``); without class goals, the
+    dict of records written before classes existed."""
+    out = dataclasses.asdict(goals)
+    if not goals.classes:
+        out.pop("classes")
+    else:
+        out["classes"] = [list(pair) for pair in goals.classes]
+    return out
 
 
 def load_output_dict(
@@ -741,11 +810,20 @@ def meets_goals(m: Measurement, goals: Goals) -> tuple[bool, str]:
     reached under heavy autocorrelation), and a p99 of twice the goal must not pass for want of
     evidence. A BOUNDARY step whose point p99 meets the goal meets it *at the boundary*.
     The error-rate goal and usability apply as for any level.
+
+    With traffic classes (``m.classes``) a level meets the goals only when every class meets
+    its own p99 goal (:meth:`Goals.class_p99_ms`) and the error budget on its own requests
+    (:func:`class_slacks`). The sequential test stays on the overall p99 against
+    ``goals.p99_ms`` (one test per step): FAIL misses the goals, while PASS and BOUNDARY are
+    then judged class by class on the classes' point p99s.
     """
     problem = unusable(m)
     if problem is None and m.stopped_early is not None:
         problem = f"stopped early: {m.stopped_early}"
     step = sequential_verdict(m, goals)
+    per_class = class_slacks(m, goals)
+    if per_class:
+        return _meets_class_goals(m, goals, problem, step, per_class)
     if step is not None:
         slacks = {**goal_slacks(m.p99_ms, m.error_rate, goals), "p99_slack": p99_slack(m, goals)}
         if goals_met(problem, slacks):
@@ -775,6 +853,67 @@ def meets_goals(m: Measurement, goals: Goals) -> tuple[bool, str]:
     return False, f"error rate {m.error_rate:.2%} > goal {goals.max_error_rate:.2%}"
 
 
+def _meets_class_goals(
+    m: Measurement,
+    goals: Goals,
+    problem: str | None,
+    step: StepVerdict | None,
+    per_class: Mapping[str, Mapping[str, float]],
+) -> tuple[bool, str]:
+    """:func:`meets_goals` of a level with traffic classes."""
+    slacks = {"p99_slack": p99_slack(m, goals), "err_slack": error_slack(m, goals)}
+    test = f" (sequential test on the overall p99: {step.value})" if step is not None else ""
+    if goals_met(problem, slacks):
+        where = "at the boundary of" if step is StepVerdict.BOUNDARY else "meets"
+        parts = ", ".join(
+            f"{c.name} p99 {c.p99_ms:.2f} ms <= {goals.class_p99_ms(c.name):g} ms"
+            for c in m.classes
+            if c.request_count
+        )
+        return True, f"every class {where} its goal: {parts}{test}"
+    if problem is not None:
+        return False, problem
+    if step is StepVerdict.FAIL:
+        return False, (
+            f"p99 {m.p99_ms:.2f} ms over the goal {goals.p99_ms:g} ms (sequential test: fail)"
+        )
+    by_name = {c.name: c for c in m.classes}
+    name, worst = max(per_class.items(), key=lambda kv: kv[1]["p99_slack"])
+    if worst["p99_slack"] > 0:
+        c = by_name[name]
+        return False, (
+            f"class {name}: p99 {c.p99_ms:.2f} ms > goal {goals.class_p99_ms(name):g} ms{test}"
+        )
+    name, worst = max(per_class.items(), key=lambda kv: kv[1]["err_slack"])
+    c = by_name[name]
+    return False, (
+        f"class {name}: error rate {c.error_rate:.2%} > goal {goals.max_error_rate:.2%}"
+        f" ({c.error_count} of {c.request_count} failed)"
+    )
+
+
+def class_slacks(m: Measurement, goals: Goals) -> dict[str, dict[str, float]]:
+    """Per traffic class that got requests: its ``p99_slack`` against its own goal and its
+    ``err_slack`` against the error budget (<= 0: satisfied). Empty without classes."""
+    out: dict[str, dict[str, float]] = {}
+    for c in m.classes:
+        if c.request_count:
+            goal = goals.class_p99_ms(c.name)
+            out[c.name] = {
+                "p99_slack": (c.p99_ms - goal) / goal,
+                "err_slack": c.error_rate - goals.max_error_rate,
+            }
+    return out
+
+
+def error_slack(m: Measurement, goals: Goals) -> float:
+    """``error rate - allowed rate`` of one level: the worst class's with traffic classes (a
+    class the server refuses fails however small its share), else the level's."""
+    overall = m.error_rate - goals.max_error_rate
+    per_class = class_slacks(m, goals)
+    return max([overall, *(s["err_slack"] for s in per_class.values())])
+
+
 #: A sequential FAIL whose point p99 is not above the goal still gets this (tiny) positive slack.
 FAIL_SLACK_FLOOR = 1e-6
 
@@ -785,9 +924,17 @@ def p99_slack(m: Measurement, goals: Goals) -> float:
     PASS gives at most 0, FAIL at least ``FAIL_SLACK_FLOOR``, BOUNDARY (undecided) its point
     p99's slack, as a fixed-window level. Anything that turns a trial's operating point into a p99 slack (the
     sweep's constraints) should use this, so it agrees with :func:`meets_goals`.
+
+    With traffic classes it is the worst class's slack against its own goal
+    (:func:`class_slacks`); the sequential test is of the overall p99, so FAIL still gives at
+    least ``FAIL_SLACK_FLOOR``, while PASS and BOUNDARY leave the classes' point slacks.
     """
-    raw = (m.p99_ms - goals.p99_ms) / goals.p99_ms
     verdict = sequential_verdict(m, goals)
+    per_class = class_slacks(m, goals)
+    if per_class:
+        worst = max(s["p99_slack"] for s in per_class.values())
+        return max(worst, FAIL_SLACK_FLOOR) if verdict is StepVerdict.FAIL else worst
+    raw = (m.p99_ms - goals.p99_ms) / goals.p99_ms
     if verdict is None:
         return raw
     if verdict is StepVerdict.FAIL:
