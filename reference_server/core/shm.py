@@ -157,14 +157,15 @@ class SharedMemoryRegistry:
         raise ServerError(f"Unable to open shared memory region: '{key}'", Code.INTERNAL)
 
     def status(self, name: str = "") -> list[RegionStatus]:
-        """Every region (``name`` empty) or the one named.
+        """Every region, by name as Triton's ``std::map`` lists them (``name`` empty), or the one
+        named.
 
         Raises:
             ServerError: NOT_FOUND for a name that is not registered.
         """
         with self._lock:
             if not name:
-                return [region.status for region in self._regions.values()]
+                return [self._regions[key].status for key in sorted(self._regions)]
             region = self._regions.get(name)
         if region is None:
             raise ServerError(
