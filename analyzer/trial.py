@@ -11,11 +11,17 @@ scenario asks for it (:func:`response_cache_choices`). A trial whose cache answe
 payloads is faster without the model being faster, so every figure measured with hits carries
 its hit ratio (``analyzer.server_stats.cache_hit_ratio``); a managed server needs a cache of its
 own for the knob to mean anything (:func:`cache_server_args`).
+
+Priority levels and queue policies are one knob (:class:`QueuePolicyKnob`: ``priority_levels``,
+``default_priority_level``, ``default_queue_policy``, ``priority_queue_policy``), searched only
+when the scenario asks for it (:func:`queue_policy_choices`): a traffic mix with a priority per
+class can then meet a tight goal for its urgent class by letting the other class wait, be
+delayed or be rejected after a timeout derived from its own goal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,6 +34,205 @@ ResponseCacheSetting = Literal["off", "on", "search"] | None
 
 #: Cache of a managed reference server when the scenario names no size: 64 MiB.
 DEFAULT_CACHE_SIZE_BYTES = 64 * 1024 * 1024
+
+#: ``space.queue_policy``: None leaves the model's own setting; ``off`` clears priorities and
+#: queue policies (one FIFO, no timeouts); ``search`` tries :func:`queue_policy_choices`.
+QueuePolicySetting = Literal["off", "search"] | None
+
+#: ``ModelQueuePolicy.timeout_action``.
+TimeoutAction = Literal["REJECT", "DELAY"]
+
+#: Multiples of the low class's latency goal tried as its queue timeout.
+TIMEOUT_GOAL_FACTORS = (0.5, 1.0, 2.0)
+
+
+@dataclass(frozen=True)
+class LevelPolicy:
+    """One ``ModelQueuePolicy``: what a priority level's queue does with waiting requests.
+
+    Attributes:
+        timeout_us: ``default_timeout_microseconds``: how long a request of the level may wait
+            in the queue, microseconds (0: forever).
+        timeout_action: ``REJECT`` answers a request that waited too long with an error;
+            ``DELAY`` moves it behind the level's requests that did not.
+        max_queue_size: Requests of the level the queue holds; more are rejected (0: no bound).
+        allow_timeout_override: A request's own ``timeout`` parameter may shorten ``timeout_us``.
+    """
+
+    timeout_us: int = 0
+    timeout_action: TimeoutAction = "REJECT"
+    max_queue_size: int = 0
+    allow_timeout_override: bool = False
+
+    def __post_init__(self) -> None:
+        if self.timeout_action not in ("REJECT", "DELAY"):
+            raise ValueError(f"timeout_action {self.timeout_action!r}: use REJECT or DELAY")
+        if self.timeout_us < 0 or self.max_queue_size < 0:
+            raise ValueError("timeout_us and max_queue_size must be >= 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (the fields by name)."""
+        return {
+            "timeout_us": self.timeout_us,
+            "timeout_action": self.timeout_action,
+            "max_queue_size": self.max_queue_size,
+            "allow_timeout_override": self.allow_timeout_override,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LevelPolicy:
+        """Inverse of :meth:`to_dict` (missing fields: Triton's defaults)."""
+        action = str(data.get("timeout_action", "REJECT"))
+        if action not in ("REJECT", "DELAY"):
+            raise ValueError(f"timeout_action {action!r}: use REJECT or DELAY")
+        return cls(
+            timeout_us=int(data.get("timeout_us", 0)),
+            timeout_action="DELAY" if action == "DELAY" else "REJECT",
+            max_queue_size=int(data.get("max_queue_size", 0)),
+            allow_timeout_override=bool(data.get("allow_timeout_override", False)),
+        )
+
+    def label(self) -> str:
+        """``reject@25000us``, ``delay@50000us,max64``, ``-`` (no timeout, no bound)."""
+        parts = []
+        if self.timeout_us:
+            parts.append(f"{self.timeout_action.lower()}@{self.timeout_us}us")
+        if self.max_queue_size:
+            parts.append(f"max{self.max_queue_size}")
+        if self.allow_timeout_override:
+            parts.append("override")
+        return ",".join(parts) or "-"
+
+    def to_proto(self) -> mc.ModelQueuePolicy:
+        """The ``ModelQueuePolicy`` message."""
+        return mc.ModelQueuePolicy(
+            timeout_action=mc.ModelQueuePolicy.TimeoutAction.Value(self.timeout_action),
+            default_timeout_microseconds=self.timeout_us,
+            allow_timeout_override=self.allow_timeout_override,
+            max_queue_size=self.max_queue_size,
+        )
+
+    @classmethod
+    def of(cls, policy: mc.ModelQueuePolicy) -> LevelPolicy:
+        """From a ``ModelQueuePolicy`` message."""
+        delay = policy.timeout_action == mc.ModelQueuePolicy.DELAY
+        return cls(
+            timeout_us=int(policy.default_timeout_microseconds),
+            timeout_action="DELAY" if delay else "REJECT",
+            max_queue_size=int(policy.max_queue_size),
+            allow_timeout_override=bool(policy.allow_timeout_override),
+        )
+
+
+@dataclass(frozen=True)
+class QueuePolicyKnob:
+    """Priority levels and queue policies of the dynamic batcher, one field per proto field.
+
+    ``QueuePolicyKnob()`` is one FIFO queue without timeouts (what a config without these
+    fields does); :func:`apply_knobs` then clears them.
+
+    Attributes:
+        priority_levels: ``priority_levels`` (0: no priorities, every request in one queue).
+        default_priority_level: The level of a request that sends no priority (or one above
+            ``priority_levels``); 1..priority_levels when there are levels, else 0.
+        default_policy: ``default_queue_policy``: the policy of every level without its own.
+        level_policies: ``priority_queue_policy``: (level, policy) pairs, by level.
+    """
+
+    priority_levels: int = 0
+    default_priority_level: int = 0
+    default_policy: LevelPolicy = LevelPolicy()
+    level_policies: tuple[tuple[int, LevelPolicy], ...] = ()
+
+    def __post_init__(self) -> None:
+        levels = self.priority_levels
+        if levels < 0:
+            raise ValueError(f"priority_levels {levels} must be >= 0")
+        if levels and not 1 <= self.default_priority_level <= levels:
+            raise ValueError(
+                f"default_priority_level {self.default_priority_level} must be in 1..{levels}"
+            )
+        if not levels and self.default_priority_level:
+            raise ValueError("default_priority_level needs priority_levels >= 1")
+        numbers = [level for level, _ in self.level_policies]
+        if numbers != sorted(set(numbers)) or any(not 1 <= n <= levels for n in numbers):
+            raise ValueError(
+                f"level_policies must name distinct levels in 1..{levels}, in order: {numbers}"
+            )
+
+    @property
+    def fifo(self) -> bool:
+        """No priorities, no timeouts, no bound: schedules as a config without these fields."""
+        return self == QueuePolicyKnob()
+
+    def policy(self, level: int) -> LevelPolicy:
+        """The policy that governs ``level``."""
+        return dict(self.level_policies).get(level, self.default_policy)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: the proto field names, ``priority_queue_policy`` keyed by level."""
+        return {
+            "priority_levels": self.priority_levels,
+            "default_priority_level": self.default_priority_level,
+            "default_queue_policy": self.default_policy.to_dict(),
+            "priority_queue_policy": {str(n): p.to_dict() for n, p in self.level_policies},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> QueuePolicyKnob:
+        """Inverse of :meth:`to_dict`."""
+        levels = data.get("priority_queue_policy", {})
+        return cls(
+            priority_levels=int(data.get("priority_levels", 0)),
+            default_priority_level=int(data.get("default_priority_level", 0)),
+            default_policy=LevelPolicy.from_dict(data.get("default_queue_policy", {})),
+            level_policies=tuple(
+                sorted((int(n), LevelPolicy.from_dict(p)) for n, p in levels.items())
+            ),
+        )
+
+    def label(self) -> str:
+        """``prio=2/2 p2=reject@25000us`` (levels/default level, then each level's own
+        policy); ``queue=delay@5000us`` for a default policy; ``fifo`` for none."""
+        if self.fifo:
+            return "fifo"
+        parts = [f"prio={self.priority_levels}/{self.default_priority_level}"]
+        if self.default_policy != LevelPolicy():
+            parts.append(f"queue={self.default_policy.label()}")
+        if not self.priority_levels:
+            parts = parts[1:]
+        parts.extend(f"p{n}={p.label()}" for n, p in self.level_policies)
+        return " ".join(parts)
+
+    @classmethod
+    def of(cls, batcher: mc.ModelDynamicBatching) -> QueuePolicyKnob:
+        """What a ``dynamic_batching`` block sets."""
+        return cls(
+            priority_levels=int(batcher.priority_levels),
+            default_priority_level=int(batcher.default_priority_level),
+            default_policy=(
+                LevelPolicy.of(batcher.default_queue_policy)
+                if batcher.HasField("default_queue_policy")
+                else LevelPolicy()
+            ),
+            level_policies=tuple(
+                sorted(
+                    (int(n), LevelPolicy.of(p)) for n, p in batcher.priority_queue_policy.items()
+                )
+            ),
+        )
+
+    def write(self, batcher: mc.ModelDynamicBatching) -> None:
+        """Set these fields of ``batcher`` (replacing what it had; a default policy equal to
+        Triton's own is left unset, as a hand-written config leaves it)."""
+        batcher.priority_levels = self.priority_levels
+        batcher.default_priority_level = self.default_priority_level
+        batcher.ClearField("default_queue_policy")
+        if self.default_policy != LevelPolicy():
+            batcher.default_queue_policy.CopyFrom(self.default_policy.to_proto())
+        batcher.ClearField("priority_queue_policy")
+        for level, policy in self.level_policies:
+            batcher.priority_queue_policy[level].CopyFrom(policy.to_proto())
 
 
 @dataclass(frozen=True)
@@ -42,6 +247,8 @@ class Knobs:
         dynamic_batching: False only for a baseline config without a dynamic batcher.
         response_cache: ``response_cache { enable }``; None keeps the base config's setting
             (what every trial did before the cache was a knob).
+        queue_policy: Priority levels and queue policies of the dynamic batcher; None keeps the
+            base config's (what every trial did before they were a knob).
     """
 
     max_batch_size: int
@@ -50,6 +257,11 @@ class Knobs:
     instance_count: int = 1
     dynamic_batching: bool = True
     response_cache: bool | None = None
+    queue_policy: QueuePolicyKnob | None = None
+
+    def __post_init__(self) -> None:
+        if self.queue_policy is not None and not self.dynamic_batching:
+            raise ValueError("a queue policy needs dynamic batching: it is part of that block")
 
     def to_dict(self) -> dict[str, Any]:
         """The ``config`` object of every result file (see docs/internals.md)."""
@@ -63,6 +275,8 @@ class Knobs:
             out["dynamic_batching"] = False
         if self.response_cache is not None:
             out["response_cache"] = self.response_cache
+        if self.queue_policy is not None:
+            out["queue_policy"] = self.queue_policy.to_dict()
         return out
 
     @classmethod
@@ -77,18 +291,25 @@ class Knobs:
             response_cache=(
                 None if data.get("response_cache") is None else bool(data["response_cache"])
             ),
+            queue_policy=(
+                None
+                if data.get("queue_policy") is None
+                else QueuePolicyKnob.from_dict(data["queue_policy"])
+            ),
         )
 
     def label(self) -> str:
         """Short human label: ``mbs=16 delay=500us pref=[16,8] x2`` (`` cache`` / `` no cache``
-        after it when the knobs set the response cache)."""
+        after it when the knobs set the response cache, then the queue policy's
+        :meth:`QueuePolicyKnob.label` when they set one: `` prio=2/2 p2=reject@25000us``)."""
         cache = {None: "", True: " cache", False: " no cache"}[self.response_cache]
         if not self.dynamic_batching:
             return f"mbs={self.max_batch_size} no dynamic batching x{self.instance_count}{cache}"
         pref = ",".join(str(s) for s in self.preferred_batch_size) or "-"
+        policy = "" if self.queue_policy is None else f" {self.queue_policy.label()}"
         return (
             f"mbs={self.max_batch_size} delay={self.max_queue_delay_us}us "
-            f"pref=[{pref}] x{self.instance_count}{cache}"
+            f"pref=[{pref}] x{self.instance_count}{cache}{policy}"
         )
 
 
@@ -101,13 +322,16 @@ def knobs_of(config: mc.ModelConfig) -> Knobs:
 
     A preferred list of exactly ``[max_batch_size]`` reads as none: it is how Triton normalises
     ``dynamic_batching {}``, and it batches the same way. A config that enables the response
-    cache reads as ``response_cache=True`` (one that does not: None, the default).
+    cache reads as ``response_cache=True`` (one that does not: None, the default). A dynamic
+    batcher with priority levels or a queue policy reads as its :class:`QueuePolicyKnob` (one
+    without: None, the default).
     """
     batching = config.HasField("dynamic_batching")
     batcher = config.dynamic_batching
     preferred = tuple(batcher.preferred_batch_size) if batching else ()
     if preferred == (config.max_batch_size,):
         preferred = ()
+    policy = QueuePolicyKnob.of(batcher) if batching else None
     return Knobs(
         max_batch_size=max(config.max_batch_size, 1),
         max_queue_delay_us=int(batcher.max_queue_delay_microseconds) if batching else 0,
@@ -115,6 +339,7 @@ def knobs_of(config: mc.ModelConfig) -> Knobs:
         instance_count=sum(g.count or 1 for g in config.instance_group) or 1,
         dynamic_batching=batching,
         response_cache=True if config.response_cache.enable else None,
+        queue_policy=None if policy is None or policy.fifo else policy,
     )
 
 
@@ -123,7 +348,8 @@ def apply_knobs(base: mc.ModelConfig, knobs: Knobs) -> mc.ModelConfig:
 
     The instance count goes on the first instance group (one is created, of the base kind, when
     the base has none); other groups are dropped because the count is a total. The response
-    cache is set only when the knobs say so (False clears the section).
+    cache is set only when the knobs say so (False clears the section), and so are priority
+    levels and queue policies (:meth:`QueuePolicyKnob.write`; ``QueuePolicyKnob()`` clears them).
     """
     config = mc.ModelConfig()
     config.CopyFrom(base)
@@ -132,6 +358,8 @@ def apply_knobs(base: mc.ModelConfig, knobs: Knobs) -> mc.ModelConfig:
         config.dynamic_batching.max_queue_delay_microseconds = knobs.max_queue_delay_us
         del config.dynamic_batching.preferred_batch_size[:]
         config.dynamic_batching.preferred_batch_size.extend(knobs.preferred_batch_size)
+        if knobs.queue_policy is not None:
+            knobs.queue_policy.write(config.dynamic_batching)
     else:
         config.ClearField("dynamic_batching")
     first = mc.ModelInstanceGroup()
@@ -204,3 +432,80 @@ def cache_server_args(size_bytes: int) -> list[str]:
             f"(default {DEFAULT_CACHE_SIZE_BYTES})"
         )
     return [f"--cache-config=local,size={size_bytes}"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Priority levels and queue policies as a knob
+
+
+def queue_policy_choices(
+    setting: QueuePolicySetting,
+    levels: int,
+    goal_ms: float,
+    *,
+    factors: Sequence[float] = TIMEOUT_GOAL_FACTORS,
+    allow_timeout_override: bool = False,
+    max_queue_size: int = 0,
+    base: mc.ModelConfig | None = None,
+) -> tuple[QueuePolicyKnob | None, ...]:
+    """The values of :attr:`Knobs.queue_policy` a search tries for ``space.queue_policy``.
+
+    ``None``: (None,) -- the model's own setting; ``off``: one FIFO queue without timeouts;
+    ``search``: that FIFO, then ``levels`` priority levels where requests without a priority
+    take the lowest level and only the lowest level has a policy of its own: none (priorities
+    alone), then REJECT and then DELAY after ``factor * goal_ms`` for each factor. The levels
+    above never time out, so the urgent classes wait only for each other; the low class gives
+    way, and its timeout is what it may wait before it is refused (REJECT) or sent behind its
+    class's fresher requests (DELAY).
+
+    Args:
+        setting: ``space.queue_policy``.
+        levels: Priority levels of the traffic (its classes' highest ``priority``).
+        goal_ms: The lowest level's p99 goal, milliseconds (its class's, else the run's).
+        factors: Multiples of ``goal_ms`` tried as the lowest level's timeout.
+        allow_timeout_override: Let a request's own ``timeout`` shorten the lowest level's
+            (set it when the traffic sends timeouts; without it Triton ignores them).
+        max_queue_size: Bound of the lowest level's queue in the timed policies (0: none).
+        base: The model's config (refuses what Triton would refuse on every trial).
+
+    Raises:
+        InputError: an unknown setting; ``search`` with fewer than two levels, a goal that is
+            not positive, or a model with ``preserve_ordering`` (Triton then allows one
+            priority level and no DELAY).
+    """
+    if setting is None:
+        return (None,)
+    if setting not in ("off", "search"):
+        raise InputError(f"space.queue_policy: unknown value {setting!r}; use off or search")
+    fifo = QueuePolicyKnob()
+    if setting == "off":
+        return (fifo,)
+    if levels < 2:
+        raise InputError(
+            f"space.queue_policy = 'search' needs a priority mix of at least two levels "
+            f"(traffic.classes with priorities 1 and 2); this traffic has {levels}: add "
+            "classes or remove space.queue_policy"
+        )
+    if not goal_ms > 0:
+        raise InputError(f"space.queue_policy = 'search' needs a positive p99 goal, got {goal_ms}")
+    if base is not None and base.dynamic_batching.preserve_ordering:
+        raise InputError(
+            f"space.queue_policy = 'search': model '{base.name}' sets preserve_ordering, and "
+            "Triton then allows one priority level and no DELAY; set space.queue_policy = "
+            "'off' or remove it"
+        )
+    priorities = QueuePolicyKnob(priority_levels=levels, default_priority_level=levels)
+    choices: list[QueuePolicyKnob | None] = [fifo, priorities]
+    actions: tuple[TimeoutAction, ...] = ("REJECT", "DELAY")
+    for action in actions:
+        for factor in factors:
+            low = LevelPolicy(
+                timeout_us=max(1, round(goal_ms * factor * 1000)),
+                timeout_action=action,
+                max_queue_size=max_queue_size,
+                allow_timeout_override=allow_timeout_override,
+            )
+            knob = QueuePolicyKnob(levels, levels, level_policies=((levels, low),))
+            if knob not in choices:
+                choices.append(knob)
+    return tuple(choices)
