@@ -16,6 +16,15 @@ from typing import Annotated
 
 import typer
 
+from analyzer.commands.input_flags import (
+    BatchSizeFlag,
+    InputDataFlag,
+    RepeatRatioFlag,
+    ShapeFlag,
+    UniquePayloadsFlag,
+    input_overrides,
+)
+
 
 def register(app: typer.Typer) -> None:
     """Add ``perfsweep ui`` to ``app``."""
@@ -58,9 +67,21 @@ def register(app: typer.Typer) -> None:
         log_dir: Annotated[
             Path, typer.Option(help="managed server log and repository directory")
         ] = Path("reports/ui"),
+        shape: ShapeFlag = None,
+        input_data: InputDataFlag = None,
+        batch_size: BatchSizeFlag = None,
+        unique_payloads: UniquePayloadsFlag = None,
+        repeat_ratio: RepeatRatioFlag = None,
     ) -> None:
         """Open Locust's web UI on a Triton target, with live server metrics and config changes."""
+        from analyzer.load.engine import input_fields
         from analyzer.load.web.launcher import UiOptions, run_ui
+        from analyzer.scenario import load_scenario
+
+        # The same request-data flags as run, gate and load, checked the same way.
+        flags = input_overrides(shape, input_data, batch_size, unique_payloads, repeat_ratio)
+        given = any(v is not None for v in flags.values())
+        inputs = input_fields(load_scenario(None, flags).input) if given else {}
 
         if device not in ("auto", "cpu", "cuda", "sim"):
             from analyzer.errors import InputError
@@ -80,6 +101,7 @@ def register(app: typer.Typer) -> None:
                 workers=workers,
                 rate_per_user=rate_per_user,
                 log_dir=log_dir,
+                inputs=inputs,
             ),
             on_status=typer.echo,  # click flushes each line: tests and wrappers read them live
         )

@@ -98,7 +98,6 @@ def engine_options(
             gate measures with one generator process).
         **fields: Any other :class:`EngineOptions` field (``max_send_lag_ms``, ``on_window``...).
     """
-    inputs = input_options(scenario.input)
     http_address = url.split("://", 1)[-1]
     grpc = scenario.model.protocol == "grpc"
     options = EngineOptions(
@@ -108,14 +107,8 @@ def engine_options(
         model=model,
         protocol=scenario.model.protocol,
         stats_url=http_address if grpc else None,
-        data_mode=inputs.mode.value,
-        data_file=str(inputs.data_file) if inputs.data_file is not None else None,
-        batch_size=inputs.batch_size,
-        shapes={k: list(v) for k, v in inputs.shapes.items()} if inputs.shapes else None,
-        unique_payloads=inputs.unique_payloads,
-        repeat_ratio=inputs.repeat_ratio,
-        distribution=inputs.distribution,
         metrics_url=metrics_url,
+        **input_fields(scenario.input),
     )
     if distributed:
         t = scenario.traffic
@@ -128,6 +121,21 @@ def engine_options(
             master_port=t.master_port if t.expect_workers else 0,
         )
     return replace(options, **fields)
+
+
+def input_fields(section: InputSection) -> dict[str, Any]:
+    """The request-data fields shared by :class:`EngineOptions` and the generator's
+    ``EngineConfig`` (plain values), from a scenario's ``[input]`` (checked on the way)."""
+    inputs = input_options(section)
+    return {
+        "data_mode": inputs.mode.value,
+        "data_file": str(inputs.data_file) if inputs.data_file is not None else None,
+        "batch_size": inputs.batch_size,
+        "shapes": {k: list(v) for k, v in inputs.shapes.items()} if inputs.shapes else None,
+        "unique_payloads": inputs.unique_payloads,
+        "repeat_ratio": inputs.repeat_ratio,
+        "distribution": inputs.distribution,
+    }
 
 
 def next_port(address: str) -> str:

@@ -4,6 +4,7 @@ load profiles, target settings and the exposure rule (no sockets, no gevent)."""
 from __future__ import annotations
 
 import argparse
+import json
 import random
 
 import numpy as np
@@ -267,6 +268,14 @@ def test_locust_command_lines() -> None:
     assert "--metrics-url" not in master
     single, none = locust_commands(UiOptions(), "http://h:1", None, "http://h:3/metrics")
     assert none == [] and "--master" not in single and "--metrics-url" in single
+    assert "--perfsweep-input" not in single  # random data: nothing to pass
+    # Request data reaches the master and every worker (each builds its own requests).
+    inputs = {"batch_size": 4, "shapes": {"IDS": [128]}}
+    master, workers = locust_commands(UiOptions(workers=2, inputs=inputs), "http://h:1", None, None)
+    for line in (master, *workers):
+        assert json.loads(line[line.index("--perfsweep-input") + 1]) == inputs
+    opts = argparse.Namespace(perfsweep_input=json.dumps(inputs))
+    assert dict(TargetSettings.from_locust("h:1", opts).inputs) == inputs
 
 
 def test_managed_addresses_read_the_last_ready_line() -> None:

@@ -121,3 +121,41 @@ def test_web_mode_refuses_other_interfaces_without_login(tmp_path: Path) -> None
     )
     assert child.proc.wait(60) == 2
     assert "refusing to serve the dashboard on 0.0.0.0" in child.tail()
+
+
+def test_the_request_data_reaches_the_users(tmp_path: Path, server: dict[str, str]) -> None:
+    # perfsweep ui --batch-size 2 passes the request data as --perfsweep-input: every request of
+    # every user class then carries two samples (the server counts two inferences each).
+    def counts() -> tuple[int, int]:
+        status, doc = http("GET", f"http://{server['http']}/v2/models/{MODEL}/stats")
+        assert status == 200
+        stats = doc["model_stats"][0]
+        return int(stats["inference_stats"]["success"]["count"]), int(stats["inference_count"])
+
+    before = counts()
+    child = Child(
+        _locust(
+            LOCUSTFILE,
+            "--host",
+            f"http://{server['http']}",
+            "--grpc-url",
+            server["grpc"],
+            "--triton-model",
+            MODEL,
+            "--perfsweep-input",
+            json.dumps({"batch_size": 2, "data_mode": "random"}),
+            "--headless",
+            "-u",
+            "2",
+            "-r",
+            "2",
+            "-t",
+            "3s",
+            "--only-summary",
+        ),
+        tmp_path / "locust.log",
+    )
+    assert child.proc.wait(90) == 0, child.tail()
+    after = counts()
+    requests, inferences = after[0] - before[0], after[1] - before[1]
+    assert requests > 10 and inferences == 2 * requests

@@ -9,6 +9,7 @@ stays unpatched and the managed reference server stays a plain subprocess.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,8 @@ class UiOptions:
         workers: Locust worker processes (1 = users run in the dashboard's process).
         rate_per_user: Default open-loop rate per user, requests/second (editable in the form).
         log_dir: Where the managed server's log and repository go.
+        inputs: The request data (:func:`analyzer.load.engine.input_fields` of an ``[input]``
+            section); empty: random data.
     """
 
     url: str | None = None
@@ -61,6 +64,7 @@ class UiOptions:
     workers: int = 1
     rate_per_user: float = 10.0
     log_dir: Path = Path("reports/ui")
+    inputs: dict[str, Any] = field(default_factory=dict)
 
     def check(self) -> None:
         """Refuse unsafe or impossible options before anything starts (``InputError``)."""
@@ -87,6 +91,8 @@ def locust_commands(
 ) -> tuple[list[str], list[list[str]]]:
     """The Locust master (web UI) command line and one command line per worker."""
     base = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
+    if options.inputs:  # every process builds its own requests from it, workers included
+        base += ["--perfsweep-input", json.dumps(options.inputs, sort_keys=True)]
     master = [
         *base,
         "--host",

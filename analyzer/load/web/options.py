@@ -8,6 +8,7 @@ test starts.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,12 @@ def add_arguments(parser: Any) -> None:
         help="Open-loop users: arrival process.",
     )
     group.add_argument(
+        "--perfsweep-input",
+        default="",
+        help="The request data as JSON (perfsweep ui passes its --shape / --input-data / "
+        "--batch-size / --unique-payloads / --repeat-ratio here; default: random data).",
+    )
+    group.add_argument(
         "--shape-period-s",
         type=float,
         default=60.0,
@@ -83,6 +90,8 @@ class TargetSettings:
         metrics_url: Full Prometheus URL.
         rate_per_user: Open-loop requests/second per user.
         arrival: ``poisson`` or ``constant``.
+        inputs: The request-data fields of the generator's ``EngineConfig``
+            (:func:`analyzer.load.engine.input_fields`); empty: random data.
     """
 
     http_url: str
@@ -91,6 +100,7 @@ class TargetSettings:
     metrics_url: str = ""
     rate_per_user: float = 10.0
     arrival: str = "poisson"
+    inputs: tuple[tuple[str, Any], ...] = ()
 
     @property
     def http_address(self) -> str:
@@ -124,6 +134,7 @@ class TargetSettings:
             metrics_url=str(opt("metrics_url", f"http://{shown}:{port + 2}/metrics")),
             rate_per_user=float(opt("rate_per_user", 10.0)),
             arrival=str(opt("arrival", "poisson")),
+            inputs=tuple(sorted(json.loads(opt("perfsweep_input", "{}")).items())),
         )
 
 

@@ -17,7 +17,7 @@ import collections
 import logging
 import random
 from dataclasses import replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from gevent.lock import Semaphore
 from gevent.pool import Pool
@@ -41,7 +41,7 @@ class LiveState:
     def __init__(self, environment: Environment) -> None:
         self.environment = environment
         self.recorder = Recorder()
-        self._contexts: dict[str, tuple[tuple[str, str, str], ProcessContext]] = {}
+        self._contexts: dict[str, tuple[tuple[Any, ...], ProcessContext]] = {}
         self._lock = Semaphore()
         self._discovered: dict[str, str] = {}
 
@@ -71,7 +71,7 @@ class LiveState:
             settings = self.settings()
             model = self.model(settings)
             url = settings.grpc_url if protocol == "grpc" else settings.http_address
-            key = (url, model, settings.http_url)
+            key = (url, model, settings.http_url, settings.inputs)
             cached = self._contexts.get(protocol)
             if cached is not None and cached[0] == key:
                 return cached[1]
@@ -84,6 +84,7 @@ class LiveState:
                     mode="concurrency",
                     rate_per_user=settings.rate_per_user,
                     arrival=settings.arrival,
+                    **dict(settings.inputs),
                 )
             )
             ctx.recorder = self.recorder
