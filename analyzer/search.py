@@ -11,6 +11,8 @@ the sampler sees an ordered space::
     delay_idx   max_queue_delay_us = ladder[delay_idx]  (0, then a geometric ladder)
     pref_depth  0: no preferred sizes; d: {mbs, mbs/2, ..., mbs/2**d} (never above mbs)
     instances   instance_group[0].count
+    cache_idx   response_cache = cache_choices[cache_idx]      (only with two or more choices)
+    policy_idx  queue_policy = policy_choices[policy_idx]      (only with two or more choices)
 
 Preferred sizes are relative to ``max_batch_size`` because Triton refuses a preferred size above
 the max batch size, and Optuna refuses categorical choices that change between trials.
@@ -34,7 +36,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from analyzer.errors import InputError
-from analyzer.trial import Knobs
+from analyzer.trial import Knobs, QueuePolicyKnob
 
 __all__ = [  # Knobs is analyzer.trial's (no optuna there): import it from there
     "INTERRUPTED_REASON",
@@ -108,6 +110,8 @@ class SearchSpace:
         instances: Inclusive bounds of the instance count.
         cache_choices: Values of :attr:`Knobs.response_cache` searched
             (:func:`analyzer.trial.response_cache_choices`; ``(None,)``: the model's own).
+        policy_choices: Values of :attr:`Knobs.queue_policy` searched
+            (:func:`analyzer.trial.queue_policy_choices`; ``(None,)``: the model's own).
     """
 
     log2_mbs: tuple[int, int]
@@ -116,6 +120,7 @@ class SearchSpace:
     fixed_preferred: tuple[int, ...] | None = None
     instances: tuple[int, int] = (1, 1)
     cache_choices: tuple[bool | None, ...] = (None,)
+    policy_choices: tuple[QueuePolicyKnob | None, ...] = (None,)
 
     def __post_init__(self) -> None:
         if self.fixed_preferred:
@@ -139,6 +144,7 @@ class SearchSpace:
         preferred: str | Sequence[int],
         instance_count: tuple[int, int],
         cache_choices: tuple[bool | None, ...] = (None,),
+        policy_choices: tuple[QueuePolicyKnob | None, ...] = (None,),
     ) -> SearchSpace:
         """Build the space from the scenario's ``[space]`` bounds."""
         fixed: tuple[int, ...] | None = None
@@ -155,6 +161,7 @@ class SearchSpace:
             fixed_preferred=fixed,
             instances=instance_count,
             cache_choices=cache_choices,
+            policy_choices=policy_choices,
         )
 
     # -- encoding -------------------------------------------------------------------------------
@@ -167,6 +174,7 @@ class SearchSpace:
             "pref_depth": (0, self.max_pref_depth),
             "instances": self.instances,
             "cache_idx": (0, len(self.cache_choices) - 1),
+            "policy_idx": (0, len(self.policy_choices) - 1),
         }
         return {name: b for name, b in bounds.items() if b[0] < b[1]}
 
@@ -184,6 +192,7 @@ class SearchSpace:
             preferred_batch_size=pref,
             instance_count=int(params.get("instances", self.instances[0])),
             response_cache=self.cache_choices[int(params.get("cache_idx", 0))],
+            queue_policy=self.policy_choices[int(params.get("policy_idx", 0))],
         )
 
     def encode(self, knobs: Knobs) -> dict[str, int]:
@@ -197,12 +206,16 @@ class SearchSpace:
         depth = min(max(len(knobs.preferred_batch_size) - 1, 0), self.max_pref_depth)
         instances = min(max(knobs.instance_count, self.instances[0]), self.instances[1])
         cache = knobs.response_cache
+        policy = knobs.queue_policy
         params = {
             "log2_mbs": log2,
             "delay_idx": delay_idx,
             "pref_depth": depth,
             "instances": instances,
             "cache_idx": self.cache_choices.index(cache) if cache in self.cache_choices else 0,
+            "policy_idx": (
+                self.policy_choices.index(policy) if policy in self.policy_choices else 0
+            ),
         }
         return {k: v for k, v in params.items() if k in self.param_bounds()}
 
@@ -505,8 +518,8 @@ def param_importances(storage: str, study_name: str) -> dict[str, float]:
         study_name: Name of the study inside the storage.
 
     Returns:
-        Parameter name (``log2_mbs``, ``delay_idx``, ``pref_depth``, ``instances``) -> importance,
-        normalised to sum to 1, largest first.
+        Parameter name (``log2_mbs``, ``delay_idx``, ``pref_depth``, ``instances``; ``cache_idx``
+        and ``policy_idx`` where searched) -> importance, normalised to sum to 1, largest first.
 
     Raises:
         InputError: The study cannot be opened, or has too few complete trials to judge.
