@@ -171,9 +171,8 @@ def test_config_and_metadata_messages(stub: service_pb2_grpc.GRPCInferenceServic
 
 
 def test_unimplemented_optional_rpcs(stub: service_pb2_grpc.GRPCInferenceServiceStub) -> None:
+    # (Shared-memory registration is implemented: tests/server/test_shared_memory.py.)
     calls = [
-        (stub.SystemSharedMemoryRegister, pb.SystemSharedMemoryRegisterRequest()),
-        (stub.CudaSharedMemoryRegister, pb.CudaSharedMemoryRegisterRequest()),
         (stub.TraceSetting, pb.TraceSettingRequest()),
         (stub.LogSettings, pb.LogSettingsRequest()),
     ]
