@@ -346,8 +346,14 @@ def profile_summary(profile: Profile, refits: int = 0) -> dict[str, object]:
 
 
 def _covers(profile: Profile, knobs: Knobs) -> bool:
-    largest = SimConfig.from_knobs(knobs).largest_batch
-    return profile.min_batch_size <= 1 and largest <= profile.max_batch_size
+    # A priority or queue policy is not simulated (simulator.check_modelled): such a config is
+    # uncovered, so predict never ranks it as if it were one FIFO.
+    sim = SimConfig.from_knobs(knobs)
+    return (
+        not sim.queue_policy
+        and profile.min_batch_size <= 1
+        and sim.largest_batch <= profile.max_batch_size
+    )
 
 
 def _size(k: Knobs) -> tuple[int, int, int]:

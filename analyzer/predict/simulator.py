@@ -24,6 +24,11 @@ Assumptions (:data:`ASSUMPTIONS`, printed by ``perfsweep predict``): Poisson arr
 batch-1 requests; network, protocol and thread hand-overs are one constant offset (latency =
 queue + execution + ``Profile.latency_offset_ms``, calibrated by :func:`latency_offset`);
 one device shared by all instances; all requests shape-compatible.
+
+Not modelled: priority levels and queue policies (timeouts, REJECT/DELAY, queue bounds). The
+batcher here is one FIFO without timeouts, so a config that sets them (``SimConfig.queue_policy``)
+is refused (:func:`check_modelled`) rather than predicted as if it had none: the sweep's
+predict strategy leaves such configs unpredicted, and ``perfsweep predict`` says why.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
+from analyzer.errors import InputError
 from analyzer.predict import ExtrapolationError
 from analyzer.predict.profile import Profile
 from reference_server.batching.decide import BatchingParams, Candidate, OpenBatch, decide
@@ -71,6 +77,8 @@ class SimConfig:
         preferred_batch_size: Preferred sizes; empty = Triton's normalisation ``[max_batch_size]``.
         instance_count: Instances on the one device.
         dynamic_batching: False = the default scheduler (every request its own batch).
+        queue_policy: The config sets priority levels or a queue policy, which the simulator
+            does not model (:func:`check_modelled` refuses it).
     """
 
     max_batch_size: int
@@ -78,6 +86,7 @@ class SimConfig:
     preferred_batch_size: tuple[int, ...] = ()
     instance_count: int = 1
     dynamic_batching: bool = True
+    queue_policy: bool = False
 
     @property
     def largest_batch(self) -> int:
@@ -99,6 +108,7 @@ class SimConfig:
             preferred_batch_size=tuple(knobs.preferred_batch_size),
             instance_count=knobs.instance_count,
             dynamic_batching=knobs.dynamic_batching,
+            queue_policy=knobs.queue_policy is not None and not knobs.queue_policy.fifo,
         )
 
     @classmethod
@@ -112,6 +122,13 @@ class SimConfig:
             preferred_batch_size=tuple(batching.preferred_batch_size) if dynamic else (),
             instance_count=sum(g.count or 1 for g in config.instance_group) or 1,
             dynamic_batching=dynamic and config.max_batch_size > 0,
+            # A default policy equal to Triton's own serialises to nothing.
+            queue_policy=dynamic
+            and bool(
+                batching.priority_levels
+                or batching.priority_queue_policy
+                or batching.default_queue_policy.ByteSize()
+            ),
         )
 
     def describe(self) -> str:
@@ -122,6 +139,20 @@ class SimConfig:
         return (
             f"max_batch_size {self.max_batch_size}, max_queue_delay_us {self.max_queue_delay_us}, "
             f"preferred {pref}, {self.instance_count} instance(s)"
+            + (", priority levels or a queue policy" if self.queue_policy else "")
+        )
+
+
+def check_modelled(config: SimConfig) -> None:
+    """Refuse a config the simulator would predict wrongly.
+
+    Raises:
+        InputError: the config sets priority levels or a queue policy.
+    """
+    if config.queue_policy:
+        raise InputError(
+            f"cannot predict {config.describe()}: the simulator models one FIFO queue without "
+            "timeouts, not priority levels or queue policies; measure this config instead"
         )
 
 
@@ -248,11 +279,13 @@ def simulate(
 
     Raises:
         ExtrapolationError: the config can execute batches the profile does not cover.
+        InputError: the config sets priority levels or a queue policy (:func:`check_modelled`).
     """
     if rate_rps <= 0:
         raise ValueError("rate_rps must be positive")
     if config.instance_count < 1:
         raise ValueError("instance_count must be >= 1")
+    check_modelled(config)
     table = profile.table(config.largest_batch)
     ins = [round(t.input_ms * 1e6) for t in table]
     dev = [round(t.infer_ms * 1e6) for t in table]
@@ -609,13 +642,18 @@ def latency_offset(
     Each point is ``(config, rate, measured p99)``: the p99 a sweep measured at that Poisson
     rate. The offset is the median over the points of the measured minus the simulated p99 at
     the same rate (simulated without any offset), so ``replace(profile, latency_offset_ms=...)``
-    predicts what was measured. Points the profile cannot simulate (batches beyond it, a rate
-    it saturates at, no finite p99) are skipped; None when none is left.
+    predicts what was measured. Points the profile cannot simulate (batches beyond it, a
+    priority or queue policy, a rate it saturates at, no finite p99) are skipped; None when
+    none is left.
     """
     base = replace(profile, latency_offset_ms=0.0)
     gaps: list[float] = []
     for config, rate, p99_ms in points:
-        covered = base.min_batch_size <= 1 and config.largest_batch <= base.max_batch_size
+        covered = (
+            base.min_batch_size <= 1
+            and config.largest_batch <= base.max_batch_size
+            and not config.queue_policy
+        )
         if rate <= 0 or not math.isfinite(p99_ms) or not covered:
             continue
         sim = simulate(base, config, rate, requests=requests, seed=seed)
@@ -659,10 +697,13 @@ def capacities(
     Raises:
         ExtrapolationError: some config needs batch sizes beyond the profile (before any
             simulation).
+        InputError: some config sets priority levels or a queue policy (before any
+            simulation).
     """
     groups: dict[tuple[bool, int], list[SimConfig]] = {}
     for config in set(configs):
         profile.check_covers(config.largest_batch)
+        check_modelled(config)
         groups.setdefault((config.dynamic_batching, config.instance_count), []).append(config)
     chains = [
         sorted(g, key=lambda c: (c.max_batch_size, c.preferred_batch_size, c.max_queue_delay_us))
@@ -723,6 +764,7 @@ __all__ = [
     "SimConfig",
     "capacities",
     "capacity",
+    "check_modelled",
     "latency_offset",
     "simulate",
 ]
