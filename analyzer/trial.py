@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -509,3 +509,49 @@ def queue_policy_choices(
             if knob not in choices:
                 choices.append(knob)
     return tuple(choices)
+
+
+class PriorityClass(Protocol):
+    """What :func:`mix_queue_policy_choices` reads of a traffic class
+    (``analyzer.scenario.TrafficClass``)."""
+
+    @property
+    def priority(self) -> int:
+        """Priority sent (1 = highest; 0: none, the default level)."""
+        ...
+
+    @property
+    def timeout_us(self) -> int:
+        """Request timeout sent, microseconds (0: none)."""
+        ...
+
+    @property
+    def p99_ms(self) -> float:
+        """The class's own p99 goal (0: the run's)."""
+        ...
+
+
+def mix_queue_policy_choices(
+    setting: QueuePolicySetting,
+    classes: Sequence[PriorityClass],
+    goal_p99_ms: float,
+    base: mc.ModelConfig | None = None,
+) -> tuple[QueuePolicyKnob | None, ...]:
+    """:func:`queue_policy_choices` for a priority mix (``traffic.classes``).
+
+    The levels are the highest priority sent, one more when a class sends none (it takes the
+    default level, the lowest: "priority 1 and the rest"); the low level's goal is the
+    tightest goal of the classes on it (a class without its own: ``goal_p99_ms``); requests
+    may shorten the low level's timeout when any class sends a timeout.
+    """
+    highest = max((c.priority for c in classes), default=0)
+    levels = highest + 1 if highest and any(c.priority == 0 for c in classes) else highest
+    low = [c for c in classes if c.priority in (0, levels)]
+    goal = min((c.p99_ms or goal_p99_ms for c in low), default=goal_p99_ms)
+    return queue_policy_choices(
+        setting,
+        levels,
+        goal,
+        allow_timeout_override=any(c.timeout_us for c in classes),
+        base=base,
+    )

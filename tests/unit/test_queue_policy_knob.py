@@ -15,6 +15,7 @@ from analyzer.trial import (
     QueuePolicyKnob,
     apply_knobs,
     knobs_of,
+    mix_queue_policy_choices,
     queue_policy_choices,
 )
 from reference_server.core.config import config_to_text, normalize, parse_config_text, validate
@@ -152,3 +153,18 @@ def test_every_choice_passes_the_reference_server_s_validation(setting: str) -> 
         for base in (_config(), _config("dynamic_batching { max_queue_delay_microseconds: 9 }")):
             config = apply_knobs(base, Knobs(8, 100, (8, 4), 2, queue_policy=choice))
             validate(normalize(config))  # raises ModelConfigError with Triton's message
+
+
+def test_a_priority_mix_gives_the_levels_the_low_goal_and_the_override() -> None:
+    from analyzer.scenario import TrafficClass
+
+    urgent = TrafficClass(name="urgent", share=0.2, priority=1, p99_ms=50.0)
+    rest = TrafficClass(name="rest", share=0.8)  # sends no priority: the default level
+    choices = mix_queue_policy_choices("search", (urgent, rest), 500.0)
+    assert choices == queue_policy_choices("search", 2, 500.0)
+    timed = TrafficClass(name="rest", share=0.8, priority=2, timeout_us=300_000, p99_ms=400.0)
+    choices = mix_queue_policy_choices("search", (urgent, timed), 500.0)
+    assert choices == queue_policy_choices("search", 2, 400.0, allow_timeout_override=True)
+    with pytest.raises(InputError, match="at least two levels"):
+        mix_queue_policy_choices("search", (), 500.0)
+    assert mix_queue_policy_choices(None, (), 500.0) == (None,)
