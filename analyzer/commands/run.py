@@ -37,6 +37,22 @@ from analyzer.sweep import SweepObserver, SweepOutcome
 from analyzer.trial import Knobs
 
 
+def ceiling_note(summary: SweepOutcome, scenario: Scenario) -> str | None:
+    """What the console says first when the best config served the highest rate offered: its
+    capacity is a lower bound, set by the load this host can offer, not by the server."""
+    best, ceiling = summary.best, scenario.traffic.max_rate_rps
+    if scenario.traffic.mode != "rate" or best is None or not best.meets_goals:
+        return None
+    if best.throughput_rps < ceiling * (1 - 1e-9):
+        return None
+    return (
+        f"ceiling: the best config met the goals at every rate offered, up to "
+        f"traffic.max_rate_rps ({ceiling:g} req/s): its capacity is at least that, and the "
+        "limit is the load this host offers, not the server (raise traffic.max_rate_rps, or add "
+        "generator processes with --workers)"
+    )
+
+
 def _rps(r: TrialRecord, unit: str = "") -> str:
     """A throughput as the console prints it, with the response cache's hit ratio beside it when
     the measurement was served partly from the cache (so no one mistakes a cache for a faster
@@ -448,6 +464,8 @@ def _run(
 
         write_report(summary.run_dir, min_gpu_utilization_pct=min_gpu_utilization)
     console.print(summary_table(summary))
+    if (note := ceiling_note(summary, scenario)) is not None:
+        console.print(f"[bold yellow]{note}[/]", highlight=False)
     # The same sentences as summary.json and the report's verdict (gain with its interval).
     console.print(summary.data.get("goal_text", ""), highlight=False)
     console.print(
