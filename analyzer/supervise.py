@@ -22,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -101,6 +102,16 @@ def kill_group(pgid: int, timeout_s: float = 10.0) -> None:
         time.sleep(0.02)
 
 
+def _end_group_after(
+    proc: subprocess.Popen[bytes], before: Callable[[int], None] | None = None
+) -> None:
+    """Wait for a group leader to exit, call ``before(pgid)``, then end the rest of its group."""
+    proc.wait()
+    if before is not None:
+        before(proc.pid)
+    kill_group(proc.pid)
+
+
 def log_note(log_path: Path, text: str) -> None:
     """Append ``--- perfsweep: <text>`` to a child's log (perfsweep's own lines in it)."""
     with open(log_path, "ab") as log:
@@ -117,8 +128,11 @@ class Supervisor:
         label: Its short name in the log's ``--- perfsweep: <label> pid N`` line (tests read it).
         env: Extra environment variables for the child.
         own_group: Start the child in a session (and process group) of its own: Ctrl-C in the
-            terminal does not reach it, and :meth:`stop` also ends the processes it started,
-            even those left behind when the child itself was killed.
+            terminal does not reach it, and the processes it started end with it: when it
+            exits (a thread waits for that) and when it is stopped.
+        before_group_end: With ``own_group``: called with the group id once the child has
+            exited, before the rest of its group is ended (in the waiting thread), to note what
+            those processes hold.
     """
 
     def __init__(
@@ -129,9 +143,11 @@ class Supervisor:
         label: str = "child",
         env: Mapping[str, str] | None = None,
         own_group: bool = False,
+        before_group_end: Callable[[int], None] | None = None,
     ) -> None:
         self.command = list(command)
         self.own_group = own_group
+        self.before_group_end = before_group_end
         self.log_path = Path(log_path).resolve()
         self.name = name
         self.label = label
@@ -156,6 +172,16 @@ class Supervisor:
                 **options,
             )
             self.note(f"{self.label} pid {self._proc.pid}", log)
+        if self.own_group:
+            # What the child started dies with it at once, not when someone calls stop(): the
+            # helpers of a killed server (Triton's stubs) hold its sockets open, so the requests
+            # in flight to it would hang instead of failing.
+            threading.Thread(
+                target=_end_group_after,
+                args=(self._proc, self.before_group_end),
+                name="group-reaper",
+                daemon=True,
+            ).start()
 
     def wait_for(
         self, parse: Callable[[str], T | None], timeout_s: float, poll_s: float = 0.1
@@ -231,6 +257,8 @@ class Supervisor:
                 proc.kill()
                 proc.wait(timeout=timeout_s)
         if self.own_group:
+            if self.before_group_end is not None:  # the waiting thread may not have yet
+                self.before_group_end(proc.pid)
             kill_group(proc.pid, timeout_s)
 
     def note(self, text: str, log: Any = None) -> None:

@@ -34,7 +34,8 @@ import shutil
 import socket
 import sys
 import sysconfig
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ PORT_ATTEMPTS = 3
 _BIND_FAILED = "failed to start"
 #: Shared-memory files of Triton's Python backend (one per stub process).
 _SHM_PREFIX = "triton_python_backend_shm_region_"
+_SHM_DIR = Path("/dev/shm")
 
 
 class _PortTaken(Exception):
@@ -259,6 +261,11 @@ def shm_regions(pgid: int) -> set[Path]:
                     path = line.rsplit(maxsplit=1)[-1]
                     if Path(path).name.startswith(_SHM_PREFIX):
                         regions.add(Path(path))
+            # A stub names its region on its command line, before it maps it.
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                for arg in cmdline.read().decode(errors="replace").split("\0"):
+                    if arg.startswith(_SHM_PREFIX):
+                        regions.add(_SHM_DIR / arg)
         except OSError:  # it ended meanwhile
             continue
     return regions
@@ -315,6 +322,7 @@ class ManagedTriton(ManagedServer):
         self._launch: TritonLaunch | None = None
         #: Shared-memory files seen mapped, by the process group that mapped them.
         self._regions: dict[int, set[Path]] = {}
+        self._regions_lock = threading.Lock()
 
     # -- hooks of ManagedServer ----------------------------------------------------------------
 
@@ -343,6 +351,7 @@ class ManagedTriton(ManagedServer):
             label="server",
             env=dict(self._launch.env),
             own_group=True,  # its stub processes go with it
+            before_group_end=self._note_group_regions,  # theirs, as the stubs end with it
         )
 
     def _await_ready(self, process: Supervisor) -> None:
@@ -389,7 +398,8 @@ class ManagedTriton(ManagedServer):
         """Load the model from the repository as it is (explicit model control)."""
         path = f"/v2/repository/models/{self.model}/load"
         try:
-            status, payload = self._call("POST", path, {}, timeout_s=self.startup_timeout_s)
+            with self._watching_regions():
+                status, payload = self._call("POST", path, {}, timeout_s=self.startup_timeout_s)
         except OSError as exc:
             raise TargetError(
                 f"Triton stopped answering while loading {self.model!r}: {exc} (log: {self.log_path})"
@@ -405,13 +415,12 @@ class ManagedTriton(ManagedServer):
             if not process.running() or self.clock() > deadline:
                 raise TargetError(f"model {self.model!r} never became ready (log: {self.log_path})")
             self.sleep(0.2)
-        self._note_regions()
 
     # -- life cycle additions ------------------------------------------------------------------
 
     def load_config(self, config: mc.ModelConfig) -> None:
-        super().load_config(config)
-        self._note_regions()  # a reload starts new stub processes with new regions
+        with self._watching_regions():  # a reload starts new stubs with new regions
+            super().load_config(config)
 
     def stop(self) -> None:
         """Stop Triton (SIGTERM: it unloads its models), end its stubs, remove what they left."""
@@ -427,17 +436,48 @@ class ManagedTriton(ManagedServer):
         info["binary"] = str(self.binary)
         return info
 
+    @contextlib.contextmanager
+    def _watching_regions(self, poll_s: float = 0.05) -> Iterator[None]:
+        """Note the group's shared-memory regions while a load runs, and once it is done.
+
+        Triton creates a new instance's region before it starts the stub that maps it; killed
+        in between, it leaves a file that only a look during the load can find.
+        """
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.wait(poll_s):
+                self._note_regions()
+
+        watcher = threading.Thread(target=watch, name="shm-regions", daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            done.set()
+            watcher.join()
+            self._note_regions()
+
     def _note_regions(self) -> None:
         pid = self.pid()  # the group leader: its pid is the group's id
         if pid is not None:
-            self._regions.setdefault(pid, set()).update(shm_regions(pid))
+            self._note_group_regions(pid)
+
+    def _note_group_regions(self, pgid: int) -> None:
+        """Note the regions group ``pgid`` maps (also from the supervisor's waiting thread, when
+        Triton died: a load under way has a region no finished load noted)."""
+        found = shm_regions(pgid)
+        with self._regions_lock:
+            self._regions.setdefault(pgid, set()).update(found)
 
     def _drop_regions(self) -> None:
         """Remove the noted shared-memory files of every group of which nothing runs any more."""
-        for pgid in [g for g in self._regions if not group_members(g)]:
-            for region in self._regions.pop(pgid):
-                with contextlib.suppress(OSError):
-                    region.unlink()
+        with self._regions_lock:
+            gone = [g for g in self._regions if not group_members(g)]
+            regions = [r for g in gone for r in self._regions.pop(g)]
+        for region in regions:
+            with contextlib.suppress(OSError):
+                region.unlink()
 
 
 def managed_triton(
