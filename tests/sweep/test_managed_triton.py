@@ -463,3 +463,35 @@ def test_run_server_triton_with_a_variable_dim_from_perf_analyzer_data(
     ) as check:
         assert list(check.model_config().input[0].dims) == [-1]
         infer_once(check, ids_width=12)
+
+
+def test_kill_9_of_the_sweep_takes_its_managed_triton_down(
+    triton_install: TritonInstall, tmp_path: Path
+) -> None:
+    repository = make_repository(tmp_path)
+    run_dir = tmp_path / "run"
+    log = run_dir / "server" / "tritonserver.log"
+    proc = subprocess.Popen(
+        sweep_command(triton_install.server_bin, repository, run_dir, tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # one killpg cleans up if the test fails
+    )
+    try:
+
+        def trial_started() -> int | None:
+            assert proc.poll() is None, "the sweep ended before it could be killed"
+            if not (run_dir / "trials" / "000" / "config.pbtxt").exists():
+                return None
+            return supervised_pid(log.read_text())
+
+        pid = wait_until(trial_started, 240, "trial 0 to start")
+        assert group_members(pid)  # Triton and its stubs run
+        os.kill(proc.pid, signal.SIGKILL)  # the sweep only: nothing gets to clean up
+        proc.wait(30)
+        # Triton gets SIGTERM (PR_SET_PDEATHSIG), unloads its model and ends its stubs.
+        wait_until(lambda: not group_members(pid), 60, "Triton and its stubs to be gone")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
