@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import sys
 import sysconfig
 from pathlib import Path
@@ -236,3 +237,35 @@ def test_without_an_own_group_the_child_shares_ours(tmp_path: Path) -> None:
         assert pid is not None and os.getpgid(pid) == os.getpgid(0)
     finally:
         process.stop(timeout_s=5)
+
+
+def test_run_server_triton_without_a_binary_exits_2_naming_the_flag(tmp_path: Path) -> None:
+    repository = tmp_path / "repo"
+    (repository / "m" / "1").mkdir(parents=True)
+    (repository / "m" / "config.pbtxt").write_text(
+        'name: "m"\nbackend: "python"\nmax_batch_size: 8\n'
+    )
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from analyzer.cli import main; main()",
+            "run",
+            "--server",
+            "triton",
+            "--model-repository",
+            str(repository),
+            "--model",
+            "m",
+            "--run-dir",
+            str(run_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PATH": str(tmp_path / "empty")},
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "no tritonserver on PATH; pass --triton-server-path" in done.stdout + done.stderr
+    assert not (run_dir / "run.json").exists()
