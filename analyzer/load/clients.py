@@ -20,6 +20,11 @@ per user made a large rotation cost the generator its schedule.
   must have called ``grpc.experimental.gevent.init_gevent()`` before this client is created
   (``analyzer.load._gevent`` does it), or calls deadlock.
 
+With traffic classes (a priority mix, ``analyzer.load.classes``) ``infer(payload, klass)``
+sends the class's ``priority``/``timeout`` parameters as tritonclient does: HTTP requests are
+pre-built once per class that sends any (the JSON header's ``parameters``), gRPC passes them to
+``infer`` (the request ``parameters`` map).
+
 A failed inference raises ``InferError("HTTP <status>: <server message>")`` (or ``gRPC ...``);
 network failures raise ``OSError`` (refused, reset, timed out). Both are recorded by kind.
 Metadata, config and statistics are read with tritonclient, so one code path serves any KServe v2
@@ -42,6 +47,7 @@ from geventhttpclient import HTTPClient
 from tritonclient.utils import InferenceServerException
 
 from analyzer.errors import TargetError
+from analyzer.load.classes import RequestClass
 from analyzer.load.inputs import InputSet
 
 
@@ -52,8 +58,9 @@ class InferError(Exception):
 class InferClient(Protocol):
     """Sends one inference request and waits for its response."""
 
-    def infer(self, payload_index: int) -> None:
-        """Send payload ``payload_index % n``; raise ``InferError`` on a failed inference."""
+    def infer(self, payload_index: int, klass: int = 0) -> None:
+        """Send payload ``payload_index % n`` as a request of traffic class ``klass``; raise
+        ``InferError`` on a failed inference."""
         ...
 
     def close(self) -> None:
@@ -81,8 +88,11 @@ def _split_url(url: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _request_body(inputs: InputSet, index: int) -> tuple[bytes, dict[str, str]]:
-    """Payload ``index`` as a binary-extension body and the headers it needs.
+def _request_body(
+    inputs: InputSet, index: int, klass: RequestClass | None = None
+) -> tuple[bytes, dict[str, str]]:
+    """Payload ``index`` as a binary-extension body and the headers it needs, with ``klass``'s
+    ``priority``/``timeout`` parameters (tritonclient's own request body).
 
     The shape sent is the payload's own (a ``distribution`` or a data file mixes shapes), not
     the first payload's in ``inputs.specs``.
@@ -95,7 +105,7 @@ def _request_body(inputs: InputSet, index: int) -> tuple[bytes, dict[str, str]]:
         tensors.append(t)
     outputs = [httpclient.InferRequestedOutput(name, binary_data=True) for name in inputs.outputs]
     body, json_size = httpclient.InferenceServerClient.generate_request_body(
-        tensors, outputs=outputs or None
+        tensors, outputs=outputs or None, **(klass.infer_kwargs() if klass else {})
     )
     headers = {"Content-Type": "application/octet-stream"}
     if json_size is not None:
@@ -133,6 +143,8 @@ class RawHttpInferClient:
         timeout_s: connect and per-read timeout.
         requests: the requests already built for ``url`` and ``inputs``
             (:func:`raw_http_requests`; shared by the users of a process); None builds them.
+        class_requests: with traffic classes, the requests of each class by class index
+            (``PreparedRequests.by_class``); None: every request is ``requests``'.
     """
 
     #: Bytes read per ``recv`` call; one read holds a whole small response.
@@ -145,12 +157,14 @@ class RawHttpInferClient:
         concurrency: int = 1,
         timeout_s: float = 60.0,
         requests: Sequence[bytes] | None = None,
+        class_requests: Sequence[Sequence[bytes]] | None = None,
     ) -> None:
         self._address = _split_url(url)
         self._timeout_s = timeout_s
         self._slots = BoundedSemaphore(max(1, concurrency))
         self._idle: list[socket.socket] = []
         self._requests = requests if requests is not None else raw_http_requests(url, inputs)
+        self._by_class = class_requests or (self._requests,)
         self._checked = False
 
     def _connect(self) -> socket.socket:
@@ -158,9 +172,10 @@ class RawHttpInferClient:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
 
-    def infer(self, payload_index: int) -> None:
+    def infer(self, payload_index: int, klass: int = 0) -> None:
         """Send one request and read its response; ``InferError`` on a non-200 answer."""
-        request = self._requests[payload_index % len(self._requests)]
+        requests = self._by_class[klass]
+        request = requests[payload_index % len(requests)]
         status, headers, data = self.exchange(request)
         if status != 200:
             raise InferError(_error_kind(status, data))
@@ -285,6 +300,7 @@ class PooledHttpInferClient:
         concurrency: int = 1,
         timeout_s: float = 60.0,
         requests: Sequence[tuple[bytes, dict[str, str]]] | None = None,
+        class_requests: Sequence[Sequence[tuple[bytes, dict[str, str]]]] | None = None,
     ) -> None:
         host, port = _split_url(url)
         self._client = HTTPClient(
@@ -296,11 +312,13 @@ class PooledHttpInferClient:
         )
         self._path = f"/v2/models/{inputs.model}/infer"
         self._requests = requests if requests is not None else http_bodies(inputs)
+        self._by_class = class_requests or (self._requests,)
         self._checked = False
 
-    def infer(self, payload_index: int) -> None:
+    def infer(self, payload_index: int, klass: int = 0) -> None:
         """POST one request; raise ``InferError`` on a non-200 answer."""
-        body, headers = self._requests[payload_index % len(self._requests)]
+        requests = self._by_class[klass]
+        body, headers = requests[payload_index % len(requests)]
         with self._client.request("POST", self._path, body=body, headers=headers) as resp:
             data = resp.read()
             status = resp.status_code
@@ -325,18 +343,24 @@ class GrpcInferClient:
         inputs: InputSet,
         timeout_s: float = 60.0,
         requests: Sequence[tuple[list[Any], list[Any] | None]] | None = None,
+        classes: Sequence[RequestClass] = (),
     ) -> None:
         self._client = grpcclient.InferenceServerClient(url)
         self._model = inputs.model
         self._timeout_s = timeout_s
         self._requests = requests if requests is not None else grpc_requests(inputs)
+        self._class_kwargs = [c.infer_kwargs() for c in classes] or [{}]
 
-    def infer(self, payload_index: int) -> None:
+    def infer(self, payload_index: int, klass: int = 0) -> None:
         """One unary ModelInfer call; raise ``InferError`` on failure."""
         tensors, outputs = self._requests[payload_index % len(self._requests)]
         try:
             self._client.infer(
-                self._model, tensors, outputs=outputs, client_timeout=self._timeout_s
+                self._model,
+                tensors,
+                outputs=outputs,
+                client_timeout=self._timeout_s,
+                **self._class_kwargs[klass],
             )
         except InferenceServerException as exc:
             raise InferError(f"gRPC {exc.status()}: {exc.message()}") from exc
@@ -363,8 +387,9 @@ def _per_payload(inputs: InputSet, build: Callable[[int], Any]) -> list[Any]:
     return out
 
 
-def raw_http_requests(url: str, inputs: InputSet) -> list[bytes]:
-    """Whole HTTP/1.1 requests (request line, headers, body) for ``url``, one per rotation slot."""
+def raw_http_requests(url: str, inputs: InputSet, klass: RequestClass | None = None) -> list[bytes]:
+    """Whole HTTP/1.1 requests (request line, headers, body) for ``url``, one per rotation slot,
+    with ``klass``'s priority and timeout parameters."""
     host, port = _split_url(url)
     head = (
         f"POST /v2/models/{inputs.model}/infer HTTP/1.1\r\nHost: {host}:{port}\r\n"
@@ -372,16 +397,19 @@ def raw_http_requests(url: str, inputs: InputSet) -> list[bytes]:
     )
 
     def build(index: int) -> bytes:
-        body, headers = _request_body(inputs, index)
+        body, headers = _request_body(inputs, index, klass)
         lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         return f"{head}{lines}Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body
 
     return _per_payload(inputs, build)
 
 
-def http_bodies(inputs: InputSet) -> list[tuple[bytes, dict[str, str]]]:
-    """Binary-extension bodies and their headers, one per rotation slot."""
-    return _per_payload(inputs, lambda index: _request_body(inputs, index))
+def http_bodies(
+    inputs: InputSet, klass: RequestClass | None = None
+) -> list[tuple[bytes, dict[str, str]]]:
+    """Binary-extension bodies and their headers, one per rotation slot (with ``klass``'s
+    parameters)."""
+    return _per_payload(inputs, lambda index: _request_body(inputs, index, klass))
 
 
 def grpc_requests(inputs: InputSet) -> list[tuple[list[Any], list[Any] | None]]:
@@ -406,35 +434,51 @@ class PreparedRequests:
     """One process's requests for one target and ``InputSet``, built once, read by every user.
 
     ``items`` is in rotation order, one per payload slot: whole HTTP requests (``raw``), body
-    and headers (``geventhttpclient``), or gRPC input objects (``grpc``).
+    and headers (``geventhttpclient``), or gRPC input objects (``grpc``). With traffic
+    ``classes``, HTTP requests are built per class (``by_class``, by class index; a class that
+    sends no parameter shares ``items``); gRPC sends each class's parameters per call.
     """
 
     protocol: str
     http_client: str
     url: str
     items: tuple[Any, ...]
+    classes: tuple[RequestClass, ...] = ()
+    by_class: tuple[tuple[Any, ...], ...] = ()
 
 
 def prepare_requests(
-    protocol: str, url: str, inputs: InputSet, http_client: str = "raw"
+    protocol: str,
+    url: str,
+    inputs: InputSet,
+    http_client: str = "raw",
+    classes: Sequence[RequestClass] = (),
 ) -> PreparedRequests:
     """The requests ``make_client`` would build for these arguments, built once per
     ``InputSet`` (kept in its ``request_cache``) and shared by every client made from it."""
     kind = "" if protocol == "grpc" else http_client
-    cached = inputs.request_cache.get((protocol, kind, url))
+    classes = tuple(classes)
+    key = (protocol, kind, url, classes) if classes else (protocol, kind, url)
+    cached = inputs.request_cache.get(key)
     if cached is not None:
         assert isinstance(cached, PreparedRequests)
         return cached
-    if protocol == "grpc":
-        items: list[Any] = grpc_requests(inputs)
-    elif http_client == "geventhttpclient":
-        items = http_bodies(inputs)
-    elif http_client == "raw":
-        items = raw_http_requests(url, inputs)
-    else:
+    if protocol != "grpc" and http_client not in HTTP_CLIENTS:
         raise ValueError(f"http_client must be one of {HTTP_CLIENTS}, not {http_client!r}")
-    prepared = PreparedRequests(protocol, kind, url, tuple(items))
-    inputs.request_cache[(protocol, kind, url)] = prepared
+
+    def build(klass: RequestClass | None) -> list[Any]:
+        if protocol == "grpc":
+            return grpc_requests(inputs)
+        if http_client == "geventhttpclient":
+            return http_bodies(inputs, klass)
+        return raw_http_requests(url, inputs, klass)
+
+    items = tuple(build(None))
+    by_class: tuple[tuple[Any, ...], ...] = ()
+    if classes and protocol != "grpc":  # gRPC sends the parameters per call
+        by_class = tuple(items if not c.infer_kwargs() else tuple(build(c)) for c in classes)
+    prepared = PreparedRequests(protocol, kind, url, items, classes, by_class)
+    inputs.request_cache[key] = prepared
     return prepared
 
 
@@ -445,6 +489,7 @@ def make_client(
     concurrency: int,
     http_client: str = "raw",
     prepared: PreparedRequests | None = None,
+    classes: Sequence[RequestClass] = (),
 ) -> InferClient:
     """A hot-path client for ``protocol`` ("http" or "grpc").
 
@@ -455,25 +500,34 @@ def make_client(
         concurrency: HTTP connections at most.
         http_client: one of ``HTTP_CLIENTS`` (HTTP only).
         prepared: requests built once for the process (:func:`prepare_requests`); used when
-            they were built for this protocol, client and URL. Without them the client takes
-            the ones ``inputs`` holds for these arguments (built on first use), so users that
-            share an ``InputSet`` share its requests.
+            they were built for this protocol, client, URL and classes. Without them the client
+            takes the ones ``inputs`` holds for these arguments (built on first use), so users
+            that share an ``InputSet`` share its requests.
+        classes: traffic classes (``infer(payload, klass)`` sends class ``klass``'s priority
+            and timeout); empty: one class that sends neither.
     """
     kind = "" if protocol == "grpc" else http_client
-    if prepared is None or (prepared.protocol, prepared.http_client, prepared.url) != (
-        protocol,
-        kind,
-        url,
-    ):
-        prepared = prepare_requests(protocol, url, inputs, http_client)
+    classes = tuple(classes)
+    if prepared is None or (
+        prepared.protocol,
+        prepared.http_client,
+        prepared.url,
+        prepared.classes,
+    ) != (protocol, kind, url, classes):
+        prepared = prepare_requests(protocol, url, inputs, http_client, classes)
     shared = prepared.items
     if protocol == "grpc":
-        return GrpcInferClient(url, inputs, requests=shared)
+        return GrpcInferClient(url, inputs, requests=shared, classes=classes)
+    by_class = prepared.by_class or None
     if http_client == "geventhttpclient":
-        return PooledHttpInferClient(url, inputs, concurrency=concurrency, requests=shared)
+        return PooledHttpInferClient(
+            url, inputs, concurrency=concurrency, requests=shared, class_requests=by_class
+        )
     if http_client != "raw":
         raise ValueError(f"http_client must be one of {HTTP_CLIENTS}, not {http_client!r}")
-    return RawHttpInferClient(url, inputs, concurrency=concurrency, requests=shared)
+    return RawHttpInferClient(
+        url, inputs, concurrency=concurrency, requests=shared, class_requests=by_class
+    )
 
 
 def fetch_model_documents(protocol: str, url: str, model: str) -> tuple[dict, dict]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import InputError
+from analyzer.load.classes import RequestClass, request_classes
 from analyzer.load.inputs import DataMode, InputOptions, ShapeChoice
 from analyzer.measure import LoadSpec, WindowStats
 
@@ -53,6 +54,9 @@ class EngineOptions:
     http_client: str = "raw"
     #: Open loop: wake the dispatcher on a timerfd (sub-ms) instead of gevent's ms timers.
     precise_timer: bool = True
+    #: A priority mix (``[[traffic.classes]]``): each request is drawn into a class by share and
+    #: sent with its priority and timeout; results split by class. Empty: no mix.
+    classes: tuple[RequestClass, ...] = ()
     #: Open loop: in-flight requests per generator process before new ones wait in a backlog.
     pool_size: int = 512
     #: Prometheus endpoint of the target (None: try ``http://<url>/metrics`` for HTTP targets).
@@ -84,9 +88,10 @@ def engine_options(
     scenario's inputs, over the scenario's ``model.protocol``.
 
     Args:
-        scenario: Where the inputs (the whole ``[input]`` section) and, when
-            ``distributed``, the generator processes (``traffic.workers``, ``expect_workers``,
-            ``master_bind_host``, ``master_port``) come from.
+        scenario: Where the inputs (the whole ``[input]`` section), the priority mix
+            (``traffic.classes``) and, when ``distributed``, the generator processes
+            (``traffic.workers``, ``expect_workers``, ``master_bind_host``, ``master_port``)
+            come from.
         url: The target's HTTP address (a ``Target.url``).
         model: The model to load.
         metrics_url: The target's Prometheus ``/metrics`` (GPU figures per window); None lets
@@ -108,6 +113,7 @@ def engine_options(
         protocol=scenario.model.protocol,
         stats_url=http_address if grpc else None,
         metrics_url=metrics_url,
+        classes=request_classes(scenario.traffic),
         **input_fields(scenario.input),
     )
     if distributed:

@@ -204,9 +204,9 @@ class InputSet:
     expected: tuple[Payload, ...] = ()
     #: Where the values came from, in words (for the run's record).
     source: str = field(default="")
-    #: The requests built from these payloads, per (protocol, client, URL): filled by
-    #: ``clients.prepare_requests`` so every user of a process shares one set.
-    request_cache: dict[tuple[str, str, str], Any] = field(
+    #: The requests built from these payloads, per (protocol, client, URL[, traffic classes]):
+    #: filled by ``clients.prepare_requests`` so every user of a process shares one set.
+    request_cache: dict[tuple[Any, ...], Any] = field(
         default_factory=dict, compare=False, repr=False
     )
 

@@ -13,6 +13,10 @@ Three latency distributions are kept, in microseconds:
 * ``lag``: scheduler dispatch - intended send time (how late the generator itself was; a large
   lag means the generator is saturated, not the server).
 
+With traffic classes (a priority mix, ``analyzer.load.classes``) the reported latency of each
+request is recorded a second time in its class's histogram, with the class's completed and
+failed counts (``ClassTally``); without classes there are none.
+
 Beside the histograms, ``sequence`` keeps the reported latencies in completion order (float32
 milliseconds, 4 bytes a request): the sequential step rule (``analyzer.stepping``) estimates the
 latencies' autocorrelation from their order, which a histogram has lost. Ticks of several
@@ -36,10 +40,38 @@ from analyzer.measure import merge_encoded, new_histogram, record_us
 ERROR_KIND_CHARS = 120
 
 
-class Recorder:
-    """Accumulates one process's requests between two ``take_tick`` calls (greenlet-safe: no yields)."""
+@dataclass
+class ClassTally:
+    """One traffic class's requests in a tick: reported latencies (µs), completed and failed."""
 
-    def __init__(self) -> None:
+    latency: HdrHistogram = field(default_factory=new_histogram)
+    completed: int = 0
+    errors: int = 0
+
+    def encode(self) -> dict[str, Any]:
+        """The wire form (msgpack-able)."""
+        return {
+            "latency": self.latency.encode() if self.latency.get_total_count() else "",
+            "completed": self.completed,
+            "errors": self.errors,
+        }
+
+    def add(self, other: ClassTally) -> None:
+        """Add ``other``'s requests to these."""
+        self.latency.add(other.latency)
+        self.completed += other.completed
+        self.errors += other.errors
+
+
+class Recorder:
+    """Accumulates one process's requests between two ``take_tick`` calls (greenlet-safe: no yields).
+
+    Args:
+        classes: Traffic classes to tally apart (0: none, no per-class figures).
+    """
+
+    def __init__(self, classes: int = 0) -> None:
+        self.class_count = classes
         self._reset()
         self.in_flight = 0
         self._cpu0 = time.process_time()
@@ -56,6 +88,7 @@ class Recorder:
         self.error_kinds: dict[str, int] = {}
         self.max_in_flight = 0
         self.backlog_max = 0
+        self.classes = [ClassTally() for _ in range(self.class_count)]
 
     def dispatched_one(self, lag_s: float) -> None:
         """The scheduler handed one request to the pool ``lag_s`` after its intended time."""
@@ -65,13 +98,26 @@ class Recorder:
             self.max_in_flight = self.in_flight
         record_us(self.lag, lag_s * 1e6)
 
-    def done(self, latency_s: float, service_s: float, error: BaseException | str | None) -> None:
-        """One request finished (successfully or not); both times are in seconds."""
+    def done(
+        self,
+        latency_s: float,
+        service_s: float,
+        error: BaseException | str | None,
+        klass: int = 0,
+    ) -> None:
+        """One request of traffic class ``klass`` finished (successfully or not); both times
+        are in seconds."""
         self.in_flight -= 1
         self.completed += 1
         record_us(self.latency, latency_s * 1e6)
         self.sequence.append(latency_s * 1e3)
         record_us(self.service, service_s * 1e6)
+        if self.classes:
+            tally = self.classes[klass]
+            tally.completed += 1
+            record_us(tally.latency, latency_s * 1e6)
+            if error is not None:
+                tally.errors += 1
         if error is not None:
             self.errors += 1
             kind = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
@@ -106,6 +152,7 @@ class Recorder:
             "service": self.service.encode() if self.service.get_total_count() else "",
             "lag": self.lag.encode() if self.lag.get_total_count() else "",
             "sequence": self.sequence.tobytes(),
+            "classes": [c.encode() for c in self.classes],
             **self._counters(),
         }
         self._reset()
@@ -134,6 +181,7 @@ class Recorder:
             backlog_max=c["backlog_max"],
             cpu_pct=100.0 * c["cpu_s"] / c["wall_s"] if c["wall_s"] > 0 else 0.0,
             intervals=1,
+            classes=self.classes,
         )
         self._reset()
         self.max_in_flight = self.in_flight
@@ -160,6 +208,8 @@ class Tick:
     #: Busiest process's CPU share, in percent of one core (mean over the intervals added).
     cpu_pct: float = 0.0
     intervals: int = 0
+    #: Per traffic class, by index (empty without classes).
+    classes: list[ClassTally] = field(default_factory=list)
 
     @classmethod
     def merge(cls, raw_ticks: Iterable[dict[str, Any]]) -> Tick:
@@ -172,6 +222,14 @@ class Tick:
             intervals=1,
         )
         for t in ticks:
+            for index, raw in enumerate(t.get("classes", ())):
+                while len(out.classes) <= index:
+                    out.classes.append(ClassTally())
+                tally = out.classes[index]
+                if raw["latency"]:
+                    tally.latency.decode_and_add(raw["latency"])
+                tally.completed += raw["completed"]
+                tally.errors += raw["errors"]
             out.sequence.frombytes(t.get("sequence", b""))
             out.dispatched += t["dispatched"]
             out.completed += t["completed"]
@@ -191,6 +249,10 @@ class Tick:
         self.service.add(other.service)
         self.lag.add(other.lag)
         self.sequence.extend(other.sequence)
+        for index, tally in enumerate(other.classes):
+            while len(self.classes) <= index:
+                self.classes.append(ClassTally())
+            self.classes[index].add(tally)
         self.dispatched += other.dispatched
         self.completed += other.completed
         self.errors += other.errors

@@ -54,6 +54,7 @@ from analyzer.measure import (
     CapacityResult,
     CapacitySearch,
     CapacitySpec,
+    ClassStats,
     GeneratorLimits,
     LatencySummary,
     LoadMode,
@@ -389,6 +390,7 @@ class LocustLoadGenerator:
             or None,
             http_client=o.http_client,
             precise_timer=o.precise_timer,
+            classes=[c.to_dict() for c in o.classes] or None,
         )
         backend.configure(config)
         backend.start(OpenLoopUser if open_loop else ClosedLoopUser, users)
@@ -632,7 +634,29 @@ class LocustLoadGenerator:
             protocol=o.protocol,
             workers=processes,
             step=step,
+            classes=self._class_stats(total),
         )
+
+    def _class_stats(self, total: Tick) -> tuple[ClassStats, ...]:
+        """Each traffic class's requests and latencies (empty without a priority mix)."""
+        out = []
+        for index, klass in enumerate(self.options.classes):
+            tally = total.classes[index] if index < len(total.classes) else None
+            lat = LatencySummary.from_histogram(tally.latency) if tally else LatencySummary()
+            out.append(
+                ClassStats(
+                    name=klass.name,
+                    priority=klass.priority,
+                    share=klass.share,
+                    timeout_us=klass.timeout_us,
+                    request_count=tally.completed if tally else 0,
+                    error_count=tally.errors if tally else 0,
+                    p50_ms=lat.p50_ms,
+                    p90_ms=lat.p90_ms,
+                    p99_ms=lat.p99_ms,
+                )
+            )
+        return tuple(out)
 
     # ---- capacity ---------------------------------------------------------------------------------
 

@@ -3,8 +3,9 @@
 Every generator process (the in-process runner, or each ``analyzer.load.worker``) holds one
 ``ProcessContext`` on its Locust ``Environment``: the current ``EngineConfig`` (sent by the
 controller before each load level), the ``InputSet`` built from it, the requests built from
-that once for the whole process (``PreparedRequests``: every user's client shares them), and the
-``Recorder``.
+that once for the whole process (``PreparedRequests``: every user's client shares them), the
+``Recorder``, and the seeded draw of each request's traffic class (``ClassDraw``; always class 0
+without a priority mix).
 
 * ``ClosedLoopUser``: one request outstanding per user, back to back (perf_analyzer
   ``--concurrency-range``). Latency is timed from the actual send (closed loop; a stall delays the
@@ -29,6 +30,7 @@ from gevent.pool import Pool
 from locust import User, constant, task
 from locust.env import Environment
 
+from analyzer.load.classes import ClassDraw, RequestClass
 from analyzer.load.clients import (
     InferClient,
     InferError,
@@ -72,6 +74,8 @@ class EngineConfig:
     http_client: str = "raw"
     #: Open loop: wake the dispatcher on a timerfd (sub-ms) rather than ``gevent.sleep`` (~1 ms).
     precise_timer: bool = True
+    #: Priority mix: ``[RequestClass.to_dict(), ...]`` (None: no mix).
+    classes: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (msgpack/JSON)."""
@@ -81,6 +85,10 @@ class EngineConfig:
     def from_dict(cls, data: dict[str, Any]) -> EngineConfig:
         """Inverse of ``to_dict``."""
         return cls(**data)
+
+    def request_classes(self) -> tuple[RequestClass, ...]:
+        """The traffic classes of this level (empty without a priority mix)."""
+        return tuple(RequestClass.from_dict(c) for c in self.classes or ())
 
     def input_options(self) -> InputOptions:
         """How this level's payloads are built (checked: a bad value raises ``InputError``)."""
@@ -110,6 +118,8 @@ class ProcessContext:
         #: The requests of ``inputs``, built once per process (not per user).
         self.requests: PreparedRequests | None = None
         self.recorder = Recorder()
+        self.classes: tuple[RequestClass, ...] = ()
+        self.next_class = ClassDraw((), 0)
         self._inputs_key: tuple | None = None
         self._requests_key: tuple | None = None
         self._users_started = 0
@@ -132,15 +142,20 @@ class ProcessContext:
             self._inputs_key = key
             self._requests_key = None
             self._next_payload = 0
-        requests_key = (key, config.http_client)
+        classes = config.request_classes()
+        requests_key = (key, config.http_client, classes)
         if requests_key != self._requests_key:
             assert self.inputs is not None
             self.requests = prepare_requests(
-                config.protocol, config.url, self.inputs, config.http_client
+                config.protocol, config.url, self.inputs, config.http_client, classes
             )
             self._requests_key = requests_key
         self.config = config
-        self.recorder = Recorder()
+        self.classes = classes
+        # The next request's class: seeded per level and per process, so processes do not
+        # draw their classes in lock-step.
+        self.next_class = ClassDraw(classes, config.seed * 1_000_003 + 7919 * self.process_index)
+        self.recorder = Recorder(len(classes))
         self._users_started = 0
 
     def next_user_index(self) -> int:
@@ -210,6 +225,7 @@ class ClosedLoopUser(User):
             1,
             ctx.config.http_client,
             prepared=ctx.requests,
+            classes=ctx.classes,
         )
 
     @task
@@ -218,14 +234,15 @@ class ClosedLoopUser(User):
         recorder = self.ctx.recorder
         recorder.dispatched_one(0.0)
         payload = self.ctx.next_payload()
+        klass = self.ctx.next_class()
         error: BaseException | None = None
         start = time.perf_counter()
         try:
-            self.infer_client.infer(payload)
+            self.infer_client.infer(payload, klass)
         except Exception as exc:  # any failure is a failed request, recorded by kind
             error = exc
         end = time.perf_counter()
-        recorder.done(end - start, end - start, _kind(error))
+        recorder.done(end - start, end - start, _kind(error), klass)
         _fire(
             self.environment, self.ctx.inputs.model if self.ctx.inputs else "", end - start, error
         )
@@ -259,6 +276,7 @@ class OpenLoopUser(User):
             self.config.pool_size,
             self.config.http_client,
             prepared=ctx.requests,
+            classes=ctx.classes,
         )
         index = ctx.next_user_index()
         self.rng = random.Random(self.config.seed * 1_000_003 + index)
@@ -299,14 +317,15 @@ class OpenLoopUser(User):
         model = self.ctx.inputs.model if self.ctx.inputs else ""
         while True:
             payload = self.ctx.next_payload()
+            klass = self.ctx.next_class()
             error: BaseException | None = None
             start = time.perf_counter()
             try:
-                self.infer_client.infer(payload)
+                self.infer_client.infer(payload, klass)
             except Exception as exc:  # any failure is a failed request, recorded by kind
                 error = exc
             end = time.perf_counter()
-            recorder.done(end - intended, end - start, _kind(error))
+            recorder.done(end - intended, end - start, _kind(error), klass)
             _fire(self.environment, model, end - intended, error)
             if not self.backlog:
                 return

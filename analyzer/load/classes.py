@@ -1,0 +1,77 @@
+"""Traffic classes of a priority mix: what each class sends, and the seeded draw of a request's class.
+
+Pure (no locust or gevent import). A scenario's ``[[traffic.classes]]`` become
+:class:`RequestClass` values on ``EngineOptions.classes``; every generator process draws each
+request's class with its own :class:`ClassDraw` (seeded per process, so two processes do not
+draw in lock-step) and sends the class's ``priority`` and ``timeout`` request parameters exactly
+as tritonclient does: only when set (priority 0 and no timeout send nothing, so the model's
+``default_priority_level`` and queue policy decide).
+
+No classes is one implicit class (index 0) that sends neither parameter: today's traffic.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from itertools import accumulate
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from analyzer.scenario import TrafficSection
+
+
+@dataclass(frozen=True)
+class RequestClass:
+    """One class of the offered load and the request parameters its requests carry."""
+
+    name: str
+    #: Share of the requests drawn into this class (the shares of a mix sum to 1).
+    share: float = 1.0
+    #: ``priority`` request parameter (1 = highest); 0 sends none: the model's default level.
+    priority: int = 0
+    #: ``timeout`` request parameter, microseconds; 0 sends none: the queue policy's default.
+    timeout_us: int = 0
+
+    def infer_kwargs(self) -> dict[str, int]:
+        """``priority=``/``timeout=`` for tritonclient's ``infer`` and ``generate_request_body``
+        (absent when unset, as tritonclient leaves them out of the request)."""
+        out: dict[str, int] = {}
+        if self.priority:
+            out["priority"] = self.priority
+        if self.timeout_us:
+            out["timeout"] = self.timeout_us
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (it crosses processes inside ``EngineConfig``)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RequestClass:
+        """Inverse of ``to_dict``."""
+        return cls(**data)
+
+
+def request_classes(traffic: TrafficSection) -> tuple[RequestClass, ...]:
+    """The generator's classes of a scenario's ``[traffic]`` (empty without a mix)."""
+    return tuple(RequestClass(c.name, c.share, c.priority, c.timeout_us) for c in traffic.classes)
+
+
+class ClassDraw:
+    """Draws each request's class index by share; always 0 without classes (greenlet-safe: no
+    yields). ``seed`` should differ per generator process."""
+
+    def __init__(self, classes: Sequence[RequestClass], seed: int) -> None:
+        self._bounds = list(accumulate(c.share for c in classes))
+        self._rng = random.Random(seed)
+
+    def __call__(self) -> int:
+        """The next request's class index."""
+        bounds = self._bounds
+        if len(bounds) < 2:
+            return 0
+        index = bisect.bisect_right(bounds, self._rng.random() * bounds[-1])
+        return min(index, len(bounds) - 1)
