@@ -31,6 +31,7 @@ implemented end to end, so an ``https://`` URL is refused rather than sent as pl
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -39,7 +40,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -785,3 +786,21 @@ def renew_target(store: LeaseStore, lease: TargetLease, now: float | None = None
 def release_target(store: LeaseStore, lease: TargetLease) -> None:
     """Mark the lease released (study attributes cannot be deleted)."""
     store.set_study_attr(lease.key, dataclasses.replace(lease, released=True).to_dict())
+
+
+@contextlib.contextmanager
+def leased(store: LeaseStore, target: Target) -> Iterator[TargetLease | None]:
+    """Hold the study's lease on ``target`` for the block, when it is shared (``--url``); a
+    managed server is this worker's own (None). Released however the block ends (Ctrl-C too).
+
+    Raises:
+        TargetInUseError: another live worker of the study holds it (:func:`claim_target`).
+    """
+    if not target.shared:
+        yield None
+        return
+    lease = claim_target(store, target.url, target.model)
+    try:
+        yield lease
+    finally:
+        release_target(store, lease)  # the key stays the same across renewals

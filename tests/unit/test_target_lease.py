@@ -17,9 +17,12 @@ import pytest
 from analyzer.search import Search, SearchSpace
 from analyzer.target import (
     LEASE_TTL_S,
+    ManagedServer,
+    RemoteTarget,
     TargetInUseError,
     TargetLease,
     claim_target,
+    leased,
     new_lease,
     release_target,
     renew_target,
@@ -127,3 +130,19 @@ def test_two_searches_on_one_journal_see_each_others_lease(tmp_path: Path) -> No
     release_target(worker_a, lease)
     claim_target(worker_b, URL, "m")
     assert any(k.startswith("perfsweep.target_lease:") for k in worker_a.study_attrs())
+
+
+def test_leased_holds_a_shared_target_for_the_block_only() -> None:
+    store = DictStore()
+    remote = RemoteTarget(URL, "m")
+    with leased(store, remote) as lease:
+        assert lease is not None and lease.target == URL
+        with pytest.raises(TargetInUseError), leased(store, RemoteTarget(URL, "m")):
+            pass
+    with pytest.raises(KeyboardInterrupt), leased(store, remote):
+        raise KeyboardInterrupt  # released on Ctrl-C too
+    with leased(store, remote) as again:
+        assert again is not None
+    managed = ManagedServer("m", "sim", Path("server.log"))
+    with leased(store, managed) as none:
+        assert none is None
