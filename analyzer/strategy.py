@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from analyzer import records
-from analyzer.predict.profile import Profile
+from analyzer.predict.profile import Profile, operating_points
 from analyzer.predict.simulator import SimConfig, capacities, latency_offset
 from analyzer.scenario import Scenario
 from analyzer.search import SearchSpace
@@ -205,18 +205,17 @@ class Guide:
         self.uncovered = [k for k in configs if not _covers(self.profile, k)]
         self._simulate(covered)
 
-    def calibrate(self, operating_points: Sequence[tuple[Knobs, float, float]]) -> None:
-        """Set the profile's latency offset from measured operating points (config, rate,
-        p99): the latency the server does not see; forecasts made before are forgotten."""
-        self.profile = self._calibrated(self.profile, operating_points)
+    def calibrate(self, trials: Iterable[records.TrialRecord]) -> None:
+        """Set the profile's latency offset from the measured operating points of ``trials``
+        (:func:`~analyzer.predict.profile.operating_points`): the latency the server does not
+        see; forecasts made before are forgotten."""
+        self.profile = self._calibrated(self.profile, trials)
         self.forecasts.clear()
 
-    def _calibrated(
-        self, profile: Profile, operating_points: Sequence[tuple[Knobs, float, float]]
-    ) -> Profile:
+    def _calibrated(self, profile: Profile, trials: Iterable[records.TrialRecord]) -> Profile:
         """``profile`` with the offset of :func:`latency_offset` (unchanged where no point can
         be simulated)."""
-        points = [(SimConfig.from_knobs(k), rate, p99) for k, rate, p99 in operating_points]
+        points = [(SimConfig.from_knobs(k), rate, p99) for k, rate, p99 in operating_points(trials)]
         offset = latency_offset(profile, points, requests=SIM_REQUESTS, seed=self.seed)
         if offset is None:
             return profile
@@ -303,14 +302,14 @@ class Guide:
         fitted: Profile | None,
         measured: Iterable[Knobs],
         candidates: int,
-        operating_points: Sequence[tuple[Knobs, float, float]] = (),
+        trials: Iterable[records.TrialRecord] = (),
     ) -> None:
         """Refit the profile with the run's own fit (None: keep the execution times), calibrate
-        its latency offset on the measured ``operating_points`` (config, rate, p99: the latency
-        the server does not see), and re-predict the ``candidates`` best unmeasured configs
-        (the ones the search may still measure); the rest keep theirs."""
+        its latency offset on the operating points of the finished ``trials`` (the latency the
+        server does not see), and re-predict the ``candidates`` best unmeasured configs (the
+        ones the search may still measure); the rest keep theirs."""
         profile = self.profile if fitted is None else merged_profile(self.profile, fitted)
-        profile = self._calibrated(profile, operating_points)
+        profile = self._calibrated(profile, trials)
         if profile == self.profile:
             return  # nothing new: the same simulation would give the same predictions
         done = set(measured)

@@ -888,7 +888,7 @@ def _predicted(state: _State, guide: Guide) -> Guide | None:
     state.observer.on_phase(f"predicting {len(space_configs)} configs")
     try:
         with state.phase("predict"):
-            guide.calibrate(_operating_points(state))
+            guide.calibrate(_finished(state))
             guide.predict_space(space_configs)
     except (InputError, ValueError) as exc:
         state.note(f"search predict: the simulator failed ({_first_line(exc)}); searching with tpe")
@@ -915,15 +915,10 @@ def _predicted(state: _State, guide: Guide) -> Guide | None:
     return guide
 
 
-def _operating_points(state: _State) -> list[tuple[Knobs, float, float]]:
-    """(config, rate, p99) of every measurement that met the goals so far, the baseline's
-    included: where the predictions' latency offset is calibrated."""
-    finished = [*([state.baseline] if state.baseline else []), *state.results.values()]
-    return [
-        (r.config, r.throughput_rps, r.p99_ms)
-        for r in finished
-        if r.complete and r.meets_goals and r.throughput_rps > 0
-    ]
+def _finished(state: _State) -> list[TrialRecord]:
+    """Every measurement so far, the baseline's first: where the predictions' latency offset is
+    calibrated."""
+    return [*([state.baseline] if state.baseline else []), *state.results.values()]
 
 
 def _refit(state: _State, guide: Guide, remaining: int) -> None:
@@ -943,7 +938,7 @@ def _refit(state: _State, guide: Guide, remaining: int) -> None:
             fitted,
             [r.config for r in state.results.values()],
             2 * remaining,
-            _operating_points(state),
+            _finished(state),
         )
     except (InputError, ValueError) as exc:
         _LOG.debug("no refit: %s", exc)

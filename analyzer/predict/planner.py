@@ -9,19 +9,27 @@ as it was found.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from analyzer import records
 from analyzer.errors import InputError, ResultFormatError
-from analyzer.predict.profile import Profile, from_run_dir, from_toml, load_profile, save_profile
+from analyzer.predict.profile import (
+    Profile,
+    from_run_dir,
+    from_toml,
+    load_profile,
+    run_operating_points,
+    save_profile,
+)
 from analyzer.predict.simulator import (
     ASSUMPTIONS,
     CapacityPrediction,
     Prediction,
     SimConfig,
     capacity,
+    latency_offset,
     simulate,
 )
 
@@ -151,6 +159,15 @@ def plan(request: PlanRequest) -> PlanReport:
     else:
         assert request.run_dir is not None
         profile = from_run_dir(request.run_dir)
+        # The run's own operating points calibrate the latency the server does not see, as the
+        # sweep's predictions did.
+        points = [
+            (SimConfig.from_knobs(k), rate, p99)
+            for k, rate, p99 in run_operating_points(request.run_dir)
+        ]
+        offset = latency_offset(profile, points, seed=request.seed)
+        if offset is not None:
+            profile = replace(profile, latency_offset_ms=round(offset, 3))
     if request.save_profile is not None:
         save_profile(profile, request.save_profile)
     config, source = _default_config(request.run_dir)
@@ -270,6 +287,11 @@ def render_text(report: PlanReport) -> str:
         f"profile: {prof.source}, batch sizes {prof.min_batch_size}-{prof.max_batch_size}, "
         f"jitter {prof.jitter:g}; {prof.provenance}"
     )
+    if prof.latency_offset_ms:
+        lines.append(
+            f"latency offset {prof.latency_offset_ms:+.2f} ms on every simulated latency (what the "
+            "server does not see, calibrated on the measured operating points)"
+        )
     if prof.interference:
         ratios = ", ".join(f"{n} instances x{r:.2f}" for n, r in sorted(prof.interference.items()))
         lines.append(

@@ -32,13 +32,16 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analyzer import records
 from analyzer.errors import ResultFormatError
-from analyzer.measure import Measurement
+from analyzer.measure import LoadMode, Measurement
 from analyzer.predict import ExtrapolationError, ProfileError
 from analyzer.results import RunDirectory
+
+if TYPE_CHECKING:
+    from analyzer.trial import Knobs
 
 FORMAT_VERSION = 1
 KIND = "perfsweep.profile"
@@ -531,6 +534,31 @@ def from_run_dir(run_dir: Path, model: str | None = None) -> Profile:
             f"{refused[0]}. Or give --profile FILE"
         )
     return fit_windows(samples, model, where)
+
+
+def operating_points(
+    trials: Iterable[records.TrialRecord],
+) -> list[tuple[Knobs, float, float]]:
+    """(config, offered rate, p99) of every trial whose operating point is an open-loop level
+    that met the goals: where a profile's latency offset is calibrated
+    (:func:`analyzer.predict.simulator.latency_offset`)."""
+    points = []
+    for r in trials:
+        m = r.operating_point() if r.complete and r.meets_goals else None
+        if m is not None and m.mode is LoadMode.REQUEST_RATE and m.target > 0:
+            points.append((r.config, m.target, m.p99_ms))
+    return points
+
+
+def run_operating_points(run_dir: Path) -> list[tuple[Knobs, float, float]]:
+    """:func:`operating_points` of ``run_dir``'s readable trial records, the baseline's too."""
+    trials = []
+    for path in RunDirectory(run_dir).trial_paths():
+        try:
+            trials.append(records.load_trial(path))
+        except ResultFormatError:
+            continue
+    return operating_points(trials)
 
 
 def _run_model(run_dir: Path) -> str:

@@ -34,6 +34,9 @@ def test_rate_prediction_prints_prediction_and_assumptions() -> None:
     assert "predicted at 300 req/s: p50" in text
     assert "batch sizes (share of executions): 1:" in text
     assert "profile: run_dir, batch sizes 1-15" in text
+    # The run's three operating points (baseline and two trials) calibrate the latency the
+    # server does not see, as the sweep's own predictions were.
+    assert "latency offset +" in text and "calibrated on the measured operating points" in text
     assert "assumptions:" in text and "reference_server.batching.decide.decide" in text
 
 
