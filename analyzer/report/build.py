@@ -6,6 +6,10 @@ run did not record are left empty with the reason in ``ReportRecord.missing``.
 A throughput measured while the response cache answered requests is not the model's: every
 label shown beside such a figure (trials, baseline and best, validation rows, time series, GPU
 table) ends in its hit ratio (`` · 90 % cache hits``), and the verdict warns once.
+
+A run with a priority mix (``[[traffic.classes]]``) gets a per-class table for the best and the
+baseline config (:class:`ClassTable`): each class's priority, share, p99 against its own goal
+and errors, at the config's operating point.
 """
 
 from __future__ import annotations
@@ -13,9 +17,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import shlex
+import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from analyzer.measure import Goals, Measurement, meets_goals
+from analyzer.measure import Goals, LoadMode, Measurement, class_slacks, meets_goals
 from analyzer.objective import Objective, objective_for
 from analyzer.records import ConfigEntry, RunSummary, TrialRecord, Validation
 from analyzer.report.gpu import (
@@ -58,6 +65,56 @@ from analyzer.report.record import (
 from analyzer.report.rundir import RunData
 from analyzer.report.verdict import build_verdict, ceiling_warning, explain
 from analyzer.server_stats import cache_hit_ratio, cache_hits_text
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class ClassRow:
+    """One traffic class at a config's operating point."""
+
+    name: str
+    #: Priority level sent (0: none, the model's default level).
+    priority: int
+    #: Share of the offered load.
+    share: float
+    #: ``timeout`` parameter sent, microseconds (0: none).
+    timeout_us: int
+    request_count: int
+    error_count: int
+    error_rate: float
+    p50_ms: float
+    p99_ms: float
+    #: The class's own p99 goal (the run's ``goals.p99_ms`` when it has none).
+    goal_p99_ms: float
+    #: p99 within its goal and errors within the error budget (a class without requests: None).
+    meets_goal: bool | None
+
+
+@dataclass(frozen=True)
+class ClassTable:
+    """The traffic classes of one config (best or baseline) at its operating point."""
+
+    role: str
+    trial_number: int
+    #: The operating point's load, in ``unit``.
+    measured_at: float
+    #: ``req/s`` (open loop) or ``users`` (closed loop).
+    unit: str
+    rows: tuple[ClassRow, ...]
+
+
+@dataclass(frozen=True)
+class ClassedReportRecord(ReportRecord):
+    """A :class:`ReportRecord` with the per-class tables of a run with a priority mix.
+
+    Only runs with traffic classes get one (every other record, and its JSON, is as before).
+    """
+
+    classes: tuple[ClassTable, ...] = ()
 
 
 def build_record(run: RunData, *, min_gpu_utilization_pct: float | None = None) -> ReportRecord:
@@ -171,7 +228,7 @@ def build_record(run: RunData, *, min_gpu_utilization_pct: float | None = None) 
         summary_verdict = dataclasses.replace(
             summary_verdict, warnings=(*summary_verdict.warnings, ceiling)
         )
-    return ReportRecord(
+    record = ReportRecord(
         verdict=summary_verdict,
         trials=trials,
         progress=progress,
@@ -188,6 +245,71 @@ def build_record(run: RunData, *, min_gpu_utilization_pct: float | None = None) 
         phases=phases,
         missing=missing,
     )
+    tables = class_tables(run, roles, by_number)
+    if not tables:
+        return record
+    fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(ReportRecord)}
+    return ClassedReportRecord(**fields, classes=tables)
+
+
+def run_goals(run: RunData) -> Goals | None:
+    """The run's goals with each traffic class's own p99 goal (from ``scenario.toml``); None
+    when the summary records no p99 goal."""
+    goals = dict(run.summary.goals)
+    if not goals.get("p99_ms"):
+        return None
+    classes: list[Any] = []
+    if run.scenario_toml:
+        try:
+            classes = tomllib.loads(run.scenario_toml).get("traffic", {}).get("classes", [])
+        except tomllib.TOMLDecodeError:
+            classes = []
+    return Goals(
+        p99_ms=float(goals["p99_ms"]),
+        max_error_rate=float(goals.get("max_error_rate", 0.0)),
+        classes=tuple(
+            (str(c["name"]), float(c["p99_ms"])) for c in classes if c.get("p99_ms", 0) > 0
+        ),
+    )
+
+
+def class_tables(
+    run: RunData,
+    roles: Sequence[tuple[str, ConfigResult | None]],
+    records: Mapping[int, TrialRecord],
+) -> tuple[ClassTable, ...]:
+    """Per-class tables of the ``roles`` (best, baseline) whose operating point has traffic
+    classes; empty for a run without a priority mix."""
+    goals = run_goals(run)
+    out = []
+    for role, result in roles:
+        record = records.get(result.trial_number) if result is not None else None
+        op = record.operating_point() if record is not None else None
+        if record is None or op is None or not op.classes or goals is None:
+            continue
+        # The one rule: a class meets its goal when its slacks are satisfied.
+        slacks = class_slacks(op, goals)
+        rows = []
+        for c in op.classes:
+            met = all(v <= 0 for v in slacks[c.name].values()) if c.name in slacks else None
+            rows.append(
+                ClassRow(
+                    name=c.name,
+                    priority=c.priority,
+                    share=c.share,
+                    timeout_us=c.timeout_us,
+                    request_count=c.request_count,
+                    error_count=c.error_count,
+                    error_rate=c.error_rate,
+                    p50_ms=c.p50_ms,
+                    p99_ms=c.p99_ms,
+                    goal_p99_ms=goals.class_p99_ms(c.name),
+                    meets_goal=met,
+                )
+            )
+        unit = "req/s" if op.mode is LoadMode.REQUEST_RATE else "users"
+        out.append(ClassTable(role, record.number, float(op.target), unit, tuple(rows)))
+    return tuple(out)
 
 
 def _predicted(
