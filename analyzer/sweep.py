@@ -319,6 +319,17 @@ def _sweep(
         space = space_for(scenario, base_config)
         objective = objective_for(scenario.objective)
         strategy, why = resolve(scenario)
+        # Every trial keeping the model's own priorities, which the simulator does not model,
+        # would be predicted as one FIFO queue.
+        kept_policy = space.policy_choices == (None,)
+        if strategy == "predict" and kept_policy and knobs_of(base_config).queue_policy is not None:
+            strategy, why = (
+                "tpe",
+                (
+                    "search predict: the model's config sets priority levels or a queue policy, "
+                    "which the simulator does not model; searching with tpe"
+                ),
+            )
         search = Search(
             space,
             objective.directions,
@@ -900,9 +911,17 @@ def _predicted(state: _State, guide: Guide) -> Guide | None:
             f"{profile.max_batch_size}, no config of the space; searching with tpe"
         )
         return None
-    if guide.uncovered:
+    policies = [k for k in guide.uncovered if k.queue_policy is not None]
+    larger = [k for k in guide.uncovered if k.queue_policy is None]
+    if policies:
         state.note(
-            f"search predict: {len(guide.uncovered)} configs need batches above the profiled "
+            f"search predict: {len(policies)} configs set priorities or a queue policy, which "
+            "the simulator does not model: they are not predicted, and predict does not choose "
+            "them"
+        )
+    if larger:
+        state.note(
+            f"search predict: {len(larger)} configs need batches above the profiled "
             f"{profile.max_batch_size}: they are not predicted, and predict does not choose them"
         )
     records.write_predictions(directory.predictions_json, guide.record(space_configs))

@@ -294,3 +294,21 @@ def test_a_resumed_predict_run_keeps_its_predictions_and_profiles_once(tmp_path:
     assert resumed.stop_reason == "trials" and len(done) == 3
     assert all(t.source == "predict" and t.prediction is not None for t in done)
     assert len({t.config for t in done}) == 3
+
+
+def test_a_model_with_its_own_priorities_is_searched_with_tpe(tmp_path: Path) -> None:
+    s = scenario(tmp_path, **{"budget.trials": 2})
+    target = FakeTarget(base_max_batch_size=16)
+    target.current.dynamic_batching.priority_levels = 2  # kept by every trial's config
+    target.current.dynamic_batching.default_priority_level = 2
+    load = Recording(target, SimulatedDevice(profile=PROFILE), noise=0.0)
+    calls: list[int] = []
+
+    def profiler(target: Target, scenario: Scenario) -> Profile:
+        calls.append(1)
+        return PROFILE
+
+    outcome = run_sweep(s, target=target, load=load, profiler=profiler)
+    summary = records.load_summary(outcome.run_dir)
+    assert summary.search_strategy == "tpe" and calls == []  # never profiled
+    assert summary.search_note is not None and "priority levels" in summary.search_note
