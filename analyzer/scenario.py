@@ -246,7 +246,9 @@ class TrafficClass(_Section):
     """Queue timeout sent with each request (the ``timeout`` parameter), microseconds; 0 sends
     none: the model's queue policy decides."""
     p99_ms: Annotated[float, Field(ge=0)] = 0.0
-    """This class's 99th-percentile latency goal, milliseconds; 0 = the run's ``goals.p99_ms``."""
+    """This class's 99th-percentile latency goal, milliseconds; 0 = the run's ``goals.p99_ms``.
+    Keep ``goals.p99_ms`` the loosest goal (the rest of the traffic): a capacity step's
+    sequential test and its fail-fast rule judge the overall p99 against it."""
 
 
 #: Shares of the traffic classes must sum to 1 within this.

@@ -15,6 +15,7 @@ from analyzer.measure import (
     LoadMode,
     Measurement,
     class_slacks,
+    classes_text,
     error_slack,
     goals_dict,
     meets_goals,
@@ -171,3 +172,11 @@ def test_class_goals_round_trip_in_a_capacity_result() -> None:
     assert "classes" not in goals_dict(Goals(p99_ms=5.0))  # older records' goals unchanged
     with pytest.raises(InputError, match="class 'urgent' must be positive"):
         Goals(p99_ms=5.0, classes=(("urgent", 0.0),))
+
+
+def test_the_console_line_gives_each_class_against_its_own_goal() -> None:
+    m = _level(_classes(urgent_p99=62.0, bulk_errors=20))
+    assert classes_text(m, GOALS) == (
+        "urgent p99 62.0/50 ms, bulk p99 400.0/500 ms (20 errors, 2.5%)"
+    )
+    assert classes_text(_level(), GOALS) == ""
