@@ -63,10 +63,9 @@ from analyzer.target import (
     ConfigRejectedError,
     Target,
     TargetLease,
-    claim_target,
+    leased,
     make_target,
     observed_device,
-    release_target,
     renew_target,
     untunable_reason,
 )
@@ -350,11 +349,9 @@ def _sweep(
             observer,
             strategy=strategy,
         )
-        if scenario.model.url:
-            # Two workers of one study must not reload one shared server under each other:
-            # claimed before anything is loaded, renewed after every trial, released at the end.
-            state.lease = claim_target(search, target.url, target.model)
-            stack.callback(lambda: release_target(search, state.lease) if state.lease else None)
+        # Two workers of one study must not reload one shared server under each other: claimed
+        # before anything is loaded, renewed after every trial, released however the run ends.
+        state.lease = stack.enter_context(leased(search, target))
         observer.on_start(directory.root, scenario, target.describe())
         if why:
             state.note(why)

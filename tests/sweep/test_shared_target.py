@@ -45,7 +45,7 @@ def test_a_second_worker_on_the_same_url_is_refused_and_loads_nothing(tmp_path: 
         study_name="shared",
     )
     held = claim_target(other, FakeTarget.url, FakeTarget.model)  # a live worker holds it
-    target = FakeTarget()
+    target = FakeTarget(shared=True)  # a --url server, as make_target gives it
     with pytest.raises(TargetInUseError, match="another perfsweep worker of this study"):
         run_sweep(scenario(tmp_path, "w1"), target=target, load=FakeLoadGenerator(target))
     assert target.loads == [], "the refused worker loaded no config"
