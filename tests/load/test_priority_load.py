@@ -20,7 +20,9 @@ reference server with two simulated models, one instance each, 20 ms a request, 
   class has errors (Triton's "Request timeout expired") and the urgent class none.
 
 Both run through ``engine_options`` from a scenario's ``[[traffic.classes]]``, over HTTP (the
-pre-built raw requests) and over gRPC (tritonclient's ``infer``). The child also returns the JSON
+pre-built raw requests) and over gRPC (tritonclient's ``infer``), and over HTTP from two
+generator processes (each draws its own classes; the per-class histograms cross Locust's
+messages). The child also returns the JSON
 header of one pre-built request per class and HTTP client, parsed: the ``parameters`` exactly as
 tritonclient writes them.
 """
@@ -53,9 +55,14 @@ REJECTING = (
 )
 
 
-@pytest.fixture(scope="module", params=["http", "grpc"])
+@pytest.fixture(
+    scope="module",
+    params=[("http", 1), ("grpc", 1), pytest.param(("http", 2), marks=pytest.mark.slow)],
+    ids=["http", "grpc", "http-2-workers"],
+)
 def answer(request: pytest.FixtureRequest) -> dict[str, Any]:
-    return run_module("tests.load.test_priority_load", request.param, timeout_s=300.0)
+    protocol, workers = request.param
+    return run_module("tests.load.test_priority_load", protocol, str(workers), timeout_s=300.0)
 
 
 def _by_name(level: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -123,7 +130,7 @@ def _body_header(body: bytes, headers: dict[str, str]) -> dict[str, Any]:
     return header
 
 
-def main(protocol: str) -> None:
+def main(protocol: str, workers: int) -> None:
     """Child side: serve the two models, measure each under the mix, print the answer."""
     from analyzer.load import LocustLoadGenerator
     from analyzer.load.clients import fetch_model_documents, prepare_requests
@@ -161,6 +168,7 @@ def main(protocol: str) -> None:
                 name,
                 metrics_url=srv.metrics_url,
                 grpc_url=srv.grpc_url,
+                workers=workers,
             )
             with LocustLoadGenerator(options) as generator:
                 m = generator.measure(specs[name])
@@ -180,4 +188,4 @@ def main(protocol: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], int(sys.argv[2]))
