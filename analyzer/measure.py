@@ -210,6 +210,15 @@ class Goals:
         for name, goal in classes:
             if not goal > 0:
                 raise InputError(f"p99 goal of class {name!r} must be positive, got {goal} ms")
+            if goal > self.p99_ms:
+                # The overall p99 is judged against p99_ms (a sequential step's test, the
+                # fail-fast rule): it must be the loosest goal, or it fails levels that every
+                # class passes.
+                raise InputError(
+                    f"p99 goal of class {name!r} ({goal:g} ms) is above the run's p99 goal "
+                    f"({self.p99_ms:g} ms): make goals.p99_ms the loosest goal (the rest of "
+                    "the traffic) and give the stricter classes their own p99_ms"
+                )
 
     def class_p99_ms(self, name: str) -> float:
         """The p99 goal of traffic class ``name``: its own, else ``p99_ms``."""

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from analyzer.errors import InputError
 from analyzer.measure import Goals, LoadMode, Measurement, class_slacks, meets_goals
 from analyzer.objective import Objective, objective_for
 from analyzer.records import ConfigEntry, RunSummary, TrialRecord, Validation
@@ -264,13 +265,12 @@ def run_goals(run: RunData) -> Goals | None:
             classes = tomllib.loads(run.scenario_toml).get("traffic", {}).get("classes", [])
         except tomllib.TOMLDecodeError:
             classes = []
-    return Goals(
-        p99_ms=float(goals["p99_ms"]),
-        max_error_rate=float(goals.get("max_error_rate", 0.0)),
-        classes=tuple(
-            (str(c["name"]), float(c["p99_ms"])) for c in classes if c.get("p99_ms", 0) > 0
-        ),
-    )
+    p99_ms, max_error_rate = float(goals["p99_ms"]), float(goals.get("max_error_rate", 0.0))
+    own = tuple((str(c["name"]), float(c["p99_ms"])) for c in classes if c.get("p99_ms", 0) > 0)
+    try:
+        return Goals(p99_ms=p99_ms, max_error_rate=max_error_rate, classes=own)
+    except InputError:  # goals no sweep accepts (a class's above the run's): the run's for all
+        return Goals(p99_ms=p99_ms, max_error_rate=max_error_rate)
 
 
 def class_tables(

@@ -172,6 +172,8 @@ def test_class_goals_round_trip_in_a_capacity_result() -> None:
     assert "classes" not in goals_dict(Goals(p99_ms=5.0))  # older records' goals unchanged
     with pytest.raises(InputError, match="class 'urgent' must be positive"):
         Goals(p99_ms=5.0, classes=(("urgent", 0.0),))
+    with pytest.raises(InputError, match=r"class 'bulk' \(800 ms\) is above the run's p99 goal"):
+        Goals(p99_ms=500.0, classes=(("bulk", 800.0),))
 
 
 def test_the_console_line_gives_each_class_against_its_own_goal() -> None:
