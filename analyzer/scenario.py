@@ -247,7 +247,7 @@ class TrafficClass(_Section):
     none: the model's queue policy decides."""
     p99_ms: Annotated[float, Field(ge=0)] = 0.0
     """This class's 99th-percentile latency goal, milliseconds; 0 = the run's ``goals.p99_ms``.
-    Keep ``goals.p99_ms`` the loosest goal (the rest of the traffic): a capacity step's
+    At most ``goals.p99_ms``, the loosest goal (the rest of the traffic): a capacity step's
     sequential test and its fail-fast rule judge the overall p99 against it."""
 
 
