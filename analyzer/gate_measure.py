@@ -326,7 +326,7 @@ def check_alive(target: Target) -> None:
     if isinstance(target, ManagedServer):
         if not target.alive():
             raise TargetError(
-                f"the reference server died during the measurement (log: {target.log_path})"
+                f"{target.server_name} died during the measurement (log: {target.log_path})"
             )
     else:
         target.ensure_alive()

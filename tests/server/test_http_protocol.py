@@ -692,10 +692,8 @@ def test_shared_memory_endpoints_report_no_regions(server: ServerThread) -> None
         assert raw_request(url, "POST", f"/v2/{kind}/region/r1/unregister", b"")[0] == 200
         status, _, body = raw_request(url, "POST", f"/v2/{kind}/region/r1/register", b"{}")
         assert status == 400  # Triton's answer to a register body without its handle
-        assert error_message(body) == {
-            "systemsharedmemory": "Shared memory register request has no 'key' field",
-            "cudasharedmemory": "Shared memory register request has no 'raw_handle' field",
-        }[kind]
+        field = {"systemsharedmemory": "key", "cudasharedmemory": "raw_handle"}[kind]
+        assert error_message(body) == f"Shared memory register request has no '{field}' field"
     client = httpclient.InferenceServerClient(url)
     assert client.get_system_shared_memory_status() == []
     client.unregister_system_shared_memory()
