@@ -17,6 +17,14 @@ Priority levels and queue policies are one knob (:class:`QueuePolicyKnob`: ``pri
 when the scenario asks for it (:func:`queue_policy_choices`): a traffic mix with a priority per
 class can then meet a tight goal for its urgent class by letting the other class wait, be
 delayed or be rejected after a timeout derived from its own goal.
+
+A stateful model with the sequence batcher's ``oldest`` strategy is tuned with the same knobs:
+:func:`apply_knobs` writes the delay and the preferred sizes into ``sequence_batching.oldest``
+(never ``dynamic_batching``: the two share one proto ``oneof``, so setting one erases the
+other), and :attr:`Knobs.max_candidate_sequences` into ``oldest.max_candidate_sequences``
+(searched only when the scenario names values: :func:`candidate_choices`). The response cache
+and queue policies have no place in a sequence model (Triton refuses the cache for it, and the
+sequence batcher has no priority levels), so they stay refused there.
 """
 
 from __future__ import annotations
@@ -244,11 +252,15 @@ class Knobs:
         max_queue_delay_us: How long a request may wait for a batch to fill, microseconds.
         preferred_batch_size: Batch sizes the scheduler dispatches as soon as it can form them.
         instance_count: Model instances (``instance_group[0].count``).
-        dynamic_batching: False only for a baseline config without a dynamic batcher.
+        dynamic_batching: False only for a baseline config without a dynamic batcher (a
+            stateful model's ``oldest`` strategy counts as one: the knobs go into it).
         response_cache: ``response_cache { enable }``; None keeps the base config's setting
             (what every trial did before the cache was a knob).
         queue_policy: Priority levels and queue policies of the dynamic batcher; None keeps the
             base config's (what every trial did before they were a knob).
+        max_candidate_sequences: ``sequence_batching.oldest.max_candidate_sequences`` of a
+            stateful model: how many sequences per instance may have a request in the batcher
+            at once (the rest wait in the backlog); None keeps the base config's.
     """
 
     max_batch_size: int
@@ -258,10 +270,16 @@ class Knobs:
     dynamic_batching: bool = True
     response_cache: bool | None = None
     queue_policy: QueuePolicyKnob | None = None
+    max_candidate_sequences: int | None = None
 
     def __post_init__(self) -> None:
         if self.queue_policy is not None and not self.dynamic_batching:
             raise ValueError("a queue policy needs dynamic batching: it is part of that block")
+        if self.max_candidate_sequences is not None and self.max_candidate_sequences < 1:
+            raise ValueError(
+                f"max_candidate_sequences {self.max_candidate_sequences} must be >= 1 "
+                "(None: the model's own)"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """The ``config`` object of every result file (see docs/internals.md)."""
@@ -277,6 +295,8 @@ class Knobs:
             out["response_cache"] = self.response_cache
         if self.queue_policy is not None:
             out["queue_policy"] = self.queue_policy.to_dict()
+        if self.max_candidate_sequences is not None:
+            out["max_candidate_sequences"] = self.max_candidate_sequences
         return out
 
     @classmethod
@@ -296,20 +316,29 @@ class Knobs:
                 if data.get("queue_policy") is None
                 else QueuePolicyKnob.from_dict(data["queue_policy"])
             ),
+            max_candidate_sequences=(
+                None
+                if data.get("max_candidate_sequences") is None
+                else int(data["max_candidate_sequences"])
+            ),
         )
 
     def label(self) -> str:
         """Short human label: ``mbs=16 delay=500us pref=[16,8] x2`` (`` cache`` / `` no cache``
         after it when the knobs set the response cache, then the queue policy's
-        :meth:`QueuePolicyKnob.label` when they set one: `` prio=2/2 p2=reject@25000us``)."""
+        :meth:`QueuePolicyKnob.label` when they set one: `` prio=2/2 p2=reject@25000us``, then
+        `` cand=4`` when they set ``max_candidate_sequences``)."""
         cache = {None: "", True: " cache", False: " no cache"}[self.response_cache]
+        cand = (
+            "" if self.max_candidate_sequences is None else f" cand={self.max_candidate_sequences}"
+        )
         if not self.dynamic_batching:
             return f"mbs={self.max_batch_size} no dynamic batching x{self.instance_count}{cache}"
         pref = ",".join(str(s) for s in self.preferred_batch_size) or "-"
         policy = "" if self.queue_policy is None else f" {self.queue_policy.label()}"
         return (
             f"mbs={self.max_batch_size} delay={self.max_queue_delay_us}us "
-            f"pref=[{pref}] x{self.instance_count}{cache}{policy}"
+            f"pref=[{pref}] x{self.instance_count}{cache}{policy}{cand}"
         )
 
 
@@ -325,7 +354,13 @@ def knobs_of(config: mc.ModelConfig) -> Knobs:
     cache reads as ``response_cache=True`` (one that does not: None, the default). A dynamic
     batcher with priority levels or a queue policy reads as its :class:`QueuePolicyKnob` (one
     without: None, the default).
+
+    A sequence-batched config reads from its strategy (``oldest``, or ``direct``'s delay), with
+    ``max_candidate_sequences`` when the config sets it (0, Triton's "one per batch slot",
+    reads as None).
     """
+    if config.HasField("sequence_batching"):
+        return _sequence_knobs_of(config)
     batching = config.HasField("dynamic_batching")
     batcher = config.dynamic_batching
     preferred = tuple(batcher.preferred_batch_size) if batching else ()
@@ -343,6 +378,54 @@ def knobs_of(config: mc.ModelConfig) -> Knobs:
     )
 
 
+def _sequence_knobs_of(config: mc.ModelConfig) -> Knobs:
+    """:func:`knobs_of` for a ``sequence_batching`` config."""
+    sb = config.sequence_batching
+    oldest = sb.HasField("oldest")
+    preferred = tuple(sb.oldest.preferred_batch_size) if oldest else ()
+    if preferred == (config.max_batch_size,):
+        preferred = ()  # Triton's normalisation of an empty list, as for dynamic_batching
+    delay = (
+        sb.oldest.max_queue_delay_microseconds if oldest else sb.direct.max_queue_delay_microseconds
+    )
+    candidates = int(sb.oldest.max_candidate_sequences) if oldest else 0
+    return Knobs(
+        max_batch_size=max(config.max_batch_size, 1),
+        max_queue_delay_us=int(delay),
+        preferred_batch_size=preferred,
+        instance_count=sum(g.count or 1 for g in config.instance_group) or 1,
+        response_cache=True if config.response_cache.enable else None,
+        max_candidate_sequences=candidates or None,
+    )
+
+
+def _write_oldest(config: mc.ModelConfig, knobs: Knobs) -> None:
+    """Set the knobs of ``config``'s ``sequence_batching.oldest`` (never ``dynamic_batching``:
+    the two share one oneof, so setting it would erase the sequence batcher).
+
+    Raises:
+        ValueError: a config or knobs Triton could not serve as asked: the ``direct`` strategy
+            (no batching delay to tune), no batcher, a queue policy or the response cache.
+    """
+    sb = config.sequence_batching
+    if not sb.HasField("oldest"):
+        raise ValueError(
+            f"model {config.name!r} uses the sequence batcher's direct strategy, which has no "
+            "batching delay or preferred sizes to tune; give it the oldest strategy"
+        )
+    if not knobs.dynamic_batching:
+        raise ValueError("a sequence-batched model always batches: dynamic_batching=False")
+    if knobs.queue_policy is not None:
+        raise ValueError("the sequence batcher has no priority levels or queue policies")
+    if knobs.response_cache:
+        raise ValueError("Triton allows no response cache for a sequence-batched model")
+    sb.oldest.max_queue_delay_microseconds = knobs.max_queue_delay_us
+    del sb.oldest.preferred_batch_size[:]
+    sb.oldest.preferred_batch_size.extend(knobs.preferred_batch_size)
+    if knobs.max_candidate_sequences is not None:
+        sb.oldest.max_candidate_sequences = knobs.max_candidate_sequences
+
+
 def apply_knobs(base: mc.ModelConfig, knobs: Knobs) -> mc.ModelConfig:
     """``base`` with the knobs set; everything else (inputs, backend, parameters) kept.
 
@@ -350,11 +433,25 @@ def apply_knobs(base: mc.ModelConfig, knobs: Knobs) -> mc.ModelConfig:
     the base has none); other groups are dropped because the count is a total. The response
     cache is set only when the knobs say so (False clears the section), and so are priority
     levels and queue policies (:meth:`QueuePolicyKnob.write`; ``QueuePolicyKnob()`` clears them).
+
+    A base with ``sequence_batching { oldest {...} }`` gets the delay, the preferred sizes and
+    ``max_candidate_sequences`` (when set) in ``oldest``; ``dynamic_batching`` stays unset.
+
+    Raises:
+        ValueError: knobs the base cannot take: ``max_candidate_sequences`` without the oldest
+            strategy; for a sequence-batched base, see :func:`_write_oldest`.
     """
     config = mc.ModelConfig()
     config.CopyFrom(base)
     config.max_batch_size = knobs.max_batch_size
-    if knobs.dynamic_batching:
+    if base.HasField("sequence_batching"):
+        _write_oldest(config, knobs)
+    elif knobs.max_candidate_sequences is not None:
+        raise ValueError(
+            f"max_candidate_sequences needs the sequence batcher's oldest strategy; model "
+            f"{base.name!r} has none"
+        )
+    elif knobs.dynamic_batching:
         config.dynamic_batching.max_queue_delay_microseconds = knobs.max_queue_delay_us
         del config.dynamic_batching.preferred_batch_size[:]
         config.dynamic_batching.preferred_batch_size.extend(knobs.preferred_batch_size)
@@ -435,6 +532,37 @@ def cache_server_args(size_bytes: int) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------------
+# The oldest strategy's candidate sequences as a knob
+
+
+def candidate_choices(
+    values: Sequence[int] | None, base: mc.ModelConfig | None = None
+) -> tuple[int | None, ...]:
+    """The values of :attr:`Knobs.max_candidate_sequences` a search tries for
+    ``space.max_candidate_sequences``: (None,) -- the model's own -- when unset, else the
+    distinct values in increasing order.
+
+    Raises:
+        InputError: an empty list or a value below 1; values for a model without the sequence
+            batcher's oldest strategy (``max_candidate_sequences`` is a field of that strategy).
+    """
+    if values is None:
+        return (None,)
+    chosen = tuple(sorted({int(v) for v in values}))
+    if not chosen or chosen[0] < 1:
+        raise InputError(
+            f"space.max_candidate_sequences: need one or more values >= 1, got {list(values)}"
+        )
+    if base is not None and not base.sequence_batching.HasField("oldest"):
+        raise InputError(
+            f"space.max_candidate_sequences: model '{base.name}' does not use the sequence "
+            "batcher's oldest strategy, which is where that field lives; remove "
+            "space.max_candidate_sequences"
+        )
+    return chosen
+
+
+# --------------------------------------------------------------------------------------------------
 # Priority levels and queue policies as a knob
 
 
@@ -477,6 +605,11 @@ def queue_policy_choices(
         return (None,)
     if setting not in ("off", "search"):
         raise InputError(f"space.queue_policy: unknown value {setting!r}; use off or search")
+    if base is not None and base.HasField("sequence_batching"):
+        raise InputError(
+            f"space.queue_policy = {setting!r}: model '{base.name}' uses the sequence batcher, "
+            "which has no priority levels or queue policies; remove space.queue_policy"
+        )
     fifo = QueuePolicyKnob()
     if setting == "off":
         return (fifo,)
