@@ -13,6 +13,8 @@ the sampler sees an ordered space::
     instances   instance_group[0].count
     cache_idx   response_cache = cache_choices[cache_idx]      (only with two or more choices)
     policy_idx  queue_policy = policy_choices[policy_idx]      (only with two or more choices)
+    cand_idx    max_candidate_sequences = candidate_choices[cand_idx]  (the same; the oldest
+                strategy of a stateful model)
 
 Preferred sizes are relative to ``max_batch_size`` because Triton refuses a preferred size above
 the max batch size, and Optuna refuses categorical choices that change between trials.
@@ -112,6 +114,8 @@ class SearchSpace:
             (:func:`analyzer.trial.response_cache_choices`; ``(None,)``: the model's own).
         policy_choices: Values of :attr:`Knobs.queue_policy` searched
             (:func:`analyzer.trial.queue_policy_choices`; ``(None,)``: the model's own).
+        candidate_choices: Values of :attr:`Knobs.max_candidate_sequences` searched
+            (:func:`analyzer.trial.candidate_choices`; ``(None,)``: the model's own).
     """
 
     log2_mbs: tuple[int, int]
@@ -121,6 +125,7 @@ class SearchSpace:
     instances: tuple[int, int] = (1, 1)
     cache_choices: tuple[bool | None, ...] = (None,)
     policy_choices: tuple[QueuePolicyKnob | None, ...] = (None,)
+    candidate_choices: tuple[int | None, ...] = (None,)
 
     def __post_init__(self) -> None:
         if self.fixed_preferred:
@@ -145,6 +150,7 @@ class SearchSpace:
         instance_count: tuple[int, int],
         cache_choices: tuple[bool | None, ...] = (None,),
         policy_choices: tuple[QueuePolicyKnob | None, ...] = (None,),
+        candidate_choices: tuple[int | None, ...] = (None,),
     ) -> SearchSpace:
         """Build the space from the scenario's ``[space]`` bounds."""
         fixed: tuple[int, ...] | None = None
@@ -162,6 +168,7 @@ class SearchSpace:
             instances=instance_count,
             cache_choices=cache_choices,
             policy_choices=policy_choices,
+            candidate_choices=candidate_choices,
         )
 
     # -- encoding -------------------------------------------------------------------------------
@@ -175,6 +182,7 @@ class SearchSpace:
             "instances": self.instances,
             "cache_idx": (0, len(self.cache_choices) - 1),
             "policy_idx": (0, len(self.policy_choices) - 1),
+            "cand_idx": (0, len(self.candidate_choices) - 1),
         }
         return {name: b for name, b in bounds.items() if b[0] < b[1]}
 
@@ -193,6 +201,7 @@ class SearchSpace:
             instance_count=int(params.get("instances", self.instances[0])),
             response_cache=self.cache_choices[int(params.get("cache_idx", 0))],
             queue_policy=self.policy_choices[int(params.get("policy_idx", 0))],
+            max_candidate_sequences=self.candidate_choices[int(params.get("cand_idx", 0))],
         )
 
     def encode(self, knobs: Knobs) -> dict[str, int]:
@@ -207,6 +216,7 @@ class SearchSpace:
         instances = min(max(knobs.instance_count, self.instances[0]), self.instances[1])
         cache = knobs.response_cache
         policy = knobs.queue_policy
+        cand = knobs.max_candidate_sequences
         params = {
             "log2_mbs": log2,
             "delay_idx": delay_idx,
@@ -216,6 +226,7 @@ class SearchSpace:
             "policy_idx": (
                 self.policy_choices.index(policy) if policy in self.policy_choices else 0
             ),
+            "cand_idx": _nearest_choice(self.candidate_choices, cand),
         }
         return {k: v for k, v in params.items() if k in self.param_bounds()}
 
@@ -518,8 +529,8 @@ def param_importances(storage: str, study_name: str) -> dict[str, float]:
         study_name: Name of the study inside the storage.
 
     Returns:
-        Parameter name (``log2_mbs``, ``delay_idx``, ``pref_depth``, ``instances``; ``cache_idx``
-        and ``policy_idx`` where searched) -> importance, normalised to sum to 1, largest first.
+        Parameter name (``log2_mbs``, ``delay_idx``, ``pref_depth``, ``instances``;
+        ``cache_idx``, ``policy_idx`` and ``cand_idx`` where searched) -> importance, normalised to sum to 1, largest first.
 
     Raises:
         InputError: The study cannot be opened, or has too few complete trials to judge.
@@ -549,6 +560,17 @@ def param_importances(storage: str, study_name: str) -> dict[str, float]:
     except (RuntimeError, ValueError) as exc:
         raise InputError(f"parameter importance unavailable: {_first_line(exc)}") from exc
     return {name: float(v) for name, v in values.items()}
+
+
+def _nearest_choice(choices: Sequence[int | None], value: int | None) -> int:
+    """Index of ``value`` among ``choices``; an int not among them takes the nearest int choice
+    (a model's own candidate count moved onto the grid), anything else the first."""
+    if value in choices:
+        return choices.index(value)
+    if value is None:
+        return 0
+    numbers = [(abs(c - value), i) for i, c in enumerate(choices) if c is not None]
+    return min(numbers)[1] if numbers else 0
 
 
 def _source(user_attrs: Mapping[str, Any]) -> str:
