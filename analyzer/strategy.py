@@ -24,6 +24,8 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from tritonclient.grpc import model_config_pb2 as mc
+
 from analyzer import records
 from analyzer.predict.profile import Profile, operating_points
 from analyzer.predict.simulator import SimConfig, capacities, latency_offset
@@ -50,17 +52,25 @@ SIM_REQUESTS = 3000
 SIM_RESOLUTION = 0.02
 
 
-def resolve(scenario: Scenario) -> tuple[str, str | None]:
+def resolve(scenario: Scenario, base: mc.ModelConfig | None = None) -> tuple[str, str | None]:
     """The strategy a scenario can run before any profile is taken, and why it is not the one
     asked for (None: it is).
 
     ``predict`` needs a capacity objective (it predicts capacities) in open loop (the simulator
-    drives Poisson arrivals); anything else falls back to ``tpe``. A probe that fails later
-    falls back the same way (the sweep says so).
+    drives Poisson arrivals) and a stateless model (``base``, the model's config, when known:
+    the simulator forms batches as the dynamic batcher does, not per sequence slot); anything
+    else falls back to ``tpe``. A probe that fails later falls back the same way (the sweep
+    says so).
     """
     asked = scenario.search.strategy
     if asked != "predict":
         return asked, None
+    if base is not None and base.HasField("sequence_batching"):
+        return "tpe", (
+            f"search predict: model '{base.name}' uses the sequence batcher, whose batches the "
+            "simulator cannot form (one request per sequence slot at a time, a backlog of "
+            "sequences waiting for a slot); searching with tpe"
+        )
     if not scenario.objective_spec().capacity:
         return "tpe", (
             f"search predict: the {scenario.objective} objective measures a fixed load, not a "

@@ -88,21 +88,28 @@ def untunable_reason(config: mc.ModelConfig) -> str | None:
 
     ``dynamic_batching``, ``sequence_batching`` and ``ensemble_scheduling`` share one proto
     ``oneof``: setting the first erases the others, which would silently change what an ensemble
-    or a stateful model means.
+    or a stateful model means. A stateful model with the sequence batcher's ``oldest`` strategy
+    is tuned in place (:func:`analyzer.trial.apply_knobs` writes into ``oldest``); the
+    ``direct`` strategy has nothing to tune, and an ensemble schedules its composing models.
     """
     kind = config.WhichOneof("scheduling_choice")
-    what = ""
     if config.platform == "ensemble" or kind == "ensemble_scheduling":
-        what = 'an ensemble (platform "ensemble" / ensemble_scheduling)'
-    elif kind == "sequence_batching":
-        what = "sequence-batched (sequence_batching: a stateful model)"
-    if not what:
-        return None
-    return (
-        f"model {config.name!r} is {what}; perfsweep tunes dynamic_batching, which would erase "
-        "that scheduling (one proto oneof). Tune the ensemble's composing models, or a "
-        "stateless model with dynamic batching, instead"
-    )
+        return (
+            f'model {config.name!r} is an ensemble (platform "ensemble" / '
+            "ensemble_scheduling), which has no batcher of its own: its composing models do the "
+            "batching. perfsweep can tune each composing model by name instead (dynamic_batching, "
+            "or sequence_batching with the oldest strategy)"
+        )
+    if kind == "sequence_batching" and not config.sequence_batching.HasField("oldest"):
+        return (
+            f"model {config.name!r} is sequence-batched with the direct strategy (a stateful "
+            "model): the direct strategy has no batching delay to tune (a batch is every "
+            "slot's next request); use oldest "
+            "(sequence_batching { oldest { ... } }), whose max_queue_delay_microseconds, "
+            "preferred_batch_size and max_candidate_sequences perfsweep tunes with the instance "
+            "count and max_batch_size"
+        )
+    return None
 
 
 class Target(Protocol):
@@ -363,24 +370,51 @@ class RemoteTarget(_HttpTarget):
 # Managed reference server
 
 
+#: How a child process writes each bundled model's repository (``MODEL ROOT DEVICE`` follow):
+#: the zoo's resnet50 module, or the accumulator's ``make_repository``. Unknown models go to
+#: the resnet50 writer, which says that they are not bundled.
+_BUNDLED_WRITERS: dict[str, list[str]] = {
+    "resnet50": ["-m", "reference_server.zoo.resnet50"],
+    "accumulator": [
+        "-c",
+        "import sys; from pathlib import Path; "
+        "from reference_server.zoo.accumulator import make_repository; "
+        "make_repository(Path(sys.argv[2]))",
+    ],
+}
+
+#: Bundled models that run only on the simulated device (their backend is a simulation).
+_SIM_ONLY = frozenset({"accumulator"})
+
+
 def bundled_repository(
     model: str, root: Path, device: str, python: str = sys.executable, timeout_s: float = 180.0
 ) -> Path:
     """Write the repository of bundled model ``model`` under ``root`` (kept when already there).
 
-    Runs ``python -m reference_server.zoo.resnet50`` in a child process rather than calling
-    ``make_repository`` here: the zoo imports onnx (and builds a 100 MB graph on first use),
-    which the analyzer process must not import.
+    The bundled models are ``resnet50`` and the stateful ``accumulator``
+    (:mod:`reference_server.zoo.accumulator`, sequence batching with the oldest strategy, on the
+    simulated device only). Runs the zoo in a child process (``python -m
+    reference_server.zoo.resnet50``, or the accumulator's ``make_repository``) rather than
+    calling ``make_repository`` here: the zoo imports onnx (and builds a 100 MB graph on first
+    use), which the analyzer process must not import.
 
     Raises:
-        TargetError: ``model`` is not a bundled model, or the repository could not be written.
+        TargetError: ``model`` is not a bundled model, runs only on the simulated device and
+            another was asked for, or the repository could not be written.
     """
+    if model in _SIM_ONLY and device != "sim":
+        raise TargetError(
+            f"the bundled model {model!r} is a simulation: run it with --device sim "
+            f"(got {device!r}), or pass --model-repository DIR for your own models"
+        )
     root = Path(root).resolve()
     if (root / model / "config.pbtxt").exists():
         return root
     root.parent.mkdir(parents=True, exist_ok=True)
+    writer = _BUNDLED_WRITERS.get(model, _BUNDLED_WRITERS["resnet50"])
     done = subprocess.run(
-        [python, "-m", "reference_server.zoo.resnet50", model, str(root), device],
+        [python, *writer, model, str(root), device],
         capture_output=True,
         text=True,
         timeout=timeout_s,
