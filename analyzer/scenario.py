@@ -353,6 +353,13 @@ class SpaceSection(_Section):
     both; unset: as the model's config says. Refused for sequence-batched or decoupled models.
     A run with the cache on and repeated inputs (``[input] repeat_ratio``) states the hit ratio
     next to every throughput."""
+    queue_policy: Literal["off", "search"] | None = None
+    """Priority levels and queue policies of every trial's dynamic batcher: ``off`` clears them
+    (one FIFO queue, no timeouts); ``search`` tries that FIFO, the traffic's priority levels
+    alone, and the lowest level rejecting (REJECT) or demoting (DELAY) its requests after 0.5,
+    1 and 2x its classes' p99 goal; unset: as the model's config says. ``search`` needs a
+    priority mix (``traffic.classes`` with two levels or more) and is refused for a model with
+    ``preserve_ordering``. Predict cannot simulate priorities: it predicts only FIFO configs."""
 
     @model_validator(mode="after")
     def _check_bounds(self) -> SpaceSection:
@@ -546,6 +553,14 @@ class Scenario(_Section):
                 raise ValueError(f"model.url: {exc}") from exc
         if self.run.storage is not None and self.run.study_name is None:
             raise ValueError("run.storage needs run.study_name (workers find the study by name)")
+        for name, goal in self.traffic.class_goals():
+            if goal > self.goals.p99_ms:
+                # The overall p99 is what a sequential step tests against goals.p99_ms: it must
+                # be the loosest goal, or it fails levels that every class passes.
+                raise ValueError(
+                    f"traffic.classes {name!r}: p99_ms {goal:g} is above goals.p99_ms "
+                    f"{self.goals.p99_ms:g}; set goals.p99_ms to the loosest class goal"
+                )
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -571,8 +586,9 @@ class Scenario(_Section):
         if data["goals"].get("max_gpu_memory_mb") is None:
             data["goals"].pop("max_gpu_memory_mb", None)  # unset: the hash of older scenarios
         data["input"] = self.input.identity()
-        if data["space"].get("response_cache") is None:
-            data["space"].pop("response_cache", None)  # unset: the hash of older scenarios
+        for key in ("response_cache", "queue_policy"):
+            if data["space"].get(key) is None:
+                data["space"].pop(key, None)  # unset: the hash of older scenarios
         if data["space"].get("response_cache") in (None, "off"):
             data["model"].pop("cache_size_bytes", None)  # no cache: its size measures nothing
         for key in ("workers", "expect_workers", "master_bind_host", "master_port"):

@@ -69,7 +69,13 @@ from analyzer.target import (
     renew_target,
     untunable_reason,
 )
-from analyzer.trial import Knobs, apply_knobs, knobs_of, response_cache_choices
+from analyzer.trial import (
+    Knobs,
+    apply_knobs,
+    knobs_of,
+    mix_queue_policy_choices,
+    response_cache_choices,
+)
 
 _LOG = logging.getLogger(__name__)
 
@@ -156,6 +162,9 @@ def space_for(scenario: Scenario, base: mc.ModelConfig | None = None) -> SearchS
         s.preferred_batch_size,
         s.instance_count,
         response_cache_choices(s.response_cache, base),
+        mix_queue_policy_choices(
+            s.queue_policy, scenario.traffic.classes, scenario.goals.p99_ms, base
+        ),
     )
 
 

@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from analyzer.evaluation.capacity import CapacityDriver
 from analyzer.evaluation.plan import EXPECTED_GROWTH, LoadPlan
 from analyzer.evaluation.slack import slacks
-from analyzer.measure import CapacityResult, LoadGenerator, Measurement, meets_goals, p99_slack
+from analyzer.measure import (
+    CapacityResult,
+    LoadGenerator,
+    Measurement,
+    error_slack,
+    meets_goals,
+    p99_slack,
+)
 from analyzer.objective import Objective, gentlest, objective_for
 from analyzer.records import (
     CapacityMeasurement,
@@ -177,10 +184,12 @@ class Evaluator:
         else:  # pragma: no cover - every objective measures something
             raise AssertionError(f"objective {self.objective.name!r} measures nothing")
         constraints = self.constraints(numbers)
-        if capacity is not None and capacity.best is not None:
-            # A sequential best level is judged by its verdict (BOUNDARY: on its point p99):
-            # the slack agrees with meets_goals.
-            constraints["p99_slack"] = round(p99_slack(capacity.best, self.plan.goals), 6)
+        level = capacity.best if capacity is not None else fixed
+        if level is not None:
+            # The operating point is judged as meets_goals judges it: a sequential level by its
+            # verdict (BOUNDARY: on its point p99), traffic classes each against its own goal.
+            constraints["p99_slack"] = round(p99_slack(level, self.plan.goals), 6)
+            constraints["err_slack"] = round(error_slack(level, self.plan.goals), 6)
         return Evaluation(
             numbers=numbers,
             measurement=measurement,
@@ -204,6 +213,7 @@ class Evaluator:
         numbers = level_numbers(level, rate_rps if passed else 0.0, level.target)
         constraints = self.constraints(numbers)
         constraints["p99_slack"] = round(p99_slack(level, self.plan.goals), 6)
+        constraints["err_slack"] = round(error_slack(level, self.plan.goals), 6)
         return Evaluation(
             numbers=numbers,
             measurement=FixedMeasurement(level),

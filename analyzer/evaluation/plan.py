@@ -49,9 +49,14 @@ class LoadPlan:
 
     @property
     def goals(self) -> Goals:
-        """What every load level must meet (p99 and error rate)."""
+        """What every load level must meet (p99 and error rate, per traffic class too)."""
         g = self.scenario.goals
-        return Goals(p99_ms=g.p99_ms, max_error_rate=g.max_error_rate)
+        return Goals(
+            p99_ms=g.p99_ms,
+            max_error_rate=g.max_error_rate,
+            # Traffic classes with a goal of their own (a priority mix): each is held to it.
+            classes=self.scenario.traffic.class_goals(),
+        )
 
     @property
     def open_loop(self) -> bool:

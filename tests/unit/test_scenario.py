@@ -147,6 +147,7 @@ def test_search_strategy_is_in_the_hash_and_tpe_keeps_the_old_hash() -> None:
     for key in ("server", "triton_server_path", "cache_size_bytes"):
         data["model"].pop(key)
     data["space"].pop("response_cache")
+    data["space"].pop("queue_policy")
     for key in ("shapes", "data_file", "data_sha256", "unique_payloads", "repeat_ratio"):
         data["input"].pop(key)
     data["input"].pop("distribution")
