@@ -360,9 +360,21 @@ class SpaceSection(_Section):
     1 and 2x its classes' p99 goal; unset: as the model's config says. ``search`` needs a
     priority mix (``traffic.classes`` with two levels or more) and is refused for a model with
     ``preserve_ordering``. Predict cannot simulate priorities: it predicts only FIFO configs."""
+    max_candidate_sequences: tuple[int, ...] | None = None
+    """Values of ``sequence_batching.oldest.max_candidate_sequences`` to search (a stateful
+    model with the oldest strategy: how many sequences per instance may have a request in the
+    batcher at once; the rest wait for a slot); unset: as the model's config says. Refused for
+    a model without the oldest strategy."""
 
     @model_validator(mode="after")
     def _check_bounds(self) -> SpaceSection:
+        if self.max_candidate_sequences is not None and (
+            not self.max_candidate_sequences or min(self.max_candidate_sequences) < 1
+        ):
+            raise ValueError(
+                "space.max_candidate_sequences: need one or more values >= 1, got "
+                f"{list(self.max_candidate_sequences)}"
+            )
         lo, hi = self.max_batch_size
         for value in (lo, hi):
             if value < 1 or value & (value - 1):
@@ -586,7 +598,7 @@ class Scenario(_Section):
         if data["goals"].get("max_gpu_memory_mb") is None:
             data["goals"].pop("max_gpu_memory_mb", None)  # unset: the hash of older scenarios
         data["input"] = self.input.identity()
-        for key in ("response_cache", "queue_policy"):
+        for key in ("response_cache", "queue_policy", "max_candidate_sequences"):
             if data["space"].get(key) is None:
                 data["space"].pop(key, None)  # unset: the hash of older scenarios
         if data["space"].get("response_cache") in (None, "off"):

@@ -72,6 +72,7 @@ from analyzer.target import (
 from analyzer.trial import (
     Knobs,
     apply_knobs,
+    candidate_choices,
     knobs_of,
     mix_queue_policy_choices,
     response_cache_choices,
@@ -165,6 +166,7 @@ def space_for(scenario: Scenario, base: mc.ModelConfig | None = None) -> SearchS
         mix_queue_policy_choices(
             s.queue_policy, scenario.traffic.classes, scenario.goals.p99_ms, base
         ),
+        candidate_choices(s.max_candidate_sequences, base),
     )
 
 
