@@ -246,7 +246,7 @@ def plan_measurement(
 def measurement_hash(scenario: Scenario, plan: MeasurePlan, device: str) -> str:
     """Fingerprint of what was measured (not where: URLs and paths change between CI runs)."""
     s = plan.spec
-    data = {
+    data: dict[str, Any] = {
         "model": scenario.model.name,
         "device": device,
         "input": scenario.input.identity(),
@@ -255,6 +255,8 @@ def measurement_hash(scenario: Scenario, plan: MeasurePlan, device: str) -> str:
     }
     if scenario.model.protocol != "http":  # HTTP, the only protocol before, keeps its hashes
         data["protocol"] = scenario.model.protocol
+    if scenario.traffic.classes:  # a priority mix changes what was sent; none keeps the hash
+        data["classes"] = [c.model_dump() for c in scenario.traffic.classes]
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

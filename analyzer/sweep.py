@@ -328,7 +328,7 @@ def _sweep(
             load = stack.enter_context(_locust_generator(scenario, target, observer))
         space = space_for(scenario, base_config)
         objective = objective_for(scenario.objective)
-        strategy, why = resolve(scenario)
+        strategy, why = resolve(scenario, base_config)
         # Every trial keeping the model's own priorities, which the simulator does not model,
         # would be predicted as one FIFO queue.
         kept_policy = space.policy_choices == (None,)

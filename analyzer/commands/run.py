@@ -30,6 +30,8 @@ from analyzer.commands.input_flags import (
     input_overrides,
 )
 from analyzer.errors import GoalNotMetError, InputError
+from analyzer.evaluation.plan import LoadPlan
+from analyzer.measure import Goals, classes_text
 from analyzer.records import TrialRecord
 from analyzer.scenario import Scenario, bundled_scenario, load_scenario
 from analyzer.server_stats import cache_hit_ratio, cache_hits_text
@@ -184,8 +186,9 @@ def phases_line(summary: SweepOutcome) -> str:
     return f"search {strategy}; time per phase: " + (", ".join(parts) or "not recorded")
 
 
-def summary_table(summary: SweepOutcome) -> Table:
-    """Baseline vs best, gain, and where the files are."""
+def summary_table(summary: SweepOutcome, goals: Goals | None = None) -> Table:
+    """Baseline vs best, gain, and where the files are; with ``goals`` and a priority mix, a
+    line per config with each traffic class's p99 against its own goal."""
     validated = any(
         r is not None and r.source == "validation" for r in (summary.baseline, summary.best)
     )
@@ -217,6 +220,9 @@ def summary_table(summary: SweepOutcome) -> Table:
         if r is None:
             table.add_row(label, "-", "-", "-", "-", "-", "-", "-", "none met the goals")
             continue
+        point = r.operating_point()
+        if goals is not None and point is not None and point.classes:
+            footnotes.append(f"{label} by class: {classes_text(point, goals)}")
         k = r.config
         table.add_row(
             label,
@@ -463,7 +469,7 @@ def _run(
         from analyzer.report import write_report
 
         write_report(summary.run_dir, min_gpu_utilization_pct=min_gpu_utilization)
-    console.print(summary_table(summary))
+    console.print(summary_table(summary, LoadPlan(scenario).goals))
     if (note := ceiling_note(summary, scenario)) is not None:
         console.print(f"[bold yellow]{note}[/]", highlight=False)
     # The same sentences as summary.json and the report's verdict (gain with its interval).

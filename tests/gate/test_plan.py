@@ -102,6 +102,12 @@ def test_measurement_hash_ignores_where_but_not_what(tmp_path: Path) -> None:
     assert fingerprint(a) == fingerprint(b)
     assert fingerprint(a) != fingerprint(c)
     assert fingerprint(a) != fingerprint(a, "cuda")
+    mix = (
+        '[model]\nname = "m"\n[traffic]\nrate_rps = 30\n'
+        '[[traffic.classes]]\nname = "urgent"\nshare = 0.3\npriority = 1\n'
+        '[[traffic.classes]]\nname = "bulk"\nshare = 0.7\n'
+    )
+    assert fingerprint(scenario(tmp_path, mix)) != fingerprint(a)  # a priority mix is "what"
 
 
 def test_project_file_gate_table(tmp_path: Path) -> None:

@@ -119,6 +119,8 @@ def test_only_a_priority_policy_meets_both_class_goals(tmp_path: Path) -> None:
     assert best.config.queue_policy is not None and best.config.queue_policy.priority_levels == 2
     p99 = classes(best)
     assert best.meets_goals and p99["urgent"] <= URGENT_MS and p99["bulk"] <= BULK_MS
+    # The console says it too, each class against its own goal.
+    assert "best by class: urgent p99" in done.stdout and f"/{URGENT_MS:g} ms" in done.stdout
     report = (run_dir / "report.html").read_text()
     assert "Latency by traffic class" in report
     assert json.loads((run_dir / "summary.json").read_text())["best"]["meets_goals"]
