@@ -264,6 +264,12 @@ def probe(
     why = untunable_reason(base)
     if why is not None:
         raise ProfileError(f"cannot probe: {why}")
+    if base.HasField("sequence_batching"):
+        # Its probe bursts would carry no sequence ids: the server refuses every request.
+        raise ProfileError(
+            f"cannot probe: model {model!r} is sequence-batched (a stateful model), whose "
+            "requests need sequence ids; the simulator does not model the sequence batcher"
+        )
     if mbs < 1:
         raise ProfileError(
             f"model {model!r} has max_batch_size 0 (no batching): there are no batch sizes to "

@@ -272,6 +272,16 @@ class _FakeTarget:
             ),
             "sequence-batched",
         ),
+        (  # the oldest strategy is tunable, but a probe cannot send its sequence ids
+            mc.ModelConfig(
+                name="m",
+                max_batch_size=8,
+                sequence_batching=mc.ModelSequenceBatching(
+                    oldest=mc.ModelSequenceBatching.StrategyOldest(max_candidate_sequences=4)
+                ),
+            ),
+            "need sequence ids",
+        ),
     ],
 )
 def test_models_the_probe_cannot_batch_are_refused(config: mc.ModelConfig, why: str) -> None:
