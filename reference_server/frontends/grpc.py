@@ -361,13 +361,13 @@ def to_infer_request(
         shape = list(tensor.shape)
         if datatype not in wire.NUMPY_DTYPES:
             raise ServerError(
-                f"{_prefix(request)}inference input '{name}' data-type is '{datatype}', which "
+                f"{wire.request_prefix(request)}inference input '{name}' data-type is '{datatype}', which "
                 "is not a KServe datatype",
                 Code.INVALID_ARG,
             )
         if any(dim < 0 for dim in shape):
             raise ServerError(
-                f"{_prefix(request)}All input dimensions should be specified for input "
+                f"{wire.request_prefix(request)}All input dimensions should be specified for input "
                 f"'{name}' for model '{request.model_name}', got {shape}",
                 Code.INVALID_ARG,
             )
@@ -382,11 +382,7 @@ def to_infer_request(
             try:
                 array = wire.shm_input(shared_memory, shm, datatype, shape)
             except ValueError as exc:
-                raise ServerError(
-                    f"{_prefix(request)}input byte size mismatch for input '{name}' for model "
-                    f"'{request.model_name}'. {exc}",
-                    Code.INVALID_ARG,
-                ) from None
+                raise wire.size_mismatch(request, name, exc) from None
         elif tensor.HasField("contents"):
             if raw:
                 raise ServerError(
@@ -400,11 +396,7 @@ def to_infer_request(
             try:
                 array = wire.from_raw(datatype, shape, raw[raw_index - 1])
             except ValueError as exc:
-                raise ServerError(
-                    f"{_prefix(request)}input byte size mismatch for input '{name}' for model "
-                    f"'{request.model_name}'. {exc}",
-                    Code.INVALID_ARG,
-                ) from None
+                raise wire.size_mismatch(request, name, exc) from None
         elif wire.element_count(shape) == 0:
             array = np.empty(shape, dtype=wire.NUMPY_DTYPES[datatype])
         else:
@@ -487,7 +479,7 @@ def _from_contents(
     field = _CONTENTS_FIELD.get(datatype)
     if field is None:
         raise ServerError(
-            f"{_prefix(request)}{datatype} input '{name}' cannot be sent in typed contents; "
+            f"{wire.request_prefix(request)}{datatype} input '{name}' cannot be sent in typed contents; "
             "use raw_input_contents",
             Code.INVALID_ARG,
         )
@@ -512,11 +504,7 @@ def _from_contents(
                 len(values) * itemsize,
             )
         )
-        raise ServerError(
-            f"{_prefix(request)}input byte size mismatch for input '{name}' for model "
-            f"'{request.model_name}'. Expected {expected}, got {got}",
-            Code.INVALID_ARG,
-        )
+        raise wire.size_mismatch(request, name, f"Expected {expected}, got {got}")
     if datatype == "BYTES":
         array = np.empty(count, dtype=object)
         array[:] = list(values)
@@ -633,10 +621,6 @@ def _set_param(param: Any, value: Any) -> None:
         param.double_param = value
     else:
         param.string_param = str(value)
-
-
-def _prefix(request: InferRequest) -> str:
-    return f"[request id: {request.id or '<id_unknown>'}] "
 
 
 class GrpcFrontend:

@@ -202,7 +202,7 @@ def _parse_input(
         )
     if datatype not in wire.NUMPY_DTYPES:
         raise ServerError(
-            f"{_prefix(request)}inference input '{name}' data-type is '{datatype}', which is "
+            f"{wire.request_prefix(request)}inference input '{name}' data-type is '{datatype}', which is "
             "not a KServe datatype",
             Code.INVALID_ARG,
         )
@@ -224,11 +224,7 @@ def _parse_input(
         try:
             array = wire.shm_input(shared_memory, _shm_reference(params), datatype, shape)
         except ValueError as exc:
-            raise ServerError(
-                f"{_prefix(request)}input byte size mismatch for input '{name}' for model "
-                f"'{request.model_name}'. {exc}",
-                Code.INVALID_ARG,
-            ) from None
+            raise wire.size_mismatch(request, name, exc) from None
     elif binary_size is not None:
         if not has_header_length:
             raise ServerError(
@@ -247,11 +243,7 @@ def _parse_input(
         try:
             array = wire.from_raw(datatype, shape, binary[offset : offset + size])
         except ValueError as exc:
-            raise ServerError(
-                f"{_prefix(request)}input byte size mismatch for input '{name}' for model "
-                f"'{request.model_name}'. {exc}",
-                Code.INVALID_ARG,
-            ) from None
+            raise wire.size_mismatch(request, name, exc) from None
         offset += size
     elif has_data:
         array = wire.from_json(name, datatype, shape, entry["data"])
@@ -356,7 +348,7 @@ def parse_raw_request(
             array = wire.from_raw(datatype, dims, body)
         except ValueError as exc:
             raise ServerError(
-                f"{_prefix(request)}input byte size mismatch for input '{spec.name}' for model "
+                f"{wire.request_prefix(request)}input byte size mismatch for input '{spec.name}' for model "
                 f"'{model_name}'. {exc}",
                 Code.INVALID_ARG,
             ) from None
@@ -495,10 +487,6 @@ def _json_type(key: str, expected: str) -> ServerError:
         f"Unable to parse '{key}': attempt to access JSON non-{expected} as {expected}",
         Code.INTERNAL,
     )
-
-
-def _prefix(request: InferRequest) -> str:
-    return f"[request id: {request.id or '<id_unknown>'}] "
 
 
 def _which_set(data: bool, binary: bool, region: bool) -> str:

@@ -31,6 +31,7 @@ import numpy as np
 
 from reference_server.core.errors import Code, ServerError
 from reference_server.core.shm import RegionSlice, SharedMemoryRegistry
+from reference_server.core.types import InferRequest
 
 #: KServe datatype name -> numpy dtype of the in-server array (explicitly little-endian).
 NUMPY_DTYPES: dict[str, np.dtype[Any]] = {
@@ -332,3 +333,18 @@ def write_shm_output(name: str, datatype: str, array: np.ndarray, target: Region
             Code.INTERNAL,
         )
     target.write(raw)
+
+
+def request_prefix(request: InferRequest) -> str:
+    """How Triton starts a request's error message: ``[request id: <id>] ``."""
+    return f"[request id: {request.id or '<id_unknown>'}] "
+
+
+def size_mismatch(request: InferRequest, name: str, detail: object) -> ServerError:
+    """Triton's error for an input whose bytes do not match its datatype and shape (one wording
+    for HTTP and gRPC, tensor bytes and shared-memory regions alike)."""
+    return ServerError(
+        f"{request_prefix(request)}input byte size mismatch for input '{name}' for model "
+        f"'{request.model_name}'. {detail}",
+        Code.INVALID_ARG,
+    )
