@@ -10,7 +10,9 @@ the sampler sees an ordered space::
     log2_mbs    max_batch_size = 2 ** log2_mbs          (bounds from the scenario)
     delay_idx   max_queue_delay_us = ladder[delay_idx]  (0, then a geometric ladder)
     pref_depth  0: no preferred sizes; d: {mbs, mbs/2, ..., mbs/2**d} (never above mbs)
-    instances   instance_group[0].count
+    instances   instance_group[0].count (the base config's one group)
+    instances_i instance_group[i].count, one per group when the base config has several
+                (each within the same bounds; Knobs.group_counts)
     cache_idx   response_cache = cache_choices[cache_idx]      (only with two or more choices)
     policy_idx  queue_policy = policy_choices[policy_idx]      (only with two or more choices)
     cand_idx    max_candidate_sequences = candidate_choices[cand_idx]  (the same; the oldest
@@ -30,7 +32,7 @@ import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import optuna
 from optuna.storages import JournalStorage
@@ -38,7 +40,10 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from analyzer.errors import InputError
-from analyzer.trial import Knobs, QueuePolicyKnob
+from analyzer.trial import Knobs, QueuePolicyKnob, group_devices
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
 
 __all__ = [  # Knobs is analyzer.trial's (no optuna there): import it from there
     "INTERRUPTED_REASON",
@@ -109,13 +114,18 @@ class SearchSpace:
         delays_us: The delay ladder.
         max_pref_depth: Largest preferred-size depth searched (0: never set preferred sizes).
         fixed_preferred: Preferred sizes used by every config instead of a searched depth.
-        instances: Inclusive bounds of the instance count.
+        instances: Inclusive bounds of the instance count (of each group, with
+            ``group_devices``).
         cache_choices: Values of :attr:`Knobs.response_cache` searched
             (:func:`analyzer.trial.response_cache_choices`; ``(None,)``: the model's own).
         policy_choices: Values of :attr:`Knobs.queue_policy` searched
             (:func:`analyzer.trial.queue_policy_choices`; ``(None,)``: the model's own).
         candidate_choices: Values of :attr:`Knobs.max_candidate_sequences` searched
             (:func:`analyzer.trial.candidate_choices`; ``(None,)``: the model's own).
+        group_devices: Instances one count makes in each instance group of the base config
+            (:func:`analyzer.trial.group_devices`); None: one plain count, the knobs without
+            :attr:`Knobs.group_counts`. Several groups: one ``instances_i`` dimension each; one
+            group on several GPUs keeps the one ``instances`` dimension.
     """
 
     log2_mbs: tuple[int, int]
@@ -126,8 +136,11 @@ class SearchSpace:
     cache_choices: tuple[bool | None, ...] = (None,)
     policy_choices: tuple[QueuePolicyKnob | None, ...] = (None,)
     candidate_choices: tuple[int | None, ...] = (None,)
+    group_devices: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.group_devices is not None and not self.group_devices:
+            raise ValueError("group_devices needs one entry per instance group (None: one count)")
         if self.fixed_preferred:
             needed = max(self.fixed_preferred)
             lo = max(self.log2_mbs[0], math.ceil(math.log2(needed)))
@@ -151,8 +164,10 @@ class SearchSpace:
         cache_choices: tuple[bool | None, ...] = (None,),
         policy_choices: tuple[QueuePolicyKnob | None, ...] = (None,),
         candidate_choices: tuple[int | None, ...] = (None,),
+        base: mc.ModelConfig | None = None,
     ) -> SearchSpace:
-        """Build the space from the scenario's ``[space]`` bounds."""
+        """Build the space from the scenario's ``[space]`` bounds (``base``: the model's config,
+        whose instance groups are searched one count each when it has several)."""
         fixed: tuple[int, ...] | None = None
         depth = 2
         if preferred == "none":
@@ -169,6 +184,7 @@ class SearchSpace:
             cache_choices=cache_choices,
             policy_choices=policy_choices,
             candidate_choices=candidate_choices,
+            group_devices=None if base is None else group_devices(base),
         )
 
     # -- encoding -------------------------------------------------------------------------------
@@ -179,7 +195,7 @@ class SearchSpace:
             "log2_mbs": self.log2_mbs,
             "delay_idx": (0, len(self.delays_us) - 1),
             "pref_depth": (0, self.max_pref_depth),
-            "instances": self.instances,
+            **dict.fromkeys(self._instance_params(), self.instances),
             "cache_idx": (0, len(self.cache_choices) - 1),
             "policy_idx": (0, len(self.policy_choices) - 1),
             "cand_idx": (0, len(self.candidate_choices) - 1),
@@ -194,14 +210,21 @@ class SearchSpace:
             pref = tuple(sorted(self.fixed_preferred, reverse=True))
         else:
             pref = preferred_sizes(mbs, depth)
+        counts = tuple(int(params.get(name, self.instances[0])) for name in self._instance_params())
+        devices = self.group_devices
         return Knobs(
             max_batch_size=mbs,
             max_queue_delay_us=self.delays_us[int(params.get("delay_idx", 0))],
             preferred_batch_size=pref,
-            instance_count=int(params.get("instances", self.instances[0])),
+            instance_count=(
+                counts[0]
+                if devices is None
+                else sum(c * d for c, d in zip(counts, devices, strict=True))
+            ),
             response_cache=self.cache_choices[int(params.get("cache_idx", 0))],
             queue_policy=self.policy_choices[int(params.get("policy_idx", 0))],
             max_candidate_sequences=self.candidate_choices[int(params.get("cand_idx", 0))],
+            group_counts=None if devices is None else counts,
         )
 
     def encode(self, knobs: Knobs) -> dict[str, int]:
@@ -213,7 +236,6 @@ class SearchSpace:
             key=lambda i: abs(self.delays_us[i] - knobs.max_queue_delay_us),
         )
         depth = min(max(len(knobs.preferred_batch_size) - 1, 0), self.max_pref_depth)
-        instances = min(max(knobs.instance_count, self.instances[0]), self.instances[1])
         cache = knobs.response_cache
         policy = knobs.queue_policy
         cand = knobs.max_candidate_sequences
@@ -221,7 +243,7 @@ class SearchSpace:
             "log2_mbs": log2,
             "delay_idx": delay_idx,
             "pref_depth": depth,
-            "instances": instances,
+            **self._encode_instances(knobs),
             "cache_idx": self.cache_choices.index(cache) if cache in self.cache_choices else 0,
             "policy_idx": (
                 self.policy_choices.index(policy) if policy in self.policy_choices else 0
@@ -229,6 +251,27 @@ class SearchSpace:
             "cand_idx": _nearest_choice(self.candidate_choices, cand),
         }
         return {k: v for k, v in params.items() if k in self.param_bounds()}
+
+    def _instance_params(self) -> tuple[str, ...]:
+        """The instance dimensions: ``instances``, or ``instances_0``... for several groups."""
+        devices = self.group_devices
+        if devices is None or len(devices) == 1:
+            return ("instances",)
+        return tuple(f"instances_{i}" for i in range(len(devices)))
+
+    def _encode_instances(self, knobs: Knobs) -> dict[str, int]:
+        """Each group's count moved into the bounds; knobs without counts for these groups give
+        every group their ``instance_count`` (as a count on the first group, before groups)."""
+        names = self._instance_params()
+        counts = knobs.group_counts
+        if counts is None or len(counts) != len(names):
+            counts = (knobs.instance_count,) * len(names)
+        lo, hi = self.instances
+        return {name: min(max(c, lo), hi) for name, c in zip(names, counts, strict=True)}
+
+    def _every_group(self, count: int) -> dict[str, int]:
+        """Parameters giving every instance group ``count``."""
+        return dict.fromkeys(self._instance_params(), count)
 
     def points(self) -> Iterator[dict[str, int]]:
         """Every grid point's parameters (brute force and benchmarks)."""
@@ -256,8 +299,8 @@ class SearchSpace:
         candidates: list[Knobs] = []
         if start is not None:
             candidates.append(self.decode(self.encode(start)))
-        candidates.append(self.decode({"log2_mbs": hi, "delay_idx": 0, "instances": ilo}))
-        candidates.append(self.decode({"log2_mbs": hi, "delay_idx": 0, "instances": ihi}))
+        candidates.append(self.decode({"log2_mbs": hi, "delay_idx": 0, **self._every_group(ilo)}))
+        candidates.append(self.decode({"log2_mbs": hi, "delay_idx": 0, **self._every_group(ihi)}))
         if p99_goal_ms is not None:
             quarter = Knobs(
                 max_batch_size=2 ** ((lo + hi + 1) // 2),
@@ -529,7 +572,8 @@ def param_importances(storage: str, study_name: str) -> dict[str, float]:
         study_name: Name of the study inside the storage.
 
     Returns:
-        Parameter name (``log2_mbs``, ``delay_idx``, ``pref_depth``, ``instances``;
+        Parameter name (``log2_mbs``, ``delay_idx``, ``pref_depth``, ``instances`` (or
+        ``instances_0``... per instance group);
         ``cache_idx``, ``policy_idx`` and ``cand_idx`` where searched) -> importance, normalised to sum to 1, largest first.
 
     Raises:

@@ -356,13 +356,22 @@ def profile_summary(profile: Profile, refits: int = 0) -> dict[str, object]:
 
 def _covers(profile: Profile, knobs: Knobs) -> bool:
     # A priority or queue policy is not simulated (simulator.check_modelled): such a config is
-    # uncovered, so predict never ranks it as if it were one FIFO.
+    # uncovered, so predict never ranks it as if it were one FIFO. So is one whose instances are
+    # not one group on one device: the simulator shares one device among all instances, and
+    # several groups may sit on several GPUs or be of different kinds, which knobs do not say.
     sim = SimConfig.from_knobs(knobs)
     return (
         not sim.queue_policy
+        and not _spans_groups(knobs)
         and profile.min_batch_size <= 1
         and sim.largest_batch <= profile.max_batch_size
     )
+
+
+def _spans_groups(knobs: Knobs) -> bool:
+    """Several instance groups, or one group on several GPUs (its count below its instances)."""
+    counts = knobs.group_counts
+    return counts is not None and (len(counts) > 1 or counts[0] != knobs.instance_count)
 
 
 def _size(k: Knobs) -> tuple[int, int, int]:

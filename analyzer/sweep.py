@@ -167,6 +167,7 @@ def space_for(scenario: Scenario, base: mc.ModelConfig | None = None) -> SearchS
             s.queue_policy, scenario.traffic.classes, scenario.goals.p99_ms, base
         ),
         candidate_choices(s.max_candidate_sequences, base),
+        base=base,
     )
 
 

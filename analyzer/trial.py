@@ -25,6 +25,11 @@ other), and :attr:`Knobs.max_candidate_sequences` into ``oldest.max_candidate_se
 (searched only when the scenario names values: :func:`candidate_choices`). The response cache
 and queue policies have no place in a sequence model (Triton refuses the cache for it, and the
 sequence batcher has no priority levels), so they stay refused there.
+
+Instance groups are counted as Triton counts them (:func:`instances_of`: a ``KIND_GPU`` group
+runs its count on each listed GPU). A config with several groups, or one group on several GPUs,
+is searched per group (:attr:`Knobs.group_counts`): :func:`apply_knobs` keeps every group, its
+kind and its GPU list, and sets each count.
 """
 
 from __future__ import annotations
@@ -251,7 +256,9 @@ class Knobs:
         max_batch_size: Largest batch the scheduler forms (``max_batch_size``).
         max_queue_delay_us: How long a request may wait for a batch to fill, microseconds.
         preferred_batch_size: Batch sizes the scheduler dispatches as soon as it can form them.
-        instance_count: Model instances (``instance_group[0].count``).
+        instance_count: Model instances, counted as Triton does (:func:`instances_of`: a
+            ``KIND_GPU`` group runs ``count`` per listed GPU); without :attr:`group_counts`,
+            the count of ``instance_group[0]``.
         dynamic_batching: False only for a baseline config without a dynamic batcher (a
             stateful model's ``oldest`` strategy counts as one: the knobs go into it).
         response_cache: ``response_cache { enable }``; None keeps the base config's setting
@@ -261,6 +268,9 @@ class Knobs:
         max_candidate_sequences: ``sequence_batching.oldest.max_candidate_sequences`` of a
             stateful model: how many sequences per instance may have a request in the batcher
             at once (the rest wait in the backlog); None keeps the base config's.
+        group_counts: ``count`` of each instance group of the base config, in order (every
+            group kept with its kind, GPU list and other fields); None: one group, whose count
+            is :attr:`instance_count` (what every trial did before groups were searched).
     """
 
     max_batch_size: int
@@ -271,8 +281,14 @@ class Knobs:
     response_cache: bool | None = None
     queue_policy: QueuePolicyKnob | None = None
     max_candidate_sequences: int | None = None
+    group_counts: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.group_counts is not None and (not self.group_counts or min(self.group_counts) < 1):
+            raise ValueError(
+                f"group_counts {self.group_counts} needs one count >= 1 per instance group "
+                "(None: one group of instance_count)"
+            )
         if self.queue_policy is not None and not self.dynamic_batching:
             raise ValueError("a queue policy needs dynamic batching: it is part of that block")
         if self.max_candidate_sequences is not None and self.max_candidate_sequences < 1:
@@ -297,6 +313,8 @@ class Knobs:
             out["queue_policy"] = self.queue_policy.to_dict()
         if self.max_candidate_sequences is not None:
             out["max_candidate_sequences"] = self.max_candidate_sequences
+        if self.group_counts is not None:
+            out["group_counts"] = list(self.group_counts)
         return out
 
     @classmethod
@@ -321,29 +339,75 @@ class Knobs:
                 if data.get("max_candidate_sequences") is None
                 else int(data["max_candidate_sequences"])
             ),
+            group_counts=(
+                None
+                if data.get("group_counts") is None
+                else tuple(int(c) for c in data["group_counts"])
+            ),
         )
 
     def label(self) -> str:
         """Short human label: ``mbs=16 delay=500us pref=[16,8] x2`` (`` cache`` / `` no cache``
         after it when the knobs set the response cache, then the queue policy's
         :meth:`QueuePolicyKnob.label` when they set one: `` prio=2/2 p2=reject@25000us``, then
-        `` cand=4`` when they set ``max_candidate_sequences``)."""
+        `` cand=4`` when they set ``max_candidate_sequences``); with :attr:`group_counts`, the
+        total is followed by each group's count: ``x5 groups=[2,1]``."""
         cache = {None: "", True: " cache", False: " no cache"}[self.response_cache]
+        count = f"x{self.instance_count}"
+        if self.group_counts is not None:
+            count += f" groups=[{','.join(str(c) for c in self.group_counts)}]"
         cand = (
             "" if self.max_candidate_sequences is None else f" cand={self.max_candidate_sequences}"
         )
         if not self.dynamic_batching:
-            return f"mbs={self.max_batch_size} no dynamic batching x{self.instance_count}{cache}"
+            return f"mbs={self.max_batch_size} no dynamic batching {count}{cache}"
         pref = ",".join(str(s) for s in self.preferred_batch_size) or "-"
         policy = "" if self.queue_policy is None else f" {self.queue_policy.label()}"
         return (
             f"mbs={self.max_batch_size} delay={self.max_queue_delay_us}us "
-            f"pref=[{pref}] x{self.instance_count}{cache}{policy}{cand}"
+            f"pref=[{pref}] {count}{cache}{policy}{cand}"
         )
 
 
 # --------------------------------------------------------------------------------------------------
 # Configs
+
+
+def devices_of(group: mc.ModelInstanceGroup) -> int:
+    """Instances one ``count`` of ``group`` makes: one per listed GPU of a ``KIND_GPU`` group
+    (Triton places ``count`` instances on each), else 1."""
+    if group.kind == mc.ModelInstanceGroup.KIND_GPU and group.gpus:
+        return len(group.gpus)
+    return 1
+
+
+def instances_of(group: mc.ModelInstanceGroup) -> int:
+    """Instances Triton runs for one instance group: ``{count: 2, gpus: [0, 1]}`` of
+    ``KIND_GPU`` runs 4; any other group its count (0 reads as Triton's default, 1).
+
+    A ``KIND_GPU`` group without a GPU list runs ``count`` on every GPU the server sees, which
+    the config alone does not say; the config a server serves (``GET /v2/models/<m>/config``)
+    lists them, and that is the one a sweep reads.
+    """
+    return (group.count or 1) * devices_of(group)
+
+
+def group_devices(config: mc.ModelConfig) -> tuple[int, ...] | None:
+    """:func:`devices_of` for each instance group of ``config``, or None when its instances are
+    one plain count (at most one group, on at most one device): then :attr:`Knobs.group_counts`
+    stays None and the knobs are what they were before groups were searched."""
+    groups = config.instance_group
+    if len(groups) <= 1 and all(devices_of(g) == 1 for g in groups):
+        return None
+    return tuple(devices_of(g) for g in groups)
+
+
+def _instances(config: mc.ModelConfig) -> tuple[int, tuple[int, ...] | None]:
+    """``(instance_count, group_counts)`` of :func:`knobs_of`."""
+    total = sum(instances_of(g) for g in config.instance_group) or 1
+    if group_devices(config) is None:
+        return total, None
+    return total, tuple(g.count or 1 for g in config.instance_group)
 
 
 def knobs_of(config: mc.ModelConfig) -> Knobs:
@@ -358,6 +422,9 @@ def knobs_of(config: mc.ModelConfig) -> Knobs:
     A sequence-batched config reads from its strategy (``oldest``, or ``direct``'s delay), with
     ``max_candidate_sequences`` when the config sets it (0, Triton's "one per batch slot",
     reads as None).
+
+    Instances are counted as Triton does (:func:`instances_of`); a config with several groups,
+    or one group on several GPUs, also reads as its :attr:`Knobs.group_counts`.
     """
     if config.HasField("sequence_batching"):
         return _sequence_knobs_of(config)
@@ -367,14 +434,16 @@ def knobs_of(config: mc.ModelConfig) -> Knobs:
     if preferred == (config.max_batch_size,):
         preferred = ()
     policy = QueuePolicyKnob.of(batcher) if batching else None
+    instances, counts = _instances(config)
     return Knobs(
         max_batch_size=max(config.max_batch_size, 1),
         max_queue_delay_us=int(batcher.max_queue_delay_microseconds) if batching else 0,
         preferred_batch_size=preferred,
-        instance_count=sum(g.count or 1 for g in config.instance_group) or 1,
+        instance_count=instances,
         dynamic_batching=batching,
         response_cache=True if config.response_cache.enable else None,
         queue_policy=None if policy is None or policy.fifo else policy,
+        group_counts=counts,
     )
 
 
@@ -389,13 +458,15 @@ def _sequence_knobs_of(config: mc.ModelConfig) -> Knobs:
         sb.oldest.max_queue_delay_microseconds if oldest else sb.direct.max_queue_delay_microseconds
     )
     candidates = int(sb.oldest.max_candidate_sequences) if oldest else 0
+    instances, counts = _instances(config)
     return Knobs(
         max_batch_size=max(config.max_batch_size, 1),
         max_queue_delay_us=int(delay),
         preferred_batch_size=preferred,
-        instance_count=sum(g.count or 1 for g in config.instance_group) or 1,
+        instance_count=instances,
         response_cache=True if config.response_cache.enable else None,
         max_candidate_sequences=candidates or None,
+        group_counts=counts,
     )
 
 
@@ -426,11 +497,34 @@ def _write_oldest(config: mc.ModelConfig, knobs: Knobs) -> None:
         sb.oldest.max_candidate_sequences = knobs.max_candidate_sequences
 
 
+def _write_group_counts(config: mc.ModelConfig, knobs: Knobs) -> None:
+    """Set the count of each of ``config``'s instance groups from :attr:`Knobs.group_counts`."""
+    counts = knobs.group_counts or ()
+    groups = config.instance_group
+    if len(counts) != len(groups):
+        raise ValueError(
+            f"group_counts {list(counts)} name {len(counts)} instance groups; model "
+            f"{config.name!r} has {len(groups)}"
+        )
+    for group, count in zip(groups, counts, strict=True):
+        group.count = count
+    total = sum(instances_of(g) for g in groups)
+    if total != knobs.instance_count:
+        raise ValueError(
+            f"group_counts {list(counts)} make {total} instances in model {config.name!r} "
+            f"(a KIND_GPU group runs its count on each listed GPU), not instance_count "
+            f"{knobs.instance_count}"
+        )
+
+
 def apply_knobs(base: mc.ModelConfig, knobs: Knobs) -> mc.ModelConfig:
     """``base`` with the knobs set; everything else (inputs, backend, parameters) kept.
 
-    The instance count goes on the first instance group (one is created, of the base kind, when
-    the base has none); other groups are dropped because the count is a total. The response
+    With :attr:`Knobs.group_counts`, each group of the base gets its count and keeps its kind,
+    GPU list and every other field. Without, the instance count goes on the first instance
+    group (one is created, of kind ``KIND_AUTO``, when the base has none) and other groups are
+    dropped because the count is a total (what every trial did before groups were searched).
+    The response
     cache is set only when the knobs say so (False clears the section), and so are priority
     levels and queue policies (:meth:`QueuePolicyKnob.write`; ``QueuePolicyKnob()`` clears them).
 
@@ -439,7 +533,9 @@ def apply_knobs(base: mc.ModelConfig, knobs: Knobs) -> mc.ModelConfig:
 
     Raises:
         ValueError: knobs the base cannot take: ``max_candidate_sequences`` without the oldest
-            strategy; for a sequence-batched base, see :func:`_write_oldest`.
+            strategy; ``group_counts`` for another number of groups, or whose instances
+            (Triton's counting) are not ``instance_count``; for a sequence-batched base, see
+            :func:`_write_oldest`.
     """
     config = mc.ModelConfig()
     config.CopyFrom(base)
@@ -459,14 +555,17 @@ def apply_knobs(base: mc.ModelConfig, knobs: Knobs) -> mc.ModelConfig:
             knobs.queue_policy.write(config.dynamic_batching)
     else:
         config.ClearField("dynamic_batching")
-    first = mc.ModelInstanceGroup()
-    if base.instance_group:
-        first.CopyFrom(base.instance_group[0])
+    if knobs.group_counts is not None:
+        _write_group_counts(config, knobs)
     else:
-        first.kind = mc.ModelInstanceGroup.KIND_AUTO
-    first.count = knobs.instance_count
-    del config.instance_group[:]
-    config.instance_group.append(first)
+        first = mc.ModelInstanceGroup()
+        if base.instance_group:
+            first.CopyFrom(base.instance_group[0])
+        else:
+            first.kind = mc.ModelInstanceGroup.KIND_AUTO
+        first.count = knobs.instance_count
+        del config.instance_group[:]
+        config.instance_group.append(first)
     if knobs.response_cache is True:
         config.response_cache.enable = True
     elif knobs.response_cache is False:

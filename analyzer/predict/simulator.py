@@ -114,13 +114,16 @@ class SimConfig:
     @classmethod
     def from_model_config(cls, config: mc.ModelConfig) -> SimConfig:
         """From a server's model config (``GET /v2/models/<m>/config``, parsed)."""
+        from analyzer.trial import instances_of  # the config's proto stays a type-only import
+
         dynamic = config.HasField("dynamic_batching")
         batching = config.dynamic_batching
         return cls(
             max_batch_size=max(1, config.max_batch_size),
             max_queue_delay_us=int(batching.max_queue_delay_microseconds) if dynamic else 0,
             preferred_batch_size=tuple(batching.preferred_batch_size) if dynamic else (),
-            instance_count=sum(g.count or 1 for g in config.instance_group) or 1,
+            # Triton's counting: a KIND_GPU group runs its count on each listed GPU.
+            instance_count=sum(instances_of(g) for g in config.instance_group) or 1,
             dynamic_batching=dynamic and config.max_batch_size > 0,
             # A default policy equal to Triton's own serialises to nothing.
             queue_policy=dynamic
