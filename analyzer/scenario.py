@@ -253,6 +253,12 @@ class TrafficClass(_Section):
 
 #: Shares of the traffic classes must sum to 1 within this.
 SHARE_TOLERANCE = 1e-6
+#: ``[traffic]`` sequence settings and their defaults (left out of a dump at these values).
+_SEQUENCE_DEFAULTS = (
+    ("sequence_length", 20),
+    ("sequence_length_variation_pct", 20.0),
+    ("sequences", 4),
+)
 
 
 class TrafficSection(_Section):
@@ -289,6 +295,16 @@ class TrafficSection(_Section):
     """A priority mix: each request is drawn into one class by its ``share`` and sent with the
     class's priority and timeout; results and goals are per class. Empty: one implicit class
     (no priority or timeout sent), judged on the run's goals."""
+    sequence_length: Annotated[int, Field(ge=1)] = 20
+    """A sequence-batched (stateful) model: mean requests per sequence (perf_analyzer's
+    ``--sequence-length``). Other models ignore the three ``sequence*`` settings."""
+    sequence_length_variation_pct: Annotated[float, Field(ge=0)] = 20.0
+    """A sequence model: each sequence's length is drawn uniformly within this many percent of
+    ``sequence_length`` (perf_analyzer's ``--sequence-length-variation``)."""
+    sequences: Annotated[int, Field(ge=1)] = 4
+    """A sequence model in open loop: live sequences per generator process, each with at most
+    one request in flight; a send finds none idle waits, and its wait counts as queueing
+    (perf_analyzer's ``--num-of-sequences``). Closed loop: one sequence per user."""
 
     @model_validator(mode="after")
     def _check_classes(self) -> TrafficSection:
@@ -309,6 +325,11 @@ class TrafficSection(_Section):
         data: dict[str, Any] = handler(self)
         if not self.classes:
             data.pop("classes", None)
+        # The sequence settings at their defaults dump as before they existed, for the same
+        # reason: records, TOML and the hash of older scenarios stay as they were.
+        for key, default in _SEQUENCE_DEFAULTS:
+            if data.get(key) == default:
+                data.pop(key, None)
         return data
 
     def class_goals(self) -> tuple[tuple[str, float], ...]:
@@ -607,6 +628,8 @@ class Scenario(_Section):
             data["traffic"].pop(key, None)  # nor does where the generator runs
         if not data["traffic"].get("classes"):
             data["traffic"].pop("classes", None)  # no priority mix: the hash of older scenarios
+        # traffic.sequence_* at their defaults are not in the dump (TrafficSection's serializer):
+        # older scenarios keep their hash, and a changed sequence setting changes it.
         # The search strategy is in the hash, as run.sampler and budget.trials are: it changes
         # which configs are measured (so which answer a run gives), though not how one config is
         # measured. "tpe" was the only search before [search]: its scenarios keep their hash.

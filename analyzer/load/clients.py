@@ -25,6 +25,13 @@ sends the class's ``priority``/``timeout`` parameters as tritonclient does: HTTP
 pre-built once per class that sends any (the JSON header's ``parameters``), gRPC passes them to
 ``infer`` (the request ``parameters`` map).
 
+A sequence-batched model (``prepare_requests(..., sequence=True)``) gets its three sequence
+parameters (``sequence_id``, ``sequence_start``, ``sequence_end``, from a
+:class:`~analyzer.load.sequences.SequenceStep`) on every request, as tritonclient sends them:
+over HTTP the binary tensor tail of each payload is built once and only the small JSON header
+is built per request (:class:`HttpParts`, the class's ``priority``/``timeout`` merged in);
+gRPC passes them to ``infer``. Stateless models keep their fully pre-built requests.
+
 A failed inference raises ``InferError("HTTP <status>: <server message>")`` (or ``gRPC ...``);
 network failures raise ``OSError`` (refused, reset, timed out). Both are recorded by kind.
 Metadata, config and statistics are read with tritonclient, so one code path serves any KServe v2
@@ -49,6 +56,7 @@ from tritonclient.utils import InferenceServerException
 from analyzer.errors import TargetError
 from analyzer.load.classes import RequestClass
 from analyzer.load.inputs import InputSet
+from analyzer.load.sequences import SequenceStep
 
 
 class InferError(Exception):
@@ -58,8 +66,11 @@ class InferError(Exception):
 class InferClient(Protocol):
     """Sends one inference request and waits for its response."""
 
-    def infer(self, payload_index: int, klass: int = 0) -> None:
-        """Send payload ``payload_index % n`` as a request of traffic class ``klass``; raise
+    def infer(
+        self, payload_index: int, klass: int = 0, sequence: SequenceStep | None = None
+    ) -> None:
+        """Send payload ``payload_index % n`` as a request of traffic class ``klass`` (and of
+        ``sequence``, a sequence model's step: required for the clients made for one); raise
         ``InferError`` on a failed inference."""
         ...
 
@@ -113,6 +124,35 @@ def _request_body(
     return bytes(body), headers
 
 
+@dataclass(frozen=True)
+class HttpParts:
+    """One payload's request split where per-request parameters go (a sequence model's).
+
+    ``header`` is the JSON inference header tritonclient builds (inputs, outputs and their
+    ``binary_data_size``), without request parameters; ``tail`` the binary tensor data after
+    it, built once.
+    """
+
+    header: dict[str, Any]
+    tail: bytes
+
+    def body(self, parameters: dict[str, Any]) -> tuple[bytes, int]:
+        """The request body with ``parameters`` (sequence, priority, timeout) in its header,
+        and the header's length (``Inference-Header-Content-Length``)."""
+        header = self.header
+        if parameters:
+            header = {**header, "parameters": {**header.get("parameters", {}), **parameters}}
+        text = json.dumps(header).encode()
+        return text + self.tail, len(text)
+
+
+def _request_parts(inputs: InputSet, index: int) -> HttpParts:
+    """Payload ``index`` as tritonclient's body without parameters, split at its JSON header."""
+    body, headers = _request_body(inputs, index)
+    size = int(headers.get("Inference-Header-Content-Length", len(body)))
+    return HttpParts(json.loads(body[:size]), body[size:])
+
+
 def _error_kind(status: int, data: bytes) -> str:
     """``HTTP <status>: <message>``: the server's ``{"error": ...}`` or the head of the body."""
     try:
@@ -145,6 +185,9 @@ class RawHttpInferClient:
             (:func:`raw_http_requests`; shared by the users of a process); None builds them.
         class_requests: with traffic classes, the requests of each class by class index
             (``PreparedRequests.by_class``); None: every request is ``requests``'.
+        parts: a sequence model's payloads (:func:`http_parts`): each request is assembled
+            from them with its sequence's and class's parameters (``requests`` unused).
+        classes: the traffic classes (their parameters, with ``parts``).
     """
 
     #: Bytes read per ``recv`` call; one read holds a whole small response.
@@ -158,12 +201,24 @@ class RawHttpInferClient:
         timeout_s: float = 60.0,
         requests: Sequence[bytes] | None = None,
         class_requests: Sequence[Sequence[bytes]] | None = None,
+        parts: Sequence[HttpParts] | None = None,
+        classes: Sequence[RequestClass] = (),
     ) -> None:
         self._address = _split_url(url)
         self._timeout_s = timeout_s
         self._slots = BoundedSemaphore(max(1, concurrency))
         self._idle: list[socket.socket] = []
-        self._requests = requests if requests is not None else raw_http_requests(url, inputs)
+        self._parts = parts
+        self._class_kwargs = [c.infer_kwargs() for c in classes] or [{}]
+        if parts is None:
+            self._requests = requests if requests is not None else raw_http_requests(url, inputs)
+        else:
+            self._requests = []
+            host, port = self._address
+            self._head = (
+                f"POST /v2/models/{inputs.model}/infer HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                "Connection: keep-alive\r\nContent-Type: application/octet-stream\r\n"
+            )
         self._by_class = class_requests or (self._requests,)
         self._checked = False
 
@@ -172,16 +227,33 @@ class RawHttpInferClient:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
 
-    def infer(self, payload_index: int, klass: int = 0) -> None:
+    def infer(
+        self, payload_index: int, klass: int = 0, sequence: SequenceStep | None = None
+    ) -> None:
         """Send one request and read its response; ``InferError`` on a non-200 answer."""
-        requests = self._by_class[klass]
-        request = requests[payload_index % len(requests)]
+        if self._parts is not None:
+            request = self._assemble(payload_index, klass, sequence)
+        else:
+            requests = self._by_class[klass]
+            request = requests[payload_index % len(requests)]
         status, headers, data = self.exchange(request)
         if status != 200:
             raise InferError(_error_kind(status, data))
         if not self._checked:
             _check_first(data, headers.get("inference-header-content-length"))
             self._checked = True
+
+    def _assemble(self, payload_index: int, klass: int, sequence: SequenceStep | None) -> bytes:
+        """A sequence model's request: the payload's tail behind a header built now."""
+        assert self._parts is not None
+        if sequence is None:
+            raise ValueError("a sequence model's request needs its sequence step")
+        parts = self._parts[payload_index % len(self._parts)]
+        body, json_size = parts.body({**sequence.parameters(), **self._class_kwargs[klass]})
+        return (
+            f"{self._head}Inference-Header-Content-Length: {json_size}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode("latin-1") + body
 
     def exchange(self, request: bytes) -> tuple[int, dict[str, str], bytes]:
         """One request/response on a pooled connection: (status, the headers read, body).
@@ -301,6 +373,8 @@ class PooledHttpInferClient:
         timeout_s: float = 60.0,
         requests: Sequence[tuple[bytes, dict[str, str]]] | None = None,
         class_requests: Sequence[Sequence[tuple[bytes, dict[str, str]]]] | None = None,
+        parts: Sequence[HttpParts] | None = None,
+        classes: Sequence[RequestClass] = (),
     ) -> None:
         host, port = _split_url(url)
         self._client = HTTPClient(
@@ -311,14 +385,31 @@ class PooledHttpInferClient:
             network_timeout=timeout_s,
         )
         self._path = f"/v2/models/{inputs.model}/infer"
-        self._requests = requests if requests is not None else http_bodies(inputs)
+        self._parts = parts
+        self._class_kwargs = [c.infer_kwargs() for c in classes] or [{}]
+        if parts is None:
+            self._requests = requests if requests is not None else http_bodies(inputs)
+        else:
+            self._requests = []
         self._by_class = class_requests or (self._requests,)
         self._checked = False
 
-    def infer(self, payload_index: int, klass: int = 0) -> None:
+    def infer(
+        self, payload_index: int, klass: int = 0, sequence: SequenceStep | None = None
+    ) -> None:
         """POST one request; raise ``InferError`` on a non-200 answer."""
-        requests = self._by_class[klass]
-        body, headers = requests[payload_index % len(requests)]
+        if self._parts is not None:
+            if sequence is None:
+                raise ValueError("a sequence model's request needs its sequence step")
+            parts = self._parts[payload_index % len(self._parts)]
+            body, json_size = parts.body({**sequence.parameters(), **self._class_kwargs[klass]})
+            headers = {
+                "Content-Type": "application/octet-stream",
+                "Inference-Header-Content-Length": str(json_size),
+            }
+        else:
+            requests = self._by_class[klass]
+            body, headers = requests[payload_index % len(requests)]
         with self._client.request("POST", self._path, body=body, headers=headers) as resp:
             data = resp.read()
             status = resp.status_code
@@ -351,8 +442,11 @@ class GrpcInferClient:
         self._requests = requests if requests is not None else grpc_requests(inputs)
         self._class_kwargs = [c.infer_kwargs() for c in classes] or [{}]
 
-    def infer(self, payload_index: int, klass: int = 0) -> None:
-        """One unary ModelInfer call; raise ``InferError`` on failure."""
+    def infer(
+        self, payload_index: int, klass: int = 0, sequence: SequenceStep | None = None
+    ) -> None:
+        """One unary ModelInfer call (with ``sequence``'s parameters); raise ``InferError`` on
+        failure."""
         tensors, outputs = self._requests[payload_index % len(self._requests)]
         try:
             self._client.infer(
@@ -360,6 +454,7 @@ class GrpcInferClient:
                 tensors,
                 outputs=outputs,
                 client_timeout=self._timeout_s,
+                **(sequence.parameters() if sequence is not None else {}),
                 **self._class_kwargs[klass],
             )
         except InferenceServerException as exc:
@@ -412,6 +507,12 @@ def http_bodies(
     return _per_payload(inputs, lambda index: _request_body(inputs, index, klass))
 
 
+def http_parts(inputs: InputSet) -> list[HttpParts]:
+    """A sequence model's HTTP payloads, one per rotation slot: the JSON header to complete per
+    request and the binary tail built once."""
+    return _per_payload(inputs, lambda index: _request_parts(inputs, index))
+
+
 def grpc_requests(inputs: InputSet) -> list[tuple[list[Any], list[Any] | None]]:
     """``(InferInput list, requested outputs)`` per rotation slot, each with its payload's shapes."""
     outputs = [grpcclient.InferRequestedOutput(name) for name in inputs.outputs] or None
@@ -436,7 +537,8 @@ class PreparedRequests:
     ``items`` is in rotation order, one per payload slot: whole HTTP requests (``raw``), body
     and headers (``geventhttpclient``), or gRPC input objects (``grpc``). With traffic
     ``classes``, HTTP requests are built per class (``by_class``, by class index; a class that
-    sends no parameter shares ``items``); gRPC sends each class's parameters per call.
+    sends no parameter shares ``items``); gRPC sends each class's parameters per call. For a
+    ``sequence`` model the HTTP items are :class:`HttpParts` (completed per request).
     """
 
     protocol: str
@@ -445,6 +547,7 @@ class PreparedRequests:
     items: tuple[Any, ...]
     classes: tuple[RequestClass, ...] = ()
     by_class: tuple[tuple[Any, ...], ...] = ()
+    sequence: bool = False
 
 
 def prepare_requests(
@@ -453,12 +556,18 @@ def prepare_requests(
     inputs: InputSet,
     http_client: str = "raw",
     classes: Sequence[RequestClass] = (),
+    sequence: bool = False,
 ) -> PreparedRequests:
     """The requests ``make_client`` would build for these arguments, built once per
-    ``InputSet`` (kept in its ``request_cache``) and shared by every client made from it."""
+    ``InputSet`` (kept in its ``request_cache``) and shared by every client made from it.
+
+    ``sequence``: a sequence-batched model (every request carries its sequence parameters).
+    """
     kind = "" if protocol == "grpc" else http_client
     classes = tuple(classes)
-    key = (protocol, kind, url, classes) if classes else (protocol, kind, url)
+    key: tuple[Any, ...] = (protocol, kind, url, classes) if classes else (protocol, kind, url)
+    if sequence:
+        key += ("sequence",)
     cached = inputs.request_cache.get(key)
     if cached is not None:
         assert isinstance(cached, PreparedRequests)
@@ -473,11 +582,14 @@ def prepare_requests(
             return http_bodies(inputs, klass)
         return raw_http_requests(url, inputs, klass)
 
-    items = tuple(build(None))
     by_class: tuple[tuple[Any, ...], ...] = ()
-    if classes and protocol != "grpc":  # gRPC sends the parameters per call
-        by_class = tuple(items if not c.infer_kwargs() else tuple(build(c)) for c in classes)
-    prepared = PreparedRequests(protocol, kind, url, items, classes, by_class)
+    if sequence and protocol != "grpc":  # the header is completed per request
+        items = tuple(http_parts(inputs))
+    else:
+        items = tuple(build(None))
+        if classes and protocol != "grpc":  # gRPC sends the parameters per call
+            by_class = tuple(items if not c.infer_kwargs() else tuple(build(c)) for c in classes)
+    prepared = PreparedRequests(protocol, kind, url, items, classes, by_class, sequence)
     inputs.request_cache[key] = prepared
     return prepared
 
@@ -490,6 +602,7 @@ def make_client(
     http_client: str = "raw",
     prepared: PreparedRequests | None = None,
     classes: Sequence[RequestClass] = (),
+    sequence: bool = False,
 ) -> InferClient:
     """A hot-path client for ``protocol`` ("http" or "grpc").
 
@@ -505,6 +618,8 @@ def make_client(
             that share an ``InputSet`` share its requests.
         classes: traffic classes (``infer(payload, klass)`` sends class ``klass``'s priority
             and timeout); empty: one class that sends neither.
+        sequence: a sequence-batched model: ``infer`` takes each request's
+            :class:`~analyzer.load.sequences.SequenceStep` and sends its parameters.
     """
     kind = "" if protocol == "grpc" else http_client
     classes = tuple(classes)
@@ -513,20 +628,34 @@ def make_client(
         prepared.http_client,
         prepared.url,
         prepared.classes,
-    ) != (protocol, kind, url, classes):
-        prepared = prepare_requests(protocol, url, inputs, http_client, classes)
+        prepared.sequence,
+    ) != (protocol, kind, url, classes, sequence):
+        prepared = prepare_requests(protocol, url, inputs, http_client, classes, sequence)
     shared = prepared.items
     if protocol == "grpc":
         return GrpcInferClient(url, inputs, requests=shared, classes=classes)
     by_class = prepared.by_class or None
+    parts = shared if sequence else None
     if http_client == "geventhttpclient":
         return PooledHttpInferClient(
-            url, inputs, concurrency=concurrency, requests=shared, class_requests=by_class
+            url,
+            inputs,
+            concurrency=concurrency,
+            requests=None if sequence else shared,
+            class_requests=by_class,
+            parts=parts,
+            classes=classes,
         )
     if http_client != "raw":
         raise ValueError(f"http_client must be one of {HTTP_CLIENTS}, not {http_client!r}")
     return RawHttpInferClient(
-        url, inputs, concurrency=concurrency, requests=shared, class_requests=by_class
+        url,
+        inputs,
+        concurrency=concurrency,
+        requests=None if sequence else shared,
+        class_requests=by_class,
+        parts=parts,
+        classes=classes,
     )
 
 

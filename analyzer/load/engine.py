@@ -57,6 +57,13 @@ class EngineOptions:
     #: A priority mix (``[[traffic.classes]]``): each request is drawn into a class by share and
     #: sent with its priority and timeout; results split by class. Empty: no mix.
     classes: tuple[RequestClass, ...] = ()
+    #: A sequence-batched model (found in its config): mean requests per sequence.
+    sequence_length: int = 20
+    #: A sequence model: each sequence's length varies uniformly within this many percent.
+    sequence_length_variation_pct: float = 20.0
+    #: A sequence model in open loop: live sequences per generator process (closed loop: one
+    #: per user).
+    sequences: int = 4
     #: Open loop: in-flight requests per generator process before new ones wait in a backlog.
     pool_size: int = 512
     #: Prometheus endpoint of the target (None: try ``http://<url>/metrics`` for HTTP targets).
@@ -89,7 +96,8 @@ def engine_options(
 
     Args:
         scenario: Where the inputs (the whole ``[input]`` section), the priority mix
-            (``traffic.classes``) and, when ``distributed``, the generator processes
+            (``traffic.classes``), the sequence streams of a stateful model
+            (``traffic.sequence_length``, ``sequence_length_variation_pct``, ``sequences``) and, when ``distributed``, the generator processes
             (``traffic.workers``, ``expect_workers``, ``master_bind_host``, ``master_port``)
             come from.
         url: The target's HTTP address (a ``Target.url``).
@@ -114,6 +122,9 @@ def engine_options(
         stats_url=http_address if grpc else None,
         metrics_url=metrics_url,
         classes=request_classes(scenario.traffic),
+        sequence_length=scenario.traffic.sequence_length,
+        sequence_length_variation_pct=scenario.traffic.sequence_length_variation_pct,
+        sequences=scenario.traffic.sequences,
         **input_fields(scenario.input),
     )
     if distributed:

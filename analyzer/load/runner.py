@@ -391,6 +391,9 @@ class LocustLoadGenerator:
             http_client=o.http_client,
             precise_timer=o.precise_timer,
             classes=[c.to_dict() for c in o.classes] or None,
+            sequence_length=o.sequence_length,
+            sequence_length_variation_pct=o.sequence_length_variation_pct,
+            sequences=o.sequences,
         )
         backend.configure(config)
         backend.start(OpenLoopUser if open_loop else ClosedLoopUser, users)

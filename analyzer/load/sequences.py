@@ -28,10 +28,41 @@ from __future__ import annotations
 
 import collections
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SequenceStep", "SequenceStreams", "sequence_length"]
+__all__ = [
+    "IDS_PER_STREAM",
+    "SequenceStep",
+    "SequenceStreams",
+    "is_sequence_model",
+    "sequence_length",
+    "stream_first_id",
+]
+
+#: Correlation ids each :class:`SequenceStreams` of a load owns (``id_range``): a block per
+#: stream, so no two streams of one load, in any process, ever send the same id.
+IDS_PER_STREAM = 1 << 24
+#: Streams one generator process may start (blocks of ids per process), across all its levels.
+STREAMS_PER_PROCESS = 1 << 20
+
+
+def is_sequence_model(config: Mapping[str, Any]) -> bool:
+    """Whether a model config (Triton's JSON, HTTP or gRPC ``as_json``) sets
+    ``sequence_batching``: every request must then name its sequence."""
+    return bool(config.get("sequence_batching"))
+
+
+def stream_first_id(process_index: int, stream_index: int) -> int:
+    """The first correlation id of stream ``stream_index`` (counted per process from 0, never
+    reset between levels) of generator process ``process_index``: distinct blocks of
+    :data:`IDS_PER_STREAM` ids, so a stream never reuses an id an earlier level's stream may
+    still hold on the server (a sequence cut off by the end of a level lives there until the
+    model's idle timeout)."""
+    if not 0 <= stream_index < STREAMS_PER_PROCESS:
+        raise ValueError(f"stream index {stream_index} outside [0, {STREAMS_PER_PROCESS})")
+    return 1 + (process_index * STREAMS_PER_PROCESS + stream_index) * IDS_PER_STREAM
 
 
 def sequence_length(rng: random.Random, length: int, variation_pct: float) -> int:

@@ -14,6 +14,14 @@ without a priority mix).
   ``rate_per_user`` and hands each request to its own greenlet from a bounded pool. When the pool
   is full the request waits in a backlog (never dropped): its latency, timed from the intended
   send time, keeps growing, exactly as a real client's would.
+
+A sequence-batched model (``sequence_batching`` in its config) gets correlated streams
+(:mod:`analyzer.load.sequences`, perf_analyzer's ``--sequence-length`` semantics), every request
+carrying its ``sequence_id``/``sequence_start``/``sequence_end`` and one request of a sequence in
+flight at a time: each closed-loop user owns one sequence at a time; an open-loop process holds
+``EngineConfig.sequences`` live sequences, and a send that finds none idle waits in the backlog
+(its wait counted from the intended send time, as perf_analyzer counts it). Correlation ids are
+distinct across users, processes and levels (:func:`~analyzer.load.sequences.stream_first_id`).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from gevent.pool import Pool
 from locust import User, constant, task
 from locust.env import Environment
 
+from analyzer.errors import InputError
 from analyzer.load.classes import ClassDraw, RequestClass
 from analyzer.load.clients import (
     InferClient,
@@ -41,6 +50,13 @@ from analyzer.load.clients import (
 )
 from analyzer.load.inputs import DataMode, InputOptions, InputSet, ShapeChoice, build_inputs
 from analyzer.load.recorder import Recorder
+from analyzer.load.sequences import (
+    IDS_PER_STREAM,
+    SequenceStep,
+    SequenceStreams,
+    is_sequence_model,
+    stream_first_id,
+)
 from analyzer.load.timing import DeadlineSleeper
 
 _CONTEXT_ATTR = "perfsweep_context"
@@ -76,6 +92,11 @@ class EngineConfig:
     precise_timer: bool = True
     #: Priority mix: ``[RequestClass.to_dict(), ...]`` (None: no mix).
     classes: list[dict[str, Any]] | None = None
+    #: A sequence model: mean requests per sequence, their variation (percent), and the live
+    #: sequences of an open-loop process.
+    sequence_length: int = 20
+    sequence_length_variation_pct: float = 20.0
+    sequences: int = 4
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (msgpack/JSON)."""
@@ -120,6 +141,11 @@ class ProcessContext:
         self.recorder = Recorder()
         self.classes: tuple[RequestClass, ...] = ()
         self.next_class = ClassDraw((), 0)
+        #: The model is sequence-batched: every request carries its sequence's parameters.
+        self.sequence_model = False
+        #: Open loop, a sequence model: the process's live sequences (None otherwise).
+        self.open_streams: SequenceStreams | None = None
+        self._streams_made = 0
         self._inputs_key: tuple | None = None
         self._requests_key: tuple | None = None
         self._users_started = 0
@@ -138,7 +164,15 @@ class ProcessContext:
             metadata, model_config = fetch_model_documents(
                 config.protocol, config.url, config.model
             )
+            sequence_model = is_sequence_model(model_config)
+            if sequence_model and options.batch_size > 1:
+                raise InputError(
+                    f"model {config.model!r} is sequence-batched: each request is one step of "
+                    f"one sequence, so the batch size must be 1, not {options.batch_size} (the "
+                    "server batches sequences itself); drop [input] batch_size / --batch-size"
+                )
             self.inputs = build_inputs(metadata, model_config, options=options)
+            self.sequence_model = sequence_model
             self._inputs_key = key
             self._requests_key = None
             self._next_payload = 0
@@ -147,7 +181,12 @@ class ProcessContext:
         if requests_key != self._requests_key:
             assert self.inputs is not None
             self.requests = prepare_requests(
-                config.protocol, config.url, self.inputs, config.http_client, classes
+                config.protocol,
+                config.url,
+                self.inputs,
+                config.http_client,
+                classes,
+                sequence=self.sequence_model,
             )
             self._requests_key = requests_key
         self.config = config
@@ -157,6 +196,26 @@ class ProcessContext:
         self.next_class = ClassDraw(classes, config.seed * 1_000_003 + 7919 * self.process_index)
         self.recorder = Recorder(len(classes))
         self._users_started = 0
+        self.open_streams = (
+            self.new_streams(config.sequences)
+            if self.sequence_model and config.mode == "request_rate"
+            else None
+        )
+
+    def new_streams(self, sequences: int) -> SequenceStreams:
+        """Sequence streams with ids of their own (a block no other stream of this load, in
+        any process or level, uses), seeded per stream."""
+        assert self.config is not None
+        index = self._streams_made
+        self._streams_made += 1
+        return SequenceStreams(
+            self.config.sequence_length,
+            self.config.sequence_length_variation_pct,
+            sequences,
+            seed=self.config.seed * 1_000_003 + 7919 * self.process_index + index,
+            first_id=stream_first_id(self.process_index, index),
+            id_range=IDS_PER_STREAM,
+        )
 
     def next_user_index(self) -> int:
         """A distinct index per user started in this process (seeds, phases)."""
@@ -226,7 +285,10 @@ class ClosedLoopUser(User):
             ctx.config.http_client,
             prepared=ctx.requests,
             classes=ctx.classes,
+            sequence=ctx.sequence_model,
         )
+        #: A sequence model: this user's sequence (one at a time, one request in flight).
+        self.streams = ctx.new_streams(1) if ctx.sequence_model else None
 
     @task
     def infer(self) -> None:
@@ -235,13 +297,16 @@ class ClosedLoopUser(User):
         recorder.dispatched_one(0.0)
         payload = self.ctx.next_payload()
         klass = self.ctx.next_class()
+        step = self.streams.next() if self.streams is not None else None
         error: BaseException | None = None
         start = time.perf_counter()
         try:
-            self.infer_client.infer(payload, klass)
+            self.infer_client.infer(payload, klass, step)
         except Exception as exc:  # any failure is a failed request, recorded by kind
             error = exc
         end = time.perf_counter()
+        if step is not None and self.streams is not None:
+            self.streams.done(step, ok=error is None)
         recorder.done(end - start, end - start, _kind(error), klass)
         _fire(
             self.environment, self.ctx.inputs.model if self.ctx.inputs else "", end - start, error
@@ -277,7 +342,10 @@ class OpenLoopUser(User):
             self.config.http_client,
             prepared=ctx.requests,
             classes=ctx.classes,
+            sequence=ctx.sequence_model,
         )
+        #: A sequence model: the process's live sequences (shared by its dispatchers).
+        self.streams = ctx.open_streams
         index = ctx.next_user_index()
         self.rng = random.Random(self.config.seed * 1_000_003 + index)
 
@@ -302,9 +370,16 @@ class OpenLoopUser(User):
                 # After each wake-up send everything overdue (a busy hub wakes us late).
                 while intended <= now:
                     recorder.dispatched_one(now - intended)
-                    if self.pool.free_count() > 0:
-                        self.pool.spawn(self._send, intended)
+                    step: SequenceStep | None = None
+                    ready = self.pool.free_count() > 0
+                    if ready and self.streams is not None:
+                        step = self.streams.next()
+                        ready = step is not None
+                    if ready:
+                        self.pool.spawn(self._send, intended, step)
                     else:
+                        # Waits for a free slot or, for a sequence model, an idle sequence:
+                        # every completion takes the oldest waiting send.
                         self.backlog.append(intended)
                         recorder.backlog(len(self.backlog))
                     intended += self._interval()
@@ -312,24 +387,31 @@ class OpenLoopUser(User):
         finally:
             sleeper.close()
 
-    def _send(self, intended: float) -> None:
+    def _send(self, intended: float, step: SequenceStep | None) -> None:
         recorder = self.ctx.recorder
         model = self.ctx.inputs.model if self.ctx.inputs else ""
+        streams = self.streams
         while True:
             payload = self.ctx.next_payload()
             klass = self.ctx.next_class()
             error: BaseException | None = None
             start = time.perf_counter()
             try:
-                self.infer_client.infer(payload, klass)
+                self.infer_client.infer(payload, klass, step)
             except Exception as exc:  # any failure is a failed request, recorded by kind
                 error = exc
             end = time.perf_counter()
+            if streams is not None and step is not None:
+                streams.done(step, ok=error is None)
             recorder.done(end - intended, end - start, _kind(error), klass)
             _fire(self.environment, model, end - intended, error)
             if not self.backlog:
                 return
             intended = self.backlog.popleft()
+            if streams is not None:
+                # The sequence just done is idle now (no yield since), so one is there.
+                step = streams.next()
+                assert step is not None
 
     def on_stop(self) -> None:
         """Kill in-flight request greenlets (Locust does not kill greenlets a user spawned)."""
