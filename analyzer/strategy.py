@@ -31,7 +31,7 @@ from analyzer.predict.profile import Profile, operating_points
 from analyzer.predict.simulator import SimConfig, capacities, latency_offset
 from analyzer.scenario import Scenario
 from analyzer.search import SearchSpace
-from analyzer.trial import Knobs
+from analyzer.trial import Knobs, group_devices, knobs_of
 
 __all__ = [
     "STRATEGIES",
@@ -65,12 +65,8 @@ def resolve(scenario: Scenario, base: mc.ModelConfig | None = None) -> tuple[str
     asked = scenario.search.strategy
     if asked != "predict":
         return asked, None
-    if base is not None and base.HasField("sequence_batching"):
-        return "tpe", (
-            f"search predict: model '{base.name}' uses the sequence batcher, whose batches the "
-            "simulator cannot form (one request per sequence slot at a time, a backlog of "
-            "sequences waiting for a slot); searching with tpe"
-        )
+    if base is not None and (why := _unmodelled(scenario, base)) is not None:
+        return "tpe", f"search predict: model '{base.name}' {why}; searching with tpe"
     if not scenario.objective_spec().capacity:
         return "tpe", (
             f"search predict: the {scenario.objective} objective measures a fixed load, not a "
@@ -82,6 +78,26 @@ def resolve(scenario: Scenario, base: mc.ModelConfig | None = None) -> tuple[str
             "scenario's load is closed loop (traffic.mode = concurrency); searching with tpe"
         )
     return "predict", None
+
+
+def _unmodelled(scenario: Scenario, base: mc.ModelConfig) -> str | None:
+    """What of the model's own config, kept by every trial, the simulator does not model."""
+    if base.HasField("sequence_batching"):
+        return (
+            "uses the sequence batcher, whose batches the simulator cannot form (one request "
+            "per sequence slot at a time, a backlog of sequences waiting for a slot)"
+        )
+    if scenario.space.queue_policy is None and knobs_of(base).queue_policy is not None:
+        return (
+            "sets priority levels or a queue policy, which the simulator (one FIFO queue) does "
+            "not model"
+        )
+    if group_devices(base) is not None:
+        return (
+            "has several instance groups (or one on several GPUs), and the simulator models "
+            "the instances of one device"
+        )
+    return None
 
 
 def sampler_for(strategy: str, scenario: Scenario) -> str:

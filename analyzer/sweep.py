@@ -330,17 +330,6 @@ def _sweep(
         space = space_for(scenario, base_config)
         objective = objective_for(scenario.objective)
         strategy, why = resolve(scenario, base_config)
-        # Every trial keeping the model's own priorities, which the simulator does not model,
-        # would be predicted as one FIFO queue.
-        kept_policy = space.policy_choices == (None,)
-        if strategy == "predict" and kept_policy and knobs_of(base_config).queue_policy is not None:
-            strategy, why = (
-                "tpe",
-                (
-                    "search predict: the model's config sets priority levels or a queue policy, "
-                    "which the simulator does not model; searching with tpe"
-                ),
-            )
         search = Search(
             space,
             objective.directions,

@@ -121,6 +121,8 @@ def probe_config(base: mc.ModelConfig, batch_size: int, instances: int) -> mc.Mo
     if not config.instance_group:
         config.instance_group.add()
     del config.instance_group[1:]
+    # On one device: a KIND_GPU group lists its GPUs, and Triton runs its count on each.
+    del config.instance_group[0].gpus[1:]
     config.instance_group[0].count = instances
     return config
 

@@ -105,6 +105,10 @@ def test_probe_config_forces_one_batch_size() -> None:
     assert config.dynamic_batching.max_queue_delay_microseconds >= 1_000_000
     assert config.instance_group[0].count == 2
     assert list(base.dynamic_batching.preferred_batch_size) == [2, 8]  # base untouched
+    # A group on two GPUs would run its count on each: the probe keeps one device.
+    spread = mc.ModelConfig(name="m", max_batch_size=8)
+    spread.instance_group.add(count=1, kind=mc.ModelInstanceGroup.KIND_GPU, gpus=[0, 1])
+    assert list(probe_config(spread, 4, 2).instance_group[0].gpus) == [0]
 
 
 @pytest.mark.timeout(180)

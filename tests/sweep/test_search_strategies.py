@@ -312,3 +312,16 @@ def test_a_model_with_its_own_priorities_is_searched_with_tpe(tmp_path: Path) ->
     summary = records.load_summary(outcome.run_dir)
     assert summary.search_strategy == "tpe" and calls == []  # never profiled
     assert summary.search_note is not None and "priority levels" in summary.search_note
+
+
+def test_a_model_with_several_instance_groups_is_searched_with_tpe(tmp_path: Path) -> None:
+    s = scenario(tmp_path, **{"budget.trials": 2})
+    target = FakeTarget(base_max_batch_size=16)
+    target.current.instance_group.add(count=1, kind=target.current.instance_group[0].kind)
+    load = Recording(target, SimulatedDevice(profile=PROFILE), noise=0.0)
+    outcome = run_sweep(s, target=target, load=load, profiler=planted())
+    summary = records.load_summary(outcome.run_dir)
+    assert summary.search_strategy == "tpe"
+    assert summary.search_note is not None and "several instance groups" in summary.search_note
+    # Every trial kept both groups, one count each (Triton's counting: the total is their sum).
+    assert all(len(c.instance_group) == 2 for c in target.loads)

@@ -191,7 +191,11 @@ class Dashboard:
             raise InputError(reason)
         wanted = Knobs.from_dict(parse_config_request(posted, knobs_of(base).to_dict()))
         try:
-            target.load_config(apply_knobs(base, wanted))
+            config = apply_knobs(base, wanted)
+        except ValueError as exc:  # knobs this model's config cannot take
+            raise InputError(str(exc)) from exc
+        try:
+            target.load_config(config)
         except ConfigRejectedError as exc:
             raise InputError(str(exc)) from exc
         log.info("perfsweep: applied %s to %s", wanted.label(), model)

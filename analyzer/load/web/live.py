@@ -353,6 +353,9 @@ def parse_config_request(data: Any, current: Mapping[str, Any]) -> dict[str, Any
             f"preferred_batch_size {too_big} exceed max_batch_size {out['max_batch_size']}; "
             "lower them or raise max_batch_size"
         )
+    if "instance_count" in data:
+        # One posted count: on the first instance group, as before per-group counts existed.
+        out.pop("group_counts", None)
     # A posted delay or preferred size means "use the dynamic batcher".
     if out.get("dynamic_batching") is False and (
         "max_queue_delay_us" in data or "preferred_batch_size" in data
