@@ -44,7 +44,6 @@ from analyzer.report.prediction import (
 )
 from analyzer.report.record import (
     KNOBS,
-    PARAM_TO_KNOB,
     ConfigResult,
     ConfigTexts,
     CurvePoint,
@@ -62,6 +61,7 @@ from analyzer.report.record import (
     ValidationRow,
     WindowPoint,
     as_float,
+    knob_of_param,
 )
 from analyzer.report.rundir import RunData
 from analyzer.report.verdict import build_verdict, ceiling_warning, explain
@@ -656,7 +656,7 @@ def _progress(
             slices[knob] = tuple(rows)
     named = None
     if importances is not None:
-        named = {PARAM_TO_KNOB.get(k, k): round(float(v), 4) for k, v in importances.items()}
+        named = {knob_of_param(k): round(float(v), 4) for k, v in importances.items()}
         named = dict(sorted(named.items(), key=lambda kv: -kv[1]))
     return Progress(
         objective_name=objective.metric,

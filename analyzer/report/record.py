@@ -34,7 +34,18 @@ PARAM_TO_KNOB = {
     "delay_idx": "max_queue_delay_us",
     "pref_depth": "preferred_batch_size",
     "instances": "instance_count",
+    "cache_idx": "response_cache",
+    "policy_idx": "queue_policy",
+    "cand_idx": "max_candidate_sequences",
 }
+
+
+def knob_of_param(param: str) -> str:
+    """The knob a study parameter searches (``instances_1``: group 1's instance count)."""
+    head, _, group = param.rpartition("_")
+    if head == "instances" and group.isdigit():
+        return f"instance_count (group {group})"
+    return PARAM_TO_KNOB.get(param, param)
 
 
 @dataclass(frozen=True)

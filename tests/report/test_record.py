@@ -359,3 +359,14 @@ def test_unfinished_run_says_what_to_do(planted_run: Path, tmp_path: Path) -> No
     (copy / "summary.json").unlink()
     with pytest.raises(ResultFormatError, match=r"no summary.json yet.*--resume"):
         load_run(copy)
+
+
+def test_every_study_parameter_is_named_by_its_knob() -> None:
+    from analyzer.report.record import knob_of_param
+
+    assert knob_of_param("log2_mbs") == "max_batch_size"
+    assert knob_of_param("cache_idx") == "response_cache"
+    assert knob_of_param("policy_idx") == "queue_policy"
+    assert knob_of_param("cand_idx") == "max_candidate_sequences"
+    assert knob_of_param("instances_1") == "instance_count (group 1)"
+    assert knob_of_param("something_new") == "something_new"
