@@ -30,9 +30,9 @@ def worker(args: argparse.Namespace) -> None:
     original_done = recorder.Recorder.done
     original_take = recorder.Recorder.take_tick
 
-    def done(self: Any, latency_s: float, service_s: float, error: Any) -> None:
+    def done(self: Any, latency_s: float, service_s: float, error: Any, *rest: Any) -> None:
         segments[-1].append(latency_s)
-        original_done(self, latency_s, service_s, error)
+        original_done(self, latency_s, service_s, error, *rest)  # rest: the traffic class
 
     def take_tick(self: Any) -> dict[str, Any]:
         tick = original_take(self)
