@@ -220,6 +220,22 @@ class SequenceStreams:
             self.finished += 1
         self._idle.append(step.slot)
 
+    def closing(self) -> list[SequenceStep]:
+        """END requests for every live sequence with no request in flight (a load level's end:
+        the server frees their slots now, not after its idle timeout); each is in flight until
+        handed to :meth:`done`, as any step."""
+        steps = []
+        for slot, live in enumerate(self._slots):
+            if live is None or live.in_flight:
+                continue
+            self._idle.remove(slot)
+            index = live.sent
+            live.sent += 1
+            live.length = live.sent
+            live.in_flight = True
+            steps.append(SequenceStep(live.correlation_id, index == 0, True, slot, index))
+        return steps
+
     def _new_id(self) -> int:
         live = set(self.live_ids())
         while True:

@@ -255,6 +255,64 @@ def _kind(error: BaseException | None) -> BaseException | str | None:
     return str(error) if isinstance(error, InferError) else error
 
 
+def _send_whole(
+    client: InferClient,
+    payload: int,
+    klass: int,
+    step: SequenceStep | None,
+    streams: SequenceStreams | None,
+    pending: set[gevent.Greenlet],
+) -> None:
+    """``client.infer``; a sequence step runs in a greenlet of its own (in ``pending`` until it
+    ends), which hands the step back to ``streams``, so that a user killed at a level's end
+    leaves the request to finish rather than cutting it off.
+
+    A cut-off request is cancelled by the server, and a sequence whose request vanished that
+    way can keep its batcher slot (the reference server's oldest strategy waits for it to
+    execute): the next level's sequences would find no slot.
+    """
+    if step is None or streams is None:
+        client.infer(payload, klass)
+        return
+
+    def whole() -> None:
+        ok = False
+        try:
+            client.infer(payload, klass, step)
+            ok = True
+        finally:
+            streams.done(step, ok=ok)
+
+    greenlet = gevent.spawn(whole)
+    pending.add(greenlet)
+    greenlet.link(pending.discard)
+    greenlet.get()
+
+
+def _end_sequences(
+    client: InferClient,
+    streams: SequenceStreams,
+    pending: set[gevent.Greenlet],
+    next_payload: Any,
+) -> None:
+    """At a level's end: let the requests in flight finish, end every live sequence with one
+    more request (not recorded; the server frees their slots now instead of after its idle
+    timeout, which would hold the next level's sequences back), then close the client."""
+    try:
+        gevent.joinall(list(pending), timeout=30.0)
+        for step in streams.closing():
+            ok = False
+            try:
+                client.infer(next_payload(), 0, step)
+                ok = True
+            except Exception:  # best effort: the idle timeout frees it anyway
+                pass
+            finally:
+                streams.done(step, ok=ok)
+    finally:
+        client.close()
+
+
 def _fire(env: Environment, name: str, seconds: float, error: BaseException | None) -> None:
     # Locust's own (rounded) stats only feed its UI; perfsweep's numbers come from the Recorder.
     env.events.request.fire(
@@ -289,6 +347,7 @@ class ClosedLoopUser(User):
         )
         #: A sequence model: this user's sequence (one at a time, one request in flight).
         self.streams = ctx.new_streams(1) if ctx.sequence_model else None
+        self.pending: set[gevent.Greenlet] = set()
 
     @task
     def infer(self) -> None:
@@ -301,12 +360,10 @@ class ClosedLoopUser(User):
         error: BaseException | None = None
         start = time.perf_counter()
         try:
-            self.infer_client.infer(payload, klass, step)
+            _send_whole(self.infer_client, payload, klass, step, self.streams, self.pending)
         except Exception as exc:  # any failure is a failed request, recorded by kind
             error = exc
         end = time.perf_counter()
-        if step is not None and self.streams is not None:
-            self.streams.done(step, ok=error is None)
         recorder.done(end - start, end - start, _kind(error), klass)
         _fire(
             self.environment, self.ctx.inputs.model if self.ctx.inputs else "", end - start, error
@@ -315,9 +372,12 @@ class ClosedLoopUser(User):
             gevent.sleep(0.01)  # a refused connection must not become a CPU-burning spin
 
     def on_stop(self) -> None:
-        """Close connections."""
+        """Close connections (a sequence model's after ending its sequence)."""
         client = getattr(self, "infer_client", None)
-        if client is not None:
+        streams = getattr(self, "streams", None)
+        if client is not None and streams is not None:
+            gevent.spawn(_end_sequences, client, streams, self.pending, self.ctx.next_payload)
+        elif client is not None:
             client.close()
 
 
@@ -346,6 +406,7 @@ class OpenLoopUser(User):
         )
         #: A sequence model: the process's live sequences (shared by its dispatchers).
         self.streams = ctx.open_streams
+        self.pending: set[gevent.Greenlet] = set()
         index = ctx.next_user_index()
         self.rng = random.Random(self.config.seed * 1_000_003 + index)
 
@@ -371,7 +432,8 @@ class OpenLoopUser(User):
                 while intended <= now:
                     recorder.dispatched_one(now - intended)
                     step: SequenceStep | None = None
-                    ready = self.pool.free_count() > 0
+                    # Waiting sends go first (a sequence freed by a completion is theirs).
+                    ready = self.pool.free_count() > 0 and not self.backlog
                     if ready and self.streams is not None:
                         step = self.streams.next()
                         ready = step is not None
@@ -397,21 +459,21 @@ class OpenLoopUser(User):
             error: BaseException | None = None
             start = time.perf_counter()
             try:
-                self.infer_client.infer(payload, klass, step)
+                _send_whole(self.infer_client, payload, klass, step, streams, self.pending)
             except Exception as exc:  # any failure is a failed request, recorded by kind
                 error = exc
             end = time.perf_counter()
-            if streams is not None and step is not None:
-                streams.done(step, ok=error is None)
             recorder.done(end - intended, end - start, _kind(error), klass)
             _fire(self.environment, model, end - intended, error)
             if not self.backlog:
                 return
             intended = self.backlog.popleft()
             if streams is not None:
-                # The sequence just done is idle now (no yield since), so one is there.
+                # The sequence just done is idle (the dispatcher defers to the backlog).
                 step = streams.next()
-                assert step is not None
+                if step is None:  # not expected; the next completion takes it
+                    self.backlog.appendleft(intended)
+                    return
 
     def on_stop(self) -> None:
         """Kill in-flight request greenlets (Locust does not kill greenlets a user spawned)."""
@@ -419,7 +481,10 @@ class OpenLoopUser(User):
         if pool is not None:
             pool.kill(block=False)
         client = getattr(self, "infer_client", None)
-        if client is not None:
+        streams = getattr(self, "streams", None)
+        if client is not None and streams is not None:
+            gevent.spawn(_end_sequences, client, streams, self.pending, self.ctx.next_payload)
+        elif client is not None:
             client.close()
 
 
