@@ -11,6 +11,7 @@ misreads array item sizes (see :data:`MODEL_SOURCE` for how the BYTES output get
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -420,12 +421,16 @@ def test_a_triton_killed_mid_sweep_is_restarted_and_the_trial_retried(
     assert all(served(t) for t in measured), measured
 
 
+@pytest.mark.parametrize(
+    "transport", [(), ("--protocol", "grpc", "--workers", "2")], ids=["http", "grpc-2-workers"]
+)
 def test_run_server_triton_with_a_variable_dim_from_perf_analyzer_data(
-    triton_install: TritonInstall, tmp_path: Path
+    triton_install: TritonInstall, tmp_path: Path, transport: tuple[str, ...]
 ) -> None:
     # The "done when": INT64 [-1] and FP16 [4] in, BYTES out, the requests from a
     # perf_analyzer --input-data file (content + shape for the variable dim, a flat list for
-    # the fixed one), two sequence lengths.
+    # the fixed one), two sequence lengths; over HTTP, and over gRPC from two generator
+    # processes.
     repository = make_repository(tmp_path, ids_dims="[ -1 ]")
     data = tmp_path / "data.json"
     data.write_text(
@@ -446,7 +451,13 @@ def test_run_server_triton_with_a_variable_dim_from_perf_analyzer_data(
     )
     run_dir = tmp_path / "run"
     command = sweep_command(
-        triton_install.server_bin, repository, run_dir, tmp_path, "--input-data", str(data)
+        triton_install.server_bin,
+        repository,
+        run_dir,
+        tmp_path,
+        "--input-data",
+        str(data),
+        *transport,
     )
     done = subprocess.run(command, capture_output=True, text=True, timeout=280)
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
@@ -454,6 +465,13 @@ def test_run_server_triton_with_a_variable_dim_from_perf_analyzer_data(
     assert len(measured) == 2 and all(served(t) for t in measured), measured
     summary = load_summary(run_dir)
     assert summary["best"] is not None, done.stdout[-3000:]
+    # The run directory records how the load was sent and from what.
+    recorded = summary["scenario"]
+    grpc = "grpc" in transport
+    assert recorded["model"]["protocol"] == ("grpc" if grpc else "http")
+    assert recorded["traffic"]["workers"] == (2 if grpc else 1)
+    assert recorded["input"]["data_file"] == str(data)
+    assert recorded["input"]["data_sha256"] == hashlib.sha256(data.read_bytes()).hexdigest()
     best_text = (run_dir / "best" / "config.pbtxt").read_text()
     check_repo = tmp_path / "check"
     shutil.copytree(repository, check_repo)
