@@ -142,6 +142,11 @@ class InputSection(_Section):
     distribution: tuple[ShapeWeight, ...] = ()
     """Variable-length mix: each random payload takes one entry's shapes, drawn by weight
     (sequence-length mixes decide the batching gain of NLP models). Random data only."""
+    shared_memory: Literal["none", "system"] = "none"
+    """Where request tensors travel: ``none``, in every request; ``system``, written once per
+    generator process into a registered system shared-memory region that each request names
+    (perf_analyzer's ``--shared-memory system``: a 600 KB tensor costs a request a few hundred
+    bytes). The server must run on this host."""
 
     @model_validator(mode="after")
     def _check_source(self) -> InputSection:
@@ -189,6 +194,15 @@ class InputSection(_Section):
                 )
         return self
 
+    @model_serializer(mode="wrap")
+    def _leave_out_no_shared_memory(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Inputs in the requests (the default) dump as before the key existed: records, TOML
+        # and the hashes of older scenarios stay as they were.
+        data: dict[str, Any] = handler(self)
+        if data.get("shared_memory") == "none":
+            data.pop("shared_memory", None)
+        return data
+
     def identity(self) -> dict[str, Any]:
         """The section as far as it decides what is measured (JSON-able, for fingerprints): a
         data file by its bytes (``data_sha256``), not by where it lies; the keys added with
@@ -201,6 +215,7 @@ class InputSection(_Section):
             ("unique_payloads", None),
             ("repeat_ratio", 0.0),
             ("distribution", []),
+            ("shared_memory", "none"),
         ):
             if data.get(key, default) == default:
                 data.pop(key, None)
@@ -667,6 +682,7 @@ def input_overrides(
     batch_size: int | None = None,
     unique_payloads: int | None = None,
     repeat_ratio: float | None = None,
+    shared_memory: str | None = None,
 ) -> dict[str, Any]:
     """The request-data flags of ``run``, ``gate`` and ``load`` as dotted ``[input]`` keys for
     :func:`load_scenario` (None: not given). A file given by flag is relative to the working
@@ -683,6 +699,7 @@ def input_overrides(
         "input.batch_size": batch_size,
         "input.unique_payloads": unique_payloads,
         "input.repeat_ratio": repeat_ratio,
+        "input.shared_memory": shared_memory,
     }
 
 

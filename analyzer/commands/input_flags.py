@@ -1,6 +1,6 @@
 """The request-data flags, defined once for ``run``, ``gate`` and ``load``.
 
-Each command declares the same five parameters with these types and hands them to
+Each command declares the same parameters with these types and hands them to
 :func:`analyzer.scenario.input_overrides`, which maps them onto the scenario's ``[input]`` keys; the scenario
 validates them (one-line errors naming the key) and :func:`analyzer.load.engine.engine_options`
 carries them to the generator. So a flag means the same in every command, and the same as its
@@ -12,6 +12,7 @@ scenario key::
     --batch-size 4                       [input] batch_size = 4
     --unique-payloads 10000              [input] unique_payloads = 10000
     --repeat-ratio 0.3                   [input] repeat_ratio = 0.3
+    --shared-memory system               [input] shared_memory = "system"
 
 A shape ``distribution`` has no flag (a list of weighted shapes reads better in the file).
 """
@@ -29,6 +30,7 @@ __all__ = [
     "InputDataFlag",
     "RepeatRatioFlag",
     "ShapeFlag",
+    "SharedMemoryFlag",
     "UniquePayloadsFlag",
     "input_overrides",
     "parse_shapes",
@@ -72,5 +74,15 @@ RepeatRatioFlag = Annotated[
         "--repeat-ratio",
         help="Share of random requests that repeat an earlier payload, 0..<1: the hit ratio "
         "a response cache sees ([input] repeat_ratio).",
+    ),
+]
+#: ``--shared-memory none | system``.
+SharedMemoryFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--shared-memory",
+        help="none (default) or system: inputs written once into a registered system "
+        "shared-memory region that each request names (the server must run on this host; "
+        "[input] shared_memory).",
     ),
 ]

@@ -100,17 +100,20 @@ def _split_url(url: str) -> tuple[str, int]:
 
 
 def _request_body(
-    inputs: InputSet, index: int, klass: RequestClass | None = None
+    inputs: InputSet, index: int, klass: RequestClass | None = None, shm: Any = None
 ) -> tuple[bytes, dict[str, str]]:
     """Payload ``index`` as a binary-extension body and the headers it needs, with ``klass``'s
-    ``priority``/``timeout`` parameters (tritonclient's own request body).
+    ``priority``/``timeout`` parameters (tritonclient's own request body); with ``shm`` (an
+    HTTP :class:`~analyzer.load.shm.ShmInputs`) a JSON-only body naming its region instead.
 
     The shape sent is the payload's own (a ``distribution`` or a data file mixes shapes), not
     the first payload's in ``inputs.specs``.
     """
     payload = inputs.payloads[index]
     tensors = []
-    for spec in inputs.specs:
+    if shm is not None:
+        tensors = list(shm.inputs(index))
+    for spec in inputs.specs if shm is None else ():
         t = httpclient.InferInput(spec.name, list(payload[spec.name].shape), spec.datatype)
         t.set_data_from_numpy(payload[spec.name], binary_data=True)
         tensors.append(t)
@@ -118,7 +121,7 @@ def _request_body(
     body, json_size = httpclient.InferenceServerClient.generate_request_body(
         tensors, outputs=outputs or None, **(klass.infer_kwargs() if klass else {})
     )
-    headers = {"Content-Type": "application/octet-stream"}
+    headers = {"Content-Type": "application/octet-stream" if json_size else "application/json"}
     if json_size is not None:
         headers["Inference-Header-Content-Length"] = str(json_size)
     return bytes(body), headers
@@ -146,9 +149,9 @@ class HttpParts:
         return text + self.tail, len(text)
 
 
-def _request_parts(inputs: InputSet, index: int) -> HttpParts:
+def _request_parts(inputs: InputSet, index: int, shm: Any = None) -> HttpParts:
     """Payload ``index`` as tritonclient's body without parameters, split at its JSON header."""
-    body, headers = _request_body(inputs, index)
+    body, headers = _request_body(inputs, index, shm=shm)
     size = int(headers.get("Inference-Header-Content-Length", len(body)))
     return HttpParts(json.loads(body[:size]), body[size:])
 
@@ -250,10 +253,11 @@ class RawHttpInferClient:
             raise ValueError("a sequence model's request needs its sequence step")
         parts = self._parts[payload_index % len(self._parts)]
         body, json_size = parts.body({**sequence.parameters(), **self._class_kwargs[klass]})
-        return (
-            f"{self._head}Inference-Header-Content-Length: {json_size}\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
-        ).encode("latin-1") + body
+        # A JSON-only body (inputs in shared memory) has no header length, as tritonclient's.
+        header_length = f"Inference-Header-Content-Length: {json_size}\r\n" if parts.tail else ""
+        return (f"{self._head}{header_length}Content-Length: {len(body)}\r\n\r\n").encode(
+            "latin-1"
+        ) + body
 
     def exchange(self, request: bytes) -> tuple[int, dict[str, str], bytes]:
         """One request/response on a pooled connection: (status, the headers read, body).
@@ -403,10 +407,9 @@ class PooledHttpInferClient:
                 raise ValueError("a sequence model's request needs its sequence step")
             parts = self._parts[payload_index % len(self._parts)]
             body, json_size = parts.body({**sequence.parameters(), **self._class_kwargs[klass]})
-            headers = {
-                "Content-Type": "application/octet-stream",
-                "Inference-Header-Content-Length": str(json_size),
-            }
+            headers = {"Content-Type": "application/octet-stream"}
+            if parts.tail:
+                headers["Inference-Header-Content-Length"] = str(json_size)
         else:
             requests = self._by_class[klass]
             body, headers = requests[payload_index % len(requests)]
@@ -482,9 +485,11 @@ def _per_payload(inputs: InputSet, build: Callable[[int], Any]) -> list[Any]:
     return out
 
 
-def raw_http_requests(url: str, inputs: InputSet, klass: RequestClass | None = None) -> list[bytes]:
+def raw_http_requests(
+    url: str, inputs: InputSet, klass: RequestClass | None = None, shm: Any = None
+) -> list[bytes]:
     """Whole HTTP/1.1 requests (request line, headers, body) for ``url``, one per rotation slot,
-    with ``klass``'s priority and timeout parameters."""
+    with ``klass``'s priority and timeout parameters (``shm``: inputs in shared memory)."""
     host, port = _split_url(url)
     head = (
         f"POST /v2/models/{inputs.model}/infer HTTP/1.1\r\nHost: {host}:{port}\r\n"
@@ -492,7 +497,7 @@ def raw_http_requests(url: str, inputs: InputSet, klass: RequestClass | None = N
     )
 
     def build(index: int) -> bytes:
-        body, headers = _request_body(inputs, index, klass)
+        body, headers = _request_body(inputs, index, klass, shm)
         lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         return f"{head}{lines}Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body
 
@@ -500,24 +505,27 @@ def raw_http_requests(url: str, inputs: InputSet, klass: RequestClass | None = N
 
 
 def http_bodies(
-    inputs: InputSet, klass: RequestClass | None = None
+    inputs: InputSet, klass: RequestClass | None = None, shm: Any = None
 ) -> list[tuple[bytes, dict[str, str]]]:
     """Binary-extension bodies and their headers, one per rotation slot (with ``klass``'s
-    parameters)."""
-    return _per_payload(inputs, lambda index: _request_body(inputs, index, klass))
+    parameters; ``shm``: JSON-only bodies naming the shared-memory region)."""
+    return _per_payload(inputs, lambda index: _request_body(inputs, index, klass, shm))
 
 
-def http_parts(inputs: InputSet) -> list[HttpParts]:
+def http_parts(inputs: InputSet, shm: Any = None) -> list[HttpParts]:
     """A sequence model's HTTP payloads, one per rotation slot: the JSON header to complete per
-    request and the binary tail built once."""
-    return _per_payload(inputs, lambda index: _request_parts(inputs, index))
+    request and the binary tail built once (none with ``shm``)."""
+    return _per_payload(inputs, lambda index: _request_parts(inputs, index, shm))
 
 
-def grpc_requests(inputs: InputSet) -> list[tuple[list[Any], list[Any] | None]]:
-    """``(InferInput list, requested outputs)`` per rotation slot, each with its payload's shapes."""
+def grpc_requests(inputs: InputSet, shm: Any = None) -> list[tuple[list[Any], list[Any] | None]]:
+    """``(InferInput list, requested outputs)`` per rotation slot, each with its payload's shapes
+    (``shm``: a gRPC :class:`~analyzer.load.shm.ShmInputs`, the inputs naming its region)."""
     outputs = [grpcclient.InferRequestedOutput(name) for name in inputs.outputs] or None
 
     def build(index: int) -> tuple[list[Any], list[Any] | None]:
+        if shm is not None:
+            return list(shm.inputs(index)), outputs
         payload = inputs.payloads[index]
         tensors = []
         for spec in inputs.specs:
@@ -557,17 +565,22 @@ def prepare_requests(
     http_client: str = "raw",
     classes: Sequence[RequestClass] = (),
     sequence: bool = False,
+    shm: Any = None,
 ) -> PreparedRequests:
     """The requests ``make_client`` would build for these arguments, built once per
     ``InputSet`` (kept in its ``request_cache``) and shared by every client made from it.
 
     ``sequence``: a sequence-batched model (every request carries its sequence parameters).
+    ``shm``: an :class:`~analyzer.load.shm.ShmInputs` of ``inputs`` registered with the
+    target over ``protocol``: requests name its region instead of carrying tensor data.
     """
     kind = "" if protocol == "grpc" else http_client
     classes = tuple(classes)
     key: tuple[Any, ...] = (protocol, kind, url, classes) if classes else (protocol, kind, url)
     if sequence:
         key += ("sequence",)
+    if shm is not None:
+        key += ("shm", shm.region_name)
     cached = inputs.request_cache.get(key)
     if cached is not None:
         assert isinstance(cached, PreparedRequests)
@@ -577,14 +590,14 @@ def prepare_requests(
 
     def build(klass: RequestClass | None) -> list[Any]:
         if protocol == "grpc":
-            return grpc_requests(inputs)
+            return grpc_requests(inputs, shm)
         if http_client == "geventhttpclient":
-            return http_bodies(inputs, klass)
-        return raw_http_requests(url, inputs, klass)
+            return http_bodies(inputs, klass, shm)
+        return raw_http_requests(url, inputs, klass, shm)
 
     by_class: tuple[tuple[Any, ...], ...] = ()
     if sequence and protocol != "grpc":  # the header is completed per request
-        items = tuple(http_parts(inputs))
+        items = tuple(http_parts(inputs, shm))
     else:
         items = tuple(build(None))
         if classes and protocol != "grpc":  # gRPC sends the parameters per call

@@ -64,6 +64,10 @@ class EngineOptions:
     #: A sequence model in open loop: live sequences per generator process (closed loop: one
     #: per user).
     sequences: int = 4
+    #: Where request tensors travel: "none" (in each request) or "system" (written once per
+    #: generator process into a registered system shared-memory region that requests name,
+    #: perf_analyzer's ``--shared-memory system``; the server must run on this host).
+    shared_memory: str = "none"
     #: Open loop: in-flight requests per generator process before new ones wait in a backlog.
     pool_size: int = 512
     #: Prometheus endpoint of the target (None: try ``http://<url>/metrics`` for HTTP targets).
@@ -125,6 +129,7 @@ def engine_options(
         sequence_length=scenario.traffic.sequence_length,
         sequence_length_variation_pct=scenario.traffic.sequence_length_variation_pct,
         sequences=scenario.traffic.sequences,
+        shared_memory=scenario.input.shared_memory,
         **input_fields(scenario.input),
     )
     if distributed:

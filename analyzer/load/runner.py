@@ -114,7 +114,10 @@ class LocalBackend:
         self.runner.stop()
 
     def close(self) -> None:
-        self.runner.quit()
+        try:
+            self.runner.quit()
+        finally:
+            self.ctx.close()
 
 
 def _free_port(host: str) -> int:
@@ -394,6 +397,7 @@ class LocustLoadGenerator:
             sequence_length=o.sequence_length,
             sequence_length_variation_pct=o.sequence_length_variation_pct,
             sequences=o.sequences,
+            shared_memory=o.shared_memory,
         )
         backend.configure(config)
         backend.start(OpenLoopUser if open_loop else ClosedLoopUser, users)

@@ -27,6 +27,7 @@ distinct across users, processes and levels (:func:`~analyzer.load.sequences.str
 from __future__ import annotations
 
 import analyzer.load._gevent  # noqa: F401  (isort: skip) patch first
+import atexit
 import collections
 import random
 import time
@@ -44,6 +45,7 @@ from analyzer.load.clients import (
     InferClient,
     InferError,
     PreparedRequests,
+    _close_grpc,
     fetch_model_documents,
     make_client,
     prepare_requests,
@@ -57,9 +59,12 @@ from analyzer.load.sequences import (
     is_sequence_model,
     stream_first_id,
 )
+from analyzer.load.shm import ShmInputs
 from analyzer.load.timing import DeadlineSleeper
 
 _CONTEXT_ATTR = "perfsweep_context"
+#: ``EngineConfig.shared_memory`` values.
+SHARED_MEMORY = ("none", "system")
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,8 @@ class EngineConfig:
     sequence_length: int = 20
     sequence_length_variation_pct: float = 20.0
     sequences: int = 4
+    #: "none" or "system": the inputs in one registered shared-memory region per process.
+    shared_memory: str = "none"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (msgpack/JSON)."""
@@ -146,6 +153,10 @@ class ProcessContext:
         #: Open loop, a sequence model: the process's live sequences (None otherwise).
         self.open_streams: SequenceStreams | None = None
         self._streams_made = 0
+        #: ``shared_memory = "system"``: this process's region of ``inputs`` (and its client).
+        self.shm: ShmInputs | None = None
+        self._shm_client: Any = None
+        atexit.register(self.close)
         self._inputs_key: tuple | None = None
         self._requests_key: tuple | None = None
         self._users_started = 0
@@ -159,7 +170,13 @@ class ProcessContext:
             # Each process draws payloads of its own: with the same seed every worker would send
             # the same ones, and the combined traffic would repeat more than ``repeat_ratio``.
             options = replace(options, seed=options.seed + 1_000_003 * self.process_index)
-        key = (config.protocol, config.url, config.model, repr(options.to_dict()))
+        key = (
+            config.protocol,
+            config.url,
+            config.model,
+            repr(options.to_dict()),
+            config.shared_memory,
+        )
         if key != self._inputs_key:
             metadata, model_config = fetch_model_documents(
                 config.protocol, config.url, config.model
@@ -173,11 +190,18 @@ class ProcessContext:
                 )
             self.inputs = build_inputs(metadata, model_config, options=options)
             self.sequence_model = sequence_model
+            self._close_shm()
+            if config.shared_memory == "system":
+                self.shm = self._open_shm(config, self.inputs)
             self._inputs_key = key
             self._requests_key = None
             self._next_payload = 0
         classes = config.request_classes()
-        requests_key = (key, config.http_client, classes)
+        requests_key = (key, config.http_client, classes, config.shared_memory)
+        if config.shared_memory not in SHARED_MEMORY:
+            raise InputError(
+                f"shared memory must be one of {SHARED_MEMORY}, not {config.shared_memory!r}"
+            )
         if requests_key != self._requests_key:
             assert self.inputs is not None
             self.requests = prepare_requests(
@@ -187,6 +211,7 @@ class ProcessContext:
                 config.http_client,
                 classes,
                 sequence=self.sequence_model,
+                shm=self.shm,
             )
             self._requests_key = requests_key
         self.config = config
@@ -201,6 +226,44 @@ class ProcessContext:
             if self.sequence_model and config.mode == "request_rate"
             else None
         )
+
+    def _open_shm(self, config: EngineConfig, inputs: InputSet) -> ShmInputs:
+        """One registered region holding ``inputs``' distinct payloads (closed by :meth:`close`
+        or when the inputs change)."""
+        if config.protocol == "grpc":
+            import tritonclient.grpc as grpcclient
+
+            self._shm_client = grpcclient.InferenceServerClient(config.url)
+        else:
+            import tritonclient.http as httpclient
+
+            self._shm_client = httpclient.InferenceServerClient(config.url)
+        datatypes = {spec.name: spec.datatype for spec in inputs.specs}
+        return ShmInputs(
+            self._shm_client,
+            inputs.payloads,
+            datatypes=datatypes,
+            name_prefix=f"perfsweep_{self.process_index}",
+        )
+
+    def _close_shm(self) -> None:
+        shm, self.shm = self.shm, None
+        client, self._shm_client = self._shm_client, None
+        try:
+            if shm is not None:
+                shm.close()
+        finally:
+            if client is not None:
+                if hasattr(client, "stop_stream"):  # gRPC: close the channel exactly once
+                    _close_grpc(client)
+                else:
+                    client.close()
+
+    def close(self) -> None:
+        """Release what the process holds beyond a level: its shared-memory region (unregistered
+        and unlinked). Idempotent; also runs at exit."""
+        self._close_shm()
+        self._inputs_key = self._requests_key = None
 
     def new_streams(self, sequences: int) -> SequenceStreams:
         """Sequence streams with ids of their own (a block no other stream of this load, in

@@ -39,7 +39,10 @@ def run_worker(master_host: str, master_port: int, index: int = 0) -> None:
         runner.send_message("ps_reply", reply)
 
     runner.register_message("ps_request", on_request)
-    runner.greenlet.join()
+    try:
+        runner.greenlet.join()
+    finally:
+        ctx.close()
 
 
 def main(argv: list[str] | None = None) -> None:
