@@ -137,6 +137,7 @@ class MeasureRequest:
     batch_size: int | None = None
     unique_payloads: int | None = None
     repeat_ratio: float | None = None
+    shared_memory: str | None = None
     #: ``model.protocol`` (http or grpc) and ``traffic.workers`` (local generator processes).
     protocol: str | None = None
     workers: int | None = None
@@ -488,7 +489,9 @@ def measure_and_gate(
         "model.repository": str(r.model_repository) if r.model_repository else None,
         "model.device": r.device,
         "model.metrics_url": r.metrics_url,
-        **input_overrides(r.shape, r.input_data, r.batch_size, r.unique_payloads, r.repeat_ratio),
+        **input_overrides(
+            r.shape, r.input_data, r.batch_size, r.unique_payloads, r.repeat_ratio, r.shared_memory
+        ),
         "model.protocol": r.protocol,
         "traffic.workers": r.workers,
     }

@@ -38,6 +38,7 @@ from analyzer.commands.input_flags import (
     InputDataFlag,
     RepeatRatioFlag,
     ShapeFlag,
+    SharedMemoryFlag,
     UniquePayloadsFlag,
 )
 from analyzer.errors import GoalNotMetError, InputError
@@ -143,6 +144,7 @@ def register(app: typer.Typer) -> None:
         batch_size: BatchSizeFlag = None,
         unique_payloads: UniquePayloadsFlag = None,
         repeat_ratio: RepeatRatioFlag = None,
+        shared_memory: SharedMemoryFlag = None,
         output: Annotated[
             Path | None,
             typer.Option(help="Save the candidate's measurements (a baseline for later gates)."),
@@ -189,6 +191,7 @@ def register(app: typer.Typer) -> None:
             batch_size=batch_size,
             unique_payloads=unique_payloads,
             repeat_ratio=repeat_ratio,
+            shared_memory=shared_memory,
             protocol=protocol,
             workers=workers,
         )

@@ -37,6 +37,7 @@ from analyzer.commands.input_flags import (
     InputDataFlag,
     RepeatRatioFlag,
     ShapeFlag,
+    SharedMemoryFlag,
     UniquePayloadsFlag,
     input_overrides,
 )
@@ -269,6 +270,7 @@ def register(app: typer.Typer) -> None:
         shape: ShapeFlag = None,
         unique_payloads: UniquePayloadsFlag = None,
         repeat_ratio: RepeatRatioFlag = None,
+        shared_memory: SharedMemoryFlag = None,
         seed: Annotated[int, typer.Option(help="seed of arrivals and random inputs")] = 0,
         pool_size: Annotated[
             int, typer.Option(help="open loop: in-flight requests per process")
@@ -303,7 +305,9 @@ def register(app: typer.Typer) -> None:
         # before any load); load reads no scenario file and no PERFSWEEP_* variables.
         scenario = load_scenario(
             None,
-            input_overrides(shape, input_data, batch_size, unique_payloads, repeat_ratio),
+            input_overrides(
+                shape, input_data, batch_size, unique_payloads, repeat_ratio, shared_memory
+            ),
             env={},
         )
         input_options(scenario.input, seed)  # the generator's own checks, before any load

@@ -26,6 +26,7 @@ from analyzer.commands.input_flags import (
     InputDataFlag,
     RepeatRatioFlag,
     ShapeFlag,
+    SharedMemoryFlag,
     UniquePayloadsFlag,
     input_overrides,
 )
@@ -321,6 +322,7 @@ def register(app: typer.Typer) -> None:
         batch_size: BatchSizeFlag = None,
         unique_payloads: UniquePayloadsFlag = None,
         repeat_ratio: RepeatRatioFlag = None,
+        shared_memory: SharedMemoryFlag = None,
         trials: Annotated[
             int | None, typer.Option(help="Search trials (baseline and validation come on top).")
         ] = None,
@@ -401,7 +403,9 @@ def register(app: typer.Typer) -> None:
             "goals.note": "set with --p99-ms" if p99_ms is not None else None,
             "goals.min_throughput_rps": min_throughput_rps,
             "traffic.rate_rps": rate_rps,
-            **input_overrides(shape, input_data, batch_size, unique_payloads, repeat_ratio),
+            **input_overrides(
+                shape, input_data, batch_size, unique_payloads, repeat_ratio, shared_memory
+            ),
             "budget.trials": trials,
             "budget.time_budget_s": time_budget,
             "budget.patience": patience,

@@ -21,6 +21,7 @@ from analyzer.commands.input_flags import (
     InputDataFlag,
     RepeatRatioFlag,
     ShapeFlag,
+    SharedMemoryFlag,
     UniquePayloadsFlag,
     input_overrides,
 )
@@ -72,6 +73,7 @@ def register(app: typer.Typer) -> None:
         batch_size: BatchSizeFlag = None,
         unique_payloads: UniquePayloadsFlag = None,
         repeat_ratio: RepeatRatioFlag = None,
+        shared_memory: SharedMemoryFlag = None,
     ) -> None:
         """Open Locust's web UI on a Triton target, with live server metrics and config changes."""
         from analyzer.load.engine import input_fields
@@ -79,7 +81,9 @@ def register(app: typer.Typer) -> None:
         from analyzer.scenario import load_scenario
 
         # The same request-data flags as run, gate and load, checked the same way.
-        flags = input_overrides(shape, input_data, batch_size, unique_payloads, repeat_ratio)
+        flags = input_overrides(
+            shape, input_data, batch_size, unique_payloads, repeat_ratio, shared_memory
+        )
         given = any(v is not None for v in flags.values())
         inputs = input_fields(load_scenario(None, flags).input) if given else {}
 

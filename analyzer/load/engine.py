@@ -129,7 +129,6 @@ def engine_options(
         sequence_length=scenario.traffic.sequence_length,
         sequence_length_variation_pct=scenario.traffic.sequence_length_variation_pct,
         sequences=scenario.traffic.sequences,
-        shared_memory=scenario.input.shared_memory,
         **input_fields(scenario.input),
     )
     if distributed:
@@ -157,6 +156,7 @@ def input_fields(section: InputSection) -> dict[str, Any]:
         "unique_payloads": inputs.unique_payloads,
         "repeat_ratio": inputs.repeat_ratio,
         "distribution": inputs.distribution,
+        "shared_memory": section.shared_memory,
     }
 
 

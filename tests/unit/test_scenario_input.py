@@ -11,7 +11,7 @@ import pytest
 from analyzer.errors import ScenarioError
 from analyzer.load.engine import engine_options
 from analyzer.load.inputs import ShapeChoice
-from analyzer.scenario import data_digest, load_scenario
+from analyzer.scenario import data_digest, input_overrides, load_scenario
 
 
 def write(path: Path, text: str) -> Path:
@@ -118,3 +118,13 @@ def test_random_only_knobs_are_refused_with_a_data_file(tmp_path: Path) -> None:
         match="unique_payloads: unique payloads, repeat ratio and distribution apply to random data, not a data_file",
     ):
         load_scenario(None, {"input.data_file": str(data), "input.unique_payloads": 5}, env={})
+
+
+def test_the_shared_memory_flag_reaches_the_generator_fields() -> None:
+    from analyzer.load.engine import input_fields
+
+    flags = input_overrides(shared_memory="system")
+    assert flags["input.shared_memory"] == "system"
+    scenario = load_scenario(None, flags, env={})
+    assert input_fields(scenario.input)["shared_memory"] == "system"
+    assert input_fields(load_scenario(None, {}, env={}).input)["shared_memory"] == "none"
