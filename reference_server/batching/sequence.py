@@ -597,7 +597,7 @@ class SequenceScheduler(Scheduler):
                         f"{model_name}[{i}]",
                         batching,
                         instance_count=1,
-                        on_reject=on_reject,
+                        on_reject=self._dropped_issue(on_reject),
                         clock_ns=clock_ns,
                     )
                 )
@@ -703,6 +703,22 @@ class SequenceScheduler(Scheduler):
         item = self._oldest[slot.instance].advance(slot.seq_slot, _is_end, release)
         if item is not None:
             self._issue(slot, item)
+
+    def _dropped_issue(self, on_reject: RejectCallback | None) -> RejectCallback:
+        """The instance batcher's answer to a request it dropped (cancelled: the client went
+        away; timed out): answered as the batcher answers it, and its slot goes on to the
+        sequence's next request as if it had run, or the slot would stay busy for good."""
+
+        def dropped(entry: Entry, reason: str, error: ServerError) -> None:
+            if on_reject is not None:
+                on_reject(entry, reason, error)
+            with self._seq_cond:
+                where = self._slot_of.pop(id(entry), None)
+                if where is not None:
+                    self._advance(where)
+                self._seq_cond.notify_all()
+
+        return dropped
 
     def _issue(self, slot: SlotRef, entry: Entry) -> None:
         self._add_controls(entry.request, ready=True)

@@ -38,6 +38,11 @@ def _models() -> list[mc.ModelConfig]:
         accumulator_config("acc_idle", max_idle_us=IDLE_US),
         accumulator_config("acc_one", max_candidate_sequences=1),
         accumulator_config("acc_unload", max_candidate_sequences=1),
+        # One slot, batches wait 3 s for a second request that never comes: an issued request
+        # sits in the instance's batcher long enough for its client to go away.
+        accumulator_config(
+            "acc_cancel", max_candidate_sequences=1, max_queue_delay_us=3_000_000, preferred=(2,)
+        ),
         _two_instances(accumulator_config("acc_two", max_candidate_sequences=3)),
         _two_instances(accumulator_config("acc_two_direct", oldest=False, max_batch_size=4)),
     ]
@@ -189,6 +194,33 @@ def test_backlogged_sequence_runs_once_a_slot_frees(server: ServerThread) -> Non
     assert _infer(client, "acc_one", 2, 6001, end=True)[0] == 3
     thread.join(10)
     assert result == {"b": 100}
+    client.close()
+
+
+def test_a_cancelled_issued_request_frees_its_slot_for_the_sequence(server: ServerThread) -> None:
+    import json
+    import socket
+
+    body = json.dumps(
+        {
+            "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [5]}],
+            "parameters": {"sequence_id": 9101, "sequence_start": True},
+        }
+    ).encode()
+    host, port = server.http_url.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.sendall(
+        b"POST /v2/models/acc_cancel/infer HTTP/1.1\r\nHost: x\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    wait_until(lambda: _pending(server, "acc_cancel") == 1, 10, "the START waiting in the batcher")
+    sock.close()  # the client goes away: the server cancels the queued request
+    wait_until(lambda: _pending(server, "acc_cancel") == 0, 10, "the cancelled request dropped")
+    # Its slot was told: the sequence's next request is issued (before, the slot stayed busy
+    # for good and this request waited in it until the client gave up).
+    client = _http(server)
+    total, _ = _infer(client, "acc_cancel", 2, 9101, end=True)
+    assert total == 2  # the cancelled START never ran
     client.close()
 
 
