@@ -710,13 +710,18 @@ class LocustLoadGenerator:
             self.drain(spec.drain_timeout_s)
             return m, meets_goals(m, spec.goals)[0]
 
-        while (rate := search.next_rate()) is not None:
-            step = replace(template, mode=LoadMode.REQUEST_RATE, target=rate, fail_fast=spec.goals)
+        def run_valid(step: LoadSpec) -> tuple[Measurement, bool]:
             m, passed = run(step)
             if not m.valid:  # the generator, not the server, failed: that says nothing yet
                 m, passed = run(step)
+            return m, passed
+
+        while (rate := search.next_rate()) is not None:
+            step = replace(template, mode=LoadMode.REQUEST_RATE, target=rate, fail_fast=spec.goals)
+            m, passed = run_valid(step)
             if not passed and spec.confirm_failures:
-                m, passed = run(step)  # real servers have rare outliers: a failure must repeat
+                # Real servers have rare outliers: a failure must repeat, in a valid measurement.
+                m, passed = run_valid(step)
             boundary = passed and sequential_verdict(m, spec.goals) is StepVerdict.BOUNDARY
             search.record(rate, passed, boundary=boundary)
         capacity = search.capacity_rps

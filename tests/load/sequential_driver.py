@@ -40,7 +40,15 @@ def main() -> None:
         searches.append(CapacitySpec(**cap))
     answer = []
     with RefServer(repo, (model["name"],)) as srv:
-        options = EngineOptions(url=srv.http_url, model=model["name"], metrics_url=srv.metrics_url)
+        # The sweep's rule for a saturated generator (analyzer/sweep.py): a send lag of a tenth
+        # of the goal cannot flip a verdict, so only more than that makes a step invalid.
+        lag_ms = max(10.0, 0.1 * min(s.goals.p99_ms for s in searches))
+        options = EngineOptions(
+            url=srv.http_url,
+            model=model["name"],
+            metrics_url=srv.metrics_url,
+            max_send_lag_ms=lag_ms,
+        )
         with LocustLoadGenerator(options) as generator:
             for search in searches:
                 answer.append(generator.find_capacity(search).to_dict())

@@ -63,7 +63,13 @@ def test_far_from_goal_steps_end_early_with_their_verdict_in_the_measurement() -
     answer = run_module("tests.load.sequential_driver", stdin=json.dumps(spec), timeout_s=360)
     low, high = answer["searches"]
     brief = [
-        (p["target"], p["request_count"], p["valid"], p["step"] and p["step"]["reason"])
+        (
+            p["target"],
+            p["request_count"],
+            p["valid"],
+            p["step"] and p["step"]["reason"],
+            [m for m in p["messages"] if m.startswith("INVALID")],
+        )
         for r in (low, high)
         for p in r["points"]
     ]
