@@ -395,7 +395,10 @@ class ClosedLoopUser(User):
 
     def on_start(self) -> None:
         """Connect (after any fork: clients are never created at import)."""
-        ctx = context_of(self.environment)
+        self.start_with(context_of(self.environment))
+
+    def start_with(self, ctx: ProcessContext) -> None:
+        """Set the user up on ``ctx`` (the dashboard's users pass a context of their own)."""
         assert ctx.config is not None and ctx.inputs is not None
         self.ctx = ctx
         self.infer_client: InferClient = make_client(
@@ -451,10 +454,14 @@ class OpenLoopUser(User):
 
     def on_start(self) -> None:
         """Create the pool and the client (one connection per pool slot, HTTP)."""
-        ctx = context_of(self.environment)
+        self.start_with(context_of(self.environment))
+
+    def start_with(self, ctx: ProcessContext, config: EngineConfig | None = None) -> None:
+        """Set the dispatcher up on ``ctx``, with ``config`` in place of the context's own (the
+        dashboard's users take the rate and arrival process from Locust's form)."""
         assert ctx.config is not None and ctx.inputs is not None
         self.ctx = ctx
-        self.config = ctx.config
+        self.config = config or ctx.config
         self.pool = Pool(self.config.pool_size)
         self.backlog: collections.deque[float] = collections.deque()
         self.infer_client: InferClient = make_client(
@@ -467,6 +474,9 @@ class OpenLoopUser(User):
             classes=ctx.classes,
             sequence=ctx.sequence_model,
         )
+        if ctx.sequence_model and ctx.open_streams is None:
+            # A context configured for closed loop (the dashboard's serves both loops).
+            ctx.open_streams = ctx.new_streams(self.config.sequences)
         #: A sequence model: the process's live sequences (shared by its dispatchers).
         self.streams = ctx.open_streams
         self.pending: set[gevent.Greenlet] = set()

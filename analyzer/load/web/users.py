@@ -13,18 +13,14 @@ dashboard collects it once a second.
 from __future__ import annotations
 
 import analyzer.load._gevent  # noqa: F401  (isort: skip) patch before anything touches sockets
-import collections
 import logging
-import random
 from dataclasses import replace
 from typing import Any, ClassVar
 
 from gevent.lock import Semaphore
-from gevent.pool import Pool
 from locust.env import Environment
 
 from analyzer.errors import TargetError
-from analyzer.load.clients import make_client
 from analyzer.load.recorder import Recorder
 from analyzer.load.users import ClosedLoopUser, EngineConfig, OpenLoopUser, ProcessContext
 from analyzer.load.web.options import TargetSettings
@@ -125,12 +121,8 @@ class _ClosedLoop(ClosedLoopUser):
     protocol: ClassVar[str] = "http"
 
     def on_start(self) -> None:
-        """Connect using the live context (same attributes as the engine's ``on_start``)."""
-        ctx = live_state(self.environment).context(self.protocol)
-        assert ctx.config is not None and ctx.inputs is not None
-        self.ctx = ctx
-        self.infer_client = make_client(self.protocol, ctx.config.url, ctx.inputs, 1)
-        self.request_index = ctx.next_user_index()
+        """Set up as the engine's user does, on the live context."""
+        self.start_with(live_state(self.environment).context(self.protocol))
 
 
 class _OpenLoop(OpenLoopUser):
@@ -138,28 +130,20 @@ class _OpenLoop(OpenLoopUser):
     protocol: ClassVar[str] = "http"
 
     def on_start(self) -> None:
-        """Set up the dispatcher with the rate and arrival process from the form."""
+        """Set up as the engine's dispatcher does, with the rate and arrival process from the form."""
         state = live_state(self.environment)
         ctx = state.context(self.protocol)
-        assert ctx.config is not None and ctx.inputs is not None
+        assert ctx.config is not None
         settings = state.settings()
-        self.ctx = ctx
-        self.config = replace(
+        if settings.rate_per_user <= 0:
+            raise TargetError("--rate-per-user must be positive for open-loop users")
+        config = replace(
             ctx.config,
             mode="request_rate",
             rate_per_user=settings.rate_per_user,
             arrival=settings.arrival,
         )
-        if self.config.rate_per_user <= 0:
-            raise TargetError("--rate-per-user must be positive for open-loop users")
-        self.pool = Pool(self.config.pool_size)
-        self.backlog = collections.deque()
-        self.infer_client = make_client(
-            self.protocol, self.config.url, ctx.inputs, self.config.pool_size
-        )
-        index = ctx.next_user_index()
-        self.rng = random.Random(self.config.seed * 1_000_003 + index)
-        self.request_index = index * 1_000_000
+        self.start_with(ctx, config)
 
 
 class TritonHttpUser(_ClosedLoop):
