@@ -49,6 +49,7 @@ from analyzer.scenario import (
     GateSection,
     Scenario,
     bundled_scenario,
+    generator_overrides,
     input_overrides,
     load_scenario,
 )
@@ -138,9 +139,13 @@ class MeasureRequest:
     unique_payloads: int | None = None
     repeat_ratio: float | None = None
     shared_memory: str | None = None
-    #: ``model.protocol`` (http or grpc) and ``traffic.workers`` (local generator processes).
+    #: ``model.protocol`` (http or grpc), ``traffic.workers`` (local generator processes: a
+    #: count or "auto") and remote workers (``traffic.expect_workers`` and the master's address).
     protocol: str | None = None
-    workers: int | None = None
+    workers: str | None = None
+    expect_workers: int | None = None
+    master_bind_host: str | None = None
+    master_port: int | None = None
 
     def live_flags(self) -> list[str]:
         """The flags given that only make sense when measuring."""
@@ -312,8 +317,8 @@ def locust_generators(
                 metrics_url=metrics_url_for(target, metrics_urls or {}),
                 # A managed server's gRPC port (its ports are free ones, not HTTP + 1).
                 grpc_url=getattr(target, "grpc_url", "") or None,
-                # Local generator processes only: a gate judges one build from one host.
-                workers=scenario.traffic.workers,
+                # The scenario's generator processes: local ones (a count or auto), or remote.
+                distributed=True,
             )
         )
 
@@ -488,17 +493,28 @@ def measure_and_gate(
         "model.name": r.model,
         "model.repository": str(r.model_repository) if r.model_repository else None,
         "model.device": r.device,
-        "model.metrics_url": r.metrics_url,
         **input_overrides(
             r.shape, r.input_data, r.batch_size, r.unique_payloads, r.repeat_ratio, r.shared_memory
         ),
-        "model.protocol": r.protocol,
-        "traffic.workers": r.workers,
+        **generator_overrides(
+            r.protocol,
+            r.metrics_url,
+            r.workers,
+            r.expect_workers,
+            r.master_bind_host,
+            r.master_port,
+        ),
     }
     path = r.scenario_file
     if path is None and r.url is None and r.model_repository is None:
         path = bundled_scenario(r.model or "resnet50", r.device)
     scenario = load_scenario(path, overrides)
+    if scenario.traffic.expect_workers and r.baseline_url is not None:
+        raise InputError(
+            "--expect-workers measures one live target: remote workers follow one Locust "
+            "master, and a live baseline needs a second; compare against a result file "
+            "(--baseline FILE) instead of --baseline-url"
+        )
     url = r.url or scenario.model.url
     table = scenario.gate if r.scenario_file is not None else None
     table = table or project_gate_table()

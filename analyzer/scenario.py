@@ -297,8 +297,10 @@ class TrafficSection(_Section):
     """Highest offered rate the capacity search tries (the client's own ceiling on this host)."""
     max_concurrency: Annotated[int, Field(ge=1)] = 256
     """Highest concurrency the closed-loop capacity search tries."""
-    workers: Annotated[int, Field(ge=1)] = 1
-    """Locust generator processes on this host (1 = in the sweep's own process)."""
+    workers: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
+    """Locust generator processes on this host (1 = in the sweep's own process). ``"auto"``
+    starts with one and adds processes, up to one per core, whenever the generator's self-check
+    finds the generator saturated (the level is then measured again with more)."""
     expect_workers: Annotated[int, Field(ge=0)] = 0
     """Remote Locust workers (``perfsweep load --worker --master-host H``) the sweep waits for
     as their master, instead of generating load itself (0 = none)."""
@@ -700,6 +702,31 @@ def input_overrides(
         "input.unique_payloads": unique_payloads,
         "input.repeat_ratio": repeat_ratio,
         "input.shared_memory": shared_memory,
+    }
+
+
+def generator_overrides(
+    protocol: str | None = None,
+    metrics_url: str | None = None,
+    workers: str | int | None = None,
+    expect_workers: int | None = None,
+    master_bind_host: str | None = None,
+    master_port: int | None = None,
+) -> dict[str, Any]:
+    """The generator flags of ``run`` and ``gate`` as dotted keys for :func:`load_scenario`
+    (None: not given). ``workers`` is a count or ``"auto"``, as ``--workers`` takes it."""
+    if isinstance(workers, str) and workers != "auto":
+        try:
+            workers = int(workers)
+        except ValueError:
+            raise InputError(f"--workers: {workers!r} is neither a count nor auto") from None
+    return {
+        "model.protocol": protocol,
+        "model.metrics_url": metrics_url,
+        "traffic.workers": workers,
+        "traffic.expect_workers": expect_workers,
+        "traffic.master_bind_host": master_bind_host,
+        "traffic.master_port": master_port,
     }
 
 

@@ -35,11 +35,17 @@ import typer
 
 from analyzer.commands.input_flags import (
     BatchSizeFlag,
+    ExpectWorkersFlag,
     InputDataFlag,
+    MasterBindHostFlag,
+    MasterPortFlag,
+    MetricsUrlFlag,
+    ProtocolFlag,
     RepeatRatioFlag,
     ShapeFlag,
     SharedMemoryFlag,
     UniquePayloadsFlag,
+    WorkersFlag,
 )
 from analyzer.errors import GoalNotMetError, InputError
 from analyzer.gate_measure import GateCommand, GateFlags, MeasureRequest, run_gate
@@ -128,17 +134,11 @@ def register(app: typer.Typer) -> None:
         warmup_s: Annotated[float | None, typer.Option(help="Warm-up per repeat, s.")] = None,
         window_s: Annotated[float | None, typer.Option(help="Window length, s.")] = None,
         windows: Annotated[int | None, typer.Option(help="Windows per repeat (default 2).")] = None,
-        protocol: Annotated[
-            str | None,
-            typer.Option(
-                help="http (default) | grpc: the protocol the load speaks (a --url server's gRPC "
-                "port: its HTTP port + 1, as Triton lays them out)."
-            ),
-        ] = None,
-        workers: Annotated[
-            int | None,
-            typer.Option(help="Local Locust generator processes (default: traffic.workers, 1)."),
-        ] = None,
+        protocol: ProtocolFlag = None,
+        workers: WorkersFlag = None,
+        expect_workers: ExpectWorkersFlag = None,
+        master_bind_host: MasterBindHostFlag = None,
+        master_port: MasterPortFlag = None,
         shape: ShapeFlag = None,
         input_data: InputDataFlag = None,
         batch_size: BatchSizeFlag = None,
@@ -152,13 +152,7 @@ def register(app: typer.Typer) -> None:
         baseline_output: Annotated[
             Path | None, typer.Option(help="Save the live baseline's measurements.")
         ] = None,
-        metrics_url: Annotated[
-            str | None,
-            typer.Option(
-                help="Prometheus /metrics URL of the --url server (Triton: HTTP port + 2), for "
-                "GPU figures in the measurements; the managed server's is found by itself."
-            ),
-        ] = None,
+        metrics_url: MetricsUrlFlag = None,
     ) -> None:
         """Fail CI when a result misses absolute goals or regresses significantly vs a baseline."""
         flags = GateFlags(
@@ -194,6 +188,9 @@ def register(app: typer.Typer) -> None:
             shared_memory=shared_memory,
             protocol=protocol,
             workers=workers,
+            expect_workers=expect_workers,
+            master_bind_host=master_bind_host,
+            master_port=master_port,
         )
         step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
         command = GateCommand(

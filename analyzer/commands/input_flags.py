@@ -1,4 +1,4 @@
-"""The request-data flags, defined once for ``run``, ``gate`` and ``load``.
+"""The request-data and generator flags, defined once for ``run``, ``gate`` and ``load``.
 
 Each command declares the same parameters with these types and hands them to
 :func:`analyzer.scenario.input_overrides`, which maps them onto the scenario's ``[input]`` keys; the scenario
@@ -15,6 +15,14 @@ scenario key::
     --shared-memory system               [input] shared_memory = "system"
 
 A shape ``distribution`` has no flag (a list of weighted shapes reads better in the file).
+
+The generator's flags (``run`` and ``gate``) map onto ``[model]`` and ``[traffic]``::
+
+    --protocol grpc                      [model] protocol = "grpc"
+    --metrics-url URL                    [model] metrics_url = "URL"
+    --workers 4 | auto                   [traffic] workers = 4 | "auto"
+    --expect-workers 4                   [traffic] expect_workers = 4
+    --master-bind-host H / --master-port P   [traffic] master_bind_host / master_port
 """
 
 from __future__ import annotations
@@ -23,15 +31,22 @@ from typing import Annotated
 
 import typer
 
-from analyzer.scenario import input_overrides, parse_shapes
+from analyzer.scenario import generator_overrides, input_overrides, parse_shapes
 
 __all__ = [
     "BatchSizeFlag",
+    "ExpectWorkersFlag",
     "InputDataFlag",
+    "MasterBindHostFlag",
+    "MasterPortFlag",
+    "MetricsUrlFlag",
+    "ProtocolFlag",
     "RepeatRatioFlag",
     "ShapeFlag",
     "SharedMemoryFlag",
     "UniquePayloadsFlag",
+    "WorkersFlag",
+    "generator_overrides",
     "input_overrides",
     "parse_shapes",
 ]
@@ -85,4 +100,54 @@ SharedMemoryFlag = Annotated[
         "shared-memory region that each request names (the server must run on this host; "
         "[input] shared_memory).",
     ),
+]
+
+
+# ---- the generator ---------------------------------------------------------------------------
+
+#: ``--protocol http | grpc``.
+ProtocolFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--protocol",
+        help="http (default) | grpc: the protocol the load speaks (a --url server's gRPC "
+        "port: its HTTP port + 1, as Triton lays them out).",
+    ),
+]
+#: ``--metrics-url URL``.
+MetricsUrlFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--metrics-url",
+        help="Prometheus /metrics URL of the --url server (Triton: HTTP port + 2), for GPU "
+        "utilisation, memory and power; the managed server's is found by itself.",
+    ),
+]
+#: ``--workers N | auto``.
+WorkersFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--workers",
+        help="Local Locust generator processes: N, or auto (start with 1, add processes up to "
+        "one per core while the generator's self-check finds it saturated; [traffic] workers).",
+    ),
+]
+#: ``--expect-workers N``.
+ExpectWorkersFlag = Annotated[
+    int | None,
+    typer.Option(
+        "--expect-workers",
+        help="Be the Locust master of this many remote workers "
+        "(perfsweep load --worker --master-host H) instead of generating load here.",
+    ),
+]
+#: ``--master-bind-host H``.
+MasterBindHostFlag = Annotated[
+    str | None,
+    typer.Option("--master-bind-host", help="--expect-workers: address the master listens on."),
+]
+#: ``--master-port P``.
+MasterPortFlag = Annotated[
+    int | None,
+    typer.Option("--master-port", help="--expect-workers: the master's port (default 5557)."),
 ]

@@ -23,11 +23,18 @@ from rich.table import Table
 
 from analyzer.commands.input_flags import (
     BatchSizeFlag,
+    ExpectWorkersFlag,
     InputDataFlag,
+    MasterBindHostFlag,
+    MasterPortFlag,
+    MetricsUrlFlag,
+    ProtocolFlag,
     RepeatRatioFlag,
     ShapeFlag,
     SharedMemoryFlag,
     UniquePayloadsFlag,
+    WorkersFlag,
+    generator_overrides,
     input_overrides,
 )
 from analyzer.errors import GoalNotMetError, InputError
@@ -272,24 +279,12 @@ def register(app: typer.Typer) -> None:
                 "(a tritonserver binary on the --model-repository). Ignored with --url."
             ),
         ] = None,
-        protocol: Annotated[
-            str | None,
-            typer.Option(
-                help="http (default) | grpc: the protocol the load speaks (a --url server's gRPC "
-                "port: its HTTP port + 1, as Triton lays them out)."
-            ),
-        ] = None,
+        protocol: ProtocolFlag = None,
         triton_server_path: Annotated[
             Path | None,
             typer.Option(help="--server triton: the tritonserver binary (default: on PATH)."),
         ] = None,
-        metrics_url: Annotated[
-            str | None,
-            typer.Option(
-                help="Prometheus /metrics URL of the --url server (Triton: HTTP port + 2), for "
-                "GPU utilisation, memory and power; the managed server's is found by itself."
-            ),
-        ] = None,
+        metrics_url: MetricsUrlFlag = None,
         max_gpu_memory_mb: Annotated[
             float | None,
             typer.Option(
@@ -365,22 +360,10 @@ def register(app: typer.Typer) -> None:
                 "original (default) or best."
             ),
         ] = None,
-        workers: Annotated[
-            int | None, typer.Option(help="Local Locust generator processes (default 1).")
-        ] = None,
-        expect_workers: Annotated[
-            int | None,
-            typer.Option(
-                help="Be the Locust master of this many remote workers "
-                "(perfsweep load --worker --master-host H) instead of generating load here."
-            ),
-        ] = None,
-        master_bind_host: Annotated[
-            str | None, typer.Option(help="--expect-workers: address the master listens on.")
-        ] = None,
-        master_port: Annotated[
-            int | None, typer.Option(help="--expect-workers: the master's port (default 5557).")
-        ] = None,
+        workers: WorkersFlag = None,
+        expect_workers: ExpectWorkersFlag = None,
+        master_bind_host: MasterBindHostFlag = None,
+        master_port: MasterPortFlag = None,
     ) -> None:
         """Find the dynamic-batching config that serves the most traffic within the P99 goal."""
         if min_gpu_utilization is not None:
@@ -392,9 +375,7 @@ def register(app: typer.Typer) -> None:
             "model.repository": str(model_repository) if model_repository else None,
             "model.url": url,
             "model.server": server,
-            "model.protocol": protocol,
             "model.triton_server_path": str(triton_server_path) if triton_server_path else None,
-            "model.metrics_url": metrics_url,
             "goals.max_gpu_memory_mb": max_gpu_memory_mb,
             "model.device": device,
             "objective": objective,
@@ -416,10 +397,9 @@ def register(app: typer.Typer) -> None:
             "run.storage": storage,
             "run.study_name": study_name,
             "run.leave": leave,
-            "traffic.workers": workers,
-            "traffic.expect_workers": expect_workers,
-            "traffic.master_bind_host": master_bind_host,
-            "traffic.master_port": master_port,
+            **generator_overrides(
+                protocol, metrics_url, workers, expect_workers, master_bind_host, master_port
+            ),
         }
         if resume is not None:
             saved = resume / "scenario.toml"

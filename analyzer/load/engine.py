@@ -8,6 +8,7 @@ traffic ``run``, ``gate`` and ``load`` describe is described once (``[input]``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,10 @@ class EngineOptions:
     protocol: str = "http"
     #: Generator processes: 1 = in this process; N > 1 = N local worker processes.
     workers: int = 1
+    #: ``traffic.workers = "auto"``: the most local processes to grow to while the generator's
+    #: self-check finds it saturated (a saturated level is measured again with twice as many);
+    #: 0 = ``workers`` stays as it is.
+    max_workers: int = 0
     #: Run as a distributed master expecting this many remote workers (instead of spawning).
     expect_remote_workers: int = 0
     master_bind_host: str = "127.0.0.1"
@@ -111,8 +116,8 @@ def engine_options(
         grpc_url: The target's gRPC ``host:port`` when ``model.protocol`` is grpc (a managed
             server's ``grpc_url``); None: the HTTP port + 1, Triton's default layout. The
             server's statistics are still read over HTTP at ``url``.
-        distributed: Use the scenario's ``[traffic]`` generator processes (the sweep does; the
-            gate measures with one generator process).
+        distributed: Use the scenario's ``[traffic]`` generator processes (``workers``, ``"auto"``
+            included, and remote ones); without it the load comes from this process.
         **fields: Any other :class:`EngineOptions` field (``max_send_lag_ms``, ``on_window``...).
     """
     http_address = url.split("://", 1)[-1]
@@ -133,15 +138,25 @@ def engine_options(
     )
     if distributed:
         t = scenario.traffic
+        auto = t.workers == "auto"
         options = replace(
             options,
-            workers=t.workers,
+            workers=1 if auto else int(t.workers),
+            max_workers=usable_cores() if auto else 0,
             expect_remote_workers=t.expect_workers,
             master_bind_host=t.master_bind_host,
             # Local workers (no remote ones) take a free port; remote ones must know it.
             master_port=t.master_port if t.expect_workers else 0,
         )
     return replace(options, **fields)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, not the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def input_fields(section: InputSection) -> dict[str, Any]:

@@ -313,6 +313,8 @@ class LocustLoadGenerator:
     def __init__(self, options: EngineOptions) -> None:
         self.options = options
         self._backend: _Backend | None = None
+        #: Local generator processes (``traffic.workers = "auto"`` grows it: :meth:`_grow`).
+        self._processes = max(1, options.workers)
         #: The current sequential step's ticks (seconds since its start, tick): its stability check.
         self._step_ticks: list[_TickSample] = []
         warm = new_histogram()
@@ -354,8 +356,8 @@ class LocustLoadGenerator:
                 self._backend = DistributedBackend(
                     0, o.expect_remote_workers, o.master_bind_host, o.master_port
                 )
-            elif o.workers > 1:
-                self._backend = DistributedBackend(o.workers, 0, "127.0.0.1", o.master_port)
+            elif self._processes > 1:
+                self._backend = DistributedBackend(self._processes, 0, "127.0.0.1", o.master_port)
             else:
                 self._backend = LocalBackend()
         return self._backend
@@ -365,8 +367,47 @@ class LocustLoadGenerator:
     def measure(self, spec: LoadSpec) -> Measurement:
         """Measure one load level: warm-up, windows until stable (or the limit), self-checks.
 
-        A sequential level (``spec.sequential``) runs until its test decides instead.
+        A sequential level (``spec.sequential``) runs until its test decides instead. With
+        ``traffic.workers = "auto"`` a level the generator could not offer is measured again
+        with more generator processes (:meth:`_grow`), which later levels keep.
         """
+        m = self._measure_once(spec)
+        grown_from = self._processes
+        while self._grow(m):
+            # Fresh processes open their connections first: a warm-up even for a later step.
+            m = self._measure_once(replace(spec, warmup_s=max(spec.warmup_s, 0.5)))
+        if self._processes != grown_from:
+            note = (
+                f"generator grown from {grown_from} to {self._processes} processes "
+                f'(traffic.workers = "auto": the generator was saturated)'
+            )
+            m = replace(m, messages=(*m.messages, note))
+        return m
+
+    def _grow(self, m: Measurement) -> bool:
+        """After a level whose generator was saturated, double the local generator processes
+        (up to ``max_workers``, one per core) and say so; False when auto is off, the level
+        was valid, or the processes are at their bound."""
+        o = self.options
+        if m.valid or o.max_workers <= self._processes or o.expect_remote_workers:
+            return False
+        before, self._processes = self._processes, min(o.max_workers, 2 * self._processes)
+        log.warning(
+            "the load generator was saturated with %d process%s at %s %g; measuring again "
+            "with %d (traffic.workers = auto, at most %d)",
+            before,
+            "" if before == 1 else "es",
+            m.mode.value,
+            m.target,
+            self._processes,
+            o.max_workers,
+        )
+        if self._backend is not None:
+            backend, self._backend = self._backend, None
+            backend.close()
+        return True
+
+    def _measure_once(self, spec: LoadSpec) -> Measurement:
         backend = self._ensure_backend()
         o = self.options
         open_loop = spec.mode is LoadMode.REQUEST_RATE

@@ -80,3 +80,56 @@ def test_gate_measures_over_grpc_with_two_generator_processes(tmp_path: Path) ->
     assert doc["environment"]["input"]["data_sha256"] == data_digest(data)
     (m,) = doc["results"]
     assert m["error_count"] == 0 and m["request_count"] >= 20
+
+
+def _gate(tmp_path: Path, *flags: str) -> list[str]:
+    write_sim_model(tmp_path / "repo", "m", device_ms=2.0)
+    return [
+        sys.executable, "-c", "from analyzer.cli import main; main()", "gate",
+        "--model", "m", "--model-repository", str(tmp_path / "repo"), "--device", "sim",
+        "--p99-ms", "200", "--rate-rps", "20",
+        "--warmup-s", "0.5", "--window-s", "1", "--windows", "2", "--repeats", "1", *flags,
+    ]  # fmt: skip
+
+
+def test_gate_as_locust_master_of_a_remote_worker(tmp_path: Path) -> None:
+    """``gate --expect-workers 1``: a ``perfsweep load --worker`` process (another host in a
+    cluster; here one on loopback) sends every request of the measurement."""
+    import socket
+
+    with socket.socket() as probe:  # a free port for the master (the worker must know it)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    cli = [sys.executable, "-c", "from analyzer.cli import main; main()"]
+    worker = subprocess.Popen(
+        [*cli, "load", "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, env=env,
+    )  # fmt: skip
+    out = tmp_path / "candidate.json"
+    try:
+        gate = _gate(tmp_path, "--expect-workers", "1", "--master-port", str(port))
+        done = subprocess.run(
+            [*gate, "--output", str(out)],
+            capture_output=True, text=True, timeout=240, cwd=REPO_ROOT, env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        # The master tells its worker to quit when it stops.
+        _, worker_err = worker.communicate(timeout=30)
+        assert worker.returncode == 0, worker_err[-2000:]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate(timeout=30)
+    (m,) = json.loads(out.read_text())["results"]
+    assert m["workers"] == 1 and m["error_count"] == 0 and m["request_count"] >= 20
+
+
+def test_gate_refuses_remote_workers_with_a_live_baseline(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*_gate(tmp_path, "--expect-workers", "1"), "--baseline-url", "http://127.0.0.1:1"],
+        capture_output=True, text=True, timeout=60, cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "remote workers follow one Locust master" in done.stdout + done.stderr
