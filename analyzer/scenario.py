@@ -398,6 +398,10 @@ class SpaceSection(_Section):
     1 and 2x its classes' p99 goal; unset: as the model's config says. ``search`` needs a
     priority mix (``traffic.classes`` with two levels or more) and is refused for a model with
     ``preserve_ordering``. Predict cannot simulate priorities: it predicts only FIFO configs."""
+    instance_kind: tuple[Literal["KIND_CPU", "KIND_GPU"], ...] | None = None
+    """Instance kinds to search for the model's one instance group, e.g. ``["KIND_GPU",
+    "KIND_CPU"]`` where both make sense (a GPU server whose backend also runs on the CPU);
+    None keeps the model's own kind."""
     max_candidate_sequences: tuple[int, ...] | None = None
     """Values of ``sequence_batching.oldest.max_candidate_sequences`` to search (a stateful
     model with the oldest strategy: how many sequences per instance may have a request in the
@@ -636,7 +640,7 @@ class Scenario(_Section):
         if data["goals"].get("max_gpu_memory_mb") is None:
             data["goals"].pop("max_gpu_memory_mb", None)  # unset: the hash of older scenarios
         data["input"] = self.input.identity()
-        for key in ("response_cache", "queue_policy", "max_candidate_sequences"):
+        for key in ("response_cache", "queue_policy", "max_candidate_sequences", "instance_kind"):
             if data["space"].get(key) is None:
                 data["space"].pop(key, None)  # unset: the hash of older scenarios
         if data["space"].get("response_cache") in (None, "off"):

@@ -17,6 +17,7 @@ the sampler sees an ordered space::
     policy_idx  queue_policy = policy_choices[policy_idx]      (only with two or more choices)
     cand_idx    max_candidate_sequences = candidate_choices[cand_idx]  (the same; the oldest
                 strategy of a stateful model)
+    kind_idx    instance_kind = kind_choices[kind_idx]         (the same: KIND_CPU vs KIND_GPU)
 
 Preferred sizes are relative to ``max_batch_size`` because Triton refuses a preferred size above
 the max batch size, and Optuna refuses categorical choices that change between trials.
@@ -122,6 +123,8 @@ class SearchSpace:
             (:func:`analyzer.trial.queue_policy_choices`; ``(None,)``: the model's own).
         candidate_choices: Values of :attr:`Knobs.max_candidate_sequences` searched
             (:func:`analyzer.trial.candidate_choices`; ``(None,)``: the model's own).
+        kind_choices: Values of :attr:`Knobs.instance_kind` searched
+            (:func:`analyzer.trial.kind_choices`; ``(None,)``: the model's own).
         group_devices: Instances one count makes in each instance group of the base config
             (:func:`analyzer.trial.group_devices`); None: one plain count, the knobs without
             :attr:`Knobs.group_counts`. Several groups: one ``instances_i`` dimension each; one
@@ -137,6 +140,7 @@ class SearchSpace:
     policy_choices: tuple[QueuePolicyKnob | None, ...] = (None,)
     candidate_choices: tuple[int | None, ...] = (None,)
     group_devices: tuple[int, ...] | None = None
+    kind_choices: tuple[str | None, ...] = (None,)
 
     def __post_init__(self) -> None:
         if self.group_devices is not None and not self.group_devices:
@@ -165,6 +169,7 @@ class SearchSpace:
         policy_choices: tuple[QueuePolicyKnob | None, ...] = (None,),
         candidate_choices: tuple[int | None, ...] = (None,),
         base: mc.ModelConfig | None = None,
+        kind_choices: tuple[str | None, ...] = (None,),
     ) -> SearchSpace:
         """Build the space from the scenario's ``[space]`` bounds (``base``: the model's config,
         whose instance groups are searched one count each when it has several)."""
@@ -185,6 +190,7 @@ class SearchSpace:
             policy_choices=policy_choices,
             candidate_choices=candidate_choices,
             group_devices=None if base is None else group_devices(base),
+            kind_choices=kind_choices,
         )
 
     # -- encoding -------------------------------------------------------------------------------
@@ -199,6 +205,7 @@ class SearchSpace:
             "cache_idx": (0, len(self.cache_choices) - 1),
             "policy_idx": (0, len(self.policy_choices) - 1),
             "cand_idx": (0, len(self.candidate_choices) - 1),
+            "kind_idx": (0, len(self.kind_choices) - 1),
         }
         return {name: b for name, b in bounds.items() if b[0] < b[1]}
 
@@ -225,6 +232,7 @@ class SearchSpace:
             queue_policy=self.policy_choices[int(params.get("policy_idx", 0))],
             max_candidate_sequences=self.candidate_choices[int(params.get("cand_idx", 0))],
             group_counts=None if devices is None else counts,
+            instance_kind=self.kind_choices[int(params.get("kind_idx", 0))],
         )
 
     def encode(self, knobs: Knobs) -> dict[str, int]:
@@ -249,6 +257,11 @@ class SearchSpace:
                 self.policy_choices.index(policy) if policy in self.policy_choices else 0
             ),
             "cand_idx": _nearest_choice(self.candidate_choices, cand),
+            "kind_idx": (
+                self.kind_choices.index(knobs.instance_kind)
+                if knobs.instance_kind in self.kind_choices
+                else 0
+            ),
         }
         return {k: v for k, v in params.items() if k in self.param_bounds()}
 

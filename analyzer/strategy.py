@@ -81,7 +81,8 @@ def resolve(scenario: Scenario, base: mc.ModelConfig | None = None) -> tuple[str
 
 
 def _unmodelled(scenario: Scenario, base: mc.ModelConfig) -> str | None:
-    """What of the model's own config, kept by every trial, the simulator does not model."""
+    """What the simulator does not model: of the model's own config (kept by every trial), or
+    of the searched knobs."""
     if base.HasField("sequence_batching"):
         return (
             "uses the sequence batcher, whose batches the simulator cannot form (one request "
@@ -96,6 +97,11 @@ def _unmodelled(scenario: Scenario, base: mc.ModelConfig) -> str | None:
         return (
             "has several instance groups (or one on several GPUs), and the simulator models "
             "the instances of one device"
+        )
+    if scenario.space.instance_kind and len(set(scenario.space.instance_kind)) > 1:
+        return (
+            "searches the instance kind, and a profile is taken on one kind: the other's "
+            "execution times are unknown until measured"
         )
     return None
 

@@ -73,6 +73,7 @@ from analyzer.trial import (
     Knobs,
     apply_knobs,
     candidate_choices,
+    kind_choices,
     knobs_of,
     mix_queue_policy_choices,
     response_cache_choices,
@@ -168,6 +169,7 @@ def space_for(scenario: Scenario, base: mc.ModelConfig | None = None) -> SearchS
         ),
         candidate_choices(s.max_candidate_sequences, base),
         base=base,
+        kind_choices=kind_choices(s.instance_kind, base),
     )
 
 

@@ -6,7 +6,8 @@ measures trials with :class:`analyzer.evaluation.Evaluator` and records each as 
 :class:`analyzer.records.TrialRecord` (the one trial record type; its typed measurement answers
 what the trial's numbers rest on).
 
-The response cache is a knob too (``response_cache { enable }``), searched only when the
+The instance kind (``KIND_CPU`` vs ``KIND_GPU``) is a knob when ``space.instance_kind`` lists
+both (:func:`kind_choices`). The response cache is a knob too (``response_cache { enable }``), searched only when the
 scenario asks for it (:func:`response_cache_choices`). A trial whose cache answers repeated
 payloads is faster without the model being faster, so every figure measured with hits carries
 its hit ratio (``analyzer.server_stats.cache_hit_ratio``); a managed server needs a cache of its
@@ -44,6 +45,10 @@ from analyzer.errors import InputError
 
 #: ``space.response_cache``: None leaves the model's own setting; ``search`` tries both.
 ResponseCacheSetting = Literal["off", "on", "search"] | None
+
+#: ``space.instance_kind``'s values: where the instances run (Triton's KIND_AUTO and KIND_MODEL
+#: are left to the model's own config).
+INSTANCE_KINDS = ("KIND_CPU", "KIND_GPU")
 
 #: Cache of a managed reference server when the scenario names no size: 64 MiB.
 DEFAULT_CACHE_SIZE_BYTES = 64 * 1024 * 1024
@@ -271,6 +276,8 @@ class Knobs:
         group_counts: ``count`` of each instance group of the base config, in order (every
             group kept with its kind, GPU list and other fields); None: one group, whose count
             is :attr:`instance_count` (what every trial did before groups were searched).
+        instance_kind: ``KIND_CPU`` or ``KIND_GPU`` for the instance group (``space.
+            instance_kind``); None keeps the base config's kind.
     """
 
     max_batch_size: int
@@ -282,8 +289,13 @@ class Knobs:
     queue_policy: QueuePolicyKnob | None = None
     max_candidate_sequences: int | None = None
     group_counts: tuple[int, ...] | None = None
+    instance_kind: str | None = None
 
     def __post_init__(self) -> None:
+        if self.instance_kind not in (None, *INSTANCE_KINDS):
+            raise ValueError(
+                f"instance_kind {self.instance_kind!r}: use one of {', '.join(INSTANCE_KINDS)}"
+            )
         if self.group_counts is not None and (not self.group_counts or min(self.group_counts) < 1):
             raise ValueError(
                 f"group_counts {self.group_counts} needs one count >= 1 per instance group "
@@ -315,6 +327,8 @@ class Knobs:
             out["max_candidate_sequences"] = self.max_candidate_sequences
         if self.group_counts is not None:
             out["group_counts"] = list(self.group_counts)
+        if self.instance_kind is not None:
+            out["instance_kind"] = self.instance_kind
         return out
 
     @classmethod
@@ -344,6 +358,7 @@ class Knobs:
                 if data.get("group_counts") is None
                 else tuple(int(c) for c in data["group_counts"])
             ),
+            instance_kind=data.get("instance_kind"),
         )
 
     def label(self) -> str:
@@ -351,11 +366,14 @@ class Knobs:
         after it when the knobs set the response cache, then the queue policy's
         :meth:`QueuePolicyKnob.label` when they set one: `` prio=2/2 p2=reject@25000us``, then
         `` cand=4`` when they set ``max_candidate_sequences``); with :attr:`group_counts`, the
-        total is followed by each group's count: ``x5 groups=[2,1]``."""
+        total is followed by each group's count: ``x5 groups=[2,1]``; a set instance kind follows
+        the count: ``x2 gpu`` / ``x2 cpu``."""
         cache = {None: "", True: " cache", False: " no cache"}[self.response_cache]
         count = f"x{self.instance_count}"
         if self.group_counts is not None:
             count += f" groups=[{','.join(str(c) for c in self.group_counts)}]"
+        if self.instance_kind is not None:
+            count += " " + self.instance_kind.removeprefix("KIND_").lower()
         cand = (
             "" if self.max_candidate_sequences is None else f" cand={self.max_candidate_sequences}"
         )
@@ -566,11 +584,54 @@ def apply_knobs(base: mc.ModelConfig, knobs: Knobs) -> mc.ModelConfig:
         first.count = knobs.instance_count
         del config.instance_group[:]
         config.instance_group.append(first)
+    if knobs.instance_kind is not None:
+        if knobs.group_counts is not None:
+            raise ValueError(
+                f"instance_kind sets the kind of one instance group; model {base.name!r} has "
+                "several groups, or one on several GPUs"
+            )
+        (group,) = config.instance_group
+        group.kind = mc.ModelInstanceGroup.Kind.Value(knobs.instance_kind)
+        if knobs.instance_kind == "KIND_CPU":
+            del group.gpus[:]  # a KIND_CPU group with a GPU list is refused by Triton
     if knobs.response_cache is True:
         config.response_cache.enable = True
     elif knobs.response_cache is False:
         config.ClearField("response_cache")
     return config
+
+
+# --------------------------------------------------------------------------------------------------
+# The instance kind as a knob
+
+
+def kind_choices(
+    values: Sequence[str] | None, base: mc.ModelConfig | None = None
+) -> tuple[str | None, ...]:
+    """The values of :attr:`Knobs.instance_kind` a search tries for ``space.instance_kind``.
+
+    ``None`` (or an empty list): (None,) -- the model's own kind. A kind the host lacks (KIND_GPU
+    on a server without a GPU) is not refused here: the server refuses such a config, as Triton
+    does, and the trial fails with its message.
+
+    Raises:
+        InputError: an unknown kind, or a base whose instances are not one group on at most one
+            GPU (searching the kind of several groups is not built).
+    """
+    if not values:
+        return (None,)
+    unknown = [v for v in values if v not in INSTANCE_KINDS]
+    if unknown:
+        raise InputError(
+            f"space.instance_kind: unknown kind(s) {unknown}; use {', '.join(INSTANCE_KINDS)}"
+        )
+    if base is not None and group_devices(base) is not None:
+        raise InputError(
+            f"space.instance_kind: model '{base.name}' has several instance groups, or one on "
+            "several GPUs; the kind is searched for a model with one group (remove "
+            "space.instance_kind, or set each group's kind in its config)"
+        )
+    return tuple(dict.fromkeys(values))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ PARAM_TO_KNOB = {
     "cache_idx": "response_cache",
     "policy_idx": "queue_policy",
     "cand_idx": "max_candidate_sequences",
+    "kind_idx": "instance_kind",
 }
 
 

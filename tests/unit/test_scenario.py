@@ -149,6 +149,7 @@ def test_search_strategy_is_in_the_hash_and_tpe_keeps_the_old_hash() -> None:
     data["space"].pop("response_cache")
     data["space"].pop("queue_policy")
     data["space"].pop("max_candidate_sequences")
+    data["space"].pop("instance_kind")
     for key in ("shapes", "data_file", "data_sha256", "unique_payloads", "repeat_ratio"):
         data["input"].pop(key)
     data["input"].pop("distribution")

@@ -1,0 +1,155 @@
+"""``space.instance_kind``: KIND_CPU vs KIND_GPU as a searched knob.
+
+Pure parts first (rendering, reading back, choices, encoding, the search that cannot predict
+it); then a real grid sweep on this GPU-less host, where the reference server refuses a
+KIND_GPU group as Triton does: that trial fails with the server's message, the KIND_CPU one
+is measured, and the recommended config says KIND_CPU.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from analyzer.errors import InputError
+from analyzer.results import load_summary, parse_config_text
+from analyzer.scenario import load_scenario
+from analyzer.search import SearchSpace
+from analyzer.strategy import resolve
+from analyzer.trial import Knobs, apply_knobs, kind_choices
+from tests.support.servers import write_model
+
+
+def _config(
+    groups: str = "instance_group [{ count: 1 kind: KIND_GPU gpus: [0] }]",
+) -> mc.ModelConfig:
+    return text_format.Parse(
+        'name: "m" backend: "simulated" max_batch_size: 8 '
+        'input [{ name: "x" data_type: TYPE_FP32 dims: [4] }] '
+        'output [{ name: "y" data_type: TYPE_FP32 dims: [4] }] ' + groups,
+        mc.ModelConfig(),
+    )
+
+
+def test_the_kind_renders_into_the_group_and_a_cpu_group_loses_its_gpu_list() -> None:
+    cpu = apply_knobs(_config(), Knobs(8, instance_count=2, instance_kind="KIND_CPU"))
+    (group,) = cpu.instance_group
+    assert (group.kind, list(group.gpus), group.count) == (mc.ModelInstanceGroup.KIND_CPU, [], 2)
+    gpu = apply_knobs(
+        _config("instance_group [{ kind: KIND_CPU }]"), Knobs(8, instance_kind="KIND_GPU")
+    )
+    assert gpu.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
+    kept = apply_knobs(_config(), Knobs(8))
+    assert kept.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU  # None: the model's own
+
+
+def test_dict_and_label_name_the_kind_only_when_set() -> None:
+    plain = Knobs(16, 500, (16, 8), 2)
+    assert "instance_kind" not in plain.to_dict()
+    gpu = Knobs(16, 500, (16, 8), 2, instance_kind="KIND_GPU")
+    assert gpu.label() == "mbs=16 delay=500us pref=[16,8] x2 gpu"
+    for knobs in (plain, gpu, Knobs(4, instance_kind="KIND_CPU")):
+        assert Knobs.from_dict(knobs.to_dict()) == knobs
+    with pytest.raises(ValueError, match="instance_kind 'KIND_TPU'"):
+        Knobs(4, instance_kind="KIND_TPU")
+
+
+def test_choices_and_what_is_refused() -> None:
+    assert kind_choices(None) == (None,)
+    assert kind_choices(["KIND_GPU", "KIND_CPU", "KIND_GPU"]) == ("KIND_GPU", "KIND_CPU")
+    with pytest.raises(InputError, match="unknown kind"):
+        kind_choices(["KIND_MODEL"])
+    two = _config("instance_group [{ kind: KIND_CPU }, { kind: KIND_GPU gpus: [0] }]")
+    with pytest.raises(InputError, match="several instance groups"):
+        kind_choices(["KIND_GPU", "KIND_CPU"], two)
+
+
+def test_the_space_encodes_the_kind_as_one_more_dimension() -> None:
+    space = SearchSpace.from_bounds(
+        (1, 8), (0, 0), 1, "none", (1, 1), kind_choices=("KIND_GPU", "KIND_CPU")
+    )
+    assert space.param_bounds() == {"log2_mbs": (0, 3), "kind_idx": (0, 1)}
+    assert space.size() == 8
+    knobs = space.decode({"log2_mbs": 2, "kind_idx": 1})
+    assert (knobs.max_batch_size, knobs.instance_kind) == (4, "KIND_CPU")
+    assert space.encode(knobs) == {"log2_mbs": 2, "kind_idx": 1}
+
+
+def test_predict_falls_back_to_tpe_when_the_kind_is_searched() -> None:
+    scenario = load_scenario(None, {"space.instance_kind": ["KIND_GPU", "KIND_CPU"]}, env={})
+    strategy, note = resolve(scenario, _config())
+    assert strategy == "tpe"
+    assert note is not None and "instance kind" in note
+
+
+SCENARIO = """
+objective = "throughput"
+[model]
+name = "tiny"
+[traffic]
+min_rate_rps = 5.0
+start_rps = 40.0
+max_rate_rps = 200.0
+[goals]
+p99_ms = 150.0
+[space]
+max_batch_size = [8, 8]
+max_queue_delay_us = [0, 0]
+delay_steps = 1
+preferred_batch_size = "none"
+instance_count = [1, 1]
+instance_kind = ["KIND_GPU", "KIND_CPU"]
+[budget]
+trials = 2
+patience = 10
+warmup_s = 0.3
+window_s = 0.5
+min_requests = 60
+capacity_resolution = 0.3
+validate_top = 0
+[search]
+strategy = "grid"
+"""
+
+MODEL = """
+name: "tiny"
+backend: "simulated"
+max_batch_size: 8
+input { name: "x" data_type: TYPE_FP32 dims: [16] }
+output { name: "y" data_type: TYPE_FP32 dims: [4] }
+instance_group { count: 1 kind: KIND_CPU }
+parameters { key: "profile" value { string_value: "resnet50_sim" } }
+"""
+
+
+def test_a_kind_the_host_lacks_fails_its_trial_and_the_other_kind_is_chosen(
+    tmp_path: Path,
+) -> None:
+    write_model(tmp_path / "repo", "tiny", MODEL)
+    (tmp_path / "kinds.toml").write_text(SCENARIO)
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [
+            sys.executable, "-c", "from analyzer.cli import main; main()", "run",
+            "--scenario", str(tmp_path / "kinds.toml"), "--model-repository",
+            str(tmp_path / "repo"), "--model", "tiny", "--device", "sim",
+            "--run-dir", str(run_dir),
+        ],
+        capture_output=True, text=True, timeout=280,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = load_summary(run_dir)
+    assert summary["trials"]["failed"] == 1 and summary["trials"]["complete"] == 1, summary
+    assert summary["best"]["config"]["instance_kind"] == "KIND_CPU"
+    best = parse_config_text((run_dir / "best" / "config.pbtxt").read_text())
+    assert best.instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
+    (failed,) = [
+        line for line in (run_dir / "trials.csv").read_text().splitlines() if "failed" in line
+    ]
+    # The server's refusal, as Triton words it, and the kind it refused.
+    assert "KIND_GPU" in failed and "no GPUs" in failed, failed
