@@ -19,6 +19,7 @@ from analyzer.gate_measure import GateFlags, measurement_hash, plan_measurement,
 from analyzer.load.engine import engine_options
 from analyzer.scenario import Scenario, data_digest, load_scenario
 from tests.load.refserver import REPO_ROOT, write_sim_model
+from tests.support.servers import free_port, remote_load_worker
 
 
 def test_grpc_options_load_the_grpc_port_and_read_statistics_over_http() -> None:
@@ -95,19 +96,11 @@ def _gate(tmp_path: Path, *flags: str) -> list[str]:
 def test_gate_as_locust_master_of_a_remote_worker(tmp_path: Path) -> None:
     """``gate --expect-workers 1``: a ``perfsweep load --worker`` process (another host in a
     cluster; here one on loopback) sends every request of the measurement."""
-    import socket
-
-    with socket.socket() as probe:  # a free port for the master (the worker must know it)
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     cli = [sys.executable, "-c", "from analyzer.cli import main; main()"]
-    worker = subprocess.Popen(
-        [*cli, "load", "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, env=env,
-    )  # fmt: skip
     out = tmp_path / "candidate.json"
-    try:
+    port = free_port()  # for the master (the worker must know it)
+    with remote_load_worker(cli, port, cwd=REPO_ROOT, env=env) as worker:
         gate = _gate(tmp_path, "--expect-workers", "1", "--master-port", str(port))
         done = subprocess.run(
             [*gate, "--output", str(out)],
@@ -117,10 +110,6 @@ def test_gate_as_locust_master_of_a_remote_worker(tmp_path: Path) -> None:
         # The master tells its worker to quit when it stops.
         _, worker_err = worker.communicate(timeout=30)
         assert worker.returncode == 0, worker_err[-2000:]
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.communicate(timeout=30)
     (m,) = json.loads(out.read_text())["results"]
     assert m["workers"] == 1 and m["error_count"] == 0 and m["request_count"] >= 20
 

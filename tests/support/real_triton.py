@@ -40,7 +40,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -51,7 +50,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tests.support.servers import ServerHandle, http_request, write_model
+from tests.support.servers import ServerHandle, free_port, http_request, write_model
 
 __all__ = [
     "SLEEP_MODEL_SOURCE",
@@ -380,13 +379,6 @@ def _number_text(value: float) -> str:
 
 # --------------------------------------------------------------------------------------------
 # The server process
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the caller must tolerate a race)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -34,6 +34,7 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -385,6 +386,35 @@ class ChildProcess:
         if self._stderr is not None:
             self._stderr.close()
         return int(self.proc.returncode)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the caller must tolerate a race)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def remote_load_worker(
+    cli: Sequence[str], port: int, **popen: Any
+) -> Iterator[subprocess.Popen[str]]:
+    """A ``perfsweep load --worker`` process (``cli``: the perfsweep command) waiting for a
+    Locust master on 127.0.0.1:``port``, as a worker on another host would; killed on exit when
+    it is still running. Its stderr is piped (read it with ``communicate``)."""
+    worker = subprocess.Popen(
+        [*cli, "load", "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
+    try:
+        yield worker
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate(timeout=30)
 
 
 def process_gone(pid: int) -> bool:

@@ -13,7 +13,6 @@ import csv
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +22,14 @@ import pytest
 from analyzer.results import load_summary, load_trial_record, parse_config_text
 from reference_server.core.config import validate
 from reference_server.ready import last_ready
-from tests.support.servers import process_gone, supervised_pid, wait_until, write_model
+from tests.support.servers import (
+    free_port,
+    process_gone,
+    remote_load_worker,
+    supervised_pid,
+    wait_until,
+    write_model,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -264,17 +270,9 @@ def test_kill_9_of_the_sweep_takes_its_managed_server_down(tmp_path: Path) -> No
 def test_sweep_as_locust_master_of_a_remote_worker(tmp_path: Path) -> None:
     """`perfsweep run --expect-workers 1` generates no load itself: a `perfsweep load --worker`
     process (another host in a cluster; here a process on loopback) sends every request."""
-    with socket.socket() as probe:  # a free port for the master (a worker must know it)
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # for the master (a worker must know it)
     run_dir = tmp_path / "run"
-    worker = subprocess.Popen(
-        [*CLI, "load", "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with remote_load_worker(CLI, port) as worker:
         sweep = command(tmp_path, 1, run_dir, validate_top=0)
         sweep += ["--expect-workers", "1", "--master-port", str(port)]
         done = subprocess.run(sweep, capture_output=True, text=True, timeout=280)
@@ -283,10 +281,6 @@ def test_sweep_as_locust_master_of_a_remote_worker(tmp_path: Path) -> None:
         # the sweep would still be waiting for a master.
         _, worker_err = worker.communicate(timeout=30)
         assert worker.returncode == 0, worker_err[-2000:]
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.communicate(timeout=30)
     summary = load_summary(run_dir)
     assert summary["trials"]["complete"] == 1
     assert summary["baseline"]["throughput_rps"] > 0

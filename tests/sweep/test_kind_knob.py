@@ -9,7 +9,6 @@ is measured, and the recommended config says KIND_CPU.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from analyzer.scenario import load_scenario
 from analyzer.search import SearchSpace
 from analyzer.strategy import resolve
 from analyzer.trial import Knobs, apply_knobs, kind_choices
-from tests.support.servers import write_model
+from tests.sweep.test_e2e_sim import CLI, make_repo
 
 
 def _config(
@@ -98,7 +97,7 @@ max_rate_rps = 200.0
 [goals]
 p99_ms = 150.0
 [space]
-max_batch_size = [8, 8]
+max_batch_size = [16, 16]
 max_queue_delay_us = [0, 0]
 delay_steps = 1
 preferred_batch_size = "none"
@@ -116,28 +115,17 @@ validate_top = 0
 strategy = "grid"
 """
 
-MODEL = """
-name: "tiny"
-backend: "simulated"
-max_batch_size: 8
-input { name: "x" data_type: TYPE_FP32 dims: [16] }
-output { name: "y" data_type: TYPE_FP32 dims: [4] }
-instance_group { count: 1 kind: KIND_CPU }
-parameters { key: "profile" value { string_value: "resnet50_sim" } }
-"""
-
 
 def test_a_kind_the_host_lacks_fails_its_trial_and_the_other_kind_is_chosen(
     tmp_path: Path,
 ) -> None:
-    write_model(tmp_path / "repo", "tiny", MODEL)
+    repo = make_repo(tmp_path)  # the e2e tests' tiny simulated model, one KIND_CPU instance
     (tmp_path / "kinds.toml").write_text(SCENARIO)
     run_dir = tmp_path / "run"
     done = subprocess.run(
         [
-            sys.executable, "-c", "from analyzer.cli import main; main()", "run",
-            "--scenario", str(tmp_path / "kinds.toml"), "--model-repository",
-            str(tmp_path / "repo"), "--model", "tiny", "--device", "sim",
+            *CLI, "run", "--scenario", str(tmp_path / "kinds.toml"),
+            "--model-repository", str(repo), "--model", "tiny", "--device", "sim",
             "--run-dir", str(run_dir),
         ],
         capture_output=True, text=True, timeout=280,
