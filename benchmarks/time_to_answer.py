@@ -688,17 +688,23 @@ def run_target(target_name: str, args: argparse.Namespace, workdir: Path) -> dic
             finally:
                 target.stop_for_ma()
             print(f"  {tools['ma'].get('wall_s', 0):.1f} s -> {tools['ma'].get('config')}")
-        print(f"[{target_name}] grid ({len(keys)} configs) ...", flush=True)
-        grid = perfsweep_run(
-            "grid", target.perfsweep_args(), grid_scenario, "grid", workdir / "grid", 7200
-        )
-        print(f"  {grid['wall_s']:.1f} s", flush=True)
-        capacities = {
-            config_key(m["config"]): m["capacity_rps"]
-            for m in grid.get("measured", [])
-            if m["capacity_rps"] is not None
-        }
-        bracketed = {config_key(m["config"]): m["bracketed"] for m in grid.get("measured", [])}
+        grids = []
+        for repeat in range(args.grid_repeats):
+            print(
+                f"[{target_name}] grid {repeat + 1}/{args.grid_repeats} ({len(keys)} configs) ..."
+            )
+            grids.append(
+                perfsweep_run(
+                    "grid",
+                    target.perfsweep_args(),
+                    grid_scenario,
+                    "grid",
+                    workdir / f"grid-{repeat}",
+                    7200,
+                )
+            )
+            print(f"  {grids[-1]['wall_s']:.1f} s", flush=True)
+        grid, capacities, bracketed, repeats = combine_grids(grids)
         # Recommendations outside the space: the same instrument on a one-config grid.
         for name, tool in tools.items():
             config = tool.get("config")
@@ -732,7 +738,51 @@ def run_target(target_name: str, args: argparse.Namespace, workdir: Path) -> dic
     finally:
         target.close()
 
-    return summarise(target_name, p99_ms, space, keys, tools, grid, capacities, bracketed, workdir)
+    result = summarise(
+        target_name, p99_ms, space, keys, tools, grid, capacities, bracketed, workdir
+    )
+    result["grid"]["repeats"] = len(grids)
+    result["grid"]["noise"] = grid_noise(repeats)
+    return result
+
+
+def combine_grids(
+    grids: Sequence[Mapping[str, Any]],
+) -> tuple[dict[str, Any], dict[Key, float], dict[Key, bool], dict[Key, list[float]]]:
+    """One instrument from several grid runs: each config's median capacity (bracketed only if
+    every run bracketed it), the runs' total wall time, and each config's capacities."""
+    repeats: dict[Key, list[float]] = {}
+    bracketed: dict[Key, bool] = {}
+    for run in grids:
+        for m in run.get("measured", []):
+            key = config_key(m["config"])
+            bracketed[key] = bracketed.get(key, True) and bool(m["bracketed"])
+            if m["capacity_rps"] is not None:
+                repeats.setdefault(key, []).append(m["capacity_rps"])
+    capacities = {k: statistics.median(v) for k, v in repeats.items()}
+    grid = {
+        "wall_s": sum(g["wall_s"] for g in grids),
+        "exit_code": max((g["exit_code"] for g in grids), default=0),
+        "error": next((g.get("error") for g in grids if g.get("error")), None),
+    }
+    return grid, capacities, bracketed, repeats
+
+
+def grid_noise(repeats: Mapping[Key, Sequence[float]]) -> dict[str, Any] | None:
+    """How much one config's capacity moves between grid runs: (max - min) / median per config
+    measured more than once; the floor under any prediction error read against this grid."""
+    spreads = [
+        (max(v) - min(v)) / statistics.median(v)
+        for v in repeats.values()
+        if len(v) > 1 and statistics.median(v) > 0
+    ]
+    if not spreads:
+        return None
+    return {
+        "configs": len(spreads),
+        "median_spread": round(statistics.median(spreads), 4),
+        "max_spread": round(max(spreads), 4),
+    }
 
 
 def summarise(
@@ -836,6 +886,13 @@ def table(result: Mapping[str, Any]) -> str:
             f"| {config_key(config) if config else tool.get('error', '-')[:60]!s} "
             f"| {fmt(tool.get('capacity_rps'), '.1f')} | {fmt(tool.get('quality'), '.1%')} |"
         )
+    noise = result["grid"].get("noise")
+    if noise:
+        lines.append(
+            f"\ngrid: {result['grid']['repeats']} runs, each config's capacity their median; "
+            f"spread between runs (max - min) / median: median {noise['median_spread']:.1%}, "
+            f"worst {noise['max_spread']:.1%} over {noise['configs']} configs"
+        )
     pe = result["prediction_error"]
     for where in ("own_trials", "grid"):
         s = pe[where]
@@ -853,6 +910,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-ma", action="store_true", help="skip Model Analyzer")
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="per tool")
     parser.add_argument("--keep", type=Path, help="keep the run directories here")
+    parser.add_argument(
+        "--grid-repeats",
+        type=int,
+        default=1,
+        help="measure the grid this many times; each config's capacity is their median, and "
+        "the spread between runs is reported (the noise floor of every figure)",
+    )
     parser.add_argument("--output", type=Path)
     args = parser.parse_args(argv)
     if not args.no_ma and not (MA_BIN.is_file() and PERF_ANALYZER.is_file()):

@@ -141,3 +141,34 @@ def test_model_analyzer_checkpoint_gives_every_measurement_with_its_config() -> 
     assert best is not None
     assert (best["name"], best["concurrency"], best["instance_count"]) == ("m_config_5", 16, 2)
     assert tta.parse_ma_checkpoint(doc, "other") == []
+
+
+def test_repeated_grids_give_each_config_its_median_and_report_their_spread() -> None:
+    cfg = {
+        "max_batch_size": 8,
+        "max_queue_delay_us": 0,
+        "preferred_batch_size": [],
+        "instance_count": 1,
+    }
+    other = {**cfg, "instance_count": 2}
+    runs = [
+        {"wall_s": 10.0, "exit_code": 0, "measured": [
+            {"config": cfg, "capacity_rps": 100.0, "bracketed": True},
+            {"config": other, "capacity_rps": 300.0, "bracketed": True},
+        ]},
+        {"wall_s": 12.0, "exit_code": 0, "measured": [
+            {"config": cfg, "capacity_rps": 120.0, "bracketed": True},
+            {"config": other, "capacity_rps": None, "bracketed": False},
+        ]},
+        {"wall_s": 11.0, "exit_code": 0, "measured": [
+            {"config": cfg, "capacity_rps": 90.0, "bracketed": True},
+        ]},
+    ]  # fmt: skip
+    grid, capacities, bracketed, repeats = tta.combine_grids(runs)
+    key, key2 = tta.config_key(cfg), tta.config_key(other)
+    assert grid["wall_s"] == 33.0
+    assert capacities == {key: 100.0, key2: 300.0}
+    assert bracketed == {key: True, key2: False}  # bracketed only when every run bracketed it
+    noise = tta.grid_noise(repeats)
+    assert noise == {"configs": 1, "median_spread": 0.3, "max_spread": 0.3}
+    assert tta.grid_noise({key2: [300.0]}) is None
