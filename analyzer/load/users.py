@@ -501,6 +501,7 @@ class OpenLoopUser(User):
         try:
             while True:
                 now = time.perf_counter()
+                self._resume_backlog()
                 # After each wake-up send everything overdue (a busy hub wakes us late).
                 while intended <= now:
                     recorder.dispatched_one(now - intended)
@@ -521,6 +522,22 @@ class OpenLoopUser(User):
                 sleeper.sleep_until(intended)
         finally:
             sleeper.close()
+
+    def _resume_backlog(self) -> None:
+        """Give waiting sends to free slots that no sender took them to.
+
+        A sender returns when it finds the backlog empty, but the pool frees its slot only a
+        moment later (when the hub runs the greenlet's exit callbacks): a send the dispatcher
+        queued in between found no free slot, and every later one queues behind it, so with
+        one slot the load stopped for good (a level with a full pool completed nothing).
+        """
+        while self.backlog and self.pool.free_count() > 0:
+            step: SequenceStep | None = None
+            if self.streams is not None:
+                step = self.streams.next()
+                if step is None:  # every sequence busy: a completion frees one
+                    return
+            self.pool.spawn(self._send, self.backlog.popleft(), step)
 
     def _send(self, intended: float, step: SequenceStep | None) -> None:
         recorder = self.ctx.recorder
