@@ -625,6 +625,10 @@ class Scenario(_Section):
         """The scenario as TOML text that :func:`load_scenario` reads back to an equal object."""
         return _to_toml(self.to_dict())
 
+    def tightest_p99_ms(self) -> float:
+        """The tightest p99 goal a level is judged on: the run's, or a traffic class's own."""
+        return min([self.goals.p99_ms, *(p99 for _, p99 in self.traffic.class_goals())])
+
     def hash(self) -> str:
         """A short, stable fingerprint of the scenario (recorded with every result)."""
         data = self.to_dict()

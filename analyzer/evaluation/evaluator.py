@@ -171,6 +171,11 @@ class Evaluator:
             target = self.plan.reference_target(self.reference_rps)
             self.on_phase(f"fixed load {target:g} {self.plan.unit}")
             fixed = self.load.measure(self.plan.fixed(target, factor))
+            if not fixed.valid:
+                # The generator, not the server, failed: that says nothing yet (as a capacity
+                # search measures an invalid step again).
+                self.on_phase("the load generator was saturated; measuring the level again")
+                fixed = self.load.measure(self.plan.fixed(target, factor))
         measurement: TrialMeasurement
         if capacity is not None:
             numbers = capacity_numbers(capacity, self.plan.open_loop)

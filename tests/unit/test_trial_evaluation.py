@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -245,3 +246,27 @@ def test_check_is_one_sequential_step_whose_pass_stands_for_the_rate() -> None:
     assert evaluation.constraints["p99_slack"] < 0
     bad = Evaluator(s, Scripted(lambda spec: 80.0)).check(300.0)
     assert bad.numbers["throughput_rps"] == 0.0 and bad.constraints["p99_slack"] > 0
+
+
+def test_a_fixed_level_the_generator_could_not_offer_is_measured_again() -> None:
+    """As a capacity search does: an invalid level says nothing about the server yet."""
+
+    class Stalled(Scripted):
+        def measure(self, spec: LoadSpec) -> Measurement:
+            m = super().measure(spec)
+            fixed = [s for s in self.measured if s.target == 6.0]
+            return replace(m, valid=len(fixed) != 1)  # the first fixed level stalled
+
+    load = Stalled(lambda spec: 30.0)
+    lat = Evaluator(scenario(objective="latency", traffic={"rate_rps": 6.0}), load).evaluate()
+    assert [s.target for s in load.measured][1:] == [6.0, 6.0]
+    assert lat.measurement.to_dict()["valid"]
+
+
+def test_the_tightest_goal_bounds_the_send_lag() -> None:
+    classes = [
+        {"name": "urgent", "share": 0.3, "priority": 1, "p99_ms": 60.0},
+        {"name": "bulk", "share": 0.7},
+    ]
+    assert scenario(goals={"p99_ms": 800.0}, traffic={"classes": classes}).tightest_p99_ms() == 60
+    assert scenario(goals={"p99_ms": 800.0}).tightest_p99_ms() == 800
