@@ -57,7 +57,7 @@ ShapeFlag = Annotated[
     typer.Option(
         "--shape",
         help="NAME:D1,D2: dims of an input with a variable (-1) dim, batch dim left out "
-        "(repeatable; [input] shapes).",
+        "(repeatable; \\[input] shapes).",
     ),
 ]
 #: ``--input-data random | zeros | FILE``.
@@ -66,12 +66,12 @@ InputDataFlag = Annotated[
     typer.Option(
         "--input-data",
         help="random (default), zeros, a perf_analyzer --input-data .json, an .npz (leading "
-        "axis = entries), or a directory with one raw file per input ([input] data_file).",
+        "axis = entries), or a directory with one raw file per input (\\[input] data_file).",
     ),
 ]
 #: ``--batch-size N``.
 BatchSizeFlag = Annotated[
-    int | None, typer.Option("--batch-size", help="Samples per request ([input] batch_size).")
+    int | None, typer.Option("--batch-size", help="Samples per request (\\[input] batch_size).")
 ]
 #: ``--unique-payloads N``.
 UniquePayloadsFlag = Annotated[
@@ -79,7 +79,7 @@ UniquePayloadsFlag = Annotated[
     typer.Option(
         "--unique-payloads",
         help="Distinct random payloads per generator process (default 8192, fewer for large "
-        "inputs; [input] unique_payloads).",
+        "inputs; \\[input] unique_payloads).",
     ),
 ]
 #: ``--repeat-ratio R``.
@@ -88,7 +88,7 @@ RepeatRatioFlag = Annotated[
     typer.Option(
         "--repeat-ratio",
         help="Share of random requests that repeat an earlier payload, 0..<1: the hit ratio "
-        "a response cache sees ([input] repeat_ratio).",
+        "a response cache sees (\\[input] repeat_ratio).",
     ),
 ]
 #: ``--shared-memory none | system``.
@@ -98,7 +98,7 @@ SharedMemoryFlag = Annotated[
         "--shared-memory",
         help="none (default) or system: inputs written once into a registered system "
         "shared-memory region that each request names (the server must run on this host; "
-        "[input] shared_memory).",
+        "\\[input] shared_memory).",
     ),
 ]
 
@@ -129,7 +129,7 @@ WorkersFlag = Annotated[
     typer.Option(
         "--workers",
         help="Local Locust generator processes: N, or auto (start with 1, add processes up to "
-        "one per core while the generator's self-check finds it saturated; [traffic] workers).",
+        "one per core while the generator's self-check finds it saturated; \\[traffic] workers).",
     ),
 ]
 #: ``--expect-workers N``.
