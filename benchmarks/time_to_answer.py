@@ -742,7 +742,9 @@ def run_target(target_name: str, args: argparse.Namespace, workdir: Path) -> dic
         target_name, p99_ms, space, keys, tools, grid, capacities, bracketed, workdir
     )
     result["grid"]["repeats"] = len(grids)
-    result["grid"]["noise"] = grid_noise(repeats)
+    # Between runs only: one run can measure a config twice (the model's own config is the
+    # baseline and a grid point), which says nothing about run-to-run noise.
+    result["grid"]["noise"] = grid_noise(repeats) if len(grids) > 1 else None
     return result
 
 
