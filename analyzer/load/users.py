@@ -150,7 +150,8 @@ class ProcessContext:
         self.next_class = ClassDraw((), 0)
         #: The model is sequence-batched: every request carries its sequence's parameters.
         self.sequence_model = False
-        #: Open loop, a sequence model: the process's live sequences (None otherwise).
+        #: Open loop, a sequence model: the process's live sequences, made by the level's first
+        #: dispatcher (None until then, and otherwise).
         self.open_streams: SequenceStreams | None = None
         self._streams_made = 0
         #: ``shared_memory = "system"``: this process's region of ``inputs`` (and its client).
@@ -221,11 +222,8 @@ class ProcessContext:
         self.next_class = ClassDraw(classes, config.seed * 1_000_003 + 7919 * self.process_index)
         self.recorder = Recorder(len(classes))
         self._users_started = 0
-        self.open_streams = (
-            self.new_streams(config.sequences)
-            if self.sequence_model and config.mode == "request_rate"
-            else None
-        )
+        # A level's open-loop sequences are made by its first dispatcher (OpenLoopUser.start_with).
+        self.open_streams = None
 
     def _open_shm(self, config: EngineConfig, inputs: InputSet) -> ShmInputs:
         """One registered region holding ``inputs``' distinct payloads (closed by :meth:`close`
@@ -475,7 +473,7 @@ class OpenLoopUser(User):
             sequence=ctx.sequence_model,
         )
         if ctx.sequence_model and ctx.open_streams is None:
-            # A context configured for closed loop (the dashboard's serves both loops).
+            # The level's first dispatcher makes the process's streams (the others share them).
             ctx.open_streams = ctx.new_streams(self.config.sequences)
         #: A sequence model: the process's live sequences (shared by its dispatchers).
         self.streams = ctx.open_streams
