@@ -177,6 +177,7 @@ def merged_profile(probed: Profile, fitted: Profile) -> Profile:
         instances_profiled=fitted.instances_profiled,
         interference=dict(fitted.interference) or dict(probed.interference),
         latency_offset_ms=probed.latency_offset_ms,
+        overlap_ms=probed.overlap_ms,
     )
 
 

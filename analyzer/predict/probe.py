@@ -13,8 +13,10 @@ simulator interpolates between them and never extrapolates beyond the largest.
 
 Instance interference: the same is done with ``N`` instances and bursts of ``N * b``
 requests (``N`` batches of ``b`` at once); the mean execution time there over the one at 1
-instance is ``Profile.interference[N]`` (information, as for the run-directory fit: the
-simulator models the device serialisation itself). Jitter is the mean relative standard
+instance is ``Profile.interference[N]``. It says how much of an execution the device
+serialises (:class:`~analyzer.predict.profile.Overlap`): where that is less than
+``compute_infer`` (a backend that reports its host work inside it, as Triton's Python backend
+does), the difference is ``Profile.overlap_ms``, which the simulator runs as host work. Jitter is the mean relative standard
 deviation of one execution's time over a size's bursts (each burst at 1 instance is one
 execution).
 
@@ -44,13 +46,18 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.errors import TargetError
 from analyzer.predict import ProfileError
-from analyzer.predict.profile import BatchTiming, Profile
+from analyzer.predict.profile import BatchTiming, Overlap, Profile, overlap_from_interference
 from analyzer.server_stats import http_stats_source
 from analyzer.target import Target, untunable_reason
 
 #: Queue delay of every probe config: long enough that only the preferred size ends a batch,
 #: short enough that a burst cut short by a lost request costs one second, not a hang.
 PROBE_DELAY_US = 1_000_000
+
+#: Bursts of the interference probe (and of the one-instance size it is compared with), in
+#: multiples of ``ProbePlan.bursts``: the overlap is a small difference of two means.
+INTERFERENCE_BURSTS = 4
+REFERENCE_BURSTS = 2
 
 #: How long the statistics may lag behind the answers of a burst before the probe reads on.
 STATS_SETTLE_S = 5.0
@@ -80,7 +87,9 @@ class ProbePlan:
     Attributes:
         batch_sizes: Sizes to execute (each <= the model's ``max_batch_size``); None = 1, 2,
             4, ... up to ``max_batch_size`` (which is always included).
-        bursts: Measured bursts per size (one execution each at one instance).
+        bursts: Measured bursts per size (one execution each at one instance); the size of the
+            interference probe gets :data:`REFERENCE_BURSTS` times as many, the interference
+            probe itself :data:`INTERFERENCE_BURSTS` times.
         warmup_bursts: Bursts per loaded config before measuring (first executions are slow
             on real backends).
         instances: Instance count of the interference probe (1 or less: none).
@@ -322,11 +331,12 @@ def probe(
             expected_items += per_burst
         return per_burst
 
-    def bursts(per_burst: int) -> Iterator[dict[int, tuple[int, int, int, int]]]:
-        """Send measured bursts; yield each one's executions per batch size (stats deltas)."""
+    def bursts(per_burst: int, count: int) -> Iterator[dict[int, tuple[int, int, int, int]]]:
+        """Send ``count`` measured bursts; yield each one's executions per batch size (stats
+        deltas)."""
         nonlocal expected_items
         before = settled()
-        for _ in range(plan.bursts):
+        for _ in range(count):
             if sent + per_burst > plan.max_requests or clock() > deadline:
                 return
             burst(per_burst)
@@ -339,14 +349,15 @@ def probe(
             }
             before = after
 
-    def measure(size: int) -> _Phases | None:
-        """Bursts of ``size`` at one instance: each one execution of exactly ``size``."""
+    def measure(size: int, count: int) -> _Phases | None:
+        """``count`` bursts of ``size`` at one instance: each one execution of exactly
+        ``size``."""
         per_burst = load(size, 1)
         if per_burst is None:
             return None
         phases = _Phases()
         totals: list[float] = []
-        for delta in bursts(per_burst):
+        for delta in bursts(per_burst, count):
             if size not in delta:
                 continue  # the burst did not form a batch of this size (a straggler)
             n, i, f, o = delta[size]
@@ -358,26 +369,35 @@ def probe(
         phases.per_burst_ms = tuple(totals)
         return phases if phases.executions else None
 
-    def interfere(size: int, instances: int, alone: Profile) -> float | None:
-        """Bursts of ``instances * size`` at ``instances`` instances: observed execution time
-        over what the one-instance profile predicts for the same batches (each batch size
-        that formed is compared with its own one-instance time)."""
+    def interfere(size: int, instances: int, alone: Profile) -> list[float] | None:
+        """Bursts of ``instances * size`` at ``instances`` instances: per burst, the observed
+        execution time over what the one-instance profile predicts for the same batches (each
+        batch size that formed is compared with its own one-instance time)."""
         per_burst = load(size, instances)
         if per_burst is None:
             return None
-        observed = predicted = 0.0
-        for delta in bursts(per_burst):
+        ratios: list[float] = []
+        for delta in bursts(per_burst, INTERFERENCE_BURSTS * plan.bursts):
+            observed = predicted = 0.0
             for b, (n, i, f, o) in delta.items():
                 if alone.min_batch_size <= b <= alone.max_batch_size:
                     observed += (i + f + o) / 1e6
                     predicted += n * alone.timing(b).total_ms
-        return observed / predicted if predicted > 0 else None
+            if predicted > 0:
+                ratios.append(observed / predicted)
+        return ratios or None
 
     measured: dict[int, _Phases] = {}
     interference: dict[int, float] = {}
+    overlap: Overlap | None = None
     try:
+        # The interference ratio divides by the one-instance time of its batch size: that size
+        # gets more bursts, as the interference probe does (both means are of one execution
+        # time, and a share of the difference is what the overlap rests on).
+        planned_ref = plan.interference_batch or sizes[len(sizes) // 2]
         for size in sizes:
-            phases = measure(size)
+            extra = plan.instances > 1 and size == planned_ref
+            phases = measure(size, REFERENCE_BURSTS * plan.bursts if extra else plan.bursts)
             if phases is None:
                 break  # larger sizes would be cut too; the profile covers what it has
             measured[size] = phases
@@ -385,9 +405,10 @@ def probe(
         if n > 1 and 1 in measured:
             alone = _profile(model, "", measured, 0.0, {})
             ref = plan.interference_batch or sorted(measured)[len(measured) // 2]
-            ratio = interfere(ref, n, alone)
-            if ratio is not None:
-                interference[n] = ratio
+            ratios = interfere(ref, n, alone)
+            if ratios is not None:
+                interference[n] = statistics.fmean(ratios)
+                overlap = overlap_from_interference(alone.timing(ref), n, ratios)
     finally:
         pool.shutdown(wait=True)
         sender.close()
@@ -413,16 +434,13 @@ def probe(
             f"max_batch_size = preferred_batch_size = b, max_queue_delay {PROBE_DELAY_US} us, "
             f"{sum(p.executions for p in measured.values())} executions at 1 instance from "
             f"batch_stats deltas ({sent} requests); jitter = spread of single executions"
-            + (
-                f"; interference at {', '.join(map(str, interference))} instances"
-                if interference
-                else ""
-            )
+            + (f"; interference: {overlap.describe()}" if overlap is not None else "")
             + note
         ),
         measured,
         jitter,
         interference,
+        overlap.ms if overlap is not None else 0.0,
     )
 
 
@@ -441,6 +459,7 @@ def _profile(
     measured: Mapping[int, _Phases],
     jitter: float,
     interference: Mapping[int, float],
+    overlap_ms: float = 0.0,
 ) -> Profile:
     """The profile of the sizes measured at one instance (means per execution)."""
     timings = tuple(
@@ -461,6 +480,7 @@ def _profile(
         jitter=jitter,
         instances_profiled=1,
         interference=dict(interference),
+        overlap_ms=overlap_ms,
     )
 
 

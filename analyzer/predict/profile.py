@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +86,11 @@ class Profile:
         latency_offset_ms: Latency outside the server's queue and execution (network, protocol,
             the generator's own delays), added to every simulated latency; 0 until calibrated
             on measured operating points (:func:`analyzer.predict.simulator.latency_offset`).
+        overlap_ms: Host work inside ``compute_infer`` that overlaps across instances (a
+            backend that reports its whole execution as ``compute_infer``, as Triton's Python
+            backend does); measured by the interference probe
+            (:func:`overlap_from_interference`). :meth:`table` moves it from the device phase
+            to the input phase, so the simulator serialises only the rest.
     """
 
     model: str
@@ -96,6 +101,7 @@ class Profile:
     instances_profiled: int = 1
     interference: Mapping[int, float] = field(default_factory=dict)
     latency_offset_ms: float = 0.0
+    overlap_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.timings:
@@ -145,9 +151,20 @@ class Profile:
         return self.timings[-1]
 
     def table(self, largest: int) -> list[BatchTiming]:
-        """Timings for sizes ``0..largest`` (index = size; entry 0 is unused)."""
+        """Timings for sizes ``0..largest`` as the simulator runs them (index = size; entry 0
+        is unused): :attr:`overlap_ms` moved from the device phase to the input phase."""
         self.check_covers(largest)
-        return [self.timings[0], *(self.timing(b) for b in range(1, largest + 1))]
+        rows = [self.timings[0], *(self.timing(b) for b in range(1, largest + 1))]
+        if self.overlap_ms <= 0:
+            return rows
+        return [
+            replace(
+                t,
+                input_ms=t.input_ms + min(self.overlap_ms, t.infer_ms),
+                infer_ms=max(0.0, t.infer_ms - self.overlap_ms),
+            )
+            for t in rows
+        ]
 
     def peak_rps(self, largest: int, instances: int = 1) -> float:
         """Noise-free upper bound on throughput with batches up to ``largest`` (device-bound
@@ -171,6 +188,7 @@ class Profile:
             "instances_profiled": self.instances_profiled,
             "interference": {str(k): v for k, v in sorted(self.interference.items())},
             "latency_offset_ms": self.latency_offset_ms,
+            "overlap_ms": self.overlap_ms,
             "timings": [
                 {
                     "batch_size": t.batch_size,
@@ -211,9 +229,59 @@ class Profile:
                 instances_profiled=int(data.get("instances_profiled", 1)),
                 interference={int(k): float(v) for k, v in data.get("interference", {}).items()},
                 latency_offset_ms=float(data.get("latency_offset_ms", 0.0)),
+                overlap_ms=float(data.get("overlap_ms", 0.0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ProfileError(f"malformed profile document: {exc!r}") from exc
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """What bursts at several instances say about host work hidden in ``compute_infer``.
+
+    ``N`` batches of one size that start together on ``N`` instances of one device finish
+    their serialised part one after another: batch ``k`` (0-based) takes ``h + (k + 1) s``
+    (``h`` overlapping host work, ``s`` serialised work), so their mean over the one-instance
+    time ``h + s`` is ``ratio = 1 + share * (N - 1) / 2``, with ``share = s / (h + s)``. The
+    share is taken at the upper end of its interval (mean ratio + 2 standard errors over the
+    bursts), so noise never claims overlap that is not there; ``ms`` is what it leaves of
+    ``compute_infer`` as host work (0 when ``compute_input`` and ``compute_output`` already
+    hold all of it, as the reference server's statistics do).
+    """
+
+    ms: float
+    serial_share: float
+    ratio: float
+    stderr: float
+    batch_size: int
+    instances: int
+    bursts: int
+
+    def describe(self) -> str:
+        """One clause for a profile's provenance."""
+        return (
+            f"execution time x{self.ratio:.3f} +- {self.stderr:.3f} at {self.instances} "
+            f"instances (batch {self.batch_size}, {self.bursts} bursts): serialised share <= "
+            f"{self.serial_share:.2f}, so {self.ms:.2f} ms of compute_infer overlaps across "
+            "instances"
+        )
+
+
+def overlap_from_interference(
+    alone: BatchTiming, instances: int, ratios: Sequence[float]
+) -> Overlap:
+    """The :class:`Overlap` that bursts at ``instances`` instances measured (``ratios``: each
+    burst's execution time over ``alone``, the one-instance time of the same size)."""
+    k = len(ratios)
+    mean = sum(ratios) / k
+    stderr = (
+        (sum((r - mean) ** 2 for r in ratios) / (k - 1)) ** 0.5 / k**0.5 if k > 1 else float("inf")
+    )
+    share = 1.0
+    if instances > 1 and stderr != float("inf"):
+        share = min(1.0, max(0.0, 2.0 * (mean + 2.0 * stderr - 1.0) / (instances - 1)))
+    ms = max(0.0, alone.infer_ms - share * alone.total_ms)
+    return Overlap(ms, share, mean, stderr, alone.batch_size, instances, k)
 
 
 def save_profile(profile: Profile, path: Path) -> None:

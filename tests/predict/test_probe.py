@@ -121,7 +121,8 @@ def test_probed_times_match_the_planted_profile(
     assert [t.batch_size for t in profile.timings] == [1, 2, 4, 8, 16]
     for t in profile.timings:
         want = planted.timing(t.batch_size)
-        assert t.executions == 6
+        # The interference probe's size (the median, 4) gets twice the bursts.
+        assert t.executions == (12 if t.batch_size == 4 else 6)
         print(
             f"b={t.batch_size}: infer {t.infer_ms:.2f} (planted {want.infer_ms:.2f}), "
             f"input {t.input_ms:.2f} (planted {want.input_ms:.2f})"
@@ -132,6 +133,9 @@ def test_probed_times_match_the_planted_profile(
     # Two batches of 8 at once on one device: one waits for the other's 9 ms device phase.
     # Planted: (10.8 + 19.8) / 2 / 10.8 = 1.42.
     assert 1.2 <= profile.interference[2] <= 1.7
+    # The reference server reports host work in compute_input/output, so what the device
+    # serialises is all of compute_infer: (next to) no overlap hidden in it.
+    assert profile.overlap_ms <= 0.6, profile.provenance
     assert 0 < profile.jitter < 0.2
     assert "probed:" in profile.provenance
 
@@ -244,13 +248,76 @@ def test_probe_forms_exact_batches_on_real_triton(real_triton: RealTriton) -> No
     profile = probe(target, ProbePlan(bursts=4, instances=2))
     assert [t.batch_size for t in profile.timings] == [1, 2, 4, 8]
     for t in profile.timings:
-        assert t.executions == 4, t  # every burst was one execution of exactly its size
+        # Every burst was one execution of exactly its size (the median size, 4, has twice the
+        # bursts: the interference probe compares with it).
+        assert t.executions == (8 if t.batch_size == 4 else 4), t
         planted = 3.0 + 1.0 * t.batch_size
         # compute_infer holds the sleep and the Python stub's hand-over (about a millisecond).
         assert planted - 0.05 <= t.infer_ms <= 1.2 * planted + 2.0, t
     assert "triton" in profile.provenance
-    # Two Python-backend instances run in parallel (no shared device): little interference.
+    # Two Python-backend instances run in parallel (no shared device): little interference,
+    # so most of compute_infer is work that overlaps across instances.
     assert 0.7 <= profile.interference[2] <= 1.5
+    assert profile.overlap_ms >= 0.5 * profile.timing(4).infer_ms, profile.provenance
+
+
+#: A Python-backend model with a device: HOST_MS of sleep outside any lock, then the device part
+#: under an exclusive file lock every instance process shares (a GPU runs one batch at a time).
+_LOCKED_DEVICE = """\
+import fcntl
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.lock = open({lock!r}, "a")
+
+    def execute(self, requests):
+        items = sum(pb_utils.get_input_tensor_by_name(r, "INPUT0").shape()[0] for r in requests)
+        time.sleep({host_ms} / 1000.0)
+        fcntl.flock(self.lock, fcntl.LOCK_EX)
+        try:
+            time.sleep(({device_ms} + {per_item_ms} * items) / 1000.0)
+        finally:
+            fcntl.flock(self.lock, fcntl.LOCK_UN)
+        return [
+            pb_utils.InferenceResponse(
+                output_tensors=[
+                    pb_utils.Tensor.from_dlpack(
+                        "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0")
+                    )
+                ]
+            )
+            for r in requests
+        ]
+"""
+
+
+@pytest.mark.triton
+@pytest.mark.timeout(240)
+def test_probe_finds_host_work_inside_compute_infer_on_real_triton(
+    real_triton: RealTriton, tmp_path: Path
+) -> None:
+    # Triton reports the whole execute() as compute_infer; 3 ms of it (sleep outside the lock)
+    # overlaps across instances, the 8 ms + 1 ms per item under the lock does not. Without the
+    # overlap the simulator would give a second instance nothing; with all of it, 2x.
+    real_triton.add_model(
+        sleep_model_config("probe_locked", max_batch_size=8, dynamic_batching=dynamic_batching()),
+        model_source=_LOCKED_DEVICE.format(
+            lock=str(tmp_path / "device.lock"), host_ms=3.0, device_ms=8.0, per_item_ms=1.0
+        ),
+    )
+    real_triton.load_model("probe_locked")
+    target = RemoteTarget(real_triton.http_url, "probe_locked")
+    target.start()
+    profile = probe(target, ProbePlan(instances=2))
+    infer = profile.timing(4).infer_ms  # the planted 3 + 8 + 4 ms and the stub's hand-over
+    assert 15.0 <= infer <= 20.0, profile.timings
+    # The planted 3 ms (measured 1.5-3.6 ms on this 2-core machine, 10 probes; the stub's own
+    # hand-over is partly serialised), far from none (0) and from all of it (~16 ms).
+    assert 0.5 <= profile.overlap_ms <= 7.0, profile.provenance
 
 
 class _FakeTarget:

@@ -16,6 +16,7 @@ from analyzer.predict.profile import (
     from_statistics,
     from_toml,
     load_profile,
+    overlap_from_interference,
     save_profile,
 )
 
@@ -65,6 +66,7 @@ def test_json_round_trip_and_refused_versions(tmp_path: Path) -> None:
         timings=(BatchTiming(1, 0.1, 1.0, 0.1, 3), BatchTiming(2, 0.2, 1.5, 0.1, 4)),
         jitter=0.05,
         interference={2: 1.4},
+        overlap_ms=0.25,
     )
     path = tmp_path / "p.json"
     save_profile(profile, path)
@@ -114,3 +116,54 @@ def test_from_toml_is_the_simulated_backend_curve() -> None:
     with pytest.raises(ProfileError, match="linear"):
         from_toml("sim_linear")
     assert from_toml("sim_linear", max_batch_size=4).timing(4).infer_ms == pytest.approx(3.0)
+
+
+# ------------------------------------------------------------------ overlap from interference
+
+
+def _burst_ratio(host_ms: float, serial_ms: float, instances: int) -> float:
+    """N batches started together on N instances of one device: batch k ends its serialised
+    part at h + (k + 1) s, so the mean execution over the one-instance h + s."""
+    mean = sum(host_ms + (k + 1) * serial_ms for k in range(instances)) / instances
+    return mean / (host_ms + serial_ms)
+
+
+@pytest.mark.parametrize("instances", [2, 3])
+def test_overlap_recovers_host_work_reported_inside_compute_infer(instances: int) -> None:
+    # Triton's Python backend: its whole execute() is compute_infer; 2 ms of it is host work.
+    alone = BatchTiming(4, 0.05, 16.0, 0.2)
+    r = _burst_ratio(2.0 + 0.25, 14.0, instances)  # host = 2 ms + the input/output phases
+    noise = [r * (1 + e) for e in (-0.001, 0.0, 0.001, 0.0) * 6]
+    overlap = overlap_from_interference(alone, instances, noise)
+    assert overlap.ms == pytest.approx(2.0, abs=0.15)
+    assert overlap.serial_share == pytest.approx(14.0 / 16.25, abs=0.01)
+    assert overlap.bursts == 24 and f"{overlap.ms:.2f} ms" in overlap.describe()
+
+
+def test_no_overlap_where_the_statistics_already_split_host_work() -> None:
+    # The reference server: host work in compute_input/output, the device's in compute_infer.
+    alone = BatchTiming(4, 1.2, 5.9, 0.6)
+    r = _burst_ratio(1.8, 5.9, 2)
+    assert overlap_from_interference(alone, 2, [r] * 12).ms == pytest.approx(0.0, abs=1e-9)
+
+
+def test_noisy_bursts_claim_less_overlap_never_more() -> None:
+    alone = BatchTiming(4, 0.0, 16.0, 0.0)
+    r = _burst_ratio(2.0, 14.0, 2)
+    exact = overlap_from_interference(alone, 2, [r] * 12)
+    noisy = overlap_from_interference(alone, 2, [r * (1 + e) for e in (-0.05, 0.05) * 6])
+    assert noisy.ms < exact.ms
+    assert noisy.stderr > 0
+    # One burst has no standard error: no overlap is claimed.
+    assert overlap_from_interference(alone, 2, [r]).ms == 0.0
+
+
+def test_table_moves_the_overlap_from_the_device_to_the_input_phase() -> None:
+    timings = (BatchTiming(1, 0.1, 1.5, 0.1), BatchTiming(2, 0.2, 3.0, 0.1))
+    plain = Profile(model="m", provenance="p", source="test", timings=timings)
+    shifted = Profile(model="m", provenance="p", source="test", timings=timings, overlap_ms=2.0)
+    for a, b in zip(plain.table(2)[1:], shifted.table(2)[1:], strict=True):
+        assert b.total_ms == pytest.approx(a.total_ms)
+        assert b.infer_ms == pytest.approx(max(0.0, a.infer_ms - 2.0))
+    assert shifted.table(2)[1].infer_ms == 0.0  # never below zero: 1.5 ms moved, not 2
+    assert shifted.timing(2) == plain.timing(2)  # the measured phases stay as measured

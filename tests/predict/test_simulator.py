@@ -81,6 +81,21 @@ def test_host_work_overlaps_across_instances() -> None:
     assert not two.saturated  # device bound at 200 req/s
 
 
+def test_overlap_in_compute_infer_is_run_as_host_work() -> None:
+    # 10 ms of compute_infer, 5 of it host work that overlaps (a Python backend's statistics):
+    # with the overlap known, two instances are device-bound at 200 req/s, not 100.
+    hidden = Profile(
+        model="planted",
+        provenance="planted",
+        source="test",
+        timings=(BatchTiming(1, 0.0, 10.0, 0.0),),
+        overlap_ms=5.0,
+    )
+    two = simulate(hidden, SimConfig(1, instance_count=2), 150.0, requests=4000)
+    assert not two.saturated
+    assert hidden.peak_rps(1, 2) == pytest.approx(200.0)
+
+
 def test_capacity_brackets_the_goal() -> None:
     profile = constant(2.0, 16, per_item_ms=0.25)
     config = SimConfig(16, 500)

@@ -172,3 +172,17 @@ def test_repeated_grids_give_each_config_its_median_and_report_their_spread() ->
     noise = tta.grid_noise(repeats)
     assert noise == {"configs": 1, "median_spread": 0.3, "max_spread": 0.3}
     assert tta.grid_noise({key2: [300.0]}) is None
+
+
+def test_the_slowed_sim_profile_doubles_every_duration(tmp_path: Path) -> None:
+    from reference_server.zoo.profiles import resolve_profile
+
+    (tmp_path / "device.toml").write_text(tta.slowed_profile(2.0))
+    slow = resolve_profile("device.toml", tmp_path)
+    bundled = resolve_profile("resnet50_sim")
+    for b in (1, 3, 8, 16, 32, 40):
+        assert slow.device.ms(b) == pytest.approx(2 * bundled.device.ms(b))
+        assert slow.host_pre.ms(b) == pytest.approx(2 * bundled.host_pre.ms(b))
+        assert slow.host_post.ms(b) == pytest.approx(2 * bundled.host_post.ms(b))
+    assert slow.jitter == bundled.jitter and slow.gpu == bundled.gpu
+    assert tta.scenario_doc("sim", False)["goals"]["p99_ms"] == 2 * 60.0
