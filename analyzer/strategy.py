@@ -372,6 +372,7 @@ def profile_summary(profile: Profile, refits: int = 0) -> dict[str, object]:
         "instances_profiled": profile.instances_profiled,
         "interference": {str(k): v for k, v in sorted(profile.interference.items())},
         "latency_offset_ms": profile.latency_offset_ms,
+        "overlap_ms": profile.overlap_ms,
         "refits": refits,
         "provenance": profile.provenance,
     }

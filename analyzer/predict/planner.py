@@ -297,6 +297,11 @@ def render_text(report: PlanReport) -> str:
         lines.append(
             f"measured instance interference (execution time vs {prof.instances_profiled}): {ratios}"
         )
+    if prof.overlap_ms:
+        lines.append(
+            f"host work inside compute_infer: {prof.overlap_ms:.2f} ms of every execution "
+            "overlaps across instances (simulated as input-phase work)"
+        )
     lines.append("assumptions:")
     lines.extend(f"  - {a}" for a in report.assumptions)
     return "\n".join(lines)

@@ -407,8 +407,8 @@ def probe(
             ref = plan.interference_batch or sorted(measured)[len(measured) // 2]
             ratios = interfere(ref, n, alone)
             if ratios is not None:
-                interference[n] = statistics.fmean(ratios)
                 overlap = overlap_from_interference(alone.timing(ref), n, ratios)
+                interference[n] = overlap.ratio
     finally:
         pool.shutdown(wait=True)
         sender.close()

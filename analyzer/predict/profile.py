@@ -243,8 +243,9 @@ class Overlap:
     their serialised part one after another: batch ``k`` (0-based) takes ``h + (k + 1) s``
     (``h`` overlapping host work, ``s`` serialised work), so their mean over the one-instance
     time ``h + s`` is ``ratio = 1 + share * (N - 1) / 2``, with ``share = s / (h + s)``. The
-    share is taken at the upper end of its interval (mean ratio + 2 standard errors over the
-    bursts), so noise never claims overlap that is not there; ``ms`` is what it leaves of
+    share is taken at the upper end of its interval (the ratio + 2 standard errors over the
+    bursts, robust ones: :func:`overlap_from_interference`), so noise never claims overlap
+    that is not there; ``ms`` is what it leaves of
     ``compute_infer`` as host work (0 when ``compute_input`` and ``compute_output`` already
     hold all of it, as the reference server's statistics do).
     """
@@ -271,17 +272,29 @@ def overlap_from_interference(
     alone: BatchTiming, instances: int, ratios: Sequence[float]
 ) -> Overlap:
     """The :class:`Overlap` that bursts at ``instances`` instances measured (``ratios``: each
-    burst's execution time over ``alone``, the one-instance time of the same size)."""
+    burst's execution time over ``alone``, the one-instance time of the same size).
+
+    The ratio is the bursts' median and its standard error the median's (``1.2533 * 1.4826 *
+    MAD / sqrt(k)``): one burst that a scheduler hiccup stretched moves neither (a mean and a
+    standard deviation it would, and a stretched burst in 24 was seen to hide all overlap).
+    """
     k = len(ratios)
-    mean = sum(ratios) / k
-    stderr = (
-        (sum((r - mean) ** 2 for r in ratios) / (k - 1)) ** 0.5 / k**0.5 if k > 1 else float("inf")
-    )
+    ordered = sorted(ratios)
+    median = _median(ordered)
+    stderr = float("inf")
+    if k > 1:
+        mad = _median(sorted(abs(r - median) for r in ordered))
+        stderr = 1.2533 * 1.4826 * mad / k**0.5
     share = 1.0
     if instances > 1 and stderr != float("inf"):
-        share = min(1.0, max(0.0, 2.0 * (mean + 2.0 * stderr - 1.0) / (instances - 1)))
+        share = min(1.0, max(0.0, 2.0 * (median + 2.0 * stderr - 1.0) / (instances - 1)))
     ms = max(0.0, alone.infer_ms - share * alone.total_ms)
-    return Overlap(ms, share, mean, stderr, alone.batch_size, instances, k)
+    return Overlap(ms, share, median, stderr, alone.batch_size, instances, k)
+
+
+def _median(ordered: Sequence[float]) -> float:
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def save_profile(profile: Profile, path: Path) -> None:

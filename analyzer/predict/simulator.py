@@ -63,7 +63,8 @@ ASSUMPTIONS = (
     "batching: reference_server.batching.decide.decide, with the reference server's prefetching "
     "(up to 2 batches per instance queued) and instance-side merging",
     "execution: compute_input and compute_output overlap across instances; compute_infer is "
-    "serialised on one device shared by all instances",
+    "serialised on one device shared by all instances, except the profile's overlap_ms (host "
+    "work the backend reports inside compute_infer, measured by the interference probe)",
 )
 
 

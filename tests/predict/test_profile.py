@@ -156,6 +156,11 @@ def test_noisy_bursts_claim_less_overlap_never_more() -> None:
     assert noisy.stderr > 0
     # One burst has no standard error: no overlap is claimed.
     assert overlap_from_interference(alone, 2, [r]).ms == 0.0
+    # One burst in 24 stretched by a hiccup moves neither the ratio nor its error much.
+    steady = [r * (1 + e) for e in (-0.005, 0.005) * 12]
+    hiccup = overlap_from_interference(alone, 2, [*steady[:-1], 2.5 * r])
+    assert hiccup.ms == pytest.approx(overlap_from_interference(alone, 2, steady).ms, abs=0.3)
+    assert hiccup.ms > 1.0
 
 
 def test_table_moves_the_overlap_from_the_device_to_the_input_phase() -> None:

@@ -3,7 +3,9 @@
 The server runs in-process (``ServerThread``) with a jitter-free simulated model; a seeded
 open-loop Poisson client sends batch-1 requests over gRPC for a few seconds; the server's
 batch-size histogram (its statistics extension's ``batch_stats``) is compared with the
-simulator's at the same rate and config, on the model's own profile TOML.
+simulator's at the same rate and config, on the execution times the server's statistics
+measured in that run (the model's profile TOML for sizes it ran fewer than 20 times): the
+batcher is compared, not this machine's sleep overshoot.
 
 Tolerance: the total-variation distance between the two histograms (shares of executions)
 at most 0.15, and mean batch sizes within 15 %. The server adds what the simulator leaves out
@@ -17,6 +19,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -113,18 +116,26 @@ def test_batch_histogram_matches_the_server(tmp_path: Path) -> None:
     }
     assert sum(b * n for b, n in measured.items()) == sent
 
-    profile = from_toml(model_dir / "profile.toml", max_batch_size=CONFIG.max_batch_size)
+    # The same statistics make a profile: device time per batch size as configured. A sleep
+    # never ends early but overshoots by what the OS scheduler adds (0.6 ms seen on this
+    # busy 2-core machine), hence the one-sided bound.
+    stats_profile = from_statistics(after, "simlin", server="reference server")
+    observed = {t.batch_size: t for t in stats_profile.timings if t.executions >= 20}
+    for t in observed.values():
+        configured = 2.0 + 1.0 * t.batch_size
+        assert configured - 0.05 <= t.infer_ms <= configured * 1.3 + 0.5
+
+    # The batcher is what is compared, so the simulator runs the execution times this server
+    # had in this run (the sizes it ran often enough; the planted ones elsewhere): a busy
+    # machine that stretches every sleep (seen: 17 % larger batches than the planted times
+    # predict, one run in a suite) moves both sides alike.
+    planted = from_toml(model_dir / "profile.toml", max_batch_size=CONFIG.max_batch_size)
+    profile = replace(
+        planted,
+        timings=tuple(observed.get(t.batch_size, t) for t in planted.timings),
+    )
     predicted = simulate(profile, CONFIG, RATE_RPS, requests=20000, seed=1).batch_sizes
     tv = _tv(measured, predicted)
     print(f"server {_shares(measured)}\nsimulator {_shares(predicted)}\nTV distance {tv:.3f}")
     assert tv <= 0.15
     assert _mean_batch(measured) == pytest.approx(_mean_batch(predicted), rel=0.15)
-
-    # The same statistics make a profile: device time per batch size as configured. A sleep
-    # never ends early but overshoots by what the OS scheduler adds (0.6 ms seen on this
-    # busy 2-core machine), hence the one-sided bound.
-    stats_profile = from_statistics(after, "simlin", server="reference server")
-    for t in stats_profile.timings:
-        if t.executions >= 20:
-            configured = 2.0 + 1.0 * t.batch_size
-            assert configured - 0.05 <= t.infer_ms <= configured * 1.3 + 0.5
