@@ -111,8 +111,13 @@ def sampler_for(strategy: str, scenario: Scenario) -> str:
     return "random" if strategy == "random" else scenario.run.sampler
 
 
+#: Predictions and their bands are rounded to this many req/s (3 decimals).
+BAND_ROUNDING_RPS = 1e-3
+
+
 def band(capacity_rps: float, half_width: float) -> records.Prediction:
-    """A predicted capacity with its band, ``capacity * (1 +- half_width)``."""
+    """A predicted capacity with its band, ``capacity * (1 +- half_width)``, rounded to
+    :data:`BAND_ROUNDING_RPS`."""
     return records.Prediction(
         round(capacity_rps, 3),
         round(capacity_rps * (1 - half_width), 3),
@@ -328,7 +333,10 @@ class Guide:
         best = self.best()
         if best is None or best_measured_rps is None or best_measured_rps <= 0:
             return False
-        return best_measured_rps >= best[1].low_rps
+        # The band is rounded to BAND_ROUNDING_RPS; a capacity search starts at EXPECTED_START of
+        # the rounded capacity, which is the band's low edge up to that rounding: a capacity
+        # measured at its first rate is inside.
+        return best_measured_rps >= best[1].low_rps - BAND_ROUNDING_RPS
 
     def refit(
         self,

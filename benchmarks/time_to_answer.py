@@ -553,50 +553,6 @@ class SimTarget:
         self.stop_for_ma()
 
 
-GPULIKE_SOURCE = '''\
-"""GPU-like model (benchmarks/time_to_answer.py): host work overlaps, device work is serialised.
-
-Each execute() sleeps HOST_MS outside any lock (instances overlap, as host work does), then
-DEVICE_BASE_MS + DEVICE_PER_ITEM_MS * batch under an exclusive file lock shared by every instance
-process (one device runs one batch at a time). Input k is returned as output k.
-"""
-
-import fcntl
-import time
-
-import triton_python_backend_utils as pb_utils
-
-LOCK = "{lock}"
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.lock = open(LOCK, "a")
-
-    def execute(self, requests):
-        items = sum(pb_utils.get_input_tensor_by_name(r, "INPUT0").shape()[0] for r in requests)
-        time.sleep({host} / 1000.0)
-        fcntl.flock(self.lock, fcntl.LOCK_EX)
-        try:
-            time.sleep(({base} + {per_item} * items) / 1000.0)
-        finally:
-            fcntl.flock(self.lock, fcntl.LOCK_UN)
-        return [
-            pb_utils.InferenceResponse(
-                output_tensors=[
-                    pb_utils.Tensor.from_dlpack(
-                        "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0")
-                    )
-                ]
-            )
-            for r in requests
-        ]
-
-    def finalize(self):
-        self.lock.close()
-'''
-
-
 class TritonTarget:
     """A real Triton serving the GPU-like Python-backend model; one server for every tool."""
 
@@ -610,6 +566,7 @@ class TritonTarget:
             TensorSpec,
             TritonInstall,
             dynamic_batching,
+            locked_device_source,
             sleep_model_config,
         )
 
@@ -620,11 +577,8 @@ class TritonTarget:
             dynamic_batching=dynamic_batching(),
         )
         self.triton = RealTriton(TritonInstall.locate(), workdir / "triton")
-        source = GPULIKE_SOURCE.format(
-            lock=workdir / "device.lock",
-            host=HOST_MS,
-            base=DEVICE_BASE_MS,
-            per_item=DEVICE_PER_ITEM_MS,
+        source = locked_device_source(
+            workdir / "device.lock", HOST_MS, DEVICE_BASE_MS, DEVICE_PER_ITEM_MS
         )
         self.triton.workdir.mkdir(parents=True, exist_ok=True)
         self.triton.add_model(self.config, model_source=source)

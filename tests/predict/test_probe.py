@@ -32,7 +32,12 @@ from analyzer.predict.profile import from_toml
 from analyzer.predict.simulator import SimConfig, simulate
 from analyzer.target import RemoteTarget
 from tests.predict.test_vs_server import _mean_batch, _open_loop, _shares, _tv
-from tests.support.real_triton import RealTriton, dynamic_batching, sleep_model_config
+from tests.support.real_triton import (
+    RealTriton,
+    dynamic_batching,
+    locked_device_source,
+    sleep_model_config,
+)
 from tests.support.servers import ReferenceProcess
 
 MODEL = "simres"
@@ -261,40 +266,6 @@ def test_probe_forms_exact_batches_on_real_triton(real_triton: RealTriton) -> No
     assert profile.overlap_ms >= 0.5 * profile.timing(4).infer_ms, profile.provenance
 
 
-#: A Python-backend model with a device: HOST_MS of sleep outside any lock, then the device part
-#: under an exclusive file lock every instance process shares (a GPU runs one batch at a time).
-_LOCKED_DEVICE = """\
-import fcntl
-import time
-
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.lock = open({lock!r}, "a")
-
-    def execute(self, requests):
-        items = sum(pb_utils.get_input_tensor_by_name(r, "INPUT0").shape()[0] for r in requests)
-        time.sleep({host_ms} / 1000.0)
-        fcntl.flock(self.lock, fcntl.LOCK_EX)
-        try:
-            time.sleep(({device_ms} + {per_item_ms} * items) / 1000.0)
-        finally:
-            fcntl.flock(self.lock, fcntl.LOCK_UN)
-        return [
-            pb_utils.InferenceResponse(
-                output_tensors=[
-                    pb_utils.Tensor.from_dlpack(
-                        "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0")
-                    )
-                ]
-            )
-            for r in requests
-        ]
-"""
-
-
 @pytest.mark.triton
 @pytest.mark.timeout(240)
 def test_probe_finds_host_work_inside_compute_infer_on_real_triton(
@@ -305,9 +276,7 @@ def test_probe_finds_host_work_inside_compute_infer_on_real_triton(
     # overlap the simulator would give a second instance nothing; with all of it, 2x.
     real_triton.add_model(
         sleep_model_config("probe_locked", max_batch_size=8, dynamic_batching=dynamic_batching()),
-        model_source=_LOCKED_DEVICE.format(
-            lock=str(tmp_path / "device.lock"), host_ms=3.0, device_ms=8.0, per_item_ms=1.0
-        ),
+        model_source=locked_device_source(tmp_path / "device.lock", 3.0, 8.0, 1.0),
     )
     real_triton.load_model("probe_locked")
     target = RemoteTarget(real_triton.http_url, "probe_locked")

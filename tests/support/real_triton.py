@@ -176,6 +176,66 @@ class TritonInstall:
 # --------------------------------------------------------------------------------------------
 # Model repositories written from code
 
+LOCKED_DEVICE_SOURCE = '''\
+"""GPU-like model (written by tests/support/real_triton.py): host work overlaps, device work is
+serialised.
+
+Each execute() sleeps HOST_MS outside any lock (instances overlap, as host work does), then
+DEVICE_MS + PER_ITEM_MS * batch under an exclusive file lock shared by every instance process
+(one device runs one batch at a time). Input k is returned as output k.
+"""
+
+import fcntl
+import time
+
+import triton_python_backend_utils as pb_utils
+
+LOCK = {lock!r}
+HOST_MS = {host_ms!r}
+DEVICE_MS = {device_ms!r}
+PER_ITEM_MS = {per_item_ms!r}
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.lock = open(LOCK, "a")
+
+    def execute(self, requests):
+        items = sum(pb_utils.get_input_tensor_by_name(r, "INPUT0").shape()[0] for r in requests)
+        time.sleep(HOST_MS / 1000.0)
+        fcntl.flock(self.lock, fcntl.LOCK_EX)
+        try:
+            time.sleep((DEVICE_MS + PER_ITEM_MS * items) / 1000.0)
+        finally:
+            fcntl.flock(self.lock, fcntl.LOCK_UN)
+        return [
+            pb_utils.InferenceResponse(
+                output_tensors=[
+                    pb_utils.Tensor.from_dlpack(
+                        "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0")
+                    )
+                ]
+            )
+            for r in requests
+        ]
+
+    def finalize(self):
+        self.lock.close()
+'''
+
+
+def locked_device_source(lock: Path, host_ms: float, device_ms: float, per_item_ms: float) -> str:
+    """``model.py`` of a GPU-like Python-backend model (:data:`LOCKED_DEVICE_SOURCE`): ``host_ms``
+    that overlaps across instances, then ``device_ms + per_item_ms * batch`` serialised by an
+    exclusive lock on the file ``lock``, which every instance of every model using it shares."""
+    return LOCKED_DEVICE_SOURCE.format(
+        lock=str(lock),
+        host_ms=float(host_ms),
+        device_ms=float(device_ms),
+        per_item_ms=float(per_item_ms),
+    )
+
+
 SLEEP_MODEL_SOURCE = '''\
 """Identity model with a configurable execution time (written by tests/support/real_triton.py).
 

@@ -220,6 +220,15 @@ def test_strategy_rules_on_predictions() -> None:
     assert guide.next_config([a]) == b and guide.next_config([a, b]) is None
     assert not guide.settled(None) and not guide.settled(179.0)
     assert guide.settled(180.0) and guide.settled(250.0)
+    # A capacity search starts at EXPECTED_START of the (rounded) prediction: a capacity found
+    # at that first rate is inside the band even where rounding puts the band's edge above it
+    # (seen: predicted 434.083, band from 390.675, measured 390.6747 -> one trial wasted).
+    from analyzer.evaluation.plan import EXPECTED_START
+
+    odd = Guide(probed, 50.0, 0.1, {a: band(434.08302, 0.1)})
+    first_rate = EXPECTED_START * odd.predictions[a].capacity_rps
+    assert first_rate < odd.predictions[a].low_rps
+    assert odd.settled(first_rate)
 
 
 def test_the_response_cache_is_a_dimension_only_when_searched() -> None:
