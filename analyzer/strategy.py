@@ -27,7 +27,8 @@ from dataclasses import dataclass, field, replace
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer import records
-from analyzer.predict.profile import Profile, operating_points
+from analyzer.predict import ProfileError
+from analyzer.predict.profile import Profile, WindowSample, operating_points, rescaled
 from analyzer.predict.simulator import SimConfig, capacities, latency_offset
 from analyzer.scenario import Scenario
 from analyzer.search import SearchSpace
@@ -38,7 +39,6 @@ __all__ = [
     "Guide",
     "band",
     "grid_configs",
-    "merged_profile",
     "nearest_capacity",
     "resolve",
 ]
@@ -165,27 +165,6 @@ def nearest_capacity(
     return rps
 
 
-def merged_profile(probed: Profile, fitted: Profile) -> Profile:
-    """The probe's profile refitted: the run's own fit (its trial windows) where it observed
-    batches, the probe's timings beyond, so a prediction never needs an unprofiled size."""
-    timings = [t for t in fitted.timings if t.batch_size <= fitted.max_batch_size]
-    timings += [t for t in probed.timings if t.batch_size > fitted.max_batch_size]
-    return Profile(
-        model=probed.model,
-        provenance=(
-            f"refitted: {fitted.provenance}; beyond batch {fitted.max_batch_size}: "
-            f"{probed.provenance}"
-        ),
-        source=fitted.source,
-        timings=tuple(sorted(timings, key=lambda t: t.batch_size)),
-        jitter=probed.jitter,
-        instances_profiled=fitted.instances_profiled,
-        interference=dict(fitted.interference) or dict(probed.interference),
-        latency_offset_ms=probed.latency_offset_ms,
-        overlap_ms=probed.overlap_ms,
-    )
-
-
 def _workers() -> int:
     # The predict phase runs alone (no load is offered meanwhile, the server idles): every
     # core simulates. A group per instance count, so more processes than groups idle.
@@ -220,6 +199,12 @@ class Guide:
     refits: int = 0
     #: Predictions of configs outside the space (the baseline), made on first ask.
     forecasts: dict[Knobs, records.Prediction | None] = field(default_factory=dict)
+    #: The profile every refit rescales (the probe's; None: ``profile`` as given).
+    probed: Profile | None = None
+
+    def __post_init__(self) -> None:
+        if self.probed is None:
+            self.probed = self.profile
 
     @classmethod
     def predict(
@@ -340,16 +325,24 @@ class Guide:
 
     def refit(
         self,
-        fitted: Profile | None,
+        samples: Sequence[WindowSample] | None,
         measured: Iterable[Knobs],
         candidates: int,
         trials: Iterable[records.TrialRecord] = (),
+        where: str = "the run's trials",
     ) -> None:
-        """Refit the profile with the run's own fit (None: keep the execution times), calibrate
-        its latency offset on the operating points of the finished ``trials`` (the latency the
+        """Rescale the probed profile to the run's own windows (:func:`~analyzer.predict.
+        profile.rescaled`; None or no usable window: keep the execution times), calibrate its
+        latency offset on the operating points of the finished ``trials`` (the latency the
         server does not see), and re-predict the ``candidates`` best unmeasured configs (the
         ones the search may still measure); the rest keep theirs."""
-        profile = self.profile if fitted is None else merged_profile(self.profile, fitted)
+        assert self.probed is not None
+        profile = self.profile
+        if samples:
+            try:
+                profile = rescaled(self.probed, samples, where)
+            except ProfileError:
+                profile = self.profile
         profile = self._calibrated(profile, trials)
         if profile == self.profile:
             return  # nothing new: the same simulation would give the same predictions

@@ -45,7 +45,7 @@ from analyzer.evaluation.plan import EXPECTED_GROWTH, NEIGHBOUR_GROWTH
 from analyzer.measure import GainSample, LoadGenerator, gain_estimate, gain_sentence, goals_met
 from analyzer.objective import Objective, objective_for, worst_value
 from analyzer.predict import ProfileError
-from analyzer.predict.profile import Profile, from_run_dir, load_profile, save_profile
+from analyzer.predict.profile import Profile, load_profile, run_dir_samples, save_profile
 from analyzer.records import TrialRecord
 from analyzer.results import RunDirectory, environment, new_run_id, utc_now, write_atomic
 from analyzer.scenario import Scenario
@@ -942,23 +942,24 @@ def _finished(state: _State) -> list[TrialRecord]:
 
 
 def _refit(state: _State, guide: Guide, remaining: int) -> None:
-    """Refit the profile from the run's trial windows, calibrate its latency offset on every
+    """Rescale the probed profile to the run's trial windows, calibrate its latency offset on every
     operating point measured so far (the baseline's included), and re-predict the configs
     still in reach (twice the trials left); a run whose windows carry no statistics keeps its
     execution times."""
     if remaining <= 0:
         return
     try:
-        fitted: Profile | None = from_run_dir(state.run_dir.root, state.scenario.model.name)
+        samples = run_dir_samples(state.run_dir.root)
     except (InputError, ValueError) as exc:
         _LOG.debug("no refit of the execution times: %s", exc)
-        fitted = None
+        samples = []
     try:
         guide.refit(
-            fitted,
+            samples,
             [r.config for r in state.results.values()],
             2 * remaining,
             _finished(state),
+            where=f"run directory {state.run_dir.root.name}",
         )
     except (InputError, ValueError) as exc:
         _LOG.debug("no refit: %s", exc)

@@ -514,6 +514,68 @@ def fit_windows(samples: Iterable[WindowSample], model: str, where: str) -> Prof
     )
 
 
+def rescaled(profile: Profile, samples: Iterable[WindowSample], where: str) -> Profile:
+    """``profile`` with each phase scaled to what a run's windows measured under load.
+
+    One factor per phase: the windows' per-request mean of that phase over what ``profile``
+    predicts for the same batch mixes (request-weighted, as :func:`fit_windows` weighs them),
+    summed over windows by their requests. The profile's shape over batch sizes (a probe's
+    exact per-size times) is kept and only its level moves, which every window determines;
+    a line fitted through windows whose batch mixes cluster at a few large sizes is not
+    determined at the small ones (a baseline at batch 9-16 gave ``32 + 0.43 * b`` ms where
+    the probe had measured 13.8 ms at batch 1). Only the windows with the fewest instances
+    count: with several, a backend that reports its waits for the device inside
+    ``compute_infer`` (Triton's Python backend does) would scale the device time by the waits
+    the simulator adds itself. Windows with batch sizes outside the profile are skipped.
+
+    Raises:
+        ProfileError: No window carries statistics the profile covers.
+    """
+    usable = [
+        s
+        for s in samples
+        if s.batch_sizes
+        and s.infer_us > 0
+        and min(s.batch_sizes) >= profile.min_batch_size
+        and max(s.batch_sizes) <= profile.max_batch_size
+    ]
+    if not usable:
+        raise ProfileError(
+            f"{where}: no trial window carries server statistics within the profiled batch "
+            f"sizes {profile.min_batch_size}-{profile.max_batch_size}"
+        )
+    fewest = min(s.instances for s in usable)
+    base = [s for s in usable if s.instances == fewest]
+    scales: dict[str, float] = {}
+    for phase in ("input", "infer", "output"):
+        observed = predicted = 0.0
+        for s in base:
+            items = sum(n * b for b, n in s.batch_sizes.items())
+            observed += items * getattr(s, f"{phase}_us") / 1000.0
+            predicted += sum(
+                n * b * getattr(profile.timing(b), f"{phase}_ms") for b, n in s.batch_sizes.items()
+            )
+        scales[phase] = observed / predicted if predicted > 0 else 1.0
+    timings = tuple(
+        replace(
+            t,
+            input_ms=t.input_ms * scales["input"],
+            infer_ms=t.infer_ms * scales["infer"],
+            output_ms=t.output_ms * scales["output"],
+        )
+        for t in profile.timings
+    )
+    factors = ", ".join(f"{k} x{v:.3f}" for k, v in scales.items())
+    return replace(
+        profile,
+        provenance=(
+            f"{profile.provenance}; rescaled ({factors}) to {where}: {len(base)} windows with "
+            f"{fewest} instance(s), per-request means over their batch mixes"
+        ),
+        timings=timings,
+    )
+
+
 def _mean_total(group: Sequence[WindowSample]) -> float:
     weights = [sum(n * b for b, n in s.batch_sizes.items()) for s in group]
     total = sum(weights)

@@ -180,7 +180,6 @@ def test_strategy_rules_on_predictions() -> None:
         band,
         grid_configs,
         grid_note,
-        merged_profile,
         nearest_capacity,
     )
 
@@ -203,18 +202,6 @@ def test_strategy_rules_on_predictions() -> None:
     probed = Profile(
         "m", "probe", "probe", tuple(BatchTiming(s, 0.1, 1.0 * s, 0.1) for s in (1, 2, 4, 8))
     )
-    fitted = Profile(
-        "m", "fit", "run_dir", tuple(BatchTiming(s, 0.1, 2.0 * s, 0.1) for s in (1, 2, 3))
-    )
-    merged = merged_profile(probed, fitted)
-    assert [(t.batch_size, t.infer_ms) for t in merged.timings] == [
-        (1, 2.0),
-        (2, 4.0),
-        (3, 6.0),
-        (4, 4.0),
-        (8, 8.0),
-    ]
-
     guide = Guide(probed, 50.0, 0.1, {a: band(200.0, 0.1), b: band(100.0, 0.1)})
     assert guide.best() == (a, band(200.0, 0.1))
     assert guide.next_config([a]) == b and guide.next_config([a, b]) is None
@@ -229,6 +216,48 @@ def test_strategy_rules_on_predictions() -> None:
     first_rate = EXPECTED_START * odd.predictions[a].capacity_rps
     assert first_rate < odd.predictions[a].low_rps
     assert odd.settled(first_rate)
+
+
+def test_a_refit_rescales_the_probed_profile_to_the_runs_windows() -> None:
+    from analyzer.predict import ProfileError
+    from analyzer.predict.profile import BatchTiming, Profile, WindowSample, rescaled
+    from analyzer.strategy import Guide, band, grid_configs
+
+    probed = Profile(
+        "m", "probe", "probe", tuple(BatchTiming(s, 0.1, 1.0 * s, 0.1) for s in (1, 2, 4, 8))
+    )
+
+    def window(instances: int, mix: dict[int, int], factor: float) -> WindowSample:
+        items = sum(n * b for b, n in mix.items())
+        per_request = sum(n * b * 1.0 * b for b, n in mix.items()) / items  # infer = 1.0 * b
+        return WindowSample(instances, mix, 100.0 * factor, 1000 * per_request * factor, 100.0)
+
+    # Under load the executions ran 20 % slower (input and infer; output as probed); the
+    # two-instance windows' compute_infer holds waits for the device (x2): not counted.
+    samples = [
+        window(1, {8: 10, 4: 2}, 1.2),
+        window(1, {6: 5, 8: 5}, 1.2),
+        window(2, {8: 10}, 2.0),
+        window(1, {16: 3}, 5.0),  # beyond the profile: skipped
+    ]
+    out = rescaled(probed, samples, "run r")
+    for t, p in zip(out.timings, probed.timings, strict=True):
+        assert t.infer_ms == pytest.approx(1.2 * p.infer_ms)
+        assert t.input_ms == pytest.approx(1.2 * p.input_ms)
+        assert t.output_ms == pytest.approx(p.output_ms)
+    assert "infer x1.200" in out.provenance and "2 windows with 1 instance(s)" in out.provenance
+    with pytest.raises(ProfileError, match="within the profiled batch sizes 1-8"):
+        rescaled(probed, [window(1, {16: 3}, 1.0)], "run r")
+
+    # The guide rescales the probe's profile every time: refits do not compound.
+    space = small_space()
+    a = grid_configs(space)[0]
+    guide = Guide(probed, 50.0, 0.1, {a: band(200.0, 0.1)})
+    guide.refit(samples, [], 1)
+    once = guide.profile
+    guide.refit(samples, [], 1)
+    assert guide.profile.timings == once.timings == out.timings
+    assert guide.probed is probed
 
 
 def test_the_response_cache_is_a_dimension_only_when_searched() -> None:
