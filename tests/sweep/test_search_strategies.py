@@ -32,6 +32,10 @@ from tests.sweep.planted import (
 
 GOAL_MS = 20.0
 PROFILE = planted_profile(16)
+#: A device this much slower than its profile: every prediction misses its band. (1.6 was used
+#: until a capacity measured at its search's first rate, 0.9x the prediction, counted as
+#: inside the band: at 1.6 the first trial lands there, and only rounding had kept it out.)
+WRONG = 2.5
 
 
 def scenario(tmp_path: Path, **overrides: Any) -> Scenario:
@@ -129,13 +133,14 @@ def test_the_baseline_is_profiled_first_and_its_search_starts_at_its_forecast(
 
 
 def test_a_wrong_prediction_makes_predict_go_on_down_its_ranking(tmp_path: Path) -> None:
-    outcome, _, _ = sweep(tmp_path, scale=1.6, **{"budget.trials": 4})
+    outcome, _, _ = sweep(tmp_path, scale=WRONG, **{"budget.trials": 4})
     predictions = records.load_predictions(outcome.run_dir)
     done = trials(outcome)
     assert outcome.stop_reason == "trials" and len(done) == 4
-    ranked = [c.config for c in predictions.ranked()]
-    # Each trial is a predicted config, never measured twice, the first the predicted best.
-    assert done[0].config == ranked[0]
+    # Each trial is a predicted config, never measured twice. (Which is ranked first moves:
+    # every measurement recalibrates the latency offset and re-predicts; the first trial is
+    # the predicted best of the device that matches its profile, in the test above.)
+    assert {t.config for t in done} <= {c.config for c in predictions.configs}
     assert all(t.source == "predict" and t.prediction is not None for t in done)
     assert len({t.config for t in done}) == 4
     assert all(not t.prediction.contains(t.throughput_rps) for t in done)  # type: ignore[union-attr]
@@ -218,7 +223,7 @@ def test_random_is_seeded_and_reproducible(tmp_path: Path) -> None:
 
 
 def test_validation_checks_winner_and_runner_up_at_the_winners_capacity(tmp_path: Path) -> None:
-    outcome, _, _ = sweep(tmp_path, scale=1.6, **{"budget.trials": 3})
+    outcome, _, _ = sweep(tmp_path, scale=WRONG, **{"budget.trials": 3})
     validation = records.load_validation(outcome.run_dir / "validation.json")
     winner, runner_up = validation.candidates[:2]
     assert winner.search_throughput_rps >= runner_up.search_throughput_rps
@@ -258,7 +263,7 @@ class Interrupting(Recording):
 def test_a_resumed_predict_run_keeps_its_predictions_and_profiles_once(tmp_path: Path) -> None:
     s = scenario(tmp_path, **{"budget.trials": 3, "budget.validate_top": 0})
     target = FakeTarget(base_max_batch_size=16)
-    device = SimulatedDevice(profile=PROFILE, scale=1.6)
+    device = SimulatedDevice(profile=PROFILE, scale=WRONG)
     calls: list[int] = []
 
     def profiler(target: Target, scenario: Scenario) -> Profile:
