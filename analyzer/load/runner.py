@@ -23,6 +23,7 @@ from __future__ import annotations
 import analyzer.load._gevent  # noqa: F401  (isort: skip) patch first
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -90,6 +91,35 @@ class _Backend(Protocol):
     def close(self) -> None: ...
 
 
+def start_users(runner: Any, user_class: type, users: int) -> None:
+    """``runner.start`` for ``users`` of ``user_class``, keeping a Ctrl-C that comes meanwhile.
+
+    Locust's runners catch a ``KeyboardInterrupt`` raised while they spawn users and quit the
+    runner instead (``locust/runners.py``: "We need to catch keyboard interrupt ..."), in
+    ``MasterRunner.start`` itself and in ``LocalRunner``'s spawning greenlet: a Ctrl-C there was
+    lost, and the sweep measured on (seen twice in full-suite runs of
+    ``tests/sweep/test_real_triton.py::test_ctrl_c_leaves_the_original_config``, exit 0 after
+    every trial). SIGINT is held until the spawn has finished and raised here then. Off the
+    main thread (where no signal handler can be set) it is a plain start.
+    """
+    rate = min(max(users, 1) * 4, 1000)
+    held: list[int] = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    except ValueError:  # not the main thread
+        runner.start(users, spawn_rate=rate, user_classes=[user_class])
+        return
+    try:
+        runner.start(users, spawn_rate=rate, user_classes=[user_class])
+        spawning = getattr(runner, "spawning_greenlet", None)
+        if spawning is not None:
+            spawning.join()
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+    if held:
+        raise KeyboardInterrupt
+
+
 class LocalBackend:
     """All users in this process (Locust ``LocalRunner``)."""
 
@@ -105,7 +135,7 @@ class LocalBackend:
         self.ctx.configure(config)
 
     def start(self, user_class: type, users: int) -> None:
-        self.runner.start(users, spawn_rate=min(max(users, 1) * 4, 1000), user_classes=[user_class])
+        start_users(self.runner, user_class, users)
 
     def collect(self) -> Tick:
         return self.ctx.recorder.take_local_tick()
@@ -203,7 +233,7 @@ class DistributedBackend:
                 raise TargetError(f"a Locust worker could not configure: {reply['error']}")
 
     def start(self, user_class: type, users: int) -> None:
-        self.runner.start(users, spawn_rate=min(max(users, 1) * 4, 1000), user_classes=[user_class])
+        start_users(self.runner, user_class, users)
 
     def collect(self) -> Tick:
         return Tick.merge(r["tick"] for r in self._round_trip("tick", {}, 10.0))
