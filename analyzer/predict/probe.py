@@ -16,9 +16,9 @@ requests (``N`` batches of ``b`` at once); the mean execution time there over th
 instance is ``Profile.interference[N]``. It says how much of an execution the device
 serialises (:class:`~analyzer.predict.profile.Overlap`): where that is less than
 ``compute_infer`` (a backend that reports its host work inside it, as Triton's Python backend
-does), the difference is ``Profile.overlap_ms``, which the simulator runs as host work. Jitter is the mean relative standard
-deviation of one execution's time over a size's bursts (each burst at 1 instance is one
-execution).
+does), the difference is ``Profile.overlap_ms``, which the simulator runs as host work.
+Jitter is the mean relative standard deviation of one execution's time over a size's bursts
+(each burst at 1 instance is one execution).
 
 Bounded: at most ``max_requests`` inferences and ``time_budget_s`` seconds; a probe cut short
 returns the sizes it finished (the largest finished size bounds what the profile covers) and
@@ -36,7 +36,7 @@ import json
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -394,7 +394,7 @@ def probe(
         # The interference ratio divides by the one-instance time of its batch size: that size
         # gets more bursts, as the interference probe does (both means are of one execution
         # time, and a share of the difference is what the overlap rests on).
-        planned_ref = plan.interference_batch or sizes[len(sizes) // 2]
+        planned_ref = _reference_size(plan, sizes)
         for size in sizes:
             extra = plan.instances > 1 and size == planned_ref
             phases = measure(size, REFERENCE_BURSTS * plan.bursts if extra else plan.bursts)
@@ -404,7 +404,7 @@ def probe(
         n = plan.instances
         if n > 1 and 1 in measured:
             alone = _profile(model, "", measured, 0.0, {})
-            ref = plan.interference_batch or sorted(measured)[len(measured) // 2]
+            ref = _reference_size(plan, sorted(measured))
             ratios = interfere(ref, n, alone)
             if ratios is not None:
                 overlap = overlap_from_interference(alone.timing(ref), n, ratios)
@@ -442,6 +442,11 @@ def probe(
         interference,
         overlap.ms if overlap is not None else 0.0,
     )
+
+
+def _reference_size(plan: ProbePlan, sizes: Sequence[int]) -> int:
+    """The batch size of the interference probe: the plan's, else the median of ``sizes``."""
+    return plan.interference_batch or sizes[len(sizes) // 2]
 
 
 def _items(totals: Mapping[int, tuple[int, int, int, int]]) -> int:

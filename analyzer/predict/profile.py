@@ -29,6 +29,7 @@ Three builders here, all pure except for reading the file they are given (a four
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -279,22 +280,16 @@ def overlap_from_interference(
     standard deviation it would, and a stretched burst in 24 was seen to hide all overlap).
     """
     k = len(ratios)
-    ordered = sorted(ratios)
-    median = _median(ordered)
+    median = statistics.median(ratios)
     stderr = float("inf")
     if k > 1:
-        mad = _median(sorted(abs(r - median) for r in ordered))
+        mad = statistics.median(abs(r - median) for r in ratios)
         stderr = 1.2533 * 1.4826 * mad / k**0.5
     share = 1.0
     if instances > 1 and stderr != float("inf"):
         share = min(1.0, max(0.0, 2.0 * (median + 2.0 * stderr - 1.0) / (instances - 1)))
     ms = max(0.0, alone.infer_ms - share * alone.total_ms)
     return Overlap(ms, share, median, stderr, alone.batch_size, instances, k)
-
-
-def _median(ordered: Sequence[float]) -> float:
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def save_profile(profile: Profile, path: Path) -> None:
