@@ -1092,7 +1092,9 @@ class CapacitySearch:
         if low is None:  # even the lowest rate failed: search below it
             candidate = high / spec.growth
             return candidate if candidate >= spec.min_rps else None
-        if high - low <= spec.resolution * low:
+        # A relative tolerance: a bracket grown in steps of exactly 1 + resolution (a search
+        # from a prediction: EXPECTED_GROWTH) is done, whatever the rounding of the product says.
+        if high - low <= spec.resolution * low * (1 + 1e-9):
             return None
         return (low + high) / 2.0
 

@@ -4,7 +4,8 @@
 
     predict  profile -> the simulator's capacity for every config (a band around each)
              -> measure the predicted best first -> refit the profile from each measurement
-             -> stop once the measured best lies in the band of the predicted best
+             -> stop once the measured best lies in the band of the predicted best, or the
+                predicted best inside the measured best's bracket
     tpe      Optuna's TPE after the sensible seeds (the search before issue 13)
     random   Optuna's RandomSampler, seeded
     grid     every config of the space, in its order, bounded by ``budget.trials``
@@ -312,16 +313,28 @@ class Guide:
         done = set(measured)
         return next((k for k in self.ranked() if k not in done), None)
 
-    def settled(self, best_measured_rps: float | None) -> bool:
-        """The measured best lies in the band of the predicted best (or above it: no config is
-        predicted to beat it), so measuring further predictions cannot be expected to win."""
+    def settled(self, best_measured_rps: float | None, fails_at_rps: float | None = None) -> bool:
+        """Measuring further predictions cannot be expected to win: the measured best lies in
+        the band of the predicted best (or above it: no config is predicted to beat it), or
+        the predicted best lies inside the measured best's bracket.
+
+        A capacity search brackets a capacity: the best passed at ``best_measured_rps`` and
+        failed (confirmed) at ``fails_at_rps``, the next rate it tried; the capacity lies in
+        between, and the search's resolution cannot place it closer. A predicted best at or
+        below that failing rate is therefore not predicted to beat the measured best by more
+        than the measurement can resolve. (Seen on a real Triton: the best measured exactly at
+        its band's low edge, the refit then put a neighbouring config 0.7 % higher, its band
+        edge just above the measurement, and the search measured four more configs, all worse.)
+        """
         best = self.best()
         if best is None or best_measured_rps is None or best_measured_rps <= 0:
             return False
         # The band is rounded to BAND_ROUNDING_RPS; a capacity search starts at EXPECTED_START of
         # the rounded capacity, which is the band's low edge up to that rounding: a capacity
         # measured at its first rate is inside.
-        return best_measured_rps >= best[1].low_rps - BAND_ROUNDING_RPS
+        if best_measured_rps >= best[1].low_rps - BAND_ROUNDING_RPS:
+            return True
+        return fails_at_rps is not None and best[1].capacity_rps <= fails_at_rps
 
     def refit(
         self,

@@ -739,7 +739,11 @@ def _search_loop(state: _State, clock: Callable[[], float], started: float) -> s
         elif guide is not None:
             measured = [r.config for r in state.results.values() if r.state != "interrupted"]
             best = state.objective.best(state.results.values())
-            if guide.settled(best.throughput_rps if best else None):
+            bracket = state.objective.gain_sample(best) if best else None
+            if guide.settled(
+                best.throughput_rps if best else None,
+                bracket.high if bracket and bracket.high > bracket.value else None,
+            ):
                 return PREDICTION_STOP
             upcoming = guide.next_config(measured)
             if upcoming is not None:

@@ -241,6 +241,16 @@ def test_capacity_search_stops_at_max_rate() -> None:
     assert not search.bracketed
 
 
+def test_a_bracket_one_growth_step_wide_is_done_whatever_the_rounding() -> None:
+    # Seen in a sweep: passed at 454.3128 (= 1.2 x 378.594), failed at 1.2 x that; the gap
+    # came out 90.86256000000003 against 0.2 x 454.3128 = 90.86256, and the search measured
+    # two more levels for nothing.
+    spec = CapacitySpec(Goals(10), start_rps=454.3128, growth=1.2, resolution=0.2)
+    search = _search(500.0, spec)
+    assert [rate for rate, _ in search.history] == [454.3128, 454.3128 * 1.2]
+    assert search.bracketed and search.capacity_rps == 454.3128
+
+
 def test_capacity_search_descends_when_first_step_fails() -> None:
     search = _search(3.0, CapacitySpec(Goals(10), start_rps=100, resolution=0.05))
     assert 3.0 * 0.95 <= search.capacity_rps <= 3.0

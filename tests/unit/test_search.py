@@ -216,6 +216,13 @@ def test_strategy_rules_on_predictions() -> None:
     first_rate = EXPECTED_START * odd.predictions[a].capacity_rps
     assert first_rate < odd.predictions[a].low_rps
     assert odd.settled(first_rate)
+    # The predicted best inside the measured best's bracket settles the search too (seen on a
+    # real Triton: a passed at 491.27, failed at 589.5; after a refit b was predicted 549.869,
+    # its band from 494.882, and four more configs were measured, all worse).
+    near = Guide(probed, 50.0, 0.1, {a: band(545.861, 0.1), b: band(549.869, 0.1)})
+    assert not near.settled(491.27)
+    assert near.settled(491.27, fails_at_rps=589.5)
+    assert not near.settled(491.27, fails_at_rps=549.0)
 
 
 def test_a_refit_rescales_the_probed_profile_to_the_runs_windows() -> None:
