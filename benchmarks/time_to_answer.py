@@ -4,7 +4,9 @@ For each target, in one run, on one small space (max batch size 1-16 as powers o
 {0, 2000 us}, no preferred sizes, 1-2 instances: 20 configs):
 
 * ``predict``: ``perfsweep run --search predict`` (profile, simulate every config, measure the
-  predicted best first);
+  predicted best first), ``--predict-runs`` times (default 3: its wall time turns on whether its
+  first measurement lands in the band, so one run is an anecdote); the table gives each run and
+  their median, the first run's predictions give the prediction error;
 * ``tpe``: ``perfsweep run --search tpe`` (the search before issue 13), same scenario and budgets;
 * ``ma``: Model Analyzer 1.58 quick search (remote mode, the server started with explicit model
   control, ``run_config_search_max_model_batch_size`` / ``_max_instance_count`` at the space's
@@ -642,18 +644,23 @@ def run_target(target_name: str, args: argparse.Namespace, workdir: Path) -> dic
         },
     )
     tools: dict[str, dict[str, Any]] = {}
+    # predict's wall time turns on how its first measurements land against the band (one
+    # trial or five), so it runs several times: "predict", "predict-2", ...
+    runs = [
+        ("predict" if i == 0 else f"predict-{i + 1}", "predict") for i in range(args.predict_runs)
+    ]
     try:
-        for search in ("predict", "tpe"):
-            print(f"[{target_name}] perfsweep --search {search} ...", flush=True)
-            tools[search] = perfsweep_run(
-                search,
+        for name, search in [*runs, ("tpe", "tpe")]:
+            print(f"[{target_name}] perfsweep --search {search} ({name}) ...", flush=True)
+            tools[name] = perfsweep_run(
+                name,
                 target.perfsweep_args(),
                 scenario,
                 search,
-                workdir / search,
+                workdir / name,
                 args.timeout_s,
             )
-            print(f"  {tools[search]['wall_s']:.1f} s -> {tools[search].get('config')}", flush=True)
+            print(f"  {tools[name]['wall_s']:.1f} s -> {tools[name].get('config')}", flush=True)
             if isinstance(target, TritonTarget):
                 target.reset()
         if not args.no_ma:
@@ -821,6 +828,7 @@ def summarise(
     ]
     worst = sorted(misses, key=lambda w: -w["error"])[:5]
     return {
+        "predict_runs": predict_runs(tools),
         "target": target_name,
         "p99_ms": p99_ms,
         "space": space,
@@ -850,6 +858,28 @@ def summarise(
     }
 
 
+def predict_runs(tools: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The predict runs together: median, lowest and highest wall time, each over Model
+    Analyzer's and tpe's, the lowest quality, and the trials each measured."""
+    runs = [t for name, t in tools.items() if name.split("-")[0] == "predict" and t.get("wall_s")]
+    if not runs:
+        return None
+    walls = sorted(t["wall_s"] for t in runs)
+    out: dict[str, Any] = {
+        "n": len(runs),
+        "wall_s": {"median": statistics.median(walls), "min": walls[0], "max": walls[-1]},
+        "trials": [(t.get("trials") or {}).get("complete") for t in runs],
+        "quality_min": min(
+            (t["quality"] for t in runs if t.get("quality") is not None), default=None
+        ),
+    }
+    for peer in ("ma", "tpe"):
+        peer_wall = (tools.get(peer) or {}).get("wall_s")
+        if peer_wall:
+            out[f"over_{peer}"] = {k: v / peer_wall for k, v in out["wall_s"].items()}
+    return out
+
+
 def table(result: Mapping[str, Any]) -> str:
     tools = result["tools"]
     ma_wall = (tools.get("ma") or {}).get("wall_s")
@@ -877,6 +907,20 @@ def table(result: Mapping[str, Any]) -> str:
             f"| {fmt(wall / ma_wall if wall and ma_wall else None, '.2f')} "
             f"| {config_key(config) if config else tool.get('error', '-')[:60]!s} "
             f"| {fmt(tool.get('capacity_rps'), '.1f')} | {fmt(tool.get('quality'), '.1%')} |"
+        )
+    runs = result.get("predict_runs")
+    if runs and runs["n"] > 1:
+        w = runs["wall_s"]
+        ratios = "".join(
+            f", / {peer} {runs[f'over_{peer}']['median']:.2f}x "
+            f"({runs[f'over_{peer}']['min']:.2f}-{runs[f'over_{peer}']['max']:.2f}x)"
+            for peer in ("ma", "tpe")
+            if f"over_{peer}" in runs
+        )
+        lines.append(
+            f"\npredict over {runs['n']} runs: wall median {w['median']:.1f} s "
+            f"({w['min']:.1f}-{w['max']:.1f} s){ratios}; trials {runs['trials']}; "
+            f"lowest quality {fmt(runs['quality_min'], '.1%')}"
         )
     noise = result["grid"].get("noise")
     if noise:
@@ -908,6 +952,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=1,
         help="measure the grid this many times; each config's capacity is their median, and "
         "the spread between runs is reported (the noise floor of every figure)",
+    )
+    parser.add_argument(
+        "--predict-runs",
+        type=int,
+        default=3,
+        help="run the predict search this many times (its wall time varies with how its "
+        "first measurements land); the first run's predictions give the prediction error",
     )
     parser.add_argument("--output", type=Path)
     args = parser.parse_args(argv)

@@ -57,6 +57,24 @@ def test_relative_errors_and_their_median_skip_unmeasured_configs() -> None:
     assert tta.error_stats([]) == {"n": 0, "median": None, "worst": None}
 
 
+def test_the_predict_runs_are_summarised_against_each_peer() -> None:
+    tools = {
+        "predict": {"wall_s": 30.0, "trials": {"complete": 1}, "quality": 1.0},
+        "predict-2": {"wall_s": 90.0, "trials": {"complete": 5}, "quality": 0.96},
+        "predict-3": {"wall_s": 40.0, "trials": {"complete": 2}, "quality": 0.98},
+        "tpe": {"wall_s": 120.0},
+        "ma": {"wall_s": 48.0},
+        "extra-ma": {"wall_s": 999.0},
+    }
+    runs = tta.predict_runs(tools)
+    assert runs["n"] == 3 and runs["trials"] == [1, 5, 2]
+    assert runs["wall_s"] == {"median": 40.0, "min": 30.0, "max": 90.0}
+    assert runs["over_tpe"]["median"] == pytest.approx(1 / 3)
+    assert runs["over_ma"]["max"] == pytest.approx(90 / 48)
+    assert runs["quality_min"] == pytest.approx(0.96)
+    assert tta.predict_runs({"tpe": {"wall_s": 1.0}}) is None
+
+
 def test_model_analyzer_csv_parsed_and_its_best_config_meets_the_goal() -> None:
     rows = tta.parse_ma_metrics(MA_CSV)
     assert [r["name"] for r in rows] == [
