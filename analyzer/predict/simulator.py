@@ -7,8 +7,12 @@ policies): steps run until one would wait, an open batch enters the instance que
 first request and keeps growing there until an instance takes it, at most ``2 * instances``
 batches wait for an instance, an idle instance takes the oldest batch at once and absorbs
 following batches whose oldest request waited longer than the queue delay (§3.6), and a
-decision's ``wake_at_ns`` is the timer. Without dynamic batching every request is its own
-batch (the default scheduler).
+decision's ``wake_at_ns`` is the timer. The batcher steps only when something wakes it, by
+Triton's rule (``Scheduler.arrival_wakes``): an instance taking a batch, its timer, or an arrival
+while the open batch is sealed or started or the queue holds the decision's ``next_preferred``
+items (with a queue delay, later arrivals then stay queued instead of joining the batch that
+waits for a busy instance). Without dynamic batching every request is its own batch (the
+default scheduler).
 
 Executions follow the simulated backend: the input phase (host) overlaps across instances, the
 device phase is serialised per device in the order instances reach it, the output phase
@@ -48,7 +52,13 @@ from typing import TYPE_CHECKING, Any
 from analyzer.errors import InputError
 from analyzer.predict import ExtrapolationError
 from analyzer.predict.profile import Profile
-from reference_server.batching.decide import BatchingParams, Candidate, OpenBatch, decide
+from reference_server.batching.decide import (
+    IDLE_WAIT_S,
+    BatchingParams,
+    Candidate,
+    OpenBatch,
+    decide,
+)
 
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
@@ -61,7 +71,8 @@ ASSUMPTIONS = (
     "not see (network, protocol, the load generator), calibrated on measured operating points "
     "(0 until a run has measured one)",
     "batching: reference_server.batching.decide.decide, with the reference server's prefetching "
-    "(up to 2 batches per instance queued) and instance-side merging",
+    "(up to 2 batches per instance queued), instance-side merging and Triton's rule for what "
+    "wakes the batcher",
     "execution: compute_input and compute_output overlap across instances; compute_infer is "
     "serialised on one device shared by all instances, except the profile's overlap_ms (host "
     "work the backend reports inside compute_infer, measured by the interference probe)",
@@ -343,6 +354,10 @@ def simulate(
     NEVER = 1 << 62
     next_arrival = 0
     t_arrival = arrivals[0]
+    # Scheduler.arrival_wakes: the queued size at which an arrival wakes the batcher (0 for
+    # a new open batch), and its idle timer while a batch waits for an instance.
+    next_preferred = 0
+    idle_wait_ns = round(IDLE_WAIT_S * 1e9)
 
     while True:
         # The earliest of: execution event, arrival, batcher timer (ties in that order).
@@ -352,6 +367,7 @@ def simulate(
             now = timer
         if now == NEVER:
             break
+        woken = True  # does the batcher step at this instant (an instance taking a batch wakes it)
         if t_event == now:
             _, _, kind, batch = pop(events)
             if kind == KIND_INPUT_DONE:
@@ -402,6 +418,7 @@ def simulate(
             if too_slow > too_slow_limit:
                 stopped = True
                 break
+            woken = False  # a finished execution wakes nobody; taking the next batch does
         elif t_arrival == now:
             if too_slow_ns is not None and next_arrival >= warm and q_head < next_arrival:
                 # Requests still queued that are already older than the goal count as over it.
@@ -417,6 +434,7 @@ def simulate(
             t_arrival = arrivals[next_arrival] if next_arrival < requests else NEVER
             if dynamic:
                 cands.append(Candidate(1, now))
+                woken = open_b.sealed or open_b.started or next_arrival - q_head >= next_preferred
             else:
                 single = _Batch()
                 single.arrivals.append(now)
@@ -432,6 +450,7 @@ def simulate(
         while True:
             # Idle instances take the oldest queued batches, merging those older than the delay.
             while idle and iq:
+                woken = True
                 batch = iq.popleft()
                 batch.started = True
                 if merge:
@@ -453,14 +472,19 @@ def simulate(
                     draw += 1
                 seq += 1
                 push(events, (now + ns, seq, KIND_INPUT_DONE, batch))
-            if not dynamic:
+            if not dynamic or not woken:
                 break
             changed = False
             wake: int | None = None
             while True:
                 if open_b.sealed or open_b.started:
                     open_b = _Batch()
-                if q_head == next_arrival or len(iq) >= slots:
+                    next_preferred = 0
+                if q_head == next_arrival:
+                    if next_preferred > 0:  # arrivals may not wake it: the idle timer
+                        wake = now + idle_wait_ns
+                    break
+                if len(iq) >= slots:
                     break
                 end = q_head + scan_limit
                 d = decide(
@@ -469,6 +493,8 @@ def simulate(
                     params,
                     now,
                 )
+                if d.next_preferred is not None:
+                    next_preferred = d.next_preferred
                 take = d.take
                 if take:
                     if not open_b.size:

@@ -17,6 +17,11 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+#: With an empty queue Triton's batcher sleeps at most this long (``default_wait_microseconds``,
+#: 500 ms): the one timer that moves requests an arrival did not wake it for into a batch still
+#: waiting for an instance (the scheduler's ``arrival_wakes``; the simulator's too).
+IDLE_WAIT_S = 0.5
+
 
 @dataclass(frozen=True)
 class BatchingParams:
@@ -78,12 +83,18 @@ class Decision:
         seal: The open batch must not grow any further after this step.
         merge_blocked: The scan stopped at an incompatible shape (blocks instance-side merge).
         wake_at_ns: When nothing is taken: the time to look again (None = only on an event).
+        next_preferred: Triton's ``next_preferred_batch_size_`` as this step sets it (None:
+            unchanged; a new open batch resets it to 0): the queued batch size at which an
+            arrival wakes the batcher again (:meth:`~reference_server.batching.scheduler.
+            Scheduler.arrival_wakes`). Set only by a step with a queue delay that takes
+            nothing or grows a waiting batch.
     """
 
     take: int
     seal: bool = False
     merge_blocked: bool = False
     wake_at_ns: int | None = None
+    next_preferred: int | None = None
 
 
 def decide(
@@ -147,13 +158,23 @@ def decide(
         return Decision(pending, seal=True, merge_blocked=merge_blocked)
     if exceeded or delay == 0:
         return Decision(pending, seal=seal, merge_blocked=merge_blocked)
+    # The next preferred size above what B and the pending requests hold, less what B holds
+    # (Triton subtracts B's size before the pending requests join it, so after a growing
+    # step below the threshold counts from B's old size: a quirk, kept).
+    larger = [p for p in params.preferred if p > size + total]
+    next_preferred = min(larger) if larger else min(params.preferred, default=0)
+    next_preferred = max(0, next_preferred - size) if next_preferred else 0
     if size > 0 and not seal and size not in params.preferred:
-        return Decision(pending, seal=seal, merge_blocked=merge_blocked)
+        return Decision(
+            pending, seal=seal, merge_blocked=merge_blocked, next_preferred=next_preferred
+        )
     wake = oldest + delay
     deadlines = [r.deadline_ns for r in queue[:pending] if r.deadline_ns is not None]
     if deadlines:
         wake = min(wake, *deadlines)
-    return Decision(0, seal=seal, merge_blocked=merge_blocked, wake_at_ns=wake)
+    return Decision(
+        0, seal=seal, merge_blocked=merge_blocked, wake_at_ns=wake, next_preferred=next_preferred
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 One :class:`Scheduler` per loaded model version owns the request queue (§3.3), the open batch
 and the instance queue of batches waiting for an instance (§3.5). With ``dynamic_batching`` a
 batcher thread runs the pure :func:`reference_server.batching.decide.decide` step whenever something
-changes (an arrival, an instance picking up or finishing a batch, a timer); without it every
-request becomes its own batch at once (Triton's "default scheduler").
+wakes it (an instance picking up a batch, a timer, or an arrival that Triton's rule lets wake
+it: :meth:`Scheduler.arrival_wakes`); without it every request becomes its own batch at once
+(Triton's "default scheduler").
 
 Instance threads (:mod:`reference_server.batching.instances`) call :meth:`Scheduler.next_batch` to take
 the oldest queued batch. All state is guarded by one lock with two conditions on it, one the
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from reference_server.batching.decide import (
+    IDLE_WAIT_S,
     BatchingParams,
     Candidate,
     OpenBatch,
@@ -160,6 +162,7 @@ class Scheduler:
         delay_count: int = 0,
         clock_ns: Callable[[], int] = time.monotonic_ns,
         dispatch: Dispatch | None = None,
+        equal_shapes: bool = False,
     ) -> None:
         self.model_name = model_name
         self.params = params
@@ -187,6 +190,12 @@ class Scheduler:
         self._cond = threading.Condition(self._lock)
         self._instances_cond = threading.Condition(self._lock)
         self._open = Batch()
+        # Triton's next_preferred_batch_size_ (Decision.next_preferred; 0 for a new open batch)
+        # and queued_batch_size_ (the batch sizes waiting in the queue): arrival_wakes().
+        self._next_preferred = 0
+        self._queued_items = 0
+        # The model makes requests share input shapes within a batch: every arrival wakes.
+        self._equal_shapes = equal_shapes
         self._instance_queue: collections.deque[Batch] = collections.deque()
         self._idle_waiting = 0
         self._next_slot = 0
@@ -293,11 +302,38 @@ class Scheduler:
         if limit and self._queue.level_size(entry.level) >= limit:
             raise ServerError(f"[request id: {rid}] Exceeds maximum queue size", Code.UNAVAILABLE)
         self._queue.push(entry.level, entry)
+        self._queued_items += entry.batch_size
         if entry.deadline_ns is not None and (
             self._earliest_deadline is None or entry.deadline_ns < self._earliest_deadline
         ):
             self._earliest_deadline = entry.deadline_ns
-        self._notify_leader()
+        if self.arrival_wakes():
+            self._notify_leader()
+
+    def arrival_wakes(self) -> bool:
+        """Under the lock: whether a new arrival makes the batcher step now (Triton's Enqueue).
+
+        With prefetching and no shape checks, Triton wakes its batcher for an arrival only
+        when the open batch is sealed or started, or the queue holds at least the next
+        preferred size the last step computed (``Decision.next_preferred``: 0, so always,
+        without a queue delay). So once a batch waiting for a busy instance holds a request
+        and the delay is set, later arrivals stay queued until an instance takes a batch
+        (which wakes the batcher), the queue reaches that size, or the batcher's idle timer
+        (``decide.IDLE_WAIT_S``) fires; they do not join the waiting batch one by one. Under
+        load that splits executions into small batches and full ones (measured on Triton
+        2.51: 25 % of executions at max batch 16 with a 2 ms delay, 3 % without).
+        """
+        return not self._holds_arrivals() or self._queued_items >= self._next_preferred
+
+    def _holds_arrivals(self) -> bool:
+        """Under the lock: an arrival may stay queued without waking the batcher
+        (:meth:`arrival_wakes`), so an idle batcher needs its timer."""
+        return (
+            self.prefetch
+            and not self._equal_shapes
+            and not (self._open.sealed or self._open.started)
+            and self._next_preferred > 0
+        )
 
     def wake(self) -> None:
         """Make the batcher look at its queue now (e.g. a queued request was cancelled)."""
@@ -556,6 +592,7 @@ class Scheduler:
         while True:
             if self._open.sealed or self._open.started:
                 self._open = Batch()
+                self._next_preferred = 0
             now = self._clock()
             head = list(itertools.islice(self._queue, scan_limit))
             due = self._earliest_deadline is not None and now >= self._earliest_deadline
@@ -566,11 +603,14 @@ class Scheduler:
                     default=None,
                 )
                 if swept:
+                    self._queued_items -= sum(entry.batch_size for entry, _ in swept)
                     dropped.extend(swept)
                     return None
                 head = list(itertools.islice(self._queue, scan_limit))
             if not head:
-                return None
+                # Requests that arrive without waking the batcher (arrival_wakes) are taken in
+                # on Triton's idle timer at the latest.
+                return IDLE_WAIT_S if self._holds_arrivals() else None
             if not self._slot_available():
                 return None if self.prefetch else _SWEEP_INTERVAL_S
             decision = decide(
@@ -581,8 +621,11 @@ class Scheduler:
             )
             if decision.merge_blocked:
                 self._open.merge_blocked = True
+            if decision.next_preferred is not None:
+                self._next_preferred = decision.next_preferred
             if decision.take:
                 taken = self._queue.pop_front(decision.take)
+                self._queued_items -= sum(entry.batch_size for entry in taken)
                 self._assign_slots(taken)
                 self._open.add(taken)
                 if not self._open.queued:

@@ -183,6 +183,11 @@ class ModelRuntime:
             on_reject=self._on_reject,
             delay_count=self._options.delay_count,
             dispatch=dispatch,
+            # Triton's enforce_equal_shape_tensors_: shape tensors and variable, non-ragged
+            # dims make requests share shapes within a batch (and every arrival wake it).
+            equal_shapes=any(
+                i.is_shape_tensor or (-1 in i.dims and not i.allow_ragged_batch) for i in cfg.input
+            ),
         )
 
     def _instance_specs(self) -> list[InstanceSpec]:

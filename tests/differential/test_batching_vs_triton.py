@@ -175,6 +175,19 @@ SCENARIOS = [
         batch_stats={1: 1, 5: 1},
         groups=((0,), (1, 2, 3, 4, 5)),
     ),
+    # §3.4 wake rule: with a queue delay, once the batch waiting for the busy instance holds a
+    # request, a later arrival wakes the batcher only when the queue holds the next preferred
+    # size (here 8): requests 2 and 3 stay queued instead of joining batch {1}, and go out
+    # together after the instance takes {1}. (Under load this splits executions into a small
+    # batch and a large one; the D = 0 scenario above grows the waiting batch one by one.)
+    Scenario(
+        "delayed_batch_waits_for_the_next_preferred_size",
+        _model(delay_us=100_000, exec_ms=550),
+        (Send(), Send(pause_s=0.2), Send(pause_s=0.2), Send(pause_s=0.1)),
+        batch_stats={1: 2, 2: 1},
+        groups=((0,), (1,), (2, 3)),
+        waited_for_delay=frozenset({0, 1, 2, 3}),
+    ),
     # §11 B12: without dynamic_batching concurrent requests are never batched.
     Scenario(
         "no_dynamic_batching",

@@ -61,6 +61,22 @@ def test_delay_is_waited_when_the_preferred_size_is_not_reached() -> None:
     assert pred.p50_ms == pytest.approx(6.0, abs=0.01)
 
 
+def test_a_queue_delay_under_load_splits_executions_into_small_and_full_batches() -> None:
+    # Triton's wake rule (Scheduler.arrival_wakes): with a delay, arrivals do not join the batch
+    # waiting for a busy instance one by one, so under load a small batch alternates with a
+    # full one; without a delay the waiting batch grows with each arrival. Seen on Triton 2.51
+    # at 450 req/s, max batch 16, two instances: 25 % of executions at 16 with 2 ms, 3 % with 0.
+    profile = constant(10.0, 16, per_item_ms=1.0)
+    full = {}
+    for delay_us in (0, 2000):
+        pred = simulate(profile, SimConfig(16, delay_us, instance_count=2), 450.0, requests=8000)
+        full[delay_us] = pred.batch_sizes.get(16, 0) / sum(pred.batch_sizes.values())
+        small = sum(n for b, n in pred.batch_sizes.items() if b <= 2)
+        full[f"small {delay_us}"] = small / sum(pred.batch_sizes.values())
+    assert full[2000] > 0.2 and full[0] < 0.05
+    assert full["small 2000"] > 3 * full["small 0"]
+
+
 def test_two_instances_on_one_device_serialise_device_work() -> None:
     # All device time: a second instance adds nothing, so saturation stays at 100 req/s.
     over = simulate(constant(10.0, 1), SimConfig(1, instance_count=2), 150.0, requests=4000)

@@ -172,6 +172,23 @@ def test_open_batch_growing_in_prefetch_mode_with_zero_delay() -> None:
     assert d.take == 1 and d.seal
 
 
+def test_a_delayed_step_says_how_many_queued_items_wake_the_batcher_again() -> None:
+    # Triton's next_preferred_batch_size_: the next preferred size above what is held, less
+    # what the open batch held before the step (a quirk: 16 - 1, not 16 - 2, after growing).
+    params = BatchingParams(16, frozenset({16}), 2 * MS)
+    waiting = decide([Candidate(1, 0)], OpenBatch(), params, 0)
+    assert waiting.take == 0 and waiting.next_preferred == 16
+    growing = decide([Candidate(1, 0)], OpenBatch(size=1), params, 0)
+    assert growing.take == 1 and growing.next_preferred == 15
+    # Steps that send, and every step without a delay, leave it as it was (None).
+    assert decide([Candidate(1, 0)], OpenBatch(), params, 2 * MS).next_preferred is None
+    no_delay = BatchingParams(16, frozenset({16}), 0)
+    assert decide([Candidate(1, 0)], OpenBatch(size=1), no_delay, 0).next_preferred is None
+    with_preferred = BatchingParams(8, frozenset({4, 8}), 2 * MS)
+    assert decide([Candidate(1, 0)] * 3, OpenBatch(), with_preferred, 0).next_preferred == 4
+    assert decide([Candidate(1, 0)] * 5, OpenBatch(), with_preferred, 0).take == 4
+
+
 # ------------------------------------------------------------------- properties
 
 requests = st.lists(
