@@ -158,12 +158,10 @@ def decide(
         return Decision(pending, seal=True, merge_blocked=merge_blocked)
     if exceeded or delay == 0:
         return Decision(pending, seal=seal, merge_blocked=merge_blocked)
-    # The next preferred size above what B and the pending requests hold, less what B holds
-    # (Triton subtracts B's size before the pending requests join it, so after a growing
-    # step below the threshold counts from B's old size: a quirk, kept).
-    larger = [p for p in params.preferred if p > size + total]
-    next_preferred = min(larger) if larger else min(params.preferred, default=0)
-    next_preferred = max(0, next_preferred - size) if next_preferred else 0
+    # The next preferred size above what B and the pending requests hold (Pmax is above them
+    # here), less what B holds (Triton subtracts B's size before the pending requests join
+    # it, so after a growing step the threshold counts from B's old size: a quirk, kept).
+    next_preferred = min(p for p in params.preferred if p > size + total) - size
     if size > 0 and not seal and size not in params.preferred:
         return Decision(
             pending, seal=seal, merge_blocked=merge_blocked, next_preferred=next_preferred
