@@ -7,17 +7,29 @@ For each target, in one run, on one small space (max batch size 1-16 as powers o
   predicted best first), ``--predict-runs`` times (default 3: its wall time turns on whether its
   first measurement lands in the band, so one run is an anecdote); the table gives each run and
   their median, the first run's predictions give the prediction error;
-* ``tpe``: ``perfsweep run --search tpe`` (the search before issue 13), same scenario and budgets;
+* ``tpe``: ``perfsweep run --search tpe``, same scenario and budgets: TPE picks the configs, but
+  with everything else issue 13 built (sequential steps, capacity searches started near a
+  neighbour's capacity, one warm-up per config, the baseline measured once, validation by one
+  check), so predict over tpe is what the prediction alone buys;
+* ``before``: ``perfsweep run`` of commit ``--before`` (default :data:`BEFORE_COMMIT`, the last
+  one before issue 13's work: "today's" perfsweep of the issue, its TPE search with fixed
+  windows), checked out with ``git archive`` into the work directory and run from there, same
+  scenario and budgets (less the keys it does not know: ``[search]``, ``budget.validation``);
 * ``ma``: Model Analyzer 1.58 quick search (remote mode, the server started with explicit model
   control, ``run_config_search_max_model_batch_size`` / ``_max_instance_count`` at the space's
   bounds, goal ``perf_latency_p99 <= goal``, objective ``perf_throughput``);
-* ``grid``: ``perfsweep run --search grid`` over every config of the space: the brute force.
+* ``grid``: ``perfsweep run --search grid`` over every config of the space: the brute force,
+  with each capacity resolved to ``--grid-resolution`` (default 5 %; the tools' own scenario
+  stops at 20 %).
 
 Wall time is each tool's process from start to recommendation (perfsweep: the whole ``perfsweep
 run``, its managed server's start included; Model Analyzer: the server's start plus ``model-analyzer
 profile``). Quality is the capacity at the goal of a tool's recommended config divided by the best
 capacity of the grid, both read from ONE instrument: the grid's own measurement of every config
-(perfsweep's open-loop capacity search, the scenario's budgets). A recommendation outside the space
+(perfsweep's open-loop capacity search, the scenario's budgets but a capacity bracket of at most
+``--grid-resolution``: at the scenario's 20 % every grid capacity is the lower end of a bracket
+20 % wide, so two configs 10 % apart could read either way round and a quality below 100 % said
+nothing about the tool). A recommendation outside the space
 (Model Analyzer may keep the model's default config) is measured by a one-config grid run with
 the same settings. Prediction error is ``|predicted - measured| / measured`` of the predict run's
 simulator over the configs its own run measured and over the grid (measurements that met the goal
@@ -74,6 +86,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 FORMAT_VERSION = 1
+#: The last commit before issue 13's work (sequential steps, predict-then-verify): perfsweep as the
+#: issue measured it ("today's" TPE search, 19 min 50 s on its Triton).
+BEFORE_COMMIT = "7a8b4f8"
 MA_BIN = Path("/opt/peers/ma/bin/model-analyzer")
 PERF_ANALYZER = Path("/opt/peers/bin/perf_analyzer")
 
@@ -199,9 +214,10 @@ def dump_toml(doc: Mapping[str, Mapping[str, Any]], top: Mapping[str, Any]) -> s
 # Scenarios
 
 
-def scenario_doc(target: str, quick: bool) -> dict[str, Any]:
-    """The scenario every perfsweep run of ``target`` uses (the grid adds budget overrides)."""
-    base = tomllib.loads((ROOT / "scenarios" / "resnet50.sim.toml").read_text())
+def scenario_doc(target: str, quick: bool, base_text: str | None = None) -> dict[str, Any]:
+    """The scenario every perfsweep run of ``target`` uses (the grid adds budget overrides),
+    on ``base_text`` (another version's ``scenarios/resnet50.sim.toml``; default this one's)."""
+    base = tomllib.loads(base_text or (ROOT / "scenarios" / "resnet50.sim.toml").read_text())
     base["space"] = dict(QUICK_SPACE if quick else SPACE)
     base["run"] = {"seed": 0}
     if target == "sim":
@@ -212,8 +228,33 @@ def scenario_doc(target: str, quick: bool) -> dict[str, Any]:
         base["goals"] = {"p99_ms": TRITON_P99_MS, "max_error_rate": 0.01}
     if quick:
         base["budget"].update({"trials": 2, "time_budget_s": 150, "validate_top": 0})
-        base["search"]["profile_time_s"] = 15.0
+        if "search" in base:
+            base["search"]["profile_time_s"] = 15.0
     return base
+
+
+class Before:
+    """perfsweep at an earlier commit, run from a ``git archive`` of it (its own ``analyzer`` and
+    ``reference_server``, this venv's packages)."""
+
+    def __init__(self, commit: str, workdir: Path) -> None:
+        self.commit = commit
+        self.src = workdir / f"before-{commit}"
+        self.src.mkdir(parents=True)
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", "--format=tar", commit],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(["tar", "-x", "-C", str(self.src)], input=archive.stdout, check=True)
+
+    def scenario_text(self) -> str:
+        return (self.src / "scenarios" / "resnet50.sim.toml").read_text()
+
+    def program(self) -> list[str]:
+        # Run from the archive's directory: `python -c` puts the working directory first on
+        # sys.path, so its analyzer (and the reference_server it starts) is the one imported.
+        return [sys.executable, "-c", "import sys; from analyzer.cli import main; sys.exit(main())"]
 
 
 def write_scenario(doc: Mapping[str, Any], path: Path, **overrides: dict[str, Any]) -> Path:
@@ -244,32 +285,42 @@ def perfsweep_run(
     name: str,
     target_args: Sequence[str],
     scenario: Path,
-    search: str,
+    search: str | None,
     run_dir: Path,
     timeout_s: float,
+    before: Before | None = None,
 ) -> dict[str, Any]:
-    """One ``perfsweep run`` as a subprocess; wall time, recommendation, measured trials."""
+    """One ``perfsweep run`` as a subprocess; wall time, recommendation, measured trials.
+    ``search`` None: the version's default (``before``: an earlier version, which has no
+    ``--search``)."""
+    program = before.program() if before else [str(Path(sys.executable).with_name("perfsweep"))]
     cmd = [
-        str(Path(sys.executable).with_name("perfsweep")),
+        *program,
         "run",
         *target_args,
         "--scenario",
         str(scenario),
-        "--search",
-        search,
+        *(["--search", search] if search else []),
         "--run-dir",
         str(run_dir),
     ]
     log = run_dir.with_suffix(".log")
     started = time.perf_counter()
     with log.open("w") as out:
-        done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s)
+        done = subprocess.run(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=timeout_s,
+            cwd=before.src if before else None,
+        )
     wall_s = time.perf_counter() - started
     result: dict[str, Any] = {
         "tool": name,
         "wall_s": wall_s,
         "exit_code": done.returncode,
-        "command": " ".join(cmd[1:]),
+        "command": " ".join(cmd[len(program) :]),
+        "commit": before.commit if before else None,
         "run_dir": str(run_dir),
     }
     if done.returncode != 0 or not (run_dir / "summary.json").is_file():
@@ -626,6 +677,7 @@ class TritonTarget:
 def run_target(target_name: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     quick = args.quick
     doc = scenario_doc(target_name, quick)
+    instrument = {"capacity_resolution": args.grid_resolution}
     space = doc["space"]
     keys = space_keys(space)
     target: SimTarget | TritonTarget = (
@@ -641,6 +693,7 @@ def run_target(target_name: str, args: argparse.Namespace, workdir: Path) -> dic
             "time_budget_s": 3600,
             "patience": len(keys) + 1,
             "validate_top": 0,
+            **instrument,
         },
     )
     tools: dict[str, dict[str, Any]] = {}
@@ -661,6 +714,24 @@ def run_target(target_name: str, args: argparse.Namespace, workdir: Path) -> dic
                 args.timeout_s,
             )
             print(f"  {tools[name]['wall_s']:.1f} s -> {tools[name].get('config')}", flush=True)
+            if isinstance(target, TritonTarget):
+                target.reset()
+        if args.before:
+            print(f"[{target_name}] perfsweep at {args.before} (before) ...", flush=True)
+            before = Before(args.before, workdir)
+            old_doc = scenario_doc(target_name, quick, before.scenario_text())
+            old_doc.pop("search", None)
+            old_doc["budget"].pop("validation", None)
+            tools["before"] = perfsweep_run(
+                "before",
+                target.perfsweep_args(),
+                write_scenario(old_doc, workdir / "before.toml"),
+                None,
+                workdir / "before",
+                args.timeout_s,
+                before=before,
+            )
+            print(f"  {tools['before']['wall_s']:.1f} s -> {tools['before'].get('config')}")
             if isinstance(target, TritonTarget):
                 target.reset()
         if not args.no_ma:
@@ -722,7 +793,7 @@ def run_target(target_name: str, args: argparse.Namespace, workdir: Path) -> dic
                 write_scenario(
                     {**doc, "space": one},
                     workdir / f"extra-{name}.toml",
-                    budget={"trials": 1, "validate_top": 0, "time_budget_s": 600},
+                    budget={"trials": 1, "validate_top": 0, "time_budget_s": 600, **instrument},
                 ),
                 "grid",
                 workdir / f"extra-{name}",
@@ -739,6 +810,7 @@ def run_target(target_name: str, args: argparse.Namespace, workdir: Path) -> dic
         target_name, p99_ms, space, keys, tools, grid, capacities, bracketed, workdir
     )
     result["grid"]["repeats"] = len(grids)
+    result["grid"]["resolution"] = args.grid_resolution
     # Between runs only: one run can measure a config twice (the model's own config is the
     # baseline and a grid point), which says nothing about run-to-run noise.
     result["grid"]["noise"] = grid_noise(repeats) if len(grids) > 1 else None
@@ -873,7 +945,7 @@ def predict_runs(tools: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | Non
             (t["quality"] for t in runs if t.get("quality") is not None), default=None
         ),
     }
-    for peer in ("ma", "tpe"):
+    for peer in ("ma", "tpe", "before"):
         peer_wall = (tools.get(peer) or {}).get("wall_s")
         if peer_wall:
             out[f"over_{peer}"] = {k: v / peer_wall for k, v in out["wall_s"].items()}
@@ -884,6 +956,7 @@ def table(result: Mapping[str, Any]) -> str:
     tools = result["tools"]
     ma_wall = (tools.get("ma") or {}).get("wall_s")
     tpe_wall = (tools.get("tpe") or {}).get("wall_s")
+    before_wall = (tools.get("before") or {}).get("wall_s")
 
     def fmt(v: Any, spec: str) -> str:
         return "-" if v is None else format(v, spec)
@@ -892,17 +965,19 @@ def table(result: Mapping[str, Any]) -> str:
         f"target {result['target']}, goal p99 <= {result['p99_ms']:g} ms, "
         f"{result['space_size']} configs; grid best {result['grid']['best_config']} at "
         f"{fmt(result['grid']['best_capacity_rps'], '.1f')} req/s "
-        f"(grid wall {result['grid']['wall_s']:.0f} s)",
+        f"(grid wall {result['grid']['wall_s']:.0f} s, capacities resolved to "
+        f"{result['grid'].get('resolution', 0.2):.0%})",
         "",
-        "| tool | wall (s) | / tpe | / MA | recommended (mbs, delay us, pref, inst) "
+        "| tool | wall (s) | / before | / tpe | / MA | recommended (mbs, delay us, pref, inst) "
         "| capacity (req/s) | quality |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, tool in tools.items():
         wall = tool.get("wall_s")
         config = tool.get("config")
         lines.append(
             f"| {name} | {fmt(wall, '.1f')} "
+            f"| {fmt(wall / before_wall if wall and before_wall else None, '.2f')} "
             f"| {fmt(wall / tpe_wall if wall and tpe_wall else None, '.2f')} "
             f"| {fmt(wall / ma_wall if wall and ma_wall else None, '.2f')} "
             f"| {config_key(config) if config else tool.get('error', '-')[:60]!s} "
@@ -914,7 +989,7 @@ def table(result: Mapping[str, Any]) -> str:
         ratios = "".join(
             f", / {peer} {runs[f'over_{peer}']['median']:.2f}x "
             f"({runs[f'over_{peer}']['min']:.2f}-{runs[f'over_{peer}']['max']:.2f}x)"
-            for peer in ("ma", "tpe")
+            for peer in ("ma", "tpe", "before")
             if f"over_{peer}" in runs
         )
         lines.append(
@@ -952,6 +1027,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=1,
         help="measure the grid this many times; each config's capacity is their median, and "
         "the spread between runs is reported (the noise floor of every figure)",
+    )
+    parser.add_argument(
+        "--before",
+        default=BEFORE_COMMIT,
+        help="the commit of 'today's' perfsweep of issue 13 (its TPE search, fixed windows), "
+        "run as the tool 'before'; '' to skip it",
+    )
+    parser.add_argument(
+        "--grid-resolution",
+        type=float,
+        default=0.05,
+        help="the instrument's capacity resolution (budget.capacity_resolution of the grid "
+        "and of one-config runs): each capacity is the lower end of a bracket this wide",
     )
     parser.add_argument(
         "--predict-runs",

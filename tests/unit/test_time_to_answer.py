@@ -64,6 +64,7 @@ def test_the_predict_runs_are_summarised_against_each_peer() -> None:
         "predict-3": {"wall_s": 40.0, "trials": {"complete": 2}, "quality": 0.98},
         "tpe": {"wall_s": 120.0},
         "ma": {"wall_s": 48.0},
+        "before": {"wall_s": 400.0},
         "extra-ma": {"wall_s": 999.0},
     }
     runs = tta.predict_runs(tools)
@@ -71,6 +72,7 @@ def test_the_predict_runs_are_summarised_against_each_peer() -> None:
     assert runs["wall_s"] == {"median": 40.0, "min": 30.0, "max": 90.0}
     assert runs["over_tpe"]["median"] == pytest.approx(1 / 3)
     assert runs["over_ma"]["max"] == pytest.approx(90 / 48)
+    assert runs["over_before"]["min"] == pytest.approx(30 / 400)
     assert runs["quality_min"] == pytest.approx(0.96)
     assert tta.predict_runs({"tpe": {"wall_s": 1.0}}) is None
 
@@ -112,6 +114,18 @@ def test_scenario_written_by_the_harness_reads_back() -> None:
     doc = tomllib.loads(text)
     assert doc["objective"] == "throughput"
     assert doc["space"] == {"max_batch_size": [1, 16], "preferred_batch_size": "none"}
+
+
+def test_an_earlier_versions_scenario_gets_the_same_space_goals_and_budgets() -> None:
+    # "before" runs an earlier perfsweep on its own scenario file (no [search] section there).
+    old = (ROOT / "scenarios" / "resnet50.sim.toml").read_text().split("[search]")[0]
+    for quick in (False, True):
+        doc = tta.scenario_doc("triton", quick, old)
+        current = tta.scenario_doc("triton", quick)
+        assert "search" in current and "search" not in doc
+        assert doc == {k: v for k, v in current.items() if k != "search"}
+        assert doc["goals"]["p99_ms"] == tta.TRITON_P99_MS
+        assert doc["model"] == {"name": "gpulike"}
 
 
 def _variant(name: str, mbs: int, count: int, batching: dict | None, points: list) -> dict:
