@@ -88,7 +88,7 @@ sys.path.insert(0, str(ROOT))
 FORMAT_VERSION = 1
 #: The last commit before issue 13's work (sequential steps, predict-then-verify): perfsweep as the
 #: issue measured it ("today's" TPE search, 19 min 50 s on its Triton).
-BEFORE_COMMIT = "7a8b4f8"
+BEFORE_COMMIT = "20d9d70"
 MA_BIN = Path("/opt/peers/ma/bin/model-analyzer")
 PERF_ANALYZER = Path("/opt/peers/bin/perf_analyzer")
 
