@@ -51,9 +51,11 @@ Targets:
 
 Usage::
 
-    .venv/bin/python benchmarks/time_to_answer.py --target sim            # ~20 min
-    .venv/bin/python benchmarks/time_to_answer.py --target sim --quick    # smoke, < 3 min
-    .venv/bin/python benchmarks/time_to_answer.py --target triton --no-ma
+    bash benchmarks/install_peers.sh                                      # Model Analyzer, perf_analyzer
+    .venv/bin/python benchmarks/time_to_answer.py --target sim            # ~25 min
+    .venv/bin/python benchmarks/time_to_answer.py --target triton         # ~25 min
+    .venv/bin/python benchmarks/time_to_answer.py --target sim --quick    # smoke, < 5 min
+    .venv/bin/python benchmarks/time_to_answer.py --target triton --no-ma --before ''
 
 It prints a markdown table and writes ``benchmarks/results/time_to_answer-<target>-<UTC>.json``
 (``format_version`` 1, the environment, each tool's wall time, recommendation and capacity, the
