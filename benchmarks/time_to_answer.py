@@ -54,7 +54,7 @@ Usage::
     bash benchmarks/install_peers.sh                                      # Model Analyzer, perf_analyzer
     .venv/bin/python benchmarks/time_to_answer.py --target sim            # ~25 min
     .venv/bin/python benchmarks/time_to_answer.py --target triton         # ~25 min
-    .venv/bin/python benchmarks/time_to_answer.py --target sim --quick    # smoke, < 5 min
+    .venv/bin/python benchmarks/time_to_answer.py --target sim --quick    # smoke, ~7 min
     .venv/bin/python benchmarks/time_to_answer.py --target triton --no-ma --before ''
 
 It prints a markdown table and writes ``benchmarks/results/time_to_answer-<target>-<UTC>.json``
