@@ -21,8 +21,11 @@ from analyzer.measure import Arrival, CapacitySpec, Goals, LoadMode, LoadSpec
 from analyzer.scenario import Scenario
 from analyzer.stepping import StepTest
 
-#: Windows a sequential step may take (its request cap usually ends it first): the window is
-#: then only the unit of the stability check and of the batch means, not the stopping rule.
+#: Windows a sequential step may take: the window is the unit of the stability check and of the
+#: batch means, not the stopping rule. An undecided step usually ends here, not at its request
+#: cap (``budget.sequential_max_requests``): with short windows (the sim scenario's 1 s of at
+#: least 100 requests) three windows hold ~300-1,300 requests, and such a BOUNDARY step is
+#: judged on its point p99.
 SEQUENTIAL_WINDOWS = 3
 
 #: Growth of a capacity search that starts at a predicted capacity: small steps bracket it.
