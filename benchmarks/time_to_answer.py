@@ -91,6 +91,8 @@ FORMAT_VERSION = 1
 #: The last commit before issue 13's work (sequential steps, predict-then-verify): perfsweep as the
 #: issue measured it ("today's" TPE search, 19 min 50 s on its Triton).
 BEFORE_COMMIT = "20d9d70"
+#: The tools predict's wall time is divided by (name in ``tools``, column heading).
+PEERS = (("before", "before"), ("tpe", "tpe"), ("ma", "MA"))
 MA_BIN = Path("/opt/peers/ma/bin/model-analyzer")
 PERF_ANALYZER = Path("/opt/peers/bin/perf_analyzer")
 
@@ -250,8 +252,15 @@ class Before:
         )
         subprocess.run(["tar", "-x", "-C", str(self.src)], input=archive.stdout, check=True)
 
-    def scenario_text(self) -> str:
-        return (self.src / "scenarios" / "resnet50.sim.toml").read_text()
+    def scenario_doc(self, target: str, quick: bool) -> dict[str, Any]:
+        """:func:`scenario_doc` on this version's own scenario file, less the keys it does not
+        know (``[search]``, ``budget.validation``)."""
+        doc = scenario_doc(
+            target, quick, (self.src / "scenarios" / "resnet50.sim.toml").read_text()
+        )
+        doc.pop("search", None)
+        doc["budget"].pop("validation", None)
+        return doc
 
     def program(self) -> list[str]:
         # Run from the archive's directory: `python -c` puts the working directory first on
@@ -721,13 +730,10 @@ def run_target(target_name: str, args: argparse.Namespace, workdir: Path) -> dic
         if args.before:
             print(f"[{target_name}] perfsweep at {args.before} (before) ...", flush=True)
             before = Before(args.before, workdir)
-            old_doc = scenario_doc(target_name, quick, before.scenario_text())
-            old_doc.pop("search", None)
-            old_doc["budget"].pop("validation", None)
             tools["before"] = perfsweep_run(
                 "before",
                 target.perfsweep_args(),
-                write_scenario(old_doc, workdir / "before.toml"),
+                write_scenario(before.scenario_doc(target_name, quick), workdir / "before.toml"),
                 None,
                 workdir / "before",
                 args.timeout_s,
@@ -947,7 +953,7 @@ def predict_runs(tools: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | Non
             (t["quality"] for t in runs if t.get("quality") is not None), default=None
         ),
     }
-    for peer in ("ma", "tpe", "before"):
+    for peer, _ in PEERS:
         peer_wall = (tools.get(peer) or {}).get("wall_s")
         if peer_wall:
             out[f"over_{peer}"] = {k: v / peer_wall for k, v in out["wall_s"].items()}
@@ -956,9 +962,7 @@ def predict_runs(tools: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | Non
 
 def table(result: Mapping[str, Any]) -> str:
     tools = result["tools"]
-    ma_wall = (tools.get("ma") or {}).get("wall_s")
-    tpe_wall = (tools.get("tpe") or {}).get("wall_s")
-    before_wall = (tools.get("before") or {}).get("wall_s")
+    peer_walls = [(tools.get(peer) or {}).get("wall_s") for peer, _ in PEERS]
 
     def fmt(v: Any, spec: str) -> str:
         return "-" if v is None else format(v, spec)
@@ -970,19 +974,18 @@ def table(result: Mapping[str, Any]) -> str:
         f"(grid wall {result['grid']['wall_s']:.0f} s, capacities resolved to "
         f"{result['grid'].get('resolution', 0.2):.0%})",
         "",
-        "| tool | wall (s) | / before | / tpe | / MA | recommended (mbs, delay us, pref, inst) "
-        "| capacity (req/s) | quality |",
-        "|---|---|---|---|---|---|---|---|",
+        "| tool | wall (s) | "
+        + "".join(f"/ {heading} | " for _, heading in PEERS)
+        + "recommended (mbs, delay us, pref, inst) | capacity (req/s) | quality |",
+        "|---|---|" + "---|" * len(PEERS) + "---|---|---|",
     ]
     for name, tool in tools.items():
         wall = tool.get("wall_s")
         config = tool.get("config")
         lines.append(
             f"| {name} | {fmt(wall, '.1f')} "
-            f"| {fmt(wall / before_wall if wall and before_wall else None, '.2f')} "
-            f"| {fmt(wall / tpe_wall if wall and tpe_wall else None, '.2f')} "
-            f"| {fmt(wall / ma_wall if wall and ma_wall else None, '.2f')} "
-            f"| {config_key(config) if config else tool.get('error', '-')[:60]!s} "
+            + "".join(f"| {fmt(wall / pw if wall and pw else None, '.2f')} " for pw in peer_walls)
+            + f"| {config_key(config) if config else tool.get('error', '-')[:60]!s} "
             f"| {fmt(tool.get('capacity_rps'), '.1f')} | {fmt(tool.get('quality'), '.1%')} |"
         )
     runs = result.get("predict_runs")
@@ -991,7 +994,7 @@ def table(result: Mapping[str, Any]) -> str:
         ratios = "".join(
             f", / {peer} {runs[f'over_{peer}']['median']:.2f}x "
             f"({runs[f'over_{peer}']['min']:.2f}-{runs[f'over_{peer}']['max']:.2f}x)"
-            for peer in ("ma", "tpe", "before")
+            for peer, _ in PEERS
             if f"over_{peer}" in runs
         )
         lines.append(
