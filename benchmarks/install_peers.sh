@@ -10,7 +10,7 @@ PREFIX=${1:-/opt/peers}
 PYTHON=${PYTHON:-python3}
 mkdir -p "$PREFIX/bin" "$PREFIX/dl"
 
-if command -v apt-get >/dev/null 2>&1 && ! ldconfig -p | grep -q libb64.so.0d; then
+if command -v apt-get >/dev/null 2>&1 && { ! ldconfig -p | grep -q libb64.so.0d || ! command -v unzip >/dev/null; }; then
   apt-get update -qq && apt-get install -y -qq --no-install-recommends libb64-0d unzip >/dev/null
 fi
 
