@@ -7,6 +7,7 @@
     │   ├── ScenarioError   a scenario that cannot be run (unknown key, impossible bounds)
     │   └── ResultFormatError  a result file of an unknown format version
     ├── TargetError         the server under test failed or cannot be reached (exit 3)
+    │   └── TargetDiedError the server died or hung mid-run (:mod:`analyzer.liveness`)
     └── GoalNotMetError     the measurement ran but the goal or gate failed (exit 1)
 
 Messages say what happened and what to do next.
@@ -39,6 +40,21 @@ class TargetError(PerfsweepError):
     """The server under test failed, died, or cannot be reached."""
 
     exit_code = 3
+
+
+class TargetDiedError(TargetError):
+    """The server under test died, or hangs, in the middle of a run: a server failure, never a
+    measurement (:mod:`analyzer.liveness` holds the rule). Exit 3, as any target failure.
+
+    Attributes:
+        url: The server's HTTP address.
+        outcome: What the run had when it stopped (a sweep's ``SweepOutcome``), or None.
+    """
+
+    def __init__(self, message: str, url: str = "") -> None:
+        super().__init__(message)
+        self.url = url
+        self.outcome: object | None = None
 
 
 class GoalNotMetError(PerfsweepError):

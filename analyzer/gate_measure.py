@@ -536,10 +536,15 @@ def measure_and_gate(
     )
     base_file = read_result(base_path, level) if base_path else None
     echo(f"perfsweep gate: measuring {scenario.model.name} at {plan.describe()}")
-    # RemoteTarget checks the URL (https:// refused, the one place URLs are checked).
-    baseline_target = RemoteTarget(r.baseline_url, scenario.model.name) if r.baseline_url else None
+    # RemoteTarget checks the URL (https:// refused, the one place URLs are checked). A gate
+    # never waits for a --url server to return (wait_s 0): it reports that the server died.
+    baseline_target = (
+        RemoteTarget(r.baseline_url, scenario.model.name, wait_s=0.0) if r.baseline_url else None
+    )
     with tempfile.TemporaryDirectory(prefix="perfsweep-gate-") as tmp:
         candidate_target = make_target(scenario, Path(tmp), url)
+        if isinstance(candidate_target, RemoteTarget):
+            candidate_target.wait_s = 0.0
         metrics_urls = {}
         if url and scenario.model.metrics_url:
             metrics_urls[candidate_target.url] = scenario.model.metrics_url

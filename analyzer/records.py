@@ -802,6 +802,13 @@ class RunSummary:
     #: Seconds per phase (``baseline``, ``profile``, ``predict``, ``search``, ``validation``);
     #: a phase that did not run is absent; empty: not recorded.
     phases: dict[str, float] = field(default_factory=dict)
+    #: What happened to the server under test during the run: each death (``died``), each
+    #: config that killed it twice (``crashed the server``), with the trial and the time.
+    server_events: tuple[dict[str, Any], ...] = ()
+    #: Restarts of a managed server during the run.
+    server_restarts: int = 0
+    #: A ``--url`` server's outages: when, seconds waited, whether it returned.
+    outages: tuple[dict[str, Any], ...] = ()
 
     @property
     def chosen(self) -> ConfigEntry | None:
@@ -850,6 +857,9 @@ class RunSummary:
             "search_strategy": self.search_strategy,
             "search_note": self.search_note,
             "phases": dict(self.phases),
+            "server_events": [dict(e) for e in self.server_events],
+            "server_restarts": self.server_restarts,
+            "outages": [dict(o) for o in self.outages],
         }
 
     @classmethod
@@ -898,6 +908,9 @@ class RunSummary:
             search_strategy=_opt_str(d.get("search_strategy")),
             search_note=_opt_str(d.get("search_note")),
             phases={str(k): float(v) for k, v in (d.get("phases") or {}).items()},
+            server_events=tuple(dict(e) for e in d.get("server_events") or ()),
+            server_restarts=int(d.get("server_restarts") or 0),
+            outages=tuple(dict(o) for o in d.get("outages") or ()),
         )
 
 

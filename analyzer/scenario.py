@@ -523,6 +523,11 @@ class RunSection(_Section):
     the model's ``original`` config, sent back explicitly, or the ``best`` config found (the
     original when none met the goals). A managed server is stopped either way. Not part of
     :meth:`Scenario.hash`: it changes no measurement."""
+    server_wait_s: Annotated[float, Field(ge=0)] = 60.0
+    """How long a shared server (``model.url``) that stopped answering mid-run is waited for,
+    seconds (health polled every second): back in time (a restarted pod), its trial runs again
+    and the outage is recorded; not back, the run stops with exit status 3. A managed server
+    is restarted instead. Not part of :meth:`Scenario.hash`: it changes no measurement."""
 
 
 class GateSection(_Section):
@@ -635,6 +640,7 @@ class Scenario(_Section):
         data.pop("gate", None)  # gate thresholds do not change what is measured
         data["goals"].pop("note", None)  # nor does the reason given for the goals
         data["run"].pop("leave", None)  # nor does what is left on the server afterwards
+        data["run"].pop("server_wait_s", None)  # nor how long a dead server is waited for
         data["model"].pop("metrics_url", None)  # nor where the metrics are read
         data["model"].pop("triton_server_path", None)  # nor where the tritonserver binary lies
         # The server kind changes what is measured; the reference server (the only one before

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
 
 __all__ = [  # Knobs is analyzer.trial's (no optuna there): import it from there
+    "DIED_REASON",
     "INTERRUPTED_REASON",
     "AskedTrial",
     "FinishedTrial",
@@ -64,6 +65,10 @@ Direction = Literal["maximize", "minimize"]
 
 #: Reason recorded on trials that were RUNNING when a previous process died; they are re-run.
 INTERRUPTED_REASON = "interrupted: the run stopped during this trial; it is re-run on --resume"
+#: The failure of a trial the run stopped in because its server died (re-run on ``--resume``).
+DIED_REASON = "interrupted: server died; the trial is re-run on --resume"
+#: Failures that mark a trial the run stopped in, not a result: it runs again.
+_NOT_RESULTS = (INTERRUPTED_REASON, DIED_REASON)
 
 #: Study attribute listing the numbers of trials a killed run left RUNNING (failed on resume):
 #: Optuna's public API can set attributes only on a trial this process asked for.
@@ -533,7 +538,7 @@ class Search:
         return [int(n) for n in self._study.user_attrs.get(_INTERRUPTED_ATTR, ())]
 
     def _is_interrupted(self, trial: optuna.trial.FrozenTrial, lost: Sequence[int]) -> bool:
-        return trial.number in lost or trial.user_attrs.get("failure") == INTERRUPTED_REASON
+        return trial.number in lost or trial.user_attrs.get("failure") in _NOT_RESULTS
 
     def finished(self) -> list[FinishedTrial]:
         """Complete and failed trials, by number (interrupted trials excluded: they re-run)."""

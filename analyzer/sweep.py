@@ -15,8 +15,14 @@
        re-measured only when the two are within noise -> best/config.pbtxt, summary.json
        (time per phase), report.html
 
-A failed load or measurement is a failed trial with its reason kept; the sweep goes on. The
-server is restarted (and the trial retried once) when a managed server dies.
+A failed load or measurement is a failed trial with its reason kept; the sweep goes on. A
+server that dies (:mod:`analyzer.liveness` holds the rule) measures nothing: a managed server
+is restarted and a ``--url`` server waited for (``run.server_wait_s``), and the trial runs
+again; a config that kills its server twice is a finding (``crashed the server``) and the
+search goes on. A server that cannot be brought back stops the run: the trial it died in is
+recorded ``interrupted: server died``, nothing else is measured, summary.json reports the best
+so far as not validated, run.json says ``failed``, and :class:`TargetDiedError` carries the
+outcome to the caller (exit 3; ``--resume`` finishes the run).
 
 Seams: the server is a :class:`~analyzer.target.Target`, the load a
 :class:`~analyzer.measure.LoadGenerator`, the live view a :class:`SweepObserver`; tests pass
@@ -39,7 +45,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer import records
-from analyzer.errors import InputError, TargetError
+from analyzer.errors import InputError, TargetDiedError, TargetError
 from analyzer.evaluation import Evaluator
 from analyzer.evaluation.plan import EXPECTED_GROWTH, NEIGHBOUR_GROWTH
 from analyzer.measure import GainSample, LoadGenerator, gain_estimate, gain_sentence, goals_met
@@ -49,7 +55,14 @@ from analyzer.predict.profile import Profile, load_profile, run_dir_samples, sav
 from analyzer.records import TrialRecord
 from analyzer.results import RunDirectory, environment, new_run_id, utc_now, write_atomic
 from analyzer.scenario import Scenario
-from analyzer.search import INTERRUPTED_REASON, FinishedTrial, Search, SearchSpace, TrialOutcome
+from analyzer.search import (
+    DIED_REASON,
+    INTERRUPTED_REASON,
+    FinishedTrial,
+    Search,
+    SearchSpace,
+    TrialOutcome,
+)
 from analyzer.strategy import (
     Guide,
     grid_configs,
@@ -85,6 +98,11 @@ __all__ = ["SweepObserver", "SweepOutcome", "run_sweep", "space_for"]
 
 #: Consecutive trials failing because the target is gone before the sweep gives up.
 MAX_TARGET_FAILURES = 3
+
+#: Stop reason of a run whose server died and could not be brought back (run.json ``failed``).
+SERVER_DIED = "server_died"
+#: The failure of a trial whose config killed the server twice (a finding, not a measurement).
+CRASHED_REASON = "crashed the server"
 
 #: The profile phase: the live server -> a Profile (``run_sweep(profiler=...)``; tests plant one).
 Profiler = Callable[[Target, Scenario], Profile]
@@ -135,6 +153,9 @@ class SweepObserver:
 
     def on_note(self, text: str) -> None:
         """Something the user should read (a fall-back, a budget smaller than the grid)."""
+
+    def on_server(self, text: str) -> None:
+        """The server under test died, is restarted, waited for, or answers again."""
 
     def on_trial_end(self, result: TrialRecord, best: TrialRecord | None) -> None:
         """A trial finished; ``best`` is the best feasible trial so far."""
@@ -208,6 +229,21 @@ class _State:
     phases: dict[str, float] = field(default_factory=dict)
     #: This worker's claim on a shared server (``model.url``) in the study; None: managed.
     lease: TargetLease | None = None
+    #: What happened to the server: each death, with the trial and the time (summary
+    #: ``server_events``).
+    server_events: list[dict[str, Any]] = field(default_factory=list)
+    #: The server died and could not be brought back: nothing more is sent to it.
+    dead: bool = False
+
+    def server_event(self, trial: int, source: str, what: str, detail: str) -> None:
+        """Record and show something that happened to the server during ``trial``."""
+        label = "baseline" if trial < 0 and source == "baseline" else f"trial {trial}"
+        if source == "validation":
+            label = f"validation of trial {trial}"
+        self.server_events.append(
+            {"at": utc_now(), "trial": trial, "source": source, "event": what, "detail": detail}
+        )
+        self.observer.on_server(f"{label}: {what}: {detail}")
 
     def note(self, text: str) -> None:
         """Tell the user (console) and keep it for summary.json."""
@@ -318,6 +354,7 @@ def _sweep(
             _refuse_untunable(_repository_config(scenario))  # before a server loads it
             target = make_target(scenario, directory.root)
             stack.callback(target.stop)
+        target.notify = observer.on_server
         target.start()
         base_config = target.model_config()
         _refuse_untunable(base_config)  # before anything is loaded
@@ -408,6 +445,13 @@ def _sweep(
                 validation = []
         except KeyboardInterrupt:
             stop_reason, validation = "interrupted", []
+        except TargetDiedError as exc:
+            # Nothing more is sent to the server: the run so far is written (the best not
+            # validated), run.json says failed, and the caller gets the outcome with the error.
+            state.dead = True
+            run_state.update(error=_first_line(exc), failed_at=utc_now())
+            exc.outcome = _finish(state, SERVER_DIED, [], started_at, clock() - started, run_state)
+            raise
         except BaseException:
             run_state["left_on_server"] = _leave_server(state, None)
             raise
@@ -461,7 +505,12 @@ def _saved_baseline_config(directory: RunDirectory) -> mc.ModelConfig | None:
 
 
 def _record_interrupted(
-    state: _State, number: int, source: str, knobs: Knobs, started_at: str
+    state: _State,
+    number: int,
+    source: str,
+    knobs: Knobs,
+    started_at: str,
+    reason: str = INTERRUPTED_REASON,
 ) -> None:
     """Record a trial the run stopped during: it is a trial of this run, not a result."""
     result = TrialRecord(
@@ -469,7 +518,7 @@ def _record_interrupted(
         source=source,
         state="interrupted",
         config=knobs,
-        failure=INTERRUPTED_REASON,
+        failure=reason,
         started_at=started_at,
     )
     state.results[number] = result
@@ -489,6 +538,11 @@ def _leave_server(state: _State, chosen: TrialRecord | None) -> dict[str, Any]:
     state.left = left  # decided: a second Ctrl-C during the load does not retry it
     if not target.shared:
         left["detail"] = "the managed server is stopped at the end of the run: nothing is left"
+    elif state.dead:
+        left["detail"] = (
+            "the server died and did not return: nothing was restored (once back it holds "
+            "the config it started with)"
+        )
     elif not state.touched:
         left.update(config="original", knobs=knobs_of(base).to_dict())
         left["detail"] = "the model's original config (the run never changed it)"
@@ -635,14 +689,24 @@ def _run_trial(
     ``check_rps``: one sequential step at that rate instead (validation); else the objective's
     measurement, its capacity search near ``near_rps`` or ``expect`` (an expected capacity and
     the growth to bracket it with, :func:`_expected`), below ``fails_at_rps`` when a rate is
-    known to fail (validation). A target that died is
-    restarted and the trial retried once.
+    known to fail (validation).
+
+    A server that dies during the trial (:class:`TargetDiedError`) is brought back by
+    ``ensure_alive`` (a restart, or a wait for a ``--url`` server) and the trial runs again
+    once; a second death makes the trial a finding: failed, ``crashed the server``.
+
+    Raises:
+        TargetDiedError: The server is dead and cannot be brought back: the sweep stops.
     """
     started_at, t0 = utc_now(), time.monotonic()
     failure = ""
     for attempt in (1, 2):
         try:
             state.target.ensure_alive()
+        except TargetDiedError as exc:  # it cannot be brought back: the sweep stops
+            state.server_event(number, source, "lost", _first_line(exc))
+            raise
+        try:
             state.touched = True
             state.target.load_config(config)
             evaluation = (
@@ -659,10 +723,20 @@ def _run_trial(
         except ConfigRejectedError as exc:
             failure = str(exc)
             break
+        except TargetDiedError as exc:
+            failure = _first_line(exc)
+            if attempt == 1:
+                state.server_event(number, source, "died", failure)
+                continue
+            # The same config lost its server twice: the config is the finding.
+            state.server_event(number, source, CRASHED_REASON, failure)
+            failure = f"{CRASHED_REASON} twice: {failure}"
+            state.target_failures += 1
+            break
         except TargetError as exc:
             failure = str(exc)
             if attempt == 1:
-                state.observer.on_phase(f"target failed ({exc}); restarting and retrying")
+                state.observer.on_phase(f"target failed ({exc}); retrying")
                 continue
             state.target_failures += 1
             break
@@ -767,10 +841,12 @@ def _search_loop(state: _State, clock: Callable[[], float], started: float) -> s
                 config,
                 expect=_expected(state, asked.knobs),
             )
-        except KeyboardInterrupt:
-            search.fail(asked.number, INTERRUPTED_REASON)
+        except (KeyboardInterrupt, TargetDiedError) as exc:
+            # Not a result: the config runs again on --resume.
+            reason = DIED_REASON if isinstance(exc, TargetDiedError) else INTERRUPTED_REASON
+            search.fail(asked.number, reason)
             search.enqueue(asked.knobs, "re-run", again=True, source=asked.source)
-            _record_interrupted(state, asked.number, asked.source, asked.knobs, utc_now())
+            _record_interrupted(state, asked.number, asked.source, asked.knobs, utc_now(), reason)
             raise
         if guide is not None:
             result = with_prediction(result, guide.predictions)
@@ -788,7 +864,12 @@ def _search_loop(state: _State, clock: Callable[[], float], started: float) -> s
         else:
             search.fail(asked.number, result.failure or "failed")
             if state.target_failures >= MAX_TARGET_FAILURES:
-                raise TargetError(f"{MAX_TARGET_FAILURES} trials in a row failed: {result.failure}")
+                state.results[asked.number] = result
+                state.run_dir.write_trial(result)
+                raise TargetDiedError(
+                    f"{MAX_TARGET_FAILURES} trials in a row lost their server: {result.failure}",
+                    state.target.url,
+                )
         state.results[asked.number] = result
         if state.lease is not None:
             state.lease = renew_target(search, state.lease)
@@ -1165,8 +1246,12 @@ def _finish(
 ) -> SweepOutcome:
     scenario, directory = state.scenario, state.run_dir
     chosen, validated_rps = _choose(state, validation)
+    died = stop_reason == SERVER_DIED
+    # A run whose server died writes no best/config.pbtxt: its best is not validated.
     best_path = (
-        directory.write_best(apply_knobs(state.base_config, chosen.config)) if chosen else None
+        directory.write_best(apply_knobs(state.base_config, chosen.config))
+        if chosen and not died
+        else None
     )
     left = _leave_server(state, chosen)
     # Headline numbers: the worst validation repeat when validated, so that baseline, best and
@@ -1175,6 +1260,12 @@ def _finish(
     baseline = _headline(state, state.baseline)
     pareto, pareto_entries = _front(state)
     gain = _gain(state, chosen, best, baseline)
+    if died and gain.gain is not None:
+        gain = _Gain(
+            gain.gain,
+            f"gain over baseline: {gain.gain:.2f}x from the search, NOT VALIDATED: the server "
+            "died before validation (resume the run to validate it)",
+        )
     goal_text = f"goal p99 <= {scenario.goals.p99_ms:g} ms" + (
         f": {scenario.goals.note}" if scenario.goals.note else ""
     )
@@ -1199,6 +1290,7 @@ def _finish(
         )
     target_info = state.target.describe()
     devices = target_info.get("devices") or []
+    restarts = int(target_info.get("restarts") or 0)
     summary = records.RunSummary(
         run_id=run_state["run_id"],
         model=scenario.model.name,
@@ -1240,15 +1332,24 @@ def _finish(
         search_strategy=state.strategy,
         search_note="; ".join(state.notes) or None,
         phases={k: round(v, 1) for k, v in state.phases.items()},
+        server_events=tuple(state.server_events),
+        server_restarts=restarts,
+        outages=tuple(target_info.get("outages") or ()),
     )
     directory.write_summary(summary)
     data = summary.to_dict()
     # run.json first: the report reads the run's status from it.
+    status = {"interrupted": "interrupted", SERVER_DIED: "failed"}.get(stop_reason, "completed")
     run_state.update(
-        status="interrupted" if stop_reason == "interrupted" else "completed",
+        status=status,
         finished_at=data["finished_at"],
         left_on_server=left,
+        server_restarts=restarts,
+        outages=data["outages"],
     )
+    if died and state.server_events:
+        last = state.server_events[-1]
+        run_state["failed_trial"] = {"number": last["trial"], "source": last["source"]}
     directory.write_run_state(run_state)
     t0 = time.monotonic()
     _write_report(directory, data)

@@ -48,7 +48,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.errors import InputError, TargetError
+from analyzer.errors import InputError, TargetDiedError, TargetError
+from analyzer.liveness import live, wait_for_return
 from analyzer.server_stats import parse_device_info
 from analyzer.supervise import Supervisor
 from analyzer.transport import Request, Transport, UrllibTransport
@@ -121,12 +122,15 @@ class Target(Protocol):
         device: ``sim``, ``cpu``, ``cuda`` for a managed server; ``remote`` otherwise.
         shared: The server outlives the sweep (``--url``): the sweep must leave it on a
             known config. A managed server is stopped instead.
+        notify: Told what the target does about a dead server (a restart, a wait): the live
+            view sets it.
     """
 
     model: str
     url: str
     device: str
     shared: bool
+    notify: Callable[[str], None]
 
     def start(self) -> None:
         """Start (or connect to) the server and wait until the model is ready."""
@@ -145,7 +149,13 @@ class Target(Protocol):
         ...
 
     def ensure_alive(self) -> None:
-        """Restart a dead managed server (raise :class:`TargetError` when that is impossible)."""
+        """Return when the server answers. A dead managed server is restarted; a dead ``--url``
+        server is waited for (``run.server_wait_s``). Either way the last config loaded is
+        loaded again.
+
+        Raises:
+            TargetDiedError: The server is dead and cannot be brought back.
+        """
         ...
 
     def describe(self) -> dict[str, Any]:
@@ -214,6 +224,9 @@ class _HttpTarget:
     transport: Transport
     clock: Callable[[], float] = staticmethod(time.monotonic)
     sleep: Callable[[float], None] = staticmethod(time.sleep)
+    notify: Callable[[str], None] = staticmethod(lambda text: None)
+    #: The last config :meth:`load_config` pushed (loaded again into a server that returns).
+    _last_config: mc.ModelConfig | None = None
 
     def _call(
         self, method: str, path: str, body: Any = None, timeout_s: float = 10.0
@@ -226,11 +239,7 @@ class _HttpTarget:
         return self._call("GET", path, timeout_s=timeout_s)
 
     def _is_live(self) -> bool:
-        try:
-            status, _ = self._get("/v2/health/live", timeout_s=5.0)
-        except OSError:
-            return False
-        return status == 200
+        return live(self.url, self.transport)
 
     def _is_ready(self) -> bool:
         try:
@@ -259,23 +268,36 @@ class _HttpTarget:
         try:
             status, payload = self._call("POST", path, body, timeout_s=self.load_timeout_s)
         except OSError as exc:
+            if not self._is_live():
+                raise TargetDiedError(
+                    f"the server at {self.url} died while loading a config: {exc}", self.url
+                ) from exc
             raise TargetError(f"loading a config into {self.url} failed: {exc}") from exc
         if status != 200:
             # A server that still answers refused this config (Triton reports a refused override
             # as 400 or as a 500 "failed to load"): the trial fails, the sweep goes on. A server
-            # that went away is a target failure (restart and retry).
+            # that went away died (restart or wait, and retry).
             if self._is_live():
                 raise ConfigRejectedError(
                     f"the server refused the config ({status}): {_error_text(payload)}"
                 )
-            raise TargetError(f"load of {self.model} failed ({status}): {_error_text(payload)}")
+            raise TargetDiedError(
+                f"the server at {self.url} died while loading a config ({status}: "
+                f"{_error_text(payload)})",
+                self.url,
+            )
         deadline = self.clock() + self.load_timeout_s
         while not self._is_ready():
+            if not self._is_live():
+                raise TargetDiedError(
+                    f"the server at {self.url} died while loading {self.model}", self.url
+                )
             if self.clock() > deadline:
                 raise TargetError(
                     f"{self.model} was not ready {self.load_timeout_s:.0f} s after load"
                 )
             self.sleep(0.1)
+        self._last_config = config
 
     def server_metadata(self) -> dict[str, Any]:
         try:
@@ -296,9 +318,15 @@ class RemoteTarget(_HttpTarget):
         url: The server's HTTP address (``http://`` added when missing; ``https://`` refused).
         model: The model to tune.
         timeout_s: How long :meth:`start` waits for the server to answer ready.
+        wait_s: How long :meth:`ensure_alive` waits for a server that stopped answering to
+            return (a restarted pod) before the run stops (``run.server_wait_s``).
         transport: The HTTP seam (default: urllib).
         clock: Monotonic seconds (default :func:`time.monotonic`).
         sleep: Waits between polls (default :func:`time.sleep`).
+
+    Attributes:
+        outages: Each time the server stopped answering: when, how long it was waited for,
+            and whether it returned (the summary's ``environment.target.outages``).
     """
 
     shared = True
@@ -311,11 +339,14 @@ class RemoteTarget(_HttpTarget):
         transport: Transport | None = None,
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], None] | None = None,
+        wait_s: float = 60.0,
     ) -> None:
         self.url = http_url(url)
         self.model = model
         self.device = "remote"
         self.timeout_s = timeout_s
+        self.wait_s = wait_s
+        self.outages: list[dict[str, Any]] = []
         self.transport = transport or UrllibTransport()
         if clock is not None:
             self.clock = clock
@@ -347,13 +378,35 @@ class RemoteTarget(_HttpTarget):
         """Nothing to stop: the server belongs to someone else."""
 
     def ensure_alive(self) -> None:
-        """Raise when the remote server stopped answering (it cannot be restarted from here)."""
-        try:
-            status, _ = self._get("/v2/health/live", timeout_s=5.0)
-        except OSError as exc:
-            raise TargetError(f"the server at {self.url} stopped answering: {exc}") from exc
-        if status != 200:
-            raise TargetError(f"the server at {self.url} is not live (HTTP {status})")
+        """Return when the server answers. One that stopped answering cannot be restarted from
+        here: it is waited for up to :attr:`wait_s` (a Kubernetes restart), the outage
+        recorded, and the last config loaded again (a restarted server lost it).
+
+        Raises:
+            TargetDiedError: It did not return within :attr:`wait_s`.
+        """
+        if self._is_live():
+            return
+        started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        waited = wait_for_return(
+            self.url,
+            self.wait_s,
+            self.notify,
+            transport=self.transport,
+            clock=self.clock,
+            sleep=self.sleep,
+        )
+        outage = {"started_at": started_at, "returned": waited is not None}
+        outage["waited_s"] = round(self.wait_s if waited is None else waited, 1)
+        self.outages.append(outage)
+        if waited is None:
+            raise TargetDiedError(
+                f"the server at {self.url} stopped answering and did not return within "
+                f"{self.wait_s:g} s (run.server_wait_s, --server-wait)",
+                self.url,
+            )
+        if self._last_config is not None:
+            self.load_config(self._last_config)
 
     def describe(self) -> dict[str, Any]:
         meta = self.server_metadata()
@@ -363,6 +416,7 @@ class RemoteTarget(_HttpTarget):
             "device": self.device,
             "server": meta.get("name"),
             "server_version": meta.get("version"),
+            "outages": list(self.outages),
         }
 
 
@@ -481,7 +535,6 @@ class ManagedServer(_HttpTarget):
         self.addresses: ServerAddresses | None = None
         self.restarts = 0
         self._process: Supervisor | None = None
-        self._last_config: mc.ModelConfig | None = None
 
     def command(self, ports: ServerAddresses | None = None) -> list[str]:
         """The server's command line: free ports, or those of ``ports`` (a restart)."""
@@ -578,27 +631,35 @@ class ManagedServer(_HttpTarget):
 
     def ensure_alive(self) -> None:
         """Restart the server when it died (or hangs), on the ports it had, and reload the last
-        config pushed to it."""
+        config pushed to it.
+
+        Raises:
+            TargetDiedError: The restarted server never became ready.
+        """
         if self.alive():
             return
-        ports, self.url, self.addresses = self.addresses, "", None
+        ports, url, self.url, self.addresses = self.addresses, self.url, "", None
         self.restarts += 1
+        self.notify(f"the server at {url or 'its address'} died or hangs: restarting it")
         process = self._supervisor()
-        process.restart(timeout_s=self.stop_timeout_s, command=self._relaunch_command(ports))
         try:
-            self._await_ready(process)
-        except TargetError:
-            if ports is None or process.running():
-                raise
-            # Its old ports were taken meanwhile: free ones (a new url) beat no server.
-            process.restart(timeout_s=self.stop_timeout_s, command=self._relaunch_command(None))
-            self._await_ready(process)
-        if self._last_config is not None:
-            super().load_config(self._last_config)
-
-    def load_config(self, config: mc.ModelConfig) -> None:
-        super().load_config(config)
-        self._last_config = config
+            process.restart(timeout_s=self.stop_timeout_s, command=self._relaunch_command(ports))
+            try:
+                self._await_ready(process)
+            except TargetError:
+                if ports is None or process.running():
+                    raise
+                # Its old ports were taken meanwhile: free ones (a new url) beat no server.
+                process.restart(timeout_s=self.stop_timeout_s, command=self._relaunch_command(None))
+                self._await_ready(process)
+            if self._last_config is not None:
+                self.load_config(self._last_config)
+        except TargetDiedError:
+            raise
+        except TargetError as exc:
+            raise TargetDiedError(
+                f"the server died and could not be restarted: {exc}", url
+            ) from exc
 
     @property
     def grpc_url(self) -> str:
@@ -648,7 +709,7 @@ def make_target(scenario: Scenario, workdir: Path, url: str | None = None) -> Ta
     m = scenario.model
     address = url or m.url
     if address:
-        return RemoteTarget(address, m.name)
+        return RemoteTarget(address, m.name, wait_s=scenario.run.server_wait_s)
     if m.server == "triton":
         from analyzer.triton_server import managed_triton  # it imports this module
 

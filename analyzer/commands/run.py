@@ -4,7 +4,8 @@ The command builds the scenario (bundled or ``--scenario`` file, ``PERFSWEEP_*``
 flags), calls :func:`analyzer.sweep.run_sweep` with a live view, and prints a summary table.
 Ctrl-C stops after the current step; finished trials are kept and the command prints how to
 resume. Exit codes: 0 done (a config meets the goals), 1 nothing met the goals, 2 bad input,
-3 the target failed, 130 interrupted.
+3 the target failed (it could not start, or died and was not brought back: the run so far is
+written, and the error names the ``--resume`` command), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from analyzer.commands.input_flags import (
     generator_overrides,
     input_overrides,
 )
-from analyzer.errors import GoalNotMetError, InputError
+from analyzer.errors import GoalNotMetError, InputError, TargetDiedError
 from analyzer.evaluation.plan import LoadPlan
 from analyzer.measure import Goals, classes_text
 from analyzer.records import TrialRecord
@@ -161,6 +162,9 @@ class LiveView(SweepObserver):
 
     def on_note(self, text: str) -> None:
         self.console.print(f"note: {text}", highlight=False, markup=False)
+
+    def on_server(self, text: str) -> None:
+        self.console.print(f"server: {text}", highlight=False, markup=False)
 
     def on_trial_end(self, result: TrialRecord, best: TrialRecord | None) -> None:
         self.rows.append(result)
@@ -360,6 +364,13 @@ def register(app: typer.Typer) -> None:
                 "original (default) or best."
             ),
         ] = None,
+        server_wait: Annotated[
+            float | None,
+            typer.Option(
+                help="Seconds to wait for a --url server that stopped answering to return "
+                "(default 60); not back in time, the run stops with exit status 3."
+            ),
+        ] = None,
         workers: WorkersFlag = None,
         expect_workers: ExpectWorkersFlag = None,
         master_bind_host: MasterBindHostFlag = None,
@@ -397,6 +408,7 @@ def register(app: typer.Typer) -> None:
             "run.storage": storage,
             "run.study_name": study_name,
             "run.leave": leave,
+            "run.server_wait_s": server_wait,
             **generator_overrides(
                 protocol, metrics_url, workers, expect_workers, master_bind_host, master_port
             ),
@@ -409,6 +421,7 @@ def register(app: typer.Typer) -> None:
             # on resume: the study's space and goals must stay the same.
             generator = {
                 "run.leave",
+                "run.server_wait_s",
                 "traffic.workers",
                 "traffic.expect_workers",
                 "traffic.master_bind_host",
@@ -440,14 +453,20 @@ def _run(
     # Piped output (CI logs, `| tee`) gets a fixed width instead of rich's 80-column default.
     console = Console(width=None if sys.stdout.isatty() else 120)
     t0 = time.monotonic()
+    died: TargetDiedError | None = None
     with LiveView(console, scenario.budget.trials) as view:
-        summary = run_sweep(
-            scenario,
-            run_dir=resume or run_dir,
-            resume=resume is not None,
-            observer=view,
-            command=["perfsweep", *sys.argv[1:]],
-        )
+        try:
+            summary = run_sweep(
+                scenario,
+                run_dir=resume or run_dir,
+                resume=resume is not None,
+                observer=view,
+                command=["perfsweep", *sys.argv[1:]],
+            )
+        except TargetDiedError as exc:
+            if not isinstance(exc.outcome, SweepOutcome):
+                raise  # it died before the run started: the error says it all
+            died, summary = exc, exc.outcome
     if min_gpu_utilization is not None:
         # A report flag, not a goal: the sweep's report is rendered again with the flags.
         from analyzer.report import write_report
@@ -474,6 +493,13 @@ def _run(
         f"summary:      {root / 'summary.json'}\nreport:       {root / 'report.html'}",
         highlight=False,
     )
+    if died is not None:
+        raise TargetDiedError(
+            f"{died} -- the run stopped: nothing was measured against the dead server, the best "
+            f"so far is not validated and no best config was written. Once the server answers, "
+            f"resume with: perfsweep run --resume {root}",
+            died.url,
+        )
     if summary.stop_reason == "interrupted":
         console.print(
             f"interrupted: finished trials are kept. Resume with: perfsweep run --resume {root}",

@@ -89,6 +89,12 @@ class EngineOptions:
     #: Called after each window (live view); must not block.
     on_window: Callable[[LoadSpec, WindowStats], None] | None = field(default=None, compare=False)
 
+    @property
+    def http_address(self) -> str | None:
+        """The server's HTTP ``host:port`` (its health check, its statistics); None when the
+        load speaks gRPC to an address with no HTTP side known."""
+        return self.url if self.protocol == "http" else self.stats_url
+
 
 def engine_options(
     scenario: Scenario,

@@ -40,6 +40,7 @@ from locust.env import Environment
 from locust.runners import STATE_STOPPED, MasterRunner
 
 from analyzer.errors import TargetError
+from analyzer.liveness import check_step
 from analyzer.load.clients import stats_source
 from analyzer.load.engine import EngineOptions
 from analyzer.load.recorder import Tick
@@ -401,17 +402,26 @@ class LocustLoadGenerator:
         ``traffic.workers = "auto"`` a level the generator could not offer is measured again
         with more generator processes (:meth:`_grow`), which later levels keep.
         """
-        m = self._measure_once(spec)
+        m = self._checked(spec)
         grown_from = self._processes
         while self._grow(m):
             # Fresh processes open their connections first: a warm-up even for a later step.
-            m = self._measure_once(replace(spec, warmup_s=max(spec.warmup_s, 0.5)))
+            m = self._checked(replace(spec, warmup_s=max(spec.warmup_s, 0.5)))
         if self._processes != grown_from:
             note = (
                 f"generator grown from {grown_from} to {self._processes} processes "
                 f'(traffic.workers = "auto": the generator was saturated)'
             )
             m = replace(m, messages=(*m.messages, note))
+        return m
+
+    def _checked(self, spec: LoadSpec) -> Measurement:
+        """One level, then the dead-server rule (:func:`analyzer.liveness.check_step`): a step
+        that a dead or hung server failed raises :class:`~analyzer.errors.TargetDiedError`
+        instead of reading as a config that missed its goals."""
+        m = self._measure_once(spec)
+        if (address := self.options.http_address) is not None:
+            check_step(m, address)
         return m
 
     def _grow(self, m: Measurement) -> bool:

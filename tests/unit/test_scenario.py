@@ -143,6 +143,7 @@ def test_search_strategy_is_in_the_hash_and_tpe_keeps_the_old_hash() -> None:
     data["goals"].pop("note")
     data["goals"].pop("max_gpu_memory_mb")
     data["run"].pop("leave")
+    data["run"].pop("server_wait_s")
     data["model"].pop("metrics_url")
     for key in ("server", "triton_server_path", "cache_size_bytes"):
         data["model"].pop(key)

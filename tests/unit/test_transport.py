@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.errors import TargetError
+from analyzer.errors import TargetDiedError, TargetError
 from analyzer.scenario import load_scenario
 from analyzer.target import (
     ConfigRejectedError,
@@ -80,19 +80,28 @@ def test_a_config_refused_by_a_live_server_is_a_rejection() -> None:
             target.load_config(mc.ModelConfig(name="m"))
 
 
-def test_an_error_from_a_server_that_went_away_is_a_target_failure() -> None:
+def test_an_error_from_a_server_that_went_away_is_a_death() -> None:
     target = remote({LOAD: Response.of_json(500, {"error": "shutting down"}), LIVE: REFUSED})
-    with pytest.raises(TargetError, match=r"load of m failed \(500\)") as info:
+    with pytest.raises(TargetDiedError, match=r"died while loading a config \(500: shutting"):
         target.load_config(mc.ModelConfig(name="m"))
-    assert not isinstance(info.value, ConfigRejectedError)
     not_live = remote({LOAD: Response(502, b"Bad Gateway"), LIVE: Response(503)})
-    with pytest.raises(TargetError, match="Bad Gateway") as info:
+    with pytest.raises(TargetDiedError, match="Bad Gateway"):
         not_live.load_config(mc.ModelConfig(name="m"))
-    assert not isinstance(info.value, ConfigRejectedError)
+    silent = remote({LOAD: REFUSED, LIVE: REFUSED})
+    with pytest.raises(TargetDiedError, match="died while loading a config: .*refused"):
+        silent.load_config(mc.ModelConfig(name="m"))
+
+
+def test_a_server_that_dies_while_the_model_loads_is_not_waited_for_until_the_timeout() -> None:
+    clock = FakeClock()
+    target = remote({LOAD: OK, READY: Response(503), LIVE: REFUSED}, clock)
+    with pytest.raises(TargetDiedError, match="died while loading m"):
+        target.load_config(mc.ModelConfig(name="m"))
+    assert clock.now < 1.0  # not load_timeout_s (300 s)
 
 
 @pytest.mark.parametrize("error", [REFUSED, TimeoutError("timed out")])
-def test_no_answer_to_a_load_is_a_target_failure(error: OSError) -> None:
+def test_no_answer_to_a_load_from_a_live_server_is_a_target_failure(error: OSError) -> None:
     target = remote({LOAD: error, LIVE: OK})
     with pytest.raises(TargetError, match=r"loading a config into .* failed") as info:
         target.load_config(mc.ModelConfig(name="m"))
@@ -102,7 +111,7 @@ def test_no_answer_to_a_load_is_a_target_failure(error: OSError) -> None:
 def test_load_sends_the_config_override_and_waits_until_ready() -> None:
     answers = iter([Response(503), Response(503), OK])
     clock = FakeClock()
-    target = remote({LOAD: OK, READY: lambda _: next(answers)}, clock)
+    target = remote({LOAD: OK, READY: lambda _: next(answers), LIVE: OK}, clock)
     target.load_config(mc.ModelConfig(name="m", max_batch_size=4))
     transport = target.transport
     assert isinstance(transport, MockTransport)
@@ -114,7 +123,7 @@ def test_load_sends_the_config_override_and_waits_until_ready() -> None:
 
 def test_a_model_that_never_gets_ready_after_a_load_times_out() -> None:
     clock = FakeClock()
-    target = remote({LOAD: OK, READY: Response(503)}, clock)
+    target = remote({LOAD: OK, READY: Response(503), LIVE: OK}, clock)
     with pytest.raises(TargetError, match="was not ready 300 s after load"):
         target.load_config(mc.ModelConfig(name="m"))
     assert clock.now > target.load_timeout_s
@@ -142,12 +151,46 @@ def test_a_server_that_comes_up_within_the_timeout_is_reached() -> None:
     remote({"GET /v2/health/ready": ready, READY: OK}).start()
 
 
-def test_ensure_alive_on_a_remote_server() -> None:
-    remote({LIVE: OK}).ensure_alive()
-    with pytest.raises(TargetError, match="stopped answering: timed out"):
-        remote({LIVE: TimeoutError("timed out")}).ensure_alive()
-    with pytest.raises(TargetError, match=r"is not live \(HTTP 503\)"):
-        remote({LIVE: Response(503)}).ensure_alive()
+@pytest.mark.parametrize("dead", [REFUSED, TimeoutError("timed out"), Response(503)])
+def test_a_remote_server_that_does_not_return_in_time_stops_the_run(dead: Route) -> None:
+    live = remote({LIVE: OK})
+    live.ensure_alive()
+    assert live.outages == []
+    clock = FakeClock()
+    target = remote({LIVE: dead}, clock)
+    target.wait_s = 30.0
+    heard: list[str] = []
+    target.notify = heard.append
+    with pytest.raises(TargetDiedError, match=r"did not return within 30 s"):
+        target.ensure_alive()
+    assert 30.0 <= clock.now <= 31.0  # polled once a second for the whole wait, no longer
+    assert [o["returned"] for o in target.outages] == [False]
+    assert heard == [f"the server at {URL} is not answering: waiting up to 30 s for it to return"]
+    target.wait_s = 0.0  # the gate's setting: no wait at all
+    with pytest.raises(TargetDiedError):
+        target.ensure_alive()
+    assert clock.now <= 31.0
+
+
+def test_a_remote_server_back_within_the_wait_gets_its_last_config_again() -> None:
+    clock = FakeClock()
+    answers = iter([REFUSED] * 6)
+
+    def live(_: Request) -> Response:
+        error = next(answers, None)
+        if error is not None:
+            raise error
+        return OK
+
+    target = remote({LIVE: live, LOAD: OK, READY: OK}, clock)
+    target.load_config(mc.ModelConfig(name="m", max_batch_size=4))
+    target.ensure_alive()
+    assert [(o["returned"], o["waited_s"]) for o in target.outages] == [(True, 5.0)]
+    transport = target.transport
+    assert isinstance(transport, MockTransport)
+    loads = [r for r in transport.requests if r.method == "POST"]
+    assert len(loads) == 2 and loads[0].body == loads[1].body  # the same config, pushed again
+    assert target.describe()["outages"] == target.outages
 
 
 def test_model_config_reads_newer_servers_and_names_a_missing_model() -> None:
