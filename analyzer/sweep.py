@@ -234,6 +234,9 @@ class _State:
     server_events: list[dict[str, Any]] = field(default_factory=list)
     #: The server died and could not be brought back: nothing more is sent to it.
     dead: bool = False
+    #: Restarts and outages of the processes before a ``--resume`` (run.json).
+    earlier_restarts: int = 0
+    earlier_outages: list[dict[str, Any]] = field(default_factory=list)
 
     def server_event(self, trial: int, source: str, what: str, detail: str) -> None:
         """Record and show something that happened to the server during ``trial``."""
@@ -389,6 +392,10 @@ def _sweep(
             observer,
             strategy=strategy,
         )
+        # A resumed run's server history goes on from what the earlier processes saw.
+        state.server_events = list(run_state.get("server_events") or [])
+        state.earlier_restarts = int(run_state.get("server_restarts") or 0)
+        state.earlier_outages = list(run_state.get("outages") or [])
         # Two workers of one study must not reload one shared server under each other: claimed
         # before anything is loaded, renewed after every trial, released however the run ends.
         state.lease = stack.enter_context(leased(search, target))
@@ -580,6 +587,12 @@ def _prepare_run_dir(
             raise InputError("--resume needs the run directory")
         directory = RunDirectory(Path(run_dir))
         state = directory.read_run_state()
+        if state.get("status") == "failed":
+            # Why the last process stopped stays on record, no longer as the run's status.
+            failure = {
+                k: state.pop(k) for k in ("error", "failed_at", "failed_trial") if k in state
+            }
+            state.setdefault("earlier_failures", []).append(failure)
         state.update(status="running", resumed_at=utc_now())
         directory.write_run_state(state)
         return directory, state
@@ -1290,7 +1303,8 @@ def _finish(
         )
     target_info = state.target.describe()
     devices = target_info.get("devices") or []
-    restarts = int(target_info.get("restarts") or 0)
+    restarts = state.earlier_restarts + int(target_info.get("restarts") or 0)
+    outages = [*state.earlier_outages, *(target_info.get("outages") or ())]
     summary = records.RunSummary(
         run_id=run_state["run_id"],
         model=scenario.model.name,
@@ -1334,7 +1348,7 @@ def _finish(
         phases={k: round(v, 1) for k, v in state.phases.items()},
         server_events=tuple(state.server_events),
         server_restarts=restarts,
-        outages=tuple(target_info.get("outages") or ()),
+        outages=tuple(outages),
     )
     directory.write_summary(summary)
     data = summary.to_dict()
@@ -1346,6 +1360,7 @@ def _finish(
         left_on_server=left,
         server_restarts=restarts,
         outages=data["outages"],
+        server_events=data["server_events"],
     )
     if died and state.server_events:
         last = state.server_events[-1]

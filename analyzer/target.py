@@ -347,6 +347,9 @@ class RemoteTarget(_HttpTarget):
         self.timeout_s = timeout_s
         self.wait_s = wait_s
         self.outages: list[dict[str, Any]] = []
+        #: ``GET /v2`` as read at start (and after an outage): describing a server that has
+        #: died since must not wait on it.
+        self._metadata: dict[str, Any] = {}
         self.transport = transport or UrllibTransport()
         if clock is not None:
             self.clock = clock
@@ -373,6 +376,7 @@ class RemoteTarget(_HttpTarget):
                 f"model {self.model!r} is not ready on {self.url}; load it first "
                 "(the server must run with --model-control-mode=explicit for perfsweep to reload it)"
             )
+        self._metadata = self.server_metadata()
 
     def stop(self) -> None:
         """Nothing to stop: the server belongs to someone else."""
@@ -405,11 +409,12 @@ class RemoteTarget(_HttpTarget):
                 f"{self.wait_s:g} s (run.server_wait_s, --server-wait)",
                 self.url,
             )
+        self._metadata = self.server_metadata()
         if self._last_config is not None:
             self.load_config(self._last_config)
 
     def describe(self) -> dict[str, Any]:
-        meta = self.server_metadata()
+        meta = self._metadata or self.server_metadata()
         return {
             "kind": "remote",
             "url": self.url,

@@ -635,6 +635,13 @@ class RealTriton(ServerHandle):
         self.stop()
         self.start()
 
+    def revive(self) -> None:
+        """Start again on the ports it had, as a restarted pod comes back at its address
+        (the startup models loaded from disk); after :meth:`stop` or a kill."""
+        self.stop()
+        self._spawn(self.install.prepare_backends(self.workdir / "backends"))
+        self._wait_ready()
+
     def log_tail(self, chars: int = 4000) -> str:
         """The end of the server log (for assertion messages)."""
         try:
