@@ -125,6 +125,27 @@ def build_verdict(
         warnings.append(f"The run is {status}: the results cover only the trials that finished.")
     if stop_reason == "interrupted":
         warnings.append("The sweep was interrupted; resume it with `perfsweep run --resume`.")
+    if stop_reason == "server_died":
+        warnings.append(
+            "The server died and did not return: the run stopped, nothing was measured against "
+            "the dead server, and the best config so far is NOT VALIDATED (no best config was "
+            "written). Resume it with `perfsweep run --resume` once the server answers."
+        )
+    crashed = [e for e in summary.server_events if e.get("event") == "crashed the server"]
+    if crashed:
+        warnings.append(
+            f"{len(crashed)} config(s) crashed the server twice (trials "
+            f"{_numbers_text([int(e['trial']) for e in crashed])}): they were not measured; "
+            "see the trials' failure column."
+        )
+    if summary.server_restarts or summary.outages:
+        back = sum(1 for o in summary.outages if o.get("returned"))
+        warnings.append(
+            f"The server died during the run: {summary.server_restarts} restart(s) of the "
+            f"managed server, {len(summary.outages)} outage(s) of the --url server "
+            f"({back} back within the wait). A trial it died in is measured again on the "
+            "server that returned, never counted as a measurement."
+        )
     if summary.device == "sim":
         warnings.append(
             "Measured on the simulated device: latencies come from a latency profile, not real "

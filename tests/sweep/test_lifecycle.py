@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from analyzer import target as targets
-from analyzer.errors import InputError, TargetError
+from analyzer.errors import InputError, TargetDiedError, TargetError
 from analyzer.results import load_summary, load_trial_record
 from analyzer.scenario import load_scenario
 from analyzer.search import INTERRUPTED_REASON
@@ -200,3 +200,43 @@ def test_postgres_storage_without_psycopg2_names_the_extra(
     target = FakeTarget()
     with pytest.raises(InputError, match=r"pip install 'perfsweep\[postgres\]'"):
         run_sweep(s, target=target, load=FakeLoadGenerator(target, CPU_LIKE))
+
+
+# -- a config that kills its server -----------------------------------------------------------
+
+
+def test_a_config_that_kills_the_server_twice_is_a_finding_and_the_search_goes_on(
+    tmp_path: Path,
+) -> None:
+    class Crashing(FakeTarget):
+        """Trial 0's config kills the server at both of its loads (loads 2 and 3)."""
+
+        restarts = 0
+
+        def load_config(self, config: Any) -> None:
+            super().load_config(config)
+            if len(self.loads) in (2, 3):
+                self.dead = True
+                raise TargetDiedError("the server at x died while loading a config", self.url)
+
+        def ensure_alive(self) -> None:
+            if getattr(self, "dead", False):
+                self.dead, self.restarts = False, self.restarts + 1
+
+        def describe(self) -> dict[str, Any]:
+            return {**super().describe(), "restarts": self.restarts}
+
+    s = scenario(tmp_path, **{"budget.trials": 3, "budget.validate_top": 1})
+    target = Crashing()
+    summary = run_sweep(s, target=target, load=FakeLoadGenerator(target, CPU_LIKE))
+    rec = load_trial_record(summary.run_dir / "trials" / "000" / "measurement.json")
+    assert rec["state"] == "failed" and rec["failure"].startswith("crashed the server twice")
+    assert summary.trials["complete"] == 2 and summary.stop_reason != "server_died"
+    data = load_summary(summary.run_dir)
+    assert [(e["trial"], e["event"]) for e in data["server_events"]] == [
+        (0, "died"),
+        (0, "crashed the server"),
+    ]
+    assert data["server_restarts"] == 2 and data["files"]["best_config"]
+    warnings = report_data(summary.run_dir)["verdict"]["warnings"]
+    assert any("crashed the server twice (trials 0)" in w for w in warnings), warnings

@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -416,6 +417,51 @@ def test_a_triton_killed_mid_sweep_is_restarted_and_the_trial_retried(
     assert text.split("server died")[1].count(f"successfully loaded '{MODEL}'") >= 3
     # The trial that lost its server was measured again on the new one, on the same url: both
     # trials complete, their load answered.
+    measured = trials_of(run_dir)
+    assert len(measured) == 2 and all(t["state"] == "complete" for t in measured), output[-3000:]
+    assert all(served(t) for t in measured), measured
+
+
+def test_a_triton_killed_while_a_trial_is_measured_is_restarted_and_the_trial_retried(
+    triton_install: TritonInstall, tmp_path: Path
+) -> None:
+    # Killed under load (its config loaded, the capacity search running): the step's refused
+    # requests and the failed health check say the server died, not that the config missed
+    # its goals. Triton is restarted, the trial measured again, and the restart counted.
+    repository = make_repository(tmp_path)
+    run_dir = tmp_path / "run"
+    log = run_dir / "server" / "tritonserver.log"
+    loaded = f"successfully loaded '{MODEL}'"
+    proc = subprocess.Popen(
+        sweep_command(triton_install.server_bin, repository, run_dir, tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+
+        def trial_started() -> int | None:
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            if not (run_dir / "trials" / "000" / "config.pbtxt").exists():
+                return None
+            return supervised_pid(log.read_text())
+
+        pid = wait_until(trial_started, 240, "trial 0 to start", poll_s=0.01)
+        before = log.read_text().count(loaded)
+        wait_until(lambda: log.read_text().count(loaded) > before, 60, "trial 0's config")
+        time.sleep(1.5)  # warm-up done: the capacity search is sending load
+        os.kill(pid, signal.SIGKILL)
+        output, _ = proc.communicate(timeout=280)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode in (0, 1), output[-3000:]
+    summary = load_summary(run_dir)
+    assert summary["server_restarts"] == 1, output[-3000:]
+    assert [(e["trial"], e["event"]) for e in summary["server_events"]] == [(0, "died")]
+    assert "during a load step" in summary["server_events"][0]["detail"]
+    assert "server: trial 0: died:" in output and "restarting it" in output
     measured = trials_of(run_dir)
     assert len(measured) == 2 and all(t["state"] == "complete" for t in measured), output[-3000:]
     assert all(served(t) for t in measured), measured

@@ -88,7 +88,7 @@ def test_an_error_from_a_server_that_went_away_is_a_death() -> None:
     with pytest.raises(TargetDiedError, match="Bad Gateway"):
         not_live.load_config(mc.ModelConfig(name="m"))
     silent = remote({LOAD: REFUSED, LIVE: REFUSED})
-    with pytest.raises(TargetDiedError, match="died while loading a config: .*refused"):
+    with pytest.raises(TargetDiedError, match=r"died while loading a config: .*refused"):
         silent.load_config(mc.ModelConfig(name="m"))
 
 
