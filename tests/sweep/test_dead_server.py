@@ -323,3 +323,20 @@ def test_a_real_triton_killed_mid_trial_stops_the_run_and_resume_finishes_it(
         assert_resumed(run_dir, before, resume(run_dir))
     finally:
         triton.stop()
+
+
+def test_load_stops_with_exit_3_when_its_server_dies(
+    served: ServedOnFixedPorts, tmp_path: Path
+) -> None:
+    # perfsweep load follows the same rule: the level the server died in is not a result.
+    command = [*CLI, "load", "--url", served.url, "--model", "resnet50"]
+    command += ["--request-rate", "20,20,20,20,20,20", "--window-s", "1", "--max-windows", "3"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(4.0)  # the first levels have run
+    assert proc.poll() is None, finish(proc, 10)[-3000:]
+    served.kill()
+    killed = time.monotonic()
+    output = finish(proc, 60)
+    assert proc.returncode == 3, output[-3000:]
+    assert time.monotonic() - killed < 30
+    assert "died or hangs: it stopped answering during a load step" in output
