@@ -1146,20 +1146,29 @@ class GainSample:
         low: Lowest value the measurement allows (a capacity: the highest passing rate).
         high: Highest value it allows (a capacity: the lowest failing rate above it; a p99: the
             worst window's p99). Equal to ``value`` when nothing bounds it.
+        censored: Nothing above ``value`` was measured to fail (a capacity search that met the
+            goals at every rate it offered, up to the generator's ceiling): the truth is at
+            least ``value``, with no upper bound.
     """
 
     value: float
     low: float
     high: float
+    censored: bool = False
 
 
 @dataclass(frozen=True)
 class GainEstimate:
-    """A gain (best over baseline, > 1 = better) with its bootstrap confidence interval."""
+    """A gain (best over baseline, > 1 = better) with its bootstrap confidence interval.
+
+    ``ci_high`` is None when the best side is censored (its capacity is a lower bound): the
+    interval is then one-sided, ``[ci_low, inf)``, and the gain reads "at least ci_low".
+    ``ci_low`` is None when the baseline side is (the gain is at most ``ci_high``).
+    """
 
     gain: float
-    ci_low: float
-    ci_high: float
+    ci_low: float | None
+    ci_high: float | None
     #: The interval excludes 1.0.
     significant: bool
     #: Validation repeats behind (best, baseline).
@@ -1175,12 +1184,13 @@ class GainEstimate:
 
 def gain_sentence(
     gain: float,
-    ci: Sequence[float] | None,
+    ci: Sequence[float | None] | None,
     significant: bool | None,
     repeats: Sequence[int] | None,
     confidence: float = 0.95,
 ) -> str:
-    """``gain over baseline: 1.20x, no significant difference (95% interval 0.91-1.58x ...)``."""
+    """``gain over baseline: 1.20x, no significant difference (95% interval 0.91-1.58x ...)``;
+    with a censored side, a one-sided bound: ``gain over baseline: at least 4.46x (...)``."""
     if ci is None or significant is None:
         return f"gain over baseline: {gain:.2f}x (no interval: not recorded)"
     n_best, n_base = (int(repeats[0]), int(repeats[-1])) if repeats else (1, 1)
@@ -1189,7 +1199,29 @@ def gain_sentence(
         if n_best == n_base
         else f"{n_best} and {n_base} repeats"
     )
-    interval = f"{confidence:.0%} interval {ci[0]:.2f}-{ci[1]:.2f}x"
+    low, high = ci[0], ci[1]
+    if low is None and high is None:
+        return (
+            f"gain over baseline: {gain:.2f}x (no interval: both capacities are lower bounds, "
+            "each config met the goals at every rate offered)"
+        )
+    if high is None or low is None:
+        bound, word, side = (
+            (low, "at least", "the best config")
+            if high is None
+            else (high, "at most", "the baseline")
+        )
+        assert bound is not None
+        why = (
+            f"{side} met the goals at every rate offered, so its capacity is a lower bound; "
+            f"{confidence:.0%} one-sided bound, {per_side}"
+        )
+        if significant:
+            return f"gain over baseline: {word} {bound:.2f}x ({why})"
+        return (
+            f"gain over baseline: {word} {bound:.2f}x, not significantly different from 1.0 ({why})"
+        )
+    interval = f"{confidence:.0%} interval {low:.2f}-{high:.2f}x"
     if significant:
         text = f"gain over baseline: {gain:.2f}x ({interval}, {per_side})"
     else:
@@ -1216,10 +1248,18 @@ def gain_estimate(
 ) -> GainEstimate | None:
     """Bootstrap interval of the worst-case gain (the headline: worst best / worst baseline).
 
-    Each replicate resamples each side's repeats with replacement and draws every resampled
-    value uniformly within its :class:`GainSample` range (a capacity search only brackets the
-    capacity); the statistic is the headline's, the worst value of each side (lowest capacity,
-    highest p99). Seeded, so a run directory's interval is reproducible. None when a side has no
+    What it covers: where each capacity lies inside its search bracket (a capacity search only
+    brackets the capacity: the truth is anywhere between the highest passing and the lowest
+    failing rate), and, with several repeats, their run-to-run spread. Each replicate resamples
+    each side's repeats with replacement and draws every resampled value uniformly within its
+    :class:`GainSample` range; the statistic is the headline's, the worst value of each side
+    (lowest capacity, highest p99). The gain itself is the headline's ratio (of the passing
+    rates). Coverage on planted brackets: tests/unit/test_gain_interval.py.
+
+    A censored side (its capacity met the goals at every rate offered, so it is only a lower
+    bound) has no upper end: a censored best gives a one-sided lower bound (its
+    ``1 - confidence`` quantile; ``ci_high`` None), a censored baseline a one-sided upper
+    bound. Seeded, so a run directory's interval is reproducible. None when a side has no
     sample or a worst value is not positive.
     """
     if not best or not baseline:
@@ -1247,16 +1287,24 @@ def gain_estimate(
     best_draws, base_draws = replicate(best), replicate(baseline)
     ok = (best_draws > 0) & (base_draws > 0)
     gains = ratio(best_draws[ok], base_draws[ok]) if ok.any() else np.array([0.0])
-    tail = (1 - confidence) / 2 * 100
-    low, high = (float(x) for x in np.percentile(gains, [tail, 100 - tail]))
+    # Which ends are open: a censored capacity has no upper end, so neither has the gain on its
+    # side (a latency objective's samples are never censored).
+    open_high = higher_is_better and any(s.censored for s in best)
+    open_low = higher_is_better and any(s.censored for s in baseline)
+    tail = (1 - confidence) * 100 if open_high != open_low else (1 - confidence) / 2 * 100
+    lo_q, hi_q = (float(x) for x in np.percentile(gains, [tail, 100 - tail]))
     gain = float(ratio(best_value, base_value))
-    # The measured gain lies inside its interval; rounded as printed, so text and flag agree.
-    low, high = round(min(low, gain), 3), round(max(high, gain), 3)
+    # The measured gain lies inside its interval (it can fall just outside when one bracket is
+    # much wider than the other); rounded as printed, so text and flag agree.
+    low = None if open_low else round(min(lo_q, gain), 3)
+    high = None if open_high else round(max(hi_q, gain), 3)
+    gain = round(gain, 3)
     return GainEstimate(
-        gain=round(gain, 3),
+        gain=gain,
         ci_low=low,
         ci_high=high,
-        significant=bool(low > 1.0 or high < 1.0),
+        # Rounded as printed, so text and flag agree.
+        significant=bool((low is not None and low > 1.0) or (high is not None and high < 1.0)),
         repeats=(len(best), len(baseline)),
         confidence=confidence,
     )

@@ -384,6 +384,7 @@ class _CapacityMixin:
         closed_loop = capacity is not None and any(
             p.mode is LoadMode.CONCURRENCY for p in capacity.points
         )
+        censored = False
         if value > 0 and capacity is not None and not closed_loop:
             failing = [
                 p.target
@@ -391,7 +392,9 @@ class _CapacityMixin:
                 if p.target > value and not meets_goals(p, capacity.goals)[0]
             ]
             high = min(failing, default=value)
-        return GainSample(value, value, high)
+            # No rate above it failed: the search met the goals up to its limit.
+            censored = not failing
+        return GainSample(value, value, high, censored)
 
     def headline(
         self, best: Any, baseline: Any | None, gain_text: str | None, p99_goal_ms: float | None

@@ -777,8 +777,8 @@ class RunSummary:
     device_requested: str | None = None
     devices: tuple[dict[str, Any], ...] = ()
     server_gpus: tuple[dict[str, Any], ...] = ()
-    #: The gain's 95 % interval (low, high).
-    gain_ci: tuple[float, float] | None = None
+    #: The gain's 95 % interval (low, high); None at an open end (a censored side: one-sided).
+    gain_ci: tuple[float | None, float | None] | None = None
     gain_significant: bool | None = None
     #: Repeats behind (best, baseline).
     gain_repeats: tuple[int, ...] | None = None
@@ -889,7 +889,9 @@ class RunSummary:
             device_requested=_opt_str(d.get("device_requested")),
             devices=tuple(dict(x) for x in d.get("devices") or ()),
             server_gpus=tuple(dict(x) for x in d.get("server_gpus") or ()),
-            gain_ci=(float(ci[0]), float(ci[1])) if isinstance(ci, list) and len(ci) == 2 else None,
+            gain_ci=(_opt_float(ci[0]), _opt_float(ci[1]))
+            if isinstance(ci, list) and len(ci) == 2
+            else None,
             gain_significant=None if significant is None else bool(significant),
             gain_repeats=None if repeats is None else tuple(int(r) for r in repeats),
             gain_text=_opt_str(d.get("gain_text")),

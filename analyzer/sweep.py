@@ -1418,7 +1418,7 @@ class _Gain:
 
     gain: float | None
     text: str
-    ci: tuple[float, float] | None = None
+    ci: tuple[float | None, float | None] | None = None
     significant: bool | None = None
     repeats: tuple[int, ...] | None = None
 
@@ -1445,7 +1445,20 @@ def _gain(
         runs = state.validated.get(r.number, [])
         if not runs or any(x.state != "complete" for x in runs):
             runs = [r]
-        return [objective.gain_sample(x) for x in runs]
+        search = objective.gain_sample(r)
+        samples = []
+        for x in runs:
+            sample = objective.gain_sample(x)
+            if x is not r and sample.value > 0 and sample.high <= sample.value:
+                # A check at one rate says the capacity is at least that rate; where it ends
+                # is the search's bracket (its lowest failing rate), or nowhere when the search
+                # met the goals at every rate it offered.
+                if search.high > sample.value:
+                    sample = replace(sample, high=search.high)
+                elif search.censored:
+                    sample = replace(sample, censored=True)
+            samples.append(sample)
+        return samples
 
     estimate = gain_estimate(
         side(chosen),

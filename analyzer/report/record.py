@@ -124,7 +124,7 @@ class Verdict:
     trials: dict[str, int]
     warnings: tuple[str, ...]
     #: Bootstrap interval of the gain and whether it excludes 1.0 (None: not recorded).
-    gain_ci: tuple[float, float] | None = None
+    gain_ci: tuple[float | None, float | None] | None = None
     gain_significant: bool | None = None
     #: The gain sentence the console and summary.json print (``analyzer.measure.gain_sentence``).
     gain_text: str = ""

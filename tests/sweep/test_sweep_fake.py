@@ -455,17 +455,24 @@ class PlantedCapacities(FakeLoadGenerator):
     plain_rps: float = 100.0
     batched_rps: float = 100.0
     jitter: float = 0.04
+    #: The most the generator offers: a config that serves more passes at every rate offered.
+    ceiling_rps: float | None = None
 
     def find_capacity(self, spec: CapacitySpec) -> CapacityResult:
         knobs = knobs_from_config(self.target.current)
         truth = self.batched_rps if knobs.dynamic_batching else self.plain_rps
         capacity = round(truth * (1 + self._rng.uniform(-self.jitter, self.jitter)), 2)
+        if self.ceiling_rps is not None and capacity > self.ceiling_rps:
+            ok = self._measurement(self.ceiling_rps, knobs, 0.5 * spec.goals.p99_ms)
+            return CapacityResult(spec.goals, self.ceiling_rps, (ok,), ok, False)
         ok = self._measurement(capacity, knobs, 0.5 * spec.goals.p99_ms)
         bad = replace(self._measurement(capacity * 1.05, knobs, 3 * spec.goals.p99_ms))
         return CapacityResult(spec.goals, capacity, (ok, bad), ok, True)
 
 
-def _uncertainty_run(tmp_path: Path, batched_rps: float) -> tuple[dict[str, Any], dict[str, Any]]:
+def _uncertainty_run(
+    tmp_path: Path, batched_rps: float, ceiling_rps: float | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     s = scenario(
         tmp_path,
         # The gain's interval rests on repeats of both sides: the repeats validation.
@@ -478,7 +485,9 @@ def _uncertainty_run(tmp_path: Path, batched_rps: float) -> tuple[dict[str, Any]
     )
     target = FakeTarget()
     summary = run_sweep(
-        s, target=target, load=PlantedCapacities(target, CPU_LIKE, batched_rps=batched_rps)
+        s,
+        target=target,
+        load=PlantedCapacities(target, CPU_LIKE, batched_rps=batched_rps, ceiling_rps=ceiling_rps),
     )
     html = (summary.run_dir / "report.html").read_text()
     data = json.loads(re.search(r'id="perfsweep-data">(.*?)</script>', html, re.S).group(1))  # type: ignore[union-attr]
@@ -509,6 +518,19 @@ def test_clear_win_is_significant(tmp_path: Path) -> None:
     assert summary["gain_repeats"] == [3, 3]
     assert "no significant difference" not in summary["gain_text"]
     assert report["verdict"]["gain_significant"] is True
+
+
+def test_a_winner_at_the_generator_s_ceiling_reads_as_a_lower_bound(tmp_path: Path) -> None:
+    # The batched configs serve 1000 req/s, the generator offers 250: the winner's capacity is
+    # "at least 250", so the gain is a one-sided bound, in summary.json and the report alike.
+    summary, report = _uncertainty_run(tmp_path, batched_rps=1000.0, ceiling_rps=250.0)
+    assert summary["best"]["trial_number"] >= 0
+    lo, hi = summary["gain_ci"]
+    assert hi is None and 2.0 < lo <= summary["gain"] <= 2.6
+    assert summary["gain_significant"] is True
+    assert summary["gain_text"].startswith(f"gain over baseline: at least {lo:.2f}x (")
+    assert report["verdict"]["gain_ci"] == [lo, None]
+    assert summary["gain_text"] in report["verdict"]["headline"]
 
 
 def test_percentiles_carry_their_sample_count(tmp_path: Path) -> None:
