@@ -178,6 +178,67 @@ class LiveView(SweepObserver):
         self._refresh()
 
 
+class PlainView(LiveView):
+    """The live view for a log (stdout not a terminal: CI, ``| tee``): no redrawn display, one
+    plain line per trial started and finished, per validation repeat, each with the time since
+    the run started, so a CI log shows the run as it goes."""
+
+    def __init__(self, console: Console, budget: int) -> None:
+        super().__init__(console, budget)
+        self.t0 = time.monotonic()
+
+    def _line(self, text: str) -> None:
+        self.console.print(
+            f"[{time.monotonic() - self.t0:5.0f} s] {text}", highlight=False, markup=False
+        )
+
+    def on_start(self, run_dir: Path, scenario: Scenario, target: dict[str, Any]) -> None:
+        self.t0 = time.monotonic()
+        self.console.print(
+            f"perfsweep run: model {scenario.model.name} on {target.get('device')} at "
+            f"{target.get('url')}; goal p99 <= {scenario.goals.p99_ms:g} ms; results in "
+            f"{run_dir}",
+            highlight=False,
+            markup=False,
+        )
+
+    def _refresh(self) -> None:
+        """Nothing is redrawn in a log."""
+
+    def on_trial_start(
+        self, number: int, source: str, knobs: Knobs, index: int, budget: int
+    ) -> None:
+        super().on_trial_start(number, source, knobs, index, budget)
+        if source == "validation":
+            return  # its result line says it
+        self._line(f"{self.current}: measuring")
+
+    def on_trial_end(self, result: TrialRecord, best: TrialRecord | None) -> None:
+        super().on_trial_end(result, best)
+        label = "baseline" if result.number < 0 else f"trial {result.number}"
+        if result.state == "complete":
+            verdict = "met the goals" if result.meets_goals else "missed the goals"
+            text = f"{_rps(result, ' req/s')}, p99 {result.p99_ms:.1f} ms: {verdict}"
+        else:
+            text = f"{result.state}: {result.failure or ''}"
+        done = f"{int(self.progress.tasks[0].completed)}/{self.progress.tasks[0].total:.0f}"
+        best_text = (
+            f"best so far trial {self.best.number} {_rps(self.best, ' req/s')}"
+            if self.best is not None
+            else "nothing meets the goals yet"
+        )
+        suffix = f" ({done} trials; {best_text})" if result.number >= 0 else ""
+        self._line(f"{label}: {text}{suffix}")
+
+    def on_validation(self, number: int, repeat: int, result: TrialRecord) -> None:
+        if result.state == "complete":
+            verdict = "met the goals" if result.meets_goals else "missed the goals"
+            text = f"{_rps(result, ' req/s')}, p99 {result.p99_ms:.1f} ms: {verdict}"
+        else:
+            text = f"{result.state}: {result.failure or ''}"
+        self._line(f"validation of trial {number}, repeat {repeat}: {text}")
+
+
 def server_left_line(left: dict[str, Any]) -> str:
     """``server left with: ...``: what a shared server holds after the run (or why nothing)."""
     knobs = left.get("knobs")
@@ -454,7 +515,8 @@ def _run(
     console = Console(width=None if sys.stdout.isatty() else 120)
     t0 = time.monotonic()
     died: TargetDiedError | None = None
-    with LiveView(console, scenario.budget.trials) as view:
+    view_type = LiveView if console.is_terminal else PlainView
+    with view_type(console, scenario.budget.trials) as view:
         try:
             summary = run_sweep(
                 scenario,

@@ -12,6 +12,7 @@ import contextlib
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -137,6 +138,12 @@ def test_sweep_on_simulated_device_writes_a_loadable_best_config(tmp_path: Path)
         assert record["measurement"]["points"], "the capacity search measured load levels"
     assert "ready" in (run_dir / "server" / "server.log").read_text()
     assert "best config:" in done.stdout and "gain over baseline" in done.stdout
+    # A log (stdout is a pipe here): a plain line per trial as it starts and ends, with the time.
+    lines = done.stdout.splitlines()
+    for n in range(2):
+        assert any(re.match(rf"\[ *\d+ s\] trial {n} \(.*\): .*measuring$", x) for x in lines)
+        assert any(re.match(rf"\[ *\d+ s\] trial {n}: .* req/s, p99 ", x) for x in lines)
+    assert any(re.match(r"\[ *\d+ s\] baseline: .* req/s", x) for x in lines), lines[:10]
 
 
 def test_search_predict_on_simulated_device(tmp_path: Path) -> None:
