@@ -26,6 +26,7 @@ import json
 import socket
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -354,13 +355,22 @@ def measure_targets(
     measured again, at most ``INVALID_RETRIES`` times. After every measurement the target must
     still answer.
 
+    Each progress line carries the seconds since the targets were up (a CI log reads as a
+    timeline).
+
     Returns:
         (candidate measurements, baseline measurements) in the order taken.
 
     Raises:
         TargetError: A target failed to start or stopped answering.
     """
+    t0 = time.monotonic()
+
+    def say(text: str) -> None:
+        echo(f"[{time.monotonic() - t0:5.0f} s] {text}")
+
     with _started(candidate), _started(baseline), contextlib.ExitStack() as stack:
+        t0 = time.monotonic()
         targets = {"candidate": candidate}
         if baseline is not None:
             targets["baseline"] = baseline
@@ -379,7 +389,7 @@ def measure_targets(
                     gens[name].drain(30.0)
                     if m.valid or attempt == INVALID_RETRIES:
                         break
-                    echo(
+                    say(
                         f"{name} repeat {i + 1}: the load generator could not keep its "
                         "schedule (numbers describe the generator); measuring again"
                     )
@@ -391,7 +401,7 @@ def measure_targets(
                     for g in gpus
                     if g.utilization_pct_mean is not None
                 )
-                echo(
+                say(
                     f"{name} repeat {i + 1}/{plan.repeats}: {m.throughput_rps:.1f} req/s, "
                     f"p99 {m.p99_ms:.2f} ms, errors {m.error_count}/{m.request_count}{gpu}"
                 )
