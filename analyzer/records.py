@@ -802,6 +802,10 @@ class RunSummary:
     #: Seconds per phase (``baseline``, ``profile``, ``predict``, ``search``, ``validation``);
     #: a phase that did not run is absent; empty: not recorded.
     phases: dict[str, float] = field(default_factory=dict)
+    #: What best/config.pbtxt holds (``sweep._recommend``, the one rule): ``{"config": "best" |
+    #: "original" | null, "detail": "...", "candidate_config": path of a winner not
+    #: recommended (its gain is not significant) | null}``; None: not recorded.
+    recommendation: dict[str, Any] | None = None
     #: What happened to the server under test during the run: each death (``died``), each
     #: config that killed it twice (``crashed the server``), with the trial and the time.
     server_events: tuple[dict[str, Any], ...] = ()
@@ -857,6 +861,7 @@ class RunSummary:
             "search_strategy": self.search_strategy,
             "search_note": self.search_note,
             "phases": dict(self.phases),
+            "recommendation": None if self.recommendation is None else dict(self.recommendation),
             "server_events": [dict(e) for e in self.server_events],
             "server_restarts": self.server_restarts,
             "outages": [dict(o) for o in self.outages],
@@ -910,6 +915,7 @@ class RunSummary:
             search_strategy=_opt_str(d.get("search_strategy")),
             search_note=_opt_str(d.get("search_note")),
             phases={str(k): float(v) for k, v in (d.get("phases") or {}).items()},
+            recommendation=dict(d["recommendation"]) if d.get("recommendation") else None,
             server_events=tuple(dict(e) for e in d.get("server_events") or ()),
             server_restarts=int(d.get("server_restarts") or 0),
             outages=tuple(dict(o) for o in d.get("outages") or ()),

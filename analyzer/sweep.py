@@ -53,7 +53,14 @@ from analyzer.objective import Objective, objective_for, worst_value
 from analyzer.predict import ProfileError
 from analyzer.predict.profile import Profile, load_profile, run_dir_samples, save_profile
 from analyzer.records import TrialRecord
-from analyzer.results import RunDirectory, environment, new_run_id, utc_now, write_atomic
+from analyzer.results import (
+    RunDirectory,
+    config_text,
+    environment,
+    new_run_id,
+    utc_now,
+    write_atomic,
+)
 from analyzer.scenario import Scenario
 from analyzer.search import (
     DIED_REASON,
@@ -1260,13 +1267,6 @@ def _finish(
     scenario, directory = state.scenario, state.run_dir
     chosen, validated_rps = _choose(state, validation)
     died = stop_reason == SERVER_DIED
-    # A run whose server died writes no best/config.pbtxt: its best is not validated.
-    best_path = (
-        directory.write_best(apply_knobs(state.base_config, chosen.config))
-        if chosen and not died
-        else None
-    )
-    left = _leave_server(state, chosen)
     # Headline numbers: the worst validation repeat when validated, so that baseline, best and
     # gain all rest on the longer, re-measured windows rather than on one lucky search step.
     best = _headline(state, chosen)
@@ -1279,6 +1279,14 @@ def _finish(
             f"gain over baseline: {gain.gain:.2f}x from the search, NOT VALIDATED: the server "
             "died before validation (resume the run to validate it)",
         )
+    recommendation = _recommend(state, chosen, gain, died)
+    best_path = candidate_path = None
+    if recommendation.config is not None:
+        best_path = directory.write_best(recommendation.config)
+    if recommendation.withheld is not None:
+        candidate_path = directory.root / "candidate" / "config.pbtxt"
+        write_atomic(candidate_path, config_text(recommendation.withheld))
+    left = _leave_server(state, recommendation.trial)
     goal_text = f"goal p99 <= {scenario.goals.p99_ms:g} ms" + (
         f": {scenario.goals.note}" if scenario.goals.note else ""
     )
@@ -1288,9 +1296,10 @@ def _finish(
     counts["total"] = sum(counts.values())
     best_entry = None
     if best and chosen:
+        entry_path = candidate_path or best_path
         best_entry = records.ConfigEntry.from_trial(
             best,
-            config_path=directory.relative(best_path) if best_path else None,
+            config_path=directory.relative(entry_path) if entry_path else None,
             search_throughput_rps=chosen.throughput_rps,
             validated_throughput_rps=validated_rps,
         )
@@ -1346,6 +1355,9 @@ def _finish(
         search_strategy=state.strategy,
         search_note="; ".join(state.notes) or None,
         phases={k: round(v, 1) for k, v in state.phases.items()},
+        recommendation=recommendation.to_dict(
+            directory.relative(candidate_path) if candidate_path else None
+        ),
         server_events=tuple(state.server_events),
         server_restarts=restarts,
         outages=tuple(outages),
@@ -1383,6 +1395,62 @@ def _finish(
         summary,
         phases,
     )
+
+
+@dataclass(frozen=True)
+class _Recommendation:
+    """What ``best/config.pbtxt`` holds (``config``; None: nothing is written) and why."""
+
+    #: ``best`` (the chosen config), ``original`` (the model's own) or None (nothing).
+    which: str | None
+    detail: str
+    config: mc.ModelConfig | None = None
+    #: The trial the config is (what a shared server is left on with ``--leave best``).
+    trial: TrialRecord | None = None
+    #: A winner not written as best/config.pbtxt (its gain is not significant).
+    withheld: mc.ModelConfig | None = None
+
+    def to_dict(self, candidate_path: str | None) -> dict[str, Any]:
+        return {"config": self.which, "detail": self.detail, "candidate_config": candidate_path}
+
+
+def _recommend(
+    state: _State, chosen: TrialRecord | None, gain: _Gain, died: bool
+) -> _Recommendation:
+    """The one recommendation rule: best/config.pbtxt holds the chosen config only when it is
+    known to be better than the model's own config.
+
+    * nothing met the goals, or the server died before validation: nothing is written;
+    * the chosen config is the model's own, or its gain is significant (the interval, or the
+      one-sided bound, excludes 1.0), or no gain is stated because the baseline missed the goals
+      (any config that meets them is better): the chosen config;
+    * otherwise (the gain is not significant): the model's own config, and the chosen one is
+      written to candidate/config.pbtxt for whoever wants to measure it further.
+    """
+    if chosen is None:
+        return _Recommendation(None, "no config met the goals: nothing to recommend")
+    if died:
+        return _Recommendation(
+            None, "the server died before validation: nothing is recommended until it is resumed"
+        )
+    config = apply_knobs(state.base_config, chosen.config)
+    if chosen.number < 0:
+        return _Recommendation(
+            "original",
+            "the model's own config: no searched config did better",
+            state.base_config,
+            chosen,
+        )
+    if gain.significant is False and state.baseline is not None:
+        return _Recommendation(
+            "original",
+            f"the model's own config: trial {chosen.number} ({gain.gain:.2f}x) is not "
+            "significantly better; it is in candidate/config.pbtxt",
+            state.base_config,
+            state.baseline,
+            withheld=config,
+        )
+    return _Recommendation("best", f"trial {chosen.number}", config, chosen)
 
 
 def _front(state: _State) -> tuple[list[TrialRecord], tuple[records.ParetoEntry, ...]]:

@@ -549,8 +549,16 @@ def _run(
         console.print(f"search: {summary.data['search_note']}", highlight=False, markup=False)
     console.print(phases_line(summary), highlight=False)
     root = summary.run_dir
+    recommendation = summary.data.get("recommendation") or {}
+    if recommendation.get("candidate_config"):
+        # The one recommendation rule (sweep._recommend): only a significant gain is applied.
+        console.print(
+            f"[bold yellow]recommended: {escape(recommendation['detail'])}[/]", highlight=False
+        )
     if summary.best_config_path:
         console.print(f"best config:  {summary.best_config_path}", highlight=False)
+    if recommendation.get("candidate_config"):
+        console.print(f"candidate:    {root / recommendation['candidate_config']}", highlight=False)
     console.print(
         f"summary:      {root / 'summary.json'}\nreport:       {root / 'report.html'}",
         highlight=False,

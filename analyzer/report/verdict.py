@@ -125,6 +125,12 @@ def build_verdict(
         warnings.append(f"The run is {status}: the results cover only the trials that finished.")
     if stop_reason == "interrupted":
         warnings.append("The sweep was interrupted; resume it with `perfsweep run --resume`.")
+    recommendation = summary.recommendation or {}
+    if recommendation.get("candidate_config"):
+        warnings.append(
+            "No searched config is significantly better than the model's own: best/config.pbtxt "
+            f"holds the original config; {recommendation.get('detail')}."
+        )
     if stop_reason == "server_died":
         warnings.append(
             "The server died and did not return: the run stopped, nothing was measured against "

@@ -134,7 +134,7 @@ def test_a_kind_the_host_lacks_fails_its_trial_and_the_other_kind_is_chosen(
     summary = load_summary(run_dir)
     assert summary["trials"]["failed"] == 1 and summary["trials"]["complete"] == 1, summary
     assert summary["best"]["config"]["instance_kind"] == "KIND_CPU"
-    best = parse_config_text((run_dir / "best" / "config.pbtxt").read_text())
+    best = parse_config_text((run_dir / summary["best"]["config_path"]).read_text())
     assert best.instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
     (failed,) = [
         line for line in (run_dir / "trials.csv").read_text().splitlines() if "failed" in line

@@ -13,13 +13,18 @@ import pytest
 
 from analyzer import target as targets
 from analyzer.errors import InputError, TargetDiedError, TargetError
-from analyzer.results import load_summary, load_trial_record
+from analyzer.results import load_summary, load_trial_record, parse_config_text
 from analyzer.scenario import load_scenario
 from analyzer.search import INTERRUPTED_REASON
 from analyzer.sweep import run_sweep
 from analyzer.trial import knobs_of
 from tests.sweep.planted import FakeLoadGenerator, FakeTarget
-from tests.sweep.test_sweep_fake import CPU_LIKE, InterruptingGenerator, scenario
+from tests.sweep.test_sweep_fake import (
+    CPU_LIKE,
+    InterruptingGenerator,
+    PlantedCapacities,
+    scenario,
+)
 
 
 def report_data(run_dir: Path) -> dict[str, Any]:
@@ -62,14 +67,42 @@ def test_a_shared_server_gets_its_original_config_back(tmp_path: Path) -> None:
 
 
 def test_leave_best_applies_the_winner(tmp_path: Path) -> None:
+    # Batched configs serve 3x the plain baseline: a significant gain, so the winner is the
+    # recommendation, and what the shared server is left on.
     s = scenario(tmp_path, **{"budget.trials": 3, "budget.validate_top": 1, "run.leave": "best"})
     target = shared_target()
-    summary = run_sweep(s, target=target, load=FakeLoadGenerator(target, CPU_LIKE))
-    assert summary.best is not None
+    target.current.ClearField("dynamic_batching")  # a plain baseline: 100 req/s
+    load = PlantedCapacities(target, CPU_LIKE, batched_rps=300.0)
+    summary = run_sweep(s, target=target, load=load)
+    assert summary.best is not None and summary.data["gain_significant"] is True
     assert knobs_of(target.current) == summary.best.config
     assert target.current.parameters["profile"].string_value == "kept"
     left = load_summary(summary.run_dir)["left_on_server"]
     assert left["config"] == "best" and left["knobs"] == summary.best.config.to_dict()
+
+
+def test_a_winner_not_significantly_better_is_not_recommended(tmp_path: Path) -> None:
+    # Every config serves about the same (100 req/s +- 4 %): the winner's gain is within noise.
+    # best/config.pbtxt holds the model's own config, the winner is only a candidate, and a
+    # shared server with --leave best gets the original back.
+    s = scenario(tmp_path, **{"budget.trials": 3, "budget.validate_top": 1, "run.leave": "best"})
+    target = shared_target()
+    original = target.model_config()
+    summary = run_sweep(s, target=target, load=PlantedCapacities(target, CPU_LIKE))
+    data = load_summary(summary.run_dir)
+    assert data["best"]["trial_number"] >= 0 and data["gain_significant"] is False
+    assert data["recommendation"]["config"] == "original"
+    assert data["recommendation"]["candidate_config"] == "candidate/config.pbtxt"
+    assert "is not significantly better" in data["recommendation"]["detail"]
+    best = parse_config_text((summary.run_dir / "best" / "config.pbtxt").read_text())
+    assert knobs_of(best) == knobs_of(original)
+    candidate = parse_config_text((summary.run_dir / "candidate" / "config.pbtxt").read_text())
+    assert knobs_of(candidate).to_dict() == data["best"]["config"]
+    assert data["best"]["config_path"] == "candidate/config.pbtxt"
+    assert target.current == original
+    assert data["left_on_server"]["knobs"] == knobs_of(original).to_dict()
+    warnings = report_data(summary.run_dir)["verdict"]["warnings"]
+    assert any("No searched config is significantly better" in w for w in warnings), warnings
 
 
 def test_ctrl_c_restores_the_original_config(tmp_path: Path) -> None:
