@@ -19,7 +19,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,39 +30,9 @@ from analyzer.results import load_summary
 from analyzer.search import DIED_REASON
 from tests.support.real_triton import RealTriton, TritonInstall, sleep_model_config
 from tests.support.servers import ChildProcess, free_port, wait_until
+from tests.support.sweeps import CLI, small_scenario
 
 pytestmark = pytest.mark.slow
-
-CLI = (sys.executable, "-c", "from analyzer.cli import main; main()")
-
-SCENARIO = """
-objective = "throughput"
-[model]
-name = "{model}"
-[traffic]
-min_rate_rps = 5.0
-start_rps = 40.0
-max_rate_rps = 300.0
-[goals]
-p99_ms = 300.0
-max_error_rate = 0.01
-[space]
-max_batch_size = [1, 8]
-max_queue_delay_us = [0, 2000]
-delay_steps = 2
-instance_count = [1, 2]
-[budget]
-trials = 2
-warmup_s = 0.5
-window_s = 0.5
-min_requests = 60
-capacity_resolution = 0.3
-validate_top = 1
-validate_repeats = 1
-validate_window_factor = 1.0
-[search]
-strategy = "tpe"
-"""
 
 
 class ServedOnFixedPorts:
@@ -87,9 +56,7 @@ class ServedOnFixedPorts:
         self.starts += 1
         self.child = ChildProcess(
             [
-                sys.executable,
-                "-c",
-                "from analyzer.cli import main; main()",
+                *CLI,
                 "serve",
                 "--model",
                 "resnet50",
@@ -138,11 +105,9 @@ def sweep(
     tmp_path: Path, url: str, model: str, run_dir: Path, *extra: str
 ) -> subprocess.Popen[str]:
     scenario = tmp_path / "s.toml"
-    scenario.write_text(SCENARIO.format(model=model))
+    scenario.write_text(small_scenario(model=model))
     command = [
-        sys.executable,
-        "-c",
-        "from analyzer.cli import main; main()",
+        *CLI,
         "run",
         "--scenario",
         str(scenario),

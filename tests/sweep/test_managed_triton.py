@@ -36,6 +36,7 @@ from analyzer.trial import Knobs, apply_knobs, knobs_of
 from analyzer.triton_server import ManagedTriton, shm_regions
 from tests.support.real_triton import TritonInstall
 from tests.support.servers import process_gone, supervised_pid, wait_until, write_model
+from tests.support.sweeps import small_scenario
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -105,34 +106,6 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 """
 
 
-SCENARIO = """
-objective = "throughput"
-[traffic]
-min_rate_rps = 5.0
-start_rps = 40.0
-max_rate_rps = 300.0
-[goals]
-p99_ms = 300.0
-max_error_rate = 0.01
-[space]
-max_batch_size = [1, 8]
-max_queue_delay_us = [0, 2000]
-delay_steps = 2
-instance_count = [1, 2]
-[budget]
-trials = {trials}
-warmup_s = 0.5
-window_s = 0.5
-min_requests = 60
-capacity_resolution = 0.3
-validate_top = 1
-validate_repeats = 1
-validate_window_factor = 1.0
-[search]
-strategy = "tpe"
-"""
-
-
 def make_repository(root: Path, ids_dims: str = "[ 8 ]") -> Path:
     repository = root / "repo"
     write_model(repository, MODEL, model_config(ids_dims), model_source=MODEL_SOURCE)
@@ -143,7 +116,7 @@ def sweep_command(
     binary: Path, repository: Path, run_dir: Path, tmp_path: Path, *extra: str, trials: int = 2
 ) -> list[str]:
     scenario = tmp_path / f"s{trials}.toml"
-    scenario.write_text(SCENARIO.format(trials=trials))
+    scenario.write_text(small_scenario(trials))
     return [
         sys.executable,
         "-c",
@@ -374,9 +347,15 @@ def served(trial: dict[str, Any]) -> bool:
     return bool(trial["throughput_rps"] > 0 and trial["error_rate"] <= 0.01)
 
 
-def test_a_triton_killed_mid_sweep_is_restarted_and_the_trial_retried(
-    triton_install: TritonInstall, tmp_path: Path
-) -> None:
+def sweep_killing_triton(
+    triton_install: TritonInstall, tmp_path: Path, marker: str, settle_s: float
+) -> tuple[int, str, Path]:
+    """Run the small sweep with ``--server triton`` and SIGKILL its Triton once trial 0 has
+    started and the log shows one more ``marker`` line than then, ``settle_s`` later.
+
+    Returns:
+        The killed pid, the sweep's output (asserted to exit 0 or 1), its run directory.
+    """
     repository = make_repository(tmp_path)
     run_dir = tmp_path / "run"
     log = run_dir / "server" / "tritonserver.log"
@@ -395,12 +374,9 @@ def test_a_triton_killed_mid_sweep_is_restarted_and_the_trial_retried(
             return supervised_pid(log.read_text())
 
         pid = wait_until(trial_started, 240, "trial 0 to start", poll_s=0.01)
-        # Killed while it loads trial 0's config: the load fails, Triton is restarted (on its
-        # ports) and the trial runs again from its load. Triton only; the sweep brings it back.
-        loads = log.read_text().count(LOADING)
-        wait_until(
-            lambda: log.read_text().count(LOADING) > loads, 60, "trial 0's load", poll_s=0.005
-        )
+        before = log.read_text().count(marker)
+        wait_until(lambda: log.read_text().count(marker) > before, 60, marker, poll_s=0.005)
+        time.sleep(settle_s)
         os.kill(pid, signal.SIGKILL)
         output, _ = proc.communicate(timeout=280)
     finally:
@@ -408,63 +384,42 @@ def test_a_triton_killed_mid_sweep_is_restarted_and_the_trial_retried(
             proc.kill()
             proc.communicate()
     assert proc.returncode in (0, 1), output[-3000:]
-    summary = load_summary(run_dir)
-    assert summary["environment"]["target"]["restarts"] == 1, output[-3000:]
-    text = log.read_text()
-    assert f"server pid {pid}" in text and "server died" in text
-    assert text.count("--- perfsweep: starting ") == 2
-    # On the new Triton: the model from disk, the last config that was loaded, the trial's.
-    assert text.split("server died")[1].count(f"successfully loaded '{MODEL}'") >= 3
     # The trial that lost its server was measured again on the new one, on the same url: both
     # trials complete, their load answered.
     measured = trials_of(run_dir)
     assert len(measured) == 2 and all(t["state"] == "complete" for t in measured), output[-3000:]
     assert all(served(t) for t in measured), measured
+    return pid, output, run_dir
+
+
+def test_a_triton_killed_mid_sweep_is_restarted_and_the_trial_retried(
+    triton_install: TritonInstall, tmp_path: Path
+) -> None:
+    # Killed while it loads trial 0's config: the load fails, Triton is restarted (on its
+    # ports) and the trial runs again from its load. Triton only; the sweep brings it back.
+    pid, output, run_dir = sweep_killing_triton(triton_install, tmp_path, LOADING, 0.0)
+    summary = load_summary(run_dir)
+    assert summary["environment"]["target"]["restarts"] == 1, output[-3000:]
+    text = (run_dir / "server" / "tritonserver.log").read_text()
+    assert f"server pid {pid}" in text and "server died" in text
+    assert text.count("--- perfsweep: starting ") == 2
+    # On the new Triton: the model from disk, the last config that was loaded, the trial's.
+    assert text.split("server died")[1].count(f"successfully loaded '{MODEL}'") >= 3
 
 
 def test_a_triton_killed_while_a_trial_is_measured_is_restarted_and_the_trial_retried(
     triton_install: TritonInstall, tmp_path: Path
 ) -> None:
-    # Killed under load (its config loaded, the capacity search running): the step's refused
-    # requests and the failed health check say the server died, not that the config missed
-    # its goals. Triton is restarted, the trial measured again, and the restart counted.
-    repository = make_repository(tmp_path)
-    run_dir = tmp_path / "run"
-    log = run_dir / "server" / "tritonserver.log"
+    # Killed under load (its config loaded, warm-up done, the capacity search running): the
+    # step's refused requests and the failed health check say the server died, not that the
+    # config missed its goals. Triton is restarted, the trial measured again, one restart.
     loaded = f"successfully loaded '{MODEL}'"
-    proc = subprocess.Popen(
-        sweep_command(triton_install.server_bin, repository, run_dir, tmp_path),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-
-        def trial_started() -> int | None:
-            assert proc.poll() is None, proc.communicate()[0][-3000:]
-            if not (run_dir / "trials" / "000" / "config.pbtxt").exists():
-                return None
-            return supervised_pid(log.read_text())
-
-        pid = wait_until(trial_started, 240, "trial 0 to start", poll_s=0.01)
-        before = log.read_text().count(loaded)
-        wait_until(lambda: log.read_text().count(loaded) > before, 60, "trial 0's config")
-        time.sleep(1.5)  # warm-up done: the capacity search is sending load
-        os.kill(pid, signal.SIGKILL)
-        output, _ = proc.communicate(timeout=280)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode in (0, 1), output[-3000:]
+    _, output, run_dir = sweep_killing_triton(triton_install, tmp_path, loaded, 1.5)
     summary = load_summary(run_dir)
     assert summary["server_restarts"] == 1, output[-3000:]
     assert [(e["trial"], e["event"]) for e in summary["server_events"]] == [(0, "died")]
     assert "during a load step" in summary["server_events"][0]["detail"]
     assert "server: trial 0: died:" in output and "restarting it" in output
-    measured = trials_of(run_dir)
-    assert len(measured) == 2 and all(t["state"] == "complete" for t in measured), output[-3000:]
-    assert all(served(t) for t in measured), measured
 
 
 @pytest.mark.parametrize(

@@ -22,37 +22,11 @@ from analyzer.results import load_summary, parse_config_text
 from analyzer.trial import Knobs, knobs_of
 from tests.support.real_triton import RealTriton, identity_model_config, sleep_model_config
 from tests.support.servers import wait_until
+from tests.support.sweeps import small_scenario
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
 MODEL = "sweep_sleep"
-
-SCENARIO = """
-objective = "throughput"
-[traffic]
-min_rate_rps = 5.0
-start_rps = 40.0
-max_rate_rps = 400.0
-[goals]
-p99_ms = 300.0
-max_error_rate = 0.01
-[space]
-max_batch_size = [1, 8]
-max_queue_delay_us = [0, 2000]
-delay_steps = 2
-instance_count = [1, 2]
-[budget]
-trials = 2
-warmup_s = 0.5
-window_s = 0.5
-min_requests = 60
-capacity_resolution = 0.3
-validate_top = 1
-validate_repeats = 1
-validate_window_factor = 1.0
-[search]
-strategy = "tpe"
-"""
 
 
 def served_config(triton: RealTriton, model: str) -> mc.ModelConfig:
@@ -65,7 +39,7 @@ def sweep_command(
     triton: RealTriton, tmp_path: Path, model: str, run_dir: Path, *extra: str, trials: int = 2
 ) -> list[str]:
     scenario = tmp_path / "s.toml"
-    scenario.write_text(SCENARIO.replace("trials = 2", f"trials = {trials}"))
+    scenario.write_text(small_scenario(trials, max_rate_rps=400.0))
     return [
         sys.executable,
         "-c",
