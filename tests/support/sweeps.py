@@ -41,4 +41,4 @@ def small_scenario(
 ) -> str:
     """The small sweep's scenario TOML (``model``: a ``[model] name``, else the command's)."""
     text = _SMALL.format(trials=trials, max_rate_rps=max_rate_rps, p99_ms=p99_ms)
-    return f'[model]\nname = "{model}"\n{text}' if model else text
+    return f'{text}[model]\nname = "{model}"\n' if model else text

@@ -8,8 +8,8 @@ the nvidia-pytriton wheel), runs ``perfsweep run --url`` against it as a user wo
   with the trial, the trial ``interrupted: server died``, no validation, no best config, no
   significant gain; ``--resume`` once the server is back finishes the run with the earlier
   trials kept;
-* back within the wait (a restarted pod, same address): the trial runs again, exit 0, the
-  outage recorded in summary.json and run.json.
+* back within the wait (a restarted pod, same address: a real Triton started again): the trial
+  runs again, exit 0, the outage recorded in summary.json and run.json.
 """
 
 from __future__ import annotations
@@ -224,29 +224,6 @@ def test_a_url_server_killed_mid_trial_stops_the_run_and_resume_finishes_it(
     assert_resumed(run_dir, before, resume(run_dir))
 
 
-def test_a_url_server_back_within_the_wait_completes_the_run(
-    served: ServedOnFixedPorts, tmp_path: Path
-) -> None:
-    run_dir = tmp_path / "run"
-    proc = sweep(tmp_path, served.url, "resnet50", run_dir, "--server-wait", "60")
-    when_trial_runs(proc, run_dir, 1, settle_s=1.5)
-    served.kill()
-    time.sleep(2.0)
-    served.start()  # a restarted pod: same address, the model's on-disk config
-    output = finish(proc, 240)
-    assert proc.returncode == 0, output[-3000:]
-    summary = load_summary(run_dir)
-    assert [o["returned"] for o in summary["outages"]] == [True], output[-3000:]
-    assert 1.0 < summary["outages"][0]["waited_s"] < 60
-    assert [(e["trial"], e["event"]) for e in summary["server_events"]] == [(1, "died")]
-    assert run_state(run_dir)["outages"] == summary["outages"]
-    rows = trial_rows(run_dir)
-    # The trial that lost its server was measured again on the returned one.
-    assert [rows[n]["state"] for n in (0, 1)] == ["complete", "complete"], rows
-    assert all(float(rows[n]["throughput_rps"]) > 0 for n in (0, 1))
-    assert (run_dir / "validation.json").exists() and summary["files"]["best_config"]
-
-
 def test_a_hung_server_is_a_dead_one(served: ServedOnFixedPorts, tmp_path: Path) -> None:
     # SIGSTOP: connections are accepted by the kernel and never answered. Requests do not
     # fail, they hang: the step ends at its bound, the health check times out, the run stops.
@@ -260,34 +237,67 @@ def test_a_hung_server_is_a_dead_one(served: ServedOnFixedPorts, tmp_path: Path)
     assert_stopped_on_a_dead_server(run_dir, output, 1)
 
 
+TRITON_MODEL = "sweep_sleep"
+
+
+@pytest.fixture()
+def triton(triton_install: TritonInstall, tmp_path: Path) -> Iterator[RealTriton]:
+    """Triton 2.51 with a Python-backend model loaded at startup (so a restart loads it too)."""
+    config = sleep_model_config(
+        TRITON_MODEL, max_batch_size=8, execute_delay_ms=4.0, execute_delay_ms_per_item=0.5
+    )
+    server = RealTriton(triton_install, tmp_path / "triton", models=[config])
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.mark.triton
 def test_a_real_triton_killed_mid_trial_stops_the_run_and_resume_finishes_it(
-    triton_install: TritonInstall, tmp_path: Path
+    triton: RealTriton, tmp_path: Path
 ) -> None:
-    model = "sweep_sleep"
-    config = sleep_model_config(
-        model, max_batch_size=8, execute_delay_ms=4.0, execute_delay_ms_per_item=0.5
-    )
-    triton = RealTriton(triton_install, tmp_path / "triton", models=[config])
-    triton.start()
-    try:
-        run_dir = tmp_path / "run"
-        url = f"http://{triton.http_url}"
-        proc = sweep(tmp_path, url, model, run_dir, "--server-wait", "3")
-        when_trial_runs(proc, run_dir, 1, settle_s=4.0)
-        triton.stop()  # SIGKILL of the server and its stubs, as a crash leaves them
-        killed = time.monotonic()
-        output = finish(proc, 120)
-        took = time.monotonic() - killed
-        assert proc.returncode == 3, output[-3000:]
-        assert took < 30, f"{took:.1f} s from the kill to the exit"
-        assert_stopped_on_a_dead_server(run_dir, output, 1)
-        before = trial_rows(run_dir)
+    run_dir = tmp_path / "run"
+    url = f"http://{triton.http_url}"
+    proc = sweep(tmp_path, url, TRITON_MODEL, run_dir, "--server-wait", "3")
+    when_trial_runs(proc, run_dir, 1, settle_s=4.0)
+    triton.stop()  # SIGKILL of the server and its stubs, as a crash leaves them
+    killed = time.monotonic()
+    output = finish(proc, 120)
+    took = time.monotonic() - killed
+    assert proc.returncode == 3, output[-3000:]
+    assert took < 30, f"{took:.1f} s from the kill to the exit"
+    assert_stopped_on_a_dead_server(run_dir, output, 1)
+    before = trial_rows(run_dir)
 
-        triton.revive()
-        assert_resumed(run_dir, before, resume(run_dir))
-    finally:
-        triton.stop()
+    triton.revive()
+    assert_resumed(run_dir, before, resume(run_dir))
+
+
+@pytest.mark.triton
+def test_a_real_triton_back_within_the_wait_completes_the_run(
+    triton: RealTriton, tmp_path: Path
+) -> None:
+    # A restarted pod: the same address, the model loaded from disk with its own config.
+    run_dir = tmp_path / "run"
+    url = f"http://{triton.http_url}"
+    proc = sweep(tmp_path, url, TRITON_MODEL, run_dir, "--server-wait", "60")
+    when_trial_runs(proc, run_dir, 1, settle_s=4.0)
+    triton.revive()  # killed, then started again on its ports (ready in ~10 s)
+    output = finish(proc, 240)
+    assert proc.returncode == 0, output[-3000:]
+    summary = load_summary(run_dir)
+    assert [o["returned"] for o in summary["outages"]] == [True], output[-3000:]
+    assert 0 < summary["outages"][0]["waited_s"] < 60
+    assert [(e["trial"], e["event"]) for e in summary["server_events"]] == [(1, "died")]
+    assert run_state(run_dir)["outages"] == summary["outages"]
+    assert "answers again after" in output
+    rows = trial_rows(run_dir)
+    # The trial that lost its server was measured again on the returned one.
+    assert [rows[n]["state"] for n in (0, 1)] == ["complete", "complete"], rows
+    assert all(float(rows[n]["throughput_rps"]) > 0 for n in (0, 1))
+    assert (run_dir / "validation.json").exists() and summary["files"]["best_config"]
 
 
 def test_load_stops_with_exit_3_when_its_server_dies(
