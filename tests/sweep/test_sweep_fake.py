@@ -531,6 +531,8 @@ def test_a_winner_at_the_generator_s_ceiling_reads_as_a_lower_bound(tmp_path: Pa
     assert summary["gain_text"].startswith(f"gain over baseline: at least {lo:.2f}x (")
     assert report["verdict"]["gain_ci"] == [lo, None]
     assert summary["gain_text"] in report["verdict"]["headline"]
+    html = (tmp_path / summary["run_id"] / "report.html").read_text()
+    assert f'id="gain">&ge; {lo:.2f}&times;' in html  # the gain card: a bound, not a point
 
 
 def test_percentiles_carry_their_sample_count(tmp_path: Path) -> None:
