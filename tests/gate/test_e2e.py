@@ -101,7 +101,10 @@ def test_live_baseline_is_interleaved_and_a_slower_candidate_fails(tmp_path: Pat
         "p99_ms regression <= 20%": True,
     }
     # Rounds alternate which target goes first, so drift of the machine hits both alike.
-    finished = re.findall(r"^(baseline|candidate) repeat \d+/3:", done.stdout, re.MULTILINE)
+    # Each progress line starts with the seconds since the targets were up: "[   12 s] ".
+    finished = re.findall(
+        r"^\[ *\d+ s\] (baseline|candidate) repeat \d+/3:", done.stdout, re.MULTILINE
+    )
     assert finished == ["baseline", "candidate", "candidate", "baseline", "baseline", "candidate"]
 
 
