@@ -312,6 +312,12 @@ class CapacitySpec:
     #: A rate already seen failing (validation: the winner's failed check): the search starts
     #: bracketed below it instead of growing past it.
     fails_at_rps: float | None = None
+    #: The search checks a forecast instead of searching for it: ``start_rps`` (below the
+    #: forecast) must pass and ``start_rps * growth`` (above it) must fail, and then the search
+    #: is over with that bracket, whatever ``resolution`` says. Any other outcome (the forecast
+    #: was wrong, by an amount it cannot tell) goes on as a full search: steps of
+    #: :data:`FULL_SEARCH_GROWTH`, then bisection to ``resolution``.
+    forecast_check: bool = False
 
     def __post_init__(self) -> None:
         if self.fails_at_rps is not None and not self.start_rps < self.fails_at_rps:
@@ -1021,6 +1027,10 @@ def clearly_fails(
 # Capacity search (pure state machine: the engine asks for the next rate and reports pass/fail)
 
 
+#: Bracketing growth of a search whose forecast check disagreed with the forecast.
+FULL_SEARCH_GROWTH = 2.0
+
+
 class CapacitySearch:
     """Bracket upward from a low rate, then bisect to a relative resolution.
 
@@ -1036,6 +1046,9 @@ class CapacitySearch:
     ``resolution`` x the lower end. A failing first step divides the rate by ``growth`` until one
     passes (then bisects) or the rate would drop below ``min_rps``. ``spec.fails_at_rps`` is a
     failure known beforehand: the search starts with it as the lowest failing rate.
+    ``spec.forecast_check``: a pass at ``start_rps`` then a fail at ``start_rps * growth`` ends
+    the search (:attr:`confirmed`); any other first outcome makes it a full search with growth
+    :data:`FULL_SEARCH_GROWTH`.
 
     A sequential step that ends undecided at its cap (BOUNDARY) passes or fails on its point p99
     (:func:`meets_goals`); one that passes is recorded with ``boundary=True``, and the result
@@ -1049,6 +1062,9 @@ class CapacitySearch:
         self.history: list[tuple[float, bool]] = []
         self._boundary: dict[float, bool] = {}
         self._next: float | None = spec.start_rps
+        self._growth = spec.growth
+        #: The forecast check ended as forecast: a pass below it, a fail above it.
+        self.confirmed = False
 
     @property
     def capacity_rps(self) -> float:
@@ -1083,14 +1099,21 @@ class CapacitySearch:
 
     def _decide(self) -> float | None:
         spec = self.spec
+        if spec.forecast_check and self._growth == spec.growth:
+            outcomes = [passed for _, passed in self.history]
+            if outcomes == [True, False]:
+                self.confirmed = True
+                return None
+            if outcomes != [True]:  # the forecast was wrong: by how much, nothing tells yet
+                self._growth = FULL_SEARCH_GROWTH
         low, high = self.highest_pass, self.lowest_fail
         if high is None:  # still bracketing upwards
             assert low is not None
             if low >= spec.max_rps:
                 return None
-            return min(low * spec.growth, spec.max_rps)
+            return min(low * self._growth, spec.max_rps)
         if low is None:  # even the lowest rate failed: search below it
-            candidate = high / spec.growth
+            candidate = high / self._growth
             return candidate if candidate >= spec.min_rps else None
         # A relative tolerance: a bracket grown in steps of exactly 1 + resolution (a search
         # from a prediction: EXPECTED_GROWTH) is done, whatever the rounding of the product says.

@@ -47,7 +47,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from analyzer import records
 from analyzer.errors import InputError, TargetDiedError, TargetError
 from analyzer.evaluation import Evaluator
-from analyzer.evaluation.plan import EXPECTED_GROWTH, NEIGHBOUR_GROWTH
+from analyzer.evaluation.plan import NEIGHBOUR_GROWTH, Expected
 from analyzer.measure import GainSample, LoadGenerator, gain_estimate, gain_sentence, goals_met
 from analyzer.objective import Objective, objective_for, worst_value
 from analyzer.predict import ProfileError
@@ -675,15 +675,17 @@ def _locust_generator(
 
 
 def _measure_baseline(state: _State) -> TrialRecord:
-    """The model's own config, measured once; with predictions, its capacity search starts at
-    the baseline's predicted capacity (small steps) instead of ``traffic.start_rps``."""
+    """The model's own config, measured once. With predictions its forecast capacity is
+    checked, not searched for: a step below the forecast that must pass and one above it that
+    must fail bracket the capacity (the gain's interval covers that bracket); a full capacity
+    search runs only when either step disagrees with the forecast."""
     knobs = knobs_of(state.base_config)
     state.run_dir.write_config(-1, state.base_config)
     state.observer.on_trial_start(-1, "baseline", knobs, 0, state.scenario.budget.trials)
     forecast = state.guide.forecast(knobs) if state.guide is not None else None
     expect = None
     if forecast is not None and forecast.capacity_rps > 0 and state.objective.capacity:
-        expect = (forecast.capacity_rps, EXPECTED_GROWTH)
+        expect = Expected(forecast.capacity_rps, check=True)
     result = _run_trial(state, -1, "baseline", knobs, state.base_config, expect=expect)
     if forecast is not None:
         result = replace(result, prediction=forecast)
@@ -700,7 +702,7 @@ def _run_trial(
     config: mc.ModelConfig,
     factor: float = 1.0,
     near_rps: float | None = None,
-    expect: tuple[float, float] | None = None,
+    expect: Expected | None = None,
     check_rps: float | None = None,
     fails_at_rps: float | None = None,
 ) -> TrialRecord:
@@ -708,7 +710,7 @@ def _run_trial(
 
     ``check_rps``: one sequential step at that rate instead (validation); else the objective's
     measurement, its capacity search near ``near_rps`` or ``expect`` (an expected capacity and
-    the growth to bracket it with, :func:`_expected`), below ``fails_at_rps`` when a rate is
+    how to bracket it, :func:`_expected`), below ``fails_at_rps`` when a rate is
     known to fail (validation).
 
     A server that dies during the trial (:class:`TargetDiedError`) is brought back by
@@ -735,8 +737,7 @@ def _run_trial(
                 else state.evaluator.evaluate(
                     factor,
                     near_rps,
-                    expect_rps=expect[0] if expect else None,
-                    expect_growth=expect[1] if expect else EXPECTED_GROWTH,
+                    expected=expect,
                     fails_at_rps=fails_at_rps,
                 )
             )
@@ -899,7 +900,7 @@ def _search_loop(state: _State, clock: Callable[[], float], started: float) -> s
             _refit(state, guide, budget.trials - search.started_count())
 
 
-def _expected(state: _State, knobs: Knobs) -> tuple[float, float] | None:
+def _expected(state: _State, knobs: Knobs) -> Expected | None:
     """Where a trial's capacity search starts, and the growth that brackets it: the config's
     predicted capacity (small steps), else the capacity of the nearest finished trial, the
     baseline included (larger steps: a neighbour is a looser guess); None: neither is known."""
@@ -908,10 +909,10 @@ def _expected(state: _State, knobs: Knobs) -> tuple[float, float] | None:
     if state.guide is not None:
         prediction = state.guide.prediction(knobs)
         if prediction is not None and prediction.capacity_rps > 0:
-            return prediction.capacity_rps, EXPECTED_GROWTH
+            return Expected(prediction.capacity_rps)
     finished = [*state.results.values(), *([state.baseline] if state.baseline else [])]
     rps = nearest_capacity(state.search.space, knobs, finished)
-    return None if rps is None else (rps, NEIGHBOUR_GROWTH)
+    return None if rps is None else Expected(rps, NEIGHBOUR_GROWTH)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -921,13 +922,16 @@ def _expected(state: _State, knobs: Knobs) -> tuple[float, float] | None:
 def probe_profile(target: Target, scenario: Scenario) -> Profile:
     """The profile phase on a live server (:func:`analyzer.predict.probe.probe`), up to the
     space's largest batch (the model's own ``max_batch_size`` may be smaller), within
-    ``search.profile_time_s``. The probe leaves a probe config loaded: the sweep loads the
+    ``search.profile_time_s``, with the requests the load sends (the scenario's ``[input]``,
+    its size mix included). The probe leaves a probe config loaded: the sweep loads the
     next trial's (or gives a shared server its config back at the end).
 
     Raises:
-        ProfileError: The model cannot be probed.
+        ProfileError: The model cannot be probed, or the profile cannot represent the request
+            data (the message says why).
         TargetError: The server failed a request or refused a probe config.
     """
+    from analyzer.load.engine import input_options
     from analyzer.predict.probe import ProbePlan, probe
     from analyzer.server_stats import http_stats_source
 
@@ -945,7 +949,8 @@ def probe_profile(target: Target, scenario: Scenario) -> Profile:
     # when the space has several, none otherwise.
     several = scenario.space.instance_count[1] > 1
     plan = ProbePlan(instances=2 if several else 1, time_budget_s=scenario.search.profile_time_s)
-    return probe(_Widened(target, largest), plan)
+    inputs = input_options(scenario.input, scenario.run.seed)  # the load's own request data
+    return probe(_Widened(target, largest), plan, inputs=inputs)
 
 
 class _Widened:

@@ -18,13 +18,14 @@ from analyzer.evaluation.evaluator import (
     level_numbers,
     peak_gpu_memory_mb,
 )
-from analyzer.evaluation.plan import LoadPlan
+from analyzer.evaluation.plan import Expected, LoadPlan
 from analyzer.evaluation.slack import slacks
 
 __all__ = [
     "CapacityDriver",
     "Evaluation",
     "Evaluator",
+    "Expected",
     "LoadPlan",
     "capacity_numbers",
     "level_numbers",

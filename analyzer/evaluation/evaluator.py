@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from analyzer.evaluation.capacity import CapacityDriver
-from analyzer.evaluation.plan import EXPECTED_GROWTH, LoadPlan
+from analyzer.evaluation.plan import Expected, LoadPlan
 from analyzer.evaluation.slack import slacks
 from analyzer.measure import (
     CapacityResult,
@@ -140,8 +140,7 @@ class Evaluator:
         self,
         factor: float = 1.0,
         near_rps: float | None = None,
-        expect_rps: float | None = None,
-        expect_growth: float = EXPECTED_GROWTH,
+        expected: Expected | None = None,
         fails_at_rps: float | None = None,
     ) -> Evaluation:
         """Measure the loaded config.
@@ -149,8 +148,8 @@ class Evaluator:
         Args:
             factor: Window length factor (validation: ``budget.validate_window_factor``).
             near_rps: A known capacity (validation): the search starts just below it.
-            expect_rps: The config's expected capacity (predicted, or the nearest finished
-                trial's): the search starts near it with small steps (``expect_growth``).
+            expected: The config's expected capacity (predicted, or the nearest finished
+                trial's): the search starts near it with small steps, or checks it.
             fails_at_rps: With ``near_rps``, a rate the config just failed at (validation).
         """
         self._warm_up()
@@ -162,8 +161,7 @@ class Evaluator:
                     factor,
                     near_rps=near_rps,
                     hint_rps=self.hint_rps,
-                    expect_rps=expect_rps,
-                    expect_growth=expect_growth,
+                    expected=expected,
                     fails_at_rps=fails_at_rps,
                 )
             )

@@ -39,6 +39,30 @@ NEIGHBOUR_GROWTH = 1.5
 #: usual first step passes and the second brackets.
 EXPECTED_START = 0.9
 
+#: Growth of a forecast check (the baseline): from :data:`EXPECTED_START` of the forecast to
+#: 1.2x it, far enough above a forecast within its usual error that the step fails fast
+#: instead of running to its cap at the boundary.
+CHECK_GROWTH = 1.35
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a capacity search knows before its first step.
+
+    Attributes:
+        rps: The expected capacity (a prediction, or the nearest finished trial's capacity).
+        growth: The bracketing steps: :data:`EXPECTED_GROWTH` for a prediction,
+            :data:`NEIGHBOUR_GROWTH` for a neighbour's capacity.
+        check: Check the expectation instead of searching around it (the baseline's
+            forecast): one step below it that must pass, one :data:`CHECK_GROWTH` above
+            that must fail, a full search only when either disagrees
+            (:attr:`~analyzer.measure.CapacitySpec.forecast_check`).
+    """
+
+    rps: float
+    growth: float = EXPECTED_GROWTH
+    check: bool = False
+
 
 @dataclass(frozen=True)
 class LoadPlan:
@@ -171,8 +195,7 @@ class LoadPlan:
         factor: float = 1.0,
         near_rps: float | None = None,
         hint_rps: float | None = None,
-        expect_rps: float | None = None,
-        expect_growth: float = EXPECTED_GROWTH,
+        expected: Expected | None = None,
         fails_at_rps: float | None = None,
     ) -> CapacitySpec:
         """The capacity search of one trial.
@@ -180,11 +203,10 @@ class LoadPlan:
         Open loop: request rates from ``traffic.start_rps`` (default 10x the lowest rate),
         doubling. ``near_rps`` (validation of a known capacity) starts just below it and grows
         in small steps, so a re-measurement costs a few levels, not a full bracket; else
-        ``expect_rps`` (the config's predicted capacity, or the capacity of the nearest finished
-        trial) starts :data:`EXPECTED_START` of it and brackets in steps of ``expect_growth``
-        (:data:`EXPECTED_GROWTH` for a prediction, :data:`NEIGHBOUR_GROWTH` for a neighbour's
-        capacity); else ``hint_rps`` (the best capacity so far) starts it near
-        half of that. ``fails_at_rps`` (with ``near_rps``: the rate a validation check just
+        ``expected`` (the config's predicted capacity, or the capacity of the nearest finished
+        trial) starts :data:`EXPECTED_START` of it and brackets in its steps, or checks it
+        (:attr:`Expected.check`: two steps when the forecast holds); else ``hint_rps`` (the
+        best capacity so far) starts it near half of that. ``fails_at_rps`` (with ``near_rps``: the rate a validation check just
         failed at) bounds the search from above from its start.
 
         Closed loop: user counts from 1 to ``traffic.max_concurrency``.
@@ -210,9 +232,9 @@ class LoadPlan:
             start, growth = min(max(0.85 * near_rps, t.min_rate_rps), t.max_rate_rps), 1.5
             if fails_at_rps is not None and start < fails_at_rps:
                 fails_at = fails_at_rps
-        elif expect_rps:
-            start = min(max(EXPECTED_START * expect_rps, t.min_rate_rps), t.max_rate_rps)
-            growth = expect_growth
+        elif expected is not None and expected.rps > 0:
+            start = min(max(EXPECTED_START * expected.rps, t.min_rate_rps), t.max_rate_rps)
+            growth = CHECK_GROWTH if expected.check else expected.growth
         elif hint_rps:
             # Near half the best capacity seen so far (two steps bracket most configs), but
             # not below the configured start: one unlucky early measurement must not make
@@ -228,4 +250,5 @@ class LoadPlan:
             step=self.capacity_step(factor),
             confirm_failures=True,
             fails_at_rps=fails_at,
+            forecast_check=bool(expected and expected.check and not near_rps),
         )

@@ -479,6 +479,48 @@ def test_a_rate_known_to_fail_bounds_the_search_from_its_start() -> None:
         CapacitySpec(Goals(10.0), start_rps=100.0, fails_at_rps=100.0)
 
 
+def _run_search(spec: CapacitySpec, capacity: float) -> tuple[CapacitySearch, list[float]]:
+    search = CapacitySearch(spec)
+    rates = []
+    while (rate := search.next_rate()) is not None:
+        rates.append(rate)
+        search.record(rate, rate <= capacity)
+    return search, rates
+
+
+def test_a_forecast_check_ends_after_two_steps_when_the_forecast_holds() -> None:
+    spec = CapacitySpec(
+        Goals(10.0), start_rps=90.0, growth=1.35, resolution=0.05, forecast_check=True
+    )
+    search = CapacitySearch(spec)
+    search.record(90.0, True)
+    assert search.next_rate() == pytest.approx(121.5)
+    search.record(121.5, False)
+    # Confirmed: the bracket is the check's, wider than the resolution; nothing more to measure.
+    assert search.next_rate() is None and search.confirmed and search.bracketed
+    assert (search.capacity_rps, search.lowest_fail) == (90.0, 121.5)
+
+
+@pytest.mark.parametrize("capacity", [3.0, 40.0, 89.0, 125.0, 700.0])
+def test_a_forecast_check_that_disagrees_becomes_a_full_search(capacity: float) -> None:
+    spec = CapacitySpec(
+        Goals(10.0),
+        start_rps=90.0,
+        growth=1.35,
+        resolution=0.05,
+        forecast_check=True,
+        min_rps=1.0,
+        max_rps=10_000.0,
+    )
+    search, rates = _run_search(spec, capacity)
+    assert not search.confirmed
+    # Resolved to the spec's resolution around the true capacity, in doubling steps (a
+    # forecast 30x too high costs a handful of steps, not one per 1.35x).
+    assert search.lowest_fail is not None and search.capacity_rps <= capacity
+    assert search.lowest_fail - search.capacity_rps <= 0.05 * search.capacity_rps * (1 + 1e-9)
+    assert len(rates) <= 12
+
+
 def test_clearly_fails_leaves_the_latency_verdict_to_a_sequential_test() -> None:
     goals = Goals(p99_ms=10.0)
     assert clearly_fails(50.0, 100, 0, 0, goals, 64) is not None  # p90 beyond the p99 goal
