@@ -611,10 +611,26 @@ class CapacityResult:
     #: The step at ``capacity_rps`` was sequential and ended at the boundary (BOUNDARY): its p99
     #: is within the test's resolution of the goal, neither shown below nor above it.
     at_boundary: bool = False
+    #: A rate known to fail before the search (``CapacitySpec.fails_at_rps``: a validation
+    #: check that failed there), which bounds the capacity as a failing point would.
+    fails_at_rps: float | None = None
+
+    @property
+    def lowest_fail_rps(self) -> float | None:
+        """The lowest rate above the capacity known to fail (a failing point, or
+        :attr:`fails_at_rps`); None when every rate offered met the goals."""
+        failing = [
+            p.target
+            for p in self.points
+            if p.target > self.capacity_rps and not meets_goals(p, self.goals)[0]
+        ]
+        if self.fails_at_rps is not None and self.fails_at_rps > self.capacity_rps:
+            failing.append(self.fails_at_rps)
+        return min(failing, default=None)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
-        return {
+        out = {
             "goals": goals_dict(self.goals),
             "capacity_rps": self.capacity_rps,
             "bracketed": self.bracketed,
@@ -623,6 +639,9 @@ class CapacityResult:
             "best": self.best.to_dict() if self.best else None,
             "points": [p.to_dict() for p in self.points],
         }
+        if self.fails_at_rps is not None:
+            out["fails_at_rps"] = self.fails_at_rps
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CapacityResult:
@@ -635,6 +654,7 @@ class CapacityResult:
             bracketed=bool(data["bracketed"]),
             message=str(data.get("message", "")),
             at_boundary=bool(data.get("at_boundary", False)),
+            fails_at_rps=data.get("fails_at_rps"),
         )
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
 
 from analyzer.errors import InputError
-from analyzer.measure import GainSample, LoadMode, meets_goals
+from analyzer.measure import GainSample, LoadMode
 
 if TYPE_CHECKING:  # records imports this module (gentlest): its types only
     from analyzer.records import TrialMeasurement, ValidationCandidate
@@ -386,14 +386,10 @@ class _CapacityMixin:
         )
         censored = False
         if value > 0 and capacity is not None and not closed_loop:
-            failing = [
-                p.target
-                for p in capacity.points
-                if p.target > value and not meets_goals(p, capacity.goals)[0]
-            ]
-            high = min(failing, default=value)
+            lowest_fail = capacity.lowest_fail_rps
+            high = value if lowest_fail is None else lowest_fail
             # No rate above it failed: the search met the goals up to its limit.
-            censored = not failing
+            censored = lowest_fail is None
         return GainSample(value, value, high, censored)
 
     def headline(

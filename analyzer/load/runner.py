@@ -835,4 +835,5 @@ class LocustLoadGenerator:
             bracketed=search.bracketed,
             message=message,
             at_boundary=search.at_boundary,
+            fails_at_rps=spec.fails_at_rps,
         )

@@ -235,6 +235,17 @@ def test_gain_samples() -> None:
         math.inf, math.inf, math.inf
     )
 
+    # A re-measurement below a rate its validation check failed at is bracketed by that rate,
+    # though it never measured it: not a lower bound (censored), and round-trips as such.
+    bounded = replace(capacity, points=(level(100.0, 20.0),), fails_at_rps=118.0)
+    assert bounded.lowest_fail_rps == 118.0
+    assert CapacityResult.from_dict(bounded.to_dict()) == bounded
+    r = R(1, 100.0, 20.0, measurement=CapacityMeasurement(bounded))
+    assert THROUGHPUT.gain_sample(r) == GainSample(100.0, 100.0, 118.0, censored=False)
+    unbounded = replace(bounded, fails_at_rps=None, bracketed=False)
+    r = R(1, 100.0, 20.0, measurement=CapacityMeasurement(unbounded))
+    assert THROUGHPUT.gain_sample(r) == GainSample(100.0, 100.0, 100.0, censored=True)
+
 
 def replace_measurement(r: R, measurement: TrialMeasurement) -> R:
     return R(r.number, r.throughput_rps, r.p99_ms, r.meets_goals, r.state, measurement)
