@@ -401,8 +401,7 @@ def _covers(profile: Profile, knobs: Knobs) -> bool:
     return (
         not sim.queue_policy
         and not _spans_groups(knobs)
-        and profile.min_batch_size <= 1
-        and sim.largest_batch <= profile.max_batch_size
+        and profile.covers(sim.largest_items(profile.items))
     )
 
 

@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from analyzer.commands.input_flags import BatchSizeFlag, InputDataFlag, ShapeFlag, input_overrides
 from analyzer.errors import InputError
 
 
@@ -74,13 +75,24 @@ def register(app: typer.Typer) -> None:
             Path | None,
             typer.Option("--save-profile", help="Write the profile used as JSON (for --profile)."),
         ] = None,
+        input_data: InputDataFlag = None,
+        shape: ShapeFlag = None,
+        batch_size: BatchSizeFlag = None,
         seed: Annotated[int, typer.Option("--seed", help="Simulation seed.")] = 0,
         as_json: Annotated[bool, typer.Option("--json", help="Print the answer as JSON.")] = False,
     ) -> None:
         """Predict a config's latency at a rate, or its capacity, from a profile (a run's, a
-        file's, or one probed from a live server with --url)."""
+        file's, or one probed from a live server with --url: with --input-data, --shape and
+        --batch-size it sends the load's request data, as `perfsweep run` does)."""
         from analyzer.predict.planner import PlanRequest, plan, render_text
 
+        inputs = None
+        if any(v is not None for v in (input_data, shape, batch_size)):
+            from analyzer.load.engine import input_options
+            from analyzer.scenario import load_scenario
+
+            given = load_scenario(None, input_overrides(shape, input_data, batch_size))
+            inputs = input_options(given.input, given.run.seed)
         report = plan(
             PlanRequest(
                 run_dir=run_dir,
@@ -94,6 +106,7 @@ def register(app: typer.Typer) -> None:
                 seed=seed,
                 url=url,
                 model=model,
+                inputs=inputs,
                 save_profile=save_profile,
             )
         )

@@ -34,6 +34,7 @@ from analyzer.predict.simulator import (
 )
 
 if TYPE_CHECKING:
+    from analyzer.load.inputs import InputOptions
     from analyzer.predict.probe import ProbePlan
 
 T = TypeVar("T")
@@ -52,6 +53,8 @@ class PlanRequest:
             config is the default config); its config is loaded back afterwards.
         model: The model to probe (with ``url``).
         probe: What the profile phase measures (with ``url``; None = its defaults).
+        inputs: The request data the probe sends (with ``url``; None = seeded random data of
+            the model's own shapes, batch size 1), as the load would send it.
         save_profile: Write the profile used (e.g. the probed one) to this JSON file.
         rate_rps: Predict latency and batch sizes at this Poisson rate.
         p99_ms: Or: predict the capacity at this p99 goal.
@@ -74,6 +77,7 @@ class PlanRequest:
     url: str | None = None
     model: str | None = None
     probe: ProbePlan | None = None
+    inputs: InputOptions | None = None
     save_profile: Path | None = None
 
 
@@ -155,7 +159,7 @@ def plan(request: PlanRequest) -> PlanReport:
         profile = _read_profile(request.profile_path)
     elif request.url is not None:
         assert request.model
-        profile, live = probe_live(request.url, request.model, request.probe)
+        profile, live = probe_live(request.url, request.model, request.probe, request.inputs)
     else:
         assert request.run_dir is not None
         profile = from_run_dir(request.run_dir)
@@ -201,7 +205,7 @@ def plan(request: PlanRequest) -> PlanReport:
         )
         source = f"{source} with {', '.join(flags)} from the flags"
     _check_knobs(config)
-    profile.check_covers(config.largest_batch)
+    profile.check_covers(config.largest_items(profile.items))
     if request.rate_rps is not None:
         pred = simulate(
             profile, config, request.rate_rps, requests=request.requests, seed=request.seed
@@ -213,9 +217,13 @@ def plan(request: PlanRequest) -> PlanReport:
 
 
 def probe_live(
-    url: str, model: str, probe_plan: ProbePlan | None = None
+    url: str,
+    model: str,
+    probe_plan: ProbePlan | None = None,
+    inputs: InputOptions | None = None,
 ) -> tuple[Profile, SimConfig]:
-    """Probe ``model`` on the server at ``url``; the profile and the config it had before.
+    """Probe ``model`` on the server at ``url`` with ``inputs`` (the load's request data);
+    the profile and the config it had before.
 
     The model's config is loaded back afterwards (also when the probe fails): the server is
     shared, and a probe config (one batch size, a one-second delay) must not stay on it.
@@ -231,7 +239,7 @@ def probe_live(
     target.start()
     original = target.model_config()
     try:
-        profile = probe(target, probe_plan)
+        profile = probe(target, probe_plan, inputs=inputs)
     finally:
         target.load_config(original)
     return profile, SimConfig.from_model_config(original)

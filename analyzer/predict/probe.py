@@ -3,50 +3,79 @@
 Traffic does not have to produce the batch sizes the simulator needs: for each size ``b`` the
 model is loaded with ``max_batch_size: b``, ``preferred_batch_size: [b]`` and a long
 ``max_queue_delay_microseconds`` (:data:`PROBE_DELAY_US`), so the batcher holds requests until
-exactly ``b`` are queued, and a burst of ``b`` concurrent batch-1 requests becomes one execution
-of ``b``. (``max_batch_size: b`` matters: with a delay, a batch that reached its preferred size
-is not sealed and keeps growing while it waits for an instance, as in Triton.) The server's own
-statistics (``GET /v2/models/<m>/stats``, ``batch_stats``) give ``compute_input``,
-``compute_infer`` and ``compute_output`` of that execution: the difference of two reads
-around each burst. Sizes are geometric (1, 2, 4, ... and ``max_batch_size``), so the
-simulator interpolates between them and never extrapolates beyond the largest.
+exactly ``b`` items are queued, and a burst of ``b`` concurrent batch-1 requests becomes one
+execution of ``b``. (``max_batch_size: b`` matters: with a delay, a batch that reached its
+preferred size is not sealed and keeps growing while it waits for an instance, as in Triton.)
+The server's own statistics (``GET /v2/models/<m>/stats``, ``batch_stats``) give
+``compute_input``, ``compute_infer`` and ``compute_output`` of that execution: the difference
+of two reads around each burst. Sizes are geometric (1, 2, 4, ... and ``max_batch_size``), so
+the simulator interpolates between them and never extrapolates beyond the largest.
+
+The requests are the load's own: the scenario's request data (``[input]``: a perf_analyzer
+data file, ``--shape``, a shape ``distribution``, the batch size, BYTES inputs) built by the
+load's machinery (:func:`analyzer.load.inputs.build_inputs`) and sent as the load sends them.
+With a batch size ``k`` per request, the batch sizes are multiples of ``k`` (bursts of ``b / k``
+requests). Where the requests differ in size (:func:`analyzer.load.inputs.request_sizes`: the
+elements of their variable-dim inputs, else the bytes of their longest BYTES element), each
+batch size is timed at a few request sizes of the data (:attr:`ProbePlan.size_classes`: size
+quantiles, the smallest and largest included), every request of a burst of one size, so the
+batch is padded to it; the profile carries one :class:`~analyzer.predict.profile.SizeClass`
+per size and the data's :class:`~analyzer.predict.profile.RequestMix`, which the simulator
+draws from. Data the profile cannot represent is refused with a :class:`ProfileError` that
+says why (the data cannot be built for the model, or its inputs do not grow together), so a
+sweep falls back to another search before any trial.
 
 Instance interference: the same is done with ``N`` instances and bursts of ``N * b``
-requests (``N`` batches of ``b`` at once); the mean execution time there over the one at 1
-instance is ``Profile.interference[N]``. It says how much of an execution the device
-serialises (:class:`~analyzer.predict.profile.Overlap`): where that is less than
-``compute_infer`` (a backend that reports its host work inside it, as Triton's Python backend
-does), the difference is ``Profile.overlap_ms``, which the simulator runs as host work.
+items (``N`` batches of ``b`` at once, requests of the median size class); the mean execution
+time there over the one at 1 instance is ``Profile.interference[N]``. It says how much of an
+execution the device serialises (:class:`~analyzer.predict.profile.Overlap`): where that is
+less than ``compute_infer`` (a backend that reports its host work inside it, as Triton's Python
+backend does), the difference is ``Profile.overlap_ms``, which the simulator runs as host work.
 Jitter is the mean relative standard deviation of one execution's time over a size's bursts
 (each burst at 1 instance is one execution).
 
 Bounded: at most ``max_requests`` inferences and ``time_budget_s`` seconds; a probe cut short
-returns the sizes it finished (the largest finished size bounds what the profile covers) and
-says so in the provenance. It leaves the model on its last probe config: the caller loads
-the next one.
+returns the batch sizes it finished at every size class (the largest finished size bounds what
+the profile covers) and says so in the provenance. It leaves the model on its last probe
+config: the caller loads the next one.
 
-Requests are plain HTTP/1.1 (``http.client``, the binary tensor extension, zero-filled
-inputs) from a thread pool, so nothing here needs gevent or tritonclient.
+Requests are plain HTTP/1.1 (``http.client``, the binary tensor extension: numeric tensors as
+their bytes, BYTES elements as a 4-byte little-endian length and their bytes) from a thread
+pool, so nothing here needs gevent or tritonclient's HTTP client.
 """
 
 from __future__ import annotations
 
 import http.client
-import json
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.errors import TargetError
+from analyzer.errors import InputError, TargetError
+from analyzer.load.inputs import (
+    InputOptions,
+    InputSet,
+    binary_request,
+    build_inputs,
+    request_sizes,
+)
 from analyzer.predict import ProfileError
-from analyzer.predict.profile import BatchTiming, Overlap, Profile, overlap_from_interference
+from analyzer.predict.profile import (
+    BatchTiming,
+    Overlap,
+    Profile,
+    RequestMix,
+    SizeClass,
+    overlap_from_interference,
+)
 from analyzer.server_stats import http_stats_source
 from analyzer.target import Target, untunable_reason
 
@@ -62,22 +91,8 @@ REFERENCE_BURSTS = 2
 #: How long the statistics may lag behind the answers of a burst before the probe reads on.
 STATS_SETTLE_S = 5.0
 
-#: Bytes per element of the tensor types a probe can fill with zeros.
-_ELEMENT_BYTES = {
-    "BOOL": 1,
-    "UINT8": 1,
-    "INT8": 1,
-    "UINT16": 2,
-    "INT16": 2,
-    "FP16": 2,
-    "BF16": 2,
-    "UINT32": 4,
-    "INT32": 4,
-    "FP32": 4,
-    "UINT64": 8,
-    "INT64": 8,
-    "FP64": 8,
-}
+#: Distinct payloads a size class's bursts cycle through (the first ones of that size).
+PAYLOADS_PER_CLASS = 64
 
 
 @dataclass(frozen=True)
@@ -97,6 +112,9 @@ class ProbePlan:
         max_requests: Most inferences the whole phase sends.
         time_budget_s: The phase stops starting bursts after this many seconds.
         request_timeout_s: One inference's timeout.
+        size_classes: Request sizes timed at each batch size where the data's requests
+            differ in size (at least 2: the smallest and the largest; the others at evenly
+            spaced quantiles of the data's sizes).
     """
 
     batch_sizes: tuple[int, ...] | None = None
@@ -107,16 +125,19 @@ class ProbePlan:
     max_requests: int = 2000
     time_budget_s: float = 60.0
     request_timeout_s: float = 30.0
+    size_classes: int = 4
 
 
-def geometric_sizes(max_batch_size: int) -> tuple[int, ...]:
-    """1, 2, 4, ... below ``max_batch_size``, and ``max_batch_size`` itself."""
-    sizes = {max(1, max_batch_size)}
+def geometric_sizes(max_batch_size: int, items: int = 1) -> tuple[int, ...]:
+    """1, 2, 4, ... below ``max_batch_size``, and ``max_batch_size`` itself; with requests of
+    ``items`` batch items, those multiples of ``items`` (up to the largest that fits)."""
+    requests = max(1, max_batch_size // max(1, items))
+    sizes = {requests}
     b = 1
-    while b < max_batch_size:
+    while b < requests:
         sizes.add(b)
         b *= 2
-    return tuple(sorted(sizes))
+    return tuple(sorted(s * max(1, items) for s in sizes))
 
 
 def probe_config(base: mc.ModelConfig, batch_size: int, instances: int) -> mc.ModelConfig:
@@ -136,58 +157,100 @@ def probe_config(base: mc.ModelConfig, batch_size: int, instances: int) -> mc.Mo
     return config
 
 
-def _request_body(config: mc.ModelConfig) -> tuple[bytes, int]:
-    """One batch-1 inference with zero-filled inputs (binary tensor extension)."""
-    inputs = []
-    blobs = []
-    for tensor in config.input:
-        datatype = mc.DataType.Name(tensor.data_type).removeprefix("TYPE_")
-        datatype = {"STRING": "BYTES"}.get(datatype, datatype)
-        if datatype not in _ELEMENT_BYTES:
-            raise ProfileError(
-                f"the probe cannot fill input {tensor.name!r} of type {datatype}: only numeric "
-                "and BOOL tensors; profile from a run directory instead"
+def model_metadata(config: mc.ModelConfig) -> dict[str, Any]:
+    """The model's metadata document (``GET /v2/models/<m>``) as its config implies it: what
+    :func:`~analyzer.load.inputs.build_inputs` reads (names, datatypes, shapes with the batch
+    dim as ``-1``)."""
+
+    def tensors(entries: Iterable[Any]) -> list[dict[str, Any]]:
+        out = []
+        for tensor in entries:
+            datatype = mc.DataType.Name(tensor.data_type).removeprefix("TYPE_")
+            dims = [int(d) for d in tensor.dims]
+            out.append(
+                {
+                    "name": tensor.name,
+                    "datatype": {"STRING": "BYTES"}.get(datatype, datatype),
+                    "shape": [-1, *dims] if config.max_batch_size > 0 else dims,
+                }
             )
-        dims = [d if d > 0 else 1 for d in tensor.dims]
-        shape = [1, *dims] if config.max_batch_size > 0 else dims
-        count = 1
-        for d in shape:
-            count *= d
-        size = count * _ELEMENT_BYTES[datatype]
-        inputs.append(
-            {
-                "name": tensor.name,
-                "shape": shape,
-                "datatype": datatype,
-                "parameters": {"binary_data_size": size},
-            }
-        )
-        blobs.append(bytes(size))
-    header = json.dumps(
-        {"inputs": inputs, "parameters": {"binary_data_output": True}}, separators=(",", ":")
-    ).encode()
-    return header + b"".join(blobs), len(header)
+        return out
+
+    return {"name": config.name, "inputs": tensors(config.input), "outputs": tensors(config.output)}
+
+
+@dataclass(frozen=True)
+class _Requests:
+    """What the probe sends: the load's payloads, their mix, and per size class the bodies of
+    requests of that size (one batching key)."""
+
+    inputs: InputSet
+    mix: RequestMix
+    #: Per size class (ascending): its size and the payload indices of its requests.
+    classes: tuple[tuple[int, tuple[int, ...]], ...]
+
+
+def _requests(config: mc.ModelConfig, options: InputOptions, plan: ProbePlan) -> _Requests:
+    """Build the load's request data for ``config`` and choose the size classes to time.
+
+    Raises:
+        ProfileError: The data cannot be built for this model, or its sizes cannot be told.
+    """
+    metadata = model_metadata(config)
+    document = json_format.MessageToDict(config, preserving_proto_field_name=True)
+    try:
+        inputs = build_inputs(metadata, document, options=options)
+        sizes = request_sizes(inputs, metadata, document)
+    except InputError as exc:
+        raise ProfileError(f"the probe cannot send the load's request data: {exc}") from exc
+    if not inputs.payloads:
+        raise ProfileError("the probe cannot send the load's request data: it has no requests")
+    mix = RequestMix.of(sizes.measure, sizes.sizes, sizes.keys, sizes.items)
+    distinct = mix.sizes
+    if len(distinct) <= 1:
+        points = list(distinct)
+    else:
+        count = max(2, plan.size_classes)
+        points = sorted({mix.quantile(i / (count - 1)) for i in range(count)})
+        points = sorted({distinct[0], distinct[-1], *points})
+    classes = []
+    for size in points:
+        members = [i for i, s in enumerate(sizes.sizes) if s == size]
+        # One batching key per class (its most common), so a burst forms one batch.
+        keys = [sizes.keys[i] for i in members]
+        common = max(set(keys), key=keys.count) if None not in keys else None
+        chosen = [i for i in members if sizes.keys[i] == common]
+        classes.append((size, tuple(chosen[:PAYLOADS_PER_CLASS])))
+    return _Requests(inputs, mix, tuple(classes))
 
 
 class _Sender:
-    """Batch-1 inferences over keep-alive connections, one per pool thread."""
+    """Inferences over keep-alive connections, one per pool thread; each sends one prepared
+    request body (the load's payloads)."""
 
-    def __init__(self, url: str, model: str, config: mc.ModelConfig, timeout_s: float) -> None:
+    def __init__(
+        self, url: str, model: str, bodies: Mapping[int, tuple[bytes, int]], timeout_s: float
+    ) -> None:
         parts = urlsplit(url)
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or 80
         self.path = f"/v2/models/{model}/infer"
-        self.body, header_length = _request_body(config)
-        self.headers = {
-            "Content-Type": "application/octet-stream",
-            "Inference-Header-Content-Length": str(header_length),
-        }
         self.timeout_s = timeout_s
+        self.bodies: dict[int, tuple[bytes, dict[str, str]]] = {}
+        for index, (body, header_length) in bodies.items():
+            self.bodies[index] = (
+                body,
+                {
+                    "Content-Type": "application/octet-stream",
+                    "Inference-Header-Content-Length": str(header_length),
+                },
+            )
         self._local = threading.local()
         self._connections: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
 
-    def infer(self) -> None:
+    def infer(self, index: int) -> None:
+        body, headers = self.bodies[index]
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
@@ -195,7 +258,7 @@ class _Sender:
             with self._lock:
                 self._connections.append(conn)
         try:
-            conn.request("POST", self.path, self.body, self.headers)
+            conn.request("POST", self.path, body, headers)
             reply = conn.getresponse()
             data = reply.read()
         except (OSError, http.client.HTTPException) as exc:
@@ -248,24 +311,29 @@ def probe(
     target: Target,
     plan: ProbePlan | None = None,
     *,
+    inputs: InputOptions | None = None,
     stats: Callable[[], Mapping[str, Any]] | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Profile:
-    """Measure execution time per batch size (and instance interference) on ``target``.
+    """Measure execution time per batch size (per request size of the load's data, and
+    instance interference) on ``target``.
 
     Args:
         target: A started target; its model's current config is the base of every probe
             config (inputs, backend, instance kind).
         plan: What to measure (default :class:`ProbePlan`).
+        inputs: The load's request data (a scenario's ``[input]``, as
+            :func:`analyzer.load.engine.input_options` makes it); None: seeded random data of
+            the model's own shapes, batch size 1.
         stats: Reads the statistics document (default: ``GET /v2/models/<m>/stats``).
         clock: Monotonic seconds (the time budget).
         sleep: Waits between statistics reads while they catch up with a burst.
 
     Raises:
         ProfileError: the model cannot be probed (no batching, an ensemble or sequence-batched
-            model, inputs the probe cannot fill) or not even batch size 1 could be measured in
-            the budget.
+            model), the load's request data cannot be sent or sized (it says why), or not even
+            the smallest batch could be measured in the budget.
         TargetError: the server failed a request or refused a probe config.
     """
     plan = plan or ProbePlan()
@@ -286,21 +354,35 @@ def probe(
             f"model {model!r} has max_batch_size 0 (no batching): there are no batch sizes to "
             "probe; a profile of batch 1 comes from any run's statistics"
         )
-    sizes = plan.batch_sizes or geometric_sizes(mbs)
+    data = _requests(base, inputs or InputOptions(), plan)
+    items = data.mix.items
+    sizes = plan.batch_sizes or geometric_sizes(mbs, items)
     if min(sizes) < 1 or max(sizes) > mbs:
         raise ProfileError(f"probe sizes must lie in 1..{mbs} (max_batch_size), got {sizes}")
+    if any(b % items for b in sizes):
+        raise ProfileError(
+            f"probe sizes must be multiples of the {items} items per request, got {sizes}"
+        )
     sizes = tuple(sorted(set(sizes)))
     read_stats = stats or http_stats_source(target.url, model)
     deadline = clock() + plan.time_budget_s
     sent = 0
     cut: list[str] = []
-    width = max(sizes) * max(1, plan.instances)
-    sender = _Sender(target.url, model, base, plan.request_timeout_s)
+    width = max(sizes) // items * max(1, plan.instances)
+    used = {i for _, members in data.classes for i in members}
+    sender = _Sender(
+        target.url,
+        model,
+        {i: binary_request(data.inputs, i) for i in sorted(used)},
+        plan.request_timeout_s,
+    )
     pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="probe")
+    multi = len(data.classes) > 1
 
-    def burst(n: int) -> None:
+    def burst(members: Sequence[int], n: int) -> None:
+        """``n`` concurrent requests, cycling through ``members``' payloads."""
         nonlocal sent
-        futures = [pool.submit(sender.infer) for _ in range(n)]
+        futures = [pool.submit(sender.infer, members[(sent + i) % len(members)]) for i in range(n)]
         sent += n
         for f in futures:
             f.result()
@@ -317,30 +399,44 @@ def probe(
                 return totals
             sleep(0.002)
 
-    def load(size: int, instances: int) -> int | None:
-        """Load the probe config and warm it up; the burst size, or None when out of budget."""
+    def affordable(per_burst: int, bursts_needed: int) -> bool:
+        return sent + per_burst * bursts_needed <= plan.max_requests and clock() <= deadline
+
+    def load(size: int, instances: int) -> bool:
+        """Load the probe config (False: out of budget for a warm-up and one burst of every
+        size class)."""
         nonlocal expected_items
-        per_burst = size * instances
-        if sent + per_burst * (plan.warmup_bursts + 1) > plan.max_requests or clock() > deadline:
+        per_burst = size // items * instances
+        if not affordable(per_burst, (plan.warmup_bursts + 1) * len(data.classes)):
             cut.append(f"batch {size} at {instances} instance(s)")
-            return None
+            return False
         target.load_config(probe_config(base, size, instances))
         expected_items = _items(_batch_totals(read_stats(), model))
-        for _ in range(plan.warmup_bursts):
-            burst(per_burst)
-            expected_items += per_burst
-        return per_burst
+        return True
 
-    def bursts(per_burst: int, count: int) -> Iterator[dict[int, tuple[int, int, int, int]]]:
+    def warm(members: Sequence[int], per_burst: int) -> bool:
+        """Warm-up bursts (first executions, and the first of each request size, are slow on
+        real backends); False when out of budget."""
+        nonlocal expected_items
+        if not affordable(per_burst, plan.warmup_bursts + 1):
+            return False
+        for _ in range(plan.warmup_bursts):
+            burst(members, per_burst)
+            expected_items += per_burst * items
+        return True
+
+    def bursts(
+        members: Sequence[int], per_burst: int, count: int
+    ) -> Iterator[dict[int, tuple[int, int, int, int]]]:
         """Send ``count`` measured bursts; yield each one's executions per batch size (stats
         deltas)."""
         nonlocal expected_items
         before = settled()
         for _ in range(count):
-            if sent + per_burst > plan.max_requests or clock() > deadline:
+            if not affordable(per_burst, 1):
                 return
-            burst(per_burst)
-            expected_items += per_burst
+            burst(members, per_burst)
+            expected_items += per_burst * items
             after = settled()
             yield {
                 b: delta
@@ -349,15 +445,15 @@ def probe(
             }
             before = after
 
-    def measure(size: int, count: int) -> _Phases | None:
-        """``count`` bursts of ``size`` at one instance: each one execution of exactly
-        ``size``."""
-        per_burst = load(size, 1)
-        if per_burst is None:
+    def measure(size: int, members: Sequence[int], count: int) -> _Phases | None:
+        """``count`` bursts of ``size`` items of one size class at one instance (the probe
+        config loaded): each one execution of exactly ``size``."""
+        per_burst = size // items
+        if not warm(members, per_burst):
             return None
         phases = _Phases()
         totals: list[float] = []
-        for delta in bursts(per_burst, count):
+        for delta in bursts(members, per_burst, count):
             if size not in delta:
                 continue  # the burst did not form a batch of this size (a straggler)
             n, i, f, o = delta[size]
@@ -369,15 +465,19 @@ def probe(
         phases.per_burst_ms = tuple(totals)
         return phases if phases.executions else None
 
-    def interfere(size: int, instances: int, alone: Profile) -> list[float] | None:
-        """Bursts of ``instances * size`` at ``instances`` instances: per burst, the observed
-        execution time over what the one-instance profile predicts for the same batches (each
-        batch size that formed is compared with its own one-instance time)."""
-        per_burst = load(size, instances)
-        if per_burst is None:
+    def interfere(
+        size: int, instances: int, members: Sequence[int], alone: Profile
+    ) -> list[float] | None:
+        """Bursts of ``instances * size`` items at ``instances`` instances: per burst, the
+        observed execution time over what the one-instance profile predicts for the same
+        batches (each batch size that formed is compared with its own one-instance time)."""
+        if not load(size, instances):
+            return None
+        per_burst = size // items * instances
+        if not warm(members, per_burst):
             return None
         ratios: list[float] = []
-        for delta in bursts(per_burst, INTERFERENCE_BURSTS * plan.bursts):
+        for delta in bursts(members, per_burst, INTERFERENCE_BURSTS * plan.bursts):
             observed = predicted = 0.0
             for b, (n, i, f, o) in delta.items():
                 if alone.min_batch_size <= b <= alone.max_batch_size:
@@ -387,39 +487,55 @@ def probe(
                 ratios.append(observed / predicted)
         return ratios or None
 
-    measured: dict[int, _Phases] = {}
+    # Per size class (the data's classes, ascending), per batch size: the measured phases.
+    measured: list[dict[int, _Phases]] = [{} for _ in data.classes]
     interference: dict[int, float] = {}
     overlap: Overlap | None = None
+    # The interference probe runs requests of the class nearest the data's median size.
+    median = data.mix.quantile(0.5)
+    typical = min(range(len(data.classes)), key=lambda c: abs(data.classes[c][0] - median))
     try:
         # The interference ratio divides by the one-instance time of its batch size: that size
         # gets more bursts, as the interference probe does (both means are of one execution
         # time, and a share of the difference is what the overlap rests on).
         planned_ref = _reference_size(plan, sizes)
         for size in sizes:
-            extra = plan.instances > 1 and size == planned_ref
-            phases = measure(size, REFERENCE_BURSTS * plan.bursts if extra else plan.bursts)
-            if phases is None:
+            if not load(size, 1):
                 break  # larger sizes would be cut too; the profile covers what it has
-            measured[size] = phases
+            extra = plan.instances > 1 and size == planned_ref
+            row: list[_Phases] = []
+            for c, (_, members) in enumerate(data.classes):
+                count = REFERENCE_BURSTS * plan.bursts if extra and c == typical else plan.bursts
+                phases = measure(size, members, count)
+                if phases is None:
+                    break
+                row.append(phases)
+            if len(row) < len(data.classes):
+                cut.append(f"batch {size} at every request size")
+                break  # a batch size is covered at every size class or not at all
+            for c, phases in enumerate(row):
+                measured[c][size] = phases
         n = plan.instances
-        if n > 1 and 1 in measured:
-            alone = _profile(model, "", measured, 0.0, {})
-            ref = _reference_size(plan, sorted(measured))
-            ratios = interfere(ref, n, alone)
+        if n > 1 and min(sizes) in measured[typical]:
+            alone = _profile(model, "", measured[typical], 0.0, {})
+            ref = _reference_size(plan, sorted(measured[typical]))
+            ratios = interfere(ref, n, data.classes[typical][1], alone)
             if ratios is not None:
                 overlap = overlap_from_interference(alone.timing(ref), n, ratios)
                 interference[n] = overlap.ratio
     finally:
         pool.shutdown(wait=True)
         sender.close()
-    if 1 not in measured:
+    smallest = min(sizes)
+    if smallest not in measured[0]:
         raise ProfileError(
-            f"the probe of {model!r} measured no execution of batch size 1 within "
+            f"the probe of {model!r} measured no execution of batch size {smallest} within "
             f"{plan.max_requests} requests and {plan.time_budget_s:g} s; raise the budget"
         )
     spreads = [
         statistics.stdev(p.per_burst_ms) / statistics.fmean(p.per_burst_ms)
-        for p in measured.values()
+        for per_size in measured
+        for p in per_size.values()
         if len(p.per_burst_ms) >= 3 and statistics.fmean(p.per_burst_ms) > 0
     ]
     jitter = statistics.fmean(spreads) if spreads else 0.0
@@ -427,20 +543,38 @@ def probe(
     name = " ".join(str(facts[k]) for k in ("server", "server_version") if facts.get(k))
     where = f"{name or facts.get('kind', 'server')} at {target.url}"
     note = f"; cut short by the budget before {', '.join(cut)}" if cut else ""
-    return _profile(
+    executions = sum(p.executions for per_size in measured for p in per_size.values())
+    timed = (
+        f" at request sizes {', '.join(str(s) for s, _ in data.classes)} (every request of a "
+        "burst of one size)"
+        if multi
+        else ""
+    )
+    profile = _profile(
         model,
         (
-            f"probed: {where}, batch sizes {', '.join(map(str, sorted(measured)))} forced with "
-            f"max_batch_size = preferred_batch_size = b, max_queue_delay {PROBE_DELAY_US} us, "
-            f"{sum(p.executions for p in measured.values())} executions at 1 instance from "
-            f"batch_stats deltas ({sent} requests); jitter = spread of single executions"
+            f"probed: {where}, batch sizes {', '.join(map(str, sorted(measured[0])))} forced "
+            f"with max_batch_size = preferred_batch_size = b, max_queue_delay {PROBE_DELAY_US} "
+            f"us{timed}, {executions} executions at 1 instance from batch_stats deltas ({sent} "
+            f"requests of the load's data: {data.inputs.source}; {data.mix.describe()}); "
+            "jitter = spread of single executions"
             + (f"; interference: {overlap.describe()}" if overlap is not None else "")
             + note
         ),
-        measured,
+        measured[0],
         jitter,
         interference,
         overlap.ms if overlap is not None else 0.0,
+    )
+    classes = tuple(
+        SizeClass(size, _profile(model, "", per_size, 0.0, {}).timings)
+        for (size, _), per_size in zip(data.classes, measured, strict=True)
+    )
+    return replace(
+        profile,
+        mix=data.mix,
+        classes=classes if multi else (),
+        timings=classes[0].timings,
     )
 
 
@@ -489,4 +623,11 @@ def _profile(
     )
 
 
-__all__ = ["PROBE_DELAY_US", "ProbePlan", "geometric_sizes", "probe", "probe_config"]
+__all__ = [
+    "PROBE_DELAY_US",
+    "ProbePlan",
+    "geometric_sizes",
+    "model_metadata",
+    "probe",
+    "probe_config",
+]

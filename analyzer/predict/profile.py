@@ -1,10 +1,22 @@
-"""Execution time per batch size: the input of the simulator, and where its numbers come from.
+"""Execution time per batch size (and request size): the input of the simulator, and where its
+numbers come from.
 
 A :class:`Profile` holds, for each profiled batch size, the mean time of one execution split as
 Triton's statistics split it: ``compute_input`` (host work before the device part),
 ``compute_infer`` (the device part, which instances on one device serialise) and
 ``compute_output`` (host work after it). Between profiled sizes it interpolates linearly; outside
 them it refuses (:class:`~analyzer.predict.ExtrapolationError`).
+
+Requests of several sizes (a variable sequence length, strings of several lengths) run in
+batches padded to their longest member. A probed profile then carries the load's
+:class:`RequestMix` (each kind of request: its size, its share of the requests, which others it
+may share a batch with, and the batch items per request) and one :class:`SizeClass` per request
+size it timed (the same batch sizes in each). A batch is timed at the size of its largest
+member, interpolated linearly between timed sizes and between batch sizes, never beyond either;
+``timings`` is then the mix's expected time per batch size (a batch of ``b`` items drawn from
+the mix, timed at its largest member), the one-table view that rescaling, peak throughput and
+older readers use. A profile without size classes is a one-class profile, as every profile
+was before (files without ``size_classes``/``mix`` load as one).
 
 Three builders here, all pure except for reading the file they are given (a fourth,
 :func:`analyzer.predict.probe.probe`, measures a live server):
@@ -28,9 +40,12 @@ Three builders here, all pure except for reading the file they are given (a four
 
 from __future__ import annotations
 
+import bisect
+import functools
 import json
+import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,6 +86,180 @@ class BatchTiming:
         """The whole execution."""
         return self.input_ms + self.infer_ms + self.output_ms
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "batch_size": self.batch_size,
+            "input_ms": self.input_ms,
+            "infer_ms": self.infer_ms,
+            "output_ms": self.output_ms,
+            "executions": self.executions,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BatchTiming:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            int(data["batch_size"]),
+            float(data["input_ms"]),
+            float(data["infer_ms"]),
+            float(data["output_ms"]),
+            int(data.get("executions", 0)),
+        )
+
+
+def _interpolated(timings: Sequence[BatchTiming], batch_size: int) -> BatchTiming:
+    """The phases at ``batch_size``, linear between the (sorted) ``timings``; the caller has
+    checked that it lies within them."""
+    sizes = [t.batch_size for t in timings]
+    i = bisect.bisect_left(sizes, batch_size)
+    if sizes[i] == batch_size:
+        return timings[i]
+    lo, hi = timings[i - 1], timings[i]
+    w = (batch_size - lo.batch_size) / (hi.batch_size - lo.batch_size)
+    return _mixed(batch_size, ((1.0 - w, lo), (w, hi)))
+
+
+def _mixed(batch_size: int, parts: Iterable[tuple[float, BatchTiming]]) -> BatchTiming:
+    """The weighted sum of ``parts``' phases, as a timing of ``batch_size``."""
+    i = f = o = 0.0
+    for w, t in parts:
+        i += w * t.input_ms
+        f += w * t.infer_ms
+        o += w * t.output_ms
+    return BatchTiming(batch_size, i, f, o)
+
+
+@dataclass(frozen=True)
+class RequestKind:
+    """One kind of request the load sends.
+
+    Attributes:
+        size: What the mix's measure counts for it (e.g. its sequence length).
+        share: Its share of the requests (the kinds' shares sum to 1).
+        key: Requests whose keys differ never share a batch (Triton batches inputs with a
+            variable dim and no ``allow_ragged_batch`` only at equal shapes); None: it may
+            join any batch.
+    """
+
+    size: int
+    share: float
+    key: int | None = None
+
+
+@dataclass(frozen=True)
+class RequestMix:
+    """The requests of the load as the simulator draws them: each arrival's kind is drawn by
+    share (the data's empirical mix).
+
+    Attributes:
+        measure: What a size counts, in words.
+        kinds: The distinct (size, key) kinds, by size.
+        items: Batch items per request (the load's batch size).
+    """
+
+    measure: str
+    kinds: tuple[RequestKind, ...]
+    items: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.kinds or any(k.share <= 0 for k in self.kinds) or self.items < 1:
+            raise ProfileError("a request mix needs kinds with positive shares and items >= 1")
+
+    @classmethod
+    def of(
+        cls, measure: str, sizes: Sequence[int], keys: Sequence[Hashable], items: int = 1
+    ) -> RequestMix:
+        """The mix of a rotation: one entry per request (``sizes``, ``keys`` aligned)."""
+        if not sizes:
+            raise ProfileError("a request mix needs at least one request")
+        ids: dict[Hashable, int] = {}
+        counts: dict[tuple[int, int | None], int] = {}
+        for size, key in zip(sizes, keys, strict=True):
+            kid = None if key is None else ids.setdefault(key, len(ids))
+            counts[(int(size), kid)] = counts.get((int(size), kid), 0) + 1
+        total = len(sizes)
+        kinds = tuple(
+            RequestKind(size, n / total, kid)
+            for (size, kid), n in sorted(counts.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0))
+        )
+        return cls(measure, kinds, items)
+
+    @property
+    def keyed(self) -> bool:
+        """Some requests may not share a batch (their kinds carry keys)."""
+        return any(k.key is not None for k in self.kinds)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """The distinct sizes, ascending."""
+        return tuple(sorted({k.size for k in self.kinds}))
+
+    def size_shares(self) -> list[tuple[int, float]]:
+        """(size, share of the requests) per distinct size, ascending."""
+        shares: dict[int, float] = {}
+        for k in self.kinds:
+            shares[k.size] = shares.get(k.size, 0.0) + k.share
+        return sorted(shares.items())
+
+    def quantile(self, q: float) -> int:
+        """The smallest size at or above a share ``q`` of the requests."""
+        acc = 0.0
+        pairs = self.size_shares()
+        for size, share in pairs:
+            acc += share
+            if acc >= q - 1e-12:
+                return size
+        return pairs[-1][0]
+
+    def describe(self) -> str:
+        """One clause for provenance and the console."""
+        sizes = self.sizes
+        spread = (
+            f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]} ({len(sizes)} sizes)"
+        )
+        return (
+            f"request sizes {spread}, size = {self.measure}; {self.items} item(s) per request"
+            + ("; requests of different shapes never share a batch" if self.keyed else "")
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "measure": self.measure,
+            "items": self.items,
+            "kinds": [{"size": k.size, "share": k.share, "key": k.key} for k in self.kinds],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RequestMix:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            measure=str(data.get("measure", "")),
+            items=int(data.get("items", 1)),
+            kinds=tuple(
+                RequestKind(
+                    int(k["size"]),
+                    float(k["share"]),
+                    None if k.get("key") is None else int(k["key"]),
+                )
+                for k in data["kinds"]
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class SizeClass:
+    """Execution times of batches whose requests all have one size.
+
+    Attributes:
+        size: The request size (the mix's measure) every request of the timed batches had.
+        timings: One entry per profiled batch size, sorted by size.
+    """
+
+    size: int
+    timings: tuple[BatchTiming, ...]
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -92,6 +281,11 @@ class Profile:
             backend does); measured by the interference probe
             (:func:`overlap_from_interference`). :meth:`table` moves it from the device phase
             to the input phase, so the simulator serialises only the rest.
+        classes: Timings per request size (several sizes: the probe of a mixed load; empty:
+            a one-class profile). With classes, ``timings`` is computed: the mix's expected
+            time per batch size (whatever was passed is replaced).
+        mix: The requests the load sends (sizes, shares, batching keys, items per request);
+            None: alike requests of one item.
     """
 
     model: str
@@ -103,13 +297,91 @@ class Profile:
     interference: Mapping[int, float] = field(default_factory=dict)
     latency_offset_ms: float = 0.0
     overlap_ms: float = 0.0
+    classes: tuple[SizeClass, ...] = ()
+    mix: RequestMix | None = None
 
     def __post_init__(self) -> None:
+        if self.classes:
+            self._check_classes()
+            object.__setattr__(self, "timings", self._expected_timings())
         if not self.timings:
             raise ProfileError(f"profile of {self.model!r} has no batch sizes")
         sizes = [t.batch_size for t in self.timings]
         if sizes != sorted(set(sizes)) or sizes[0] < 1:
             raise ProfileError(f"profile of {self.model!r}: batch sizes must be distinct, >= 1")
+        # The simulator's tables per largest batch (not a field: equality ignores it).
+        object.__setattr__(self, "_tables", {})
+
+    def _check_classes(self) -> None:
+        sizes = [c.size for c in self.classes]
+        if sizes != sorted(set(sizes)):
+            raise ProfileError(f"profile of {self.model!r}: size classes must be distinct")
+        batches = [t.batch_size for t in self.classes[0].timings]
+        if not batches or any([t.batch_size for t in c.timings] != batches for c in self.classes):
+            raise ProfileError(
+                f"profile of {self.model!r}: every size class must time the same batch sizes"
+            )
+        if self.mix is None:
+            raise ProfileError(f"profile of {self.model!r}: size classes need the request mix")
+        outside = [s for s in self.mix.sizes if not sizes[0] <= s <= sizes[-1]]
+        if outside:
+            raise ProfileError(
+                f"profile of {self.model!r} timed request sizes {sizes[0]}-{sizes[-1]}, but the "
+                f"load sends sizes {outside[0]}..: predictions do not extrapolate"
+            )
+
+    @property
+    def items(self) -> int:
+        """Batch items per request of the load (the mix's; 1 without one)."""
+        return self.mix.items if self.mix is not None else 1
+
+    def _class_timing(self, batch_size: int, size: int) -> BatchTiming:
+        """The phases at ``batch_size`` for batches padded to ``size`` (linear in both)."""
+        if not self.classes:
+            return self.timing(batch_size)
+        sizes = [c.size for c in self.classes]
+        if size < sizes[0] or size > sizes[-1]:
+            raise ExtrapolationError(
+                f"request size {size} is outside the profiled {sizes[0]}-{sizes[-1]}"
+            )
+        i = bisect.bisect_left(sizes, size)
+        if sizes[i] == size:
+            return _interpolated(self.classes[i].timings, batch_size)
+        lo, hi = self.classes[i - 1], self.classes[i]
+        w = (size - lo.size) / (hi.size - lo.size)
+        return _mixed(
+            batch_size,
+            (
+                (1.0 - w, _interpolated(lo.timings, batch_size)),
+                (w, _interpolated(hi.timings, batch_size)),
+            ),
+        )
+
+    def _largest_shares(self, batch_size: int) -> list[tuple[int, float]]:
+        """(size, probability that it is the largest member) of a batch of ``batch_size``
+        items drawn from the mix (keyed: a batch holds one kind, so the draw of its first)."""
+        assert self.mix is not None
+        pairs = self.mix.size_shares()
+        if self.mix.keyed:
+            return pairs
+        n = max(1, math.ceil(batch_size / self.mix.items))
+        out, below = [], 0.0
+        for size, share in pairs:
+            upto = min(1.0, below + share)
+            out.append((size, upto**n - below**n))
+            below = upto
+        return out
+
+    def _expected_timings(self) -> tuple[BatchTiming, ...]:
+        """Per profiled batch size: the mix's expected phases, each batch timed at its largest
+        member (the one-table view of a profile with size classes)."""
+        out = []
+        for at, row in enumerate(self.classes[0].timings):
+            b = row.batch_size
+            mixed = _mixed(b, ((w, self._class_timing(b, s)) for s, w in self._largest_shares(b)))
+            executions = sum(c.timings[at].executions for c in self.classes)
+            out.append(replace(mixed, executions=executions))
+        return tuple(out)
 
     @property
     def min_batch_size(self) -> int:
@@ -122,40 +394,49 @@ class Profile:
         return self.timings[-1].batch_size
 
     def check_covers(self, largest: int) -> None:
-        """Raise :class:`ExtrapolationError` unless every size in ``1..largest`` is covered."""
-        if self.min_batch_size > 1 or largest > self.max_batch_size:
+        """Raise :class:`ExtrapolationError` unless every batch a config with batches of up to
+        ``largest`` items can execute is covered (multiples of :attr:`items` up to it)."""
+        items = self.items
+        top = largest // items * items
+        if top < items:
+            raise ExtrapolationError(
+                f"a batch of at most {largest} item(s) cannot hold one request of the load "
+                f"({items} items): the server refuses such requests"
+            )
+        if self.min_batch_size > items or top > self.max_batch_size:
             raise ExtrapolationError(
                 f"the profile of {self.model!r} covers batch sizes {self.min_batch_size}-"
-                f"{self.max_batch_size}, but this config can execute batches of 1-{largest}; "
+                f"{self.max_batch_size}, but this config can execute batches of {items}-{top}; "
                 "predictions do not extrapolate: choose max_batch_size <= "
                 f"{self.max_batch_size} or profile larger batches (a run that reaches them)"
             )
 
-    def timing(self, batch_size: int) -> BatchTiming:
-        """The phases at ``batch_size``, interpolated linearly between profiled sizes."""
+    def covers(self, largest: int) -> bool:
+        """Whether :meth:`check_covers` passes."""
+        try:
+            self.check_covers(largest)
+        except ExtrapolationError:
+            return False
+        return True
+
+    def timing(self, batch_size: int, size: int | None = None) -> BatchTiming:
+        """The phases at ``batch_size``, interpolated linearly between profiled sizes: of
+        batches padded to request size ``size`` (a profile with size classes), else the
+        profile's one table (with size classes: the mix's expected time)."""
         sizes = [t.batch_size for t in self.timings]
         if batch_size < sizes[0] or batch_size > sizes[-1]:
             raise ExtrapolationError(
                 f"batch size {batch_size} is outside the profiled {sizes[0]}-{sizes[-1]}"
             )
-        for lo, hi in zip(self.timings, self.timings[1:], strict=False):
-            if lo.batch_size <= batch_size <= hi.batch_size:
-                if batch_size == lo.batch_size:
-                    return lo
-                w = (batch_size - lo.batch_size) / (hi.batch_size - lo.batch_size)
-                return BatchTiming(
-                    batch_size,
-                    lo.input_ms + w * (hi.input_ms - lo.input_ms),
-                    lo.infer_ms + w * (hi.infer_ms - lo.infer_ms),
-                    lo.output_ms + w * (hi.output_ms - lo.output_ms),
-                )
-        return self.timings[-1]
+        if size is not None and self.classes:
+            return self._class_timing(batch_size, size)
+        return _interpolated(self.timings, batch_size)
 
-    def table(self, largest: int) -> list[BatchTiming]:
-        """Timings for sizes ``0..largest`` as the simulator runs them (index = size; entry 0
-        is unused): :attr:`overlap_ms` moved from the device phase to the input phase."""
-        self.check_covers(largest)
-        rows = [self.timings[0], *(self.timing(b) for b in range(1, largest + 1))]
+    def _rows(self, largest: int, at: Callable[[int], BatchTiming]) -> list[BatchTiming]:
+        """``at(b)`` for b in ``0..largest`` (index = size; sizes no batch can have, below
+        one request or above the largest multiple of it, hold a neighbour), overlap moved."""
+        lo, hi = self.min_batch_size, self.max_batch_size
+        rows = [at(lo), *(at(min(max(b, lo), hi)) for b in range(1, largest + 1))]
         if self.overlap_ms <= 0:
             return rows
         return [
@@ -166,6 +447,31 @@ class Profile:
             )
             for t in rows
         ]
+
+    def table(self, largest: int) -> list[BatchTiming]:
+        """Timings for sizes ``0..largest`` as the simulator runs them (index = size; entry 0
+        is unused): :attr:`overlap_ms` moved from the device phase to the input phase."""
+        self.check_covers(largest)
+        return self._rows(largest, self.timing)
+
+    def size_tables(self, largest: int) -> tuple[list[list[BatchTiming]], tuple[int, ...]]:
+        """The simulator's tables: one :meth:`table` per distinct request size of the mix
+        (ascending, so a larger row index is a larger size), and each mix kind's row (a
+        one-class profile: one table, every kind on row 0). Computed once per ``largest``."""
+        memo: dict[int, tuple[list[list[BatchTiming]], tuple[int, ...]]] = self.__dict__["_tables"]
+        if largest not in memo:
+            self.check_covers(largest)
+            kinds = self.mix.kinds if self.mix is not None else ()
+            if not self.classes:
+                memo[largest] = ([self._rows(largest, self.timing)], tuple(0 for _ in kinds))
+            else:
+                sizes = sorted({k.size for k in kinds})
+                tables = [
+                    self._rows(largest, functools.partial(self._class_timing, size=s))
+                    for s in sizes
+                ]
+                memo[largest] = (tables, tuple(sizes.index(k.size) for k in kinds))
+        return memo[largest]
 
     def peak_rps(self, largest: int, instances: int = 1) -> float:
         """Noise-free upper bound on throughput with batches up to ``largest`` (device-bound
@@ -190,16 +496,18 @@ class Profile:
             "interference": {str(k): v for k, v in sorted(self.interference.items())},
             "latency_offset_ms": self.latency_offset_ms,
             "overlap_ms": self.overlap_ms,
-            "timings": [
+            "timings": [t.to_dict() for t in self.timings],
+            **({"mix": self.mix.to_dict()} if self.mix is not None else {}),
+            **(
                 {
-                    "batch_size": t.batch_size,
-                    "input_ms": t.input_ms,
-                    "infer_ms": t.infer_ms,
-                    "output_ms": t.output_ms,
-                    "executions": t.executions,
+                    "size_classes": [
+                        {"size": c.size, "timings": [t.to_dict() for t in c.timings]}
+                        for c in self.classes
+                    ]
                 }
-                for t in self.timings
-            ],
+                if self.classes
+                else {}
+            ),
         }
 
     @classmethod
@@ -216,21 +524,18 @@ class Profile:
                 model=str(data["model"]),
                 provenance=str(data["provenance"]),
                 source=str(data["source"]),
-                timings=tuple(
-                    BatchTiming(
-                        int(t["batch_size"]),
-                        float(t["input_ms"]),
-                        float(t["infer_ms"]),
-                        float(t["output_ms"]),
-                        int(t.get("executions", 0)),
-                    )
-                    for t in data["timings"]
-                ),
+                timings=tuple(BatchTiming.from_dict(t) for t in data["timings"]),
                 jitter=float(data.get("jitter", 0.0)),
                 instances_profiled=int(data.get("instances_profiled", 1)),
                 interference={int(k): float(v) for k, v in data.get("interference", {}).items()},
                 latency_offset_ms=float(data.get("latency_offset_ms", 0.0)),
                 overlap_ms=float(data.get("overlap_ms", 0.0)),
+                # Both absent in a profile written before size classes: one class.
+                classes=tuple(
+                    SizeClass(int(c["size"]), tuple(BatchTiming.from_dict(t) for t in c["timings"]))
+                    for c in data.get("size_classes", ())
+                ),
+                mix=RequestMix.from_dict(data["mix"]) if data.get("mix") else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ProfileError(f"malformed profile document: {exc!r}") from exc
@@ -551,15 +856,18 @@ def rescaled(profile: Profile, samples: Iterable[WindowSample], where: str) -> P
                 n * b * getattr(profile.timing(b), f"{phase}_ms") for b, n in s.batch_sizes.items()
             )
         scales[phase] = observed / predicted if predicted > 0 else 1.0
-    timings = tuple(
-        replace(
-            t,
-            input_ms=t.input_ms * scales["input"],
-            infer_ms=t.infer_ms * scales["infer"],
-            output_ms=t.output_ms * scales["output"],
+
+    def scale(timings: Iterable[BatchTiming]) -> tuple[BatchTiming, ...]:
+        return tuple(
+            replace(
+                t,
+                input_ms=t.input_ms * scales["input"],
+                infer_ms=t.infer_ms * scales["infer"],
+                output_ms=t.output_ms * scales["output"],
+            )
+            for t in timings
         )
-        for t in profile.timings
-    )
+
     factors = ", ".join(f"{k} x{v:.3f}" for k, v in scales.items())
     return replace(
         profile,
@@ -567,7 +875,10 @@ def rescaled(profile: Profile, samples: Iterable[WindowSample], where: str) -> P
             f"{profile.provenance}; rescaled ({factors}) to {where}: {len(base)} windows with "
             f"{fewest} instance(s), per-request means over their batch mixes"
         ),
-        timings=timings,
+        # With size classes the expected table follows from the scaled classes (the
+        # windows' batches were of the same mix the expectation is taken over).
+        timings=scale(profile.timings),
+        classes=tuple(replace(c, timings=scale(c.timings)) for c in profile.classes),
     )
 
 

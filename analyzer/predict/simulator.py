@@ -18,6 +18,15 @@ Executions follow the simulated backend: the input phase (host) overlaps across 
 device phase is serialised per device in the order instances reach it, the output phase
 overlaps. With ``jitter`` each phase is scaled by ``max(0, 1 + jitter * N(0, 1))``.
 
+Requests of several sizes (the profile's :class:`~analyzer.predict.profile.RequestMix`): each
+arrival's kind is drawn by its share of the load's data (seeded, the same draws at every rate
+and config), a request carries the mix's items per request, and a batch is timed at the size
+of its largest member (``Profile.size_tables``: linear between the sizes and batch sizes the
+profile timed), as a batch padded to its longest member runs. Kinds with different batching
+keys never share a batch (``Candidate.shape_key``, as the reference server and Triton keep
+inputs of unequal shapes apart unless ``allow_ragged_batch``; an arrival then always wakes the
+batcher, as ``Scheduler.arrival_wakes`` says). A one-class profile runs exactly as before.
+
 Speed (``benchmarks/simulator_speed.py``): one event loop with no per-event calls besides
 ``decide()`` and the heap; the batcher's queue is a run of consecutive arrivals (two indices),
 and the unit exponential gaps and the jitter's normal draws are drawn once per seed and
@@ -25,9 +34,10 @@ reused by every rate and config. :func:`capacities` visits a space's configs nei
 neighbour and starts each capacity search at the previous answer.
 
 Assumptions (:data:`ASSUMPTIONS`, printed by ``perfsweep predict``): Poisson arrivals of
-batch-1 requests; network, protocol and thread hand-overs are one constant offset (latency =
-queue + execution + ``Profile.latency_offset_ms``, calibrated by :func:`latency_offset`);
-one device shared by all instances; all requests shape-compatible.
+requests of the profile's mix (batch-1 requests of one size without one), independent of each
+other; network, protocol and thread hand-overs are one constant offset (latency = queue +
+execution + ``Profile.latency_offset_ms``, calibrated by :func:`latency_offset`); one device
+shared by all instances.
 
 Not modelled: priority levels and queue policies (timeouts, REJECT/DELAY, queue bounds). The
 batcher here is one FIFO without timeouts, so a config that sets them (``SimConfig.queue_policy``)
@@ -66,7 +76,9 @@ if TYPE_CHECKING:
     from analyzer.trial import Knobs
 
 ASSUMPTIONS = (
-    "arrivals: Poisson (seeded), one item per request",
+    "arrivals: Poisson (seeded); each request's size drawn from the load's data (the profile's "
+    "request mix; one size and one item per request without one), a batch timed at its "
+    "largest member",
     "latency = queue + execution on the server + one constant offset for what the server does "
     "not see (network, protocol, the load generator), calibrated on measured operating points "
     "(0 until a run has measured one)",
@@ -102,8 +114,13 @@ class SimConfig:
 
     @property
     def largest_batch(self) -> int:
-        """The largest execution this config can produce."""
+        """The largest execution this config can produce (of one-item requests)."""
         return max(1, self.max_batch_size) if self.dynamic_batching else 1
+
+    def largest_items(self, items: int = 1) -> int:
+        """The largest execution with requests of ``items`` batch items each: without dynamic
+        batching, one request."""
+        return max(1, self.max_batch_size) if self.dynamic_batching else max(1, items)
 
     def params(self) -> BatchingParams:
         """The batcher's parameters after Triton's normalisation."""
@@ -245,7 +262,17 @@ def _json_float(x: float) -> float | None:
 
 
 class _Batch:
-    __slots__ = ("arrivals", "oldest", "queued", "sealed", "size", "started")
+    __slots__ = (
+        "arrivals",
+        "blocked",
+        "key",
+        "oldest",
+        "queued",
+        "sealed",
+        "size",
+        "started",
+        "top",
+    )
 
     def __init__(self) -> None:
         self.arrivals: list[int] = []
@@ -254,6 +281,12 @@ class _Batch:
         self.sealed = False
         self.started = False
         self.queued = False
+        #: The row (request size) of its largest member, which the batch is timed at.
+        self.top = 0
+        #: Its template's batching key, and whether a decision cut it at another key (such a
+        #: batch takes no instance-side merge, as the scheduler's ``merge_blocked``).
+        self.key: Any = None
+        self.blocked = False
 
 
 @functools.lru_cache(maxsize=16)
@@ -261,6 +294,19 @@ def _unit_gaps(seed: int, n: int) -> tuple[float, ...]:
     """The seed's first ``n`` unit-mean exponential gaps (common to every rate and config)."""
     expo = random.Random(seed).expovariate
     return tuple(expo(1.0) for _ in range(n))
+
+
+@functools.lru_cache(maxsize=16)
+def _kinds(seed: int, n: int, shares: tuple[float, ...]) -> tuple[int, ...]:
+    """The seed's first ``n`` request kinds drawn by ``shares`` (common to every rate and
+    config; one kind: all 0)."""
+    if len(shares) == 1:
+        return (0,) * n
+    cumulative = list(accumulate(shares))
+    total = cumulative[-1]
+    uniform = random.Random(seed).random
+    last = len(shares) - 1
+    return tuple(min(bisect.bisect_right(cumulative, uniform() * total), last) for _ in range(n))
 
 
 @functools.lru_cache(maxsize=16)
@@ -283,7 +329,8 @@ def simulate(
     """Simulate ``requests`` Poisson arrivals at ``rate_rps`` through ``config``.
 
     Args:
-        profile: Execution times; must cover batch sizes ``1..config.largest_batch``.
+        profile: Execution times (and the requests' mix); must cover every batch ``config``
+            can execute.
         config: The config.
         rate_rps: Offered rate.
         requests: Arrivals simulated (warm-up included).
@@ -301,10 +348,21 @@ def simulate(
     if config.instance_count < 1:
         raise ValueError("instance_count must be >= 1")
     check_modelled(config)
-    table = profile.table(config.largest_batch)
-    ins = [round(t.input_ms * 1e6) for t in table]
-    dev = [round(t.infer_ms * 1e6) for t in table]
-    outs = [round(t.output_ms * 1e6) for t in table]
+    items = profile.items
+    tables, kind_rows = profile.size_tables(config.largest_items(items))
+    # Per row (request size, ascending) and batch size: ns of each phase.
+    ins = [[round(t.input_ms * 1e6) for t in table] for table in tables]
+    dev = [[round(t.infer_ms * 1e6) for t in table] for table in tables]
+    outs = [[round(t.output_ms * 1e6) for t in table] for table in tables]
+    mix = profile.mix
+    keyed = mix is not None and mix.keyed
+    if mix is not None and len(mix.kinds) > 1:
+        drawn = _kinds(seed + 2, requests, tuple(k.share for k in mix.kinds))
+        rows = [kind_rows[k] for k in drawn]
+        keys = [mix.kinds[k].key for k in drawn] if keyed else None
+    else:
+        rows = [0] * requests
+        keys = None
     jitter = profile.jitter
     warm = requests // 10 if warmup is None else warmup
     if warm >= requests:
@@ -326,6 +384,7 @@ def simulate(
     scan_limit = mbs + 1
     slots = 2 * config.instance_count
     open_views = [OpenBatch(s, None) for s in range(mbs + 1)]
+    largest = max(mbs, items)
 
     # The batcher's queue is always a run of consecutive arrivals: cands[q_head:next_arrival]
     # (without dynamic batching requests go straight to the instance queue: it stays empty).
@@ -340,7 +399,7 @@ def simulate(
     push, pop = heapq.heappush, heapq.heappop
     seq = 0
     timer: int | None = None
-    histogram = [0] * (mbs + 1 if dynamic else 2)
+    histogram = [0] * (largest + 1)
     latencies: list[int] = []
     measured_needed = requests - warm
     offset_ms = profile.latency_offset_ms
@@ -375,7 +434,7 @@ def simulate(
                     device_wait.append(batch)
                 else:
                     device_busy = True
-                    ns = dev[batch.size]
+                    ns = dev[batch.top][batch.size]
                     if jitter > 0:
                         ns = round(ns * (1.0 + jitter * normals[draw]))
                         ns = ns if ns > 0 else 0
@@ -384,7 +443,7 @@ def simulate(
                     push(events, (now + ns, seq, KIND_DEVICE_DONE, batch))
                 continue
             if kind == KIND_DEVICE_DONE:
-                ns = outs[batch.size]
+                ns = outs[batch.top][batch.size]
                 if jitter > 0:
                     ns = round(ns * (1.0 + jitter * normals[draw]))
                     ns = ns if ns > 0 else 0
@@ -393,7 +452,7 @@ def simulate(
                 push(events, (now + ns, seq, KIND_DONE, batch))
                 if device_wait:
                     waiting = device_wait.popleft()
-                    ns = dev[waiting.size]
+                    ns = dev[waiting.top][waiting.size]
                     if jitter > 0:
                         ns = round(ns * (1.0 + jitter * normals[draw]))
                         ns = ns if ns > 0 else 0
@@ -430,17 +489,27 @@ def simulate(
                     if late + too_slow > too_slow_limit:
                         stopped = True
                         break
-            next_arrival += 1
-            t_arrival = arrivals[next_arrival] if next_arrival < requests else NEVER
             if dynamic:
-                cands.append(Candidate(1, now))
-                woken = open_b.sealed or open_b.started or next_arrival - q_head >= next_preferred
+                if keys is None:
+                    cands.append(Candidate(items, now))
+                else:
+                    cands.append(Candidate(items, now, None, keys[next_arrival]))
             else:
                 single = _Batch()
                 single.arrivals.append(now)
-                single.size = 1
+                single.size = items
                 single.oldest = now
+                single.top = rows[next_arrival]
                 iq.append(single)
+            next_arrival += 1
+            t_arrival = arrivals[next_arrival] if next_arrival < requests else NEVER
+            if dynamic:
+                woken = (
+                    keyed
+                    or open_b.sealed
+                    or open_b.started
+                    or (next_arrival - q_head) * items >= next_preferred
+                )
         else:
             # The batcher's timer.
             timer = None
@@ -453,19 +522,26 @@ def simulate(
                 woken = True
                 batch = iq.popleft()
                 batch.started = True
-                if merge:
+                if merge and not batch.blocked:
                     while iq:
                         nxt = iq[0]
-                        if now - nxt.oldest <= delay_ns or batch.size + nxt.size > mbs:
+                        if (
+                            nxt.blocked
+                            or now - nxt.oldest <= delay_ns
+                            or batch.size + nxt.size > mbs
+                            or nxt.key != batch.key
+                        ):
                             break
                         iq.popleft()
                         batch.arrivals.extend(nxt.arrivals)
                         batch.size += nxt.size
+                        if nxt.top > batch.top:
+                            batch.top = nxt.top
                         nxt.started = True
                 idle -= 1
                 b = batch.size
                 histogram[b] += 1
-                ns = ins[b]
+                ns = ins[batch.top][b]
                 if jitter > 0:
                     ns = round(ns * (1.0 + jitter * normals[draw]))
                     ns = ns if ns > 0 else 0
@@ -481,7 +557,7 @@ def simulate(
                     open_b = _Batch()
                     next_preferred = 0
                 if q_head == next_arrival:
-                    if next_preferred > 0:  # arrivals may not wake it: the idle timer
+                    if next_preferred > 0 and not keyed:  # arrivals may not wake it: the idle timer
                         wake = now + idle_wait_ns
                     break
                 if len(iq) >= slots:
@@ -489,7 +565,7 @@ def simulate(
                 end = q_head + scan_limit
                 d = decide(
                     cands[q_head : end if end < next_arrival else next_arrival],
-                    open_views[open_b.size],
+                    open_views[open_b.size] if keys is None else OpenBatch(open_b.size, open_b.key),
                     params,
                     now,
                 )
@@ -499,12 +575,19 @@ def simulate(
                 if take:
                     if not open_b.size:
                         open_b.oldest = arrivals[q_head]
+                        if keys is not None:
+                            open_b.key = keys[q_head]
                     open_b.arrivals.extend(arrivals[q_head : q_head + take])
-                    open_b.size += take
+                    open_b.size += take * items
+                    top = max(rows[q_head : q_head + take])
+                    if top > open_b.top:
+                        open_b.top = top
                     q_head += take
                     if not open_b.queued:
                         open_b.queued = True
                         iq.append(open_b)
+                if d.merge_blocked:
+                    open_b.blocked = True
                 if d.seal:
                     open_b.sealed = True
                 if take or (d.seal and open_b.size):
@@ -594,7 +677,7 @@ def capacity(
     """
     if p99_ms <= 0:
         raise ValueError("p99_ms must be positive")
-    bound = profile.peak_rps(config.largest_batch, config.instance_count)
+    bound = profile.peak_rps(config.largest_items(profile.items), config.instance_count)
     lo_rate = min_rps if min_rps is not None else bound * 0.01
     peak = min(bound, ceiling_rps)
     steps: list[tuple[float, float]] = []
@@ -679,11 +762,7 @@ def latency_offset(
     base = replace(profile, latency_offset_ms=0.0)
     gaps: list[float] = []
     for config, rate, p99_ms in points:
-        covered = (
-            base.min_batch_size <= 1
-            and config.largest_batch <= base.max_batch_size
-            and not config.queue_policy
-        )
+        covered = base.covers(config.largest_items(base.items)) and not config.queue_policy
         if rate <= 0 or not math.isfinite(p99_ms) or not covered:
             continue
         sim = simulate(base, config, rate, requests=requests, seed=seed)
@@ -732,7 +811,7 @@ def capacities(
     """
     groups: dict[tuple[bool, int], list[SimConfig]] = {}
     for config in set(configs):
-        profile.check_covers(config.largest_batch)
+        profile.check_covers(config.largest_items(profile.items))
         check_modelled(config)
         groups.setdefault((config.dynamic_batching, config.instance_count), []).append(config)
     chains = [
