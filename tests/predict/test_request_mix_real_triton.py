@@ -10,9 +10,11 @@ second one, whose space is one config (max batch size 2), measures a config the 
 
 Acceptance: the simulator's predictions of the measured capacities (each baseline's forecast
 and each trial's prediction, as the sweeps recorded them before measuring) are within 20 % of
-the measurements (median over the bracketed ones), and the first measured config serves at
-least what the baseline serves. (A profile of length-1 requests predicts every batching config
-at the space's ceiling: a batch of 8 would cost 6.2 ms instead of ~30 ms.)
+the measurements (median over the bracketed ones), the predicted best, measured first, within
+25 % of its own prediction, and it serves at least what the baseline serves. The profile of
+zero-filled length-1 requests the probe took before timed a batch of 8 at 6.7 ms instead of
+~30 ms: on this test its first trial was predicted at the space's ceiling, 600 req/s, and
+measured 260 (+130 %); later trials, rescaled to the measured windows, came closer.
 """
 
 from __future__ import annotations
@@ -158,8 +160,11 @@ def test_predictions_of_a_mixed_length_load_hold_on_real_triton(
     assert len(errors) >= 3, lines
     print(f"median |error| {statistics.median(errors):.1%} over {len(errors)} measurements")
     assert statistics.median(errors) <= 0.20, lines
-    # The first config the predictions chose serves at least what the model's own config does.
+    # The first config the predictions chose was predicted well and serves at least what the
+    # model's own config does.
     baseline, first = measured.get(("wide", -1)), measured.get(("wide", 0))
     assert baseline is not None and first is not None, lines
     print(f"baseline {baseline:.1f} req/s, first measured config {first:.1f} req/s")
     assert first >= baseline, lines
+    predicted_first = next(pred for label, pred, _, _ in points if label.startswith("wide  0"))
+    assert abs(predicted_first - first) / first <= 0.25, lines
