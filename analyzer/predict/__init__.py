@@ -2,13 +2,14 @@
 
 ::
 
-    profile.py    Profile (execution time per batch size, provenance, JSON), built from a
-                  statistics document, a run directory's trial measurements, or a bundled
-                  simulated-device TOML (or by probe.py); refuses batch sizes it did not
-                  profile
-    probe.py      probe(target) -> Profile: the profile phase against a live server (batches
-                  of chosen sizes forced with max_batch_size = preferred = b and a long delay,
-                  times from batch_stats deltas, interference at N instances)
+    profile.py    Profile (execution time per batch size, and per request size of the
+                  load's mix, provenance, JSON), built from a statistics document, a run
+                  directory's trial measurements, or a bundled simulated-device TOML (or by
+                  probe.py); refuses batch and request sizes it did not profile
+    probe.py      probe(target, inputs=...) -> Profile: the profile phase against a live
+                  server with the load's own request data (batches of chosen sizes forced with
+                  max_batch_size = preferred = b and a long delay, at a few request sizes of
+                  the data, times from batch_stats deltas, interference at N instances)
     simulator.py  SimConfig, simulate() -> Prediction at one rate, capacity() -> the highest
                   rate whose simulated p99 meets a goal (bisection, or a bracket around a
                   start), capacities() -> every config of a space; drives the reference
