@@ -17,6 +17,7 @@ from analyzer.load.inputs import (
     DataMode,
     InputOptions,
     InputSet,
+    RequestSizes,
     TensorSpec,
     binary_request,
     build_inputs,
@@ -59,7 +60,7 @@ def data_file(path: Path, lengths: list[int], mask_lengths: list[int] | None = N
     return path
 
 
-def sized(config: mc.ModelConfig, options: InputOptions):  # type: ignore[no-untyped-def]
+def sized(config: mc.ModelConfig, options: InputOptions) -> tuple[InputSet, RequestSizes]:
     metadata = model_metadata(config)
     document = json_format.MessageToDict(config, preserving_proto_field_name=True)
     inputs = build_inputs(metadata, document, options=options)
