@@ -1047,8 +1047,10 @@ def clearly_fails(
 # Capacity search (pure state machine: the engine asks for the next rate and reports pass/fail)
 
 
-#: Bracketing growth of a search whose forecast check disagreed with the forecast.
-FULL_SEARCH_GROWTH = 2.0
+#: Bracketing growth of a search whose forecast check disagreed with the forecast: a looser
+#: guess than a prediction, as a neighbour's capacity is, without dropping to rates where one
+#: step takes many times longer.
+FULL_SEARCH_GROWTH = 1.5
 
 
 class CapacitySearch:

@@ -149,10 +149,10 @@ def test_a_wrong_prediction_makes_predict_go_on_down_its_ranking(tmp_path: Path)
     assert {t.config for t in done} <= {c.config for c in predictions.configs}
     assert all(t.source == "predict" and t.prediction is not None for t in done)
     assert len({t.config for t in done}) == 4
-    # The device is 2.5x slower than its profile: calibrated on the baseline's operating
-    # point, a prediction can land in its band, but most miss.
+    # The device is 2.5x slower than its profile: recalibrated on every operating point, a
+    # prediction can land in its band, but not the measured best in the predicted best's.
     missed = [not t.prediction.contains(t.throughput_rps) for t in done]  # type: ignore[union-attr]
-    assert sum(missed) >= 3
+    assert any(missed)
 
 
 def test_predict_falls_back_to_tpe_when_no_profile_can_be_taken(tmp_path: Path) -> None:
