@@ -50,6 +50,7 @@ import http.client
 import statistics
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -217,8 +218,8 @@ def _requests(config: mc.ModelConfig, options: InputOptions, plan: ProbePlan) ->
     for size in points:
         members = [i for i, s in enumerate(sizes.sizes) if s == size]
         # One batching key per class (its most common), so a burst forms one batch.
-        keys = [sizes.keys[i] for i in members]
-        common = max(set(keys), key=keys.count) if None not in keys else None
+        keys = Counter(sizes.keys[i] for i in members)
+        common = keys.most_common(1)[0][0]  # ties: the first seen
         chosen = [i for i in members if sizes.keys[i] == common]
         classes.append((size, tuple(chosen[:PAYLOADS_PER_CLASS])))
     return _Requests(inputs, mix, tuple(classes))
