@@ -101,7 +101,8 @@ def test_from_run_dir_fixture() -> None:
     profile = from_run_dir(RUN)
     assert profile.model == "resnet50" and profile.source == "run_dir"
     assert profile.max_batch_size == 15  # the largest batch the run executed
-    # resnet50_sim: 4.0 ms device time at batch 1, 9.0 at 8 (plus the server's own overhead).
+    # The run was recorded on resnet50_sim when its device took 4.0 ms at batch 1 and 9.0 at 8
+    # (plus the server's own overhead).
     assert profile.timing(1).infer_ms == pytest.approx(4.0, rel=0.1)
     assert profile.timing(8).infer_ms == pytest.approx(9.0, rel=0.15)
     assert 3 in profile.interference and profile.interference[3] > 1.0
@@ -110,8 +111,8 @@ def test_from_run_dir_fixture() -> None:
 def test_from_toml_is_the_simulated_backend_curve() -> None:
     profile = from_toml("resnet50_sim")
     assert profile.max_batch_size == 32 and profile.jitter == pytest.approx(0.03)
-    assert profile.timing(8).infer_ms == pytest.approx(9.0)
-    assert profile.timing(8).input_ms == pytest.approx(0.8 + 0.08 * 8)
+    assert profile.timing(8).infer_ms == pytest.approx(22.5)
+    assert profile.timing(8).input_ms == pytest.approx(2.0 + 0.2 * 8)
     assert "SYNTHETIC" in profile.provenance
     with pytest.raises(ProfileError, match="linear"):
         from_toml("sim_linear")

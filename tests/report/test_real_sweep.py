@@ -39,7 +39,7 @@ scenario = load_scenario(
         # first test accepts; everything else comes from real measurements.
         "budget.trials": 3,
         "budget.patience": 3,
-        "budget.time_budget_s": 60,
+        "budget.time_budget_s": 150,
         # Validation repeats are the longest measurements; the fake-sweep tests cover them.
         "budget.validate_top": 0,
         # Short windows: this checks what reaches the report, not the sweep's accuracy.

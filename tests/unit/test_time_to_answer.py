@@ -217,4 +217,4 @@ def test_the_slowed_sim_profile_doubles_every_duration(tmp_path: Path) -> None:
         assert slow.host_pre.ms(b) == pytest.approx(2 * bundled.host_pre.ms(b))
         assert slow.host_post.ms(b) == pytest.approx(2 * bundled.host_post.ms(b))
     assert slow.jitter == bundled.jitter and slow.gpu == bundled.gpu
-    assert tta.scenario_doc("sim", False)["goals"]["p99_ms"] == 2 * 60.0
+    assert tta.scenario_doc("sim", False)["goals"]["p99_ms"] == tta.SIM_SLOWDOWN * 60.0
