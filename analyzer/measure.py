@@ -29,7 +29,7 @@ import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
@@ -656,6 +656,23 @@ class CapacityResult:
             at_boundary=bool(data.get("at_boundary", False)),
             fails_at_rps=data.get("fails_at_rps"),
         )
+
+
+_Point = TypeVar("_Point")
+
+
+def gentlest(points: Iterable[_Point]) -> _Point | None:
+    """The gentlest load level tried (lowest ``target``): the operating point a capacity search
+    reports when no level met the goals, so the slack says by how much the config missed.
+
+    ``points`` are :class:`Measurement` objects or their ``to_dict`` mappings; None when there
+    are none. The one copy of this rule (:mod:`analyzer.objective` re-exports it).
+    """
+
+    def target(p: Any) -> float:
+        return float(p.get("target", math.inf) if isinstance(p, Mapping) else p.target)
+
+    return min(points, key=target, default=None)
 
 
 def goals_dict(goals: Goals) -> dict[str, Any]:

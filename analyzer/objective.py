@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
 
 from analyzer.errors import InputError
-from analyzer.measure import GainSample, LoadMode
+from analyzer.measure import GainSample, LoadMode, gentlest
 
-if TYPE_CHECKING:  # records imports this module (gentlest): its types only
+if TYPE_CHECKING:  # annotations only: the records are what the objective reads
     from analyzer.records import TrialMeasurement, ValidationCandidate
 
 __all__ = [
@@ -79,21 +79,6 @@ _WORST_KEY = {"throughput_rps": "worst_rps", "p99_ms": "worst_p99_ms"}
 
 R = TypeVar("R", bound=Result)
 C = TypeVar("C", bound="ValidationCandidate")
-P = TypeVar("P")
-
-
-def gentlest(points: Iterable[P]) -> P | None:
-    """The gentlest load level tried (lowest ``target``): the operating point a capacity search
-    reports when no level met the goals, so the slack says by how much the config missed.
-
-    ``points`` are :class:`~analyzer.measure.Measurement` objects or their ``to_dict`` mappings;
-    None when there are none. The one copy of this rule.
-    """
-
-    def target(p: Any) -> float:
-        return float(p.get("target", math.inf) if isinstance(p, Mapping) else p.target)
-
-    return min(points, key=target, default=None)
 
 
 #: Metrics where a larger value is better (the rest: smaller is better).

@@ -66,18 +66,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from analyzer.documents import read_document, refuse_version, write_json
 from analyzer.errors import ResultFormatError
 from analyzer.measure import (
     LOW_SAMPLE_P99,
     CapacityResult,
     GpuStats,
     Measurement,
+    gentlest,
     goals_met,
     p99_sample_note,
     unusable,
 )
-from analyzer.objective import gentlest
-from analyzer.results import read_document, refuse_version, write_json
 from analyzer.trial import Knobs
 
 SUMMARY_KIND = "perfsweep.summary"
@@ -165,7 +165,7 @@ class TrialMeasurement(abc.ABC):
 
     def operating_point(self) -> Measurement | None:
         """The level the trial's numbers rest on: the fixed level (``latency``), else the capacity
-        search's best point, else its gentlest point (:func:`analyzer.objective.gentlest`, the
+        search's best point, else its gentlest point (:func:`analyzer.measure.gentlest`, the
         one copy of that rule); None when nothing was measured."""
         if self.capacity is None:
             return self.fixed

@@ -9,34 +9,49 @@ Layout (``docs/internals.md`` documents every file)::
       trials.csv  validation.json  best/config.pbtxt  pareto/NN/config.pbtxt
       summary.json  report.html
 
-Every file is written to a temporary name in its directory and then ``os.replace``d, so a crash
-never leaves half a file, and a trial's files are written as soon as it ends (a killed run keeps
-every finished trial).
+Every file is written to a temporary name in its directory and then ``os.replace``d
+(:mod:`analyzer.documents`), so a crash never leaves half a file, and a trial's files are written
+as soon as it ends (a killed run keeps every finished trial). The typed records come from
+:mod:`analyzer.records`, which builds on :mod:`analyzer.documents` too and never on this module.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import html
 import json
 import os
 import platform
 import socket
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.errors import ResultFormatError
-
-if TYPE_CHECKING:  # records imports this module's writers
-    from analyzer.records import RunSummary, TrialRecord, Validation
+from analyzer import records
+from analyzer.documents import (
+    json_default,
+    read_document,
+    refuse_version,
+    write_atomic,
+    write_json,
+)
+from analyzer.records import (
+    SUMMARY_FORMAT_VERSION,
+    SUMMARY_KIND,
+    TRIAL_FORMAT_VERSION,
+    TRIAL_KIND,
+    VALIDATION_FORMAT_VERSION,
+    VALIDATION_KIND,
+    ConfigEntry,
+    RunSummary,
+    TrialRecord,
+    Validation,
+)
 
 #: Version of run.json; summary.json, trial records and validation.json have theirs in
 #: :mod:`analyzer.records` (all 1 today).
@@ -51,15 +66,6 @@ TRIAL_COLUMNS = (
 _PACKAGES = ("perfsweep", "optuna", "locust", "tritonclient", "onnxruntime", "numpy", "pandas")
 
 
-def _current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _current_umask()
-
-
 def utc_now() -> str:
     """Current time, ISO-8601 UTC with seconds."""
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
@@ -69,50 +75,6 @@ def new_run_id(model: str, now: dt.datetime | None = None) -> str:
     """``<model>-<UTC yyyymmdd-HHMMSS>``."""
     now = now or dt.datetime.now(dt.timezone.utc)
     return f"{model}-{now.strftime('%Y%m%d-%H%M%S')}"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temp file in the same directory and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        # mkstemp creates 0600; results are ordinary files, readable as the umask allows.
-        os.chmod(tmp, 0o666 & ~_UMASK)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def write_json(path: Path, data: Mapping[str, Any]) -> None:
-    """Atomically write ``data`` as indented JSON."""
-    write_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=_json_default) + "\n")
-
-
-def read_document(path: Path, kind: str) -> dict[str, Any]:
-    """Parse a perfsweep JSON file of ``kind``, any version (refuse other kinds, damaged JSON)."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ResultFormatError(f"{path} does not exist") from None
-    except ValueError as exc:
-        raise ResultFormatError(f"{path} is not valid JSON ({exc}); the file is damaged") from exc
-    if not isinstance(data, dict) or data.get("kind") != kind:
-        raise ResultFormatError(f"{path} is not a {kind} file")
-    return data
-
-
-def refuse_version(where: object, version: object, current: int) -> NoReturn:
-    """Raise the one "cannot read this version" error: what happened and what to do."""
-    raise ResultFormatError(
-        f"{where} has format_version {version!r}; this perfsweep reads version {current}. "
-        "Use the perfsweep version that wrote it, or re-run the sweep with this one"
-    )
 
 
 def read_json(path: Path, kind: str, version: int = FORMAT_VERSION) -> dict[str, Any]:
@@ -257,8 +219,6 @@ class RunDirectory:
         ``record`` is a :class:`~analyzer.records.TrialRecord`, or the dict of
         ``TrialResult.to_record()`` (written as given, under the trial record's version header).
         """
-        from analyzer.records import TRIAL_FORMAT_VERSION, TRIAL_KIND, TrialRecord
-
         if isinstance(record, TrialRecord):
             full = record.to_dict()
         else:
@@ -302,8 +262,6 @@ class RunDirectory:
 
     def write_validation(self, validation: Validation | list[Mapping[str, Any]]) -> None:
         """validation.json: a :class:`~analyzer.records.Validation`, or its candidate dicts."""
-        from analyzer.records import VALIDATION_FORMAT_VERSION, VALIDATION_KIND, Validation
-
         if isinstance(validation, Validation):
             write_json(self.validation_json, validation.to_dict())
             return
@@ -318,8 +276,6 @@ class RunDirectory:
 
     def write_summary(self, summary: RunSummary | Mapping[str, Any]) -> None:
         """summary.json: a :class:`~analyzer.records.RunSummary`, or its dict without header."""
-        from analyzer.records import SUMMARY_FORMAT_VERSION, SUMMARY_KIND, RunSummary
-
         if isinstance(summary, RunSummary):
             write_json(self.summary_json, summary.to_dict())
             return
@@ -342,16 +298,12 @@ def load_summary(path: Path) -> dict[str, Any]:
     The typed record is :func:`analyzer.records.load_summary`; this is its ``to_dict()``, for
     scripts and tests that index the JSON as ``jq`` would.
     """
-    from analyzer import records
-
     return records.load_summary(Path(path)).to_dict()
 
 
 def load_trial_record(path: Path) -> dict[str, Any]:
     """A ``trials/NNN/measurement.json`` as a dict of the current version
     (:func:`analyzer.records.load_trial`'s ``to_dict()``)."""
-    from analyzer import records
-
     return records.load_trial(Path(path)).to_dict()
 
 
@@ -385,8 +337,6 @@ def minimal_report(summary: RunSummary | Mapping[str, Any], rows: list[Mapping[s
 
     ``summary`` is the record or its JSON (``sweep._write_report``'s fallback passes either).
     """
-    from analyzer.records import ConfigEntry, RunSummary
-
     if not isinstance(summary, RunSummary):
         summary = RunSummary.from_dict(summary)
 
@@ -418,7 +368,7 @@ def minimal_report(summary: RunSummary | Mapping[str, Any], rows: list[Mapping[s
     goals = summary.goals
     gain = summary.gain
     # JSON inside <script> is not HTML-decoded: escape only what could close the element.
-    data = json.dumps(summary.to_dict(), default=_json_default).replace("<", "\\u003c")
+    data = json.dumps(summary.to_dict(), default=json_default).replace("<", "\\u003c")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>perfsweep {esc(summary.run_id)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
@@ -435,11 +385,3 @@ error rate &le; {esc(goals.get("max_error_rate"))}. Gain over baseline:
 <script type="application/json" id="perfsweep-summary">{data}</script>
 </body></html>
 """
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, (set, tuple)):
-        return list(value)
-    raise TypeError(f"cannot write {type(value).__name__} to JSON")
