@@ -7,7 +7,7 @@ calls :func:`run_gate`, and maps the report to an exit code. Everything between 
   (measure mode only) the scenario's ``[goals]`` (:func:`resolve_criteria`);
 * file mode: read a result (and a baseline) and judge it (:func:`judge_result`);
 * measure mode: plan one fixed load level (:func:`plan_measurement`), start the targets
-  (:func:`analyzer.target.make_target`), measure each ``repeats`` times, interleaved with a
+  (:func:`analyzer.target_factory.make_target`), measure each ``repeats`` times, interleaved with a
   live baseline, re-measuring invalid repeats (:func:`measure_targets`), fingerprint what was
   measured (:func:`measurement_hash`), judge (:func:`measure_and_gate`);
 * outputs: console lines through ``echo``, Markdown, JUnit XML and the GitHub step summary
@@ -54,7 +54,8 @@ from analyzer.scenario import (
     input_overrides,
     load_scenario,
 )
-from analyzer.target import ManagedServer, RemoteTarget, Target, make_target
+from analyzer.target import ManagedServer, RemoteTarget, Target
+from analyzer.target_factory import make_target
 
 if sys.version_info >= (3, 11):
     import tomllib

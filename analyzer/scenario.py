@@ -46,6 +46,7 @@ from pydantic import (
 
 from analyzer.errors import InputError, ScenarioError
 from analyzer.objective import OBJECTIVES, Objective, objective_for
+from analyzer.urls import http_url  # the one place URLs are checked
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -602,8 +603,6 @@ class Scenario(_Section):
         if problem:
             raise ValueError(problem)
         if self.model.url is not None:
-            from analyzer.target import http_url  # the one place URLs are checked
-
             if not self.model.url.lower().startswith(("http://", "https://")):
                 raise ValueError(f"model.url must start with http://, got {self.model.url!r}")
             try:

@@ -84,11 +84,11 @@ from analyzer.target import (
     Target,
     TargetLease,
     leased,
-    make_target,
     observed_device,
     renew_target,
     untunable_reason,
 )
+from analyzer.target_factory import make_target
 from analyzer.trial import (
     Knobs,
     apply_knobs,

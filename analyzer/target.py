@@ -19,14 +19,17 @@ Jobs are split: :mod:`analyzer.supervise` runs the server process (dies with thi
 file, wait for the ready line, SIGTERM then SIGKILL); :mod:`analyzer.transport` carries the HTTP
 calls (a ``MockTransport`` in tests); :func:`bundled_repository` writes a bundled model's
 repository; :func:`read_device_info` scrapes what each instance runs on. :class:`ManagedServer`
-composes them; :func:`make_target` picks the target a scenario describes (sweep and gate alike).
+composes them. :func:`analyzer.target_factory.make_target` picks the target a scenario describes
+(sweep and gate alike); it sits above this module and :mod:`analyzer.triton_server`, which
+builds on :class:`ManagedServer`.
 
 A server that outlives the sweep (``--url``) may be named by several workers of one study:
 :func:`claim_target` keeps a lease per server and model in the study (its user attributes,
 through :class:`LeaseStore`) and refuses a second live worker with :class:`TargetInUseError`.
 
-Only ``http://`` URLs are accepted (:func:`http_url`, the one place URLs enter): TLS is not
-implemented end to end, so an ``https://`` URL is refused rather than sent as plain HTTP.
+Only ``http://`` URLs are accepted (:func:`analyzer.urls.http_url`, the one place URLs enter):
+TLS is not implemented end to end, so an ``https://`` URL is refused rather than sent as plain
+HTTP.
 """
 
 from __future__ import annotations
@@ -43,45 +46,22 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.errors import InputError, TargetDiedError, TargetError
+from analyzer.errors import TargetDiedError, TargetError
 from analyzer.liveness import live, wait_for_return
 from analyzer.server_stats import parse_device_info
 from analyzer.supervise import Supervisor
 from analyzer.transport import Request, Transport, UrllibTransport
+from analyzer.urls import http_url
 from reference_server.ready import ServerAddresses, last_ready
-
-if TYPE_CHECKING:
-    from analyzer.scenario import Scenario
 
 
 class ConfigRejectedError(TargetError):
     """The server refused a config (the trial fails; the sweep goes on)."""
-
-
-def http_url(url: str) -> str:
-    """``url`` as ``http://host:port`` (a bare ``host:port`` gets ``http://``; no trailing /).
-
-    Raises:
-        InputError: ``https://`` (TLS is not supported: refused, never sent as plain HTTP) or
-            another scheme.
-    """
-    text = url.strip().rstrip("/")
-    scheme, sep, rest = text.partition("://")
-    if not sep:
-        return f"http://{text}"
-    if scheme.lower() == "https":
-        raise InputError(
-            f"{url!r}: https:// is not supported (perfsweep speaks plain HTTP only); "
-            "use the server's http:// address, or put a local TLS-terminating proxy in front"
-        )
-    if scheme.lower() != "http":
-        raise InputError(f"{url!r}: the URL must start with http://")
-    return f"http://{rest}"
 
 
 def untunable_reason(config: mc.ModelConfig) -> str | None:
@@ -699,40 +679,6 @@ class ManagedServer(_HttpTarget):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def make_target(scenario: Scenario, workdir: Path, url: str | None = None) -> Target:
-    """The target a scenario describes: a :class:`RemoteTarget` at ``url`` (default
-    ``scenario.model.url``), else with ``model.server = "triton"`` a
-    :class:`~analyzer.triton_server.ManagedTriton` logging to ``workdir/server/tritonserver.log``,
-    else a :class:`ManagedServer` logging to ``workdir/server/server.log`` (a run directory's
-    ``server_log``).
-
-    Raises:
-        InputError: ``--server triton`` without a binary or a repository.
-    """
-    m = scenario.model
-    address = url or m.url
-    if address:
-        return RemoteTarget(address, m.name, wait_s=scenario.run.server_wait_s)
-    if m.server == "triton":
-        from analyzer.triton_server import managed_triton  # it imports this module
-
-        return managed_triton(
-            m.name,
-            m.repository,
-            workdir,
-            m.triton_server_path,
-            m.startup_timeout_s,
-            image=getattr(m, "triton_image", None),  # a scenario field yet to come
-        )
-    return ManagedServer(
-        m.name,
-        m.device,
-        Path(workdir) / "server" / "server.log",
-        repository=m.repository,
-        startup_timeout_s=m.startup_timeout_s,
-    )
 
 
 # --------------------------------------------------------------------------------------------------

@@ -328,7 +328,7 @@ def register(app: typer.Typer) -> None:
         console = Console(stderr=True)
         live = _LiveWindows(console)
 
-        from analyzer.target import http_url
+        from analyzer.urls import http_url
 
         # One check for every URL (https:// is refused: TLS is not supported end to end).
         if "://" in url:

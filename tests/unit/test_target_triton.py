@@ -17,7 +17,8 @@ import pytest
 from analyzer.errors import InputError
 from analyzer.scenario import load_scenario
 from analyzer.supervise import Supervisor, group_members
-from analyzer.target import ManagedServer, RemoteTarget, make_target
+from analyzer.target import ManagedServer, RemoteTarget
+from analyzer.target_factory import make_target
 from analyzer.triton_server import (
     ManagedTriton,
     TritonLaunch,

@@ -22,9 +22,9 @@ from analyzer.target import (
     ConfigRejectedError,
     ManagedServer,
     RemoteTarget,
-    make_target,
     read_device_info,
 )
+from analyzer.target_factory import make_target
 from analyzer.transport import MockTransport, Request, Response, UrllibTransport, http_json
 
 URL = "http://server.invalid:8000"

@@ -25,7 +25,7 @@ from analyzer.errors import InputError
 from analyzer.load.web.options import exposure_problem, login_from_env
 from analyzer.supervise import child_process_options
 from analyzer.target import ManagedServer, RemoteTarget
-from analyzer.target import http_url as as_http_url
+from analyzer.urls import http_url as as_http_url
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 REPO_ROOT = Path(__file__).resolve().parents[3]

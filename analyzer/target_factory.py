@@ -1,0 +1,48 @@
+"""The target a scenario describes: :func:`make_target`, for the sweep and the gate alike.
+
+It chooses among the implementations of :class:`~analyzer.target.Target`: a
+:class:`~analyzer.target.RemoteTarget` (``--url``), a :class:`~analyzer.target.ManagedServer`
+(the reference server) or a :class:`~analyzer.triton_server.ManagedTriton` (``--server
+triton``). It lives above both modules because ``ManagedTriton`` is a ``ManagedServer``:
+:mod:`analyzer.triton_server` imports :mod:`analyzer.target`, never the other way round.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from analyzer.scenario import Scenario
+from analyzer.target import ManagedServer, RemoteTarget, Target
+from analyzer.triton_server import managed_triton
+
+
+def make_target(scenario: Scenario, workdir: Path, url: str | None = None) -> Target:
+    """The target a scenario describes: a :class:`~analyzer.target.RemoteTarget` at ``url``
+    (default ``scenario.model.url``), else with ``model.server = "triton"`` a
+    :class:`~analyzer.triton_server.ManagedTriton` logging to
+    ``workdir/server/tritonserver.log``, else a :class:`~analyzer.target.ManagedServer` logging
+    to ``workdir/server/server.log`` (a run directory's ``server_log``).
+
+    Raises:
+        InputError: ``--server triton`` without a binary or a repository.
+    """
+    m = scenario.model
+    address = url or m.url
+    if address:
+        return RemoteTarget(address, m.name, wait_s=scenario.run.server_wait_s)
+    if m.server == "triton":
+        return managed_triton(
+            m.name,
+            m.repository,
+            workdir,
+            m.triton_server_path,
+            m.startup_timeout_s,
+            image=getattr(m, "triton_image", None),  # a scenario field yet to come
+        )
+    return ManagedServer(
+        m.name,
+        m.device,
+        Path(workdir) / "server" / "server.log",
+        repository=m.repository,
+        startup_timeout_s=m.startup_timeout_s,
+    )
