@@ -1,26 +1,50 @@
-"""The backend protocol and the factory that chooses a backend for a model config.
+"""The backend protocol: what a backend is given (:class:`BackendArgs`) and what it implements.
 
 A backend object serves one model instance. ``execute`` receives a batch as a list of whole
 requests and returns one response per request, in the same order; an entry may be a
 :class:`~reference_server.core.errors.ServerError` to fail just that request. An exception fails
 every request of the batch (failure reason ``BACKEND``).
+
+This is the lowest layer of the backends: it imports no backend and nothing from the batching
+layer that runs them (the instance's device is the :class:`Device` protocol, which
+``reference_server.batching.instances.Device`` satisfies).
+:mod:`reference_server.backends.registry` chooses a backend for a model config.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from reference_server.core.errors import BackendError, Code, ServerError
+from reference_server.core.errors import ServerError
+from reference_server.core.gpu import DeviceMeter
 from reference_server.core.types import InferRequest, InferResponse
 
-if TYPE_CHECKING:
-    from reference_server.batching.instances import Device
+
+class Device(Protocol):
+    """The device an instance runs on, shared by every instance placed on it (one per simulated
+    or real GPU; ``reference_server.batching.instances.Device`` is one).
+
+    Attributes:
+        name: ``"cpu"``, ``"gpu0"``, ``"sim-gpu0"``...
+        lock: Held for the device part of an execution (serialises device work).
+        meter: Busy time and memory of simulated instances.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def lock(self) -> threading.Lock: ...
+
+    @property
+    def meter(self) -> DeviceMeter: ...
 
 
 @dataclass
@@ -98,37 +122,3 @@ def batch_size_of(request: InferRequest, config: mc.ModelConfig) -> int:
         return 1
     first = next(iter(request.inputs.values()))
     return int(first.shape[0]) if first.ndim else 1
-
-
-def create_backend(config: mc.ModelConfig) -> Backend:
-    """Choose the backend implementation for a normalized config.
-
-    Raises:
-        BackendError: no backend of that name exists here.
-    """
-    name = config.backend or config.platform
-    if name == "identity":
-        from reference_server.backends.identity import IdentityBackend
-
-        return IdentityBackend()
-    if name == "add_sub":
-        from reference_server.backends.add_sub import AddSubBackend
-
-        return AddSubBackend()
-    if name == "simulated":
-        from reference_server.backends.simulated import SimulatedBackend
-
-        return SimulatedBackend()
-    if name == "accumulator":
-        from reference_server.zoo.accumulator import AccumulatorBackend
-
-        return AccumulatorBackend()
-    if name in ("onnxruntime", "onnxruntime_onnx"):
-        from reference_server.backends.onnxruntime import OnnxRuntimeBackend
-
-        return OnnxRuntimeBackend()
-    raise BackendError(
-        f"unable to find backend library for backend '{name}', try specifying runtime on the "
-        "model configuration.",
-        Code.INVALID_ARG,
-    )

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
-from reference_server.backends.base import BackendArgs, create_backend
+from reference_server.backends.base import BackendArgs
+from reference_server.backends.registry import create_backend
 from reference_server.batching.decide import BatchingParams, QueuePolicy
 from reference_server.batching.instances import (
     DeviceRegistry,
