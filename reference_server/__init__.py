@@ -7,7 +7,8 @@ Prometheus metrics with Triton's names, so ``tritonclient`` works against it unc
 Layers, each a folder: ``frontends/`` (HTTP, gRPC, wire encodings) call ``core/`` (server
 facade, model runtime, repository, config, stats, cache), which hands requests to
 ``batching/`` (batch formation, scheduler, instances); ``backends/`` execute, ``zoo/`` builds
-bundled models. ``app`` assembles them into one process; ``ready`` is the line it prints.
+bundled models. ``app`` assembles them into one process; ``ready`` is the line it prints;
+``compat`` names the Triton release whose behaviour it follows.
 
 The three names most users need are exported here and imported on first use, so that
 ``import reference_server.core.errors`` stays light::
@@ -17,9 +18,9 @@ The three names most users need are exported here and imported on first use, so 
 
 from typing import TYPE_CHECKING, Any
 
+from reference_server.compat import TRITON_COMPAT_VERSION
+
 __version__ = "0.1.0"
-#: The Triton release whose behaviour this server follows (reported by ``GET /v2``).
-TRITON_COMPAT_VERSION = "2.51.0"
 
 __all__ = ["TRITON_COMPAT_VERSION", "InferenceServer", "ServerOptions", "ServerThread"]
 

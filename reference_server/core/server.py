@@ -28,9 +28,9 @@ from typing import Any, Literal
 from prometheus_client import CollectorRegistry
 from tritonclient.grpc import model_config_pb2 as mc
 
-from reference_server import TRITON_COMPAT_VERSION
 from reference_server.batching.instances import DeviceRegistry, RateLimitedDispatch
 from reference_server.batching.rate_limiter import ResourceLimit
+from reference_server.compat import TRITON_COMPAT_VERSION
 from reference_server.core.cache import ResponseCache
 from reference_server.core.config import (
     config_from_json,
