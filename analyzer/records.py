@@ -27,7 +27,7 @@ one entry here and one function in ``_MIGRATIONS`` that lifts the version before
 
 summary.json (``perfsweep.summary``):
 
-* Version 1 (current): the keys of docs/internals.md. Keys were added within version 1 without a
+* Version 1 (current): the keys of docs/reference.md. Keys were added within version 1 without a
   bump, each optional: files written before them (docs/examples/sim-before, sim-after) lack
   ``device_requested``, ``devices``, ``server_gpus``, ``gain_ci``, ``gain_significant``,
   ``gain_repeats``, ``gain_text``, ``goal_text``, ``tie_break``, ``left_on_server``, the entries'
@@ -393,7 +393,7 @@ class TrialRecord:
     """One measured config: a search trial, the baseline (number -1) or a validation repeat.
 
     The sweep builds it as it measures (and hands it to its observer); on disk it is
-    ``trials/NNN/measurement.json`` (``baseline/`` for number -1; docs/internals.md, "Trial
+    ``trials/NNN/measurement.json`` (``baseline/`` for number -1; docs/reference.md, "Trial
     record"). Everything derived from the measurement (its operating point, GPU figures, sample
     count, whether it is usable) is asked of the typed :attr:`measurement`.
     """

@@ -1,6 +1,6 @@
 """The run directory: layout, versioned JSON, atomic writes, trials.csv, loaders.
 
-Layout (``docs/internals.md`` documents every file)::
+Layout (``docs/reference.md`` documents every file)::
 
     reports/<run-id>/
       run.json  scenario.toml  study.journal  server/server.log

@@ -310,7 +310,7 @@ class Knobs:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``config`` object of every result file (see docs/internals.md)."""
+        """The ``config`` object of every result file (see docs/reference.md)."""
         out: dict[str, Any] = {
             "max_batch_size": self.max_batch_size,
             "max_queue_delay_us": self.max_queue_delay_us,
