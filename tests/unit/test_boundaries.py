@@ -5,7 +5,8 @@ second); imports inside functions and ``TYPE_CHECKING`` blocks count, relative i
 resolved against the file's package, and ``importlib.import_module("...")`` / ``__import__`` with
 a literal name count as imports.
 
-Boundaries (see ``STYLE.md``, "Heavy or process-wide imports stay in one place"):
+Boundaries (the project's style guide, "Shape": "Heavy or process-wide imports stay in one
+place"):
 
 - ``optuna`` is imported only by ``analyzer/search.py``, the search module.
 - ``locust`` and ``gevent`` (process-wide monkey patching) only under ``analyzer/load/``.
@@ -15,6 +16,8 @@ Boundaries (see ``STYLE.md``, "Heavy or process-wide imports stay in one place")
 - ``reference_server/core/`` and ``reference_server/batching/`` import no
   ``reference_server.frontends`` module and not ``reference_server.app`` (frontends call the
   core, never the other way round).
+- No import cycles among the modules of both packages: each module imports only what sits
+  below it (:func:`test_no_import_cycles` says which imports count).
 
 No ``sys.exit`` / ``exit`` / ``quit`` / ``os._exit`` / ``raise SystemExit`` and no ``print(``
 below the CLI. The CLI edge is exactly:
@@ -41,6 +44,7 @@ others); a test fails once one of them is fixed, so the list shrinks with the co
 from __future__ import annotations
 
 import ast
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +64,8 @@ class Finding:
     what: str  # a module name ("optuna.trial") or a call ("print", "sys.exit")
     scope: tuple[str, ...] = ()  # every enclosing def, outermost first
     main_guard: bool = False  # inside ``if __name__ == "__main__":``
+    type_checking: bool = False  # inside ``if TYPE_CHECKING:`` (never executed)
+    from_base: bool = False  # the ``X`` of ``from X import a, b`` (also found as ``X.a``, ``X.b``)
 
     def __str__(self) -> str:
         where = f" in {self.function}()" if self.function else ""
@@ -87,18 +93,29 @@ class _Scanner(ast.NodeVisitor):
         self.relative = relative
         self.functions: list[str] = []
         self.in_main_guard = False
+        self.in_type_checking = False
         self.entry_points: set[str] = set()  # functions the ``__main__`` block calls
         self.imports: list[Finding] = []
         self.exits: list[Finding] = []
         self.prints: list[Finding] = []
 
-    def _found(self, node: ast.AST, what: str) -> Finding:
+    def _found(self, node: ast.AST, what: str, from_base: bool = False) -> Finding:
         function = self.functions[-1] if self.functions else ""
         line = getattr(node, "lineno", 0)
         path = self.relative.as_posix()
-        return Finding(path, line, function, what, tuple(self.functions), self.in_main_guard)
+        scope = tuple(self.functions)
+        guarded, typing = self.in_main_guard, self.in_type_checking
+        return Finding(path, line, function, what, scope, guarded, typing, from_base)
 
     def visit_If(self, node: ast.If) -> None:
+        if _dotted(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            outer, self.in_type_checking = self.in_type_checking, True
+            for statement in node.body:
+                self.visit(statement)
+            self.in_type_checking = outer
+            for statement in node.orelse:
+                self.visit(statement)
+            return
         if not self.functions and _is_main_guard(node.test):
             self.in_main_guard = True
             for statement in node.body:
@@ -128,7 +145,7 @@ class _Scanner(ast.NodeVisitor):
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         relative = node.level > 0
         base = _resolve(self.relative, node.level, node.module) if relative else node.module or ""
-        self.imports.append(self._found(node, base))
+        self.imports.append(self._found(node, base, from_base=True))
         # ``from reference_server import frontends`` imports the submodule too.
         self.imports += [self._found(node, f"{base}.{alias.name}") for alias in node.names]
 
@@ -275,6 +292,89 @@ def _unknown(kind: str, findings: list[Finding]) -> list[str]:
     return [str(f) for f in findings if (kind, f.path, f.function) not in KNOWN_VIOLATIONS]
 
 
+#: module -> {module it imports: the first import of it found (file and line)}.
+ImportGraph = dict[str, dict[str, Finding]]
+
+
+def _owner(name: str, modules: set[str]) -> str | None:
+    """The module ``name`` lies in: itself, or the longest module prefix of ``name`` (the
+    ``pkg.mod`` of ``pkg.mod.name`` when ``name`` is a class or function); None outside."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph(root: Path) -> ImportGraph:
+    """The import graph of :data:`PACKAGES` below ``root``: an edge for every import that runs,
+    at module level or in a function, to a module of either package (rules: see
+    :func:`test_no_import_cycles`)."""
+    scanners = scan(root)
+    modules = {_module_name(s.relative) for s in scanners}
+    graph: ImportGraph = {module: {} for module in sorted(modules)}
+    for scanner in scanners:
+        importer = _module_name(scanner.relative)
+        for found in scanner.imports:
+            if found.type_checking or found.from_base:
+                continue
+            imported = _owner(found.what, modules)
+            if imported is not None and imported != importer:
+                graph[importer].setdefault(imported, found)
+    return graph
+
+
+def import_cycles(graph: ImportGraph) -> list[list[str]]:
+    """One cycle per strongly connected group of modules, as ``[a, b, ..., a]``: the shortest
+    one through the group's first module (by name), so the report is the same on every run."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[set[str]] = []
+
+    def visit(module: str) -> None:  # Tarjan's algorithm
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in graph[module]:
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group = set()
+            while not group or module not in group:
+                group.add(stack.pop())
+            if len(group) > 1:
+                groups.append(group)
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    return sorted(_shortest_cycle(graph, group) for group in groups)
+
+
+def _shortest_cycle(graph: ImportGraph, group: set[str]) -> list[str]:
+    start = min(group)
+    paths = {start: [start]}
+    queue = [start]
+    for module in queue:  # breadth first, inside the group
+        for imported in sorted(graph[module]):
+            if imported == start:
+                return [*paths[module], start]
+            if imported in group and imported not in paths:
+                paths[imported] = [*paths[module], imported]
+                queue.append(imported)
+    raise AssertionError(f"{sorted(group)} is not strongly connected")
+
+
+def cycle_report(graph: ImportGraph) -> str:
+    """Every cycle of ``graph``, one line per import on it; ``""`` when there is none."""
+    lines = []
+    for cycle in import_cycles(graph):
+        lines.append(" -> ".join(cycle))
+        lines += [f"    {a} -> {b}: {graph[a][b]}" for a, b in itertools.pairwise(cycle)]
+    return "\n".join(lines)
+
+
 @pytest.fixture(scope="module")
 def scanners() -> list[_Scanner]:
     return scan(REPO_ROOT)
@@ -312,6 +412,35 @@ def test_known_violations_are_still_there(scanners: list[_Scanner]) -> None:
     }
     fixed = [f"{key}: {why}" for key, why in KNOWN_VIOLATIONS.items() if key not in present]
     assert not fixed, "fixed, remove from KNOWN_VIOLATIONS:\n" + "\n".join(fixed)
+
+
+def test_no_import_cycles() -> None:
+    """No module of ``analyzer/`` or ``reference_server/`` imports, directly or through others,
+    a module that imports it: each sits above what it imports, and can be imported first.
+
+    What counts as an import of module ``m`` by module ``n`` (an edge ``n -> m``):
+
+    - ``import m`` and ``from m import name`` at module level, in a function (a lazy import runs
+      when the function does: hiding a cycle there keeps the cycle), or in a ``__main__``
+      block; relative imports resolved; ``importlib.import_module("m")`` with a literal name;
+    - ``from pkg import name``: an edge to ``pkg.name`` when that is a module, else to
+      ``pkg`` (a package's ``__init__`` is a module like any other; ``reference_server``'s
+      lazy ``__getattr__`` imports are edges from it);
+    - not an import under ``if TYPE_CHECKING:``: it never runs. It cannot hide a runtime cycle
+      either: a name imported only there is unbound at run time, so code that uses the module
+      at run time imports it again outside the block, and that import counts;
+    - not the parent packages that Python initialises before ``pkg.mod`` (every ``__init__``
+      that re-exports its own modules would otherwise form a cycle with them), and not a name
+      computed at run time (``backends/registry``'s table of ``"module:Class"`` strings: the
+      modules it names build on ``backends/base``, never on the registry).
+    """
+    graph = import_graph(REPO_ROOT)
+    # The graph sees what it should: module-level, lazy (in a function) and TYPE_CHECKING imports.
+    assert "analyzer.records" in graph["analyzer.results"]
+    assert "analyzer.urls" in graph["analyzer.commands.load"]  # inside a function
+    assert "analyzer.records" not in graph["analyzer.objective"]  # annotations only
+    report = cycle_report(graph)
+    assert not report, "import cycles (move what both sides need below both):\n" + report
 
 
 # -- the scanner finds planted violations --------------------------------------------------------
@@ -400,3 +529,48 @@ def test_relative_imports_resolve_against_the_package() -> None:
     assert _resolve(core, 2, "frontends.http") == "reference_server.frontends.http"
     assert _resolve(Path("reference_server/core/__init__.py"), 1, None) == "reference_server.core"
     assert _resolve(Path("reference_server/core/__init__.py"), 2, "app") == "reference_server.app"
+
+
+#: A planted tree: three cycles (a module-level import against a lazy relative one; a package
+#: ``__init__`` whose lazy ``__getattr__`` imports a module that takes a name from the package;
+#: ``importlib.import_module``) and imports that are no cycle (``TYPE_CHECKING``; a submodule
+#: imported by a sibling of its package).
+PLANTED_GRAPH: dict[str, str] = {
+    "analyzer/a.py": "from analyzer.b import helper\n",
+    "analyzer/b.py": "def helper():\n    from . import a\n",
+    "analyzer/c.py": (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from analyzer.d import D\n"
+    ),
+    "analyzer/d.py": "from analyzer.c import C\n",
+    "analyzer/pkg/__init__.py": (
+        "VERSION = 1\ndef __getattr__(name):\n    from analyzer.pkg import mod\n    return mod\n"
+    ),
+    "analyzer/pkg/mod.py": "from analyzer.pkg import VERSION\n",
+    "analyzer/pkg/low.py": "X = 1\n",
+    "analyzer/e.py": "import analyzer.pkg.low\nfrom analyzer.pkg.low import X\n",
+    "reference_server/x.py": "import importlib\nY = importlib.import_module('reference_server.y')\n",
+    "reference_server/y.py": "from .x import Y\n",
+}
+
+
+def test_a_planted_import_cycle_is_found_and_reported(tmp_path: Path) -> None:
+    for path, source in PLANTED_GRAPH.items():
+        _plant(tmp_path, path, source)
+    graph = import_graph(tmp_path)
+    assert graph["analyzer.e"].keys() == {"analyzer.pkg.low"}  # not its package: not a cycle
+    assert graph["analyzer.c"] == {}  # TYPE_CHECKING only
+    assert import_cycles(graph) == [
+        ["analyzer.a", "analyzer.b", "analyzer.a"],
+        ["analyzer.pkg", "analyzer.pkg.mod", "analyzer.pkg"],
+        ["reference_server.x", "reference_server.y", "reference_server.x"],
+    ]
+    report = cycle_report(graph)
+    assert "analyzer.a -> analyzer.b -> analyzer.a" in report
+    assert "analyzer.b -> analyzer.a: analyzer/b.py:2 in helper(): analyzer.a" in report
+    assert "analyzer.pkg.mod -> analyzer.pkg: analyzer/pkg/mod.py:1: analyzer.pkg.VERSION" in report
+    # Without the lazy import, the first cycle is gone and the others stay.
+    _plant(tmp_path, "analyzer/b.py", "def helper():\n    pass\n")
+    assert [c[0] for c in import_cycles(import_graph(tmp_path))] == [
+        "analyzer.pkg",
+        "reference_server.x",
+    ]
