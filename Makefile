@@ -43,7 +43,7 @@ test: lint typecheck pytest
 # Dogfood the CI performance gate (README "CI performance gates"): a small measure-and-gate run
 # on the reference server with the simulated device. The bounds are loose for a shared 2-core CI
 # machine, yet a server that serves fewer than 20 of the offered 25 req/s, fails a request, or
-# has a p99 above 150 ms (about 35x the simulated device's 4.25 ms per request) breaks them.
+# has a p99 above 150 ms (about 12x the simulated device's 12.8 ms per request) breaks them.
 GATE_DIR ?= reports/gate-dogfood
 gate-dogfood: setup
 	$(BIN)/perfsweep gate --model resnet50 --device sim \
