@@ -37,7 +37,6 @@ def make_target(scenario: Scenario, workdir: Path, url: str | None = None) -> Ta
             workdir,
             m.triton_server_path,
             m.startup_timeout_s,
-            image=getattr(m, "triton_image", None),  # a scenario field yet to come
         )
     return ManagedServer(
         m.name,

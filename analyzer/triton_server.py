@@ -21,8 +21,7 @@ config pushes. What differs is only how the process is prepared, launched and aw
 The model's ``config.pbtxt`` in the user's repository is never written: every config perfsweep
 tries is a ``load`` override (the JSON of a ``ModelConfig`` read back from this Triton).
 
-No Docker: ``--triton-image`` is refused by :func:`refuse_image` (there is no container
-launcher yet; run the binary instead).
+No Docker: there is no container launcher; run the ``tritonserver`` binary.
 """
 
 from __future__ import annotations
@@ -86,25 +85,6 @@ def find_tritonserver(path: Path | None = None) -> Path:
             "nvidia-pytriton wheel: <site-packages>/pytriton/tritonserver/bin/tritonserver)"
         )
     return Path(found).resolve()
-
-
-def refuse_image(image: str) -> None:
-    """``--triton-image IMAGE``: refused, with what to do instead.
-
-    Raises:
-        InputError: always (without Docker on ``PATH``: it says so; with it: containers are not
-            launched yet).
-    """
-    if shutil.which("docker") is None:
-        raise InputError(
-            f"--triton-image {image}: docker is not on PATH; run a tritonserver binary with "
-            f"--server triton {SERVER_PATH_FLAG} PATH instead"
-        )
-    raise InputError(
-        f"--triton-image {image}: perfsweep does not start containers yet; start it yourself "
-        "(docker run ... tritonserver --model-control-mode=explicit) and pass --url, or use "
-        f"--server triton {SERVER_PATH_FLAG} PATH"
-    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -486,16 +466,13 @@ def managed_triton(
     workdir: Path,
     binary: Path | None,
     startup_timeout_s: float,
-    image: str | None = None,
     transport: Transport | None = None,
 ) -> ManagedTriton:
     """The managed Triton of a run directory ``workdir``: log ``workdir/server/tritonserver.log``.
 
     Raises:
-        InputError: ``image`` given (:func:`refuse_image`), no binary, or no repository.
+        InputError: No binary, or no repository.
     """
-    if image:
-        refuse_image(image)
     return ManagedTriton(
         model,
         repository,

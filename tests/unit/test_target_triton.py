@@ -26,7 +26,6 @@ from analyzer.triton_server import (
     bind_failure,
     find_tritonserver,
     free_ports,
-    refuse_image,
     triton_command,
     triton_launch,
 )
@@ -166,17 +165,6 @@ def test_make_target_starts_triton_for_server_triton(tmp_path: Path) -> None:
     path.write_text(f'[model]\nname = "m"\nserver = "triton"\ntriton_server_path = "{binary}"\n')
     with pytest.raises(InputError, match="--model-repository"):
         make_target(load_scenario(path, env={}), tmp_path / "run")
-
-
-def test_a_triton_image_is_refused_with_what_to_do(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(InputError, match=r"docker is not on PATH.*--triton-server-path"):
-        refuse_image("nvcr.io/nvidia/tritonserver:24.10-py3")
-    executable(tmp_path / "docker")
-    with pytest.raises(InputError, match=r"does not start containers yet.*--url"):
-        refuse_image("nvcr.io/nvidia/tritonserver:24.10-py3")
 
 
 def test_a_restart_asks_for_the_old_ports(tmp_path: Path) -> None:
