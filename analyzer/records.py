@@ -107,6 +107,35 @@ _MIGRATIONS: dict[str, dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = 
     PREDICTIONS_KIND: {},
 }
 
+
+class StopReason(str, enum.Enum):
+    """Why a sweep's search ended: summary.json's ``stop_reason`` (the value is what is written).
+
+    A file written before the key existed reads as :attr:`NOT_RECORDED` (``""``, written back as
+    it was read).
+    """
+
+    #: ``budget.trials`` trials were started.
+    TRIALS = "trials"
+    #: ``budget.time_budget_s`` ran out.
+    TIME_BUDGET = "time_budget"
+    #: ``budget.patience`` trials without a feasible improvement of ``budget.min_improvement``.
+    STAGNATION = "stagnation"
+    #: ``--search predict``: the measured best lies in the predicted best's band.
+    PREDICTION = "prediction"
+    #: ``--search grid``: every config of the grid was measured.
+    GRID = "grid"
+    #: Ctrl-C (or a kill): run.json says ``interrupted``; ``--resume`` goes on.
+    INTERRUPTED = "interrupted"
+    #: The server died and could not be brought back: run.json says ``failed``.
+    SERVER_DIED = "server_died"
+    #: Not in the file (written before summary.json recorded it).
+    NOT_RECORDED = ""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
 #: The per-GPU figures a summary entry keeps (``measure.GpuStats`` less its samples).
 GPU_FIGURE_KEYS = (
     "uuid",
@@ -772,7 +801,7 @@ class RunSummary:
     gain: float | None
     #: Trial counts by state, and ``total``.
     trials: dict[str, int]
-    stop_reason: str
+    stop_reason: StopReason
     target_url: str | None = None
     device_requested: str | None = None
     devices: tuple[dict[str, Any], ...] = ()
@@ -847,7 +876,7 @@ class RunSummary:
             "goal_text": self.goal_text,
             "tie_break": self.tie_break,
             "trials": dict(self.trials),
-            "stop_reason": self.stop_reason,
+            "stop_reason": StopReason(self.stop_reason).value,
             "left_on_server": None if self.left_on_server is None else dict(self.left_on_server),
             "pareto": [p.to_dict() for p in self.pareto],
             "validation": [c.to_dict() for c in self.validation],
@@ -889,7 +918,7 @@ class RunSummary:
             best=ConfigEntry.from_dict(d["best"]) if d.get("best") else None,
             gain=_opt_float(d.get("gain")),
             trials={str(k): int(v) for k, v in (d.get("trials") or {}).items()},
-            stop_reason=str(d.get("stop_reason", "")),
+            stop_reason=StopReason(str(d.get("stop_reason", ""))),
             target_url=_opt_str(d.get("target_url")),
             device_requested=_opt_str(d.get("device_requested")),
             devices=tuple(dict(x) for x in d.get("devices") or ()),

@@ -52,7 +52,7 @@ from analyzer.measure import GainSample, LoadGenerator, gain_estimate, gain_sent
 from analyzer.objective import Objective, objective_for, worst_value
 from analyzer.predict import ProfileError
 from analyzer.predict.profile import Profile, load_profile, run_dir_samples, save_profile
-from analyzer.records import TrialRecord
+from analyzer.records import StopReason, TrialRecord
 from analyzer.results import (
     RunDirectory,
     config_text,
@@ -106,16 +106,11 @@ __all__ = ["SweepObserver", "SweepOutcome", "run_sweep", "space_for"]
 #: Consecutive trials failing because the target is gone before the sweep gives up.
 MAX_TARGET_FAILURES = 3
 
-#: Stop reason of a run whose server died and could not be brought back (run.json ``failed``).
-SERVER_DIED = "server_died"
 #: The failure of a trial whose config killed the server twice (a finding, not a measurement).
 CRASHED_REASON = "crashed the server"
 
 #: The profile phase: the live server -> a Profile (``run_sweep(profiler=...)``; tests plant one).
 Profiler = Callable[[Target, Scenario], Profile]
-
-#: Stop reason of ``--search predict``: the measured best lies in the predicted best's band.
-PREDICTION_STOP = "prediction"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -133,7 +128,7 @@ class SweepOutcome:
     best: TrialRecord | None
     gain: float | None
     trials: dict[str, int]
-    stop_reason: str
+    stop_reason: StopReason
     best_config_path: Path | None
     pareto: list[TrialRecord]
     #: summary.json as written (``record.to_dict()``).
@@ -419,7 +414,7 @@ def _sweep(
             for lost in search.recover_interrupted():
                 _record_interrupted(state, lost.number, lost.source, lost.knobs, lost.started_at)
 
-        stop_reason = "interrupted"
+        stop_reason = StopReason.INTERRUPTED
         try:
             if state.strategy == "predict":
                 # Profile first: the baseline's capacity search then starts at its forecast,
@@ -452,19 +447,21 @@ def _sweep(
                         search.enqueue(knobs, "grid", source="grid")
             with state.phase("search"):
                 stop_reason = _search_loop(state, clock, started)
-            if stop_reason != "interrupted":
+            if stop_reason is not StopReason.INTERRUPTED:
                 with state.phase("validation"):
                     validation = _validate(state)
             else:
                 validation = []
         except KeyboardInterrupt:
-            stop_reason, validation = "interrupted", []
+            stop_reason, validation = StopReason.INTERRUPTED, []
         except TargetDiedError as exc:
             # Nothing more is sent to the server: the run so far is written (the best not
             # validated), run.json says failed, and the caller gets the outcome with the error.
             state.dead = True
             run_state.update(error=_first_line(exc), failed_at=utc_now())
-            exc.outcome = _finish(state, SERVER_DIED, [], started_at, clock() - started, run_state)
+            exc.outcome = _finish(
+                state, StopReason.SERVER_DIED, [], started_at, clock() - started, run_state
+            )
             raise
         except BaseException:
             run_state["left_on_server"] = _leave_server(state, None)
@@ -818,19 +815,19 @@ def _stagnant(results: dict[int, TrialRecord], scenario: Scenario, objective: Ob
     return best is not None and since >= b.patience
 
 
-def _search_loop(state: _State, clock: Callable[[], float], started: float) -> str:
+def _search_loop(state: _State, clock: Callable[[], float], started: float) -> StopReason:
     scenario, search, guide = state.scenario, state.search, state.guide
     budget = scenario.budget
     grid = len(grid_configs(search.space)) if state.strategy == "grid" else None
     while True:
         done = search.started_count()
         if done >= budget.trials:
-            return "trials"
+            return StopReason.TRIALS
         if budget.time_budget_s is not None and clock() - started >= budget.time_budget_s:
-            return "time_budget"
+            return StopReason.TIME_BUDGET
         if grid is not None:
             if done >= grid:
-                return "grid"
+                return StopReason.GRID
         elif guide is not None:
             measured = [r.config for r in state.results.values() if r.state != "interrupted"]
             best = state.objective.best(state.results.values())
@@ -839,14 +836,14 @@ def _search_loop(state: _State, clock: Callable[[], float], started: float) -> s
                 best.throughput_rps if best else None,
                 bracket.high if bracket and bracket.high > bracket.value else None,
             ):
-                return PREDICTION_STOP
+                return StopReason.PREDICTION
             upcoming = guide.next_config(measured)
             if upcoming is not None:
                 search.enqueue(upcoming, "predicted capacity", source="predict")
             elif _stagnant(state.results, scenario, state.objective):
-                return "stagnation"  # every prediction measured: the sampler goes on
+                return StopReason.STAGNATION  # every prediction measured: the sampler goes on
         elif _stagnant(state.results, scenario, state.objective):
-            return "stagnation"
+            return StopReason.STAGNATION
         asked = search.ask()
         config = apply_knobs(state.base_config, asked.knobs)
         state.run_dir.write_config(asked.number, config)
@@ -1263,7 +1260,7 @@ def _headline(state: _State, result: TrialRecord | None) -> TrialRecord | None:
 
 def _finish(
     state: _State,
-    stop_reason: str,
+    stop_reason: StopReason,
     validation: list[records.ValidationCandidate],
     started_at: str,
     duration_s: float,
@@ -1271,7 +1268,7 @@ def _finish(
 ) -> SweepOutcome:
     scenario, directory = state.scenario, state.run_dir
     chosen, validated_rps = _choose(state, validation)
-    died = stop_reason == SERVER_DIED
+    died = stop_reason is StopReason.SERVER_DIED
     # Headline numbers: the worst validation repeat when validated, so that baseline, best and
     # gain all rest on the longer, re-measured windows rather than on one lucky search step.
     best = _headline(state, chosen)
@@ -1370,7 +1367,9 @@ def _finish(
     directory.write_summary(summary)
     data = summary.to_dict()
     # run.json first: the report reads the run's status from it.
-    status = {"interrupted": "interrupted", SERVER_DIED: "failed"}.get(stop_reason, "completed")
+    status = {StopReason.INTERRUPTED: "interrupted", StopReason.SERVER_DIED: "failed"}.get(
+        stop_reason, "completed"
+    )
     run_state.update(
         status=status,
         finished_at=data["finished_at"],

@@ -41,7 +41,7 @@ from analyzer.commands.input_flags import (
 from analyzer.errors import GoalNotMetError, InputError, TargetDiedError
 from analyzer.evaluation.plan import LoadPlan
 from analyzer.measure import Goals, classes_text
-from analyzer.records import TrialRecord
+from analyzer.records import StopReason, TrialRecord
 from analyzer.scenario import Scenario, bundled_scenario, load_scenario
 from analyzer.server_stats import cache_hit_ratio, cache_hits_text
 from analyzer.sweep import SweepObserver, SweepOutcome
@@ -570,7 +570,7 @@ def _run(
             f"resume with: perfsweep run --resume {root}",
             died.url,
         )
-    if summary.stop_reason == "interrupted":
+    if summary.stop_reason is StopReason.INTERRUPTED:
         console.print(
             f"interrupted: finished trials are kept. Resume with: perfsweep run --resume {root}",
             highlight=False,

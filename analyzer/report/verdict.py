@@ -7,7 +7,7 @@ from typing import Any
 
 from analyzer.measure import gain_sentence
 from analyzer.objective import Objective
-from analyzer.records import RunSummary
+from analyzer.records import RunSummary, StopReason
 from analyzer.report.record import (
     ConfigResult,
     LoadCurve,
@@ -123,7 +123,7 @@ def build_verdict(
     warnings: list[str] = []
     if status not in ("completed", "unknown"):
         warnings.append(f"The run is {status}: the results cover only the trials that finished.")
-    if stop_reason == "interrupted":
+    if stop_reason is StopReason.INTERRUPTED:
         warnings.append("The sweep was interrupted; resume it with `perfsweep run --resume`.")
     recommendation = summary.recommendation or {}
     if recommendation.get("candidate_config"):
@@ -131,7 +131,7 @@ def build_verdict(
             "No searched config is significantly better than the model's own: best/config.pbtxt "
             f"holds the original config; {recommendation.get('detail')}."
         )
-    if stop_reason == "server_died":
+    if stop_reason is StopReason.SERVER_DIED:
         warnings.append(
             "The server died and did not return: the run stopped, nothing was measured against "
             "the dead server, and the best config so far is NOT VALIDATED (no best config was "
@@ -204,7 +204,7 @@ def build_verdict(
         device=summary.device,
         machine=_machine(env),
         status=status,
-        stop_reason=stop_reason,
+        stop_reason=str(stop_reason),
         trials=counts,
         warnings=tuple(warnings),
         gain_ci=gain_ci,

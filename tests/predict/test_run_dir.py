@@ -15,7 +15,7 @@ from analyzer.predict import ProfileError
 from analyzer.predict.planner import PlanRequest, plan
 from analyzer.predict.profile import from_run_dir, run_dir_samples
 from analyzer.predict.simulator import SimConfig
-from analyzer.records import ParetoMeasurement, RunSummary, TrialRecord
+from analyzer.records import ParetoMeasurement, RunSummary, StopReason, TrialRecord
 from analyzer.results import RunDirectory
 from analyzer.trial import Knobs
 
@@ -89,7 +89,7 @@ def pareto_run(root: Path) -> RunDirectory:
         best=entry,
         gain=None,
         trials={"complete": 1, "total": 1},
-        stop_reason="planted",
+        stop_reason=StopReason.TRIALS,
     )
     records.write_summary(run.summary_json, summary)
     return run

@@ -28,6 +28,7 @@ from analyzer.records import (
     ParetoEntry,
     ParetoMeasurement,
     RunSummary,
+    StopReason,
     TrialRecord,
     Validation,
     ValidationCandidate,
@@ -327,6 +328,19 @@ def test_loaders_refuse_newer_versions_other_kinds_and_damaged_files(tmp_path: P
         measurement_from_dict({"something": 1})
 
 
+def test_stop_reasons_are_written_as_their_strings_and_read_back_typed(tmp_path: Path) -> None:
+    path = tmp_path / "summary.json"
+    for reason in StopReason:
+        records.write_summary(path, replace(summary(), stop_reason=reason))
+        assert json.loads(path.read_text())["stop_reason"] == reason.value
+        assert load_summary(path).stop_reason is reason
+    headless = summary().to_dict()
+    del headless["stop_reason"]  # a summary written before the key: "not recorded"
+    assert RunSummary.from_dict(headless).stop_reason is StopReason.NOT_RECORDED
+    with pytest.raises(ResultFormatError, match=r"damaged.*'budget'"):
+        RunSummary.from_dict({**summary().to_dict(), "stop_reason": "budget"})
+
+
 def test_an_older_version_is_migrated_on_load(monkeypatch: pytest.MonkeyPatch) -> None:
     """The migration chain: a version-0 document is lifted step by step to the current one."""
 
@@ -379,7 +393,7 @@ def test_predictions_and_the_new_optional_fields_round_trip(tmp_path: Path) -> N
         best=None,
         gain=None,
         trials={"total": 0},
-        stop_reason="budget",
+        stop_reason=StopReason.TRIALS,
         search_strategy="predict",
         phases={"baseline": 1.5, "search": 10.0},
     )
