@@ -51,6 +51,7 @@ from analyzer.records import (
     load_summary,
     load_trial,
 )
+from analyzer.scenario import hash_version
 
 #: Environment facts that must agree before two results are compared (``--force`` overrides).
 COMPATIBILITY_KEYS = ("model", "device", "gpu", "scenario_hash", "measure")
@@ -395,7 +396,15 @@ def incompatibilities(candidate: GateInput, baseline: GateInput) -> list[str]:
     for key in COMPATIBILITY_KEYS:
         a, b = baseline.environment.get(key), candidate.environment.get(key)
         if a is not None and b is not None and a != b:
-            reasons.append(f"{key} differs: baseline {a!r}, candidate {b!r}")
+            reason = f"{key} differs: baseline {a!r}, candidate {b!r}"
+            if key == "scenario_hash" and hash_version(a) != hash_version(b):
+                reason += (
+                    f" (scenario hash version {hash_version(a)} vs {hash_version(b)}: an older "
+                    "perfsweep hashed the scenario differently, so even the same scenario does "
+                    "not match; measure the baseline again with this perfsweep, or pass --force "
+                    "if both measured the same scenario)"
+                )
+            reasons.append(reason)
     return reasons
 
 

@@ -634,45 +634,75 @@ class Scenario(_Section):
         return min([self.goals.p99_ms, *(p99 for _, p99 in self.traffic.class_goals())])
 
     def hash(self) -> str:
-        """A short, stable fingerprint of the scenario (recorded with every result)."""
-        data = self.to_dict()
-        data.pop("gate", None)  # gate thresholds do not change what is measured
-        data["goals"].pop("note", None)  # nor does the reason given for the goals
-        data["run"].pop("leave", None)  # nor does what is left on the server afterwards
-        data["run"].pop("server_wait_s", None)  # nor how long a dead server is waited for
-        data["model"].pop("metrics_url", None)  # nor where the metrics are read
-        data["model"].pop("triton_server_path", None)  # nor where the tritonserver binary lies
-        # The server kind changes what is measured; the reference server (the only one before
-        # issue 14) keeps the old hash.
-        if data["model"].get("server") == "reference":
-            data["model"].pop("server")
-        if data["goals"].get("max_gpu_memory_mb") is None:
-            data["goals"].pop("max_gpu_memory_mb", None)  # unset: the hash of older scenarios
-        data["input"] = self.input.identity()
-        for key in ("response_cache", "queue_policy", "max_candidate_sequences", "instance_kind"):
-            if data["space"].get(key) is None:
-                data["space"].pop(key, None)  # unset: the hash of older scenarios
-        if data["space"].get("response_cache") in (None, "off"):
-            data["model"].pop("cache_size_bytes", None)  # no cache: its size measures nothing
-        for key in ("workers", "expect_workers", "master_bind_host", "master_port"):
-            data["traffic"].pop(key, None)  # nor does where the generator runs
-        if not data["traffic"].get("classes"):
-            data["traffic"].pop("classes", None)  # no priority mix: the hash of older scenarios
-        # traffic.sequence_* at their defaults are not in the dump (TrafficSection's serializer):
-        # older scenarios keep their hash, and a changed sequence setting changes it.
-        # The search strategy is in the hash, as run.sampler and budget.trials are: it changes
-        # which configs are measured (so which answer a run gives), though not how one config is
-        # measured. "tpe" was the only search before [search]: its scenarios keep their hash.
-        if data["search"]["strategy"] == "tpe":
-            data.pop("search")
-        # Sequential steps change how a config is measured; fixed windows keep the old hash.
-        if data["budget"]["validation"] == "repeats":
-            data["budget"].pop("validation")  # the validation before issue 13
-        if not data["budget"]["sequential"]:
-            data["budget"].pop("sequential")
-            data["budget"].pop("sequential_max_requests")
+        """A short, stable fingerprint of what the scenario measures (recorded with every result).
+
+        The hashed document is :data:`HASH_VERSION` and the scenario's keys that decide what is
+        measured, each left out where it equals its default (:func:`_without_defaults`): a key
+        added later with a default leaves every existing hash as it was. Keys that do not change
+        what is measured (the gate's thresholds, the goals' note, what is left on the server,
+        where metrics, the binary and the generator's workers are) are never in it.
+
+        Returns:
+            ``v<HASH_VERSION>-`` and 16 hex digits (:func:`hash_version` reads the version back).
+        """
+        data = _without_defaults(_hashed(self), _hashed(_DEFAULT_SCENARIO))
+        data["hash_version"] = HASH_VERSION
         text = json.dumps(data, sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return f"v{HASH_VERSION}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+#: Version of :meth:`Scenario.hash`'s document. Bump it when a scenario that measures the same
+#: thing would hash differently (a key's default changed, a key moved), or the reverse.
+#: Version 1 (no ``v`` prefix) listed the keys it left out one by one, so older scenarios kept
+#: their hashes; a version 1 hash and a version 2 hash never match, even for the same scenario.
+HASH_VERSION = 2
+
+
+def hash_version(scenario_hash: str) -> int:
+    """The :data:`HASH_VERSION` a recorded scenario hash was made with (1: no ``v`` prefix)."""
+    prefix, sep, _ = scenario_hash.partition("-")
+    if sep and prefix.startswith("v") and prefix[1:].isdigit():
+        return int(prefix[1:])
+    return 1
+
+
+def _hashed(scenario: Scenario) -> dict[str, Any]:
+    """The scenario's data as far as it decides what is measured."""
+    data = scenario.to_dict()
+    data.pop("gate", None)  # gate thresholds do not change what is measured
+    data["goals"].pop("note", None)  # nor does the reason given for the goals
+    data["run"].pop("leave", None)  # nor does what is left on the server afterwards
+    data["run"].pop("server_wait_s", None)  # nor how long a dead server is waited for
+    data["model"].pop("metrics_url", None)  # nor where the metrics are read
+    data["model"].pop("triton_server_path", None)  # nor where the tritonserver binary lies
+    for key in ("workers", "expect_workers", "master_bind_host", "master_port"):
+        data["traffic"].pop(key, None)  # nor does where the generator runs
+    data["input"] = scenario.input.identity()  # a data file by its bytes, not by its path
+    if data["space"].get("response_cache") in (None, "off"):
+        data["model"].pop("cache_size_bytes", None)  # no cache: its size measures nothing
+    if not data["budget"].get("sequential", True):
+        data["budget"].pop("sequential_max_requests", None)  # fixed windows: nothing to cap
+    return data
+
+
+def _without_defaults(data: dict[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` without the keys equal to their value in ``defaults`` (sections recursively;
+    a section left empty goes too)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        default = defaults.get(key, _MISSING)
+        if isinstance(value, dict) and isinstance(default, dict):
+            value = _without_defaults(value, default)
+            if value:
+                out[key] = value
+        elif value != default:
+            out[key] = value
+    return out
+
+
+_MISSING = object()
+#: What a key left out of a scenario file means (the reference of :func:`_without_defaults`).
+_DEFAULT_SCENARIO = Scenario()
 
 
 def parse_shapes(items: list[str] | None) -> dict[str, list[int]] | None:

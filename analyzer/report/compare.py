@@ -31,6 +31,7 @@ from analyzer.report.record import (
     ReportRecord,
     jsonable,
 )
+from analyzer.scenario import hash_version
 
 #: Relative changes smaller than this are called "about the same" (measurement noise).
 NOISE = 0.05
@@ -220,9 +221,16 @@ def build_comparison(a: ReportRecord, b: ReportRecord) -> Comparison:
     hash_a = a.provenance.environment.get("scenario_hash")
     hash_b = b.provenance.environment.get("scenario_hash")
     if hash_a and hash_b and hash_a != hash_b:
-        differences.append(
-            f"The scenarios differ (hash {hash_a} vs {hash_b}): budgets, space or traffic changed."
-        )
+        if hash_version(hash_a) != hash_version(hash_b):
+            differences.append(
+                f"The scenario hashes ({hash_a} vs {hash_b}) were made by perfsweep versions "
+                "that hash scenarios differently: they cannot tell whether the scenarios differ."
+            )
+        else:
+            differences.append(
+                f"The scenarios differ (hash {hash_a} vs {hash_b}): budgets, space or traffic "
+                "changed."
+            )
     for name, r in (("A", a), ("B", b)):
         if r.verdict.warnings:
             differences.append(f"Run {name} has {len(r.verdict.warnings)} warning(s); see below.")

@@ -232,6 +232,16 @@ def test_incompatible_environments_are_refused_with_reasons_unless_forced() -> N
     assert forced.forced == tuple(reasons)
 
 
+def test_a_baseline_hashed_by_an_older_perfsweep_is_refused_saying_why() -> None:
+    base = planted(500, 20, n=3, noise=0.01, seed=1, scenario_hash="0123456789abcdef")
+    cand = planted(500, 20, n=3, noise=0.01, seed=2, scenario_hash="v2-fedcba9876543210")
+    [reason] = incompatibilities(cand, base)
+    assert reason.startswith("scenario_hash differs: baseline '0123456789abcdef'")
+    assert "hash version 1 vs 2" in reason and "measure the baseline again" in reason
+    with pytest.raises(InputError, match=r"hash version 1 vs 2.*--force"):
+        evaluate(cand, Criteria(max_regression=0.05), baseline=base)
+
+
 def test_unknown_facts_do_not_block_a_comparison() -> None:
     base = planted(500, 20, n=3, noise=0.01, seed=1, scenario_hash=None)  # type: ignore[arg-type]
     cand = planted(500, 20, n=3, noise=0.01, seed=2)

@@ -5,11 +5,20 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from analyzer.errors import ScenarioError
-from analyzer.scenario import SCENARIO_DIR, Scenario, bundled_scenario, env_overrides, load_scenario
+from analyzer.scenario import (
+    HASH_VERSION,
+    SCENARIO_DIR,
+    Scenario,
+    bundled_scenario,
+    env_overrides,
+    hash_version,
+    load_scenario,
+)
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -114,7 +123,7 @@ def test_scenario_is_frozen() -> None:
         s.goals.p99_ms = 1.0  # type: ignore[misc]
 
 
-def test_search_strategy_is_in_the_hash_and_tpe_keeps_the_old_hash() -> None:
+def test_search_strategy_is_in_the_hash_and_keys_at_their_defaults_are_not() -> None:
     base = load_scenario(None, {"budget.sequential": False, "budget.validation": "repeats"}, env={})
     tpe = load_scenario(
         None,
@@ -133,33 +142,42 @@ def test_search_strategy_is_in_the_hash_and_tpe_keeps_the_old_hash() -> None:
     )
     assert base.search.strategy == "predict"
     assert len({base.hash(), tpe.hash(), grid.hash()}) == 3
-    # A tpe scenario measured as before issue 13 hashes as it did: the hash of its data
-    # without the keys issue 13 added.
-    data = tpe.to_dict()
-    data.pop("search")
-    for key in ("sequential", "sequential_max_requests", "validation"):
-        data["budget"].pop(key)
-    data.pop("gate")
-    data["goals"].pop("note")
-    data["goals"].pop("max_gpu_memory_mb")
-    data["run"].pop("leave")
-    data["run"].pop("server_wait_s")
-    data["model"].pop("metrics_url")
-    for key in ("server", "triton_server_path", "cache_size_bytes"):
-        data["model"].pop(key)
-    data["space"].pop("response_cache")
-    data["space"].pop("queue_policy")
-    data["space"].pop("max_candidate_sequences")
-    data["space"].pop("instance_kind")
-    for key in ("shapes", "data_file", "data_sha256", "unique_payloads", "repeat_ratio"):
-        data["input"].pop(key)
-    data["input"].pop("distribution")
-    for key in ("workers", "expect_workers", "master_bind_host", "master_port"):
-        data["traffic"].pop(key)
-    old = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-    assert tpe.hash() == old
+    # The hashed document is the hash version and the keys off their defaults, nothing else
+    # (sequential_max_requests measures nothing with sequential steps off).
+    document = {
+        "hash_version": HASH_VERSION,
+        "budget": {"sequential": False, "validation": "repeats"},
+        "search": {"band": 0.2, "strategy": "tpe"},
+    }
+    digest = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:16]
+    assert tpe.hash() == f"v{HASH_VERSION}-{digest}"
+    assert hash_version(tpe.hash()) == HASH_VERSION == 2
+    assert hash_version("0123456789abcdef") == 1  # the hashes written before the version
     with pytest.raises(ScenarioError, match="strategy"):
         load_scenario(None, {"search.strategy": "bayes"}, env={})
+
+
+def test_a_key_added_with_its_default_leaves_every_hash_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    scenarios = [
+        Scenario(),
+        load_scenario(None, {"model.server": "triton", "space.response_cache": "search"}, env={}),
+        load_scenario(None, {"traffic.rate_rps": 40.0, "goals.max_gpu_memory_mb": 900}, env={}),
+    ]
+    before = [s.hash() for s in scenarios]
+    dump = Scenario.to_dict
+
+    def newer(self: Scenario) -> dict[str, Any]:
+        data = dump(self)
+        data["space"]["a_new_knob"] = None
+        data["budget"]["a_new_limit"] = 3
+        data["a_new_section"] = {"enabled": False}
+        return data
+
+    monkeypatch.setattr(Scenario, "to_dict", newer)
+    assert [s.hash() for s in scenarios] == before
+    assert len(set(before)) == 3
 
 
 def test_server_kind_is_in_the_hash_and_the_binary_path_is_not() -> None:
