@@ -34,11 +34,9 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
+from analyzer.documents import FORMATS, LOAD_KIND, header
 from analyzer.errors import InputError, ResultFormatError
 from analyzer.stepping import StepRecord, StepTest, StepVerdict
-
-#: Version of the JSON written by ``perfsweep load --output``; bump on any incompatible change.
-LOAD_FORMAT_VERSION = 1
 
 #: Histogram range in microseconds: 1 µs .. 10 minutes. Larger values are clamped, never dropped.
 HIST_LOWEST_US = 1
@@ -693,8 +691,7 @@ def load_output_dict(
 ) -> dict[str, Any]:
     """The versioned document ``perfsweep load --output`` writes."""
     doc: dict[str, Any] = {
-        "format_version": LOAD_FORMAT_VERSION,
-        "kind": "perfsweep.load",
+        **header(LOAD_KIND),
         "environment": dict(environment or {}),
         "results": [m.to_dict() for m in measurements],
     }
@@ -706,13 +703,14 @@ def load_output_dict(
 
 def read_load_output(doc: Mapping[str, Any]) -> tuple[list[Measurement], CapacityResult | None]:
     """Parse a ``perfsweep load --output`` document; refuse versions this build cannot read."""
-    version = doc.get("format_version")
-    if doc.get("kind") != "perfsweep.load" or version != LOAD_FORMAT_VERSION:
+    version, fmt = doc.get("format_version"), FORMATS[LOAD_KIND]
+    if doc.get("kind") != LOAD_KIND or not fmt.readable(version):
         raise ResultFormatError(
-            f"not a perfsweep load result of format {LOAD_FORMAT_VERSION} "
+            f"not a perfsweep load result of format {fmt.current} "
             f"(kind={doc.get('kind')!r}, format_version={version!r}); "
             "re-run `perfsweep load` with this version or use the perfsweep that wrote it"
         )
+    doc = fmt.lift(doc, LOAD_KIND)
     measurements = [Measurement.from_dict(m) for m in doc["results"]]
     capacity = CapacityResult.from_dict(doc["capacity"]) if doc.get("capacity") else None
     return measurements, capacity
@@ -835,7 +833,8 @@ def goals_met(problem: str | None, slacks: Mapping[str, float]) -> bool:
 
     A result meets the goals when the measurement it rests on is usable (``problem`` is None,
     see :func:`unusable`) and every slack is satisfied (<= 0). :func:`meets_goals` (one load
-    level) and ``TrialResult.meets_goals`` (a trial, whatever the objective) both apply it.
+    level) and the sweep's trial records (``TrialRecord.meets_goals``, whatever the objective)
+    both apply it.
     """
     return problem is None and all(v <= 0 for v in slacks.values())
 

@@ -22,39 +22,9 @@ Loaders refuse a file of another kind, or of a version newer than (or unknown to
 perfsweep, with :class:`~analyzer.errors.ResultFormatError` saying what to do; a damaged file
 (a required key missing, a value of the wrong type) is refused the same way.
 
-Format history (pyperf ``_bench.py`` style). Each record has its own version; a new version adds
-one entry here and one function in ``_MIGRATIONS`` that lifts the version before it.
-
-summary.json (``perfsweep.summary``):
-
-* Version 1 (current): the keys of docs/reference.md. Keys were added within version 1 without a
-  bump, each optional: files written before them (docs/examples/sim-before, sim-after) lack
-  ``device_requested``, ``devices``, ``server_gpus``, ``gain_ci``, ``gain_significant``,
-  ``gain_repeats``, ``gain_text``, ``goal_text``, ``tie_break``, ``left_on_server``, the entries'
-  ``p99_n``/``p99_low_sample``/``p99_note``/``gpus``/``search_throughput_rps``/``source``, the
-  goals' ``max_gpu_memory_mb``/``note`` and the candidates' ``p99_n``. Reading such a file (the
-  migration from early version 1) fills each as "not recorded": None, or an empty tuple.
-
-Trial record (``perfsweep.trial``):
-
-* Version 1 (current): :meth:`TrialRecord.to_dict`. The measurement's kind is not written; it is
-  read from the measurement's own keys, in this module only (:func:`measurement_from_dict`).
-  Early version-1 records lack ``values`` and ``started_at`` (read as ``()`` and ``""``).
-
-Within version 1, trial records gained ``prediction`` (the simulator's capacity for the config
-and its band, ``--search predict`` only; absent in older records, read as None), and summary.json
-gained ``search_strategy``, ``search_note`` and ``phases`` (seconds per phase; absent: not recorded).
-
-predictions.json (``perfsweep.predictions``):
-
-* Version 1 (current): :meth:`Predictions.to_dict`: the profile the simulator used (a short
-  description) and every config of the space with its predicted capacity and band.
-
-validation.json (``perfsweep.validation``):
-
-* Version 1 (current): ``{"candidates": [...]}``, each as summary.json's ``validation``.
-  Candidates written before measurements were kept lack ``measurements`` (read as ``()``);
-  before the validation check, ``check_rps``, ``check_met`` and ``check`` (read as None).
+Format versions: each record's kind has its current version, its history (the optional keys
+each version gained over time) and its migrations in :data:`analyzer.documents.FORMATS`; every
+``to_dict()`` writes that version and every ``from_dict()`` lifts an older one through it.
 """
 
 from __future__ import annotations
@@ -66,7 +36,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from analyzer.documents import read_document, refuse_version, write_json
+from analyzer.documents import (
+    FORMATS,
+    PREDICTIONS_KIND,
+    SUMMARY_KIND,
+    TRIAL_KIND,
+    VALIDATION_KIND,
+    header,
+    read_document,
+    refuse_version,
+    write_json,
+)
 from analyzer.errors import ResultFormatError
 from analyzer.measure import (
     LOW_SAMPLE_P99,
@@ -79,33 +59,6 @@ from analyzer.measure import (
     unusable,
 )
 from analyzer.trial import Knobs
-
-SUMMARY_KIND = "perfsweep.summary"
-TRIAL_KIND = "perfsweep.trial"
-VALIDATION_KIND = "perfsweep.validation"
-PREDICTIONS_KIND = "perfsweep.predictions"
-
-#: Current format version of each record (see the format history above).
-SUMMARY_FORMAT_VERSION = 1
-TRIAL_FORMAT_VERSION = 1
-VALIDATION_FORMAT_VERSION = 1
-PREDICTIONS_FORMAT_VERSION = 1
-
-_CURRENT = {
-    SUMMARY_KIND: SUMMARY_FORMAT_VERSION,
-    TRIAL_KIND: TRIAL_FORMAT_VERSION,
-    VALIDATION_KIND: VALIDATION_FORMAT_VERSION,
-    PREDICTIONS_KIND: PREDICTIONS_FORMAT_VERSION,
-}
-
-#: kind -> {version: function lifting a document of that version to the next one}. Empty while
-#: every record is at version 1; a version 2 adds ``{1: _summary_v1_to_v2}`` and so on.
-_MIGRATIONS: dict[str, dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {
-    SUMMARY_KIND: {},
-    TRIAL_KIND: {},
-    VALIDATION_KIND: {},
-    PREDICTIONS_KIND: {},
-}
 
 
 class StopReason(str, enum.Enum):
@@ -395,8 +348,7 @@ class Predictions:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "format_version": PREDICTIONS_FORMAT_VERSION,
-            "kind": PREDICTIONS_KIND,
+            **header(PREDICTIONS_KIND),
             "profile": dict(self.profile),
             "configs": [c.to_dict() for c in self.configs],
         }
@@ -481,8 +433,7 @@ class TrialRecord:
     def to_dict(self) -> dict[str, Any]:
         """The file's JSON, version header first."""
         return {
-            "format_version": TRIAL_FORMAT_VERSION,
-            "kind": TRIAL_KIND,
+            **header(TRIAL_KIND),
             "number": self.number,
             "source": self.source,
             "state": self.state,
@@ -608,8 +559,7 @@ class Validation:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "format_version": VALIDATION_FORMAT_VERSION,
-            "kind": VALIDATION_KIND,
+            **header(VALIDATION_KIND),
             "candidates": [c.to_dict() for c in self.candidates],
         }
 
@@ -855,8 +805,7 @@ class RunSummary:
     def to_dict(self) -> dict[str, Any]:
         """The file's JSON, version header first, keys in the documented order."""
         return {
-            "format_version": SUMMARY_FORMAT_VERSION,
-            "kind": SUMMARY_KIND,
+            **header(SUMMARY_KIND),
             "run_id": self.run_id,
             "model": self.model,
             "device": self.device,
@@ -961,14 +910,9 @@ def _migrate(kind: str, data: Mapping[str, Any]) -> Mapping[str, Any]:
     Raises:
         ResultFormatError: A version newer than this perfsweep's, or one it has no path from.
     """
-    version = data.get("format_version", _CURRENT[kind])
-    steps = _MIGRATIONS[kind]
-    while version != _CURRENT[kind] and version in steps:
-        data = steps[version](dict(data))
-        version = data.get("format_version")
-    if version != _CURRENT[kind]:
-        refuse_version(data.get("kind", kind), version, _CURRENT[kind])
-    return data
+    if "format_version" not in data:  # from_dict takes header-less dicts: the current version
+        return data
+    return FORMATS[kind].lift(data, data.get("kind", kind))
 
 
 def _parsing(kind: str, parse: Callable[[], Any]) -> Any:
@@ -992,7 +936,7 @@ def _parsing(kind: str, parse: Callable[[], Any]) -> Any:
 def _load(path: Path, kind: str, parse: Callable[[Mapping[str, Any]], Any]) -> Any:
     data = read_document(path, kind)
     if "format_version" not in data:  # from_dict takes header-less dicts; a file has a header
-        refuse_version(path, None, _CURRENT[kind])
+        refuse_version(path, None, FORMATS[kind].current)
     try:
         return parse(data)
     except ResultFormatError as exc:

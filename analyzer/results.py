@@ -34,28 +34,22 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer import records
 from analyzer.documents import (
+    RUN_KIND,
+    SUMMARY_KIND,
+    TRIAL_KIND,
+    VALIDATION_KIND,
+    header,
     json_default,
-    read_document,
-    refuse_version,
+    read_versioned,
     write_atomic,
     write_json,
 )
 from analyzer.records import (
-    SUMMARY_FORMAT_VERSION,
-    SUMMARY_KIND,
-    TRIAL_FORMAT_VERSION,
-    TRIAL_KIND,
-    VALIDATION_FORMAT_VERSION,
-    VALIDATION_KIND,
     ConfigEntry,
     RunSummary,
     TrialRecord,
     Validation,
 )
-
-#: Version of run.json; summary.json, trial records and validation.json have theirs in
-#: :mod:`analyzer.records` (all 1 today).
-FORMAT_VERSION = 1
 
 TRIAL_COLUMNS = (
     "number", "source", "state", "max_batch_size", "max_queue_delay_us", "preferred_batch_size",
@@ -75,14 +69,6 @@ def new_run_id(model: str, now: dt.datetime | None = None) -> str:
     """``<model>-<UTC yyyymmdd-HHMMSS>``."""
     now = now or dt.datetime.now(dt.timezone.utc)
     return f"{model}-{now.strftime('%Y%m%d-%H%M%S')}"
-
-
-def read_json(path: Path, kind: str, version: int = FORMAT_VERSION) -> dict[str, Any]:
-    """Read a perfsweep JSON file of ``kind``; refuse other kinds and other versions."""
-    data = read_document(path, kind)
-    if data.get("format_version") != version:
-        refuse_version(path, data.get("format_version"), version)
-    return data
 
 
 def config_text(config: mc.ModelConfig) -> str:
@@ -200,12 +186,10 @@ class RunDirectory:
 
     def write_run_state(self, state: Mapping[str, Any]) -> None:
         """run.json: identity and status of the run (``--resume`` reads it)."""
-        write_json(
-            self.run_json, {"format_version": FORMAT_VERSION, "kind": "perfsweep.run", **state}
-        )
+        write_json(self.run_json, {**header(RUN_KIND), **state})
 
     def read_run_state(self) -> dict[str, Any]:
-        return read_json(self.run_json, "perfsweep.run")
+        return read_versioned(self.run_json, RUN_KIND)
 
     def write_config(self, number: int, config: mc.ModelConfig) -> Path:
         """``trials/NNN/config.pbtxt`` (or baseline/) for the config about to be measured."""
@@ -216,13 +200,13 @@ class RunDirectory:
     def write_trial(self, record: TrialRecord | Mapping[str, Any]) -> None:
         """The trial record, then trials.csv with its row (both atomic).
 
-        ``record`` is a :class:`~analyzer.records.TrialRecord`, or the dict of
-        ``TrialResult.to_record()`` (written as given, under the trial record's version header).
+        ``record`` is a :class:`~analyzer.records.TrialRecord`, or a trial record's JSON without
+        its header (tests plant hand-made ones; written as given, under the current header).
         """
         if isinstance(record, TrialRecord):
             full = record.to_dict()
         else:
-            full = {"format_version": TRIAL_FORMAT_VERSION, "kind": TRIAL_KIND, **record}
+            full = {**header(TRIAL_KIND), **record}
         number = int(full["number"])
         write_json(self.trial_dir(number) / "measurement.json", full)
         self.trial_rows[number] = trial_row(full)
@@ -234,12 +218,12 @@ class RunDirectory:
         paths += sorted((self.root / "trials").glob("*/measurement.json"))
         return [p for p in paths if p.exists()]
 
-    def load_existing_trials(self) -> list[dict[str, Any]]:
+    def load_existing_trials(self) -> list[TrialRecord]:
         """Trial records already on disk (after ``--resume``), by number; baseline first."""
-        records = [load_trial_record(path) for path in self.trial_paths()]
-        for record in records:
-            self.trial_rows[int(record["number"])] = trial_row(record)
-        return records
+        found = [records.load_trial(path) for path in self.trial_paths()]
+        for record in found:
+            self.trial_rows[record.number] = trial_row(record.to_dict())
+        return found
 
     def write_trials_csv(self) -> None:
         import pandas as pd
@@ -266,12 +250,7 @@ class RunDirectory:
             write_json(self.validation_json, validation.to_dict())
             return
         write_json(
-            self.validation_json,
-            {
-                "format_version": VALIDATION_FORMAT_VERSION,
-                "kind": VALIDATION_KIND,
-                "candidates": list(validation),
-            },
+            self.validation_json, {**header(VALIDATION_KIND), "candidates": list(validation)}
         )
 
     def write_summary(self, summary: RunSummary | Mapping[str, Any]) -> None:
@@ -279,12 +258,9 @@ class RunDirectory:
         if isinstance(summary, RunSummary):
             write_json(self.summary_json, summary.to_dict())
             return
-        write_json(
-            self.summary_json,
-            {"format_version": SUMMARY_FORMAT_VERSION, "kind": SUMMARY_KIND, **summary},
-        )
+        write_json(self.summary_json, {**header(SUMMARY_KIND), **summary})
 
-    def write_minimal_report(self, summary: RunSummary | Mapping[str, Any]) -> None:
+    def write_minimal_report(self, summary: RunSummary) -> None:
         """A small self-contained report.html (the report module writes the rich one)."""
         write_atomic(
             self.report_html,
@@ -332,13 +308,8 @@ def trial_row(record: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def minimal_report(summary: RunSummary | Mapping[str, Any], rows: list[Mapping[str, Any]]) -> str:
-    """Baseline vs best and the trial table as one HTML page; every value is escaped.
-
-    ``summary`` is the record or its JSON (``sweep._write_report``'s fallback passes either).
-    """
-    if not isinstance(summary, RunSummary):
-        summary = RunSummary.from_dict(summary)
+def minimal_report(summary: RunSummary, rows: list[Mapping[str, Any]]) -> str:
+    """Baseline vs best and the trial table as one HTML page; every value is escaped."""
 
     def esc(value: Any) -> str:
         if isinstance(value, float):

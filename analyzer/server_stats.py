@@ -15,16 +15,16 @@ them and :func:`cache_hit_ratio` reads the ratio back from a ``ServerView``. A c
 success that never ran the model, so a throughput with hits is not the model's throughput: every
 figure measured with hits is shown with its ratio (``analyzer.report``).
 
-Plain ``urllib`` only: this module must work in a normal process and in a gevent-patched one (where
-urllib's sockets are cooperative). ``server_view(before, after)`` is pure and unit-tested.
+HTTP goes through the transport seam (:mod:`analyzer.transport`, urllib by default): this module
+must work in a normal process and in a gevent-patched one (where urllib's sockets are
+cooperative), and its scrapes are tested with a ``MockTransport``. ``server_view(before, after)``
+is pure and unit-tested.
 """
 
 from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +32,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from analyzer.measure import GpuStats, ServerView, utilization_summary
+from analyzer.transport import Request, Transport, UrllibTransport
 
 #: The four ``reason`` label values of ``nv_inference_request_failure``.
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
@@ -449,19 +450,28 @@ def parse_device_info(metrics_text: str, model: str) -> list[dict[str, str]]:
     return found
 
 
-def _http_get(url: str, timeout_s: float) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-        data: bytes = resp.read()
-        return data
+def _http_get(url: str, timeout_s: float, transport: Transport | None = None) -> bytes:
+    """The body of a 2xx answer to ``GET url``.
+
+    Raises:
+        OSError: No answer, or another status (``HTTPStatusError``).
+    """
+    answer = (transport or UrllibTransport()).request(Request("GET", url, None, timeout_s))
+    return answer.raise_for_status(url).content
 
 
-def http_stats_source(http_url: str, model: str, timeout_s: float = 5.0) -> Callable[[], dict]:
-    """A callable fetching ``/v2/models/<model>/stats`` over HTTP (``http_url``: host:port)."""
+def http_stats_source(
+    http_url: str, model: str, timeout_s: float = 5.0, transport: Transport | None = None
+) -> Callable[[], dict]:
+    """A callable fetching ``/v2/models/<model>/stats`` over HTTP (``http_url``: host:port).
+
+    ``transport``: the HTTP seam (default: urllib).
+    """
     base = http_url if "://" in http_url else f"http://{http_url}"
     url = f"{base.rstrip('/')}/v2/models/{model}/stats"
 
     def fetch() -> dict:
-        doc: dict = json.loads(_http_get(url, timeout_s))
+        doc: dict = json.loads(_http_get(url, timeout_s, transport))
         return doc
 
     return fetch
@@ -476,6 +486,7 @@ class ServerScraper:
         metrics_url: full URL of the Prometheus endpoint; None to skip.
         timeout_s: per-request timeout.
         metrics_optional: ``metrics_url`` is a guess; if it fails once, stop trying, silently.
+        transport: The HTTP seam of the metrics scrape (default: urllib).
     """
 
     def __init__(
@@ -485,8 +496,10 @@ class ServerScraper:
         metrics_url: str | None,
         timeout_s: float = 5.0,
         metrics_optional: bool = False,
+        transport: Transport | None = None,
     ) -> None:
         self.model = model
+        self.transport = transport
         self.metrics_optional = metrics_optional
         self.stats_source = stats_source
         self.metrics_url = metrics_url
@@ -519,9 +532,9 @@ class ServerScraper:
         if self.metrics_url is None:
             return None
         try:
-            text = _http_get(self.metrics_url, self.timeout_s).decode("utf-8", "replace")
-            return parse_metrics(text, self.model)
-        except (OSError, urllib.error.URLError, ValueError) as exc:
+            text = _http_get(self.metrics_url, self.timeout_s, self.transport)
+            return parse_metrics(text.decode("utf-8", "replace"), self.model)
+        except (OSError, ValueError) as exc:  # no answer, a non-2xx one, or an unreadable page
             if self.metrics_optional:
                 self.metrics_url = None
             else:

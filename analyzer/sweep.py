@@ -120,7 +120,7 @@ Profiler = Callable[[Target, Scenario], Profile]
 @dataclass(frozen=True)
 class SweepOutcome:
     """What a sweep produced: the trial records behind summary.json, and the file's record
-    (:class:`analyzer.records.RunSummary`, in :attr:`record`)."""
+    (:class:`analyzer.records.RunSummary`, in :attr:`record`; its JSON in :attr:`data`)."""
 
     run_dir: Path
     run_id: str
@@ -131,12 +131,15 @@ class SweepOutcome:
     stop_reason: StopReason
     best_config_path: Path | None
     pareto: list[TrialRecord]
-    #: summary.json as written (``record.to_dict()``).
-    data: dict[str, Any]
     #: summary.json as its typed record.
-    record: records.RunSummary | None = None
+    record: records.RunSummary
     #: Seconds per phase (summary.json's ``phases``, and ``report``: rendering it).
     phases: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """summary.json as written (``record.to_dict()``)."""
+        return self.record.to_dict()
 
 
 class SweepObserver:
@@ -405,7 +408,7 @@ def _sweep(
         if why:
             state.note(why)
         for record in directory.load_existing_trials():
-            result = _resumed(TrialRecord.from_dict(record))
+            result = _resumed(record)
             if result.number < 0:
                 state.baseline = result
             else:
@@ -1365,25 +1368,24 @@ def _finish(
         outages=tuple(outages),
     )
     directory.write_summary(summary)
-    data = summary.to_dict()
     # run.json first: the report reads the run's status from it.
     status = {StopReason.INTERRUPTED: "interrupted", StopReason.SERVER_DIED: "failed"}.get(
         stop_reason, "completed"
     )
     run_state.update(
         status=status,
-        finished_at=data["finished_at"],
+        finished_at=summary.finished_at,
         left_on_server=left,
         server_restarts=restarts,
-        outages=data["outages"],
-        server_events=data["server_events"],
+        outages=[dict(o) for o in summary.outages],
+        server_events=[dict(e) for e in summary.server_events],
     )
     if died and state.server_events:
         last = state.server_events[-1]
         run_state["failed_trial"] = {"number": last["trial"], "source": last["source"]}
     directory.write_run_state(run_state)
     t0 = time.monotonic()
-    _write_report(directory, data)
+    _write_report(directory, summary)
     phases = {**summary.phases, "report": round(time.monotonic() - t0, 1)}
     return SweepOutcome(
         directory.root,
@@ -1395,7 +1397,6 @@ def _finish(
         stop_reason,
         best_path,
         pareto,
-        data,
         summary,
         phases,
     )
@@ -1551,7 +1552,7 @@ def _gain(
     )
 
 
-def _write_report(directory: RunDirectory, data: dict[str, Any]) -> None:
+def _write_report(directory: RunDirectory, summary: records.RunSummary) -> None:
     """Render ``report.html``; a rendering failure must never lose a finished sweep.
 
     On failure the minimal page is written instead and the reason is logged, so the run
@@ -1567,7 +1568,7 @@ def _write_report(directory: RunDirectory, data: dict[str, Any]) -> None:
             "(re-render with: perfsweep report %s)",
             directory.root,
         )
-        directory.write_minimal_report(data)
+        directory.write_minimal_report(summary)
 
 
 def _redact(storage: str) -> str:

@@ -1,25 +1,32 @@
-"""The HTTP seam in front of a target: one small protocol, a urllib implementation, a mock.
+"""The HTTP seam of the analyzer: one small protocol, two real implementations, a mock.
 
-After httpx's ``BaseTransport`` / ``MockTransport``: the targets (``analyzer.target``) build a
-:class:`Request` and hand it to a :class:`Transport`; :class:`UrllibTransport` sends it, and
-:class:`MockTransport` answers it with a function, so that what a target makes of refused
-connections, timeouts, 4xx/5xx replies and models that never get ready is tested without a
-server (``tests/unit/test_transport.py``).
+After httpx's ``BaseTransport`` / ``MockTransport``: every HTTP call of the analyzer outside the
+load generator (the targets of ``analyzer.target``, the statistics and metrics scrapes of
+``analyzer.server_stats``, the probe's bursts in ``analyzer.predict.probe``) builds a
+:class:`Request` and hands it to a :class:`Transport`. :class:`UrllibTransport` sends it on a new
+connection; :class:`KeepAliveTransport` keeps one connection per thread and host, for many small
+requests in a row from a thread pool; :class:`MockTransport` answers it with a function, so
+that what a caller makes of refused connections, timeouts, 4xx/5xx replies and models that
+never get ready is tested without a server (``tests/unit/test_transport.py``).
 
 A transport that gets no answer raises :class:`OSError` (``ConnectionRefusedError``,
 ``TimeoutError``, ``urllib.error.URLError``...), exactly as urllib does; any answer, whatever
-its status, is a :class:`Response`. Only plain HTTP (urllib) is used, so no gevent or
-tritonclient import is needed to manage a target.
+its status, is a :class:`Response` (:meth:`Response.raise_for_status` turns a non-2xx one into
+an :class:`HTTPStatusError`, an ``OSError`` too). Only the standard library's HTTP is used, so
+no gevent or tritonclient import is needed, and it works in a gevent-patched process as well.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
+import threading
 import urllib.error
 import urllib.request
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 
 @dataclass(frozen=True)
@@ -31,12 +38,42 @@ class Request:
         url: The full URL (``http://host:port/path``).
         body: A JSON-serialisable body (sent as ``application/json``), or None.
         timeout_s: How long to wait for the answer.
+        content: A raw body, sent as it is (instead of ``body``; give its ``Content-Type``
+            in ``headers``).
+        headers: Extra request headers.
     """
 
     method: str
     url: str
     body: Any = None
     timeout_s: float = 30.0
+    content: bytes | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def encoded(self) -> tuple[bytes | None, dict[str, str]]:
+        """The bytes to send and the headers to send them with."""
+        headers = dict(self.headers)
+        if self.content is not None:
+            return self.content, headers
+        if self.body is None:
+            return None, headers
+        headers.setdefault("Content-Type", "application/json")
+        return json.dumps(self.body).encode(), headers
+
+
+class HTTPStatusError(OSError):
+    """An answer whose status is not 2xx, where only a success will do
+    (:meth:`Response.raise_for_status`).
+
+    Attributes:
+        status: The HTTP status code.
+        url: The URL that answered it.
+    """
+
+    def __init__(self, status: int, url: str, reason: str = "") -> None:
+        super().__init__(f"HTTP Error {status}: {reason}" if reason else f"HTTP Error {status}")
+        self.status = status
+        self.url = url
 
 
 @dataclass(frozen=True)
@@ -60,6 +97,17 @@ class Response:
         """The body decoded as UTF-8 (undecodable bytes replaced)."""
         return self.content.decode("utf-8", errors="replace")
 
+    def raise_for_status(self, url: str = "") -> Response:
+        """This response when its status is 2xx.
+
+        Raises:
+            HTTPStatusError: Any other status (the body's first line is its reason).
+        """
+        if 200 <= self.status < 300:
+            return self
+        reason = self.text().strip().splitlines()[0][:200] if self.content.strip() else ""
+        raise HTTPStatusError(self.status, url, reason)
+
     def payload(self) -> Any:
         """The body as decoded JSON; as text when it is not JSON; None when empty."""
         if not self.content:
@@ -82,15 +130,72 @@ class UrllibTransport:
     """The real transport: :mod:`urllib.request`, one connection per request."""
 
     def request(self, request: Request) -> Response:
-        data = json.dumps(request.body).encode() if request.body is not None else None
-        raw = urllib.request.Request(request.url, data=data, method=request.method)
-        if data is not None:
-            raw.add_header("Content-Type", "application/json")
+        data, headers = request.encoded()
+        raw = urllib.request.Request(request.url, data=data, headers=headers, method=request.method)
         try:
             with urllib.request.urlopen(raw, timeout=request.timeout_s) as response:
                 return Response(response.status, response.read())
         except urllib.error.HTTPError as exc:  # an answer, only not a 2xx one
             return Response(exc.code, exc.read())
+
+
+Connect = Callable[[str, int, float], http.client.HTTPConnection]
+
+
+def _connect(host: str, port: int, timeout_s: float) -> http.client.HTTPConnection:
+    return http.client.HTTPConnection(host, port, timeout=timeout_s)
+
+
+class KeepAliveTransport:
+    """The real transport for many requests in a row: :mod:`http.client`, one keep-alive
+    connection per thread and host (a thread pool sends concurrent requests without a new
+    connection for each). A connection that fails is closed and the next request of that thread
+    opens a new one; :meth:`close` closes them all.
+
+    Args:
+        connect: Opens a connection to ``(host, port, timeout_s)`` (default
+            :class:`http.client.HTTPConnection`; tests pass a fake one).
+    """
+
+    def __init__(self, connect: Connect = _connect) -> None:
+        self._connect = connect
+        self._local = threading.local()
+        self._connections: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def request(self, request: Request) -> Response:
+        parts = urlsplit(request.url)
+        address = (parts.hostname or "127.0.0.1", parts.port or 80)
+        mine: dict[tuple[str, int], http.client.HTTPConnection] | None = getattr(
+            self._local, "connections", None
+        )
+        if mine is None:
+            mine = self._local.connections = {}
+        conn = mine.get(address)
+        if conn is None:
+            conn = mine[address] = self._connect(*address, request.timeout_s)
+            with self._lock:
+                self._connections.append(conn)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        data, headers = request.encoded()
+        try:
+            conn.request(request.method, path, data, headers)
+            reply = conn.getresponse()
+            content = reply.read()
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            del mine[address]
+            if isinstance(exc, OSError):
+                raise
+            raise ConnectionError(str(exc) or type(exc).__name__) from exc  # no usable answer
+        return Response(reply.status, content)
+
+    def close(self) -> None:
+        """Close every connection opened so far."""
+        with self._lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
 
 
 class MockTransport:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from analyzer import records
+from analyzer.documents import PREDICTION_KIND, header
 from analyzer.errors import InputError, ResultFormatError
 from analyzer.predict.profile import (
     Profile,
@@ -95,8 +96,7 @@ class PlanReport:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (``perfsweep predict --json``)."""
         return {
-            "kind": "perfsweep.prediction",
-            "format_version": 1,
+            **header(PREDICTION_KIND),
             "config": {
                 "max_batch_size": self.config.max_batch_size,
                 "max_queue_delay_us": self.config.max_queue_delay_us,

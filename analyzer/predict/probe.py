@@ -39,16 +39,15 @@ returns the batch sizes it finished at every size class (the largest finished si
 the profile covers) and says so in the provenance. It leaves the model on its last probe
 config: the caller loads the next one.
 
-Requests are plain HTTP/1.1 (``http.client``, the binary tensor extension: numeric tensors as
-their bytes, BYTES elements as a 4-byte little-endian length and their bytes) from a thread
-pool, so nothing here needs gevent or tritonclient's HTTP client.
+Requests are plain HTTP/1.1 (the binary tensor extension: numeric tensors as their bytes, BYTES
+elements as a 4-byte little-endian length and their bytes) from a thread pool, through the
+transport seam (:class:`analyzer.transport.KeepAliveTransport`: one keep-alive connection per
+pool thread), so nothing here needs gevent or tritonclient's HTTP client.
 """
 
 from __future__ import annotations
 
-import http.client
 import statistics
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -79,6 +78,7 @@ from analyzer.predict.profile import (
 )
 from analyzer.server_stats import http_stats_source
 from analyzer.target import Target, untunable_reason
+from analyzer.transport import KeepAliveTransport, Request, Transport
 
 #: Queue delay of every probe config: long enough that only the preferred size ends a batch,
 #: short enough that a burst cut short by a lost request costs one second, not a hang.
@@ -226,56 +226,54 @@ def _requests(config: mc.ModelConfig, options: InputOptions, plan: ProbePlan) ->
 
 
 class _Sender:
-    """Inferences over keep-alive connections, one per pool thread; each sends one prepared
-    request body (the load's payloads)."""
+    """Inferences through ``transport`` (default: a :class:`KeepAliveTransport`, one
+    connection per pool thread); each sends one prepared request body (the load's payloads)."""
 
     def __init__(
-        self, url: str, model: str, bodies: Mapping[int, tuple[bytes, int]], timeout_s: float
+        self,
+        url: str,
+        model: str,
+        bodies: Mapping[int, tuple[bytes, int]],
+        timeout_s: float,
+        transport: Transport | None = None,
     ) -> None:
         parts = urlsplit(url)
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or 80
-        self.path = f"/v2/models/{model}/infer"
+        self.url = f"http://{self.host}:{self.port}/v2/models/{model}/infer"
         self.timeout_s = timeout_s
-        self.bodies: dict[int, tuple[bytes, dict[str, str]]] = {}
+        self._owned: KeepAliveTransport | None = None
+        if transport is None:
+            transport = self._owned = KeepAliveTransport()
+        self.transport = transport
+        self.requests: dict[int, Request] = {}
         for index, (body, header_length) in bodies.items():
-            self.bodies[index] = (
-                body,
-                {
+            self.requests[index] = Request(
+                "POST",
+                self.url,
+                timeout_s=timeout_s,
+                content=body,
+                headers={
                     "Content-Type": "application/octet-stream",
                     "Inference-Header-Content-Length": str(header_length),
                 },
             )
-        self._local = threading.local()
-        self._connections: list[http.client.HTTPConnection] = []
-        self._lock = threading.Lock()
 
     def infer(self, index: int) -> None:
-        body, headers = self.bodies[index]
-        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
-            self._local.conn = conn
-            with self._lock:
-                self._connections.append(conn)
         try:
-            conn.request("POST", self.path, body, headers)
-            reply = conn.getresponse()
-            data = reply.read()
-        except (OSError, http.client.HTTPException) as exc:
-            conn.close()
-            self._local.conn = None
+            reply = self.transport.request(self.requests[index])
+        except OSError as exc:
             raise TargetError(f"probe inference to {self.host}:{self.port} failed: {exc}") from exc
         if reply.status != 200:
             raise TargetError(
-                f"probe inference refused ({reply.status}): {data[:200].decode(errors='replace')}"
+                f"probe inference refused ({reply.status}): "
+                f"{reply.content[:200].decode(errors='replace')}"
             )
 
     def close(self) -> None:
-        with self._lock:
-            for conn in self._connections:
-                conn.close()
-            self._connections.clear()
+        """Close the connections of the transport it made (a given one is its caller's)."""
+        if self._owned is not None:
+            self._owned.close()
 
 
 def _batch_totals(doc: Mapping[str, Any], model: str) -> dict[int, tuple[int, int, int, int]]:
@@ -316,6 +314,7 @@ def probe(
     stats: Callable[[], Mapping[str, Any]] | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    transport: Transport | None = None,
 ) -> Profile:
     """Measure execution time per batch size (per request size of the load's data, and
     instance interference) on ``target``.
@@ -330,6 +329,9 @@ def probe(
         stats: Reads the statistics document (default: ``GET /v2/models/<m>/stats``).
         clock: Monotonic seconds (the time budget).
         sleep: Waits between statistics reads while they catch up with a burst.
+        transport: The HTTP seam of the inferences and the default statistics reads (default:
+            a :class:`~analyzer.transport.KeepAliveTransport` for the inferences, closed at the
+            end, and urllib for the statistics).
 
     Raises:
         ProfileError: the model cannot be probed (no batching, an ensemble or sequence-batched
@@ -365,7 +367,7 @@ def probe(
             f"probe sizes must be multiples of the {items} items per request, got {sizes}"
         )
     sizes = tuple(sorted(set(sizes)))
-    read_stats = stats or http_stats_source(target.url, model)
+    read_stats = stats or http_stats_source(target.url, model, transport=transport)
     deadline = clock() + plan.time_budget_s
     sent = 0
     cut: list[str] = []
@@ -376,6 +378,7 @@ def probe(
         model,
         {i: binary_request(data.inputs, i) for i in sorted(used)},
         plan.request_timeout_s,
+        transport,
     )
     pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="probe")
     multi = len(data.classes) > 1

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from analyzer import records
+from analyzer.documents import FORMATS, PROFILE_KIND, header
 from analyzer.errors import ResultFormatError
 from analyzer.measure import LoadMode, Measurement
 from analyzer.predict import ExtrapolationError, ProfileError
@@ -59,8 +60,7 @@ from analyzer.results import RunDirectory
 if TYPE_CHECKING:
     from analyzer.trial import Knobs
 
-FORMAT_VERSION = 1
-KIND = "perfsweep.profile"
+KIND = PROFILE_KIND
 
 
 @dataclass(frozen=True)
@@ -486,8 +486,7 @@ class Profile:
     def to_dict(self) -> dict[str, Any]:
         """The versioned JSON document (``perfsweep predict --profile`` reads it back)."""
         return {
-            "format_version": FORMAT_VERSION,
-            "kind": KIND,
+            **header(KIND),
             "model": self.model,
             "provenance": self.provenance,
             "source": self.source,
@@ -513,12 +512,14 @@ class Profile:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Profile:
         """Inverse of :meth:`to_dict`; refuses other kinds and format versions."""
-        if data.get("kind") != KIND or data.get("format_version") != FORMAT_VERSION:
+        fmt = FORMATS[KIND]
+        if data.get("kind") != KIND or not fmt.readable(data.get("format_version")):
             raise ProfileError(
-                f"not a perfsweep profile of format version {FORMAT_VERSION} (kind "
+                f"not a perfsweep profile of format version {fmt.current} (kind "
                 f"{data.get('kind')!r}, format_version {data.get('format_version')!r}); "
                 "write it again with this perfsweep version"
             )
+        data = fmt.lift(data, KIND)
         try:
             return cls(
                 model=str(data["model"]),

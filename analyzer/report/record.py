@@ -17,8 +17,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Version of the embedded JSON (``perfsweep-data``); bump on an incompatible change.
-REPORT_FORMAT_VERSION = 1
+from analyzer.documents import FORMATS, REPORT_KIND
+
+#: Version of the embedded JSON (``perfsweep-data``): :data:`analyzer.documents.FORMATS`'s.
+REPORT_FORMAT_VERSION = FORMATS[REPORT_KIND].current
 
 #: Searched knobs in display order, with their units.
 KNOBS: tuple[tuple[str, str], ...] = (
@@ -468,7 +470,7 @@ class ReportRecord:
     #: Report part -> why it is not shown (absent key: shown).
     missing: dict[str, str] = field(default_factory=dict)
     format_version: int = REPORT_FORMAT_VERSION
-    kind: str = "perfsweep.report"
+    kind: str = REPORT_KIND
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (dict keys become strings; inf/nan become None)."""

@@ -26,11 +26,13 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
+from analyzer.errors import TargetError
 from analyzer.predict import ProfileError
-from analyzer.predict.probe import ProbePlan, geometric_sizes, probe, probe_config
+from analyzer.predict.probe import ProbePlan, _Sender, geometric_sizes, probe, probe_config
 from analyzer.predict.profile import from_toml
 from analyzer.predict.simulator import SimConfig, simulate
 from analyzer.target import RemoteTarget
+from analyzer.transport import MockTransport, Request, Response
 from tests.predict.test_vs_server import _mean_batch, _open_loop, _shares, _tv
 from tests.support.real_triton import (
     RealTriton,
@@ -45,6 +47,7 @@ MAX_BATCH = 16
 #: About half the device busy at the config below: a client hiccup on this shared machine
 #: does not pile up into batches far above the usual sizes.
 RATE_RPS = 250.0
+REFUSED = ConnectionRefusedError(111, "Connection refused")
 
 
 def _write_model(repo: Path) -> None:
@@ -327,3 +330,30 @@ class _FakeTarget:
 def test_models_the_probe_cannot_batch_are_refused(config: mc.ModelConfig, why: str) -> None:
     with pytest.raises(ProfileError, match=why):
         probe(_FakeTarget(config))  # type: ignore[arg-type]
+
+
+def test_probe_inferences_go_through_the_transport() -> None:
+    answers = {1: Response(200, b"{}"), 2: Response(400, b"bad input"), 3: REFUSED}
+
+    def handle(request: Request) -> Response:
+        answer = answers[int(request.headers["Inference-Header-Content-Length"])]
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    transport = MockTransport(handle)
+    bodies = {0: (b"a", 1), 1: (b"b", 2), 2: (b"c", 3)}
+    sender = _Sender("http://server.invalid:8000", "m", bodies, 7.0, transport)
+    sender.infer(0)
+    sent = transport.requests[0]
+    assert (sent.method, sent.url, sent.content, sent.timeout_s) == (
+        "POST",
+        "http://server.invalid:8000/v2/models/m/infer",
+        b"a",
+        7.0,
+    )
+    assert sent.headers["Content-Type"] == "application/octet-stream"
+    with pytest.raises(TargetError, match=r"probe inference refused \(400\): bad input"):
+        sender.infer(1)
+    with pytest.raises(TargetError, match=r"to server.invalid:8000 failed: .*refused"):
+        sender.infer(2)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from analyzer import records
+from analyzer.documents import FORMATS
 from analyzer.errors import ResultFormatError
 from analyzer.measure import (
     CapacityResult,
@@ -249,7 +250,7 @@ def test_run_directory_writes_and_reads_the_records(tmp_path: Path) -> None:
     assert load_trial(run.trial_dir(3) / "measurement.json") == record
     assert load_summary(run.root) == summary()
     assert load_validation(run.validation_json).candidates == (candidate(4),)
-    assert [r["number"] for r in RunDirectory(tmp_path).load_existing_trials()] == [3]
+    assert [r.number for r in RunDirectory(tmp_path).load_existing_trials()] == [3]
     assert run.trial_rows[3]["p99_slack"] == -0.4
 
 
@@ -348,7 +349,8 @@ def test_an_older_version_is_migrated_on_load(monkeypatch: pytest.MonkeyPatch) -
         doc["run_id"] = doc.pop("id")
         return {**doc, "format_version": 1}
 
-    monkeypatch.setitem(records._MIGRATIONS, SUMMARY_KIND, {0: v0_to_v1})
+    history = replace(FORMATS[SUMMARY_KIND], migrations={0: v0_to_v1})
+    monkeypatch.setitem(FORMATS, SUMMARY_KIND, history)
     doc = {**summary().to_dict(), "format_version": 0, "id": "old"}
     del doc["run_id"]
     assert RunSummary.from_dict(doc).run_id == "old"

@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
+from analyzer.documents import FORMATS, TRIAL_KIND
 from analyzer.errors import ResultFormatError
+from analyzer.records import RunSummary
 from analyzer.results import (
-    FORMAT_VERSION,
     TRIAL_COLUMNS,
     RunDirectory,
     environment,
@@ -76,10 +77,13 @@ def test_trial_records_and_csv_are_written_per_trial(tmp_path: Path) -> None:
     assert frame.loc[frame.number == 3, "preferred_batch_size"].item() == "8 4"
     assert frame.loc[frame.number == 1, "failure"].item() == "load refused"
     loaded = load_trial_record(tmp_path / "trials" / "003" / "measurement.json")
-    assert loaded["format_version"] == FORMAT_VERSION and loaded["throughput_rps"] == 103.0
+    assert (
+        loaded["format_version"] == FORMATS[TRIAL_KIND].current
+        and loaded["throughput_rps"] == 103.0
+    )
     # A fresh RunDirectory (resume) rebuilds its rows from disk.
     again = RunDirectory(tmp_path)
-    assert [r["number"] for r in again.load_existing_trials()] == [-1, 1, 3]
+    assert [r.number for r in again.load_existing_trials()] == [-1, 1, 3]
     assert not list(tmp_path.rglob(".*.json.*"))  # no temp files left behind
     umask = os.umask(0)
     os.umask(umask)
@@ -127,7 +131,7 @@ def test_minimal_report_escapes_and_embeds_the_summary() -> None:
         "baseline": None,
         "best": None,
     }
-    page = minimal_report(summary, [record(0, failure="</script><b>")])
+    page = minimal_report(RunSummary.from_dict(summary), [record(0, failure="</script><b>")])
     assert "<script>alert(1)" not in page
     assert "&lt;script&gt;alert(1)" in page
     start = page.index('id="perfsweep-summary">') + len('id="perfsweep-summary">')

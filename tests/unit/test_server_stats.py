@@ -11,10 +11,19 @@ from analyzer.server_stats import (
     ServerSnapshot,
     StatsSnapshot,
     combine_views,
+    http_stats_source,
     parse_metrics,
     parse_model_stats,
     server_view,
 )
+from analyzer.transport import HTTPStatusError, MockTransport, Response
+
+METRICS_URL = "http://server.invalid:8002/metrics"
+STATS_URL = "http://server.invalid:8000/v2/models/m/stats"
+
+
+def _raise(error: OSError) -> Response:
+    raise error
 
 
 def _stats_doc(
@@ -109,10 +118,33 @@ def test_unreadable_sources_degrade_to_none() -> None:
     def broken() -> dict:
         raise ConnectionRefusedError("nobody home")
 
-    scraper = ServerScraper("m", broken, "http://127.0.0.1:9/metrics", timeout_s=0.5)
+    refused = MockTransport(lambda r: _raise(ConnectionRefusedError(111, "Connection refused")))
+    scraper = ServerScraper("m", broken, METRICS_URL, timeout_s=0.5, transport=refused)
     snap = scraper.snapshot()
     assert snap == ServerSnapshot(None, None)
     assert "stats" in scraper.errors and "metrics" in scraper.errors
+    assert [(r.method, r.url, r.timeout_s) for r in refused.requests] == [("GET", METRICS_URL, 0.5)]
+
+
+def test_scrapes_go_through_the_transport_and_a_non_2xx_answer_is_no_page() -> None:
+    pages = {
+        METRICS_URL: Response(200, (METRICS % (3, 1)).encode()),
+        STATS_URL: Response.of_json(200, _stats_doc(5, 0, 0, {1: 5})),
+    }
+    transport = MockTransport(lambda r: pages.get(r.url, Response(404, b"no such page")))
+    stats = http_stats_source("server.invalid:8000", "m", transport=transport)
+    snap = ServerScraper("m", stats, METRICS_URL, transport=transport).snapshot()
+    assert snap.stats is not None and snap.stats.durations["success"][0] == 5
+    assert snap.metrics is not None and snap.metrics.pending_requests == 1
+    missing = ServerScraper("m", None, "http://server.invalid:8002/nope", transport=transport)
+    assert missing.snapshot().metrics is None
+    assert missing.errors["metrics"] == "HTTPStatusError: HTTP Error 404: no such page"
+    optional = ServerScraper(
+        "m", None, "http://server.invalid:8002/nope", metrics_optional=True, transport=transport
+    )
+    assert optional.snapshot().metrics is None and optional.metrics_url is None
+    with pytest.raises(HTTPStatusError, match="HTTP Error 404"):
+        http_stats_source("http://server.invalid:8000", "other", transport=transport)()
 
 
 def test_wait_drained_uses_statistics_quiescence_without_metrics() -> None:

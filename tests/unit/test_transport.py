@@ -7,9 +7,11 @@ is acted out by a handler that answers or raises what urllib raises.
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -25,7 +27,15 @@ from analyzer.target import (
     read_device_info,
 )
 from analyzer.target_factory import make_target
-from analyzer.transport import MockTransport, Request, Response, UrllibTransport, http_json
+from analyzer.transport import (
+    HTTPStatusError,
+    KeepAliveTransport,
+    MockTransport,
+    Request,
+    Response,
+    UrllibTransport,
+    http_json,
+)
 
 URL = "http://server.invalid:8000"
 CONFIG = {"name": "m", "max_batch_size": 8, "a_field_from_a_newer_server": 1}
@@ -254,3 +264,69 @@ def test_make_target_picks_remote_or_managed(tmp_path: Path) -> None:
     assert isinstance(chosen, RemoteTarget) and chosen.url == "http://127.0.0.1:9000"
     path.write_text('[model]\nname = "m"\nurl = "http://127.0.0.1:9001"\n')
     assert make_target(load_scenario(path, env={}), tmp_path).url == "http://127.0.0.1:9001"
+
+
+class FakeConnection:
+    """An ``http.client.HTTPConnection`` that answers from ``reply`` (or raises it)."""
+
+    def __init__(self, host: str, port: int, timeout_s: float, reply: object) -> None:
+        self.address, self.timeout_s, self.reply = (host, port), timeout_s, reply
+        self.sent: list[tuple[str, str, bytes | None, dict[str, str]]] = []
+        self.closed = False
+
+    def request(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> None:
+        self.sent.append((method, path, body, headers))
+        if isinstance(self.reply, BaseException):
+            raise self.reply
+
+    def getresponse(self) -> FakeConnection:
+        return self
+
+    @property
+    def status(self) -> int:
+        return 200
+
+    def read(self) -> bytes:
+        return b"ok"
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_keep_alive_transport_reuses_one_connection_per_thread_and_host() -> None:
+    opened: list[FakeConnection] = []
+
+    def connect(host: str, port: int, timeout_s: float) -> http.client.HTTPConnection:
+        opened.append(FakeConnection(host, port, timeout_s, None))
+        return opened[-1]  # type: ignore[return-value]
+
+    transport = KeepAliveTransport(connect)
+    raw = Request("POST", URL + "/v2/models/m/infer?x=1", None, 3.0, b"\x01", {"A": "b"})
+    assert transport.request(raw) == Response(200, b"ok")
+    assert transport.request(Request("GET", URL + "/v2")).status == 200
+    assert len(opened) == 1  # kept alive
+    assert opened[0].sent == [
+        ("POST", "/v2/models/m/infer?x=1", b"\x01", {"A": "b"}),
+        ("GET", "/v2", None, {}),
+    ]
+    with ThreadPoolExecutor(1) as pool:  # another thread: its own connection
+        pool.submit(transport.request, Request("GET", URL + "/v2")).result()
+    transport.request(Request("POST", "http://other.invalid:9000/x", {"a": 1}))  # another host
+    assert [c.address for c in opened] == [("server.invalid", 8000)] * 2 + [("other.invalid", 9000)]
+    assert opened[2].sent[0][2:] == (b'{"a": 1}', {"Content-Type": "application/json"})
+    # A connection that fails is closed; an http.client error is an OSError like the others.
+    opened[0].reply = http.client.BadStatusLine("x")
+    with pytest.raises(ConnectionError, match="x"):
+        transport.request(Request("GET", URL + "/v2"))
+    assert opened[0].closed
+    transport.request(Request("GET", URL + "/v2"))
+    assert len(opened) == 4  # a new one
+    transport.close()
+    assert all(c.closed for c in opened)
+
+
+def test_raise_for_status_keeps_2xx_and_names_the_rest() -> None:
+    assert Response(204).raise_for_status() == Response(204)
+    with pytest.raises(HTTPStatusError, match=r"HTTP Error 503: busy$") as info:
+        Response(503, b"busy\nmore").raise_for_status(URL)
+    assert isinstance(info.value, OSError) and (info.value.status, info.value.url) == (503, URL)
