@@ -206,8 +206,9 @@ class InputSection(_Section):
 
     def identity(self) -> dict[str, Any]:
         """The section as far as it decides what is measured (JSON-able, for fingerprints): a
-        data file by its bytes (``data_sha256``), not by where it lies; the keys added with
-        issue 14 left out at their defaults, so older scenarios keep their fingerprints."""
+        data file by its bytes (``data_sha256``), not by where it lies; shapes, unique payloads,
+        repeat ratio, distribution and shared memory left out at their defaults, so gate
+        measurements of scenarios written before those keys keep their fingerprints."""
         data: dict[str, Any] = json.loads(self.model_dump_json())
         data.pop("data_file", None)
         for key, default in (
@@ -482,7 +483,7 @@ class BudgetSection(_Section):
     sequential: bool = True
     """Open-loop capacity steps are sequential (``LoadSpec.sequential``): a step stops as soon as
     ``p99 <= goal`` is statistically decided (PASS/FAIL), or at ``sequential_max_requests``
-    (BOUNDARY), instead of after fixed windows. ``false``: fixed windows (before issue 13)."""
+    (BOUNDARY), instead of after fixed windows. ``false``: fixed windows (the only way before sequential steps)."""
     sequential_max_requests: Annotated[int, Field(ge=200)] = 10_000
     """Cap of one sequential step: a step still undecided after this many requests is reported
     at the boundary."""

@@ -6,7 +6,7 @@
              -> measure the predicted best first -> refit the profile from each measurement
              -> stop once the measured best lies in the band of the predicted best, or the
                 predicted best inside the measured best's bracket
-    tpe      Optuna's TPE after the sensible seeds (the search before issue 13)
+    tpe      Optuna's TPE after the sensible seeds (the only search before predictions and sequential steps)
     random   Optuna's RandomSampler, seeded
     grid     every config of the space, in its order, bounded by ``budget.trials``
 

@@ -17,7 +17,7 @@ Open-loop rungs also report perfsweep's own verdict: the generator's saturation 
 highest rate it still calls valid (CPU <= 90 % of a core and <= 1 % of requests sent more than
 10 ms late); above it every result is flagged invalid.
 
-Goal (issue): perfsweep HTTP closed loop >= 50 % of raw geventhttpclient per core.
+Goal: perfsweep HTTP closed loop >= 50 % of raw geventhttpclient per core.
 
 Usage (repository root)::
 

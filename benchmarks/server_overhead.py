@@ -7,7 +7,7 @@ Python backend (the ``nvidia-pytriton`` wheel), the reference server through its
 greenlets, each looping ``tritonclient.http`` ``infer`` (binary tensors) for a fixed duration;
 levels alternate between the servers so that slow drift of the machine hits both alike.
 
-Goal (issue): reference throughput >= 1.0x Triton's at concurrency 32, and reference p50 <=
+Goal: reference throughput >= 1.0x Triton's at concurrency 32, and reference p50 <=
 Triton's at concurrency 1.
 
 Usage (from the repository root)::

@@ -8,11 +8,11 @@ For each target, in one run, on one small space (max batch size 1-16 as powers o
   first measurement lands in the band, so one run is an anecdote); the table gives each run and
   their median, the first run's predictions give the prediction error;
 * ``tpe``: ``perfsweep run --search tpe``, same scenario and budgets: TPE picks the configs, but
-  with everything else issue 13 built (sequential steps, capacity searches started near a
+  with everything else built alongside predictions (sequential steps, capacity searches started near a
   neighbour's capacity, one warm-up per config, the baseline measured once, validation by one
   check), so predict over tpe is what the prediction alone buys;
 * ``before``: ``perfsweep run`` of commit ``--before`` (default :data:`BEFORE_COMMIT`, the last
-  one before issue 13's work: "today's" perfsweep of the issue, its TPE search with fixed
+  one before sequential steps and predict-then-verify: perfsweep's TPE search with fixed
   windows), checked out with ``git archive`` into the work directory and run from there, same
   scenario and budgets (less the keys it does not know: ``[search]``, ``budget.validation``);
 * ``ma``: Model Analyzer 1.58 quick search (remote mode, the server started with explicit model
@@ -88,8 +88,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 FORMAT_VERSION = 1
-#: The last commit before issue 13's work (sequential steps, predict-then-verify): perfsweep as the
-#: issue measured it ("today's" TPE search, 19 min 50 s on its Triton).
+#: The last commit before sequential steps and predict-then-verify: perfsweep's TPE search with
+#: fixed windows (19 min 50 s on the Triton it was first timed on).
 BEFORE_COMMIT = "20d9d70"
 #: The tools predict's wall time is divided by (name in ``tools``, column heading).
 PEERS = (("before", "before"), ("tpe", "tpe"), ("ma", "MA"))
@@ -1036,7 +1036,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--before",
         default=BEFORE_COMMIT,
-        help="the commit of 'today's' perfsweep of issue 13 (its TPE search, fixed windows), "
+        help="the commit of perfsweep before sequential steps (its TPE search, fixed windows), "
         "run as the tool 'before'; '' to skip it",
     )
     parser.add_argument(
