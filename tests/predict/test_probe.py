@@ -69,7 +69,7 @@ def _write_model(repo: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, spawns: None) -> Iterator[ReferenceProcess]:
     workdir = tmp_path_factory.mktemp("probe")
     repo = workdir / "repo"
     _write_model(repo)
@@ -138,12 +138,14 @@ def test_probed_times_match_the_planted_profile(
         assert 0.95 * want.infer_ms - 0.05 <= t.infer_ms <= 1.1 * want.infer_ms + 0.6
         # The input phase also holds the request gathering and the device lock's hand-over.
         assert 0.95 * want.input_ms - 0.05 <= t.input_ms <= 1.2 * want.input_ms + 1.0
-    # Two batches of 8 at once on one device: one waits for the other's 9 ms device phase.
-    # Planted: (10.8 + 19.8) / 2 / 10.8 = 1.42.
+    # Two batches of 8 at once on one device: one waits for the other's 22.5 ms device phase.
+    # Planted: (27.05 + 49.55) / 2 / 27.05 = 1.42.
     assert 1.2 <= profile.interference[2] <= 1.7
     # The reference server reports host work in compute_input/output, so what the device
-    # serialises is all of compute_infer: (next to) no overlap hidden in it.
-    assert profile.overlap_ms <= 0.6, profile.provenance
+    # serialises is all of compute_infer: (next to) no overlap hidden in it. The overlap is a
+    # difference of two means of executions, so its noise grows with their length: the bound
+    # is a tenth of the device phase at the interference probe's size (4).
+    assert profile.overlap_ms <= 0.1 * planted.timing(4).infer_ms, profile.provenance
     assert 0 < profile.jitter < 0.2
     assert "probed:" in profile.provenance
 
