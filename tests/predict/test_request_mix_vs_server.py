@@ -10,9 +10,6 @@ shapes in one batch, as an unkeyed mix would, gives batches over 1.5x as large.
 
 from __future__ import annotations
 
-import random
-import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +20,7 @@ from analyzer.predict.profile import RequestKind, RequestMix, from_statistics, f
 from analyzer.predict.simulator import SimConfig, simulate
 from tests.predict.test_vs_server import _mean_batch, _shares, _tv
 from tests.support.servers import write_sim_model
+from tests.support.traffic import open_loop_grpc
 
 RATE_RPS = 300.0
 DURATION_S = 4.0
@@ -34,38 +32,12 @@ def _open_loop(grpc_url: str, model: str, seed: int) -> int:
     """Poisson arrivals at RATE_RPS for DURATION_S, each request of a length drawn 50/50."""
     import tritonclient.grpc as grpcclient
 
-    client = grpcclient.InferenceServerClient(grpc_url)
     bodies = []
     for n in LENGTHS:
         tensor = grpcclient.InferInput("INPUT0", [1, n], "FP32")
         tensor.set_data_from_numpy(np.zeros((1, n), dtype=np.float32))
         bodies.append([tensor])
-    rng = random.Random(seed)
-    done = threading.Semaphore(0)
-    errors: list[object] = []
-
-    def callback(result: object, error: object) -> None:
-        if error is not None:
-            errors.append(error)
-        done.release()
-
-    sent = 0
-    start = time.monotonic()
-    due = 0.0
-    while True:
-        due += rng.expovariate(RATE_RPS)
-        if due > DURATION_S:
-            break
-        wait = start + due - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
-        client.async_infer(model, rng.choice(bodies), callback)
-        sent += 1
-    for _ in range(sent):
-        assert done.acquire(timeout=30), "a response never came"
-    client.close()
-    assert not errors, errors[:3]
-    return sent
+    return open_loop_grpc(grpc_url, model, bodies, RATE_RPS, DURATION_S, seed)
 
 
 @pytest.mark.timeout(120)

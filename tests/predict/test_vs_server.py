@@ -16,9 +16,6 @@ ignoring the delay) moves far more than that.
 
 from __future__ import annotations
 
-import random
-import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,6 +25,7 @@ import pytest
 from analyzer.predict.profile import from_statistics, from_toml
 from analyzer.predict.simulator import SimConfig, simulate
 from tests.support.servers import write_sim_model
+from tests.support.traffic import open_loop_grpc
 
 RATE_RPS = 300.0
 DURATION_S = 4.0
@@ -51,36 +49,9 @@ def _mean_batch(hist: dict[int, int]) -> float:
 def _open_loop(grpc_url: str, model: str, rate: float, duration_s: float, seed: int) -> int:
     import tritonclient.grpc as grpcclient
 
-    client = grpcclient.InferenceServerClient(grpc_url)
-    data = np.zeros((1, 16), dtype=np.float32)
     inputs = [grpcclient.InferInput("INPUT0", [1, 16], "FP32")]
-    inputs[0].set_data_from_numpy(data)
-    rng = random.Random(seed)
-    done = threading.Semaphore(0)
-    errors: list[object] = []
-
-    def callback(result: object, error: object) -> None:
-        if error is not None:
-            errors.append(error)
-        done.release()
-
-    sent = 0
-    start = time.monotonic()
-    due = 0.0
-    while True:
-        due += rng.expovariate(rate)
-        if due > duration_s:
-            break
-        wait = start + due - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)  # the scenario: Poisson arrivals at their due times
-        client.async_infer(model, inputs, callback)
-        sent += 1
-    for _ in range(sent):
-        assert done.acquire(timeout=30), "a response never came"
-    client.close()
-    assert not errors, errors[:3]
-    return sent
+    inputs[0].set_data_from_numpy(np.zeros((1, 16), dtype=np.float32))
+    return open_loop_grpc(grpc_url, model, [inputs], rate, duration_s, seed)
 
 
 @pytest.mark.timeout(120)
