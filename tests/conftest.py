@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Iterator
 
 import pytest
 
+from tests.support.io_guard import IO_FIXTURES, IO_MARKER, IoGuard
 from tests.support.real_triton import (
     RealTriton,
     TritonInstall,
@@ -14,8 +16,79 @@ from tests.support.real_triton import (
 )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # ``platform`` runs ``uname -p`` the first time a process asks for the processor, as every
+    # sweep's ``analyzer.results.environment`` does; asked once here, before the guard is on,
+    # the answer is cached and a sweep against the planted fakes stays free of processes.
+    platform.uname().processor  # noqa: B018
+    guard = IoGuard()
+    guard.install()
+    config.pluginmanager.register(guard, "perfsweep_io_guard")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    guard = config.pluginmanager.get_plugin("perfsweep_io_guard")
+    if isinstance(guard, IoGuard):
+        guard.uninstall()
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``io`` every test whose fixtures include ``spawns`` or ``serves`` (and only those),
+    and ``slow`` every test that requests ``takes_seconds``.
+
+    The ``io`` mark follows from what a test requests, so it cannot drift from what the test
+    does: ``tests/support/io_guard.py`` fails an unmarked test that starts a process or opens a
+    socket. ``make test-fast`` runs ``-m "not io and not slow"``.
+    """
+    by_hand = []
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if "takes_seconds" in fixtures:
+            item.add_marker("slow")
+        uses_io = not IO_FIXTURES.isdisjoint(fixtures)
+        if uses_io:
+            item.add_marker(IO_MARKER)
+        elif item.get_closest_marker(IO_MARKER) is not None:
+            by_hand.append(item.nodeid)
+    if by_hand:
+        raise pytest.UsageError(
+            f"marked {IO_MARKER!r} by hand, not through a fixture: {', '.join(by_hand)}; "
+            f"request the 'spawns' or 'serves' fixture instead"
+        )
+
+
 @pytest.fixture(scope="session")
-def triton_install() -> TritonInstall:
+def spawns() -> None:
+    """Request this (or a fixture that does) to start child processes; marks the test ``io``.
+
+    It does nothing itself: the guard in ``tests/support/io_guard.py`` lets ``io`` tests start
+    processes and open sockets, and fails every other test that does.
+    """
+
+
+@pytest.fixture(scope="session")
+def serves() -> None:
+    """Request this (or a fixture that does) to start a server or open a socket; marks ``io``.
+
+    Like :func:`spawns`, it does nothing itself; the two names say what a test does.
+    """
+
+
+@pytest.fixture(scope="session")
+def takes_seconds() -> None:
+    """Request this in a test that takes a second or more by design; marks it ``slow``, so
+    ``make test-fast`` leaves it to ``make test``.
+
+    Whole sweeps against the planted fakes, simulator capacity searches, statistical checks
+    over many draws and core tests that wait out real batching delays are such tests. They need
+    no process or socket, so the guard never asks for this: it keeps the fast tier under a
+    minute, nothing more.
+    """
+
+
+@pytest.fixture(scope="session")
+def triton_install(spawns: None) -> TritonInstall:
     """The real ``tritonserver`` from the nvidia-pytriton wheel; skips (with why) when absent."""
     try:
         return TritonInstall.locate()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.core.conftest import (
     Collector,
     ServerFactory,
@@ -98,6 +100,7 @@ def test_sum_gt_max_preferred_second_waits_delay(
     assert col.times["1"] - start >= 0.29, "the bs=4 request waited for the queue delay"
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_prefetch_growth_while_instance_busy(tmp_path: Path, make_server: ServerFactory) -> None:
     # §11 B.1: default dynamic_batching {}, D=0: five requests sent one by one while the only
     # instance is busy are executed as ONE batch of 5 afterwards.
@@ -245,6 +248,7 @@ def test_without_preserve_ordering_fast_response_overtakes(
     assert col.order == ["fast", "slow"], "two instances run concurrently"
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_instance_merges_prefetched_batches_older_than_delay(
     tmp_path: Path, make_server: ServerFactory
 ) -> None:

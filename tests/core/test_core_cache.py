@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from reference_server.core.cache import ResponseCache, cache_key
 from reference_server.core.errors import ServerError
@@ -60,6 +61,7 @@ def test_same_bytes_other_shape_hits(tmp_path: Path, make_server: ServerFactory)
     assert stats(server)["inference_stats"]["cache_hit"]["count"] == 1
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_hit_served_even_when_queue_full(tmp_path: Path, make_server: ServerFactory) -> None:
     write_model(
         tmp_path,

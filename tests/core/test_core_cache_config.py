@@ -89,6 +89,7 @@ def test_python_m_reference_server_exits_2_with_the_message(
     assert "Incompatible flags --cache-size and --cache-config" in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("serves")
 def test_a_server_started_with_cache_config_answers_a_repeat_from_the_cache(
     tmp_path: Path,
 ) -> None:
@@ -110,6 +111,7 @@ def test_a_server_started_with_cache_config_answers_a_repeat_from_the_cache(
     assert stats["inference_stats"]["cache_miss"]["count"] == 1
 
 
+@pytest.mark.usefixtures("spawns")
 def test_perfsweep_serve_passes_cache_config_to_the_server(tmp_path: Path) -> None:
     write_model(tmp_path, "c", identity_config("c", CACHED))
     process = perfsweep(
@@ -143,6 +145,7 @@ def test_perfsweep_serve_passes_cache_config_to_the_server(tmp_path: Path) -> No
     assert code == 0, err
 
 
+@pytest.mark.usefixtures("spawns")
 def test_perfsweep_serve_refuses_a_bad_cache_config_with_exit_2(tmp_path: Path) -> None:
     process = perfsweep(
         tmp_path / "perfsweep.log", "serve", "--cache-config", "local,size=abc", *FREE_PORTS

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from reference_server.core.errors import Code, ServerError
 from reference_server.core.server import InferenceServer
 from tests.core.conftest import (
@@ -55,6 +57,7 @@ def test_cancel_while_an_idle_instance_leads(tmp_path: Path, make_server: Server
     assert _batch_sizes(server, "m") == {8: 1}
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_idle_instance_dispatches_after_the_delay(
     tmp_path: Path, make_server: ServerFactory
 ) -> None:

@@ -116,6 +116,7 @@ def test_reject_timeout_then_later_requests_batch(
     assert pending(server, "m") == 0
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_delay_timeout_moves_request_behind(tmp_path: Path, make_server: ServerFactory) -> None:
     # §11 B.17: with DELAY the expired request is not refused; later ones run first.
     write_model(
@@ -141,6 +142,7 @@ def test_delay_timeout_moves_request_behind(tmp_path: Path, make_server: ServerF
     assert batch_stats(server, "m") == {1: 1, 4: 1}
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_timeout_override_shortens_only(tmp_path: Path, make_server: ServerFactory) -> None:
     write_model(
         tmp_path,

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -61,6 +62,7 @@ def scenarios(draw: st.DrawFn) -> tuple[str, int, list[tuple[int, int, float]]]:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(scenarios())
+@pytest.mark.usefixtures("takes_seconds")
 def test_every_request_answered_once_with_its_own_data(
     scenario: tuple[str, int, list[tuple[int, int, float]]],
 ) -> None:

@@ -574,6 +574,7 @@ def test_server_options_refuse_bad_values() -> None:
     ServerOptions(rate_limit="Execution_Count", rate_limit_resources=("R:1:0",))
 
 
+@pytest.mark.usefixtures("spawns")
 def test_python_m_reference_server_applies_the_flags(tmp_path: Path) -> None:
     # End to end through the CLI: a capacity below the need fails startup with exit 2 and
     # Triton's reason; a malformed value is refused before anything starts.

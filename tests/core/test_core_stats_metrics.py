@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from reference_server.core.server import CoreOptions, InferenceServer
@@ -105,6 +106,7 @@ def test_batched_statistics_and_metrics_agree(tmp_path: Path, make_server: Serve
             assert re.fullmatch(r"nv_inference_count\{[^}]*\} \d+", line)
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_pending_gauge_rises_and_returns_to_zero(
     tmp_path: Path, make_server: ServerFactory
 ) -> None:

@@ -31,7 +31,7 @@ needs_kubectl = pytest.mark.skipif(KUBECTL_MISSING is not None, reason=str(KUBEC
 
 
 @pytest.fixture(scope="module")
-def rendered() -> dict[str, list[dict[str, Any]]]:
+def rendered(spawns: None) -> dict[str, list[dict[str, Any]]]:
     if KUBECTL_MISSING is not None:
         pytest.skip(KUBECTL_MISSING)
     return {p.name: m.render(p) for p in OVERLAYS}

@@ -19,7 +19,7 @@ import pytest
 from tests.load.refserver import RefServer, write_sim_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.slow]
 
 #: One short measurement per repeat: 0.5 s warm-up + 2 windows of 1 s at 20 req/s.
 FAST_LOAD = ["--rate-rps", "20", "--warmup-s", "0.5", "--window-s", "1", "--windows", "2"]

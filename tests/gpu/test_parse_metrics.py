@@ -104,6 +104,7 @@ def test_no_gpu_series_no_gpu_figures() -> None:
     assert view.to_dict()["gpus"] == []
 
 
+@pytest.mark.usefixtures("serves")
 def test_reference_server_page_through_the_same_parser(tmp_path: Path) -> None:
     options = ServerOptions(device="sim", models=("resnet50",))
     with ServerThread(options) as server:

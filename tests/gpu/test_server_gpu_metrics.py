@@ -68,7 +68,7 @@ output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }
 
 
 @pytest.fixture
-def sim_server(tmp_path: Path) -> Iterator[ServerThread]:
+def sim_server(tmp_path: Path, serves: None) -> Iterator[ServerThread]:
     write_model(tmp_path, "sim", sim_config("sim"), files={"gpu_test.toml": PROFILE})
     with ServerThread(ServerOptions(model_repositories=(tmp_path,), models=("sim",))) as server:
         yield server
@@ -198,6 +198,7 @@ def test_energy_counter_adds_idle_and_busy_power(sim_server: ServerThread) -> No
     assert expected - 0.5 < second - first < expected + 20 * 0.5
 
 
+@pytest.mark.usefixtures("serves")
 def test_cpu_only_server_prints_no_gpu_series(tmp_path: Path) -> None:
     write_model(tmp_path, "plain", IDENTITY)
     options = ServerOptions(model_repositories=(tmp_path,), models=("plain",), device="cpu")

@@ -170,7 +170,7 @@ class Hostile:
 
 
 @pytest.fixture(scope="module")
-def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hostile]:
+def hostile(tmp_path_factory: pytest.TempPathFactory, serves: None) -> Iterator[Hostile]:
     root = tmp_path_factory.mktemp("hostile")
     repo = root / "repo"
     write_model(repo, "identity", for_reference(identity_model_config()))

@@ -18,6 +18,8 @@ import pytest
 
 from tests.load.driver import run_driver
 
+pytestmark = pytest.mark.usefixtures("spawns")
+
 DEVICE_MS = 20.0
 OVERHEAD_P50_MS = 8.0
 OVERHEAD_P90_MS = 15.0

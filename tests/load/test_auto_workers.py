@@ -44,7 +44,7 @@ def test_a_workers_value_that_is_neither_a_count_nor_auto_is_refused() -> None:
 
 
 @pytest.fixture(scope="module")
-def answer() -> dict[str, Any]:
+def answer(spawns: None) -> dict[str, Any]:
     return run_module("tests.load.test_auto_workers", timeout_s=240.0)
 
 

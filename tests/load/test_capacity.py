@@ -18,6 +18,8 @@ import pytest
 
 from tests.load.refserver import REPO_ROOT, RefServer, write_sim_model
 
+pytestmark = pytest.mark.usefixtures("spawns")
+
 DEVICE_MS = 20.0
 CAPACITY_RPS = 1000.0 / DEVICE_MS
 

@@ -14,6 +14,8 @@ import pytest
 from tests.load.refserver import REPO_ROOT, RefServer, write_sim_model
 from tests.support.servers import write_model
 
+pytestmark = pytest.mark.usefixtures("spawns")
+
 PERFSWEEP = str(Path(sys.executable).parent / "perfsweep")
 
 

@@ -14,6 +14,8 @@ import pytest
 
 from tests.load.driver import run_driver
 
+pytestmark = pytest.mark.usefixtures("spawns")
+
 STALL_S = 0.5
 DEVICE_MS = 5.0
 

@@ -11,6 +11,8 @@ import pytest
 
 from tests.load.driver import run_driver
 
+pytestmark = pytest.mark.usefixtures("spawns")
+
 DEVICE_MS = 10.0
 
 

@@ -8,7 +8,11 @@ are in ``test_coordinated_omission.py``; HDR recording and counts in ``test_accu
 
 from __future__ import annotations
 
+import pytest
+
 from tests.load.client_driver import run_client_checks
+
+pytestmark = pytest.mark.usefixtures("spawns")
 
 
 def test_responses_decode_to_the_inputs_of_an_identity_model() -> None:

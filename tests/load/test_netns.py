@@ -51,7 +51,7 @@ def _ip(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def hosts() -> Iterator[Hosts]:
+def hosts(spawns: None) -> Iterator[Hosts]:
     if shutil.which("ip") is None:
         pytest.skip("no `ip` command (Debian package iproute2): cannot make network namespaces")
     if os.geteuid() != 0:

@@ -36,7 +36,7 @@ response_cache {{ enable: true }}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server(tmp_path_factory: pytest.TempPathFactory, spawns: None) -> Iterator[str]:
     root = tmp_path_factory.mktemp("payloads")
     for name in MODELS:
         write_model(root / "repo", name, _config(name))

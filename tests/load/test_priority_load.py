@@ -60,7 +60,7 @@ REJECTING = (
     params=[("http", 1), ("grpc", 1), pytest.param(("http", 2), marks=pytest.mark.slow)],
     ids=["http", "grpc", "http-2-workers"],
 )
-def answer(request: pytest.FixtureRequest) -> dict[str, Any]:
+def answer(request: pytest.FixtureRequest, spawns: None) -> dict[str, Any]:
     protocol, workers = request.param
     return run_module("tests.load.test_priority_load", protocol, str(workers), timeout_s=300.0)
 

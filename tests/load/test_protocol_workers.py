@@ -57,6 +57,7 @@ def test_the_gate_fingerprint_counts_protocol_and_data_bytes_not_paths(tmp_path:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("spawns")
 def test_gate_measures_over_grpc_with_two_generator_processes(tmp_path: Path) -> None:
     write_sim_model(tmp_path / "repo", "m", device_ms=2.0)
     data = tmp_path / "data.json"
@@ -93,6 +94,7 @@ def _gate(tmp_path: Path, *flags: str) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.usefixtures("spawns")
 def test_gate_as_locust_master_of_a_remote_worker(tmp_path: Path) -> None:
     """``gate --expect-workers 1``: a ``perfsweep load --worker`` process (another host in a
     cluster; here one on loopback) sends every request of the measurement."""
@@ -114,6 +116,7 @@ def test_gate_as_locust_master_of_a_remote_worker(tmp_path: Path) -> None:
     assert m["workers"] == 1 and m["error_count"] == 0 and m["request_count"] >= 20
 
 
+@pytest.mark.usefixtures("spawns")
 def test_gate_refuses_remote_workers_with_a_live_baseline(tmp_path: Path) -> None:
     done = subprocess.run(
         [*_gate(tmp_path, "--expect-workers", "1"), "--baseline-url", "http://127.0.0.1:1"],

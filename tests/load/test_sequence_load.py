@@ -35,7 +35,7 @@ LENGTH = 5
 
 
 @pytest.fixture(scope="module", params=["http", "grpc"])
-def answer(request: pytest.FixtureRequest) -> dict[str, Any]:
+def answer(request: pytest.FixtureRequest, spawns: None) -> dict[str, Any]:
     return run_module("tests.load.test_sequence_load", request.param, timeout_s=300.0)
 
 

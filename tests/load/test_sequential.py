@@ -26,6 +26,8 @@ import pytest
 
 from tests.load.child import run_module
 
+pytestmark = pytest.mark.usefixtures("spawns")
+
 DEVICE_MS = 5.0
 CAPACITY_RPS = 1000.0 / DEVICE_MS
 LOW_RPS = 0.25 * CAPACITY_RPS

@@ -53,7 +53,7 @@ def _start(repository: Path) -> ServerThread:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+def server(tmp_path_factory: pytest.TempPathFactory, serves: None) -> Iterator[ServerThread]:
     running = _start(tmp_path_factory.mktemp("shm_repo"))
     try:
         yield running
@@ -158,6 +158,7 @@ def test_close_unregisters_unlinks_and_is_idempotent(client: Any) -> None:
     inputs.close()  # again: nothing to do, no error
 
 
+@pytest.mark.usefixtures("serves")
 def test_close_after_the_server_went_away(tmp_path: Path) -> None:
     running = _start(tmp_path)
     client = httpclient.InferenceServerClient(running.http_url)

@@ -24,7 +24,7 @@ from tests.load.child import run_module
 
 
 @pytest.fixture(scope="module", params=["http", "grpc"])
-def answer(request: pytest.FixtureRequest) -> dict[str, Any]:
+def answer(request: pytest.FixtureRequest, spawns: None) -> dict[str, Any]:
     return run_module("tests.load.test_shm_load", request.param, timeout_s=240.0)
 
 

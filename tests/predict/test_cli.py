@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.usefixtures("spawns")
+
 RUN = Path(__file__).parent / "data" / "run-sim"
 
 

@@ -42,6 +42,7 @@ def text_target() -> FakeTarget:
     return target
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_data_whose_inputs_do_not_grow_together_falls_back_to_tpe_before_any_trial(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

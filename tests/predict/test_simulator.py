@@ -180,6 +180,7 @@ def test_an_unreachable_goal_has_no_capacity_with_or_without_a_start() -> None:
         assert cap.steps[-1][0] == pytest.approx(profile.peak_rps(4) * 0.01)
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_capacities_of_a_space_match_one_search_each() -> None:
     from analyzer.predict.simulator import capacities
 
@@ -207,6 +208,7 @@ def test_capacities_refuse_an_uncovered_config_before_simulating() -> None:
         capacities(constant(1.0, 8), [SimConfig(4), SimConfig(16)], 20.0)
 
 
+@pytest.mark.usefixtures("spawns")
 def test_capacities_in_worker_processes_give_the_same_answers() -> None:
     from analyzer.predict.simulator import capacities
 
@@ -219,6 +221,7 @@ def test_capacities_in_worker_processes_give_the_same_answers() -> None:
     assert {c: p.to_dict() for c, p in one.items()} == {c: p.to_dict() for c, p in two.items()}
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_a_ceiling_caps_the_search_and_costs_one_rate_where_it_passes() -> None:
     from analyzer.predict.simulator import capacities
 
@@ -241,6 +244,7 @@ def test_a_ceiling_caps_the_search_and_costs_one_rate_where_it_passes() -> None:
     assert rates < sum(len(p.steps) for p in {id(p): p for p in free.values()}.values())
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_a_latency_offset_calibrated_on_measured_points_predicts_them() -> None:
     from dataclasses import replace
 

@@ -27,6 +27,8 @@ from analyzer.predict.simulator import SimConfig, simulate
 from tests.support.servers import write_sim_model
 from tests.support.traffic import open_loop_grpc
 
+pytestmark = pytest.mark.usefixtures("serves")
+
 RATE_RPS = 300.0
 DURATION_S = 4.0
 CONFIG = SimConfig(max_batch_size=8, max_queue_delay_us=2000, instance_count=1)

@@ -106,7 +106,7 @@ def sweep_run_dir(
 
 
 @pytest.fixture(scope="session")
-def planted_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def planted_run(tmp_path_factory: pytest.TempPathFactory, serves: None) -> Path:
     """One run directory of the planted sweep (shared: tests must not modify it)."""
     root = tmp_path_factory.mktemp("report") / "planted-run"
     sweep_run_dir(root, fail_loads={5, 6})  # load and its retry: one failed trial
@@ -114,7 +114,7 @@ def planted_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def hostile_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def hostile_run(tmp_path_factory: pytest.TempPathFactory, serves: None) -> Path:
     """A run whose model name (and so failure messages) is a script tag; some trials infeasible."""
     root = tmp_path_factory.mktemp("report") / "hostile-run"
     # A throughput floor some configs (and the baseline) miss: infeasible trials, no gain.

@@ -21,7 +21,7 @@ ARGS = CHROMIUM_ARGS
 
 
 @pytest.fixture(scope="module")
-def browser_context(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def browser_context(tmp_path_factory: pytest.TempPathFactory, spawns: None) -> Iterator[Any]:
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium; .ci/run does)")
     sync_api = pytest.importorskip("playwright.sync_api")

@@ -29,14 +29,14 @@ class GpuServerView(GpuLoadGenerator, ServerViewLoadGenerator):
 
 
 @pytest.fixture(scope="module")
-def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def gpu_run(tmp_path_factory: pytest.TempPathFactory, serves: None) -> Path:
     root = tmp_path_factory.mktemp("gpu") / "gpu-run"
     sweep_run_dir(root, trials=6, load_class=GpuServerView)
     return root
 
 
 @pytest.fixture(scope="module")
-def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def cpu_run(tmp_path_factory: pytest.TempPathFactory, serves: None) -> Path:
     root = tmp_path_factory.mktemp("gpu") / "cpu-run"
     sweep_run_dir(root, trials=4, device="cpu")
     return root
@@ -119,6 +119,7 @@ def test_cpu_run_says_so_in_one_line(cpu_run: Path, tmp_path: Path) -> None:
     assert not any("gpu" in f for f in re.findall(r'data-figure="([^"]+)"', text))
 
 
+@pytest.mark.usefixtures("spawns")
 def test_cli_flag(gpu_run: Path, tmp_path: Path) -> None:
     out = tmp_path / "cli.html"
     cmd = [str(Path(sys.executable).parent / "perfsweep")]

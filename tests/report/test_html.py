@@ -226,6 +226,7 @@ def test_compare_calls_out_differences(
     assert_no_external_urls(parser)
 
 
+@pytest.mark.usefixtures("spawns")
 def test_cli_renders_and_refuses_bad_input(
     planted_run: Path, hostile_run: Path, tmp_path: Path
 ) -> None:
@@ -256,6 +257,7 @@ def test_cli_renders_and_refuses_bad_input(
     assert "not a directory" in done.stderr
 
 
+@pytest.mark.usefixtures("serves")
 def test_run_where_every_trial_failed_still_renders(tmp_path: Path) -> None:
     from tests.report.conftest import sweep_run_dir
 

@@ -87,7 +87,7 @@ def plant_predictions(run: Path, *, trials: bool = True, space: bool = True) -> 
 
 
 @pytest.fixture(scope="module")
-def predicted_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def predicted_run(tmp_path_factory: pytest.TempPathFactory, serves: None) -> Path:
     root = tmp_path_factory.mktemp("predicted") / "predicted-run"
     sweep_run_dir(root, trials=8)
     plant_predictions(root)
@@ -273,6 +273,7 @@ def test_page_shows_the_prediction_the_landscape_and_the_phases(
     assert_no_external_urls(parser)
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_example_runs_without_predictions_still_render(tmp_path: Path) -> None:
     examples = sorted(p for p in EXAMPLES.iterdir() if (p / "summary.json").exists())
     assert examples
@@ -328,6 +329,7 @@ def test_a_one_cell_space_with_nothing_passing_still_draws(
     assert HOSTILE not in text and HOSTILE in parser.text_by_id["landscape-profile"]
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_latency_objective_has_no_capacity_to_check(tmp_path: Path) -> None:
     run = tmp_path / "latency"
     sweep_run_dir(run, trials=3, objective="latency")

@@ -53,7 +53,7 @@ run_sweep(scenario, run_dir=Path(sys.argv[1]))
 
 
 @pytest.fixture(scope="module")
-def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def real_run(tmp_path_factory: pytest.TempPathFactory, spawns: None) -> Path:
     assert bundled_scenario("resnet50", "sim") is not None
     root = tmp_path_factory.mktemp("real") / "resnet50-sim"
     subprocess.run(

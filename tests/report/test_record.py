@@ -230,6 +230,7 @@ def test_infeasible_trials_and_no_gain(hostile_run: Path) -> None:
     assert any("baseline config missed" in w for w in record.verdict.warnings)
 
 
+@pytest.mark.usefixtures("serves")
 def test_degrades_without_server_view_windows_or_study(tmp_path: Path) -> None:
     """The plain planted fake records no server view and no windows: those parts say so."""
     from analyzer.scenario import load_scenario
@@ -254,6 +255,7 @@ def test_degrades_without_server_view_windows_or_study(tmp_path: Path) -> None:
     assert record.load_curves  # capacity points are still there
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_latency_objective_has_no_load_curves(tmp_path: Path) -> None:
     sweep_run_dir(tmp_path / "run", objective="latency", trials=5)
     record = build_record(load_run(tmp_path / "run", importances=False))
@@ -299,6 +301,7 @@ def test_explanation_uses_the_breakdown(record) -> None:
     assert f"{per_request:.3f} ms vs" in text
 
 
+@pytest.mark.usefixtures("serves")
 def test_pareto_objective_uses_the_study_front(tmp_path: Path) -> None:
     from analyzer.report.figures import throughput_vs_p99
 
@@ -316,6 +319,7 @@ def test_pareto_objective_uses_the_study_front(tmp_path: Path) -> None:
     assert figure is not None and "p99 at the reference load" in figure.svg
 
 
+@pytest.mark.usefixtures("serves")
 def test_unbracketed_best_is_flagged(tmp_path: Path) -> None:
     """A rate ceiling below the best config's capacity: the report says the capacity is a floor."""
     from analyzer.scenario import load_scenario

@@ -127,7 +127,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def server(repository: Path) -> Iterator[ServerThread]:
+def server(repository: Path, serves: None) -> Iterator[ServerThread]:
     """One reference server for the session (port 0 everywhere), :data:`MODELS` loaded."""
     options = ServerOptions(model_repositories=(repository,), models=tuple(MODELS), device="cpu")
     with ServerThread(options) as running:
@@ -149,7 +149,7 @@ def never_loaded(server: ServerThread, request: pytest.FixtureRequest) -> Iterat
 
 
 @pytest.fixture
-def start_server() -> Iterator[Callable[..., ServerThread]]:
+def start_server(serves: None) -> Iterator[Callable[..., ServerThread]]:
     """Factory for a private server (stopped at the end of the test)."""
     started: list[ServerThread] = []
 

@@ -49,6 +49,7 @@ def test_options_are_validated_at_the_edge() -> None:
     assert defaults.max_input_size_bytes == 64 * 2**20
 
 
+@pytest.mark.usefixtures("spawns")
 def test_python_dash_m_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
     repository = write_repository(tmp_path, {"nobatch": MODELS["nobatch"]})
     process = start_subprocess(
@@ -81,6 +82,7 @@ def test_python_dash_m_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
     assert "Traceback" not in err
 
 
+@pytest.mark.usefixtures("spawns")
 def test_python_dash_m_startup_errors_exit_2_with_the_fix(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere"
     process = start_subprocess(
@@ -94,6 +96,7 @@ def test_python_dash_m_startup_errors_exit_2_with_the_fix(tmp_path: Path) -> Non
     assert "Traceback" not in err
 
 
+@pytest.mark.usefixtures("serves")
 def test_busy_port_names_the_flag(tmp_path: Path) -> None:
     repository = write_repository(tmp_path, {"nobatch": MODELS["nobatch"]})
     with socket.socket() as blocker:
@@ -110,6 +113,7 @@ def test_busy_port_names_the_flag(tmp_path: Path) -> None:
             assert f"--{flag.replace('_', '-')} 0" in info.value.message
 
 
+@pytest.mark.usefixtures("serves")
 def test_a_model_that_fails_to_load_fails_startup(tmp_path: Path) -> None:
     write_model(
         tmp_path,
@@ -132,6 +136,7 @@ def test_no_repository_and_no_bundled_model_is_refused() -> None:
         ServerThread(ServerOptions(models=("mine",))).start()
 
 
+@pytest.mark.usefixtures("serves")
 def test_server_thread_exposes_core_and_stops(tmp_path: Path) -> None:
     repository = write_repository(tmp_path, {"nobatch": MODELS["nobatch"]})
     server = ServerThread(ServerOptions(model_repositories=(repository,))).start()
@@ -147,6 +152,7 @@ def test_server_thread_exposes_core_and_stops(tmp_path: Path) -> None:
         _ = server.http_url
 
 
+@pytest.mark.usefixtures("spawns")
 def test_python_dash_m_bundled_model_with_sim_device(tmp_path: Path) -> None:
     """No --model-repository: the bundled resnet50 is materialised (simulated device: no ONNX)."""
     process = start_subprocess(
@@ -163,6 +169,7 @@ def test_python_dash_m_bundled_model_with_sim_device(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.usefixtures("spawns")
 def test_shutdown_answers_the_requests_in_flight(tmp_path: Path, signum: int) -> None:
     """A signal while one request executes and one waits: both get an HTTP answer (the running
     one 200, the waiting one 200 or 503), then the process exits 0."""
@@ -205,6 +212,7 @@ def test_shutdown_answers_the_requests_in_flight(tmp_path: Path, signum: int) ->
     assert returncode == 0, process.stderr()
 
 
+@pytest.mark.usefixtures("spawns")
 def test_python_dash_m_busy_port_exits_3(tmp_path: Path) -> None:
     repository = write_repository(tmp_path, {"nobatch": MODELS["nobatch"]})
     with socket.socket() as blocker:
@@ -226,6 +234,7 @@ def test_python_dash_m_busy_port_exits_3(tmp_path: Path) -> None:
     assert "--grpc-port 0" in " ".join(err.split())
 
 
+@pytest.mark.usefixtures("serves")
 def test_model_control_mode_none_refuses_load_and_unload(tmp_path: Path) -> None:
     repository = write_repository(tmp_path, {"nobatch": MODELS["nobatch"]})
     options = ServerOptions(model_repositories=(repository,), model_control_mode="none")

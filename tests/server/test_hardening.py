@@ -218,6 +218,7 @@ READINESS = [
 ]
 
 
+@pytest.mark.usefixtures("serves")
 def test_failed_polls_leave_readiness_alone(tmp_path: Path) -> None:
     assert _readiness_script("reference", tmp_path, None) == READINESS
 
@@ -260,6 +261,7 @@ def _override_script(
 OVERRIDE = [("override", 4, 1), ("plain load", 4, 1), ("unload, then plain load", 8, 0)]
 
 
+@pytest.mark.usefixtures("serves")
 def test_plain_load_keeps_the_override(tmp_path: Path) -> None:
     assert _override_script("reference", tmp_path, None) == OVERRIDE
 

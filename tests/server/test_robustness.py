@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tritonclient.http as httpclient
 from aiohttp.test_utils import RawTestServer, TestClient
 
@@ -135,6 +136,7 @@ def test_many_concurrent_clients_some_disconnecting(server: ServerThread) -> Non
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), array)
 
 
+@pytest.mark.usefixtures("serves")
 def test_handler_exception_becomes_500_json_in_process(repository: Path) -> None:
     """A bug in a core call is answered as a 500 error body; the next request is served."""
 
@@ -190,6 +192,7 @@ def test_handler_exception_becomes_500_json_in_process(repository: Path) -> None
     asyncio.run(scenario())
 
 
+@pytest.mark.usefixtures("serves")
 def test_stopping_core_answers_unavailable(repository: Path) -> None:
     """After the core stops, inference is refused with 503, not a hang or a crash."""
 

@@ -56,7 +56,7 @@ def _two_instances(config: mc.ModelConfig) -> mc.ModelConfig:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def server(tmp_path_factory: pytest.TempPathFactory, serves: None) -> Any:
     from reference_server import ServerOptions
 
     root = tmp_path_factory.mktemp("sequence_repo")

@@ -15,6 +15,8 @@ import tritonclient.http as httpclient
 from tests.server.conftest import MODELS, write_model, write_repository
 from tests.support.servers import PORT_ZERO, ChildProcess
 
+pytestmark = pytest.mark.usefixtures("spawns")
+
 
 def perfsweep(log: Path, *args: str) -> ChildProcess:
     """``perfsweep ARGS`` in a subprocess, from the repository root (stderr into ``log``)."""

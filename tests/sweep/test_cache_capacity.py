@@ -48,7 +48,7 @@ response_cache {{ enable: true }}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server(tmp_path_factory: pytest.TempPathFactory, spawns: None) -> Iterator[str]:
     root = tmp_path_factory.mktemp("cache-capacity")
     for name in ("fresh", "repeated"):
         write_model(root / "repo", name, _config(name))

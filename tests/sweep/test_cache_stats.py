@@ -115,6 +115,7 @@ def test_views_carry_the_counts_and_combine_by_adding() -> None:
 
 
 @pytest.mark.parametrize("source", ["stats", "metrics"])
+@pytest.mark.usefixtures("serves")
 def test_a_window_on_a_reference_server_with_the_cache_on(tmp_path: Path, source: str) -> None:
     write_model(tmp_path, "c", identity_config("c", "response_cache { enable: true }"))
     options = ServerOptions(

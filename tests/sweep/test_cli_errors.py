@@ -12,6 +12,8 @@ import pytest
 
 from tests.support.servers import write_model
 
+pytestmark = pytest.mark.usefixtures("spawns")
+
 PERFSWEEP = [sys.executable, "-c", "from analyzer.cli import main; main()"]
 
 

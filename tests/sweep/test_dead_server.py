@@ -92,7 +92,7 @@ class ServedOnFixedPorts:
 
 
 @pytest.fixture()
-def served(tmp_path: Path) -> Iterator[ServedOnFixedPorts]:
+def served(tmp_path: Path, spawns: None) -> Iterator[ServedOnFixedPorts]:
     server = ServedOnFixedPorts(tmp_path / "server")
     server.start()
     try:

@@ -85,7 +85,7 @@ SENT = [
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server(tmp_path_factory: pytest.TempPathFactory, spawns: None) -> Iterator[str]:
     root = tmp_path_factory.mktemp("input-data")
     write_model(root / "repo", "echo", MODEL.format(name="echo", dims="3, 4"))
     write_model(root / "repo", "ragged", MODEL.format(name="ragged", dims="-1"))

@@ -116,6 +116,7 @@ strategy = "grid"
 """
 
 
+@pytest.mark.usefixtures("spawns")
 def test_a_kind_the_host_lacks_fails_its_trial_and_the_other_kind_is_chosen(
     tmp_path: Path,
 ) -> None:

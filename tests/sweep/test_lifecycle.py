@@ -34,6 +34,7 @@ def report_data(run_dir: Path) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_a_completed_run_is_completed_in_its_report(tmp_path: Path) -> None:
     s = scenario(tmp_path, **{"budget.trials": 3, "budget.validate_top": 0})
     target = FakeTarget()
@@ -55,6 +56,7 @@ def shared_target() -> FakeTarget:
     return target
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_a_shared_server_gets_its_original_config_back(tmp_path: Path) -> None:
     s = scenario(tmp_path, **{"budget.trials": 3, "budget.validate_top": 1})
     target = shared_target()
@@ -66,6 +68,7 @@ def test_a_shared_server_gets_its_original_config_back(tmp_path: Path) -> None:
     assert left["config"] == "original" and left["knobs"] == knobs_of(original).to_dict()
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_leave_best_applies_the_winner(tmp_path: Path) -> None:
     # Batched configs serve 3x the plain baseline: a significant gain, so the winner is the
     # recommendation, and what the shared server is left on.
@@ -81,6 +84,7 @@ def test_leave_best_applies_the_winner(tmp_path: Path) -> None:
     assert left["config"] == "best" and left["knobs"] == summary.best.config.to_dict()
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_a_winner_not_significantly_better_is_not_recommended(tmp_path: Path) -> None:
     # Every config serves about the same (100 req/s +- 4 %): the winner's gain is within noise.
     # best/config.pbtxt holds the model's own config, the winner is only a candidate, and a
@@ -105,6 +109,7 @@ def test_a_winner_not_significantly_better_is_not_recommended(tmp_path: Path) ->
     assert any("No searched config is significantly better" in w for w in warnings), warnings
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_ctrl_c_restores_the_original_config(tmp_path: Path) -> None:
     s = scenario(tmp_path, **{"budget.trials": 5, "budget.validate_top": 0})
     target = shared_target()
@@ -117,6 +122,7 @@ def test_ctrl_c_restores_the_original_config(tmp_path: Path) -> None:
     assert load_summary(summary.run_dir)["left_on_server"]["config"] == "original"
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_a_failed_sweep_restores_the_original_config(tmp_path: Path) -> None:
     class Failing(FakeTarget):
         def ensure_alive(self) -> None:
@@ -135,6 +141,7 @@ def test_a_failed_sweep_restores_the_original_config(tmp_path: Path) -> None:
     assert state["status"] == "failed" and state["left_on_server"]["config"] == "original"
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_a_managed_server_says_it_left_nothing(tmp_path: Path) -> None:
     s = scenario(tmp_path, **{"budget.trials": 2, "budget.validate_top": 0, "run.leave": "best"})
     target = FakeTarget()  # not shared: it is stopped at the end
@@ -183,6 +190,7 @@ def test_ensembles_and_sequence_models_are_refused_before_any_load(
 # -- an interrupted trial is a recorded trial -------------------------------------------------
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_ctrl_c_records_the_interrupted_trial(tmp_path: Path) -> None:
     s = scenario(tmp_path, **{"budget.trials": 4, "budget.validate_top": 0})
     target = FakeTarget()
@@ -238,6 +246,7 @@ def test_postgres_storage_without_psycopg2_names_the_extra(
 # -- a config that kills its server -----------------------------------------------------------
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_a_config_that_kills_the_server_twice_is_a_finding_and_the_search_goes_on(
     tmp_path: Path,
 ) -> None:

@@ -44,7 +44,7 @@ def _as_postgres(cmd: list[str]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def postgres_url() -> Iterator[str]:
+def postgres_url(spawns: None) -> Iterator[str]:
     """A throwaway PostgreSQL cluster on a free loopback port, trust auth."""
     bindir = _pg_bin()
     if bindir is None:

@@ -31,7 +31,7 @@ import pytest
 from analyzer import records
 from tests.support.servers import write_sim_model
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.slow]
 
 URGENT_MS, BULK_MS = 60.0, 800.0
 

@@ -87,6 +87,7 @@ def trials(outcome: Any) -> list[records.TrialRecord]:
     return [records.load_trial(p) for p in paths]
 
 
+@pytest.mark.usefixtures("spawns")
 def test_predict_measures_the_predicted_best_first_and_stops_in_its_band(tmp_path: Path) -> None:
     outcome, load, _ = sweep(tmp_path)
     predictions = records.load_predictions(outcome.run_dir)
@@ -114,6 +115,7 @@ def test_predict_measures_the_predicted_best_first_and_stops_in_its_band(tmp_pat
     assert summary.best is not None and summary.best.config == best.config
 
 
+@pytest.mark.usefixtures("spawns")
 def test_the_baseline_is_profiled_first_and_its_forecast_checked_in_two_steps(
     tmp_path: Path,
 ) -> None:
@@ -138,6 +140,7 @@ def test_the_baseline_is_profiled_first_and_its_forecast_checked_in_two_steps(
     assert result.bracketed and result.capacity_rps == pytest.approx(rates[0])
 
 
+@pytest.mark.usefixtures("spawns")
 def test_a_wrong_prediction_makes_predict_go_on_down_its_ranking(tmp_path: Path) -> None:
     outcome, _, _ = sweep(tmp_path, scale=WRONG, **{"budget.trials": 4})
     predictions = records.load_predictions(outcome.run_dir)
@@ -155,6 +158,7 @@ def test_a_wrong_prediction_makes_predict_go_on_down_its_ranking(tmp_path: Path)
     assert any(missed)
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_predict_falls_back_to_tpe_when_no_profile_can_be_taken(tmp_path: Path) -> None:
     def failing(target: Target, scenario: Scenario) -> Profile:
         raise ProfileError("model 'planted' cannot be probed: planted failure")
@@ -171,6 +175,7 @@ def test_predict_falls_back_to_tpe_when_no_profile_can_be_taken(tmp_path: Path) 
     assert trials(outcome)[0].source == "seed"
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_a_fixed_load_objective_falls_back_to_tpe_without_profiling(tmp_path: Path) -> None:
     called: list[int] = []
 
@@ -188,6 +193,7 @@ def test_a_fixed_load_objective_falls_back_to_tpe_without_profiling(tmp_path: Pa
     assert summary.search_note is not None and "latency" in summary.search_note
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_grid_measures_every_config_of_a_small_space(tmp_path: Path) -> None:
     flags = {
         "search.strategy": "grid",
@@ -207,6 +213,7 @@ def test_grid_measures_every_config_of_a_small_space(tmp_path: Path) -> None:
     assert summary.search_strategy == "grid" and summary.search_note is None
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_a_grid_larger_than_the_budget_says_so_and_measures_its_start(tmp_path: Path) -> None:
     flags = {"search.strategy": "grid", "budget.trials": 3}
     outcome, _, _ = sweep(tmp_path, **flags)
@@ -217,6 +224,7 @@ def test_a_grid_larger_than_the_budget_says_so_and_measures_its_start(tmp_path: 
     assert outcome.stop_reason == "trials"
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_random_is_seeded_and_reproducible(tmp_path: Path) -> None:
     def configs(where: Path, seed: int) -> list[Any]:
         flags = {"search.strategy": "random", "budget.trials": 4, "run.seed": seed}
@@ -231,6 +239,7 @@ def test_random_is_seeded_and_reproducible(tmp_path: Path) -> None:
     assert configs(tmp_path / "c", 8) != first
 
 
+@pytest.mark.usefixtures("spawns")
 def test_validation_checks_winner_and_runner_up_at_the_winners_capacity(tmp_path: Path) -> None:
     outcome, _, _ = sweep(tmp_path, scale=WRONG, **{"budget.trials": 3})
     validation = records.load_validation(outcome.run_dir / "validation.json")
@@ -269,6 +278,7 @@ class Interrupting(Recording):
         return super().find_capacity(spec)
 
 
+@pytest.mark.usefixtures("spawns")
 def test_a_resumed_predict_run_keeps_its_predictions_and_profiles_once(tmp_path: Path) -> None:
     s = scenario(tmp_path, **{"budget.trials": 3, "budget.validate_top": 0})
     target = FakeTarget(base_max_batch_size=16)
@@ -310,6 +320,7 @@ def test_a_resumed_predict_run_keeps_its_predictions_and_profiles_once(tmp_path:
     assert len({t.config for t in done}) == 3
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_a_model_with_its_own_priorities_is_searched_with_tpe(tmp_path: Path) -> None:
     s = scenario(tmp_path, **{"budget.trials": 2})
     target = FakeTarget(base_max_batch_size=16)
@@ -328,6 +339,7 @@ def test_a_model_with_its_own_priorities_is_searched_with_tpe(tmp_path: Path) ->
     assert summary.search_note is not None and "priority levels" in summary.search_note
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_a_model_with_several_instance_groups_is_searched_with_tpe(tmp_path: Path) -> None:
     s = scenario(tmp_path, **{"budget.trials": 2})
     target = FakeTarget(base_max_batch_size=16)

@@ -18,7 +18,7 @@ import pytest
 
 from analyzer.results import load_summary, load_trial_record, parse_config_text
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.slow]
 
 SCENARIO = """
 objective = "throughput"

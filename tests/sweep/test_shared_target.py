@@ -36,6 +36,7 @@ def scenario(tmp_path: Path, out: str) -> Scenario:
     )
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_a_second_worker_on_the_same_url_is_refused_and_loads_nothing(tmp_path: Path) -> None:
     first = scenario(tmp_path, "w0")
     other = Search(

@@ -64,6 +64,7 @@ def scenario(tmp_path: Path, **overrides: Any) -> Scenario:
     return load_scenario(None, flags, env={})
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_planted_optimum_reached_within_default_budget(tmp_path: Path) -> None:
     s = scenario(tmp_path)
     assert s.budget.trials == Scenario().budget.trials  # the default budget, not a tuned one
@@ -95,6 +96,7 @@ def test_planted_optimum_reached_within_default_budget(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_run_directory_matches_the_documented_layout(tmp_path: Path) -> None:
     # Repeats validation: every validation measurement is a repeat, so loads count as below
     # (the check validation's loads are in test_search_strategies.py).
@@ -162,6 +164,7 @@ def test_run_directory_matches_the_documented_layout(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_failed_load_is_a_failed_trial_and_the_sweep_goes_on(tmp_path: Path) -> None:
     s = scenario(tmp_path, **{"budget.trials": 5, "budget.validate_top": 0})
     # Load 1 is the baseline; loads 3 and 4 are trial 1 and its retry: that trial fails.
@@ -189,6 +192,7 @@ class InterruptingGenerator(FakeLoadGenerator):
         return super().find_capacity(spec)
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_ctrl_c_keeps_finished_trials_and_resume_completes_the_budget(tmp_path: Path) -> None:
     s = scenario(tmp_path, **{"budget.trials": 6, "budget.validate_top": 0})
     target = FakeTarget()
@@ -226,6 +230,7 @@ def test_ctrl_c_keeps_finished_trials_and_resume_completes_the_budget(tmp_path: 
     assert load_summary(first.run_dir)["baseline"] is not None
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_pareto_objective_writes_the_front(tmp_path: Path) -> None:
     s = scenario(tmp_path, objective="pareto", **{"budget.trials": 8})
     target = FakeTarget()
@@ -241,6 +246,7 @@ def test_pareto_objective_writes_the_front(tmp_path: Path) -> None:
         )
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_latency_objective_minimises_p99_at_fixed_load(tmp_path: Path) -> None:
     s = scenario(tmp_path, objective="latency", **{"traffic.rate_rps": 60.0, "budget.trials": 8})
     target = FakeTarget()
@@ -265,6 +271,7 @@ def test_apply_knobs_keeps_everything_else() -> None:
     )
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_baseline_is_kept_when_no_searched_config_beats_it(tmp_path: Path) -> None:
     # Every searched config waits >= 8 ms for a batch: at a 15 ms goal that only hurts.
     s = scenario(
@@ -291,6 +298,7 @@ def test_baseline_is_kept_when_no_searched_config_beats_it(tmp_path: Path) -> No
     assert -1 in [c["trial_number"] for c in validated]
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_closed_loop_capacity_searches_whole_user_counts(tmp_path: Path) -> None:
     s = scenario(
         tmp_path,
@@ -328,6 +336,7 @@ class SaturatedAtMostInstances(FakeLoadGenerator):
         return m
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_latency_objective_never_picks_an_invalid_measurement(tmp_path: Path) -> None:
     s = scenario(tmp_path, objective="latency", **{"traffic.rate_rps": 60.0, "budget.trials": 6})
     target = FakeTarget()
@@ -384,6 +393,7 @@ class OneSpike(FakeLoadGenerator):
         return CapacityResult(spec.goals, capacity, tuple(points), best, search.bracketed)
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_one_noisy_failing_step_does_not_halve_the_capacity(tmp_path: Path) -> None:
     s = scenario(tmp_path, **{"budget.trials": 1, "budget.validate_top": 0})
     target = FakeTarget()
@@ -408,6 +418,7 @@ def test_one_noisy_failing_step_does_not_halve_the_capacity(tmp_path: Path) -> N
     assert summary.baseline.throughput_rps >= 0.9 * true_capacity
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_closed_loop_capacity_confirms_a_failing_step(tmp_path: Path) -> None:
     overrides = {
         "traffic.mode": "concurrency",
@@ -494,6 +505,7 @@ def _uncertainty_run(
     return load_summary(summary.run_dir), data
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_indistinguishable_winner_says_no_significant_difference(tmp_path: Path) -> None:
     summary, report = _uncertainty_run(tmp_path, batched_rps=100.0)
     assert summary["best"] is not None and summary["gain"] is not None
@@ -509,6 +521,7 @@ def test_indistinguishable_winner_says_no_significant_difference(tmp_path: Path)
     assert summary["gain_text"] in verdict["headline"]
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_clear_win_is_significant(tmp_path: Path) -> None:
     summary, report = _uncertainty_run(tmp_path, batched_rps=300.0)
     assert summary["best"]["trial_number"] >= 0
@@ -520,6 +533,7 @@ def test_clear_win_is_significant(tmp_path: Path) -> None:
     assert report["verdict"]["gain_significant"] is True
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_a_winner_at_the_generator_s_ceiling_reads_as_a_lower_bound(tmp_path: Path) -> None:
     # The batched configs serve 1000 req/s, the generator offers 250: the winner's capacity is
     # "at least 250", so the gain is a one-sided bound, in summary.json and the report alike.
@@ -535,6 +549,7 @@ def test_a_winner_at_the_generator_s_ceiling_reads_as_a_lower_bound(tmp_path: Pa
     assert f'id="gain">&ge; {lo:.2f}&times;' in html  # the gain card: a bound, not a point
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_percentiles_carry_their_sample_count(tmp_path: Path) -> None:
     summary, report = _uncertainty_run(tmp_path, batched_rps=300.0)
     for side in ("baseline", "best"):
@@ -549,6 +564,7 @@ def test_percentiles_carry_their_sample_count(tmp_path: Path) -> None:
     assert all(t["p99_n"] for t in report["trials"] if t["state"] == "complete")
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_gpu_memory_goal_excludes_configs_on_more_instances(tmp_path: Path) -> None:
     """Planted (issue 15): memory = context + weights per instance + one arena, so a goal of
     1300 MiB fits 1 and 2 instances (at most 1228 MiB) and excludes 3 and 4 (1500 MiB and up),
@@ -579,6 +595,7 @@ def test_gpu_memory_goal_excludes_configs_on_more_instances(tmp_path: Path) -> N
     assert best["gpus"][0]["memory_used_peak_mb"] <= goal_mb
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_throughput_tie_goes_to_the_config_using_less_gpu(tmp_path: Path) -> None:
     """Planted: every batched config's capacity is 300 req/s x (1 + 0.5 % per instance), so the
     validated candidates tie within the capacity resolution (5 %) and the one on the most

@@ -16,7 +16,7 @@ from reference_server.ready import READY_PREFIX
 from tests.support.servers import wait_until
 from tests.sweep.test_e2e_sim import make_repo
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

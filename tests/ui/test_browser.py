@@ -23,7 +23,7 @@ CHROMIUM = str(CHROMIUM_PATH)
 
 
 @pytest.fixture
-def dashboard(tmp_path: Path) -> Iterator[tuple[str, str]]:
+def dashboard(tmp_path: Path, spawns: None) -> Iterator[tuple[str, str]]:
     """(dashboard URL, target HTTP URL) of a running ``perfsweep ui`` on a managed server."""
     child = Child(
         perfsweep(

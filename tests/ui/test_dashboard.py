@@ -34,7 +34,7 @@ from tests.ui.support import (
     write_sim_model,
 )
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.timeout(240)]
 
 
 #: A second model whose queue timeout rejects requests under load (failures by reason: REJECTED,

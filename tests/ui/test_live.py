@@ -255,6 +255,7 @@ def test_ui_options_refuse_before_starting_anything(monkeypatch: pytest.MonkeyPa
     UiOptions(web_host="0.0.0.0", web_login=True).check()
 
 
+@pytest.mark.usefixtures("serves")
 def test_locust_command_lines() -> None:
     master, workers = locust_commands(
         UiOptions(workers=2, web_port=0), "http://127.0.0.1:5", "127.0.0.1:6", None

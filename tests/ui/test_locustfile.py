@@ -21,7 +21,7 @@ from tests.ui.support import (
     write_sim_model,
 )
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.timeout(180)]
 
 LOCUSTFILE = str(REPO_ROOT / "scenarios" / "locustfile.py")
 SHAPES = str(REPO_ROOT / "scenarios" / "shapes.py")

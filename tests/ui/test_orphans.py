@@ -29,6 +29,7 @@ from tests.ui.support import (
 )
 
 pytestmark = [
+    pytest.mark.usefixtures("spawns"),
     pytest.mark.slow,
     pytest.mark.timeout(240),
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="children are read from /proc"),

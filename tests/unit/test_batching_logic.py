@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -212,6 +213,7 @@ param_sets = st.builds(
 
 @settings(max_examples=300, deadline=None)
 @given(requests, param_sets)
+@pytest.mark.usefixtures("takes_seconds")
 def test_every_request_dispatched_once_in_order_within_limits(
     reqs: list[tuple[int, int, str]], params: BatchingParams
 ) -> None:
@@ -240,6 +242,7 @@ def test_every_request_dispatched_once_in_order_within_limits(
     param_sets,
     st.integers(min_value=0, max_value=40),
 )
+@pytest.mark.usefixtures("takes_seconds")
 def test_decision_takes_a_valid_prefix(
     bss: list[int], open_size: int, params: BatchingParams, now_ms: int
 ) -> None:

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from analyzer.load.engine import EngineOptions, engine_options
 from analyzer.scenario import load_scenario
 
@@ -38,6 +40,7 @@ def test_gate_options_take_the_inputs_and_one_generator_process(tmp_path: Path) 
     )
 
 
+@pytest.mark.usefixtures("spawns")
 def test_building_options_does_not_patch_the_process() -> None:
     code = (
         "import sys; import analyzer.load.engine, analyzer.gate_measure; "

@@ -206,6 +206,7 @@ def test_a_study_of_a_one_group_base_resumes_as_before(tmp_path: Path) -> None:
 # -- predict ------------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("spawns")
 def test_predict_leaves_configs_over_several_groups_or_gpus_uncovered() -> None:
     profile = Profile(
         model="planted",

@@ -16,6 +16,8 @@ from analyzer.trial import apply_knobs, knobs_of
 from tests.support.real_triton import dynamic_batching, sleep_model_config
 from tests.support.servers import ReferenceServer
 
+pytestmark = pytest.mark.usefixtures("serves")
+
 
 def _model() -> mc.ModelConfig:
     config = sleep_model_config("m", dynamic_batching=dynamic_batching())

@@ -26,6 +26,7 @@ META = {
 }
 
 
+@pytest.mark.usefixtures("spawns")
 def test_importing_the_pure_modules_does_not_patch_the_process() -> None:
     # In a fresh interpreter: this pytest process may have imported the engine elsewhere.
     code = (
@@ -36,6 +37,7 @@ def test_importing_the_pure_modules_does_not_patch_the_process() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_batched_shapes_replace_the_batch_dimension() -> None:
     inputs = build_inputs(META, {"max_batch_size": 8}, batch_size=4, seed=1)
     assert [s.shape for s in inputs.specs] == [(4, 16), (4, 4), (4, 1)]

@@ -58,6 +58,7 @@ def test_the_simulator_refuses_a_policy_it_does_not_model() -> None:
     assert latency_offset(_profile(), [(plain, 100.0, 40.0)], requests=200) is not None
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_predict_leaves_policy_configs_uncovered() -> None:
     choices = queue_policy_choices("search", 2, 50.0, factors=(1.0,))
     space = SearchSpace.from_bounds((1, 8), (0, 1000), 2, "none", (1, 1), policy_choices=choices)

@@ -153,6 +153,7 @@ def test_interrupted_reason_is_a_failure_attr(tmp_path: Path) -> None:
     assert search.finished() == []
 
 
+@pytest.mark.usefixtures("serves")
 def test_unknown_sampler_and_bad_storage_are_input_errors(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="unknown sampler"):
         Search(small_space(), ["maximize"], str(tmp_path / "j"), "s", sampler="cma")

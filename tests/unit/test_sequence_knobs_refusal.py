@@ -63,6 +63,7 @@ def test_predict_falls_back_to_tpe_for_a_sequence_model(tmp_path: Path) -> None:
     assert resolve(load_scenario(path, env={}), accumulator_config("acc")) == ("random", None)
 
 
+@pytest.mark.usefixtures("spawns")
 def test_the_bundled_accumulator_repository(tmp_path: Path) -> None:
     root = bundled_repository("accumulator", tmp_path / "repository", "sim")
     config = load_config_file(root / "accumulator" / "config.pbtxt")

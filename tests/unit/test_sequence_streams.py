@@ -127,6 +127,7 @@ def test_bad_settings_are_refused(kwargs: dict[str, float]) -> None:
         SequenceStreams(**kwargs)  # type: ignore[arg-type]
 
 
+@pytest.mark.usefixtures("spawns")
 def test_importing_it_imports_no_gevent() -> None:
     code = "import sys, analyzer.load.sequences; print('gevent' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -122,6 +122,7 @@ def test_autocorrelated_steps_far_from_the_boundary_still_decide_right() -> None
     assert below.tau > 5 and above.tau > 3
 
 
+@pytest.mark.usefixtures("takes_seconds")
 def test_false_verdict_rate_under_autocorrelation_stays_at_the_level_naive_rule_does_not() -> None:
     """At the planted boundary (true p99 == goal) any PASS or FAIL is a verdict the data cannot
     support at 95 %: each must happen in at most 5 % of steps (plus Monte-Carlo noise). The

@@ -13,6 +13,8 @@ import pytest
 from analyzer.errors import TargetError
 from analyzer.supervise import PARENT_PID_ENV, Supervisor, log_note
 
+pytestmark = pytest.mark.usefixtures("spawns")
+
 
 def child(tmp_path: Path, code: str, **kwargs: str) -> Supervisor:
     return Supervisor([sys.executable, "-u", "-c", code], tmp_path / "log" / "child.log", **kwargs)

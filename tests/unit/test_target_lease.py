@@ -75,6 +75,7 @@ def test_a_second_worker_on_the_same_server_and_model_is_refused() -> None:
     claim_target(store, "http://127.0.0.1:8001", "m", now=1001.0)
 
 
+@pytest.mark.usefixtures("spawns")
 def test_released_expired_and_dead_leases_do_not_count() -> None:
     now = 10_000.0
     mine = new_lease(URL, "m", now)

@@ -8,9 +8,13 @@ import signal
 import socket
 from pathlib import Path
 
+import pytest
+
 from analyzer.target import ManagedServer
 from tests.support.servers import wait_until
 from tests.sweep.test_e2e_sim import make_repo
+
+pytestmark = pytest.mark.usefixtures("spawns")
 
 
 def test_a_restart_comes_back_on_the_same_ports_or_on_free_ones(tmp_path: Path) -> None:

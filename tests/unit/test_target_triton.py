@@ -111,6 +111,7 @@ def test_a_regular_install_runs_as_installed(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.usefixtures("serves")
 def test_the_command_line_is_loopback_explicit_and_loads_nothing(tmp_path: Path) -> None:
     launch = TritonLaunch(Path("/t/bin/tritonserver"), Path("/b"))
     args = triton_command(launch, Path("/repo"), TritonPorts(1001, 1002, 1003))
@@ -195,6 +196,7 @@ def grandchild_of(process: Supervisor) -> int:
     return int(line.split()[1])
 
 
+@pytest.mark.usefixtures("spawns")
 def test_an_own_group_child_takes_what_it_started_along(tmp_path: Path) -> None:
     process = Supervisor(
         [sys.executable, "-u", "-c", GRANDCHILD], tmp_path / "child.log", own_group=True
@@ -218,6 +220,7 @@ def test_an_own_group_child_takes_what_it_started_along(tmp_path: Path) -> None:
     process.stop(timeout_s=5)
 
 
+@pytest.mark.usefixtures("spawns")
 def test_without_an_own_group_the_child_shares_ours(tmp_path: Path) -> None:
     process = Supervisor([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "l.log")
     process.start()
@@ -228,6 +231,7 @@ def test_without_an_own_group_the_child_shares_ours(tmp_path: Path) -> None:
         process.stop(timeout_s=5)
 
 
+@pytest.mark.usefixtures("spawns")
 def test_run_server_triton_without_a_binary_exits_2_naming_the_flag(tmp_path: Path) -> None:
     repository = tmp_path / "repo"
     (repository / "m" / "1").mkdir(parents=True)

@@ -245,6 +245,7 @@ def test_http_json_decodes_json_text_and_nothing() -> None:
     assert http_json("GET", URL + "/e", transport=transport) == (204, None)
 
 
+@pytest.mark.usefixtures("serves")
 def test_urllib_transport_raises_oserror_for_a_refused_connection() -> None:
     with socket.socket() as s:  # a port that was just free: nothing listens there
         s.bind(("127.0.0.1", 0))
