@@ -1,12 +1,13 @@
 # perfsweep: two commands on a fresh machine.
 #   make run    set up .venv and sweep the bundled ResNet-50
 #   make test   set up .venv (with the test extra) and run lint, types and the whole test suite
+#   make test-fast  the inner loop: pytest without the io and slow tests (under a minute)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: run test setup setup-test lint typecheck pytest clean gate-dogfood
+.PHONY: run test test-fast setup setup-test lint typecheck pytest clean gate-dogfood
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +40,11 @@ pytest: setup-test
 	$(BIN)/pytest $(ARGS)
 
 test: lint typecheck pytest
+
+# Tests marked io (they start a server, a process or open a socket) or slow are left out; a guard
+# in tests/support/io_guard.py fails an unmarked test that does I/O, in this tier and in make test.
+test-fast: setup-test
+	$(BIN)/pytest -m "not io and not slow" $(ARGS)
 
 # Dogfood the CI performance gate (README "CI performance gates"): a small measure-and-gate run
 # on the reference server with the simulated device. The bounds are loose for a shared 2-core CI
