@@ -9,6 +9,7 @@ trials finish within the time budget).
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -153,7 +154,22 @@ def test_gpu_utilisation_of_baseline_and_best_matches_the_server_statistics(
         assert point is not None and point.server is not None
         busy_pct = 100.0 * point.server.execution_compute_infer_us / 1e6 / point.duration_s
         util = entry["gpus"][0]["utilization_pct_mean"]
-        assert abs(util - busy_pct) < 5.0, (entry["config"], util, busy_pct)
+        # The gauge is the busy share of the trailing second, read once per window: each read
+        # of executions arriving at rate r, each d long, varies by sqrt(r) * d (a Poisson count
+        # of them in the second), and the mean of k reads by that over sqrt(k). At the
+        # baseline's ~35 executions/s of 10 ms and 3 windows that is 3.4 points: the bound is
+        # three of those, and never below 5 points.
+        executions = max(point.server.execution_count, 1)
+        rate = executions / point.duration_s
+        length_s = point.server.execution_compute_infer_us / 1e6 / executions
+        reads = max(len(point.windows), 1)
+        sigma_pct = 100.0 * math.sqrt(rate) * length_s / math.sqrt(reads)
+        assert abs(util - busy_pct) < max(5.0, 3 * sigma_pct), (
+            entry["config"],
+            util,
+            busy_pct,
+            sigma_pct,
+        )
         assert entry["gpus"][0]["memory_used_peak_mb"] > 300 + 97  # context + one instance
 
 
