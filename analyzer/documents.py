@@ -1,7 +1,7 @@
 """perfsweep's JSON documents: their format versions, atomic writes, reading a file of one kind.
 
-The lowest layer of the run directory: :mod:`analyzer.records` (the typed records) and
-:mod:`analyzer.results` (the directory's layout, which writes those records) both build on it,
+The lowest layer of the run directory: :mod:`analyzer.rundir.records` (the typed records) and
+:mod:`analyzer.rundir.results` (the directory's layout, which writes those records) both build on it,
 so neither has to import the other's writers.
 
 A file is written to a temporary name in its directory and then ``os.replace``d, so a crash

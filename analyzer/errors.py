@@ -7,7 +7,7 @@
     │   ├── ScenarioError   a scenario that cannot be run (unknown key, impossible bounds)
     │   └── ResultFormatError  a result file of an unknown format version
     ├── TargetError         the server under test failed or cannot be reached (exit 3)
-    │   └── TargetDiedError the server died or hung mid-run (:mod:`analyzer.liveness`)
+    │   └── TargetDiedError the server died or hung mid-run (:mod:`analyzer.target.liveness`)
     └── GoalNotMetError     the measurement ran but the goal or gate failed (exit 1)
 
 Messages say what happened and what to do next.
@@ -44,7 +44,7 @@ class TargetError(PerfsweepError):
 
 class TargetDiedError(TargetError):
     """The server under test died, or hangs, in the middle of a run: a server failure, never a
-    measurement (:mod:`analyzer.liveness` holds the rule). Exit 3, as any target failure.
+    measurement (:mod:`analyzer.target.liveness` holds the rule). Exit 3, as any target failure.
 
     Attributes:
         url: The server's HTTP address.

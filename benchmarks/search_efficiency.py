@@ -5,7 +5,7 @@ approximation of a dynamic batcher on a simulated accelerator), on a grid of 672
 (max_batch_size 1-64 x 8 queue delays x 3 preferred-size depths x 1-4 instances). The optimum of
 each landscape is found by brute force over the whole grid; then each method searches it:
 
-* ``perfsweep``: the real sweep (``analyzer.sweep.run_sweep``) with the fake Target and
+* ``perfsweep``: the real sweep (``analyzer.sweep.loop.run_sweep``) with the fake Target and
   LoadGenerator seams answering from the formula: seeds, TPE, constraints, exactly as shipped.
 * ``random``: Optuna's RandomSampler over the same encoding, no seeds.
 * ``ma-quick``: Model Analyzer's quick search as documented (hill climbing over max_batch_size
@@ -40,11 +40,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analyzer.results import environment, load_trial_record  # noqa: E402
-from analyzer.scenario import Scenario, load_scenario  # noqa: E402
-from analyzer.search import Search, SearchSpace, TrialOutcome  # noqa: E402
-from analyzer.sweep import run_sweep, space_for  # noqa: E402
-from analyzer.trial import Knobs  # noqa: E402
+from analyzer.config.knobs import Knobs  # noqa: E402
+from analyzer.config.scenario import Scenario, load_scenario  # noqa: E402
+from analyzer.rundir.results import environment, load_trial_record  # noqa: E402
+from analyzer.search.study import Search, SearchSpace, TrialOutcome  # noqa: E402
+from analyzer.sweep.loop import run_sweep, space_for  # noqa: E402
 from tests.sweep.planted import FakeLoadGenerator, FakeTarget, PlantedModel, brute_force  # noqa: E402
 
 #: (name, model, p99 goal ms): a GPU-like device at two goals and a CPU-like device.

@@ -40,11 +40,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from analyzer.config.scenario import SpaceSection  # noqa: E402
 from analyzer.predict.profile import from_toml  # noqa: E402
 from analyzer.predict.simulator import SimConfig, capacities  # noqa: E402
-from analyzer.results import environment  # noqa: E402
-from analyzer.scenario import SpaceSection  # noqa: E402
-from analyzer.search import SearchSpace  # noqa: E402
+from analyzer.rundir.results import environment  # noqa: E402
+from analyzer.search.study import SearchSpace  # noqa: E402
 
 #: The last commit with the original simulator (one bisection per config, closures).
 BEFORE_COMMIT = "31938d8"

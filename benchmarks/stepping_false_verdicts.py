@@ -1,4 +1,4 @@
-"""False-verdict rate of the sequential step rule (``analyzer/stepping.py``) on planted latencies.
+"""False-verdict rate of the sequential step rule (``analyzer/measure/stepping.py``) on planted latencies.
 
 Each planted process has a known (or very precisely simulated) p99; the goal is put exactly at
 it, so the honest answer of every step is BOUNDARY and every PASS or FAIL is a verdict the data
@@ -33,8 +33,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analyzer.results import environment  # noqa: E402
-from analyzer.stepping import SequentialRule, StepRecord, StepVerdict, decide_windows  # noqa: E402
+from analyzer.measure.stepping import SequentialRule, StepRecord, StepVerdict, decide_windows  # noqa: E402
+from analyzer.rundir.results import environment  # noqa: E402
 
 Sampler = Callable[[np.random.Generator, int, int], np.ndarray]
 

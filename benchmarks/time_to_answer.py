@@ -279,8 +279,8 @@ def write_scenario(doc: Mapping[str, Any], path: Path, **overrides: dict[str, An
 
 def space_keys(space: Mapping[str, Any]) -> list[Key]:
     """Every config of the space, as the sweep enumerates it."""
-    from analyzer.scenario import load_scenario
-    from analyzer.sweep import space_for
+    from analyzer.config.scenario import load_scenario
+    from analyzer.sweep.loop import space_for
 
     s = load_scenario(None, {f"space.{k}": v for k, v in space.items()}, env={})
     search_space = space_for(s)
@@ -1058,7 +1058,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_ma and not (MA_BIN.is_file() and PERF_ANALYZER.is_file()):
         parser.error(f"Model Analyzer ({MA_BIN}) or perf_analyzer missing; pass --no-ma")
 
-    from analyzer.results import environment
+    from analyzer.rundir.results import environment
 
     workdir = Path(tempfile.mkdtemp(prefix="time_to_answer-"))
     try:

@@ -18,7 +18,7 @@ from tests.support.real_triton import (
 
 def pytest_configure(config: pytest.Config) -> None:
     # ``platform`` runs ``uname -p`` the first time a process asks for the processor, as every
-    # sweep's ``analyzer.results.environment`` does; asked once here, before the guard is on,
+    # sweep's ``analyzer.rundir.results.environment`` does; asked once here, before the guard is on,
     # the answer is cached and a sweep against the planted fakes stays free of processes.
     platform.uname().processor  # noqa: B018
     guard = IoGuard()

@@ -20,9 +20,9 @@ Outputs: a console table; Markdown (``--markdown FILE``, and appended to ``$GITH
 when set); JUnit XML (``--junit FILE``), one test case per criterion. Exit codes: 0 pass, 1 a
 criterion failed, 2 bad usage or input, 3 the target failed.
 
-This module parses the flags into an :class:`analyzer.gate_measure.GateCommand`, calls
-:func:`analyzer.gate_measure.run_gate` and maps the report to an exit code; the measurement, its
-retry policy and the criteria precedence live in :mod:`analyzer.gate_measure`.
+This module parses the flags into an :class:`analyzer.gate.run.GateCommand`, calls
+:func:`analyzer.gate.run.run_gate` and maps the report to an exit code; the measurement, its
+retry policy and the criteria precedence live in :mod:`analyzer.gate.run`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from analyzer.commands.input_flags import (
     WorkersFlag,
 )
 from analyzer.errors import GoalNotMetError, InputError
-from analyzer.gate_measure import GateCommand, GateFlags, MeasureRequest, run_gate
+from analyzer.gate.run import GateCommand, GateFlags, MeasureRequest, run_gate
 
 
 def parse_fraction(text: str) -> float:

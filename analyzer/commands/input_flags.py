@@ -1,7 +1,7 @@
 """The request-data and generator flags, defined once for ``run``, ``gate`` and ``load``.
 
 Each command declares the same parameters with these types and hands them to
-:func:`analyzer.scenario.input_overrides`, which maps them onto the scenario's ``[input]`` keys; the scenario
+:func:`analyzer.config.scenario.input_overrides`, which maps them onto the scenario's ``[input]`` keys; the scenario
 validates them (one-line errors naming the key) and :func:`analyzer.load.engine.engine_options`
 carries them to the generator. So a flag means the same in every command, and the same as its
 scenario key::
@@ -31,7 +31,7 @@ from typing import Annotated
 
 import typer
 
-from analyzer.scenario import generator_overrides, input_overrides, parse_shapes
+from analyzer.config.scenario import generator_overrides, input_overrides, parse_shapes
 
 __all__ = [
     "BatchSizeFlag",

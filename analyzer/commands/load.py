@@ -41,9 +41,10 @@ from analyzer.commands.input_flags import (
     UniquePayloadsFlag,
     input_overrides,
 )
+from analyzer.config.scenario import InputSection, load_scenario
 from analyzer.errors import GoalNotMetError, InputError
 from analyzer.load.engine import engine_options, input_options
-from analyzer.measure import (
+from analyzer.measure.measurement import (
     Arrival,
     CapacityResult,
     CapacitySpec,
@@ -54,7 +55,6 @@ from analyzer.measure import (
     WindowStats,
     load_output_dict,
 )
-from analyzer.scenario import InputSection, load_scenario
 
 
 def _numbers(text: str | None, what: str) -> list[float]:
@@ -328,7 +328,7 @@ def register(app: typer.Typer) -> None:
         console = Console(stderr=True)
         live = _LiveWindows(console)
 
-        from analyzer.urls import http_url
+        from analyzer.config.urls import http_url
 
         # One check for every URL (https:// is refused: TLS is not supported end to end).
         if "://" in url:

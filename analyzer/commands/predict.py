@@ -88,8 +88,8 @@ def register(app: typer.Typer) -> None:
 
         inputs = None
         if any(v is not None for v in (input_data, shape, batch_size)):
+            from analyzer.config.scenario import load_scenario
             from analyzer.load.engine import input_options
-            from analyzer.scenario import load_scenario
 
             given = load_scenario(None, input_overrides(shape, input_data, batch_size))
             inputs = input_options(given.input, given.run.seed)

@@ -1,7 +1,7 @@
 """``perfsweep run``: find the best dynamic-batching config, write it as config.pbtxt.
 
 The command builds the scenario (bundled or ``--scenario`` file, ``PERFSWEEP_*`` variables,
-flags), calls :func:`analyzer.sweep.run_sweep` with a live view, and prints a summary table.
+flags), calls :func:`analyzer.sweep.loop.run_sweep` with a live view, and prints a summary table.
 Ctrl-C stops after the current step; finished trials are kept and the command prints how to
 resume. Exit codes: 0 done (a config meets the goals), 1 nothing met the goals, 2 bad input,
 3 the target failed (it could not start, or died and was not brought back: the run so far is
@@ -38,14 +38,14 @@ from analyzer.commands.input_flags import (
     generator_overrides,
     input_overrides,
 )
+from analyzer.config.knobs import Knobs
+from analyzer.config.scenario import Scenario, bundled_scenario, load_scenario
 from analyzer.errors import GoalNotMetError, InputError, TargetDiedError
 from analyzer.evaluation.plan import LoadPlan
-from analyzer.measure import Goals, classes_text
-from analyzer.records import StopReason, TrialRecord
-from analyzer.scenario import Scenario, bundled_scenario, load_scenario
-from analyzer.server_stats import cache_hit_ratio, cache_hits_text
-from analyzer.sweep import SweepObserver, SweepOutcome
-from analyzer.trial import Knobs
+from analyzer.measure.measurement import Goals, classes_text
+from analyzer.rundir.records import StopReason, TrialRecord
+from analyzer.sweep.loop import SweepObserver, SweepOutcome
+from analyzer.target.server_stats import cache_hit_ratio, cache_hits_text
 
 
 def ceiling_note(summary: SweepOutcome, scenario: Scenario) -> str | None:
@@ -509,7 +509,7 @@ def _run(
     # The engine monkey-patches the process for gevent on import; that must happen before any
     # thread exists (the live view starts one), or the patch deadlocks on the import lock.
     import analyzer.load.runner  # noqa: F401
-    from analyzer.sweep import run_sweep
+    from analyzer.sweep.loop import run_sweep
 
     # Piped output (CI logs, `| tee`) gets a fixed width instead of rich's 80-column default.
     console = Console(width=None if sys.stdout.isatty() else 120)

@@ -76,9 +76,9 @@ def register(app: typer.Typer) -> None:
         shared_memory: SharedMemoryFlag = None,
     ) -> None:
         """Open Locust's web UI on a Triton target, with live server metrics and config changes."""
+        from analyzer.config.scenario import load_scenario
         from analyzer.load.engine import input_fields
         from analyzer.load.web.launcher import UiOptions, run_ui
-        from analyzer.scenario import load_scenario
 
         # The same request-data flags as run, gate and load, checked the same way.
         flags = input_overrides(

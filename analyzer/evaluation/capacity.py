@@ -1,11 +1,11 @@
 """One capacity driver for open and closed loop, behind the ``LoadGenerator`` seam.
 
 Open loop (``step.mode`` request rate): the generator's own search
-(:meth:`~analyzer.measure.LoadGenerator.find_capacity`), which can stop a level early and drain
-the server between levels. Closed loop (concurrency): the same :class:`~analyzer.measure.
-CapacitySearch` over whole user counts, each level one :meth:`~analyzer.measure.LoadGenerator.
+(:meth:`~analyzer.measure.measurement.LoadGenerator.find_capacity`), which can stop a level early and drain
+the server between levels. Closed loop (concurrency): the same :class:`~analyzer.measure.measurement.
+CapacitySearch` over whole user counts, each level one :meth:`~analyzer.measure.measurement.LoadGenerator.
 measure`; its capacity is the throughput of the best passing level. Both answer a
-:class:`~analyzer.measure.CapacityResult`.
+:class:`~analyzer.measure.measurement.CapacityResult`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from analyzer.measure import (
+from analyzer.measure.measurement import (
     CapacityResult,
     CapacitySearch,
     CapacitySpec,

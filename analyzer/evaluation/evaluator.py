@@ -18,10 +18,12 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from analyzer.config.objective import Objective, gentlest, objective_for
+from analyzer.config.scenario import Scenario
 from analyzer.evaluation.capacity import CapacityDriver
 from analyzer.evaluation.plan import Expected, LoadPlan
 from analyzer.evaluation.slack import slacks
-from analyzer.measure import (
+from analyzer.measure.measurement import (
     CapacityResult,
     LoadGenerator,
     Measurement,
@@ -29,14 +31,12 @@ from analyzer.measure import (
     meets_goals,
     p99_slack,
 )
-from analyzer.objective import Objective, gentlest, objective_for
-from analyzer.records import (
+from analyzer.rundir.records import (
     CapacityMeasurement,
     FixedMeasurement,
     ParetoMeasurement,
     TrialMeasurement,
 )
-from analyzer.scenario import Scenario
 
 #: The numbers of a capacity search that measured no level at all.
 NOTHING_MEASURED: Mapping[str, float] = {
@@ -206,7 +206,7 @@ class Evaluator:
 
         A step that passes (PASS, or BOUNDARY with its point p99 within the goal) stands for a capacity of
         ``rate_rps``, as a capacity search's best level does; one that fails for none. The p99
-        slack is the step's verdict over its point p99 (:func:`analyzer.measure.p99_slack`), so
+        slack is the step's verdict over its point p99 (:func:`analyzer.measure.measurement.p99_slack`), so
         the record meets the goals exactly when the test passed it.
         """
         self._warm_up()

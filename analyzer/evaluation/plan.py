@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from analyzer.measure import Arrival, CapacitySpec, Goals, LoadMode, LoadSpec
-from analyzer.scenario import Scenario
-from analyzer.stepping import StepTest
+from analyzer.config.scenario import Scenario
+from analyzer.measure.measurement import Arrival, CapacitySpec, Goals, LoadMode, LoadSpec
+from analyzer.measure.stepping import StepTest
 
 #: Windows a sequential step may take: the window is the unit of the stability check and of the
 #: batch means, not the stopping rule. An undecided step usually ends here, not at its request
@@ -56,7 +56,7 @@ class Expected:
         check: Check the expectation instead of searching around it (the baseline's
             forecast): one step below it that must pass, one :data:`CHECK_GROWTH` above
             that must fail, a full search only when either disagrees
-            (:attr:`~analyzer.measure.CapacitySpec.forecast_check`).
+            (:attr:`~analyzer.measure.measurement.CapacitySpec.forecast_check`).
     """
 
     rps: float

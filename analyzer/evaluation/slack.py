@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from analyzer.objective import Objective
-from analyzer.scenario import GoalsSection, TrafficSection
+from analyzer.config.objective import Objective
+from analyzer.config.scenario import GoalsSection, TrafficSection
 
 
 def slacks(

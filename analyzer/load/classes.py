@@ -20,7 +20,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from analyzer.scenario import TrafficSection
+    from analyzer.config.scenario import TrafficSection
 
 
 @dataclass(frozen=True)

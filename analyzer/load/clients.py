@@ -723,6 +723,6 @@ def stats_source(protocol: str, url: str, model: str) -> Callable[[], dict[str, 
     """A statistics fetcher over ``protocol`` (used by ``ServerScraper``)."""
     if protocol == "grpc":
         return GrpcStatsSource(url, model)
-    from analyzer.server_stats import http_stats_source
+    from analyzer.target.server_stats import http_stats_source
 
     return http_stats_source(url, model)

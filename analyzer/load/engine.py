@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 from analyzer.errors import InputError
 from analyzer.load.classes import RequestClass, request_classes
 from analyzer.load.inputs import DataMode, InputOptions, ShapeChoice
-from analyzer.measure import LoadSpec, WindowStats
+from analyzer.measure.measurement import LoadSpec, WindowStats
 
 if TYPE_CHECKING:
-    from analyzer.scenario import InputSection, Scenario
+    from analyzer.config.scenario import InputSection, Scenario
 
 #: How often (seconds) the controller collects recorder deltas.
 TICK_S = 0.1

@@ -18,7 +18,7 @@ request is recorded a second time in its class's histogram, with the class's com
 failed counts (``ClassTally``); without classes there are none.
 
 Beside the histograms, ``sequence`` keeps the reported latencies in completion order (float32
-milliseconds, 4 bytes a request): the sequential step rule (``analyzer.stepping``) estimates the
+milliseconds, 4 bytes a request): the sequential step rule (``analyzer.measure.stepping``) estimates the
 latencies' autocorrelation from their order, which a histogram has lost. Ticks of several
 processes are concatenated process after process; within one tick interval (0.1 s) that is
 completion order up to the interleaving of the processes.
@@ -34,7 +34,7 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
-from analyzer.measure import merge_encoded, new_histogram, record_us
+from analyzer.measure.measurement import merge_encoded, new_histogram, record_us
 
 #: Error kinds are truncated to this many characters so a flood of unique messages stays small.
 ERROR_KIND_CHARS = 120

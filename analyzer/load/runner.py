@@ -40,7 +40,6 @@ from locust.env import Environment
 from locust.runners import STATE_STOPPED, MasterRunner
 
 from analyzer.errors import TargetError
-from analyzer.liveness import check_step
 from analyzer.load.clients import stats_source
 from analyzer.load.engine import EngineOptions
 from analyzer.load.recorder import Tick
@@ -52,7 +51,7 @@ from analyzer.load.users import (
     ProcessContext,
     attach_context,
 )
-from analyzer.measure import (
+from analyzer.measure.measurement import (
     CapacityResult,
     CapacitySearch,
     CapacitySpec,
@@ -73,8 +72,9 @@ from analyzer.measure import (
     percentiles_us,
     sequential_verdict,
 )
-from analyzer.server_stats import ServerScraper, ServerSnapshot, combine_views, server_view
-from analyzer.stepping import SequentialRule, StepRecord, StepVerdict
+from analyzer.measure.stepping import SequentialRule, StepRecord, StepVerdict
+from analyzer.target.liveness import check_step
+from analyzer.target.server_stats import ServerScraper, ServerSnapshot, combine_views, server_view
 
 log = logging.getLogger(__name__)
 
@@ -416,7 +416,7 @@ class LocustLoadGenerator:
         return m
 
     def _checked(self, spec: LoadSpec) -> Measurement:
-        """One level, then the dead-server rule (:func:`analyzer.liveness.check_step`): a step
+        """One level, then the dead-server rule (:func:`analyzer.target.liveness.check_step`): a step
         that a dead or hung server failed raises :class:`~analyzer.errors.TargetDiedError`
         instead of reading as a config that missed its goals."""
         m = self._measure_once(spec)
@@ -760,7 +760,7 @@ class LocustLoadGenerator:
 
         With ``spec.step.sequential`` set, every step is a sequential step against
         ``spec.goals.p99_ms`` (PASS and FAIL as pass and fail; BOUNDARY on its point p99, labelled
-        at the boundary when it passes: :func:`~analyzer.measure.meets_goals`), and only the
+        at the boundary when it passes: :func:`~analyzer.measure.measurement.meets_goals`), and only the
         first step warms up.
         """
         search = CapacitySearch(spec)

@@ -13,7 +13,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from analyzer import records
 from analyzer.documents import PREDICTION_KIND, header
 from analyzer.errors import InputError, ResultFormatError
 from analyzer.predict.profile import (
@@ -33,6 +32,7 @@ from analyzer.predict.simulator import (
     latency_offset,
     simulate,
 )
+from analyzer.rundir import records
 
 if TYPE_CHECKING:
     from analyzer.load.inputs import InputOptions
@@ -233,7 +233,7 @@ def probe_live(
         ProfileError: the model cannot be probed.
     """
     from analyzer.predict.probe import probe
-    from analyzer.target import RemoteTarget
+    from analyzer.target.server import RemoteTarget
 
     target = RemoteTarget(url, model)
     target.start()

@@ -41,7 +41,7 @@ config: the caller loads the next one.
 
 Requests are plain HTTP/1.1 (the binary tensor extension: numeric tensors as their bytes, BYTES
 elements as a 4-byte little-endian length and their bytes) from a thread pool, through the
-transport seam (:class:`analyzer.transport.KeepAliveTransport`: one keep-alive connection per
+transport seam (:class:`analyzer.target.transport.KeepAliveTransport`: one keep-alive connection per
 pool thread), so nothing here needs gevent or tritonclient's HTTP client.
 """
 
@@ -76,9 +76,9 @@ from analyzer.predict.profile import (
     SizeClass,
     overlap_from_interference,
 )
-from analyzer.server_stats import http_stats_source
-from analyzer.target import Target, untunable_reason
-from analyzer.transport import KeepAliveTransport, Request, Transport
+from analyzer.target.server import Target, untunable_reason
+from analyzer.target.server_stats import http_stats_source
+from analyzer.target.transport import KeepAliveTransport, Request, Transport
 
 #: Queue delay of every probe config: long enough that only the preferred size ends a batch,
 #: short enough that a burst cut short by a lost request costs one second, not a hang.
@@ -330,7 +330,7 @@ def probe(
         clock: Monotonic seconds (the time budget).
         sleep: Waits between statistics reads while they catch up with a burst.
         transport: The HTTP seam of the inferences and the default statistics reads (default:
-            a :class:`~analyzer.transport.KeepAliveTransport` for the inferences, closed at the
+            a :class:`~analyzer.target.transport.KeepAliveTransport` for the inferences, closed at the
             end, and urllib for the statistics).
 
     Raises:

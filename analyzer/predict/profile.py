@@ -24,7 +24,7 @@ Three builders here, all pure except for reading the file they are given (a four
 * :func:`from_statistics`: a statistics-extension document (``GET /v2/models/<m>/stats``, a
   reference server's or Triton's) — its ``batch_stats`` give ns and count per batch size.
 * :func:`from_run_dir`: a perfsweep run directory, its trial records read with
-  :func:`analyzer.records.load_trial`. Every level they measured (a capacity search's points,
+  :func:`analyzer.rundir.records.load_trial`. Every level they measured (a capacity search's points,
   the fixed level, pareto's reference level) carries, per window, the server's executions per
   batch size and the per-request mean of each compute phase (every request of a batch reports
   the batch's time); a least-squares fit of ``a + c * batch`` per phase over those windows
@@ -50,15 +50,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from analyzer import records
 from analyzer.documents import FORMATS, PROFILE_KIND, header
 from analyzer.errors import ResultFormatError
-from analyzer.measure import LoadMode, Measurement
+from analyzer.measure.measurement import LoadMode, Measurement
 from analyzer.predict import ExtrapolationError, ProfileError
-from analyzer.results import RunDirectory
+from analyzer.rundir import records
+from analyzer.rundir.results import RunDirectory
 
 if TYPE_CHECKING:
-    from analyzer.trial import Knobs
+    from analyzer.config.knobs import Knobs
 
 KIND = PROFILE_KIND
 
@@ -918,7 +918,7 @@ def _mean_total_predicted(
 def run_dir_samples(run_dir: Path) -> list[WindowSample]:
     """Every measured window of every trial record (baseline, trials) in ``run_dir``.
 
-    A record :func:`analyzer.records.load_trial` refuses (half-written, foreign, a version this
+    A record :func:`analyzer.rundir.records.load_trial` refuses (half-written, foreign, a version this
     perfsweep cannot read) is left out: the others still count.
     """
     return _read_samples(Path(run_dir))[0]

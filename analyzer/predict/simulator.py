@@ -73,7 +73,7 @@ from reference_server.batching.decide import (
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
 
-    from analyzer.trial import Knobs
+    from analyzer.config.knobs import Knobs
 
 ASSUMPTIONS = (
     "arrivals: Poisson (seeded); each request's size drawn from the load's data (the profile's "
@@ -130,7 +130,7 @@ class SimConfig:
 
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> SimConfig:
-        """From a run's config (a record's :class:`analyzer.trial.Knobs`)."""
+        """From a run's config (a record's :class:`analyzer.config.knobs.Knobs`)."""
         return cls(
             max_batch_size=knobs.max_batch_size,
             max_queue_delay_us=knobs.max_queue_delay_us,
@@ -143,7 +143,9 @@ class SimConfig:
     @classmethod
     def from_model_config(cls, config: mc.ModelConfig) -> SimConfig:
         """From a server's model config (``GET /v2/models/<m>/config``, parsed)."""
-        from analyzer.trial import instances_of  # the config's proto stays a type-only import
+        from analyzer.config.knobs import (
+            instances_of,  # the config's proto stays a type-only import
+        )
 
         dynamic = config.HasField("dynamic_batching")
         batching = config.dynamic_batching

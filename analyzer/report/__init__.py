@@ -18,7 +18,7 @@ from pathlib import Path
 from analyzer.report.build import build_record
 from analyzer.report.record import ReportRecord
 from analyzer.report.rundir import RunData, load_run
-from analyzer.results import write_atomic
+from analyzer.rundir.results import write_atomic
 
 __all__ = [
     "ReportRecord",

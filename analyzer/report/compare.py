@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from analyzer.config.scenario import hash_version
 from analyzer.report.figures import (
     BEST,
     INFEASIBLE,
@@ -31,7 +32,6 @@ from analyzer.report.record import (
     ReportRecord,
     jsonable,
 )
-from analyzer.scenario import hash_version
 
 #: Relative changes smaller than this are called "about the same" (measurement noise).
 NOISE = 0.05

@@ -27,7 +27,7 @@ matplotlib.use("Agg")  # no display: reports are rendered on servers and in CI
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure as MplFigure
 
-from analyzer.objective import objective_for
+from analyzer.config.objective import objective_for
 from analyzer.report.prediction import CLOSE
 from analyzer.report.record import (
     KNOBS,

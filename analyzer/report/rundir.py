@@ -1,8 +1,8 @@
 """Reading a run directory for the report (the only I/O of the record).
 
-Everything is parsed (through :mod:`analyzer.records`, the one reader of the result files) and
+Everything is parsed (through :mod:`analyzer.rundir.records`, the one reader of the result files) and
 nothing derived: :func:`analyzer.report.build.build_record` does that.
-Parameter importances come from the stored Optuna study through ``analyzer.search`` (the only
+Parameter importances come from the stored Optuna study through ``analyzer.search.study`` (the only
 optuna importer).
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.errors import InputError, PerfsweepError, ResultFormatError
-from analyzer.records import (
+from analyzer.rundir.records import (
     Predictions,
     RunSummary,
     TrialRecord,
@@ -24,7 +24,7 @@ from analyzer.records import (
     load_trial,
     load_validation,
 )
-from analyzer.results import RunDirectory
+from analyzer.rundir.results import RunDirectory
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def _importances(
             storage = str(local)
         if not Path(storage).exists():
             return None, f"not available: the study journal {Path(storage).name} is missing"
-    from analyzer.search import param_importances  # optuna: only when a report is built
+    from analyzer.search.study import param_importances  # optuna: only when a report is built
 
     try:
         return param_importances(storage, study_name), ""

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from analyzer.measure import gain_sentence
-from analyzer.objective import Objective
-from analyzer.records import RunSummary, StopReason
+from analyzer.config.objective import Objective
+from analyzer.measure.measurement import gain_sentence
 from analyzer.report.record import (
     ConfigResult,
     LoadCurve,
@@ -17,6 +16,7 @@ from analyzer.report.record import (
     Verdict,
     as_float,
 )
+from analyzer.rundir.records import RunSummary, StopReason
 
 #: Search and validation throughput that differ by more than this fraction earn a warning.
 VALIDATION_DRIFT = 0.10

@@ -3,7 +3,7 @@ processes sharing one study in a real, local PostgreSQL.
 
 Starts a throwaway PostgreSQL cluster on a loopback port (initdb + pg_ctl, as
 tests/sweep/test_postgres.py does), then for each N runs N processes that each open the study
-with perfsweep's own ``analyzer.search.Search`` (TPE with constant liar, the space of
+with perfsweep's own ``analyzer.search.study.Search`` (TPE with constant liar, the space of
 deploy/k8s/components/sweep/scenario.toml) and do ``--trials`` ask/tell rounds with no
 measurement in between (a trial that takes no time: the worst case for the storage). It prints,
 per N, the median and p90 ask and tell latency and the study's aggregate trials per second.
@@ -76,9 +76,9 @@ def postgres() -> Iterator[str]:
 
 
 def _worker(url: str, study: str, seed: int, trials: int, barrier: Any, out: Any) -> None:
-    from analyzer.scenario import load_scenario
-    from analyzer.search import Search, TrialOutcome
-    from analyzer.sweep import space_for
+    from analyzer.config.scenario import load_scenario
+    from analyzer.search.study import Search, TrialOutcome
+    from analyzer.sweep.loop import space_for
 
     search = Search(space_for(load_scenario(SCENARIO, env={})), ["maximize"], url, study, seed=seed)
     barrier.wait()

@@ -93,7 +93,7 @@ def test_every_perfsweep_command_parses_with_the_cli(
 
 def _check_run(container: m.Container, argv: list[str], objects: list[dict[str, Any]]) -> None:
     """The sweep's scenario (from its ConfigMap) plus its PERFSWEEP_* env load as one study."""
-    from analyzer.scenario import load_scenario
+    from analyzer.config.scenario import load_scenario
 
     mounts = {v["mountPath"]: v["name"] for v in container.spec.get("volumeMounts") or []}
     volumes = {v["name"]: v for v in container.pod.get("volumes") or []}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.cli import main
-from analyzer.measure import LoadMode, Measurement, WindowStats, load_output_dict
+from analyzer.measure.measurement import LoadMode, Measurement, WindowStats, load_output_dict
 
 
 def level(rps: float, p99: float, errors: int = 0) -> Measurement:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from analyzer.errors import InputError, ResultFormatError
-from analyzer.gate import from_load_document, read_result
-from analyzer.measure import (
+from analyzer.gate.verdict import from_load_document, read_result
+from analyzer.measure.measurement import (
     CapacityResult,
     Goals,
     LoadMode,
@@ -18,7 +18,7 @@ from analyzer.measure import (
     WindowStats,
     load_output_dict,
 )
-from analyzer.results import RunDirectory
+from analyzer.rundir.results import RunDirectory
 
 
 def window(i: int, rps: float, p99: float) -> WindowStats:

@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 
 from analyzer.errors import TargetError
-from analyzer.gate import Criteria, Outcome, evaluate, from_measurements
-from analyzer.gate_measure import (
+from analyzer.gate.run import (
     INVALID_RETRIES,
     GateGenerator,
     MeasurePlan,
     measure_targets,
 )
-from analyzer.measure import LoadMode, LoadSpec, Measurement
-from analyzer.target import RemoteTarget
+from analyzer.gate.verdict import Criteria, Outcome, evaluate, from_measurements
+from analyzer.measure.measurement import LoadMode, LoadSpec, Measurement
+from analyzer.target.server import RemoteTarget
 
 PLAN = MeasurePlan(LoadSpec(LoadMode.REQUEST_RATE, 20.0), repeats=3)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from analyzer.gate import (
+from analyzer.gate.verdict import (
     Criteria,
     GateInput,
     GateReport,

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from analyzer.commands.gate import parse_fraction
+from analyzer.config.scenario import GateSection, Scenario, load_scenario
 from analyzer.errors import InputError
-from analyzer.gate_measure import (
+from analyzer.gate.run import (
     FLOOR_HEADROOM,
     GateFlags,
     MeasureRequest,
@@ -17,8 +18,7 @@ from analyzer.gate_measure import (
     project_gate_table,
     resolve_criteria,
 )
-from analyzer.measure import Arrival, LoadMode
-from analyzer.scenario import GateSection, Scenario, load_scenario
+from analyzer.measure.measurement import Arrival, LoadMode
 
 
 def scenario(tmp_path: Path, text: str) -> Scenario:

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import analyzer.gate as gate
+import analyzer.gate.verdict as gate
 from analyzer.errors import InputError
-from analyzer.gate import (
+from analyzer.gate.verdict import (
     Criteria,
     GateInput,
     Outcome,

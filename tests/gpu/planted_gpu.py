@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from analyzer.measure import GpuStats, Measurement, ServerView
-from analyzer.trial import Knobs
+from analyzer.config.knobs import Knobs
+from analyzer.measure.measurement import GpuStats, Measurement, ServerView
 from tests.sweep.planted import FakeLoadGenerator, PlantedModel
 
 CONTEXT_MB = 300.0

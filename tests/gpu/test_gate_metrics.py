@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzer.gate_measure import MeasureRequest, metrics_url_for
+from analyzer.gate.run import MeasureRequest, metrics_url_for
 
 
 @dataclass

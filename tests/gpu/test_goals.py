@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 
+from analyzer.config.knobs import Knobs
+from analyzer.config.scenario import Scenario
 from analyzer.evaluation import Evaluator, peak_gpu_memory_mb
-from analyzer.measure import (
+from analyzer.measure.measurement import (
     CapacityResult,
     Goals,
     GpuStats,
@@ -14,9 +16,7 @@ from analyzer.measure import (
     ServerView,
     goals_met,
 )
-from analyzer.records import CapacityMeasurement, ConfigEntry, server_gpus
-from analyzer.scenario import Scenario
-from analyzer.trial import Knobs
+from analyzer.rundir.records import CapacityMeasurement, ConfigEntry, server_gpus
 
 
 class NoLoad:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.server_stats import (
+from analyzer.target.server_stats import (
     GpuSample,
     MetricsSnapshot,
     ServerSnapshot,
@@ -93,7 +93,7 @@ def test_window_and_level_figures_per_gpu() -> None:
     assert a.power_mean_w == pytest.approx((50.0 + 60.0) / 2)
     assert b.utilization_pct_mean == pytest.approx(30.0) and b.memory_used_peak_mb == 60
     # The record round-trips through the measurement JSON.
-    from analyzer.measure import ServerView
+    from analyzer.measure.measurement import ServerView
 
     assert ServerView.from_dict(level.to_dict()) == level
 

@@ -218,7 +218,7 @@ def test_memory_grows_with_the_instances_a_reload_asks_for(sim_server: ServerThr
     from google.protobuf import json_format
     from tritonclient.grpc import model_config_pb2 as mc
 
-    from analyzer.results import parse_config_text
+    from analyzer.rundir.results import parse_config_text
 
     uid = simulated_uuid("sim-gpu0")
     client = httpclient.InferenceServerClient(sim_server.http_url.split("://")[-1])

@@ -21,8 +21,8 @@ def main() -> None:
     spec = json.loads(sys.stdin.read())
 
     from analyzer.load import EngineOptions, LocustLoadGenerator
-    from analyzer.measure import Arrival, CapacitySpec, Goals, LoadMode, LoadSpec
-    from analyzer.stepping import StepTest
+    from analyzer.measure.measurement import Arrival, CapacitySpec, Goals, LoadMode, LoadSpec
+    from analyzer.measure.stepping import StepTest
     from tests.load.refserver import RefServer, write_sim_model
 
     repo = Path(tempfile.mkdtemp(prefix="perfsweep-seq-"))
@@ -40,7 +40,7 @@ def main() -> None:
         searches.append(CapacitySpec(**cap))
     answer = []
     with RefServer(repo, (model["name"],)) as srv:
-        # The sweep's rule for a saturated generator (analyzer/sweep.py): a send lag of a tenth
+        # The sweep's rule for a saturated generator (analyzer/sweep/loop.py): a send lag of a tenth
         # of the goal cannot flip a verdict, so only more than that makes a step invalid.
         lag_ms = max(10.0, 0.1 * min(s.goals.p99_ms for s in searches))
         options = EngineOptions(

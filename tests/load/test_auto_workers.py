@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
+from analyzer.config.scenario import generator_overrides, load_scenario
 from analyzer.load.engine import engine_options, usable_cores
-from analyzer.scenario import generator_overrides, load_scenario
 from tests.load.child import run_module
 
 
@@ -73,7 +73,7 @@ def main() -> None:
     from dataclasses import replace
 
     from analyzer.load import LocustLoadGenerator
-    from analyzer.measure import LoadMode, LoadSpec
+    from analyzer.measure.measurement import LoadMode, LoadSpec
     from tests.load.refserver import RefServer, write_sim_model
 
     repo = Path(tempfile.mkdtemp(prefix="perfsweep-auto-workers-"))

@@ -132,12 +132,19 @@ def _body_header(body: bytes, headers: dict[str, str]) -> dict[str, Any]:
 
 def main(protocol: str, workers: int) -> None:
     """Child side: serve the two models, measure each under the mix, print the answer."""
+    from analyzer.config.scenario import load_scenario
     from analyzer.load import LocustLoadGenerator
     from analyzer.load.clients import fetch_model_documents, prepare_requests
     from analyzer.load.engine import engine_options
     from analyzer.load.inputs import build_inputs
-    from analyzer.measure import Arrival, Goals, LoadMode, LoadSpec, class_slacks, meets_goals
-    from analyzer.scenario import load_scenario
+    from analyzer.measure.measurement import (
+        Arrival,
+        Goals,
+        LoadMode,
+        LoadSpec,
+        class_slacks,
+        meets_goals,
+    )
     from tests.load.refserver import RefServer, write_sim_model
 
     repo = Path(tempfile.mkdtemp(prefix="perfsweep-priority-"))

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.gate_measure import GateFlags, measurement_hash, plan_measurement, resolve_criteria
+from analyzer.config.scenario import Scenario, data_digest, load_scenario
+from analyzer.gate.run import GateFlags, measurement_hash, plan_measurement, resolve_criteria
 from analyzer.load.engine import engine_options
-from analyzer.scenario import Scenario, data_digest, load_scenario
 from tests.load.refserver import REPO_ROOT, write_sim_model
 from tests.support.servers import free_port, remote_load_worker
 

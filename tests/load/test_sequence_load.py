@@ -167,11 +167,11 @@ def _watch(protocol: str, sent: list[dict[str, Any]]) -> None:
 
 def main(protocol: str) -> None:
     """Child side: serve the accumulator, load it closed and open loop, print what was sent."""
+    from analyzer.config.scenario import load_scenario
     from analyzer.errors import InputError, TargetError
     from analyzer.load import LocustLoadGenerator
     from analyzer.load.engine import engine_options
-    from analyzer.measure import Arrival, LoadMode, LoadSpec
-    from analyzer.scenario import load_scenario
+    from analyzer.measure.measurement import Arrival, LoadMode, LoadSpec
     from reference_server.zoo.accumulator import accumulator_config, make_repository
     from tests.load.refserver import RefServer
 

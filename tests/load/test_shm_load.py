@@ -56,10 +56,10 @@ def main(protocol: str) -> None:
     """Child side: serve the accumulator, load it with shared-memory inputs, print what was seen."""
     import tritonclient.http as httpclient
 
+    from analyzer.config.scenario import load_scenario
     from analyzer.load import LocustLoadGenerator
     from analyzer.load.engine import engine_options
-    from analyzer.measure import LoadMode, LoadSpec
-    from analyzer.scenario import load_scenario
+    from analyzer.measure.measurement import LoadMode, LoadSpec
     from reference_server.zoo.accumulator import accumulator_config, make_repository
     from tests.load.refserver import RefServer
 

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import records
-from analyzer.results import RunDirectory
+from analyzer.rundir import records
+from analyzer.rundir.results import RunDirectory
 from tests.support.real_triton import RealTriton, padded_sequence_model
 from tests.support.sweeps import CLI
 

@@ -1,5 +1,5 @@
 """A sweep whose request data the profile cannot represent says why and searches with tpe before
-any trial (the real profile phase, :func:`analyzer.sweep.probe_profile`, on a planted target)."""
+any trial (the real profile phase, :func:`analyzer.sweep.loop.probe_profile`, on a planted target)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer import records
+from analyzer.config.knobs import Knobs
+from analyzer.config.scenario import load_scenario
 from analyzer.predict.probe import PROBE_DELAY_US
-from analyzer.scenario import load_scenario
-from analyzer.sweep import SweepObserver, run_sweep
-from analyzer.trial import Knobs
+from analyzer.rundir import records
+from analyzer.sweep.loop import SweepObserver, run_sweep
 from tests.sweep.planted import FakeLoadGenerator, FakeTarget, SimulatedDevice, planted_profile
 
 
@@ -48,7 +48,8 @@ def test_data_whose_inputs_do_not_grow_together_falls_back_to_tpe_before_any_tri
 ) -> None:
     # The probe reads the server's statistics first; the planted target has them (none yet).
     monkeypatch.setattr(
-        "analyzer.server_stats.http_stats_source", lambda url, model: lambda: {"model_stats": []}
+        "analyzer.target.server_stats.http_stats_source",
+        lambda url, model: lambda: {"model_stats": []},
     )
     data = tmp_path / "crossed.json"
     data.write_text(

@@ -1,4 +1,4 @@
-"""Run directories as analyzer.predict reads them (through analyzer.records): every level of a
+"""Run directories as analyzer.predict reads them (through analyzer.rundir.records): every level of a
 pareto trial counts, refused records are named, the default config is the summary's."""
 
 from __future__ import annotations
@@ -8,16 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import records
+from analyzer.config.knobs import Knobs
 from analyzer.errors import InputError
-from analyzer.measure import CapacityResult, Goals, LoadMode, Measurement, ServerView, WindowStats
+from analyzer.measure.measurement import (
+    CapacityResult,
+    Goals,
+    LoadMode,
+    Measurement,
+    ServerView,
+    WindowStats,
+)
 from analyzer.predict import ProfileError
 from analyzer.predict.planner import PlanRequest, plan
 from analyzer.predict.profile import from_run_dir, run_dir_samples
 from analyzer.predict.simulator import SimConfig
-from analyzer.records import ParetoMeasurement, RunSummary, StopReason, TrialRecord
-from analyzer.results import RunDirectory
-from analyzer.trial import Knobs
+from analyzer.rundir import records
+from analyzer.rundir.records import ParetoMeasurement, RunSummary, StopReason, TrialRecord
+from analyzer.rundir.results import RunDirectory
 
 GOALS = Goals(p99_ms=50.0)
 KNOBS = Knobs(8, 500, (), 1)

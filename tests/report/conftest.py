@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.measure import Measurement, ServerView, WindowStats
-from analyzer.scenario import load_scenario
-from analyzer.sweep import SweepOutcome, run_sweep
-from analyzer.trial import Knobs
+from analyzer.config.knobs import Knobs
+from analyzer.config.scenario import load_scenario
+from analyzer.measure.measurement import Measurement, ServerView, WindowStats
+from analyzer.sweep.loop import SweepOutcome, run_sweep
 from tests.sweep.planted import FakeLoadGenerator, FakeTarget
 
 HOSTILE = "<script>alert(1)</script>"

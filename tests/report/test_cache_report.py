@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.measure import Measurement, ServerView
-from analyzer.records import CapacityMeasurement, TrialRecord
+from analyzer.measure.measurement import Measurement, ServerView
 from analyzer.report import build_record, load_run
 from analyzer.report.build import cache_warning, with_hits
 from analyzer.report.render import render_report
-from analyzer.server_stats import cache_hits_text
+from analyzer.rundir.records import CapacityMeasurement, TrialRecord
+from analyzer.target.server_stats import cache_hits_text
 
 
 def _cached(m: Measurement | None, hits: int, misses: int) -> Measurement | None:

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.measure import ClassStats, Measurement
-from analyzer.records import CapacityMeasurement, TrialRecord
+from analyzer.config.scenario import Scenario
+from analyzer.measure.measurement import ClassStats, Measurement
 from analyzer.report import build_record, load_run
 from analyzer.report.build import ClassedReportRecord, run_goals
 from analyzer.report.render import render_report
 from analyzer.report.rundir import RunData
-from analyzer.scenario import Scenario
+from analyzer.rundir.records import CapacityMeasurement, TrialRecord
 
 RUN_GOAL_MS = 25.0
 URGENT_GOAL_MS = 12.5

@@ -17,7 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.records import (
+from analyzer.config.knobs import Knobs
+from analyzer.config.scenario import load_scenario
+from analyzer.report import build_record, load_run, write_compare_report, write_report
+from analyzer.report.prediction import NOT_A_CAPACITY
+from analyzer.rundir.records import (
     CapacityMeasurement,
     ConfigPrediction,
     Prediction,
@@ -28,12 +32,8 @@ from analyzer.records import (
     write_summary,
     write_trial,
 )
-from analyzer.report import build_record, load_run, write_compare_report, write_report
-from analyzer.report.prediction import NOT_A_CAPACITY
-from analyzer.results import RunDirectory
-from analyzer.scenario import load_scenario
-from analyzer.sweep import space_for
-from analyzer.trial import Knobs
+from analyzer.rundir.results import RunDirectory
+from analyzer.sweep.loop import space_for
 from tests.report.conftest import HOSTILE, sweep_run_dir
 from tests.report.test_html import assert_no_external_urls, embedded, parse
 

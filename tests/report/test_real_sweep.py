@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from analyzer.config.scenario import bundled_scenario
 from analyzer.report import build_record, load_run
-from analyzer.scenario import bundled_scenario
 from tests.report.test_html import FIGURES, assert_no_external_urls, embedded, parse
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -30,8 +30,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 SWEEP_SCRIPT = """
 import sys
 from pathlib import Path
-from analyzer.scenario import bundled_scenario, load_scenario
-from analyzer.sweep import run_sweep
+from analyzer.config.scenario import bundled_scenario, load_scenario
+from analyzer.sweep.loop import run_sweep
 
 scenario = load_scenario(
     bundled_scenario("resnet50", "sim"),
@@ -136,7 +136,7 @@ def test_gpu_utilisation_of_baseline_and_best_matches_the_server_statistics(
     config keeps the device busier, and the figure is the busy share the server's own
     statistics imply at the operating point (compute_infer per execution x executions / time,
     from batch_stats; the simulated backend holds the device for exactly compute_infer)."""
-    from analyzer.records import load_trial
+    from analyzer.rundir.records import load_trial
 
     summary = json.loads((real_run / "summary.json").read_text())
     base, best = summary["baseline"], summary["best"]

@@ -14,7 +14,7 @@ from analyzer.errors import ResultFormatError
 from analyzer.report import build_record, load_run
 from analyzer.report.build import pareto_front
 from analyzer.report.record import PARAM_TO_KNOB
-from analyzer.results import load_summary, load_trial_record
+from analyzer.rundir.results import load_summary, load_trial_record
 from tests.report.conftest import HOSTILE, sweep_run_dir
 
 
@@ -233,8 +233,8 @@ def test_infeasible_trials_and_no_gain(hostile_run: Path) -> None:
 @pytest.mark.usefixtures("serves")
 def test_degrades_without_server_view_windows_or_study(tmp_path: Path) -> None:
     """The plain planted fake records no server view and no windows: those parts say so."""
-    from analyzer.scenario import load_scenario
-    from analyzer.sweep import run_sweep
+    from analyzer.config.scenario import load_scenario
+    from analyzer.sweep.loop import run_sweep
     from tests.sweep.planted import FakeLoadGenerator, FakeTarget
 
     scenario = load_scenario(
@@ -322,8 +322,8 @@ def test_pareto_objective_uses_the_study_front(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("serves")
 def test_unbracketed_best_is_flagged(tmp_path: Path) -> None:
     """A rate ceiling below the best config's capacity: the report says the capacity is a floor."""
-    from analyzer.scenario import load_scenario
-    from analyzer.sweep import run_sweep
+    from analyzer.config.scenario import load_scenario
+    from analyzer.sweep.loop import run_sweep
     from tests.report.conftest import ServerViewLoadGenerator
     from tests.sweep.planted import FakeTarget
 

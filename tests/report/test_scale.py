@@ -1,7 +1,7 @@
 """A 500-trial run directory renders completely and the file stays reasonable in size.
 
 The run directory is synthetic but written by the real writers: trial records and trials.csv by
-``RunDirectory``, the study by ``analyzer.search.Search`` (random sampler, journal storage), the
+``RunDirectory``, the study by ``analyzer.search.study.Search`` (random sampler, journal storage), the
 measurements by the planted engine. Timing is printed (``-s``), never asserted.
 """
 
@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.measure import CapacitySpec, Goals
+from analyzer.config.knobs import Knobs, apply_knobs, knobs_of
+from analyzer.config.scenario import load_scenario
+from analyzer.measure.measurement import CapacitySpec, Goals
 from analyzer.report import build_record, load_run, write_report
-from analyzer.results import RunDirectory, environment, trial_row, utc_now, write_json
-from analyzer.scenario import load_scenario
-from analyzer.search import Search, TrialOutcome
-from analyzer.sweep import space_for
-from analyzer.trial import Knobs, apply_knobs, knobs_of
+from analyzer.rundir.results import RunDirectory, environment, trial_row, utc_now, write_json
+from analyzer.search.study import Search, TrialOutcome
+from analyzer.sweep.loop import space_for
 from tests.report.conftest import ServerViewLoadGenerator
 from tests.sweep.planted import FakeTarget
 

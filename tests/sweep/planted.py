@@ -12,7 +12,7 @@ front of one accelerator shared by N instances (device work serialised, host wor
 * p99 = batch-fill wait + service time + an M/M/1-style queueing tail that explodes as the
   utilisation approaches 1.
 
-``capacity_rps`` runs the same bracketing/bisection (:class:`analyzer.measure.CapacitySearch`) the
+``capacity_rps`` runs the same bracketing/bisection (:class:`analyzer.measure.measurement.CapacitySearch`) the
 real engine runs, on this noiseless formula, so the brute-force optimum and the fake's answers
 come from one function. ``FakeTarget`` + ``FakeLoadGenerator`` put the formula behind the real
 seams (``Target`` and ``LoadGenerator``) so the whole sweep runs in milliseconds.
@@ -20,7 +20,7 @@ seams (``Target`` and ``LoadGenerator``) so the whole sweep runs in milliseconds
 A capacity search whose step is sequential (``LoadSpec.sequential``) gets sequential steps from
 the fake too: the share of requests over the goal follows from the planted p99 (an exponential
 tail beyond it, :func:`share_over`), each window's count over the goal is a seeded binomial draw,
-and the real test (:func:`analyzer.stepping.decide_windows`, independent requests) decides PASS,
+and the real test (:func:`analyzer.measure.stepping.decide_windows`, independent requests) decides PASS,
 FAIL or BOUNDARY; the step's ``request_count`` is the requests the test needed.
 """
 
@@ -36,8 +36,9 @@ import numpy as np
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from analyzer.config.knobs import Knobs
 from analyzer.errors import TargetError
-from analyzer.measure import (
+from analyzer.measure.measurement import (
     CapacityResult,
     CapacitySearch,
     CapacitySpec,
@@ -46,11 +47,10 @@ from analyzer.measure import (
     Measurement,
     meets_goals,
 )
+from analyzer.measure.stepping import StepRecord, StepTest, decide_windows
 from analyzer.predict.profile import BatchTiming, Profile
 from analyzer.predict.simulator import SimConfig, simulate
-from analyzer.search import SearchSpace
-from analyzer.stepping import StepRecord, StepTest, decide_windows
-from analyzer.trial import Knobs
+from analyzer.search.study import SearchSpace
 
 #: Decay of the planted latency tail beyond p99: a goal at twice the p99 is its p99.99.
 TAIL_DECAY = math.log(100.0)
@@ -164,7 +164,7 @@ class PlantedModel:
 
 def planted_capacity_spec(p99_goal_ms: float) -> CapacitySpec:
     """The capacity-search settings the planted tests use."""
-    from analyzer.measure import Goals
+    from analyzer.measure.measurement import Goals
 
     return CapacitySpec(
         goals=Goals(p99_ms=p99_goal_ms, max_error_rate=0.01), start_rps=10.0, max_rps=20_000.0

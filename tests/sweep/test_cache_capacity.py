@@ -102,8 +102,8 @@ def main() -> None:
     """Child side: one capacity search against ``url``/``model``; prints the answer as JSON."""
     spec = json.loads(sys.stdin.read())
     from analyzer.load import EngineOptions, LocustLoadGenerator
-    from analyzer.measure import CapacitySpec, Goals, LoadMode, LoadSpec
-    from analyzer.server_stats import (
+    from analyzer.measure.measurement import CapacitySpec, Goals, LoadMode, LoadSpec
+    from analyzer.target.server_stats import (
         ServerScraper,
         cache_hit_ratio,
         cache_window,

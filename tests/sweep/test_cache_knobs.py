@@ -6,8 +6,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.errors import InputError
-from analyzer.trial import (
+from analyzer.config.knobs import (
     DEFAULT_CACHE_SIZE_BYTES,
     Knobs,
     apply_knobs,
@@ -16,6 +15,7 @@ from analyzer.trial import (
     needs_server_cache,
     response_cache_choices,
 )
+from analyzer.errors import InputError
 from reference_server.core.cache import resolve_cache_size
 from reference_server.core.config import config_to_text
 

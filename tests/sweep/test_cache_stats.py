@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from analyzer.measure import ServerView
-from analyzer.server_stats import (
+from analyzer.measure.measurement import ServerView
+from analyzer.target.server_stats import (
     CacheWindow,
     MetricsSnapshot,
     ServerScraper,

@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from analyzer.results import load_summary
-from analyzer.search import DIED_REASON
+from analyzer.rundir.results import load_summary
+from analyzer.search.study import DIED_REASON
 from tests.support.real_triton import RealTriton, TritonInstall, sleep_model_config
 from tests.support.servers import ChildProcess, free_port, wait_until
 from tests.support.sweeps import CLI, small_scenario

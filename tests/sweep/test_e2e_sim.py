@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.results import load_summary, load_trial_record, parse_config_text
+from analyzer.rundir.results import load_summary, load_trial_record, parse_config_text
 from reference_server.core.config import validate
 from reference_server.ready import last_ready
 from tests.support.servers import (

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from analyzer.measure import meets_goals
-from analyzer.stepping import StepTest, StepVerdict
+from analyzer.measure.measurement import meets_goals
+from analyzer.measure.stepping import StepTest, StepVerdict
 from tests.sweep.planted import (
     FakeLoadGenerator,
     FakeTarget,

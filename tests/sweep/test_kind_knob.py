@@ -15,12 +15,12 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from analyzer.config.knobs import Knobs, apply_knobs, kind_choices
+from analyzer.config.scenario import load_scenario
 from analyzer.errors import InputError
-from analyzer.results import load_summary, parse_config_text
-from analyzer.scenario import load_scenario
-from analyzer.search import SearchSpace
-from analyzer.strategy import resolve
-from analyzer.trial import Knobs, apply_knobs, kind_choices
+from analyzer.rundir.results import load_summary, parse_config_text
+from analyzer.search.strategy import resolve
+from analyzer.search.study import SearchSpace
 from tests.sweep.test_e2e_sim import CLI, make_repo
 
 

@@ -11,13 +11,13 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analyzer import target as targets
+from analyzer.config.knobs import knobs_of
+from analyzer.config.scenario import load_scenario
 from analyzer.errors import InputError, TargetDiedError, TargetError
-from analyzer.results import load_summary, load_trial_record, parse_config_text
-from analyzer.scenario import load_scenario
-from analyzer.search import INTERRUPTED_REASON
-from analyzer.sweep import run_sweep
-from analyzer.trial import knobs_of
+from analyzer.rundir.results import load_summary, load_trial_record, parse_config_text
+from analyzer.search.study import INTERRUPTED_REASON
+from analyzer.sweep.loop import run_sweep
+from analyzer.target import server as targets
 from tests.sweep.planted import FakeLoadGenerator, FakeTarget
 from tests.sweep.test_sweep_fake import (
     CPU_LIKE,

@@ -28,12 +28,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from analyzer.config.knobs import Knobs, apply_knobs, knobs_of
 from analyzer.errors import TargetError
-from analyzer.results import load_summary, parse_config_text
-from analyzer.supervise import group_members
-from analyzer.target import ConfigRejectedError, ManagedServer
-from analyzer.trial import Knobs, apply_knobs, knobs_of
-from analyzer.triton_server import ManagedTriton, shm_regions
+from analyzer.rundir.results import load_summary, parse_config_text
+from analyzer.target.server import ConfigRejectedError, ManagedServer
+from analyzer.target.supervise import group_members
+from analyzer.target.triton import ManagedTriton, shm_regions
 from tests.support.real_triton import TritonInstall
 from tests.support.servers import process_gone, supervised_pid, wait_until, write_model
 from tests.support.sweeps import small_scenario
@@ -262,7 +262,7 @@ def test_a_triton_killed_during_a_load_leaves_no_shared_memory(triton: ManagedTr
 def test_a_port_taken_at_startup_means_a_start_on_new_ports(
     triton_install: TritonInstall, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import analyzer.triton_server as triton_server
+    import analyzer.target.triton as triton_server
 
     real_free_ports = triton_server.free_ports
     with socket.socket() as taken:

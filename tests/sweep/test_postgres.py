@@ -95,8 +95,8 @@ def postgres_url(spawns: None) -> Iterator[str]:
 
 
 def _worker(url: str, study: str, out: str, seed: int, trials: int) -> None:
-    from analyzer.scenario import load_scenario
-    from analyzer.sweep import run_sweep
+    from analyzer.config.scenario import load_scenario
+    from analyzer.sweep.loop import run_sweep
     from tests.sweep.planted import FakeLoadGenerator, FakeTarget
 
     scenario = load_scenario(

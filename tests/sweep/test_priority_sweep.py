@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import records
+from analyzer.rundir import records
 from tests.support.servers import write_sim_model
 
 pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.slow]

@@ -18,8 +18,8 @@ import pytest
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.results import load_summary, parse_config_text
-from analyzer.trial import Knobs, knobs_of
+from analyzer.config.knobs import Knobs, knobs_of
+from analyzer.rundir.results import load_summary, parse_config_text
 from tests.support.real_triton import RealTriton, identity_model_config, sleep_model_config
 from tests.support.servers import wait_until
 from tests.support.sweeps import small_scenario

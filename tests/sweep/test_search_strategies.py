@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from analyzer import records
-from analyzer.measure import CapacityResult, CapacitySpec
+from analyzer.config.scenario import Scenario, load_scenario
+from analyzer.measure.measurement import CapacityResult, CapacitySpec
 from analyzer.predict import ProfileError
 from analyzer.predict.profile import Profile
-from analyzer.scenario import Scenario, load_scenario
-from analyzer.strategy import grid_configs
-from analyzer.sweep import run_sweep, space_for
-from analyzer.target import Target
+from analyzer.rundir import records
+from analyzer.search.strategy import grid_configs
+from analyzer.sweep.loop import run_sweep, space_for
+from analyzer.target.server import Target
 from tests.sweep.planted import (
     FakeLoadGenerator,
     FakeTarget,

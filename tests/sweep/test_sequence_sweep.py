@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.results import load_summary, load_trial_record, parse_config_text
+from analyzer.rundir.results import load_summary, load_trial_record, parse_config_text
 
 pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.slow]
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.objective import objective_for
-from analyzer.scenario import Scenario, load_scenario
-from analyzer.search import Search
-from analyzer.sweep import run_sweep, space_for
-from analyzer.target import TargetInUseError, claim_target, release_target
+from analyzer.config.objective import objective_for
+from analyzer.config.scenario import Scenario, load_scenario
+from analyzer.search.study import Search
+from analyzer.sweep.loop import run_sweep, space_for
+from analyzer.target.server import TargetInUseError, claim_target, release_target
 from tests.sweep.planted import FakeLoadGenerator, FakeTarget
 
 

@@ -16,8 +16,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from analyzer.config.knobs import Knobs, apply_knobs, knobs_of
+from analyzer.config.scenario import Scenario, load_scenario
 from analyzer.errors import InputError
-from analyzer.measure import (
+from analyzer.measure.measurement import (
     CapacityResult,
     CapacitySearch,
     CapacitySpec,
@@ -25,10 +27,8 @@ from analyzer.measure import (
     Measurement,
     meets_goals,
 )
-from analyzer.results import load_summary, load_trial_record, parse_config_text
-from analyzer.scenario import Scenario, load_scenario
-from analyzer.sweep import run_sweep, space_for
-from analyzer.trial import Knobs, apply_knobs, knobs_of
+from analyzer.rundir.results import load_summary, load_trial_record, parse_config_text
+from analyzer.sweep.loop import run_sweep, space_for
 from tests.sweep.planted import (
     FakeLoadGenerator,
     FakeTarget,
@@ -350,7 +350,7 @@ def test_latency_objective_never_picks_an_invalid_measurement(tmp_path: Path) ->
     assert summary.best is not None and summary.best.config.instance_count != 4
     assert summary.best.p99_ms > 0.5
     # The record, the report and a re-read trial agree on the one rule.
-    from analyzer.records import TrialRecord
+    from analyzer.rundir.records import TrialRecord
 
     assert not any(TrialRecord.from_dict(r).feasible for r in invalid)
     html = (summary.run_dir / "report.html").read_text()

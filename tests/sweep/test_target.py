@@ -9,9 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from analyzer.config.knobs import Knobs, apply_knobs, knobs_of
 from analyzer.errors import TargetError
-from analyzer.target import ConfigRejectedError, ManagedServer, RemoteTarget, bundled_repository
-from analyzer.trial import Knobs, apply_knobs, knobs_of
+from analyzer.target.server import (
+    ConfigRejectedError,
+    ManagedServer,
+    RemoteTarget,
+    bundled_repository,
+)
 from reference_server.ready import READY_PREFIX
 from tests.support.servers import wait_until
 from tests.sweep.test_e2e_sim import make_repo

@@ -29,7 +29,7 @@ from analyzer.load.web.options import (
     login_from_env,
     request_problem,
 )
-from analyzer.server_stats import MetricsSnapshot, ServerSnapshot, StatsSnapshot
+from analyzer.target.server_stats import MetricsSnapshot, ServerSnapshot, StatsSnapshot
 from reference_server.ready import last_ready
 
 

@@ -1,7 +1,7 @@
 """``kill -9`` of ``perfsweep ui`` takes its managed reference server and Locust processes down.
 
 Nothing in the killed process gets to clean up, so what stops the children is the launch itself
-(``PR_SET_PDEATHSIG`` from :func:`analyzer.supervise.child_process_options`, and the server's
+(``PR_SET_PDEATHSIG`` from :func:`analyzer.target.supervise.child_process_options`, and the server's
 ``PERFSWEEP_PARENT_PID`` watchdog). The children are read from ``/proc`` before the kill, the
 server's pid also from its log line, and each is polled until it is gone.
 """

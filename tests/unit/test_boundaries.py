@@ -8,7 +8,7 @@ a literal name count as imports.
 Boundaries (the project's style guide, "Shape": "Heavy or process-wide imports stay in one
 place"):
 
-- ``optuna`` is imported only by ``analyzer/search.py``, the search module.
+- ``optuna`` is imported only by ``analyzer/search/study.py``, the search module.
 - ``locust`` and ``gevent`` (process-wide monkey patching) only under ``analyzer/load/``.
 - ``onnxruntime`` only by ``reference_server/backends/onnxruntime.py``; ``onnx`` (the graph
   builder, no runtime) only by the bundled-model builders in ``reference_server/zoo/``.
@@ -33,7 +33,7 @@ below the CLI. The CLI edge is exactly:
 - a module's ``if __name__ == "__main__":`` block and the functions it calls by name (e.g.
   ``main`` of ``python -m reference_server.zoo.resnet50``): that is a command line of its own.
 
-One exit is not a CLI's: ``analyzer/supervise.py``'s ``die_with_parent`` runs in a forked child
+One exit is not a CLI's: ``analyzer/target/supervise.py``'s ``die_with_parent`` runs in a forked child
 between fork and exec (``preexec_fn``) and calls ``os._exit`` there: it ends that child only.
 
 Everything else is library code: it returns or raises, and the CLI maps that to output and an
@@ -228,7 +228,7 @@ class ImportRule:
 
 
 IMPORT_RULES: dict[str, ImportRule] = {
-    "optuna only in the search module": ImportRule(("optuna",), ("analyzer/search.py",)),
+    "optuna only in the search module": ImportRule(("optuna",), ("analyzer/search/study.py",)),
     "locust and gevent only under analyzer/load": ImportRule(
         ("locust", "gevent"), ("analyzer/load",)
     ),
@@ -260,7 +260,7 @@ CLI_EDGE: dict[str, tuple[tuple[str, str], ...]] = {
         ("analyzer/commands", ""),
         ("reference_server/__main__.py", ""),
         ("analyzer/load/web/extension.py", "_check_exposure"),
-        ("analyzer/supervise.py", "die_with_parent"),
+        ("analyzer/target/supervise.py", "die_with_parent"),
     ),
 }
 
@@ -382,10 +382,10 @@ def scanners() -> list[_Scanner]:
 
 def test_the_scan_reads_both_packages(scanners: list[_Scanner]) -> None:
     paths = {s.relative.as_posix() for s in scanners}
-    assert {"analyzer/search.py", "reference_server/core/server.py"} <= paths
+    assert {"analyzer/search/study.py", "reference_server/core/server.py"} <= paths
     assert len(paths) > 40
     # The allowed importers still exist and still import what they are allowed to.
-    searched = next(s for s in scanners if s.relative.as_posix() == "analyzer/search.py")
+    searched = next(s for s in scanners if s.relative.as_posix() == "analyzer/search/study.py")
     assert any(_imports("optuna", f.what) for f in searched.imports)
 
 
@@ -436,9 +436,9 @@ def test_no_import_cycles() -> None:
     """
     graph = import_graph(REPO_ROOT)
     # The graph sees what it should: module-level, lazy (in a function) and TYPE_CHECKING imports.
-    assert "analyzer.records" in graph["analyzer.results"]
-    assert "analyzer.urls" in graph["analyzer.commands.load"]  # inside a function
-    assert "analyzer.records" not in graph["analyzer.objective"]  # annotations only
+    assert "analyzer.rundir.records" in graph["analyzer.rundir.results"]
+    assert "analyzer.config.urls" in graph["analyzer.commands.load"]  # inside a function
+    assert "analyzer.rundir.records" not in graph["analyzer.config.objective"]  # annotations only
     report = cycle_report(graph)
     assert not report, "import cycles (move what both sides need below both):\n" + report
 
@@ -447,7 +447,7 @@ def test_no_import_cycles() -> None:
 
 PLANTED_IMPORTS: dict[str, tuple[str, str]] = {
     "optuna only in the search module": (
-        "analyzer/sweep.py",
+        "analyzer/sweep/loop.py",
         "def f():\n    from optuna.trial import TrialState\n",
     ),
     "locust and gevent only under analyzer/load": ("analyzer/report/build.py", "import gevent\n"),
@@ -506,7 +506,7 @@ def test_scanner_finds_a_planted_import(tmp_path: Path, rule: str) -> None:
     ],
 )
 def test_scanner_finds_a_planted_call(tmp_path: Path, kind: str, source: str, line: int) -> None:
-    _plant(tmp_path, "analyzer/sweep.py", source)
+    _plant(tmp_path, "analyzer/sweep/loop.py", source)
     _plant(tmp_path, "analyzer/commands/run.py", source)  # the CLI edge: allowed there
     _plant(tmp_path, "reference_server/app.py", "def serve():\n    print('x')\n")
     # The __main__ guard of a module and the function it calls are a command line of their own.
@@ -517,7 +517,7 @@ def test_scanner_finds_a_planted_call(tmp_path: Path, kind: str, source: str, li
         "if __name__ == '__main__':\n    print(main())\n    sys.exit(main())\n",
     )
     found = call_violations(scan(tmp_path), kind)
-    expected = [("analyzer/sweep.py", line)]
+    expected = [("analyzer/sweep/loop.py", line)]
     if kind == "print":  # app.py prints outside run_server: below the CLI
         expected.append(("reference_server/app.py", 2))
     assert sorted((f.path, f.line) for f in found) == sorted(expected)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from analyzer.config.scenario import load_scenario
 from analyzer.load.engine import EngineOptions, engine_options
-from analyzer.scenario import load_scenario
 
 TOML = """\
 [model]
@@ -43,7 +43,7 @@ def test_gate_options_take_the_inputs_and_one_generator_process(tmp_path: Path) 
 @pytest.mark.usefixtures("spawns")
 def test_building_options_does_not_patch_the_process() -> None:
     code = (
-        "import sys; import analyzer.load.engine, analyzer.gate_measure; "
+        "import sys; import analyzer.load.engine, analyzer.gate.run; "
         "assert 'gevent' not in sys.modules and 'locust' not in sys.modules"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

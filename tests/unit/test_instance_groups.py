@@ -1,5 +1,5 @@
 """Instance groups as Triton means them: counted per listed GPU, every group kept, one count
-searched per group (analyzer.trial, analyzer.search, analyzer.strategy's coverage)."""
+searched per group (analyzer.config.knobs, analyzer.search.study, analyzer.search.strategy's coverage)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from analyzer.config.knobs import Knobs, apply_knobs, group_devices, instances_of, knobs_of
 from analyzer.predict.profile import BatchTiming, Profile
 from analyzer.predict.simulator import SimConfig
-from analyzer.search import Search, SearchSpace, TrialOutcome
-from analyzer.strategy import Guide, grid_configs
-from analyzer.trial import Knobs, apply_knobs, group_devices, instances_of, knobs_of
+from analyzer.search.strategy import Guide, grid_configs
+from analyzer.search.study import Search, SearchSpace, TrialOutcome
 from reference_server.core.config import normalize, validate
 
 GPUS = (0, 1)

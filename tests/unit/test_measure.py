@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from analyzer.errors import InputError, ResultFormatError
-from analyzer.measure import (
+from analyzer.measure.measurement import (
     LOW_SAMPLE_P99,
     Arrival,
     CapacityResult,
@@ -43,7 +43,7 @@ from analyzer.measure import (
     record_us,
     sequential_verdict,
 )
-from analyzer.stepping import SequentialRule, StepRecord, StepTest, StepVerdict
+from analyzer.measure.stepping import SequentialRule, StepRecord, StepTest, StepVerdict
 
 
 def _window(i: int, rps: float, p99: float) -> WindowStats:

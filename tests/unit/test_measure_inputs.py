@@ -13,7 +13,7 @@ import pytest
 from analyzer.errors import InputError
 from analyzer.load.inputs import DataMode, build_inputs, tensor_specs
 from analyzer.load.recorder import Recorder, Tick
-from analyzer.measure import LatencySummary
+from analyzer.measure.measurement import LatencySummary
 
 META = {
     "name": "m",
@@ -31,7 +31,7 @@ def test_importing_the_pure_modules_does_not_patch_the_process() -> None:
     # In a fresh interpreter: this pytest process may have imported the engine elsewhere.
     code = (
         "import sys, analyzer.load, analyzer.load.inputs, analyzer.load.recorder, "
-        "analyzer.measure, analyzer.server_stats; "
+        "analyzer.measure.measurement, analyzer.target.server_stats; "
         "assert 'locust' not in sys.modules and 'gevent' not in sys.modules, 'patched'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])

@@ -7,18 +7,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from analyzer.errors import InputError
-from analyzer.measure import (
-    CapacityResult,
-    GainSample,
-    Goals,
-    GpuStats,
-    LoadMode,
-    Measurement,
-    ServerView,
-    WindowStats,
-)
-from analyzer.objective import (
+from analyzer.config.knobs import Knobs
+from analyzer.config.objective import (
     OBJECTIVES,
     LatencyObjective,
     Objective,
@@ -28,14 +18,24 @@ from analyzer.objective import (
     objective_for,
     worst_value,
 )
-from analyzer.records import (
+from analyzer.errors import InputError
+from analyzer.measure.measurement import (
+    CapacityResult,
+    GainSample,
+    Goals,
+    GpuStats,
+    LoadMode,
+    Measurement,
+    ServerView,
+    WindowStats,
+)
+from analyzer.rundir.records import (
     CapacityMeasurement,
     FixedMeasurement,
     ParetoMeasurement,
     TrialMeasurement,
     ValidationCandidate,
 )
-from analyzer.trial import Knobs
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 #: The oldest release of a dependency with every API the code calls, found by reading the
 #: released wheels: optuna 4.9.0 has no ``Trial.set_constraint``, 5.0.0 has it.
 OLDEST_WITH_API = {
-    "optuna": ("5.0", "optuna.trial", "Trial", "set_constraint"),  # analyzer/search.py
+    "optuna": ("5.0", "optuna.trial", "Trial", "set_constraint"),  # analyzer/search/study.py
 }
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from analyzer.errors import InputError
-from analyzer.measure import (
+from analyzer.measure.measurement import (
     FAIL_SLACK_FLOOR,
     CapacityResult,
     ClassStats,
@@ -21,7 +21,7 @@ from analyzer.measure import (
     meets_goals,
     p99_slack,
 )
-from analyzer.stepping import SequentialRule, StepRecord, StepVerdict
+from analyzer.measure.stepping import SequentialRule, StepRecord, StepVerdict
 
 #: p99 <= 50 ms for the urgent class, <= 500 ms (the run's goal) for bulk.
 GOALS = Goals(p99_ms=500.0, max_error_rate=0.01, classes=(("urgent", 50.0),))

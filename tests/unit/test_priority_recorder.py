@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections import Counter
 
+from analyzer.config.scenario import load_scenario
 from analyzer.load.classes import ClassDraw, RequestClass, request_classes
 from analyzer.load.engine import engine_options
 from analyzer.load.recorder import Recorder, Tick
-from analyzer.measure import percentiles_us
-from analyzer.scenario import load_scenario
+from analyzer.measure.measurement import percentiles_us
 
 MIX = (RequestClass("urgent", 0.2, priority=1), RequestClass("bulk", 0.8, timeout_us=5000))
 

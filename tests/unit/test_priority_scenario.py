@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from analyzer.config.scenario import Scenario, TrafficClass, load_scenario
 from analyzer.errors import ScenarioError
-from analyzer.scenario import Scenario, TrafficClass, load_scenario
 
 MIX = """\
 [goals]

@@ -8,8 +8,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.errors import InputError
-from analyzer.trial import (
+from analyzer.config.knobs import (
     Knobs,
     LevelPolicy,
     QueuePolicyKnob,
@@ -18,6 +17,7 @@ from analyzer.trial import (
     mix_queue_policy_choices,
     queue_policy_choices,
 )
+from analyzer.errors import InputError
 from reference_server.core.config import config_to_text, normalize, parse_config_text, validate
 
 REJECT_25MS = QueuePolicyKnob(2, 2, level_policies=((2, LevelPolicy(25_000, "REJECT")),))
@@ -156,7 +156,7 @@ def test_every_choice_passes_the_reference_server_s_validation(setting: str) -> 
 
 
 def test_a_priority_mix_gives_the_levels_the_low_goal_and_the_override() -> None:
-    from analyzer.scenario import TrafficClass
+    from analyzer.config.scenario import TrafficClass
 
     urgent = TrafficClass(name="urgent", share=0.2, priority=1, p99_ms=50.0)
     rest = TrafficClass(name="rest", share=0.8)  # sends no priority: the default level

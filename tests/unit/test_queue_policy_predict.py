@@ -6,12 +6,12 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from analyzer.config.knobs import Knobs, QueuePolicyKnob, apply_knobs, queue_policy_choices
 from analyzer.errors import InputError
 from analyzer.predict.profile import BatchTiming, Profile
 from analyzer.predict.simulator import SimConfig, capacities, latency_offset, simulate
-from analyzer.search import SearchSpace
-from analyzer.strategy import Guide, grid_configs
-from analyzer.trial import Knobs, QueuePolicyKnob, apply_knobs, queue_policy_choices
+from analyzer.search.strategy import Guide, grid_configs
+from analyzer.search.study import SearchSpace
 
 POLICY = queue_policy_choices("search", 2, 50.0)[2]  # the low level REJECTs after 25 ms
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analyzer.search import Search, SearchSpace, TrialOutcome
-from analyzer.trial import Knobs, QueuePolicyKnob, queue_policy_choices
+from analyzer.config.knobs import Knobs, QueuePolicyKnob, queue_policy_choices
+from analyzer.search.study import Search, SearchSpace, TrialOutcome
 
 
 def _space(policies: tuple[QueuePolicyKnob | None, ...] = (None,)) -> SearchSpace:

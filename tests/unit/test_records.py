@@ -1,4 +1,4 @@
-"""analyzer.records: every record round-trips, version-1 run directories load, loaders refuse."""
+"""analyzer.rundir.records: every record round-trips, version-1 run directories load, loaders refuse."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import records
+from analyzer.config.knobs import Knobs
 from analyzer.documents import FORMATS
 from analyzer.errors import ResultFormatError
-from analyzer.measure import (
+from analyzer.measure.measurement import (
     CapacityResult,
     Goals,
     GpuStats,
@@ -20,7 +20,8 @@ from analyzer.measure import (
     ServerView,
     WindowStats,
 )
-from analyzer.records import (
+from analyzer.rundir import records
+from analyzer.rundir.records import (
     SUMMARY_KIND,
     CapacityMeasurement,
     ConfigEntry,
@@ -38,8 +39,7 @@ from analyzer.records import (
     load_validation,
     measurement_from_dict,
 )
-from analyzer.results import RunDirectory, write_json
-from analyzer.trial import Knobs
+from analyzer.rundir.results import RunDirectory, write_json
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 KNOBS = Knobs(16, 500, (16, 8), 2)

@@ -12,8 +12,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.documents import FORMATS, TRIAL_KIND
 from analyzer.errors import ResultFormatError
-from analyzer.records import RunSummary
-from analyzer.results import (
+from analyzer.rundir.records import RunSummary
+from analyzer.rundir.results import (
     TRIAL_COLUMNS,
     RunDirectory,
     environment,

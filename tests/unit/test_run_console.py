@@ -6,7 +6,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from analyzer.commands.run import ceiling_note
-from analyzer.scenario import load_scenario
+from analyzer.config.scenario import load_scenario
 
 
 def outcome(rps: float, met: bool = True) -> Any:

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from analyzer.errors import ScenarioError
-from analyzer.scenario import (
+from analyzer.config.scenario import (
     HASH_VERSION,
     SCENARIO_DIR,
     Scenario,
@@ -19,6 +18,7 @@ from analyzer.scenario import (
     hash_version,
     load_scenario,
 )
+from analyzer.errors import ScenarioError
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -197,7 +197,7 @@ def test_server_kind_is_in_the_hash_and_the_binary_path_is_not() -> None:
 
 
 def test_the_response_cache_setting_reaches_the_space_and_the_hash_only_when_set() -> None:
-    from analyzer.sweep import space_for
+    from analyzer.sweep.loop import space_for
 
     plain = load_scenario(None, {}, env={})
     searched = load_scenario(None, {"space.response_cache": "search"}, env={})

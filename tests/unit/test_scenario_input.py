@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from analyzer.config.scenario import data_digest, input_overrides, load_scenario
 from analyzer.errors import ScenarioError
 from analyzer.load.engine import engine_options
 from analyzer.load.inputs import ShapeChoice
-from analyzer.scenario import data_digest, input_overrides, load_scenario
 
 
 def write(path: Path, text: str) -> Path:

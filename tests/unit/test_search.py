@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from analyzer.config.knobs import Knobs
 from analyzer.errors import InputError
-from analyzer.search import (
+from analyzer.search.study import (
     INTERRUPTED_REASON,
     Search,
     SearchSpace,
@@ -18,7 +19,6 @@ from analyzer.search import (
     delay_ladder,
     preferred_sizes,
 )
-from analyzer.trial import Knobs
 
 
 def test_delay_ladder_starts_at_zero_and_grows_geometrically() -> None:
@@ -174,9 +174,9 @@ def test_an_enqueued_trial_is_asked_with_its_strategys_source(tmp_path: Path) ->
 
 
 def test_strategy_rules_on_predictions() -> None:
-    from analyzer import records
     from analyzer.predict.profile import BatchTiming, Profile
-    from analyzer.strategy import (
+    from analyzer.rundir import records
+    from analyzer.search.strategy import (
         Guide,
         band,
         grid_configs,
@@ -229,7 +229,7 @@ def test_strategy_rules_on_predictions() -> None:
 def test_a_refit_rescales_the_probed_profile_to_the_runs_windows() -> None:
     from analyzer.predict import ProfileError
     from analyzer.predict.profile import BatchTiming, Profile, WindowSample, rescaled
-    from analyzer.strategy import Guide, band, grid_configs
+    from analyzer.search.strategy import Guide, band, grid_configs
 
     probed = Profile(
         "m", "probe", "probe", tuple(BatchTiming(s, 0.1, 1.0 * s, 0.1) for s in (1, 2, 4, 8))
@@ -269,7 +269,7 @@ def test_a_refit_rescales_the_probed_profile_to_the_runs_windows() -> None:
 
 
 def test_the_response_cache_is_a_dimension_only_when_searched() -> None:
-    from analyzer.search import SearchSpace
+    from analyzer.search.study import SearchSpace
 
     plain = SearchSpace.from_bounds((1, 8), (0, 1000), 2, "none", (1, 1))
     assert "cache_idx" not in plain.param_bounds()

@@ -1,13 +1,12 @@
 """The knobs of a stateful model: written into ``sequence_batching.oldest``, read back, refused
-where Triton has no place for them (analyzer.trial)."""
+where Triton has no place for them (analyzer.config.knobs)."""
 
 from __future__ import annotations
 
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.errors import InputError
-from analyzer.trial import (
+from analyzer.config.knobs import (
     Knobs,
     QueuePolicyKnob,
     apply_knobs,
@@ -16,6 +15,7 @@ from analyzer.trial import (
     queue_policy_choices,
     response_cache_choices,
 )
+from analyzer.errors import InputError
 from reference_server.core.config import normalize, validate
 from reference_server.zoo.accumulator import accumulator_config
 

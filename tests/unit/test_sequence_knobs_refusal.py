@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
+from analyzer.config.scenario import load_scenario
 from analyzer.errors import TargetError
-from analyzer.scenario import load_scenario
-from analyzer.strategy import resolve
-from analyzer.target import bundled_repository, untunable_reason
+from analyzer.search.strategy import resolve
+from analyzer.target.server import bundled_repository, untunable_reason
 from reference_server.core.config import load_config_file
 from reference_server.zoo.accumulator import accumulator_config
 

@@ -1,4 +1,4 @@
-"""``space.max_candidate_sequences`` (analyzer.scenario, the sweep's space) and the bundled
+"""``space.max_candidate_sequences`` (analyzer.config.scenario, the sweep's space) and the bundled
 accumulator scenario."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
+from analyzer.config.scenario import SCENARIO_DIR, Scenario, bundled_scenario, load_scenario
 from analyzer.errors import InputError, ScenarioError
-from analyzer.scenario import SCENARIO_DIR, Scenario, bundled_scenario, load_scenario
-from analyzer.sweep import space_for
+from analyzer.sweep.loop import space_for
 from reference_server.zoo.accumulator import accumulator_config
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analyzer.search import Search, SearchSpace, TrialOutcome
-from analyzer.trial import Knobs, apply_knobs, candidate_choices, knobs_of
+from analyzer.config.knobs import Knobs, apply_knobs, candidate_choices, knobs_of
+from analyzer.search.study import Search, SearchSpace, TrialOutcome
 from reference_server.core.config import normalize, validate
 from reference_server.zoo.accumulator import accumulator_config
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.measure import ServerView
-from analyzer.server_stats import (
+from analyzer.measure.measurement import ServerView
+from analyzer.target.server_stats import (
     MetricsSnapshot,
     ServerScraper,
     ServerSnapshot,
@@ -16,7 +16,7 @@ from analyzer.server_stats import (
     parse_model_stats,
     server_view,
 )
-from analyzer.transport import HTTPStatusError, MockTransport, Response
+from analyzer.target.transport import HTTPStatusError, MockTransport, Response
 
 METRICS_URL = "http://server.invalid:8002/metrics"
 STATS_URL = "http://server.invalid:8000/v2/models/m/stats"

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from analyzer.errors import InputError
-from analyzer.stepping import (
+from analyzer.measure.stepping import (
     SequentialRule,
     StepRecord,
     StepTest,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.errors import TargetError
-from analyzer.supervise import PARENT_PID_ENV, Supervisor, log_note
+from analyzer.target.supervise import PARENT_PID_ENV, Supervisor, log_note
 
 pytestmark = pytest.mark.usefixtures("spawns")
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from analyzer.search import Search, SearchSpace
-from analyzer.target import (
+from analyzer.search.study import Search, SearchSpace
+from analyzer.target.server import (
     LEASE_TTL_S,
     ManagedServer,
     RemoteTarget,

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from analyzer.config.scenario import load_scenario
 from analyzer.errors import InputError
-from analyzer.scenario import load_scenario
-from analyzer.supervise import Supervisor, group_members
-from analyzer.target import ManagedServer, RemoteTarget
-from analyzer.target_factory import make_target
-from analyzer.triton_server import (
+from analyzer.target.factory import make_target
+from analyzer.target.server import ManagedServer, RemoteTarget
+from analyzer.target.supervise import Supervisor, group_members
+from analyzer.target.triton import (
     ManagedTriton,
     TritonLaunch,
     TritonPorts,

@@ -18,16 +18,16 @@ from urllib.parse import urlsplit
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
+from analyzer.config.scenario import load_scenario
 from analyzer.errors import TargetDiedError, TargetError
-from analyzer.scenario import load_scenario
-from analyzer.target import (
+from analyzer.target.factory import make_target
+from analyzer.target.server import (
     ConfigRejectedError,
     ManagedServer,
     RemoteTarget,
     read_device_info,
 )
-from analyzer.target_factory import make_target
-from analyzer.transport import (
+from analyzer.target.transport import (
     HTTPStatusError,
     KeepAliveTransport,
     MockTransport,

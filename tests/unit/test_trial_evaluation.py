@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from analyzer.config.objective import objective_for
+from analyzer.config.scenario import Scenario
 from analyzer.evaluation import (
     CapacityDriver,
     Evaluation,
@@ -19,7 +21,7 @@ from analyzer.evaluation import (
     capacity_numbers,
     slacks,
 )
-from analyzer.measure import (
+from analyzer.measure.measurement import (
     CapacityResult,
     CapacitySpec,
     Goals,
@@ -27,8 +29,6 @@ from analyzer.measure import (
     LoadSpec,
     Measurement,
 )
-from analyzer.objective import objective_for
-from analyzer.scenario import Scenario
 
 
 def scenario(**data: Any) -> Scenario:

@@ -41,6 +41,7 @@ from locust.env import Environment
 from locust.html import DEFAULT_BUILD_PATH
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
+from analyzer.config.knobs import Knobs, apply_knobs, knobs_of  # where they live (no optuna import)
 from analyzer.errors import InputError, PerfsweepError
 from analyzer.load.recorder import Tick
 from analyzer.load.web.live import (
@@ -60,9 +61,8 @@ from analyzer.load.web.options import (
     request_problem,
 )
 from analyzer.load.web.users import live_state
-from analyzer.server_stats import ServerScraper, http_stats_source
-from analyzer.target import ConfigRejectedError, RemoteTarget, untunable_reason
-from analyzer.trial import Knobs, apply_knobs, knobs_of  # where they live (no optuna import)
+from analyzer.target.server import ConfigRejectedError, RemoteTarget, untunable_reason
+from analyzer.target.server_stats import ServerScraper, http_stats_source
 
 log = logging.getLogger(__name__)
 

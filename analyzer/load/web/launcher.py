@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from analyzer.config.urls import http_url as as_http_url
 from analyzer.errors import InputError
 from analyzer.load.web.options import exposure_problem, login_from_env
-from analyzer.supervise import child_process_options
-from analyzer.target import ManagedServer, RemoteTarget
-from analyzer.urls import http_url as as_http_url
+from analyzer.target.server import ManagedServer, RemoteTarget
+from analyzer.target.supervise import child_process_options
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 REPO_ROOT = Path(__file__).resolve().parents[3]

@@ -24,8 +24,13 @@ from typing import Any
 
 from analyzer.errors import InputError
 from analyzer.load.recorder import Tick
-from analyzer.measure import LatencySummary, ServerView, merge_histograms, percentiles_us
-from analyzer.server_stats import MetricsSnapshot, ServerSnapshot, StatsSnapshot, server_view
+from analyzer.measure.measurement import (
+    LatencySummary,
+    ServerView,
+    merge_histograms,
+    percentiles_us,
+)
+from analyzer.target.server_stats import MetricsSnapshot, ServerSnapshot, StatsSnapshot, server_view
 
 #: Seconds the headline numbers (throughput, exact p50/p99, server deltas) cover.
 WINDOW_S = 10

@@ -24,7 +24,7 @@ from analyzer.errors import TargetError
 from analyzer.load.recorder import Recorder
 from analyzer.load.users import ClosedLoopUser, EngineConfig, OpenLoopUser, ProcessContext
 from analyzer.load.web.options import TargetSettings
-from analyzer.transport import http_json
+from analyzer.target.transport import http_json
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ them and :func:`cache_hit_ratio` reads the ratio back from a ``ServerView``. A c
 success that never ran the model, so a throughput with hits is not the model's throughput: every
 figure measured with hits is shown with its ratio (``analyzer.report``).
 
-HTTP goes through the transport seam (:mod:`analyzer.transport`, urllib by default): this module
+HTTP goes through the transport seam (:mod:`analyzer.target.transport`, urllib by default): this module
 must work in a normal process and in a gevent-patched one (where urllib's sockets are
 cooperative), and its scrapes are tested with a ``MockTransport``. ``server_view(before, after)``
 is pure and unit-tested.
@@ -31,8 +31,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from analyzer.measure import GpuStats, ServerView, utilization_summary
-from analyzer.transport import Request, Transport, UrllibTransport
+from analyzer.measure.measurement import GpuStats, ServerView, utilization_summary
+from analyzer.target.transport import Request, Transport, UrllibTransport
 
 #: The four ``reason`` label values of ``nv_inference_request_failure``.
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")

@@ -12,7 +12,7 @@ Layout (``docs/reference.md`` documents every file)::
 Every file is written to a temporary name in its directory and then ``os.replace``d
 (:mod:`analyzer.documents`), so a crash never leaves half a file, and a trial's files are written
 as soon as it ends (a killed run keeps every finished trial). The typed records come from
-:mod:`analyzer.records`, which builds on :mod:`analyzer.documents` too and never on this module.
+:mod:`analyzer.rundir.records`, which builds on :mod:`analyzer.documents` too and never on this module.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer import records
 from analyzer.documents import (
     RUN_KIND,
     SUMMARY_KIND,
@@ -44,7 +43,8 @@ from analyzer.documents import (
     write_atomic,
     write_json,
 )
-from analyzer.records import (
+from analyzer.rundir import records
+from analyzer.rundir.records import (
     ConfigEntry,
     RunSummary,
     TrialRecord,
@@ -200,7 +200,7 @@ class RunDirectory:
     def write_trial(self, record: TrialRecord | Mapping[str, Any]) -> None:
         """The trial record, then trials.csv with its row (both atomic).
 
-        ``record`` is a :class:`~analyzer.records.TrialRecord`, or a trial record's JSON without
+        ``record`` is a :class:`~analyzer.rundir.records.TrialRecord`, or a trial record's JSON without
         its header (tests plant hand-made ones; written as given, under the current header).
         """
         if isinstance(record, TrialRecord):
@@ -245,7 +245,7 @@ class RunDirectory:
         return paths
 
     def write_validation(self, validation: Validation | list[Mapping[str, Any]]) -> None:
-        """validation.json: a :class:`~analyzer.records.Validation`, or its candidate dicts."""
+        """validation.json: a :class:`~analyzer.rundir.records.Validation`, or its candidate dicts."""
         if isinstance(validation, Validation):
             write_json(self.validation_json, validation.to_dict())
             return
@@ -254,7 +254,7 @@ class RunDirectory:
         )
 
     def write_summary(self, summary: RunSummary | Mapping[str, Any]) -> None:
-        """summary.json: a :class:`~analyzer.records.RunSummary`, or its dict without header."""
+        """summary.json: a :class:`~analyzer.rundir.records.RunSummary`, or its dict without header."""
         if isinstance(summary, RunSummary):
             write_json(self.summary_json, summary.to_dict())
             return
@@ -271,7 +271,7 @@ class RunDirectory:
 def load_summary(path: Path) -> dict[str, Any]:
     """summary.json (a run directory or the file itself) as a dict of the current version.
 
-    The typed record is :func:`analyzer.records.load_summary`; this is its ``to_dict()``, for
+    The typed record is :func:`analyzer.rundir.records.load_summary`; this is its ``to_dict()``, for
     scripts and tests that index the JSON as ``jq`` would.
     """
     return records.load_summary(Path(path)).to_dict()
@@ -279,7 +279,7 @@ def load_summary(path: Path) -> dict[str, Any]:
 
 def load_trial_record(path: Path) -> dict[str, Any]:
     """A ``trials/NNN/measurement.json`` as a dict of the current version
-    (:func:`analyzer.records.load_trial`'s ``to_dict()``)."""
+    (:func:`analyzer.rundir.records.load_trial`'s ``to_dict()``)."""
     return records.load_trial(Path(path)).to_dict()
 
 

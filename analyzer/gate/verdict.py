@@ -40,10 +40,11 @@ from typing import Any
 
 import numpy as np
 
+from analyzer.config.objective import Objective, gentlest, objective_for, worst_value
+from analyzer.config.scenario import hash_version
 from analyzer.errors import InputError, ResultFormatError
-from analyzer.measure import LoadMode, Measurement, read_load_output
-from analyzer.objective import Objective, gentlest, objective_for, worst_value
-from analyzer.records import (
+from analyzer.measure.measurement import LoadMode, Measurement, read_load_output
+from analyzer.rundir.records import (
     SUMMARY_KIND,
     FixedMeasurement,
     RunSummary,
@@ -51,7 +52,6 @@ from analyzer.records import (
     load_summary,
     load_trial,
 )
-from analyzer.scenario import hash_version
 
 #: Environment facts that must agree before two results are compared (``--force`` overrides).
 COMPATIBILITY_KEYS = ("model", "device", "gpu", "scenario_hash", "measure")
@@ -734,7 +734,7 @@ def from_summary(
         )
         missed = [i for i, ok in enumerate(candidate.meets_goals, start=1) if not ok]
         if missed:
-            # The sweep's one rule (analyzer.measure.goals_met): such a repeat's numbers may
+            # The sweep's one rule (analyzer.measure.measurement.goals_met): such a repeat's numbers may
             # describe a saturated generator, not the server.
             notes.append(
                 f"{label}: validation repeat(s) {', '.join(map(str, missed))} of trial "
@@ -765,7 +765,7 @@ def from_summary(
 
 def _repeat_figure(objective: Objective, metric: str, values: Sequence[float]) -> float:
     """The headline of repeated values: :meth:`Objective.repeat_figure` for the objective's own
-    metric, the same worst-repeat rule (:func:`analyzer.objective.worst_value`) for the other."""
+    metric, the same worst-repeat rule (:func:`analyzer.config.objective.worst_value`) for the other."""
     if metric == objective.metric:
         return objective.repeat_figure(values)
     return worst_value(metric, values)

@@ -1,16 +1,16 @@
 """One trial's knobs and the config they make.
 
 Nothing here imports optuna or gevent, so the dashboard and the report can use the knobs
-cheaply. ``analyzer.search`` encodes :class:`Knobs` for the sampler; ``analyzer.sweep``
+cheaply. ``analyzer.search.study`` encodes :class:`Knobs` for the sampler; ``analyzer.sweep.loop``
 measures trials with :class:`analyzer.evaluation.Evaluator` and records each as an
-:class:`analyzer.records.TrialRecord` (the one trial record type; its typed measurement answers
+:class:`analyzer.rundir.records.TrialRecord` (the one trial record type; its typed measurement answers
 what the trial's numbers rest on).
 
 The instance kind (``KIND_CPU`` vs ``KIND_GPU``) is a knob when ``space.instance_kind`` lists
 both (:func:`kind_choices`). The response cache is a knob too (``response_cache { enable }``), searched only when the
 scenario asks for it (:func:`response_cache_choices`). A trial whose cache answers repeated
 payloads is faster without the model being faster, so every figure measured with hits carries
-its hit ratio (``analyzer.server_stats.cache_hit_ratio``); a managed server needs a cache of its
+its hit ratio (``analyzer.target.server_stats.cache_hit_ratio``); a managed server needs a cache of its
 own for the knob to mean anything (:func:`cache_server_args`).
 
 Priority levels and queue policies are one knob (:class:`QueuePolicyKnob`: ``priority_levels``,
@@ -806,7 +806,7 @@ def queue_policy_choices(
 
 class PriorityClass(Protocol):
     """What :func:`mix_queue_policy_choices` reads of a traffic class
-    (``analyzer.scenario.TrafficClass``)."""
+    (``analyzer.config.scenario.TrafficClass``)."""
 
     @property
     def priority(self) -> int:

@@ -44,9 +44,9 @@ from pydantic import (
     model_validator,
 )
 
+from analyzer.config.objective import OBJECTIVES, Objective, objective_for
+from analyzer.config.urls import http_url  # the one place URLs are checked
 from analyzer.errors import InputError, ScenarioError
-from analyzer.objective import OBJECTIVES, Objective, objective_for
-from analyzer.urls import http_url  # the one place URLs are checked
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -54,7 +54,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 #: Where bundled scenario files live (the repository's ``scenarios/`` directory).
-SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 
 _ENV_PREFIX = "PERFSWEEP_"
 
@@ -353,7 +353,7 @@ class TrafficSection(_Section):
 
     def class_goals(self) -> tuple[tuple[str, float], ...]:
         """``(name, p99_ms)`` of every class with its own p99 goal (the others take the run's
-        ``goals.p99_ms``): what :class:`analyzer.measure.Goals` ``classes`` is built from."""
+        ``goals.p99_ms``): what :class:`analyzer.measure.measurement.Goals` ``classes`` is built from."""
         return tuple((c.name, c.p99_ms) for c in self.classes if c.p99_ms > 0)
 
 
@@ -559,7 +559,7 @@ class Scenario(_Section):
     objective: str = "throughput"
     """``throughput``: the highest load served within the goals (capacity search per config);
     ``latency``: the lowest p99 at ``traffic.rate_rps``; ``pareto``: throughput vs p99 front.
-    One of :data:`analyzer.objective.OBJECTIVES`."""
+    One of :data:`analyzer.config.objective.OBJECTIVES`."""
     model: ModelSection = ModelSection()
     input: InputSection = InputSection()
     traffic: TrafficSection = TrafficSection()
@@ -581,7 +581,7 @@ class Scenario(_Section):
         return name
 
     def objective_spec(self) -> Objective:
-        """The :class:`~analyzer.objective.Objective` that ``objective`` names."""
+        """The :class:`~analyzer.config.objective.Objective` that ``objective`` names."""
         return objective_for(self.objective)
 
     @model_validator(mode="after")

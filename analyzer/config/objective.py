@@ -10,7 +10,7 @@ Like Optuna's samplers (one ABC, one class per algorithm), each objective is an
     └── ParetoObjective         throughput_rps  capacity + fixed level    a front (multi)
 
 Each objective owns what a trial's values are, the Optuna directions (names only: optuna stays
-in ``analyzer.search``), the throughput the slack asks for, how the best of completed trials is
+in ``analyzer.search.study``), the throughput the slack asks for, how the best of completed trials is
 chosen, which candidates are validated and how the winner is picked after validation, the one
 rule that turns a validated config's repeats into its headline figure, the gain and the
 headline. Nothing outside this module branches on the objective's name.
@@ -26,10 +26,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
 
 from analyzer.errors import InputError
-from analyzer.measure import GainSample, LoadMode, gentlest
+from analyzer.measure.measurement import GainSample, LoadMode, gentlest
 
 if TYPE_CHECKING:  # annotations only: the records are what the objective reads
-    from analyzer.records import TrialMeasurement, ValidationCandidate
+    from analyzer.rundir.records import TrialMeasurement, ValidationCandidate
 
 __all__ = [
     "OBJECTIVES",
@@ -53,7 +53,7 @@ class UnknownObjectiveError(InputError):
 
 
 class Result(Protocol):
-    """What the objective reads from a trial (``analyzer.records.TrialRecord`` is one)."""
+    """What the objective reads from a trial (``analyzer.rundir.records.TrialRecord`` is one)."""
 
     @property
     def number(self) -> int: ...
@@ -267,7 +267,7 @@ class Objective(abc.ABC):
         """The winner among validated candidates that met the goals in every repeat.
 
         Candidates are the ``validation`` entries of summary.json
-        (:class:`~analyzer.records.ValidationCandidate`); ``worst_rps`` and ``worst_p99_ms``
+        (:class:`~analyzer.rundir.records.ValidationCandidate`); ``worst_rps`` and ``worst_p99_ms``
         hold their :meth:`repeat_figure` values. The best worst case wins.
 
         Args:

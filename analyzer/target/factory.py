@@ -1,26 +1,26 @@
 """The target a scenario describes: :func:`make_target`, for the sweep and the gate alike.
 
-It chooses among the implementations of :class:`~analyzer.target.Target`: a
-:class:`~analyzer.target.RemoteTarget` (``--url``), a :class:`~analyzer.target.ManagedServer`
-(the reference server) or a :class:`~analyzer.triton_server.ManagedTriton` (``--server
+It chooses among the implementations of :class:`~analyzer.target.server.Target`: a
+:class:`~analyzer.target.server.RemoteTarget` (``--url``), a :class:`~analyzer.target.server.ManagedServer`
+(the reference server) or a :class:`~analyzer.target.triton.ManagedTriton` (``--server
 triton``). It lives above both modules because ``ManagedTriton`` is a ``ManagedServer``:
-:mod:`analyzer.triton_server` imports :mod:`analyzer.target`, never the other way round.
+:mod:`analyzer.target.triton` imports :mod:`analyzer.target.server`, never the other way round.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from analyzer.scenario import Scenario
-from analyzer.target import ManagedServer, RemoteTarget, Target
-from analyzer.triton_server import managed_triton
+from analyzer.config.scenario import Scenario
+from analyzer.target.server import ManagedServer, RemoteTarget, Target
+from analyzer.target.triton import managed_triton
 
 
 def make_target(scenario: Scenario, workdir: Path, url: str | None = None) -> Target:
-    """The target a scenario describes: a :class:`~analyzer.target.RemoteTarget` at ``url``
+    """The target a scenario describes: a :class:`~analyzer.target.server.RemoteTarget` at ``url``
     (default ``scenario.model.url``), else with ``model.server = "triton"`` a
-    :class:`~analyzer.triton_server.ManagedTriton` logging to
-    ``workdir/server/tritonserver.log``, else a :class:`~analyzer.target.ManagedServer` logging
+    :class:`~analyzer.target.triton.ManagedTriton` logging to
+    ``workdir/server/tritonserver.log``, else a :class:`~analyzer.target.server.ManagedServer` logging
     to ``workdir/server/server.log`` (a run directory's ``server_log``).
 
     Raises:

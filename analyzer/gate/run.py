@@ -7,13 +7,13 @@ calls :func:`run_gate`, and maps the report to an exit code. Everything between 
   (measure mode only) the scenario's ``[goals]`` (:func:`resolve_criteria`);
 * file mode: read a result (and a baseline) and judge it (:func:`judge_result`);
 * measure mode: plan one fixed load level (:func:`plan_measurement`), start the targets
-  (:func:`analyzer.target_factory.make_target`), measure each ``repeats`` times, interleaved with a
+  (:func:`analyzer.target.factory.make_target`), measure each ``repeats`` times, interleaved with a
   live baseline, re-measuring invalid repeats (:func:`measure_targets`), fingerprint what was
   measured (:func:`measurement_hash`), judge (:func:`measure_and_gate`);
 * outputs: console lines through ``echo``, Markdown, JUnit XML and the GitHub step summary
   (:func:`publish`).
 
-The verdicts, readers and renderers are :mod:`analyzer.gate`'s. The load generator is behind
+The verdicts, readers and renderers are :mod:`analyzer.gate.verdict`'s. The load generator is behind
 :data:`GeneratorFactory` (tests pass fakes); Locust is imported only when measuring.
 """
 
@@ -33,8 +33,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from analyzer.config.scenario import (
+    GateSection,
+    Scenario,
+    bundled_scenario,
+    generator_overrides,
+    input_overrides,
+    load_scenario,
+)
 from analyzer.errors import InputError, TargetError
-from analyzer.gate import (
+from analyzer.gate.verdict import (
     Criteria,
     GateInput,
     GateReport,
@@ -45,17 +53,9 @@ from analyzer.gate import (
     render_junit,
     render_markdown,
 )
-from analyzer.measure import Arrival, LoadMode, LoadSpec, Measurement, load_output_dict
-from analyzer.scenario import (
-    GateSection,
-    Scenario,
-    bundled_scenario,
-    generator_overrides,
-    input_overrides,
-    load_scenario,
-)
-from analyzer.target import ManagedServer, RemoteTarget, Target
-from analyzer.target_factory import make_target
+from analyzer.measure.measurement import Arrival, LoadMode, LoadSpec, Measurement, load_output_dict
+from analyzer.target.factory import make_target
+from analyzer.target.server import ManagedServer, RemoteTarget, Target
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -466,7 +466,7 @@ def publish(
 
 
 def _write_load_doc(path: Path, measurements: list[Measurement], env: Mapping[str, Any]) -> None:
-    from analyzer.results import write_json
+    from analyzer.rundir.results import write_json
 
     write_json(path, load_output_dict(measurements, None, env))
 

@@ -5,7 +5,7 @@ Two implementations:
 * :class:`ManagedServer`: a server process perfsweep starts on loopback with free ports, its
   output appended to a log file in the run directory; it is restarted when it dies. The
   reference server (``python -m reference_server``) by default;
-  :class:`analyzer.triton_server.ManagedTriton` is the same target with a real ``tritonserver``
+  :class:`analyzer.target.triton.ManagedTriton` is the same target with a real ``tritonserver``
   (``--server triton``): it only overrides how the process is prepared, launched and awaited.
 * :class:`RemoteTarget`: a server that is already running at ``--url`` (a real Triton or a
   reference server); never restarted.
@@ -15,19 +15,19 @@ restart: ``POST /v2/repository/models/<m>/load`` with ``{"parameters": {"config"
 then wait until the model is ready. Only plain HTTP (urllib) is used here, so no gevent or
 tritonclient import is needed to manage a target.
 
-Jobs are split: :mod:`analyzer.supervise` runs the server process (dies with this process, log
-file, wait for the ready line, SIGTERM then SIGKILL); :mod:`analyzer.transport` carries the HTTP
+Jobs are split: :mod:`analyzer.target.supervise` runs the server process (dies with this process, log
+file, wait for the ready line, SIGTERM then SIGKILL); :mod:`analyzer.target.transport` carries the HTTP
 calls (a ``MockTransport`` in tests); :func:`bundled_repository` writes a bundled model's
 repository; :func:`read_device_info` scrapes what each instance runs on. :class:`ManagedServer`
-composes them. :func:`analyzer.target_factory.make_target` picks the target a scenario describes
-(sweep and gate alike); it sits above this module and :mod:`analyzer.triton_server`, which
+composes them. :func:`analyzer.target.factory.make_target` picks the target a scenario describes
+(sweep and gate alike); it sits above this module and :mod:`analyzer.target.triton`, which
 builds on :class:`ManagedServer`.
 
 A server that outlives the sweep (``--url``) may be named by several workers of one study:
 :func:`claim_target` keeps a lease per server and model in the study (its user attributes,
 through :class:`LeaseStore`) and refuses a second live worker with :class:`TargetInUseError`.
 
-Only ``http://`` URLs are accepted (:func:`analyzer.urls.http_url`, the one place URLs enter):
+Only ``http://`` URLs are accepted (:func:`analyzer.config.urls.http_url`, the one place URLs enter):
 TLS is not implemented end to end, so an ``https://`` URL is refused rather than sent as plain
 HTTP.
 """
@@ -51,12 +51,12 @@ from typing import Any, Protocol
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from analyzer.config.urls import http_url
 from analyzer.errors import TargetDiedError, TargetError
-from analyzer.liveness import live, wait_for_return
-from analyzer.server_stats import parse_device_info
-from analyzer.supervise import Supervisor
-from analyzer.transport import Request, Transport, UrllibTransport
-from analyzer.urls import http_url
+from analyzer.target.liveness import live, wait_for_return
+from analyzer.target.server_stats import parse_device_info
+from analyzer.target.supervise import Supervisor
+from analyzer.target.transport import Request, Transport, UrllibTransport
 from reference_server.ready import ServerAddresses, last_ready
 
 
@@ -70,7 +70,7 @@ def untunable_reason(config: mc.ModelConfig) -> str | None:
     ``dynamic_batching``, ``sequence_batching`` and ``ensemble_scheduling`` share one proto
     ``oneof``: setting the first erases the others, which would silently change what an ensemble
     or a stateful model means. A stateful model with the sequence batcher's ``oldest`` strategy
-    is tuned in place (:func:`analyzer.trial.apply_knobs` writes into ``oldest``); the
+    is tuned in place (:func:`analyzer.config.knobs.apply_knobs` writes into ``oldest``); the
     ``direct`` strategy has nothing to tune, and an ensemble schedules its composing models.
     """
     kind = config.WhichOneof("scheduling_choice")
@@ -471,14 +471,14 @@ def bundled_repository(
 class ManagedServer(_HttpTarget):
     """A server subprocess on loopback with free ports: the reference server by default.
 
-    Composes a :class:`~analyzer.supervise.Supervisor` (the process and its log), the ready line
+    Composes a :class:`~analyzer.target.supervise.Supervisor` (the process and its log), the ready line
     (:func:`reference_server.ready.last_ready`), :func:`bundled_repository` and
     :func:`read_device_info`; the HTTP calls are the shared :class:`_HttpTarget` ones.
 
     The life cycle (start, restart a dead server and reload its last config, stop) is this
     class's alone. Another server overrides the hooks: :meth:`_prepare` (files the process
     needs), :meth:`command`, :meth:`_new_supervisor` and :meth:`_await_ready` (see
-    :class:`analyzer.triton_server.ManagedTriton`).
+    :class:`analyzer.target.triton.ManagedTriton`).
 
     Args:
         model: Model to load (a bundled model name, or a model in ``repository``).
@@ -696,7 +696,7 @@ class TargetInUseError(TargetError):
 
 
 class LeaseStore(Protocol):
-    """Where leases live: the study's user attributes (:class:`analyzer.search.Search`)."""
+    """Where leases live: the study's user attributes (:class:`analyzer.search.study.Search`)."""
 
     def study_attrs(self) -> dict[str, Any]:
         """Every study user attribute, read now."""

@@ -27,13 +27,13 @@ from dataclasses import dataclass, field, replace
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer import records
+from analyzer.config.knobs import Knobs, group_devices, knobs_of
+from analyzer.config.scenario import Scenario
 from analyzer.predict import ProfileError
 from analyzer.predict.profile import Profile, WindowSample, operating_points, rescaled
 from analyzer.predict.simulator import SimConfig, capacities, latency_offset
-from analyzer.scenario import Scenario
-from analyzer.search import SearchSpace
-from analyzer.trial import Knobs, group_devices, knobs_of
+from analyzer.rundir import records
+from analyzer.search.study import SearchSpace
 
 __all__ = [
     "STRATEGIES",

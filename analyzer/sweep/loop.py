@@ -4,7 +4,7 @@
 
     target up -> baseline (the model's config as given)
     -> [predict] profile phase (predict/probe.py) -> every config's simulated capacity
-       (predictions.json; analyzer.strategy.Guide)
+       (predictions.json; analyzer.search.strategy.Guide)
     -> Optuna ask/tell (the strategy enqueues: predict its best unmeasured prediction, tpe the
        seeds, grid every config; random and tpe then sample):
         knobs -> ModelConfig -> trials/NNN/config.pbtxt -> repository load (no restart)
@@ -16,7 +16,7 @@
        (time per phase), report.html
 
 A failed load or measurement is a failed trial with its reason kept; the sweep goes on. A
-server that dies (:mod:`analyzer.liveness` holds the rule) measures nothing: a managed server
+server that dies (:mod:`analyzer.target.liveness` holds the rule) measures nothing: a managed server
 is restarted and a ``--url`` server waited for (``run.server_wait_s``), and the trial runs
 again; a config that kills its server twice is a finding (``crashed the server``) and the
 search goes on. A server that cannot be brought back stops the run: the trial it died in is
@@ -24,8 +24,8 @@ recorded ``interrupted: server died``, nothing else is measured, summary.json re
 so far as not validated, run.json says ``failed``, and :class:`TargetDiedError` carries the
 outcome to the caller (exit 3; ``--resume`` finishes the run).
 
-Seams: the server is a :class:`~analyzer.target.Target`, the load a
-:class:`~analyzer.measure.LoadGenerator`, the live view a :class:`SweepObserver`; tests pass
+Seams: the server is a :class:`~analyzer.target.server.Target`, the load a
+:class:`~analyzer.measure.measurement.LoadGenerator`, the live view a :class:`SweepObserver`; tests pass
 fakes for all three.
 """
 
@@ -44,16 +44,32 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer import records
+from analyzer.config.knobs import (
+    Knobs,
+    apply_knobs,
+    candidate_choices,
+    kind_choices,
+    knobs_of,
+    mix_queue_policy_choices,
+    response_cache_choices,
+)
+from analyzer.config.objective import Objective, objective_for, worst_value
+from analyzer.config.scenario import Scenario
 from analyzer.errors import InputError, TargetDiedError, TargetError
 from analyzer.evaluation import Evaluator
 from analyzer.evaluation.plan import NEIGHBOUR_GROWTH, Expected
-from analyzer.measure import GainSample, LoadGenerator, gain_estimate, gain_sentence, goals_met
-from analyzer.objective import Objective, objective_for, worst_value
+from analyzer.measure.measurement import (
+    GainSample,
+    LoadGenerator,
+    gain_estimate,
+    gain_sentence,
+    goals_met,
+)
 from analyzer.predict import ProfileError
 from analyzer.predict.profile import Profile, load_profile, run_dir_samples, save_profile
-from analyzer.records import StopReason, TrialRecord
-from analyzer.results import (
+from analyzer.rundir import records
+from analyzer.rundir.records import StopReason, TrialRecord
+from analyzer.rundir.results import (
     RunDirectory,
     config_text,
     environment,
@@ -61,16 +77,7 @@ from analyzer.results import (
     utc_now,
     write_atomic,
 )
-from analyzer.scenario import Scenario
-from analyzer.search import (
-    DIED_REASON,
-    INTERRUPTED_REASON,
-    FinishedTrial,
-    Search,
-    SearchSpace,
-    TrialOutcome,
-)
-from analyzer.strategy import (
+from analyzer.search.strategy import (
     Guide,
     grid_configs,
     grid_note,
@@ -79,7 +86,16 @@ from analyzer.strategy import (
     sampler_for,
     with_prediction,
 )
-from analyzer.target import (
+from analyzer.search.study import (
+    DIED_REASON,
+    INTERRUPTED_REASON,
+    FinishedTrial,
+    Search,
+    SearchSpace,
+    TrialOutcome,
+)
+from analyzer.target.factory import make_target
+from analyzer.target.server import (
     ConfigRejectedError,
     Target,
     TargetLease,
@@ -87,16 +103,6 @@ from analyzer.target import (
     observed_device,
     renew_target,
     untunable_reason,
-)
-from analyzer.target_factory import make_target
-from analyzer.trial import (
-    Knobs,
-    apply_knobs,
-    candidate_choices,
-    kind_choices,
-    knobs_of,
-    mix_queue_policy_choices,
-    response_cache_choices,
 )
 
 _LOG = logging.getLogger(__name__)
@@ -120,7 +126,7 @@ Profiler = Callable[[Target, Scenario], Profile]
 @dataclass(frozen=True)
 class SweepOutcome:
     """What a sweep produced: the trial records behind summary.json, and the file's record
-    (:class:`analyzer.records.RunSummary`, in :attr:`record`; its JSON in :attr:`data`)."""
+    (:class:`analyzer.rundir.records.RunSummary`, in :attr:`record`; its JSON in :attr:`data`)."""
 
     run_dir: Path
     run_id: str
@@ -181,7 +187,7 @@ class SweepObserver:
 
 def space_for(scenario: Scenario, base: mc.ModelConfig | None = None) -> SearchSpace:
     """The search space the scenario bounds (``base``: the model's config, which may refuse a
-    response cache: :func:`analyzer.trial.response_cache_choices`)."""
+    response cache: :func:`analyzer.config.knobs.response_cache_choices`)."""
     s = scenario.space
     return SearchSpace.from_bounds(
         s.max_batch_size,
@@ -645,7 +651,7 @@ def _locust_generator(
 ) -> Iterator[LoadGenerator]:
     from analyzer.load import LocustLoadGenerator  # gevent: only when measuring
     from analyzer.load.engine import engine_options
-    from analyzer.measure import LoadMode, LoadSpec, WindowStats
+    from analyzer.measure.measurement import LoadMode, LoadSpec, WindowStats
 
     def on_window(spec: LoadSpec, window: WindowStats) -> None:
         unit = "req/s" if spec.mode is LoadMode.REQUEST_RATE else "users"
@@ -933,7 +939,7 @@ def probe_profile(target: Target, scenario: Scenario) -> Profile:
     """
     from analyzer.load.engine import input_options
     from analyzer.predict.probe import ProbePlan, probe
-    from analyzer.server_stats import http_stats_source
+    from analyzer.target.server_stats import http_stats_source
 
     # The probe reads batch_stats: a server without them (or not answering) is told apart
     # before any probe config is loaded.

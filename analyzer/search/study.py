@@ -1,7 +1,7 @@
 """The search: knobs, their encoding, and the Optuna study behind the ask/tell loop.
 
 This is the only module that imports optuna. Everything else sees :class:`Knobs` (the searched part
-of a model config, defined in ``analyzer.trial``), :class:`SearchSpace` (a finite grid of knobs)
+of a model config, defined in ``analyzer.config.knobs``), :class:`SearchSpace` (a finite grid of knobs)
 and :class:`Search` (ask a trial, tell its outcome).
 
 Encoding (why integers): every knob is an integer index, so no invalid config can be sampled and
@@ -40,13 +40,13 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
+from analyzer.config.knobs import Knobs, QueuePolicyKnob, group_devices
 from analyzer.errors import InputError
-from analyzer.trial import Knobs, QueuePolicyKnob, group_devices
 
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
 
-__all__ = [  # Knobs is analyzer.trial's (no optuna there): import it from there
+__all__ = [  # Knobs is analyzer.config.knobs's (no optuna there): import it from there
     "DIED_REASON",
     "INTERRUPTED_REASON",
     "AskedTrial",
@@ -123,15 +123,15 @@ class SearchSpace:
         instances: Inclusive bounds of the instance count (of each group, with
             ``group_devices``).
         cache_choices: Values of :attr:`Knobs.response_cache` searched
-            (:func:`analyzer.trial.response_cache_choices`; ``(None,)``: the model's own).
+            (:func:`analyzer.config.knobs.response_cache_choices`; ``(None,)``: the model's own).
         policy_choices: Values of :attr:`Knobs.queue_policy` searched
-            (:func:`analyzer.trial.queue_policy_choices`; ``(None,)``: the model's own).
+            (:func:`analyzer.config.knobs.queue_policy_choices`; ``(None,)``: the model's own).
         candidate_choices: Values of :attr:`Knobs.max_candidate_sequences` searched
-            (:func:`analyzer.trial.candidate_choices`; ``(None,)``: the model's own).
+            (:func:`analyzer.config.knobs.candidate_choices`; ``(None,)``: the model's own).
         kind_choices: Values of :attr:`Knobs.instance_kind` searched
-            (:func:`analyzer.trial.kind_choices`; ``(None,)``: the model's own).
+            (:func:`analyzer.config.knobs.kind_choices`; ``(None,)``: the model's own).
         group_devices: Instances one count makes in each instance group of the base config
-            (:func:`analyzer.trial.group_devices`); None: one plain count, the knobs without
+            (:func:`analyzer.config.knobs.group_devices`); None: one plain count, the knobs without
             :attr:`Knobs.group_counts`. Several groups: one ``instances_i`` dimension each; one
             group on several GPUs keeps the one ``instances`` dimension.
     """
@@ -521,7 +521,7 @@ class Search:
         trial.set_user_attr("failure", reason)
         self._study.tell(trial, state=TrialState.FAIL)
 
-    # -- study attributes (the shared-target lease, analyzer.target.claim_target) ---------------
+    # -- study attributes (the shared-target lease, analyzer.target.server.claim_target) ---------------
 
     def study_attrs(self) -> dict[str, Any]:
         """The study's user attributes, read from the storage now (other workers' included)."""

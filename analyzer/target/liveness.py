@@ -12,7 +12,7 @@ Who applies it: the load generator after every step
 alike) and the targets before each trial (``Target.ensure_alive``). What follows a death is the
 caller's: a managed server is restarted, a ``--url`` server is waited for
 (:func:`wait_for_return`, ``run.server_wait_s``), and the sweep re-runs the trial or stops
-(:mod:`analyzer.sweep`).
+(:mod:`analyzer.sweep.loop`).
 
 How long a dead server takes to be noticed: a refused connection fails its request at once and
 the step's fail-fast rule ends the step; a hung server's requests pile up until the step's
@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from analyzer.errors import TargetDiedError
-from analyzer.measure import Measurement
-from analyzer.transport import Request, Transport, UrllibTransport
+from analyzer.measure.measurement import Measurement
+from analyzer.target.transport import Request, Transport, UrllibTransport
 
 #: Seconds the health check waits for an answer (a loaded but live server answers in ms).
 HEALTH_TIMEOUT_S = 5.0

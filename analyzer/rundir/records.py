@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from analyzer.config.knobs import Knobs
 from analyzer.documents import (
     FORMATS,
     PREDICTIONS_KIND,
@@ -48,7 +49,7 @@ from analyzer.documents import (
     write_json,
 )
 from analyzer.errors import ResultFormatError
-from analyzer.measure import (
+from analyzer.measure.measurement import (
     LOW_SAMPLE_P99,
     CapacityResult,
     GpuStats,
@@ -58,7 +59,6 @@ from analyzer.measure import (
     p99_sample_note,
     unusable,
 )
-from analyzer.trial import Knobs
 
 
 class StopReason(str, enum.Enum):
@@ -147,7 +147,7 @@ class TrialMeasurement(abc.ABC):
 
     def operating_point(self) -> Measurement | None:
         """The level the trial's numbers rest on: the fixed level (``latency``), else the capacity
-        search's best point, else its gentlest point (:func:`analyzer.measure.gentlest`, the
+        search's best point, else its gentlest point (:func:`analyzer.measure.measurement.gentlest`, the
         one copy of that rule); None when nothing was measured."""
         if self.capacity is None:
             return self.fixed
@@ -155,7 +155,7 @@ class TrialMeasurement(abc.ABC):
 
     @abc.abstractmethod
     def problem(self) -> str | None:
-        """Why the measurement cannot meet any goal (:func:`analyzer.measure.unusable`), else None."""
+        """Why the measurement cannot meet any goal (:func:`analyzer.measure.measurement.unusable`), else None."""
 
     def request_count(self) -> int | None:
         """Latencies behind the reported percentiles (None: nothing measured)."""
@@ -408,7 +408,7 @@ class TrialRecord:
 
     @property
     def feasible(self) -> bool:
-        """Complete and meeting the goals on a usable measurement (``analyzer.measure.goals_met``).
+        """Complete and meeting the goals on a usable measurement (``analyzer.measure.measurement.goals_met``).
 
         Records written before the one rule could say an unusable measurement met the goals.
         """
@@ -615,7 +615,7 @@ class ConfigEntry:
         """The entry of a headline trial (``sweep._finish``).
 
         ``p99_n`` is the number of latencies behind the percentiles; a p99 of fewer than
-        :data:`~analyzer.measure.LOW_SAMPLE_P99` is ``p99_low_sample`` with a ``p99_note``.
+        :data:`~analyzer.measure.measurement.LOW_SAMPLE_P99` is ``p99_low_sample`` with a ``p99_note``.
         """
         samples = trial.request_count()
         gpus = trial.gpu_figures()

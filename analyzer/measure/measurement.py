@@ -15,8 +15,8 @@ Vocabulary:
 * *stable*: the last ``stable_windows`` windows agree within ``stability_pct`` on throughput and p99
   (perf_analyzer's rule); an unstable level is reported and marked, never hidden.
 * *sequential step*: a level with ``LoadSpec.sequential`` set stops as soon as the sequential test
-  of ``p99 <= goal`` (:mod:`analyzer.stepping`) decides PASS or FAIL, or at its cap (BOUNDARY);
-  its :class:`~analyzer.stepping.StepRecord` is ``Measurement.step``. Stability is then a check
+  of ``p99 <= goal`` (:mod:`analyzer.measure.stepping`) decides PASS or FAIL, or at its cap (BOUNDARY);
+  its :class:`~analyzer.measure.stepping.StepRecord` is ``Measurement.step``. Stability is then a check
   recorded on the measurement, not the stopping rule.
 * *valid*: the generator kept up (achieved rate, send lag, CPU); an invalid result says how to fix it.
 """
@@ -36,7 +36,7 @@ from hdrh.histogram import HdrHistogram
 
 from analyzer.documents import FORMATS, LOAD_KIND, header
 from analyzer.errors import InputError, ResultFormatError
-from analyzer.stepping import StepRecord, StepTest, StepVerdict
+from analyzer.measure.stepping import StepRecord, StepTest, StepVerdict
 
 #: Histogram range in microseconds: 1 µs .. 10 minutes. Larger values are clamped, never dropped.
 HIST_LOWEST_US = 1
@@ -664,7 +664,7 @@ def gentlest(points: Iterable[_Point]) -> _Point | None:
     reports when no level met the goals, so the slack says by how much the config missed.
 
     ``points`` are :class:`Measurement` objects or their ``to_dict`` mappings; None when there
-    are none. The one copy of this rule (:mod:`analyzer.objective` re-exports it).
+    are none. The one copy of this rule (:mod:`analyzer.config.objective` re-exports it).
     """
 
     def target(p: Any) -> float:

@@ -1,0 +1,7 @@
+"""Layer 5, target: the server under test.
+
+The ``Target`` protocol with the managed reference server and ``--url`` (``server``), a managed
+real Triton (``triton``), which target a scenario describes (``factory``), when the server is dead
+(``liveness``), the supervised child process (``supervise``), the HTTP seam (``transport``) and
+the server's own statistics (``server_stats``). Imports ``rundir`` and the layers below it.
+"""
