@@ -8,6 +8,9 @@
     evaluator.py  Evaluator: asks the objective what to measure; returns an Evaluation
 
 No optuna or gevent here (the load generator is passed in).
+
+Layer 7 of ``analyzer`` (``docs/internals.md``): imports ``load`` and the layers below it
+(in practice ``rundir``, ``config`` and ``measure``).
 """
 
 from analyzer.evaluation.capacity import CapacityDriver

@@ -11,6 +11,8 @@ serve`` and ``--help`` stay unpatched.
 Public API::
 
     from analyzer.load import EngineOptions, LocustLoadGenerator
+
+Layer 6 of ``analyzer`` (``docs/internals.md``): imports ``target`` and the layers below it.
 """
 
 from __future__ import annotations

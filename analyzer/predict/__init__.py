@@ -19,6 +19,9 @@
 Errors (both :class:`analyzer.errors.InputError`, exit 2): :class:`ExtrapolationError` (a
 config needs a batch size beyond the profiled ones) and :class:`ProfileError` (no profile can
 be built from what was given).
+
+Layer 8 of ``analyzer`` (``docs/internals.md``), with ``search`` (whose strategy consults it):
+imports ``evaluation`` and the layers below it.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@
 :func:`write_report` does both and writes ``report.html`` into the run directory; the sweep calls
 it when a run ends, and ``perfsweep report RUN_DIR`` re-renders. ``--compare`` renders two runs
 side by side (:mod:`analyzer.report.compare`).
+
+Layer 9 of ``analyzer`` (``docs/internals.md``), with ``gate``: imports ``search`` and
+``predict`` and the layers below them.
 """
 
 from __future__ import annotations

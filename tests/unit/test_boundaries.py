@@ -16,6 +16,12 @@ place"):
 - ``reference_server/core/`` and ``reference_server/batching/`` import no
   ``reference_server.frontends`` module and not ``reference_server.app`` (frontends call the
   core, never the other way round).
+- ``analyzer/`` is layered (:data:`LAYERS`, lowest first; ``docs/internals.md`` draws it): a
+  module imports nothing of a layer above its own; modules of one layer may import each other.
+  One rule per layer; every ``analyzer`` module lies in exactly one layer, and each package's
+  ``__init__`` docstring names its layer. Imports under ``TYPE_CHECKING`` do not count here (they
+  never run: ``config/objective.py`` names the records it ranks in annotations only); imports
+  inside functions do.
 - No import cycles among the modules of both packages: each module imports only what sits
   below it (:func:`test_no_import_cycles` says which imports count).
 
@@ -215,6 +221,7 @@ class ImportRule:
     modules: tuple[str, ...]
     allowed: tuple[str, ...]
     importers: tuple[str, ...] = PACKAGES  # the files the rule applies to
+    runtime_only: bool = False  # imports under ``if TYPE_CHECKING:`` do not count
 
     def violations(self, scanners: list[_Scanner]) -> list[Finding]:
         return [
@@ -223,8 +230,41 @@ class ImportRule:
             if _under(scanner.relative.as_posix(), *self.importers)
             and not _under(scanner.relative.as_posix(), *self.allowed)
             for found in scanner.imports
-            if any(_imports(module, found.what) for module in self.modules)
+            if not (self.runtime_only and found.type_checking)
+            and any(_imports(module, found.what) for module in self.modules)
         ]
+
+
+#: The layers of ``analyzer/``, lowest first: (name, the files and folders it holds). A module
+#: may import its own layer and those below; ``docs/internals.md`` draws the same order.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("errors, documents", ("analyzer/__init__.py", "analyzer/errors.py", "analyzer/documents.py")),
+    ("measure", ("analyzer/measure",)),
+    ("config", ("analyzer/config",)),
+    ("rundir", ("analyzer/rundir",)),
+    ("target", ("analyzer/target",)),
+    ("load", ("analyzer/load",)),
+    ("evaluation", ("analyzer/evaluation",)),
+    ("predict, search", ("analyzer/predict", "analyzer/search")),
+    ("report, gate", ("analyzer/report", "analyzer/gate")),
+    ("sweep", ("analyzer/sweep",)),
+    ("commands, cli", ("analyzer/commands", "analyzer/cli.py")),
+)
+
+
+def _dotted_path(path: str) -> str:
+    return path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+
+
+def layer_rules() -> dict[str, ImportRule]:
+    """One rule per layer with a layer above it: its files import no module of those above."""
+    rules = {}
+    for n, (name, paths) in enumerate(LAYERS[:-1]):
+        above = tuple(_dotted_path(p) for _, higher in LAYERS[n + 1 :] for p in higher)
+        rules[f"layer {name} imports nothing above it"] = ImportRule(
+            above, (), importers=paths, runtime_only=True
+        )
+    return rules
 
 
 IMPORT_RULES: dict[str, ImportRule] = {
@@ -244,6 +284,7 @@ IMPORT_RULES: dict[str, ImportRule] = {
         (),
         importers=("reference_server/core", "reference_server/batching"),
     ),
+    **layer_rules(),
 }
 
 #: (path, function or "" for any) where a call is part of the CLI edge (module docstring).
@@ -464,6 +505,47 @@ PLANTED_IMPORTS: dict[str, tuple[str, str]] = {
         "reference_server/batching/scheduler.py",
         "from ..frontends import http\n",
     ),
+    # Each layer importing the one right above it, in every form an import takes.
+    "layer errors, documents imports nothing above it": (
+        "analyzer/documents.py",
+        "def read():\n    from analyzer.measure import measurement\n",
+    ),
+    "layer measure imports nothing above it": (
+        "analyzer/measure/stepping.py",
+        "from ..config.scenario import Scenario\n",
+    ),
+    "layer config imports nothing above it": (
+        "analyzer/config/knobs.py",
+        "from analyzer.rundir.records import TrialRecord\n",
+    ),
+    "layer rundir imports nothing above it": (
+        "analyzer/rundir/records.py",
+        "import analyzer.target.server\n",
+    ),
+    "layer target imports nothing above it": (
+        "analyzer/target/liveness.py",
+        "from .. import load\n",
+    ),
+    "layer load imports nothing above it": (
+        "analyzer/load/engine.py",
+        "from analyzer.evaluation import LoadPlan\n",
+    ),
+    "layer evaluation imports nothing above it": (
+        "analyzer/evaluation/plan.py",
+        "import importlib\nstudy = importlib.import_module('analyzer.search.study')\n",
+    ),
+    "layer predict, search imports nothing above it": (
+        "analyzer/search/strategy.py",
+        "def guide():\n    from analyzer.gate.verdict import evaluate\n",
+    ),
+    "layer report, gate imports nothing above it": (
+        "analyzer/report/build.py",
+        "from analyzer.sweep.loop import run_sweep\n",
+    ),
+    "layer sweep imports nothing above it": (
+        "analyzer/sweep/loop.py",
+        "from analyzer.commands import run\n",
+    ),
 }
 
 
@@ -521,6 +603,45 @@ def test_scanner_finds_a_planted_call(tmp_path: Path, kind: str, source: str, li
     if kind == "print":  # app.py prints outside run_server: below the CLI
         expected.append(("reference_server/app.py", 2))
     assert sorted((f.path, f.line) for f in found) == sorted(expected)
+
+
+def test_every_analyzer_module_lies_in_one_layer(scanners: list[_Scanner]) -> None:
+    """A new module or package is placed in :data:`LAYERS` (and so under its rule)."""
+    paths = [s.relative.as_posix() for s in scanners if _under(s.relative.as_posix(), "analyzer")]
+    placed = {path: [name for name, held in LAYERS if _under(path, *held)] for path in paths}
+    wrong = [f"{path}: {names or 'no layer'}" for path, names in placed.items() if len(names) != 1]
+    assert not wrong, "modules outside LAYERS or in two layers:\n" + "\n".join(wrong)
+
+
+def test_each_package_docstring_names_its_layer() -> None:
+    """``analyzer/<package>/__init__.py`` says ``Layer N`` (N counted from 1, lowest first)."""
+    wrong = []
+    for n, (name, held) in enumerate(LAYERS, 1):
+        for path in held:
+            init = REPO_ROOT / path / "__init__.py"
+            if not init.is_file():
+                continue  # a module of the layer, not a package
+            doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+            if f"Layer {n}" not in doc or any(f"Layer {m}" in doc for m in range(n + 1, 20)):
+                wrong.append(f"{path}/__init__.py: should name Layer {n} ({name})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_type_checking_import_does_not_cross_a_layer(tmp_path: Path) -> None:
+    """Annotations may name a higher layer's types; running code may not import them."""
+    rule = IMPORT_RULES["layer config imports nothing above it"]
+    typing_only = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from analyzer.rundir import records\n"
+    _plant(tmp_path, "analyzer/config/objective.py", typing_only)
+    assert rule.violations(scan(tmp_path)) == []
+    _plant(
+        tmp_path,
+        "analyzer/config/objective.py",
+        typing_only + "def best():\n    from analyzer.rundir import records\n",
+    )
+    found = rule.violations(scan(tmp_path))
+    assert [(f.line, f.function) for f in found if f.what == "analyzer.rundir.records"] == [
+        (5, "best")
+    ]
 
 
 def test_relative_imports_resolve_against_the_package() -> None:
