@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.folder_times import FolderTimes
 from tests.support.io_guard import IO_FIXTURES, IO_MARKER, IoGuard
 from tests.support.real_triton import (
     RealTriton,
@@ -24,6 +25,7 @@ def pytest_configure(config: pytest.Config) -> None:
     guard = IoGuard()
     guard.install()
     config.pluginmanager.register(guard, "perfsweep_io_guard")
+    config.pluginmanager.register(FolderTimes(), "perfsweep_folder_times")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -3,20 +3,23 @@ per-class p99 against per-class goals, and a planted model where only a priority
 meets both.
 
 The model takes 10 ms a request (10.4 ms with the server's own work) on one instance without
-batching, offered 80 req/s (83 % busy). In one FIFO queue every request waits alike: the
-urgent class's p99 is ~120 ms, over its 60 ms goal. With two priority levels the urgent 30 %
-overtake the queue and wait about one execution (p99 ~33 ms), while the bulk 70 % wait longer
-but stay far within their 800 ms. A level is 1,600 requests (two windows of 800), so the urgent
-class's p99 is its 5th largest of ~480. Sized by simulating both queues 300 times at these
-numbers (an M/D/1 queue, 1,600 requests a level): the FIFO urgent p99 was never below 67 ms, the
-priority one never above 56 ms (at 70 req/s and 800 requests, the sizes before, the two
-overlapped: FIFO down to 45 ms, priority up to 56 ms around a 45 ms goal; one run in CI failed
-so). The grid measures the space's first two configs, the FIFO one and the plain priority one
-(``space.queue_policy = "search"`` lists them first), at the fixed rate (objective ``latency``):
-the FIFO config must miss the goals on its urgent class, and the chosen one must set priorities
-and meet both class goals. The urgent class's 60 ms goal sets the sweep's send-lag bound (a
-tenth of the tightest goal, at least 10 ms): a level in which this machine held the generator
-back ~40 ms for more than 1 % of its sends is measured again, not judged (one was, before).
+batching, offered 85 req/s (88 % busy). In one FIFO queue every request waits alike: the
+urgent class's p99 is ~150 ms, over its 70 ms goal. With two priority levels the urgent 30 %
+overtake the queue and wait about one execution (p99 ~33 ms, ~41 ms measured on this machine),
+while the bulk 70 % wait longer but stay within their 2 s. A level is 1,600 requests (two
+windows of 800), so the urgent class's p99 is its 5th largest of ~480. Sized by simulating both
+queues 400 times at these numbers (an M/D/1 queue, 1,600 requests a level): the FIFO urgent p99
+was never below 83 ms, the priority one never above 45 ms, so the goal leaves ~25 ms on either
+side for what the model leaves out (HTTP, timers, a busy host). At 80 req/s and a 60 ms goal
+(the sizes before) the priority side had 6 ms, and one CI run failed on it. The bulk goal is
+loose because the bulk queue's p99 grows steeply with the service time on a busy host (~520 ms
+median at 11.5 ms a request). The grid measures the space's first two configs, the FIFO one and
+the plain priority one (``space.queue_policy = "search"`` lists them first), at the fixed rate
+(objective ``latency``): the FIFO config must miss the goals on its urgent class, and the chosen
+one must set priorities and meet both class goals. The urgent class's goal sets the sweep's
+send-lag bound (a tenth of the tightest goal, at least 10 ms): a level in which this machine
+held the generator back longer than that for more than 1 % of its sends is measured again, not
+judged.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from tests.support.servers import write_sim_model
 
 pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.slow]
 
-URGENT_MS, BULK_MS = 60.0, 800.0
+URGENT_MS, BULK_MS = 70.0, 2000.0
 
 SCENARIO = f"""
 objective = "latency"
@@ -41,7 +44,7 @@ objective = "latency"
 name = "prio"
 [traffic]
 mode = "rate"
-rate_rps = 80.0
+rate_rps = 85.0
 min_rate_rps = 5.0
 max_rate_rps = 200.0
 [[traffic.classes]]
