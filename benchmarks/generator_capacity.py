@@ -226,7 +226,7 @@ def _client_perfsweep(
 ) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from analyzer.load import EngineOptions, LocustLoadGenerator
-    from analyzer.measure.measurement import Arrival, LoadMode, LoadSpec
+    from analyzer.measure.specs import Arrival, LoadMode, LoadSpec
 
     spec = LoadSpec(
         LoadMode(mode),

@@ -71,7 +71,7 @@ is simplest) and pass --perf-analyzer PATH or set {ENV_VAR}=PATH."""
 
 def _perfsweep_child(args: dict[str, Any]) -> dict[str, Any]:
     from analyzer.load import EngineOptions, LocustLoadGenerator
-    from analyzer.measure.measurement import Arrival, LoadMode, LoadSpec
+    from analyzer.measure.specs import Arrival, LoadMode, LoadSpec
 
     spec = LoadSpec(
         LoadMode.REQUEST_RATE,

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from analyzer.load import EngineOptions, LocustLoadGenerator  # noqa: E402
-from analyzer.measure.measurement import Arrival, CapacitySpec, Goals, LoadMode, LoadSpec  # noqa: E402
+from analyzer.measure.specs import Arrival, CapacitySpec, Goals, LoadMode, LoadSpec  # noqa: E402
 from analyzer.measure.stepping import StepTest  # noqa: E402
 from analyzer.rundir.results import environment  # noqa: E402
 from tests.load.refserver import RefServer, write_sim_model  # noqa: E402

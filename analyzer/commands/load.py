@@ -44,17 +44,10 @@ from analyzer.commands.input_flags import (
 from analyzer.config.scenario import InputSection, load_scenario
 from analyzer.errors import GoalNotMetError, InputError
 from analyzer.load.engine import engine_options, input_options
-from analyzer.measure.measurement import (
-    Arrival,
-    CapacityResult,
-    CapacitySpec,
-    Goals,
-    LoadMode,
-    LoadSpec,
-    Measurement,
-    WindowStats,
-    load_output_dict,
-)
+from analyzer.measure.capacity import CapacityResult
+from analyzer.measure.generator import load_output_dict
+from analyzer.measure.measurement import Measurement, WindowStats
+from analyzer.measure.specs import Arrival, CapacitySpec, Goals, LoadMode, LoadSpec
 
 
 def _numbers(text: str | None, what: str) -> list[float]:

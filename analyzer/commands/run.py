@@ -42,7 +42,8 @@ from analyzer.config.knobs import Knobs
 from analyzer.config.scenario import Scenario, bundled_scenario, load_scenario
 from analyzer.errors import GoalNotMetError, InputError, TargetDiedError
 from analyzer.evaluation.plan import LoadPlan
-from analyzer.measure.measurement import Goals, classes_text
+from analyzer.measure.goals import classes_text
+from analyzer.measure.specs import Goals
 from analyzer.rundir.records import StopReason, TrialRecord
 from analyzer.sweep.loop import SweepObserver, SweepOutcome
 from analyzer.target.server_stats import cache_hit_ratio, cache_hits_text

@@ -26,7 +26,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
 
 from analyzer.errors import InputError
-from analyzer.measure.measurement import GainSample, LoadMode, gentlest
+from analyzer.measure.gain import GainSample
+from analyzer.measure.measurement import gentlest
+from analyzer.measure.specs import LoadMode
 
 if TYPE_CHECKING:  # annotations only: the records are what the objective reads
     from analyzer.rundir.records import TrialMeasurement, ValidationCandidate

@@ -353,7 +353,7 @@ class TrafficSection(_Section):
 
     def class_goals(self) -> tuple[tuple[str, float], ...]:
         """``(name, p99_ms)`` of every class with its own p99 goal (the others take the run's
-        ``goals.p99_ms``): what :class:`analyzer.measure.measurement.Goals` ``classes`` is built from."""
+        ``goals.p99_ms``): what :class:`analyzer.measure.specs.Goals` ``classes`` is built from."""
         return tuple((c.name, c.p99_ms) for c in self.classes if c.p99_ms > 0)
 
 

@@ -1,11 +1,11 @@
 """One capacity driver for open and closed loop, behind the ``LoadGenerator`` seam.
 
 Open loop (``step.mode`` request rate): the generator's own search
-(:meth:`~analyzer.measure.measurement.LoadGenerator.find_capacity`), which can stop a level early and drain
+(:meth:`~analyzer.measure.generator.LoadGenerator.find_capacity`), which can stop a level early and drain
 the server between levels. Closed loop (concurrency): the same :class:`~analyzer.measure.measurement.
-CapacitySearch` over whole user counts, each level one :meth:`~analyzer.measure.measurement.LoadGenerator.
+CapacitySearch` over whole user counts, each level one :meth:`~analyzer.measure.generator.LoadGenerator.
 measure`; its capacity is the throughput of the best passing level. Both answer a
-:class:`~analyzer.measure.measurement.CapacityResult`.
+:class:`~analyzer.measure.capacity.CapacityResult`.
 """
 
 from __future__ import annotations
@@ -13,15 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from analyzer.measure.measurement import (
-    CapacityResult,
-    CapacitySearch,
-    CapacitySpec,
-    LoadGenerator,
-    LoadMode,
-    Measurement,
-    meets_goals,
-)
+from analyzer.measure.capacity import CapacityResult, CapacitySearch
+from analyzer.measure.generator import LoadGenerator
+from analyzer.measure.goals import meets_goals
+from analyzer.measure.measurement import Measurement
+from analyzer.measure.specs import CapacitySpec, LoadMode
 
 
 class CapacityDriver:

@@ -23,14 +23,10 @@ from analyzer.config.scenario import Scenario
 from analyzer.evaluation.capacity import CapacityDriver
 from analyzer.evaluation.plan import Expected, LoadPlan
 from analyzer.evaluation.slack import slacks
-from analyzer.measure.measurement import (
-    CapacityResult,
-    LoadGenerator,
-    Measurement,
-    error_slack,
-    meets_goals,
-    p99_slack,
-)
+from analyzer.measure.capacity import CapacityResult
+from analyzer.measure.generator import LoadGenerator
+from analyzer.measure.goals import error_slack, meets_goals, p99_slack
+from analyzer.measure.measurement import Measurement
 from analyzer.rundir.records import (
     CapacityMeasurement,
     FixedMeasurement,
@@ -206,7 +202,7 @@ class Evaluator:
 
         A step that passes (PASS, or BOUNDARY with its point p99 within the goal) stands for a capacity of
         ``rate_rps``, as a capacity search's best level does; one that fails for none. The p99
-        slack is the step's verdict over its point p99 (:func:`analyzer.measure.measurement.p99_slack`), so
+        slack is the step's verdict over its point p99 (:func:`analyzer.measure.goals.p99_slack`), so
         the record meets the goals exactly when the test passed it.
         """
         self._warm_up()

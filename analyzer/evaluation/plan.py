@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from analyzer.config.scenario import Scenario
-from analyzer.measure.measurement import Arrival, CapacitySpec, Goals, LoadMode, LoadSpec
+from analyzer.measure.specs import Arrival, CapacitySpec, Goals, LoadMode, LoadSpec
 from analyzer.measure.stepping import StepTest
 
 #: Windows a sequential step may take: the window is the unit of the stability check and of the
@@ -56,7 +56,7 @@ class Expected:
         check: Check the expectation instead of searching around it (the baseline's
             forecast): one step below it that must pass, one :data:`CHECK_GROWTH` above
             that must fail, a full search only when either disagrees
-            (:attr:`~analyzer.measure.measurement.CapacitySpec.forecast_check`).
+            (:attr:`~analyzer.measure.specs.CapacitySpec.forecast_check`).
     """
 
     rps: float

@@ -53,7 +53,9 @@ from analyzer.gate.verdict import (
     render_junit,
     render_markdown,
 )
-from analyzer.measure.measurement import Arrival, LoadMode, LoadSpec, Measurement, load_output_dict
+from analyzer.measure.generator import load_output_dict
+from analyzer.measure.measurement import Measurement
+from analyzer.measure.specs import Arrival, LoadMode, LoadSpec
 from analyzer.target.factory import make_target
 from analyzer.target.server import ManagedServer, RemoteTarget, Target
 

@@ -43,7 +43,9 @@ import numpy as np
 from analyzer.config.objective import Objective, gentlest, objective_for, worst_value
 from analyzer.config.scenario import hash_version
 from analyzer.errors import InputError, ResultFormatError
-from analyzer.measure.measurement import LoadMode, Measurement, read_load_output
+from analyzer.measure.generator import read_load_output
+from analyzer.measure.measurement import Measurement
+from analyzer.measure.specs import LoadMode
 from analyzer.rundir.records import (
     SUMMARY_KIND,
     FixedMeasurement,
@@ -734,7 +736,7 @@ def from_summary(
         )
         missed = [i for i, ok in enumerate(candidate.meets_goals, start=1) if not ok]
         if missed:
-            # The sweep's one rule (analyzer.measure.measurement.goals_met): such a repeat's numbers may
+            # The sweep's one rule (analyzer.measure.goals.goals_met): such a repeat's numbers may
             # describe a saturated generator, not the server.
             notes.append(
                 f"{label}: validation repeat(s) {', '.join(map(str, missed))} of trial "

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from analyzer.errors import InputError
 from analyzer.load.classes import RequestClass, request_classes
 from analyzer.load.inputs import DataMode, InputOptions, ShapeChoice
-from analyzer.measure.measurement import LoadSpec, WindowStats
+from analyzer.measure.measurement import WindowStats
+from analyzer.measure.specs import LoadSpec
 
 if TYPE_CHECKING:
     from analyzer.config.scenario import InputSection, Scenario

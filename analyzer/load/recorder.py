@@ -34,7 +34,7 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
-from analyzer.measure.measurement import merge_encoded, new_histogram, record_us
+from analyzer.measure.histograms import merge_encoded, new_histogram, record_us
 
 #: Error kinds are truncated to this many characters so a flood of unique messages stays small.
 ERROR_KIND_CHARS = 120

@@ -51,27 +51,24 @@ from analyzer.load.users import (
     ProcessContext,
     attach_context,
 )
-from analyzer.measure.measurement import (
-    CapacityResult,
-    CapacitySearch,
-    CapacitySpec,
-    ClassStats,
+from analyzer.measure.capacity import CapacityResult, CapacitySearch
+from analyzer.measure.goals import (
     GeneratorLimits,
-    LatencySummary,
-    LoadMode,
-    LoadSpec,
-    Measurement,
-    WindowStats,
     clearly_fails,
-    count_above_us,
     generator_problems,
     is_stable,
     meets_goals,
+    sequential_verdict,
+)
+from analyzer.measure.histograms import (
+    LatencySummary,
+    count_above_us,
     merge_histograms,
     new_histogram,
     percentiles_us,
-    sequential_verdict,
 )
+from analyzer.measure.measurement import ClassStats, Measurement, WindowStats
+from analyzer.measure.specs import CapacitySpec, LoadMode, LoadSpec
 from analyzer.measure.stepping import SequentialRule, StepRecord, StepVerdict
 from analyzer.target.liveness import check_step
 from analyzer.target.server_stats import ServerScraper, ServerSnapshot, combine_views, server_view
@@ -760,7 +757,7 @@ class LocustLoadGenerator:
 
         With ``spec.step.sequential`` set, every step is a sequential step against
         ``spec.goals.p99_ms`` (PASS and FAIL as pass and fail; BOUNDARY on its point p99, labelled
-        at the boundary when it passes: :func:`~analyzer.measure.measurement.meets_goals`), and only the
+        at the boundary when it passes: :func:`~analyzer.measure.goals.meets_goals`), and only the
         first step warms up.
         """
         search = CapacitySearch(spec)

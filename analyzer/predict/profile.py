@@ -52,7 +52,8 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.documents import FORMATS, PROFILE_KIND, header
 from analyzer.errors import ResultFormatError
-from analyzer.measure.measurement import LoadMode, Measurement
+from analyzer.measure.measurement import Measurement
+from analyzer.measure.specs import LoadMode
 from analyzer.predict import ExtrapolationError, ProfileError
 from analyzer.rundir import records
 from analyzer.rundir.results import RunDirectory

@@ -24,7 +24,9 @@ from typing import Any
 
 from analyzer.config.objective import Objective, objective_for
 from analyzer.errors import InputError
-from analyzer.measure.measurement import Goals, LoadMode, Measurement, class_slacks, meets_goals
+from analyzer.measure.goals import class_slacks, meets_goals
+from analyzer.measure.measurement import Measurement
+from analyzer.measure.specs import Goals, LoadMode
 from analyzer.report.gpu import (
     NO_GPU_METRIC,
     check_threshold,
@@ -401,7 +403,7 @@ def _trial_point(
         p90_ms=as_float(record.p90_ms) if complete else None,
         p99_ms=as_float(record.p99_ms) if complete else None,
         error_rate=as_float(record.error_rate) if complete else None,
-        # The one rule (analyzer.measure.measurement.goals_met): an unusable measurement never meets them,
+        # The one rule (analyzer.measure.goals.goals_met): an unusable measurement never meets them,
         # whatever an older record says.
         meets_goals=record.feasible,
         failure=record.failure,
@@ -508,7 +510,7 @@ def _server_breakdown(role: str, record: TrialRecord | None) -> ServerBreakdown 
 
 def _curve_point(p: Measurement, goals: Goals) -> CurvePoint:
     p99 = as_float(p.p99_ms)
-    # The one rule (analyzer.measure.measurement.meets_goals): a sequential step is judged by its test, and
+    # The one rule (analyzer.measure.goals.meets_goals): a sequential step is judged by its test, and
     # a step at the boundary meets the goal there, as the capacity search counted it.
     ok, _ = meets_goals(p, goals)
     return CurvePoint(

@@ -103,7 +103,7 @@ class ConfigResult:
     offered_rps: float | None = None
     #: Latencies behind the percentiles (None: not recorded).
     p99_n: int | None = None
-    #: Set when the p99 rests on fewer than ``analyzer.measure.measurement.LOW_SAMPLE_P99`` samples.
+    #: Set when the p99 rests on fewer than ``analyzer.measure.gain.LOW_SAMPLE_P99`` samples.
     p99_note: str | None = None
 
 
@@ -128,7 +128,7 @@ class Verdict:
     #: Bootstrap interval of the gain and whether it excludes 1.0 (None: not recorded).
     gain_ci: tuple[float | None, float | None] | None = None
     gain_significant: bool | None = None
-    #: The gain sentence the console and summary.json print (``analyzer.measure.measurement.gain_sentence``).
+    #: The gain sentence the console and summary.json print (``analyzer.measure.gain.gain_sentence``).
     gain_text: str = ""
     #: ``goal p99 <= X ms: why`` (the scenario's ``goals.note``).
     goal_text: str = ""

@@ -24,7 +24,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from analyzer.measure.measurement import LOW_SAMPLE_P99
+from analyzer.measure.gain import LOW_SAMPLE_P99
 from analyzer.report.figures import Figure
 from analyzer.report.record import ReportRecord
 

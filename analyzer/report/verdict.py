@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from analyzer.config.objective import Objective
-from analyzer.measure.measurement import gain_sentence
+from analyzer.measure.gain import gain_sentence
 from analyzer.report.record import (
     ConfigResult,
     LoadCurve,

@@ -49,16 +49,10 @@ from analyzer.documents import (
     write_json,
 )
 from analyzer.errors import ResultFormatError
-from analyzer.measure.measurement import (
-    LOW_SAMPLE_P99,
-    CapacityResult,
-    GpuStats,
-    Measurement,
-    gentlest,
-    goals_met,
-    p99_sample_note,
-    unusable,
-)
+from analyzer.measure.capacity import CapacityResult
+from analyzer.measure.gain import LOW_SAMPLE_P99, p99_sample_note
+from analyzer.measure.goals import goals_met, unusable
+from analyzer.measure.measurement import GpuStats, Measurement, gentlest
 
 
 class StopReason(str, enum.Enum):
@@ -155,7 +149,7 @@ class TrialMeasurement(abc.ABC):
 
     @abc.abstractmethod
     def problem(self) -> str | None:
-        """Why the measurement cannot meet any goal (:func:`analyzer.measure.measurement.unusable`), else None."""
+        """Why the measurement cannot meet any goal (:func:`analyzer.measure.goals.unusable`), else None."""
 
     def request_count(self) -> int | None:
         """Latencies behind the reported percentiles (None: nothing measured)."""
@@ -408,7 +402,7 @@ class TrialRecord:
 
     @property
     def feasible(self) -> bool:
-        """Complete and meeting the goals on a usable measurement (``analyzer.measure.measurement.goals_met``).
+        """Complete and meeting the goals on a usable measurement (``analyzer.measure.goals.goals_met``).
 
         Records written before the one rule could say an unusable measurement met the goals.
         """
@@ -615,7 +609,7 @@ class ConfigEntry:
         """The entry of a headline trial (``sweep._finish``).
 
         ``p99_n`` is the number of latencies behind the percentiles; a p99 of fewer than
-        :data:`~analyzer.measure.measurement.LOW_SAMPLE_P99` is ``p99_low_sample`` with a ``p99_note``.
+        :data:`~analyzer.measure.gain.LOW_SAMPLE_P99` is ``p99_low_sample`` with a ``p99_note``.
         """
         samples = trial.request_count()
         gpus = trial.gpu_figures()

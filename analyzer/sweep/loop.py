@@ -25,7 +25,7 @@ so far as not validated, run.json says ``failed``, and :class:`TargetDiedError` 
 outcome to the caller (exit 3; ``--resume`` finishes the run).
 
 Seams: the server is a :class:`~analyzer.target.server.Target`, the load a
-:class:`~analyzer.measure.measurement.LoadGenerator`, the live view a :class:`SweepObserver`; tests pass
+:class:`~analyzer.measure.generator.LoadGenerator`, the live view a :class:`SweepObserver`; tests pass
 fakes for all three.
 """
 
@@ -58,13 +58,9 @@ from analyzer.config.scenario import Scenario
 from analyzer.errors import InputError, TargetDiedError, TargetError
 from analyzer.evaluation import Evaluator
 from analyzer.evaluation.plan import NEIGHBOUR_GROWTH, Expected
-from analyzer.measure.measurement import (
-    GainSample,
-    LoadGenerator,
-    gain_estimate,
-    gain_sentence,
-    goals_met,
-)
+from analyzer.measure.gain import GainSample, gain_estimate, gain_sentence
+from analyzer.measure.generator import LoadGenerator
+from analyzer.measure.goals import goals_met
 from analyzer.predict import ProfileError
 from analyzer.predict.profile import Profile, load_profile, run_dir_samples, save_profile
 from analyzer.rundir import records
@@ -651,7 +647,8 @@ def _locust_generator(
 ) -> Iterator[LoadGenerator]:
     from analyzer.load import LocustLoadGenerator  # gevent: only when measuring
     from analyzer.load.engine import engine_options
-    from analyzer.measure.measurement import LoadMode, LoadSpec, WindowStats
+    from analyzer.measure.measurement import WindowStats
+    from analyzer.measure.specs import LoadMode, LoadSpec
 
     def on_window(spec: LoadSpec, window: WindowStats) -> None:
         unit = "req/s" if spec.mode is LoadMode.REQUEST_RATE else "users"

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from analyzer.cli import main
-from analyzer.measure.measurement import LoadMode, Measurement, WindowStats, load_output_dict
+from analyzer.measure.generator import load_output_dict
+from analyzer.measure.measurement import Measurement, WindowStats
+from analyzer.measure.specs import LoadMode
 
 
 def level(rps: float, p99: float, errors: int = 0) -> Measurement:

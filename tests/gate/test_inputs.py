@@ -10,14 +10,10 @@ import pytest
 
 from analyzer.errors import InputError, ResultFormatError
 from analyzer.gate.verdict import from_load_document, read_result
-from analyzer.measure.measurement import (
-    CapacityResult,
-    Goals,
-    LoadMode,
-    Measurement,
-    WindowStats,
-    load_output_dict,
-)
+from analyzer.measure.capacity import CapacityResult
+from analyzer.measure.generator import load_output_dict
+from analyzer.measure.measurement import Measurement, WindowStats
+from analyzer.measure.specs import Goals, LoadMode
 from analyzer.rundir.results import RunDirectory
 
 

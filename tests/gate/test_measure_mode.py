@@ -19,7 +19,8 @@ from analyzer.gate.run import (
     measure_targets,
 )
 from analyzer.gate.verdict import Criteria, Outcome, evaluate, from_measurements
-from analyzer.measure.measurement import LoadMode, LoadSpec, Measurement
+from analyzer.measure.measurement import Measurement
+from analyzer.measure.specs import LoadMode, LoadSpec
 from analyzer.target.server import RemoteTarget
 
 PLAN = MeasurePlan(LoadSpec(LoadMode.REQUEST_RATE, 20.0), repeats=3)

@@ -18,7 +18,7 @@ from analyzer.gate.run import (
     project_gate_table,
     resolve_criteria,
 )
-from analyzer.measure.measurement import Arrival, LoadMode
+from analyzer.measure.specs import Arrival, LoadMode
 
 
 def scenario(tmp_path: Path, text: str) -> Scenario:

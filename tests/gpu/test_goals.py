@@ -7,15 +7,10 @@ import math
 from analyzer.config.knobs import Knobs
 from analyzer.config.scenario import Scenario
 from analyzer.evaluation import Evaluator, peak_gpu_memory_mb
-from analyzer.measure.measurement import (
-    CapacityResult,
-    Goals,
-    GpuStats,
-    LoadMode,
-    Measurement,
-    ServerView,
-    goals_met,
-)
+from analyzer.measure.capacity import CapacityResult
+from analyzer.measure.goals import goals_met
+from analyzer.measure.measurement import GpuStats, Measurement, ServerView
+from analyzer.measure.specs import Goals, LoadMode
 from analyzer.rundir.records import CapacityMeasurement, ConfigEntry, server_gpus
 
 

@@ -29,7 +29,7 @@ def run_driver(spec: dict[str, Any], timeout_s: float = 240.0) -> dict[str, Any]
 
 
 def _level(data: dict[str, Any]) -> Any:
-    from analyzer.measure.measurement import Arrival, LoadMode, LoadSpec
+    from analyzer.measure.specs import Arrival, LoadMode, LoadSpec
 
     fields = {k: v for k, v in data.items() if not k.startswith(("pause", "unload"))}
     fields["mode"] = LoadMode(fields["mode"])
@@ -59,7 +59,7 @@ def main() -> None:
     import gevent
 
     from analyzer.load import EngineOptions, LocustLoadGenerator
-    from analyzer.measure.measurement import CapacitySpec, Goals
+    from analyzer.measure.specs import CapacitySpec, Goals
     from tests.load.refserver import RefServer, write_sim_model
 
     repo = Path(tempfile.mkdtemp(prefix="perfsweep-load-"))

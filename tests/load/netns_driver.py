@@ -49,7 +49,7 @@ def master(args: argparse.Namespace) -> None:
     """One open-loop level as a master of ``--workers`` remote workers."""
     from analyzer.load import EngineOptions, LocustLoadGenerator
     from analyzer.load.runner import DistributedBackend
-    from analyzer.measure.measurement import Arrival, LoadMode, LoadSpec
+    from analyzer.measure.specs import Arrival, LoadMode, LoadSpec
 
     collected: list[int] = []
     original_collect = DistributedBackend.collect

@@ -38,7 +38,7 @@ def main() -> None:
     from analyzer.load.clients import prepare_requests
     from analyzer.load.inputs import ShapeChoice
     from analyzer.load.users import EngineConfig, ProcessContext
-    from analyzer.measure.measurement import LoadMode, LoadSpec
+    from analyzer.measure.specs import LoadMode, LoadSpec
 
     fields: dict[str, Any] = dict(spec.get("options", {}))
     distribution = tuple(

@@ -21,7 +21,7 @@ def main() -> None:
     spec = json.loads(sys.stdin.read())
 
     from analyzer.load import EngineOptions, LocustLoadGenerator
-    from analyzer.measure.measurement import Arrival, CapacitySpec, Goals, LoadMode, LoadSpec
+    from analyzer.measure.specs import Arrival, CapacitySpec, Goals, LoadMode, LoadSpec
     from analyzer.measure.stepping import StepTest
     from tests.load.refserver import RefServer, write_sim_model
 

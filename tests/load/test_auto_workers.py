@@ -73,7 +73,7 @@ def main() -> None:
     from dataclasses import replace
 
     from analyzer.load import LocustLoadGenerator
-    from analyzer.measure.measurement import LoadMode, LoadSpec
+    from analyzer.measure.specs import LoadMode, LoadSpec
     from tests.load.refserver import RefServer, write_sim_model
 
     repo = Path(tempfile.mkdtemp(prefix="perfsweep-auto-workers-"))

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from analyzer.measure.measurement import new_histogram, percentiles_us, record_us
+from analyzer.measure.histograms import new_histogram, percentiles_us, record_us
 from tests.support.servers import ReferenceProcess, write_sim_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

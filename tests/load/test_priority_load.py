@@ -137,14 +137,8 @@ def main(protocol: str, workers: int) -> None:
     from analyzer.load.clients import fetch_model_documents, prepare_requests
     from analyzer.load.engine import engine_options
     from analyzer.load.inputs import build_inputs
-    from analyzer.measure.measurement import (
-        Arrival,
-        Goals,
-        LoadMode,
-        LoadSpec,
-        class_slacks,
-        meets_goals,
-    )
+    from analyzer.measure.goals import class_slacks, meets_goals
+    from analyzer.measure.specs import Arrival, Goals, LoadMode, LoadSpec
     from tests.load.refserver import RefServer, write_sim_model
 
     repo = Path(tempfile.mkdtemp(prefix="perfsweep-priority-"))

@@ -171,7 +171,7 @@ def main(protocol: str) -> None:
     from analyzer.errors import InputError, TargetError
     from analyzer.load import LocustLoadGenerator
     from analyzer.load.engine import engine_options
-    from analyzer.measure.measurement import Arrival, LoadMode, LoadSpec
+    from analyzer.measure.specs import Arrival, LoadMode, LoadSpec
     from reference_server.zoo.accumulator import accumulator_config, make_repository
     from tests.load.refserver import RefServer
 

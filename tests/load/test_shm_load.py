@@ -59,7 +59,7 @@ def main(protocol: str) -> None:
     from analyzer.config.scenario import load_scenario
     from analyzer.load import LocustLoadGenerator
     from analyzer.load.engine import engine_options
-    from analyzer.measure.measurement import LoadMode, LoadSpec
+    from analyzer.measure.specs import LoadMode, LoadSpec
     from reference_server.zoo.accumulator import accumulator_config, make_repository
     from tests.load.refserver import RefServer
 

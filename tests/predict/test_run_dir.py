@@ -10,14 +10,9 @@ import pytest
 
 from analyzer.config.knobs import Knobs
 from analyzer.errors import InputError
-from analyzer.measure.measurement import (
-    CapacityResult,
-    Goals,
-    LoadMode,
-    Measurement,
-    ServerView,
-    WindowStats,
-)
+from analyzer.measure.capacity import CapacityResult
+from analyzer.measure.measurement import Measurement, ServerView, WindowStats
+from analyzer.measure.specs import Goals, LoadMode
 from analyzer.predict import ProfileError
 from analyzer.predict.planner import PlanRequest, plan
 from analyzer.predict.profile import from_run_dir, run_dir_samples

@@ -16,7 +16,7 @@ import pytest
 
 from analyzer.config.knobs import Knobs, apply_knobs, knobs_of
 from analyzer.config.scenario import load_scenario
-from analyzer.measure.measurement import CapacitySpec, Goals
+from analyzer.measure.specs import CapacitySpec, Goals
 from analyzer.report import build_record, load_run, write_report
 from analyzer.rundir.results import RunDirectory, environment, trial_row, utc_now, write_json
 from analyzer.search.study import Search, TrialOutcome

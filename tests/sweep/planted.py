@@ -12,7 +12,7 @@ front of one accelerator shared by N instances (device work serialised, host wor
 * p99 = batch-fill wait + service time + an M/M/1-style queueing tail that explodes as the
   utilisation approaches 1.
 
-``capacity_rps`` runs the same bracketing/bisection (:class:`analyzer.measure.measurement.CapacitySearch`) the
+``capacity_rps`` runs the same bracketing/bisection (:class:`analyzer.measure.capacity.CapacitySearch`) the
 real engine runs, on this noiseless formula, so the brute-force optimum and the fake's answers
 come from one function. ``FakeTarget`` + ``FakeLoadGenerator`` put the formula behind the real
 seams (``Target`` and ``LoadGenerator``) so the whole sweep runs in milliseconds.
@@ -38,15 +38,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.config.knobs import Knobs
 from analyzer.errors import TargetError
-from analyzer.measure.measurement import (
-    CapacityResult,
-    CapacitySearch,
-    CapacitySpec,
-    LoadMode,
-    LoadSpec,
-    Measurement,
-    meets_goals,
-)
+from analyzer.measure.capacity import CapacityResult, CapacitySearch
+from analyzer.measure.goals import meets_goals
+from analyzer.measure.measurement import Measurement
+from analyzer.measure.specs import CapacitySpec, LoadMode, LoadSpec
 from analyzer.measure.stepping import StepRecord, StepTest, decide_windows
 from analyzer.predict.profile import BatchTiming, Profile
 from analyzer.predict.simulator import SimConfig, simulate
@@ -164,7 +159,7 @@ class PlantedModel:
 
 def planted_capacity_spec(p99_goal_ms: float) -> CapacitySpec:
     """The capacity-search settings the planted tests use."""
-    from analyzer.measure.measurement import Goals
+    from analyzer.measure.specs import Goals
 
     return CapacitySpec(
         goals=Goals(p99_ms=p99_goal_ms, max_error_rate=0.01), start_rps=10.0, max_rps=20_000.0

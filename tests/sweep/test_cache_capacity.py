@@ -102,7 +102,7 @@ def main() -> None:
     """Child side: one capacity search against ``url``/``model``; prints the answer as JSON."""
     spec = json.loads(sys.stdin.read())
     from analyzer.load import EngineOptions, LocustLoadGenerator
-    from analyzer.measure.measurement import CapacitySpec, Goals, LoadMode, LoadSpec
+    from analyzer.measure.specs import CapacitySpec, Goals, LoadMode, LoadSpec
     from analyzer.target.server_stats import (
         ServerScraper,
         cache_hit_ratio,

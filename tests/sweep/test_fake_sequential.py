@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from analyzer.measure.measurement import meets_goals
+from analyzer.measure.goals import meets_goals
 from analyzer.measure.stepping import StepTest, StepVerdict
 from tests.sweep.planted import (
     FakeLoadGenerator,

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from analyzer.config.scenario import Scenario, load_scenario
-from analyzer.measure.measurement import CapacityResult, CapacitySpec
+from analyzer.measure.capacity import CapacityResult
+from analyzer.measure.specs import CapacitySpec
 from analyzer.predict import ProfileError
 from analyzer.predict.profile import Profile
 from analyzer.rundir import records

@@ -19,14 +19,10 @@ import pytest
 from analyzer.config.knobs import Knobs, apply_knobs, knobs_of
 from analyzer.config.scenario import Scenario, load_scenario
 from analyzer.errors import InputError
-from analyzer.measure.measurement import (
-    CapacityResult,
-    CapacitySearch,
-    CapacitySpec,
-    LoadSpec,
-    Measurement,
-    meets_goals,
-)
+from analyzer.measure.capacity import CapacityResult, CapacitySearch
+from analyzer.measure.goals import meets_goals
+from analyzer.measure.measurement import Measurement
+from analyzer.measure.specs import CapacitySpec, LoadSpec
 from analyzer.rundir.results import load_summary, load_trial_record, parse_config_text
 from analyzer.sweep.loop import run_sweep, space_for
 from tests.sweep.planted import (

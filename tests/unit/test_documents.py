@@ -11,7 +11,7 @@ import pytest
 from analyzer import documents
 from analyzer.documents import FORMATS, FormatHistory, header, read_versioned, write_json
 from analyzer.errors import ResultFormatError
-from analyzer.measure.measurement import read_load_output
+from analyzer.measure.generator import read_load_output
 from analyzer.predict import ProfileError
 from analyzer.predict.profile import Profile
 

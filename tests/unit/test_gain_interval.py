@@ -1,6 +1,6 @@
 """The gain's interval on planted brackets whose true ratio is known.
 
-What the interval claims (``analyzer.measure.measurement.gain_estimate``): the true ratio of the two
+What the interval claims (``analyzer.measure.gain.gain_estimate``): the true ratio of the two
 capacities lies in it with 95 % confidence, given that each capacity search only brackets its
 capacity (the truth is somewhere between the highest passing and the lowest failing rate) and,
 with repeats, their run-to-run spread. Each planted case draws two true capacities, brackets
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analyzer.measure.measurement import GainSample, gain_estimate, gain_sentence
+from analyzer.measure.gain import GainSample, gain_estimate, gain_sentence
 
 CASES = 200
 

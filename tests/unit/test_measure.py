@@ -9,40 +9,36 @@ from dataclasses import replace
 import pytest
 
 from analyzer.errors import InputError, ResultFormatError
-from analyzer.measure.measurement import (
+from analyzer.measure.capacity import CapacityResult, CapacitySearch
+from analyzer.measure.gain import (
     LOW_SAMPLE_P99,
-    Arrival,
-    CapacityResult,
-    CapacitySearch,
-    CapacitySpec,
     GainSample,
-    GeneratorLimits,
-    Goals,
-    LatencySummary,
-    LoadMode,
-    LoadSpec,
-    Measurement,
-    ServerView,
-    WindowStats,
-    clearly_fails,
-    count_above_us,
     gain_estimate,
+    p99_sample_note,
+    rank_from_top,
+)
+from analyzer.measure.generator import load_output_dict, read_load_output
+from analyzer.measure.goals import (
+    GeneratorLimits,
+    clearly_fails,
     generator_problems,
     is_stable,
-    load_output_dict,
-    mean_us,
     meets_goals,
+    p99_slack,
+    sequential_verdict,
+)
+from analyzer.measure.histograms import (
+    LatencySummary,
+    count_above_us,
+    mean_us,
     merge_encoded,
     merge_histograms,
     new_histogram,
-    p99_sample_note,
-    p99_slack,
     percentiles_us,
-    rank_from_top,
-    read_load_output,
     record_us,
-    sequential_verdict,
 )
+from analyzer.measure.measurement import Measurement, ServerView, WindowStats
+from analyzer.measure.specs import Arrival, CapacitySpec, Goals, LoadMode, LoadSpec
 from analyzer.measure.stepping import SequentialRule, StepRecord, StepTest, StepVerdict
 
 

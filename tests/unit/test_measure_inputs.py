@@ -13,7 +13,7 @@ import pytest
 from analyzer.errors import InputError
 from analyzer.load.inputs import DataMode, build_inputs, tensor_specs
 from analyzer.load.recorder import Recorder, Tick
-from analyzer.measure.measurement import LatencySummary
+from analyzer.measure.histograms import LatencySummary
 
 META = {
     "name": "m",

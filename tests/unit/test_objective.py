@@ -19,16 +19,10 @@ from analyzer.config.objective import (
     worst_value,
 )
 from analyzer.errors import InputError
-from analyzer.measure.measurement import (
-    CapacityResult,
-    GainSample,
-    Goals,
-    GpuStats,
-    LoadMode,
-    Measurement,
-    ServerView,
-    WindowStats,
-)
+from analyzer.measure.capacity import CapacityResult
+from analyzer.measure.gain import GainSample
+from analyzer.measure.measurement import GpuStats, Measurement, ServerView, WindowStats
+from analyzer.measure.specs import Goals, LoadMode
 from analyzer.rundir.records import (
     CapacityMeasurement,
     FixedMeasurement,

@@ -7,20 +7,17 @@ import json
 import pytest
 
 from analyzer.errors import InputError
-from analyzer.measure.measurement import (
+from analyzer.measure.capacity import CapacityResult
+from analyzer.measure.goals import (
     FAIL_SLACK_FLOOR,
-    CapacityResult,
-    ClassStats,
-    Goals,
-    LoadMode,
-    Measurement,
     class_slacks,
     classes_text,
     error_slack,
-    goals_dict,
     meets_goals,
     p99_slack,
 )
+from analyzer.measure.measurement import ClassStats, Measurement, goals_dict
+from analyzer.measure.specs import Goals, LoadMode
 from analyzer.measure.stepping import SequentialRule, StepRecord, StepVerdict
 
 #: p99 <= 50 ms for the urgent class, <= 500 ms (the run's goal) for bulk.

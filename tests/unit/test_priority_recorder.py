@@ -9,7 +9,7 @@ from analyzer.config.scenario import load_scenario
 from analyzer.load.classes import ClassDraw, RequestClass, request_classes
 from analyzer.load.engine import engine_options
 from analyzer.load.recorder import Recorder, Tick
-from analyzer.measure.measurement import percentiles_us
+from analyzer.measure.histograms import percentiles_us
 
 MIX = (RequestClass("urgent", 0.2, priority=1), RequestClass("bulk", 0.8, timeout_us=5000))
 

@@ -11,15 +11,9 @@ import pytest
 from analyzer.config.knobs import Knobs
 from analyzer.documents import FORMATS
 from analyzer.errors import ResultFormatError
-from analyzer.measure.measurement import (
-    CapacityResult,
-    Goals,
-    GpuStats,
-    LoadMode,
-    Measurement,
-    ServerView,
-    WindowStats,
-)
+from analyzer.measure.capacity import CapacityResult
+from analyzer.measure.measurement import GpuStats, Measurement, ServerView, WindowStats
+from analyzer.measure.specs import Goals, LoadMode
 from analyzer.rundir import records
 from analyzer.rundir.records import (
     SUMMARY_KIND,

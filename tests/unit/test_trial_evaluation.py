@@ -21,14 +21,9 @@ from analyzer.evaluation import (
     capacity_numbers,
     slacks,
 )
-from analyzer.measure.measurement import (
-    CapacityResult,
-    CapacitySpec,
-    Goals,
-    LoadMode,
-    LoadSpec,
-    Measurement,
-)
+from analyzer.measure.capacity import CapacityResult
+from analyzer.measure.measurement import Measurement
+from analyzer.measure.specs import CapacitySpec, Goals, LoadMode, LoadSpec
 
 
 def scenario(**data: Any) -> Scenario:

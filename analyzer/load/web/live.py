@@ -24,12 +24,8 @@ from typing import Any
 
 from analyzer.errors import InputError
 from analyzer.load.recorder import Tick
-from analyzer.measure.measurement import (
-    LatencySummary,
-    ServerView,
-    merge_histograms,
-    percentiles_us,
-)
+from analyzer.measure.histograms import LatencySummary, merge_histograms, percentiles_us
+from analyzer.measure.measurement import ServerView
 from analyzer.target.server_stats import MetricsSnapshot, ServerSnapshot, StatsSnapshot, server_view
 
 #: Seconds the headline numbers (throughput, exact p50/p99, server deltas) cover.

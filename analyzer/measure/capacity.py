@@ -1,0 +1,177 @@
+"""The capacity search, a pure state machine, and its result.
+
+:class:`CapacitySearch`: the engine asks for the next rate and reports pass or fail
+(bracketing, then bisection); :class:`CapacityResult`: the highest rate that met the goals
+and every point tried on the way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from analyzer.measure.goals import meets_goals
+from analyzer.measure.measurement import Measurement, goals_dict
+from analyzer.measure.specs import CapacitySpec, Goals
+
+
+@dataclass(frozen=True)
+class CapacityResult:
+    """Highest request rate that met the goals, and every point tried on the way."""
+
+    goals: Goals
+    #: Highest passing rate, requests/second; 0.0 when even the first step failed.
+    capacity_rps: float
+    #: Every step, in the order it ran.
+    points: tuple[Measurement, ...]
+    #: The measurement at ``capacity_rps`` (None when nothing passed).
+    best: Measurement | None
+    #: True when the search bracketed the capacity (a failing rate was found above a passing one).
+    bracketed: bool
+    message: str = ""
+    #: The step at ``capacity_rps`` was sequential and ended at the boundary (BOUNDARY): its p99
+    #: is within the test's resolution of the goal, neither shown below nor above it.
+    at_boundary: bool = False
+    #: A rate known to fail before the search (``CapacitySpec.fails_at_rps``: a validation
+    #: check that failed there), which bounds the capacity as a failing point would.
+    fails_at_rps: float | None = None
+
+    @property
+    def lowest_fail_rps(self) -> float | None:
+        """The lowest rate above the capacity known to fail (a failing point, or
+        :attr:`fails_at_rps`); None when every rate offered met the goals."""
+        failing = [
+            p.target
+            for p in self.points
+            if p.target > self.capacity_rps and not meets_goals(p, self.goals)[0]
+        ]
+        if self.fails_at_rps is not None and self.fails_at_rps > self.capacity_rps:
+            failing.append(self.fails_at_rps)
+        return min(failing, default=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        out = {
+            "goals": goals_dict(self.goals),
+            "capacity_rps": self.capacity_rps,
+            "bracketed": self.bracketed,
+            "at_boundary": self.at_boundary,
+            "message": self.message,
+            "best": self.best.to_dict() if self.best else None,
+            "points": [p.to_dict() for p in self.points],
+        }
+        if self.fails_at_rps is not None:
+            out["fails_at_rps"] = self.fails_at_rps
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CapacityResult:
+        """Inverse of ``to_dict``."""
+        return cls(
+            goals=Goals(**data["goals"]),
+            capacity_rps=float(data["capacity_rps"]),
+            points=tuple(Measurement.from_dict(p) for p in data["points"]),
+            best=Measurement.from_dict(data["best"]) if data.get("best") else None,
+            bracketed=bool(data["bracketed"]),
+            message=str(data.get("message", "")),
+            at_boundary=bool(data.get("at_boundary", False)),
+            fails_at_rps=data.get("fails_at_rps"),
+        )
+
+
+#: Bracketing growth of a search whose forecast check disagreed with the forecast: a looser
+#: guess than a prediction, as a neighbour's capacity is, without dropping to rates where one
+#: step takes many times longer.
+FULL_SEARCH_GROWTH = 1.5
+
+
+class CapacitySearch:
+    """Bracket upward from a low rate, then bisect to a relative resolution.
+
+    Usage::
+
+        search = CapacitySearch(spec)
+        while (rate := search.next_rate()) is not None:
+            search.record(rate, passed=run_step(rate))
+        search.capacity_rps
+
+    Bracketing multiplies the rate by ``growth`` while it passes (up to ``max_rps``). Once a rate
+    fails, bisection runs between the highest pass and the lowest fail until the gap is at most
+    ``resolution`` x the lower end. A failing first step divides the rate by ``growth`` until one
+    passes (then bisects) or the rate would drop below ``min_rps``. ``spec.fails_at_rps`` is a
+    failure known beforehand: the search starts with it as the lowest failing rate.
+    ``spec.forecast_check``: a pass at ``start_rps`` then a fail at ``start_rps * growth`` ends
+    the search (:attr:`confirmed`); any other first outcome makes it a full search with growth
+    :data:`FULL_SEARCH_GROWTH`.
+
+    A sequential step that ends undecided at its cap (BOUNDARY) passes or fails on its point p99
+    (:func:`meets_goals`); one that passes is recorded with ``boundary=True``, and the result
+    says so (:attr:`at_boundary`): its capacity rests on the point estimate, not on the test.
+    """
+
+    def __init__(self, spec: CapacitySpec) -> None:
+        self.spec = spec
+        self.highest_pass: float | None = None
+        self.lowest_fail: float | None = spec.fails_at_rps
+        self.history: list[tuple[float, bool]] = []
+        self._boundary: dict[float, bool] = {}
+        self._next: float | None = spec.start_rps
+        self._growth = spec.growth
+        #: The forecast check ended as forecast: a pass below it, a fail above it.
+        self.confirmed = False
+
+    @property
+    def capacity_rps(self) -> float:
+        """Highest passing rate so far (0.0 when none passed)."""
+        return self.highest_pass or 0.0
+
+    @property
+    def bracketed(self) -> bool:
+        """A failing rate above the highest passing one has been found."""
+        return self.lowest_fail is not None and self.highest_pass is not None
+
+    def next_rate(self) -> float | None:
+        """The next rate to measure, or None when the search is done."""
+        return self._next
+
+    @property
+    def at_boundary(self) -> bool:
+        """The highest passing rate passed at the boundary (a BOUNDARY sequential step)."""
+        return self.highest_pass is not None and self._boundary.get(self.highest_pass, False)
+
+    def record(self, rate: float, passed: bool, *, boundary: bool = False) -> None:
+        """Report the verdict for ``rate`` (the value ``next_rate`` returned); ``boundary``: it
+        passed at the boundary (a BOUNDARY sequential step, counted as passed)."""
+        self.history.append((rate, passed))
+        if passed:
+            self._boundary[rate] = boundary
+        if passed:
+            self.highest_pass = max(rate, self.highest_pass or 0.0)
+        else:
+            self.lowest_fail = rate if self.lowest_fail is None else min(rate, self.lowest_fail)
+        self._next = self._decide()
+
+    def _decide(self) -> float | None:
+        spec = self.spec
+        if spec.forecast_check and self._growth == spec.growth:
+            outcomes = [passed for _, passed in self.history]
+            if outcomes == [True, False]:
+                self.confirmed = True
+                return None
+            if outcomes != [True]:  # the forecast was wrong: by how much, nothing tells yet
+                self._growth = FULL_SEARCH_GROWTH
+        low, high = self.highest_pass, self.lowest_fail
+        if high is None:  # still bracketing upwards
+            assert low is not None
+            if low >= spec.max_rps:
+                return None
+            return min(low * self._growth, spec.max_rps)
+        if low is None:  # even the lowest rate failed: search below it
+            candidate = high / self._growth
+            return candidate if candidate >= spec.min_rps else None
+        # A relative tolerance: a bracket grown in steps of exactly 1 + resolution (a search
+        # from a prediction: EXPECTED_GROWTH) is done, whatever the rounding of the product says.
+        if high - low <= spec.resolution * low * (1 + 1e-9):
+            return None
+        return (low + high) / 2.0
