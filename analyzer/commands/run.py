@@ -45,7 +45,7 @@ from analyzer.evaluation.plan import LoadPlan
 from analyzer.measure.goals import classes_text
 from analyzer.measure.specs import Goals
 from analyzer.rundir.records import StopReason, TrialRecord
-from analyzer.sweep.loop import SweepObserver, SweepOutcome
+from analyzer.sweep.state import SweepObserver, SweepOutcome
 from analyzer.target.server_stats import cache_hit_ratio, cache_hits_text
 
 

@@ -1,5 +1,5 @@
 """A sweep whose request data the profile cannot represent says why and searches with tpe before
-any trial (the real profile phase, :func:`analyzer.sweep.loop.probe_profile`, on a planted target)."""
+any trial (the real profile phase, :func:`analyzer.sweep.predictions.probe_profile`, on a planted target)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from analyzer.config.knobs import Knobs
 from analyzer.config.scenario import load_scenario
 from analyzer.predict.probe import PROBE_DELAY_US
 from analyzer.rundir import records
-from analyzer.sweep.loop import SweepObserver, run_sweep
+from analyzer.sweep.loop import run_sweep
+from analyzer.sweep.state import SweepObserver
 from tests.sweep.planted import FakeLoadGenerator, FakeTarget, SimulatedDevice, planted_profile
 
 

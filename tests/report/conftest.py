@@ -16,7 +16,8 @@ import pytest
 from analyzer.config.knobs import Knobs
 from analyzer.config.scenario import load_scenario
 from analyzer.measure.measurement import Measurement, ServerView, WindowStats
-from analyzer.sweep.loop import SweepOutcome, run_sweep
+from analyzer.sweep.loop import run_sweep
+from analyzer.sweep.state import SweepOutcome
 from tests.sweep.planted import FakeLoadGenerator, FakeTarget
 
 HOSTILE = "<script>alert(1)</script>"

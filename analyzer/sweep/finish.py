@@ -1,0 +1,422 @@
+"""Finishing a sweep: the winner, the recommendation, the Pareto front, the gain, the report.
+
+What ``best/config.pbtxt`` holds (``_recommend``, the one recommendation rule), the summary,
+the shared server left on a known config (``_leave_server``), and ``report.html``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from analyzer.config.knobs import apply_knobs, knobs_of
+from analyzer.errors import TargetError
+from analyzer.measure.gain import GainSample, gain_estimate, gain_sentence
+from analyzer.rundir import records
+from analyzer.rundir.records import StopReason, TrialRecord
+from analyzer.rundir.results import RunDirectory, config_text, environment, utc_now, write_atomic
+from analyzer.search.study import FinishedTrial
+from analyzer.sweep.state import SweepOutcome, _State
+from analyzer.target.server import observed_device
+
+_LOG = logging.getLogger(__name__)
+
+
+def _leave_server(state: _State, chosen: TrialRecord | None) -> dict[str, Any]:
+    """Put a shared server back on a known config (``run.leave``) and say which; once.
+
+    The config is sent explicitly in the load override: an empty load means "the on-disk
+    config" on one server and "keep the override" on another (Triton).
+    """
+    if state.left is not None:
+        return state.left
+    target, base = state.target, state.base_config
+    left: dict[str, Any] = {"config": None, "knobs": None, "detail": ""}
+    state.left = left  # decided: a second Ctrl-C during the load does not retry it
+    if not target.shared:
+        left["detail"] = "the managed server is stopped at the end of the run: nothing is left"
+    elif state.dead:
+        left["detail"] = (
+            "the server died and did not return: nothing was restored (once back it holds "
+            "the config it started with)"
+        )
+    elif not state.touched:
+        left.update(config="original", knobs=knobs_of(base).to_dict())
+        left["detail"] = "the model's original config (the run never changed it)"
+    else:
+        which, config, detail = "original", base, "restored the model's original config"
+        if state.scenario.run.leave == "best":
+            if chosen is None:
+                detail = "no config met the goals, so restored the model's original config"
+            elif chosen.number < 0:
+                which, detail = (
+                    "best",
+                    "the best config is the model's original config: restored it",
+                )
+            else:
+                which, config = "best", apply_knobs(base, chosen.config)
+                detail = f"loaded the best config (trial {chosen.number})"
+        try:
+            target.load_config(config)
+        except (TargetError, OSError) as exc:
+            left["detail"] = (
+                f"could not load the {which} config back ({exc}); the server may still hold the "
+                "last trial's config"
+            )
+        else:
+            left.update(config=which, knobs=knobs_of(config).to_dict(), detail=detail)
+    state.observer.on_server_left(left)
+    return left
+
+
+def _choose(
+    state: _State, validation: list[records.ValidationCandidate]
+) -> tuple[TrialRecord | None, float | None]:
+    """The best worst case among validated configs, else the best search trial."""
+    passing = [c for c in validation if c.all_meet_goals]
+    if passing:
+        chosen, state.tie_break = state.objective.choose(
+            passing, state.scenario.budget.capacity_resolution
+        )
+        number = chosen.trial_number
+        if number < 0 and state.baseline is not None:
+            return state.baseline, chosen.worst_rps
+        return state.results[number], chosen.worst_rps
+    return state.objective.best(state.results.values()), None
+
+
+def _headline(state: _State, result: TrialRecord | None) -> TrialRecord | None:
+    """``result`` as its worst validation repeat (numbered like the trial), when it was validated
+    and every repeat completed; the search measurement otherwise."""
+    if result is None:
+        return None
+    runs = state.validated.get(result.number, [])
+    if not runs or any(r.state != "complete" for r in runs):
+        return result
+    # A repeat that missed the goals (e.g. an invalid measurement with a low p99) is the worst
+    # case, whatever its numbers read.
+    return replace(state.objective.worst_repeat(runs), number=result.number)
+
+
+def _finish(
+    state: _State,
+    stop_reason: StopReason,
+    validation: list[records.ValidationCandidate],
+    started_at: str,
+    duration_s: float,
+    run_state: dict[str, Any],
+) -> SweepOutcome:
+    scenario, directory = state.scenario, state.run_dir
+    chosen, validated_rps = _choose(state, validation)
+    died = stop_reason is StopReason.SERVER_DIED
+    # Headline numbers: the worst validation repeat when validated, so that baseline, best and
+    # gain all rest on the longer, re-measured windows rather than on one lucky search step.
+    best = _headline(state, chosen)
+    baseline = _headline(state, state.baseline)
+    pareto, pareto_entries = _front(state)
+    gain = _gain(state, chosen, best, baseline)
+    if died and gain.gain is not None:
+        gain = _Gain(
+            gain.gain,
+            f"gain over baseline: {gain.gain:.2f}x from the search, NOT VALIDATED: the server "
+            "died before validation (resume the run to validate it)",
+        )
+    recommendation = _recommend(state, chosen, gain, died)
+    best_path = candidate_path = None
+    if recommendation.config is not None:
+        best_path = directory.write_best(recommendation.config)
+    if recommendation.withheld is not None:
+        candidate_path = directory.root / "candidate" / "config.pbtxt"
+        write_atomic(candidate_path, config_text(recommendation.withheld))
+    left = _leave_server(state, recommendation.trial)
+    goal_text = f"goal p99 <= {scenario.goals.p99_ms:g} ms" + (
+        f": {scenario.goals.note}" if scenario.goals.note else ""
+    )
+    counts: dict[str, int] = {"complete": 0, "failed": 0, "interrupted": 0}
+    for r in state.results.values():
+        counts[r.state] = counts.get(r.state, 0) + 1
+    counts["total"] = sum(counts.values())
+    best_entry = None
+    if best and chosen:
+        entry_path = candidate_path or best_path
+        best_entry = records.ConfigEntry.from_trial(
+            best,
+            config_path=directory.relative(entry_path) if entry_path else None,
+            search_throughput_rps=chosen.throughput_rps,
+            validated_throughput_rps=validated_rps,
+        )
+    baseline_entry = None
+    if baseline and state.baseline:
+        baseline_entry = records.ConfigEntry.from_trial(
+            baseline,
+            config_path=directory.relative(directory.trial_dir(-1) / "config.pbtxt"),
+            search_throughput_rps=state.baseline.throughput_rps,
+        )
+    target_info = state.target.describe()
+    devices = target_info.get("devices") or []
+    restarts = state.earlier_restarts + int(target_info.get("restarts") or 0)
+    outages = [*state.earlier_outages, *(target_info.get("outages") or ())]
+    summary = records.RunSummary(
+        run_id=run_state["run_id"],
+        model=scenario.model.name,
+        # The device that actually ran (the server's own report), not only the one asked for.
+        device=observed_device(devices, state.target.device),
+        device_requested=state.target.device,
+        devices=tuple(devices),
+        # The GPUs the server reported on /metrics (not the client host's: environment.gpu).
+        server_gpus=tuple(records.server_gpus(baseline_entry, best_entry)),
+        target_url=state.target.url,
+        goals=scenario.goals.model_dump(),
+        objective=scenario.objective,
+        baseline=baseline_entry,
+        best=best_entry,
+        gain=gain.gain,
+        gain_ci=gain.ci,
+        gain_significant=gain.significant,
+        gain_repeats=gain.repeats,
+        gain_text=gain.text,
+        goal_text=goal_text,
+        tie_break=state.tie_break,
+        trials=counts,
+        stop_reason=stop_reason,
+        left_on_server=left,
+        pareto=pareto_entries,
+        validation=tuple(validation),
+        environment=environment(scenario.hash(), target_info),
+        scenario=scenario.to_dict(),
+        study={"storage": _redact(run_state["storage"]), "study_name": run_state["study_name"]},
+        files={
+            "best_config": directory.relative(best_path) if best_path else None,
+            "trials_csv": "trials.csv",
+            "report": "report.html",
+            "study": "study.journal" if scenario.run.storage is None else None,
+        },
+        started_at=started_at,
+        finished_at=utc_now(),
+        duration_s=round(duration_s, 1),
+        search_strategy=state.strategy,
+        search_note="; ".join(state.notes) or None,
+        phases={k: round(v, 1) for k, v in state.phases.items()},
+        recommendation=recommendation.to_dict(
+            directory.relative(candidate_path) if candidate_path else None
+        ),
+        server_events=tuple(state.server_events),
+        server_restarts=restarts,
+        outages=tuple(outages),
+    )
+    directory.write_summary(summary)
+    # run.json first: the report reads the run's status from it.
+    status = {StopReason.INTERRUPTED: "interrupted", StopReason.SERVER_DIED: "failed"}.get(
+        stop_reason, "completed"
+    )
+    run_state.update(
+        status=status,
+        finished_at=summary.finished_at,
+        left_on_server=left,
+        server_restarts=restarts,
+        outages=[dict(o) for o in summary.outages],
+        server_events=[dict(e) for e in summary.server_events],
+    )
+    if died and state.server_events:
+        last = state.server_events[-1]
+        run_state["failed_trial"] = {"number": last["trial"], "source": last["source"]}
+    directory.write_run_state(run_state)
+    t0 = time.monotonic()
+    _write_report(directory, summary)
+    phases = {**summary.phases, "report": round(time.monotonic() - t0, 1)}
+    return SweepOutcome(
+        directory.root,
+        run_state["run_id"],
+        baseline,
+        best,
+        gain.gain,
+        counts,
+        stop_reason,
+        best_path,
+        pareto,
+        summary,
+        phases,
+    )
+
+
+@dataclass(frozen=True)
+class _Recommendation:
+    """What ``best/config.pbtxt`` holds (``config``; None: nothing is written) and why."""
+
+    #: ``best`` (the chosen config), ``original`` (the model's own) or None (nothing).
+    which: str | None
+    detail: str
+    config: mc.ModelConfig | None = None
+    #: The trial the config is (what a shared server is left on with ``--leave best``).
+    trial: TrialRecord | None = None
+    #: A winner not written as best/config.pbtxt (its gain is not significant).
+    withheld: mc.ModelConfig | None = None
+
+    def to_dict(self, candidate_path: str | None) -> dict[str, Any]:
+        return {"config": self.which, "detail": self.detail, "candidate_config": candidate_path}
+
+
+def _recommend(
+    state: _State, chosen: TrialRecord | None, gain: _Gain, died: bool
+) -> _Recommendation:
+    """The one recommendation rule: best/config.pbtxt holds the chosen config only when it is
+    known to be better than the model's own config.
+
+    * nothing met the goals, or the server died before validation: nothing is written;
+    * the chosen config is the model's own, or its gain is significant (the interval, or the
+      one-sided bound, excludes 1.0), or no gain is stated because the baseline missed the goals
+      (any config that meets them is better): the chosen config;
+    * otherwise (the gain is not significant): the model's own config, and the chosen one is
+      written to candidate/config.pbtxt for whoever wants to measure it further.
+    """
+    if chosen is None:
+        return _Recommendation(None, "no config met the goals: nothing to recommend")
+    if died:
+        return _Recommendation(
+            None, "the server died before validation: nothing is recommended until it is resumed"
+        )
+    config = apply_knobs(state.base_config, chosen.config)
+    if chosen.number < 0:
+        return _Recommendation(
+            "original",
+            "the model's own config: no searched config did better",
+            state.base_config,
+            chosen,
+        )
+    if gain.significant is False and state.baseline is not None:
+        return _Recommendation(
+            "original",
+            f"the model's own config: trial {chosen.number} ({gain.gain:.2f}x) is not "
+            "significantly better; it is in candidate/config.pbtxt",
+            state.base_config,
+            state.baseline,
+            withheld=config,
+        )
+    return _Recommendation("best", f"trial {chosen.number}", config, chosen)
+
+
+def _front(state: _State) -> tuple[list[TrialRecord], tuple[records.ParetoEntry, ...]]:
+    """A front objective's feasible non-dominated trials by throughput, each config written
+    to ``pareto/NN/``; nothing for a single-winner objective."""
+    if not state.objective.multi:
+        return [], ()
+    directory = state.run_dir
+    front: list[FinishedTrial] = state.search.pareto_front()
+    pareto = sorted(
+        (state.results[f.number] for f in front if f.number in state.results),
+        key=lambda r: -r.throughput_rps,
+    )
+    paths = directory.write_pareto(apply_knobs(state.base_config, r.config) for r in pareto)
+    entries = tuple(
+        records.ParetoEntry(
+            rank=rank,
+            trial_number=r.number,
+            config=r.config,
+            throughput_rps=r.throughput_rps,
+            p99_ms=r.p99_ms,
+            reference_p99_ms=r.values[1] if len(r.values) > 1 else None,
+            config_path=directory.relative(path),
+        )
+        for rank, (r, path) in enumerate(zip(pareto, paths, strict=True), start=1)
+    )
+    return pareto, entries
+
+
+@dataclass(frozen=True)
+class _Gain:
+    """The gain over the baseline as summary.json states it (all None: not stated)."""
+
+    gain: float | None
+    text: str
+    ci: tuple[float | None, float | None] | None = None
+    significant: bool | None = None
+    repeats: tuple[int, ...] | None = None
+
+
+def _gain(
+    state: _State,
+    chosen: TrialRecord | None,
+    best: TrialRecord | None,
+    baseline: TrialRecord | None,
+) -> _Gain:
+    """The objective's gain of ``best`` over ``baseline`` (their headline numbers), with its
+    uncertainty: a seeded bootstrap over each side's validation repeats (each within its
+    capacity-search bracket); the search measurement when not validated."""
+    objective = state.objective
+    if best is None:
+        return _Gain(None, "gain over baseline: n/a (no config met the goals)")
+    if baseline is None or not objective.has_gain(baseline, best):
+        return _Gain(None, "gain over baseline: n/a (the baseline missed the goals)")
+    gain = round(objective.gain(objective.value(baseline), objective.value(best)), 3)
+    if chosen is None or state.baseline is None:
+        return _Gain(gain, gain_sentence(gain, None, None, None))
+
+    def side(r: TrialRecord) -> list[GainSample]:
+        runs = state.validated.get(r.number, [])
+        if not runs or any(x.state != "complete" for x in runs):
+            runs = [r]
+        search = objective.gain_sample(r)
+        samples = []
+        for x in runs:
+            sample = objective.gain_sample(x)
+            if x is not r and sample.value > 0 and sample.high <= sample.value:
+                # A check at one rate says the capacity is at least that rate; where it ends
+                # is the search's bracket (its lowest failing rate), or nowhere when the search
+                # met the goals at every rate it offered.
+                if search.high > sample.value:
+                    sample = replace(sample, high=search.high)
+                elif search.censored:
+                    sample = replace(sample, censored=True)
+            samples.append(sample)
+        return samples
+
+    estimate = gain_estimate(
+        side(chosen),
+        side(state.baseline),
+        higher_is_better=objective.higher_is_better,
+        seed=state.scenario.run.seed,
+    )
+    if estimate is None:
+        return _Gain(gain, gain_sentence(gain, None, None, None))
+    ci = (estimate.ci_low, estimate.ci_high)
+    repeats = tuple(estimate.repeats)
+    return _Gain(
+        estimate.gain,
+        gain_sentence(estimate.gain, list(ci), estimate.significant, list(repeats)),
+        ci,
+        estimate.significant,
+        repeats,
+    )
+
+
+def _write_report(directory: RunDirectory, summary: records.RunSummary) -> None:
+    """Render ``report.html``; a rendering failure must never lose a finished sweep.
+
+    On failure the minimal page is written instead and the reason is logged, so the run
+    directory stays complete and ``perfsweep report RUN_DIR`` can be re-run after a fix.
+    """
+    from analyzer.report import write_report
+
+    try:
+        write_report(directory.root)
+    except Exception:
+        _LOG.exception(
+            "report.html could not be rendered; wrote a minimal page instead "
+            "(re-render with: perfsweep report %s)",
+            directory.root,
+        )
+        directory.write_minimal_report(summary)
+
+
+def _redact(storage: str) -> str:
+    """A storage URL without its password."""
+    if "://" in storage and "@" in storage:
+        scheme, rest = storage.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}"
+    return storage

@@ -1,0 +1,186 @@
+"""Predict: the profile phase and the predictions (``--search predict``).
+
+:func:`probe_profile` measures the live server's profile; ``_profiled`` and ``_predicted``
+turn it into every config's simulated capacity (``predictions.json``) and a
+:class:`~analyzer.search.strategy.Guide`; ``_refit`` refits the profile on measured trials.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from analyzer.config.knobs import knobs_of
+from analyzer.config.scenario import Scenario
+from analyzer.errors import InputError, TargetError
+from analyzer.predict import ProfileError
+from analyzer.predict.profile import Profile, load_profile, run_dir_samples, save_profile
+from analyzer.rundir import records
+from analyzer.rundir.records import TrialRecord
+from analyzer.search.strategy import Guide, grid_configs
+from analyzer.sweep.state import Profiler, _first_line, _State
+from analyzer.target.server import Target
+
+_LOG = logging.getLogger(__name__)
+
+
+def probe_profile(target: Target, scenario: Scenario) -> Profile:
+    """The profile phase on a live server (:func:`analyzer.predict.probe.probe`), up to the
+    space's largest batch (the model's own ``max_batch_size`` may be smaller), within
+    ``search.profile_time_s``, with the requests the load sends (the scenario's ``[input]``,
+    its size mix included). The probe leaves a probe config loaded: the sweep loads the
+    next trial's (or gives a shared server its config back at the end).
+
+    Raises:
+        ProfileError: The model cannot be probed, or the profile cannot represent the request
+            data (the message says why).
+        TargetError: The server failed a request or refused a probe config.
+    """
+    from analyzer.load.engine import input_options
+    from analyzer.predict.probe import ProbePlan, probe
+    from analyzer.target.server_stats import http_stats_source
+
+    # The probe reads batch_stats: a server without them (or not answering) is told apart
+    # before any probe config is loaded.
+    try:
+        http_stats_source(target.url, target.model)()
+    except Exception as exc:  # urllib / socket / JSON errors: translated where they enter
+        raise ProfileError(
+            f"the server's statistics (/v2/models/{target.model}/stats) cannot be read: "
+            f"{_first_line(exc)}"
+        ) from exc
+    largest = scenario.space.max_batch_size[1]
+    # Interference is information (the simulator serialises the device itself): 2 instances
+    # when the space has several, none otherwise.
+    several = scenario.space.instance_count[1] > 1
+    plan = ProbePlan(instances=2 if several else 1, time_budget_s=scenario.search.profile_time_s)
+    inputs = input_options(scenario.input, scenario.run.seed)  # the load's own request data
+    return probe(_Widened(target, largest), plan, inputs=inputs)
+
+
+class _Widened:
+    """A target whose model config reads ``max_batch_size`` as the space's largest, so the probe
+    profiles every batch size a searched config can execute (the space's bounds are the user's
+    statement that such configs load)."""
+
+    def __init__(self, target: Target, max_batch_size: int) -> None:
+        self._target = target
+        self._mbs = max_batch_size
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+    def model_config(self) -> mc.ModelConfig:
+        config = self._target.model_config()
+        config.max_batch_size = max(config.max_batch_size, self._mbs)
+        return config
+
+
+def _profiled(state: _State, profiler: Profiler) -> Guide | None:
+    """The profile phase (or a resumed run's predictions): a guide that can forecast single
+    configs (the baseline) before :func:`_predicted` simulates the space; None when no profile
+    can be taken (the sweep then searches with tpe and says why)."""
+    scenario, directory = state.scenario, state.run_dir
+    goal, half = scenario.goals.p99_ms, scenario.search.band
+    ceiling = scenario.traffic.max_rate_rps
+    profile_path = directory.root / "profile.json"
+    if directory.predictions_json.exists() and profile_path.exists():
+        try:
+            saved = records.load_predictions(directory.predictions_json)
+            return Guide.from_record(saved, load_profile(profile_path), goal, half, ceiling)
+        except (InputError, OSError) as exc:
+            _LOG.warning("predictions of the resumed run unreadable (%s): predicting again", exc)
+    state.observer.on_trial_start(
+        -1, "profile", knobs_of(state.base_config), 0, scenario.budget.trials
+    )
+    state.observer.on_phase("profile phase: batches of chosen sizes")
+    try:
+        with state.phase("profile"):
+            state.touched = True
+            profile = profiler(state.target, scenario)
+    except (ProfileError, TargetError, InputError, OSError, RuntimeError, ValueError) as exc:
+        state.note(
+            f"search predict: no profile could be taken ({_first_line(exc)}); searching with tpe"
+        )
+        return None
+    save_profile(profile, profile_path)
+    return Guide(profile, goal, half, seed=scenario.run.seed, ceiling_rps=ceiling)
+
+
+def _predicted(state: _State, guide: Guide) -> Guide | None:
+    """The predict phase: the profile's latency offset calibrated on the baseline's operating
+    point, then every config of the space simulated; None when nothing could be predicted."""
+    directory = state.run_dir
+    space_configs = grid_configs(state.search.space)
+    state.observer.on_phase(f"predicting {len(space_configs)} configs")
+    try:
+        with state.phase("predict"):
+            guide.calibrate(_finished(state))
+            guide.predict_space(space_configs)
+    except (InputError, ValueError) as exc:
+        state.note(f"search predict: the simulator failed ({_first_line(exc)}); searching with tpe")
+        return None
+    profile = guide.profile
+    if not guide.predictions:
+        state.note(
+            f"search predict: the profile covers batch sizes {profile.min_batch_size}-"
+            f"{profile.max_batch_size}, no config of the space; searching with tpe"
+        )
+        return None
+    policies = [k for k in guide.uncovered if k.queue_policy is not None]
+    larger = [k for k in guide.uncovered if k.queue_policy is None]
+    if policies:
+        state.note(
+            f"search predict: {len(policies)} configs set priorities or a queue policy, which "
+            "the simulator does not model: they are not predicted, and predict does not choose "
+            "them"
+        )
+    if larger:
+        state.note(
+            f"search predict: {len(larger)} configs need batches above the profiled "
+            f"{profile.max_batch_size}: they are not predicted, and predict does not choose them"
+        )
+    records.write_predictions(directory.predictions_json, guide.record(space_configs))
+    best = guide.best()
+    if best is not None:
+        state.observer.on_phase(
+            f"predicted best {best[0].label()}: {best[1].capacity_rps:.0f} req/s "
+            f"({best[1].low_rps:.0f}-{best[1].high_rps:.0f})"
+        )
+    return guide
+
+
+def _finished(state: _State) -> list[TrialRecord]:
+    """Every measurement so far, the baseline's first: where the predictions' latency offset is
+    calibrated."""
+    return [*([state.baseline] if state.baseline else []), *state.results.values()]
+
+
+def _refit(state: _State, guide: Guide, remaining: int) -> None:
+    """Rescale the probed profile to the run's trial windows, calibrate its latency offset on every
+    operating point measured so far (the baseline's included), and re-predict the configs
+    still in reach (twice the trials left); a run whose windows carry no statistics keeps its
+    execution times."""
+    if remaining <= 0:
+        return
+    try:
+        samples = run_dir_samples(state.run_dir.root)
+    except (InputError, ValueError) as exc:
+        _LOG.debug("no refit of the execution times: %s", exc)
+        samples = []
+    try:
+        guide.refit(
+            samples,
+            [r.config for r in state.results.values()],
+            2 * remaining,
+            _finished(state),
+            where=f"run directory {state.run_dir.root.name}",
+        )
+    except (InputError, ValueError) as exc:
+        _LOG.debug("no refit: %s", exc)
+        return
+    records.write_predictions(
+        state.run_dir.predictions_json, guide.record(grid_configs(state.search.space))
+    )

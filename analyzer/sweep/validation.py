@@ -1,0 +1,167 @@
+"""Validation: re-measuring the best configs before one is chosen.
+
+At the winner's capacity (``budget.validation = "check"``) or by repeats; each candidate
+becomes a :class:`~analyzer.rundir.records.ValidationCandidate` of ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+from typing import Any
+
+from analyzer.config.knobs import apply_knobs
+from analyzer.config.objective import worst_value
+from analyzer.rundir import records
+from analyzer.rundir.records import TrialRecord
+from analyzer.sweep.state import _State
+from analyzer.sweep.trials import _run_trial
+
+
+def _validate(state: _State) -> list[records.ValidationCandidate]:
+    """Re-measure the best configs before one is chosen: at the winner's capacity
+    (``budget.validation = "check"``, a capacity objective in open loop:
+    :func:`_validate_at_capacity`), else every top config ``budget.validate_repeats`` times
+    with longer windows."""
+    objective = state.objective
+    if not objective.validates or state.scenario.budget.validate_top == 0:
+        return []
+    check = state.scenario.budget.validation == "check"
+    if check and objective.checks_at_capacity and state.evaluator.plan.open_loop:
+        return _validate_at_capacity(state)
+    return _validate_repeats(state)
+
+
+def _validate_at_capacity(state: _State) -> list[records.ValidationCandidate]:
+    """Validation that pays for itself.
+
+    The winner and the runner-up (``budget.validate_top`` >= 2) are each measured once at the
+    winner's capacity with the sequential test (:meth:`Evaluator.check`, longer windows): a
+    step far from the goal ends after a few hundred requests. Their whole capacities are
+    re-measured (a capacity search near each) only when the two are within noise: the
+    runner-up serves the winner's capacity too, or the winner does not. The baseline is
+    measured once (its baseline measurement); it competes only when its capacity beat the
+    winner's in the search.
+    """
+    scenario, objective = state.scenario, state.objective
+    b = scenario.budget
+    feasible = [r for r in state.results.values() if r.state == "complete" and r.meets_goals]
+    top = objective.validation_candidates(feasible, min(b.validate_top, 2))
+    if not top:
+        return []
+    winner = top[0]
+    rate = winner.throughput_rps
+
+    def measure(r: TrialRecord, index: int, total: int, **how: Any) -> TrialRecord:
+        state.observer.on_trial_start(r.number, "validation", r.config, index, total)
+        result = _run_trial(
+            state,
+            r.number,
+            "validation",
+            r.config,
+            apply_knobs(state.base_config, r.config),
+            factor=b.validate_window_factor,
+            **how,
+        )
+        state.observer.on_validation(r.number, index, result)
+        return result
+
+    checks = {r.number: measure(r, 1, 2, check_rps=rate) for r in top}
+    winner_held = checks[winner.number].meets_goals
+    # A runner-up whose check did not complete is not known to be slower: within noise too.
+    close = [
+        r for r in top[1:] if checks[r.number].state != "complete" or checks[r.number].meets_goals
+    ]
+    remeasured: dict[int, list[TrialRecord]] = {}
+    if close or not winner_held:
+        state.observer.on_phase("within noise: re-measuring the whole capacities")
+        for r in top:
+            # A failed check bounds the re-measurement: it need not climb past that rate again.
+            failed = checks[r.number].state == "complete" and not checks[r.number].meets_goals
+            remeasured[r.number] = [
+                measure(r, 2, 2, near_rps=r.throughput_rps, fails_at_rps=rate if failed else None)
+            ]
+    candidates = []
+    for r in top:
+        check = checks[r.number]
+        # The check is the one repeat, unless the whole capacity was measured again: that
+        # measurement then says what the config serves, and the check is kept beside it.
+        runs = remeasured.get(r.number, [check])
+        state.validated[r.number] = runs
+        candidates.append(
+            replace(
+                _candidate(r, runs),
+                check_rps=rate,
+                check_met=check.meets_goals if check.state == "complete" else None,
+                check=check.measurement,
+            )
+        )
+    baseline = state.baseline
+    if baseline is not None and baseline.meets_goals and baseline.throughput_rps > rate:
+        # The starting config competes too (its one measurement): a sweep must never recommend
+        # a config worse than what the model already had.
+        state.validated.setdefault(baseline.number, []).append(baseline)
+        candidates.append(_candidate(baseline, [baseline]))
+    state.run_dir.write_validation(records.Validation(tuple(candidates)))
+    return candidates
+
+
+def _candidate(r: TrialRecord, runs: list[TrialRecord]) -> records.ValidationCandidate:
+    """A validated config: every repeat's numbers and the one repeat rule's worst case."""
+    ok = [x for x in runs if x.state == "complete"]
+    # The one repeat rule (Objective.repeat_figure): the worst repeat, a repeat that missed
+    # the goals counting as 0 req/s.
+    worst_rps = (
+        worst_value("throughput_rps", [x.throughput_rps if x.meets_goals else 0.0 for x in ok])
+        if ok
+        else 0.0
+    )
+    worst_p99 = worst_value("p99_ms", [x.p99_ms for x in ok]) if ok else math.inf
+    return records.ValidationCandidate(
+        trial_number=r.number,
+        config=r.config,
+        search_throughput_rps=r.throughput_rps,
+        throughput_rps=tuple(x.throughput_rps for x in runs),
+        p99_ms=tuple(x.p99_ms for x in runs),
+        meets_goals=tuple(x.meets_goals for x in runs),
+        worst_rps=worst_rps,
+        worst_p99_ms=worst_p99 if math.isfinite(worst_p99) else None,
+        all_meet_goals=bool(ok) and len(ok) == len(runs) and all(x.meets_goals for x in ok),
+        p99_n=tuple(x.request_count() for x in runs),
+        measurements=tuple(x.measurement for x in runs),
+    )
+
+
+def _validate_repeats(state: _State) -> list[records.ValidationCandidate]:
+    """Re-measure the top feasible configs with longer windows; keep every repeat's numbers."""
+    scenario, objective = state.scenario, state.objective
+    b = scenario.budget
+    feasible = [r for r in state.results.values() if r.state == "complete" and r.meets_goals]
+    top = objective.validation_candidates(feasible, b.validate_top)
+    baseline = state.baseline
+    if top and baseline and baseline.meets_goals and baseline.config not in [t.config for t in top]:
+        # The starting config competes too: a sweep must never recommend a config that is
+        # worse than what the model already had, just because one search measurement was lucky.
+        top.append(baseline)
+    order = [(r, i) for i in range(b.validate_repeats) for r in top]
+    random.Random(scenario.run.seed).shuffle(order)  # interleaved: drift hits all alike
+    repeats: dict[int, list[TrialRecord]] = {r.number: [] for r in top}
+    for r, i in order:
+        state.observer.on_trial_start(r.number, "validation", r.config, i + 1, b.validate_repeats)
+        config = state.base_config if r.number < 0 else apply_knobs(state.base_config, r.config)
+        result = _run_trial(
+            state,
+            r.number,
+            "validation",
+            r.config,
+            config,
+            factor=b.validate_window_factor,
+            near_rps=r.throughput_rps,
+        )
+        repeats[r.number].append(result)
+        state.validated.setdefault(r.number, []).append(result)
+        state.observer.on_validation(r.number, i + 1, result)
+    candidates = [_candidate(r, repeats[r.number]) for r in top]
+    state.run_dir.write_validation(records.Validation(tuple(candidates)))
+    return candidates
