@@ -57,7 +57,9 @@ from analyzer.measure.generator import load_output_dict
 from analyzer.measure.measurement import Measurement
 from analyzer.measure.specs import Arrival, LoadMode, LoadSpec
 from analyzer.target.factory import make_target
-from analyzer.target.server import ManagedServer, RemoteTarget, Target
+from analyzer.target.managed import ManagedServer
+from analyzer.target.protocol import Target
+from analyzer.target.remote import RemoteTarget
 
 if sys.version_info >= (3, 11):
     import tomllib

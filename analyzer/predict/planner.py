@@ -233,7 +233,7 @@ def probe_live(
         ProfileError: the model cannot be probed.
     """
     from analyzer.predict.probe import probe
-    from analyzer.target.server import RemoteTarget
+    from analyzer.target.remote import RemoteTarget
 
     target = RemoteTarget(url, model)
     target.start()

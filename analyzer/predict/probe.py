@@ -76,7 +76,7 @@ from analyzer.predict.profile import (
     SizeClass,
     overlap_from_interference,
 )
-from analyzer.target.server import Target, untunable_reason
+from analyzer.target.protocol import Target, untunable_reason
 from analyzer.target.server_stats import http_stats_source
 from analyzer.target.transport import KeepAliveTransport, Request, Transport
 

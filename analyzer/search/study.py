@@ -521,7 +521,7 @@ class Search:
         trial.set_user_attr("failure", reason)
         self._study.tell(trial, state=TrialState.FAIL)
 
-    # -- study attributes (the shared-target lease, analyzer.target.server.claim_target) ---------------
+    # -- study attributes (the shared-target lease, analyzer.target.leases.claim_target) ---------------
 
     def study_attrs(self) -> dict[str, Any]:
         """The study's user attributes, read from the storage now (other workers' included)."""

@@ -21,7 +21,7 @@ from analyzer.rundir.records import StopReason, TrialRecord
 from analyzer.rundir.results import RunDirectory, config_text, environment, utc_now, write_atomic
 from analyzer.search.study import FinishedTrial
 from analyzer.sweep.state import SweepOutcome, _State
-from analyzer.target.server import observed_device
+from analyzer.target.protocol import observed_device
 
 _LOG = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ recorded ``interrupted: server died``, nothing else is measured, summary.json re
 so far as not validated, run.json says ``failed``, and :class:`TargetDiedError` carries the
 outcome to the caller (exit 3; ``--resume`` finishes the run).
 
-Seams: the server is a :class:`~analyzer.target.server.Target`, the load a
+Seams: the server is a :class:`~analyzer.target.protocol.Target`, the load a
 :class:`~analyzer.measure.generator.LoadGenerator`, the live view a :class:`SweepObserver`; tests pass
 fakes for all three.
 
@@ -76,7 +76,8 @@ from analyzer.sweep.state import (
 from analyzer.sweep.trials import _expected, _locust_generator, _measure_baseline, _run_trial
 from analyzer.sweep.validation import _validate
 from analyzer.target.factory import make_target
-from analyzer.target.server import Target, leased, renew_target, untunable_reason
+from analyzer.target.leases import leased, renew_target
+from analyzer.target.protocol import Target, untunable_reason
 
 __all__ = ["run_sweep", "space_for"]
 

@@ -21,7 +21,7 @@ from analyzer.rundir import records
 from analyzer.rundir.records import TrialRecord
 from analyzer.search.strategy import Guide, grid_configs
 from analyzer.sweep.state import Profiler, _first_line, _State
-from analyzer.target.server import Target
+from analyzer.target.protocol import Target
 
 _LOG = logging.getLogger(__name__)
 

@@ -27,7 +27,8 @@ from analyzer.rundir.records import StopReason, TrialRecord
 from analyzer.rundir.results import RunDirectory, utc_now
 from analyzer.search.strategy import Guide
 from analyzer.search.study import Search
-from analyzer.target.server import Target, TargetLease
+from analyzer.target.leases import TargetLease
+from analyzer.target.protocol import Target
 
 #: Consecutive trials failing because the target is gone before the sweep gives up.
 MAX_TARGET_FAILURES = 3

@@ -25,7 +25,7 @@ from analyzer.rundir.records import TrialRecord
 from analyzer.rundir.results import utc_now
 from analyzer.search.strategy import nearest_capacity
 from analyzer.sweep.state import CRASHED_REASON, SweepObserver, _first_line, _State
-from analyzer.target.server import ConfigRejectedError, Target
+from analyzer.target.protocol import ConfigRejectedError, Target
 
 
 @contextlib.contextmanager

@@ -1,10 +1,10 @@
 """The target a scenario describes: :func:`make_target`, for the sweep and the gate alike.
 
-It chooses among the implementations of :class:`~analyzer.target.server.Target`: a
-:class:`~analyzer.target.server.RemoteTarget` (``--url``), a :class:`~analyzer.target.server.ManagedServer`
+It chooses among the implementations of :class:`~analyzer.target.protocol.Target`: a
+:class:`~analyzer.target.remote.RemoteTarget` (``--url``), a :class:`~analyzer.target.managed.ManagedServer`
 (the reference server) or a :class:`~analyzer.target.triton.ManagedTriton` (``--server
 triton``). It lives above both modules because ``ManagedTriton`` is a ``ManagedServer``:
-:mod:`analyzer.target.triton` imports :mod:`analyzer.target.server`, never the other way round.
+:mod:`analyzer.target.triton` imports :mod:`analyzer.target.managed`, never the other way round.
 """
 
 from __future__ import annotations
@@ -12,15 +12,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from analyzer.config.scenario import Scenario
-from analyzer.target.server import ManagedServer, RemoteTarget, Target
+from analyzer.target.managed import ManagedServer
+from analyzer.target.protocol import Target
+from analyzer.target.remote import RemoteTarget
 from analyzer.target.triton import managed_triton
 
 
 def make_target(scenario: Scenario, workdir: Path, url: str | None = None) -> Target:
-    """The target a scenario describes: a :class:`~analyzer.target.server.RemoteTarget` at ``url``
+    """The target a scenario describes: a :class:`~analyzer.target.remote.RemoteTarget` at ``url``
     (default ``scenario.model.url``), else with ``model.server = "triton"`` a
     :class:`~analyzer.target.triton.ManagedTriton` logging to
-    ``workdir/server/tritonserver.log``, else a :class:`~analyzer.target.server.ManagedServer` logging
+    ``workdir/server/tritonserver.log``, else a :class:`~analyzer.target.managed.ManagedServer` logging
     to ``workdir/server/server.log`` (a run directory's ``server_log``).
 
     Raises:

@@ -4,7 +4,7 @@ A supervised child dies with the process that started it, even after ``kill -9``
 on Linux the child asks for ``PR_SET_PDEATHSIG`` (SIGTERM when its parent thread exits) before
 it executes, and everywhere it gets ``PERFSWEEP_PARENT_PID`` (``python -m reference_server`` stops
 itself once that parent is gone). :func:`die_with_parent` is the one mechanism; the managed
-servers (:class:`analyzer.target.server.ManagedServer`: the reference server, or a real Triton from
+servers (:class:`analyzer.target.managed.ManagedServer`: the reference server, or a real Triton from
 :mod:`analyzer.target.triton`) and ``perfsweep ui``'s Locust processes are started through
 :func:`child_process_options`.
 

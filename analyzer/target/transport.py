@@ -1,7 +1,7 @@
 """The HTTP seam of the analyzer: one small protocol, two real implementations, a mock.
 
 After httpx's ``BaseTransport`` / ``MockTransport``: every HTTP call of the analyzer outside the
-load generator (the targets of ``analyzer.target.server``, the statistics and metrics scrapes of
+load generator (the targets of ``analyzer.target.managed``, the statistics and metrics scrapes of
 ``analyzer.target.server_stats``, the probe's bursts in ``analyzer.predict.probe``) builds a
 :class:`Request` and hands it to a :class:`Transport`. :class:`UrllibTransport` sends it on a new
 connection; :class:`KeepAliveTransport` keeps one connection per thread and host, for many small

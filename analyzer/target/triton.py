@@ -1,6 +1,6 @@
 """A real Triton Inference Server that perfsweep starts and manages (``--server triton``).
 
-:class:`ManagedTriton` is :class:`analyzer.target.server.ManagedServer` with a ``tritonserver``
+:class:`ManagedTriton` is :class:`analyzer.target.managed.ManagedServer` with a ``tritonserver``
 process instead of the reference server: the same supervision (log in the run directory, dies
 with perfsweep, a dead server is restarted and its trial retried), the same repository-API
 config pushes. What differs is only how the process is prepared, launched and awaited:
@@ -42,7 +42,7 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.errors import InputError, TargetError
-from analyzer.target.server import ManagedServer
+from analyzer.target.managed import ManagedServer
 from analyzer.target.supervise import Supervisor, group_members
 from analyzer.target.transport import Transport
 from reference_server.ready import ServerAddresses

@@ -21,7 +21,7 @@ from analyzer.gate.run import (
 from analyzer.gate.verdict import Criteria, Outcome, evaluate, from_measurements
 from analyzer.measure.measurement import Measurement
 from analyzer.measure.specs import LoadMode, LoadSpec
-from analyzer.target.server import RemoteTarget
+from analyzer.target.remote import RemoteTarget
 
 PLAN = MeasurePlan(LoadSpec(LoadMode.REQUEST_RATE, 20.0), repeats=3)
 

@@ -31,7 +31,7 @@ from analyzer.predict import ProfileError
 from analyzer.predict.probe import ProbePlan, _Sender, geometric_sizes, probe, probe_config
 from analyzer.predict.profile import from_toml
 from analyzer.predict.simulator import SimConfig, simulate
-from analyzer.target.server import RemoteTarget
+from analyzer.target.remote import RemoteTarget
 from analyzer.target.transport import MockTransport, Request, Response
 from tests.predict.test_vs_server import _mean_batch, _open_loop, _shares, _tv
 from tests.support.real_triton import (

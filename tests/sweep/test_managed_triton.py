@@ -31,7 +31,8 @@ import pytest
 from analyzer.config.knobs import Knobs, apply_knobs, knobs_of
 from analyzer.errors import TargetError
 from analyzer.rundir.results import load_summary, parse_config_text
-from analyzer.target.server import ConfigRejectedError, ManagedServer
+from analyzer.target.managed import ManagedServer
+from analyzer.target.protocol import ConfigRejectedError
 from analyzer.target.supervise import group_members
 from analyzer.target.triton import ManagedTriton, shm_regions
 from tests.support.real_triton import TritonInstall

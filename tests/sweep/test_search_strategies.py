@@ -23,7 +23,7 @@ from analyzer.predict.profile import Profile
 from analyzer.rundir import records
 from analyzer.search.strategy import grid_configs
 from analyzer.sweep.loop import run_sweep, space_for
-from analyzer.target.server import Target
+from analyzer.target.protocol import Target
 from tests.sweep.planted import (
     FakeLoadGenerator,
     FakeTarget,

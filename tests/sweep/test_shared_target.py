@@ -12,7 +12,7 @@ from analyzer.config.objective import objective_for
 from analyzer.config.scenario import Scenario, load_scenario
 from analyzer.search.study import Search
 from analyzer.sweep.loop import run_sweep, space_for
-from analyzer.target.server import TargetInUseError, claim_target, release_target
+from analyzer.target.leases import TargetInUseError, claim_target, release_target
 from tests.sweep.planted import FakeLoadGenerator, FakeTarget
 
 

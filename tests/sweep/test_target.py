@@ -11,12 +11,9 @@ import pytest
 
 from analyzer.config.knobs import Knobs, apply_knobs, knobs_of
 from analyzer.errors import TargetError
-from analyzer.target.server import (
-    ConfigRejectedError,
-    ManagedServer,
-    RemoteTarget,
-    bundled_repository,
-)
+from analyzer.target.managed import ManagedServer, bundled_repository
+from analyzer.target.protocol import ConfigRejectedError
+from analyzer.target.remote import RemoteTarget
 from reference_server.ready import READY_PREFIX
 from tests.support.servers import wait_until
 from tests.sweep.test_e2e_sim import make_repo

@@ -520,7 +520,7 @@ PLANTED_IMPORTS: dict[str, tuple[str, str]] = {
     ),
     "layer rundir imports nothing above it": (
         "analyzer/rundir/records.py",
-        "import analyzer.target.server\n",
+        "import analyzer.target.managed\n",
     ),
     "layer target imports nothing above it": (
         "analyzer/target/liveness.py",

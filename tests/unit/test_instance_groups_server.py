@@ -12,7 +12,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 from analyzer.config.knobs import apply_knobs, knobs_of
 from analyzer.config.scenario import load_scenario
 from analyzer.sweep.loop import space_for
-from analyzer.target.server import RemoteTarget, read_device_info
+from analyzer.target.protocol import read_device_info
+from analyzer.target.remote import RemoteTarget
 from tests.support.real_triton import dynamic_batching, sleep_model_config
 from tests.support.servers import ReferenceServer
 

@@ -11,7 +11,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 from analyzer.config.scenario import load_scenario
 from analyzer.errors import TargetError
 from analyzer.search.strategy import resolve
-from analyzer.target.server import bundled_repository, untunable_reason
+from analyzer.target.managed import bundled_repository
+from analyzer.target.protocol import untunable_reason
 from reference_server.core.config import load_config_file
 from reference_server.zoo.accumulator import accumulator_config
 

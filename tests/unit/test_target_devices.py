@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analyzer.target.server import observed_device, parse_device_info
+from analyzer.target.protocol import observed_device, parse_device_info
 
 METRICS = """\
 # HELP perfsweep_model_device_info What each model instance runs on

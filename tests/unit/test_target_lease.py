@@ -15,10 +15,8 @@ from typing import Any
 import pytest
 
 from analyzer.search.study import Search, SearchSpace
-from analyzer.target.server import (
+from analyzer.target.leases import (
     LEASE_TTL_S,
-    ManagedServer,
-    RemoteTarget,
     TargetInUseError,
     TargetLease,
     claim_target,
@@ -28,6 +26,8 @@ from analyzer.target.server import (
     renew_target,
     rival_leases,
 )
+from analyzer.target.managed import ManagedServer
+from analyzer.target.remote import RemoteTarget
 
 URL = "http://127.0.0.1:8000"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.target.server import ManagedServer
+from analyzer.target.managed import ManagedServer
 from tests.support.servers import wait_until
 from tests.sweep.test_e2e_sim import make_repo
 

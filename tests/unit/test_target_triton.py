@@ -17,7 +17,8 @@ import pytest
 from analyzer.config.scenario import load_scenario
 from analyzer.errors import InputError
 from analyzer.target.factory import make_target
-from analyzer.target.server import ManagedServer, RemoteTarget
+from analyzer.target.managed import ManagedServer
+from analyzer.target.remote import RemoteTarget
 from analyzer.target.supervise import Supervisor, group_members
 from analyzer.target.triton import (
     ManagedTriton,

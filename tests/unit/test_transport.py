@@ -21,12 +21,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 from analyzer.config.scenario import load_scenario
 from analyzer.errors import TargetDiedError, TargetError
 from analyzer.target.factory import make_target
-from analyzer.target.server import (
-    ConfigRejectedError,
-    ManagedServer,
-    RemoteTarget,
-    read_device_info,
-)
+from analyzer.target.managed import ManagedServer
+from analyzer.target.protocol import ConfigRejectedError, read_device_info
+from analyzer.target.remote import RemoteTarget
 from analyzer.target.transport import (
     HTTPStatusError,
     KeepAliveTransport,

@@ -61,7 +61,8 @@ from analyzer.load.web.options import (
     request_problem,
 )
 from analyzer.load.web.users import live_state
-from analyzer.target.server import ConfigRejectedError, RemoteTarget, untunable_reason
+from analyzer.target.protocol import ConfigRejectedError, untunable_reason
+from analyzer.target.remote import RemoteTarget
 from analyzer.target.server_stats import ServerScraper, http_stats_source
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,8 @@ from typing import Any
 from analyzer.config.urls import http_url as as_http_url
 from analyzer.errors import InputError
 from analyzer.load.web.options import exposure_problem, login_from_env
-from analyzer.target.server import ManagedServer, RemoteTarget
+from analyzer.target.managed import ManagedServer
+from analyzer.target.remote import RemoteTarget
 from analyzer.target.supervise import child_process_options
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")

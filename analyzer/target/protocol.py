@@ -1,0 +1,246 @@
+"""The server under test, behind one protocol, and the HTTP both implementations share.
+
+:class:`Target` (start, push a config, ensure alive, stop), :class:`ConfigRejectedError`,
+:func:`untunable_reason` (a model config the search cannot tune), and ``_HttpTarget``: how
+a config is pushed without a restart (``POST /v2/repository/models/<m>/load`` with
+``{"parameters": {"config": <JSON>}}``, then wait until the model is ready) and what each
+instance runs on (:func:`read_device_info`, :func:`observed_device`). Plain HTTP (urllib)
+through :mod:`analyzer.target.transport`: no gevent, no tritonclient client.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from analyzer.errors import TargetDiedError, TargetError
+from analyzer.target.liveness import live
+from analyzer.target.server_stats import parse_device_info
+from analyzer.target.transport import Request, Transport, UrllibTransport
+
+
+class ConfigRejectedError(TargetError):
+    """The server refused a config (the trial fails; the sweep goes on)."""
+
+
+def untunable_reason(config: mc.ModelConfig) -> str | None:
+    """Why perfsweep must not tune this model, or None.
+
+    ``dynamic_batching``, ``sequence_batching`` and ``ensemble_scheduling`` share one proto
+    ``oneof``: setting the first erases the others, which would silently change what an ensemble
+    or a stateful model means. A stateful model with the sequence batcher's ``oldest`` strategy
+    is tuned in place (:func:`analyzer.config.knobs.apply_knobs` writes into ``oldest``); the
+    ``direct`` strategy has nothing to tune, and an ensemble schedules its composing models.
+    """
+    kind = config.WhichOneof("scheduling_choice")
+    if config.platform == "ensemble" or kind == "ensemble_scheduling":
+        return (
+            f'model {config.name!r} is an ensemble (platform "ensemble" / '
+            "ensemble_scheduling), which has no batcher of its own: its composing models do the "
+            "batching. perfsweep can tune each composing model by name instead (dynamic_batching, "
+            "or sequence_batching with the oldest strategy)"
+        )
+    if kind == "sequence_batching" and not config.sequence_batching.HasField("oldest"):
+        return (
+            f"model {config.name!r} is sequence-batched with the direct strategy (a stateful "
+            "model): the direct strategy has no batching delay to tune (a batch is every "
+            "slot's next request); use oldest "
+            "(sequence_batching { oldest { ... } }), whose max_queue_delay_microseconds, "
+            "preferred_batch_size and max_candidate_sequences perfsweep tunes with the instance "
+            "count and max_batch_size"
+        )
+    return None
+
+
+class Target(Protocol):
+    """The server under test.
+
+    Attributes:
+        model: The model being tuned.
+        url: Base HTTP URL (``http://host:port``).
+        device: ``sim``, ``cpu``, ``cuda`` for a managed server; ``remote`` otherwise.
+        shared: The server outlives the sweep (``--url``): the sweep must leave it on a
+            known config. A managed server is stopped instead.
+        notify: Told what the target does about a dead server (a restart, a wait): the live
+            view sets it.
+    """
+
+    model: str
+    url: str
+    device: str
+    shared: bool
+    notify: Callable[[str], None]
+
+    def start(self) -> None:
+        """Start (or connect to) the server and wait until the model is ready."""
+        ...
+
+    def stop(self) -> None:
+        """Stop what :meth:`start` started (a remote server is left running)."""
+        ...
+
+    def model_config(self) -> mc.ModelConfig:
+        """The model's current config as the server reports it."""
+        ...
+
+    def load_config(self, config: mc.ModelConfig) -> None:
+        """Reload the model with ``config`` (no server restart) and wait until it is ready."""
+        ...
+
+    def ensure_alive(self) -> None:
+        """Return when the server answers. A dead managed server is restarted; a dead ``--url``
+        server is waited for (``run.server_wait_s``). Either way the last config loaded is
+        loaded again.
+
+        Raises:
+            TargetDiedError: The server is dead and cannot be brought back.
+        """
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Facts for the summary: kind, url, device, server version."""
+        ...
+
+
+def _error_text(payload: Any) -> str:
+    if isinstance(payload, dict) and "error" in payload:
+        return str(payload["error"])
+    return str(payload)
+
+
+def config_to_json(config: mc.ModelConfig) -> str:
+    """A ModelConfig as the JSON string the repository ``load`` override expects."""
+    return json_format.MessageToJson(config, preserving_proto_field_name=True, indent=None)
+
+
+def config_from_json(data: dict[str, Any]) -> mc.ModelConfig:
+    """Parse a server's ``GET .../config`` JSON (unknown fields from newer servers ignored)."""
+    return json_format.ParseDict(data, mc.ModelConfig(), ignore_unknown_fields=True)
+
+
+def read_device_info(
+    metrics_url: str, model: str, transport: Transport | None = None
+) -> list[dict[str, str]]:
+    """What each instance of ``model`` runs on, scraped from ``metrics_url``.
+
+    Read from the reference server's ``perfsweep_model_device_info`` metric (backend, device,
+    execution provider or simulated profile); empty when it cannot be read.
+    """
+    if not metrics_url:
+        return []
+    try:
+        answer = (transport or UrllibTransport()).request(Request("GET", metrics_url, None, 5.0))
+    except OSError:
+        return []
+    if answer.status != 200:
+        return []
+    return parse_device_info(answer.text(), model)
+
+
+def observed_device(devices: list[dict[str, str]], requested: str) -> str:
+    """``sim``, ``cuda`` or ``cpu`` as the server reports it; ``requested`` when unknown."""
+    if not devices:
+        return requested
+    if all(d.get("backend") == "simulated" for d in devices):
+        return "sim"
+    kinds = {d.get("device", "") for d in devices}
+    return "cuda" if "cuda" in kinds else (kinds.pop() if len(kinds) == 1 else requested)
+
+
+class _HttpTarget:
+    """What both targets share: the KServe v2 HTTP calls, through :attr:`transport`.
+
+    ``clock`` and ``sleep`` pace the waits for readiness (tests pass a fake clock).
+    """
+
+    model: str
+    url: str
+    load_timeout_s: float = 300.0
+    transport: Transport
+    clock: Callable[[], float] = staticmethod(time.monotonic)
+    sleep: Callable[[float], None] = staticmethod(time.sleep)
+    notify: Callable[[str], None] = staticmethod(lambda text: None)
+    #: The last config :meth:`load_config` pushed (loaded again into a server that returns).
+    _last_config: mc.ModelConfig | None = None
+
+    def _call(
+        self, method: str, path: str, body: Any = None, timeout_s: float = 10.0
+    ) -> tuple[int, Any]:
+        """(status, decoded JSON or text) of one request; :class:`OSError` when no answer."""
+        answer = self.transport.request(Request(method, self.url + path, body, timeout_s))
+        return answer.status, answer.payload()
+
+    def _get(self, path: str, timeout_s: float = 10.0) -> tuple[int, Any]:
+        return self._call("GET", path, timeout_s=timeout_s)
+
+    def _is_live(self) -> bool:
+        return live(self.url, self.transport)
+
+    def _is_ready(self) -> bool:
+        try:
+            status, _ = self._get(f"/v2/models/{self.model}/ready", timeout_s=5.0)
+        except OSError:
+            return False
+        return status == 200
+
+    def model_config(self) -> mc.ModelConfig:
+        try:
+            status, payload = self._get(f"/v2/models/{self.model}/config")
+        except OSError as exc:
+            raise TargetError(
+                f"cannot read the config of {self.model} from {self.url}: {exc}"
+            ) from exc
+        if status != 200 or not isinstance(payload, dict):
+            raise TargetError(
+                f"{self.url} has no model {self.model!r} ({status}: {_error_text(payload)}); "
+                "check --model and that the server loaded it"
+            )
+        return config_from_json(payload)
+
+    def load_config(self, config: mc.ModelConfig) -> None:
+        body = {"parameters": {"config": config_to_json(config)}}
+        path = f"/v2/repository/models/{self.model}/load"
+        try:
+            status, payload = self._call("POST", path, body, timeout_s=self.load_timeout_s)
+        except OSError as exc:
+            if not self._is_live():
+                raise TargetDiedError(
+                    f"the server at {self.url} died while loading a config: {exc}", self.url
+                ) from exc
+            raise TargetError(f"loading a config into {self.url} failed: {exc}") from exc
+        if status != 200:
+            # A server that still answers refused this config (Triton reports a refused override
+            # as 400 or as a 500 "failed to load"): the trial fails, the sweep goes on. A server
+            # that went away died (restart or wait, and retry).
+            if self._is_live():
+                raise ConfigRejectedError(
+                    f"the server refused the config ({status}): {_error_text(payload)}"
+                )
+            raise TargetDiedError(
+                f"the server at {self.url} died while loading a config ({status}: "
+                f"{_error_text(payload)})",
+                self.url,
+            )
+        deadline = self.clock() + self.load_timeout_s
+        while not self._is_ready():
+            if not self._is_live():
+                raise TargetDiedError(
+                    f"the server at {self.url} died while loading {self.model}", self.url
+                )
+            if self.clock() > deadline:
+                raise TargetError(
+                    f"{self.model} was not ready {self.load_timeout_s:.0f} s after load"
+                )
+            self.sleep(0.1)
+        self._last_config = config
+
+    def server_metadata(self) -> dict[str, Any]:
+        try:
+            status, payload = self._get("/v2")
+        except OSError:
+            return {}
+        return payload if status == 200 and isinstance(payload, dict) else {}

@@ -1,0 +1,133 @@
+"""A server that is already running at ``--url`` (a real Triton or a reference server).
+
+:class:`RemoteTarget` is never restarted: when it dies, the sweep waits for it to come back
+(:func:`analyzer.target.liveness.wait_for_return`). Only ``http://`` URLs are accepted
+(:func:`analyzer.config.urls.http_url`, the one place URLs enter): TLS is not implemented
+end to end, so an ``https://`` URL is refused rather than sent as plain HTTP.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from analyzer.config.urls import http_url
+from analyzer.errors import TargetDiedError, TargetError
+from analyzer.target.liveness import wait_for_return
+from analyzer.target.protocol import _HttpTarget
+from analyzer.target.transport import Transport, UrllibTransport
+
+
+class RemoteTarget(_HttpTarget):
+    """A running server at ``url`` (real Triton in explicit model-control mode, or ours).
+
+    Args:
+        url: The server's HTTP address (``http://`` added when missing; ``https://`` refused).
+        model: The model to tune.
+        timeout_s: How long :meth:`start` waits for the server to answer ready.
+        wait_s: How long :meth:`ensure_alive` waits for a server that stopped answering to
+            return (a restarted pod) before the run stops (``run.server_wait_s``).
+        transport: The HTTP seam (default: urllib).
+        clock: Monotonic seconds (default :func:`time.monotonic`).
+        sleep: Waits between polls (default :func:`time.sleep`).
+
+    Attributes:
+        outages: Each time the server stopped answering: when, how long it was waited for,
+            and whether it returned (the summary's ``environment.target.outages``).
+    """
+
+    shared = True
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        timeout_s: float = 10.0,
+        transport: Transport | None = None,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], None] | None = None,
+        wait_s: float = 60.0,
+    ) -> None:
+        self.url = http_url(url)
+        self.model = model
+        self.device = "remote"
+        self.timeout_s = timeout_s
+        self.wait_s = wait_s
+        self.outages: list[dict[str, Any]] = []
+        #: ``GET /v2`` as read at start (and after an outage): describing a server that has
+        #: died since must not wait on it.
+        self._metadata: dict[str, Any] = {}
+        self.transport = transport or UrllibTransport()
+        if clock is not None:
+            self.clock = clock
+        if sleep is not None:
+            self.sleep = sleep
+
+    def start(self) -> None:
+        """Check that the server answers and the model is ready."""
+        deadline = self.clock() + self.timeout_s
+        last = "no answer"
+        while self.clock() < deadline:
+            try:
+                status, _ = self._get("/v2/health/ready", timeout_s=2.0)
+                if status == 200:
+                    break
+                last = f"HTTP {status}"
+            except OSError as exc:
+                last = str(getattr(exc, "reason", exc))
+            self.sleep(0.2)
+        else:
+            raise TargetError(f"cannot reach the server at {self.url} ({last}); check --url")
+        if not self._is_ready():
+            raise TargetError(
+                f"model {self.model!r} is not ready on {self.url}; load it first "
+                "(the server must run with --model-control-mode=explicit for perfsweep to reload it)"
+            )
+        self._metadata = self.server_metadata()
+
+    def stop(self) -> None:
+        """Nothing to stop: the server belongs to someone else."""
+
+    def ensure_alive(self) -> None:
+        """Return when the server answers. One that stopped answering cannot be restarted from
+        here: it is waited for up to :attr:`wait_s` (a Kubernetes restart), the outage
+        recorded, and the last config loaded again (a restarted server lost it).
+
+        Raises:
+            TargetDiedError: It did not return within :attr:`wait_s`.
+        """
+        if self._is_live():
+            return
+        started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        waited = wait_for_return(
+            self.url,
+            self.wait_s,
+            self.notify,
+            transport=self.transport,
+            clock=self.clock,
+            sleep=self.sleep,
+        )
+        outage = {"started_at": started_at, "returned": waited is not None}
+        outage["waited_s"] = round(self.wait_s if waited is None else waited, 1)
+        self.outages.append(outage)
+        if waited is None:
+            raise TargetDiedError(
+                f"the server at {self.url} stopped answering and did not return within "
+                f"{self.wait_s:g} s (run.server_wait_s, --server-wait)",
+                self.url,
+            )
+        self._metadata = self.server_metadata()
+        if self._last_config is not None:
+            self.load_config(self._last_config)
+
+    def describe(self) -> dict[str, Any]:
+        meta = self._metadata or self.server_metadata()
+        return {
+            "kind": "remote",
+            "url": self.url,
+            "device": self.device,
+            "server": meta.get("name"),
+            "server_version": meta.get("version"),
+            "outages": list(self.outages),
+        }
