@@ -44,7 +44,8 @@ from analyzer.errors import GoalNotMetError, InputError, TargetDiedError
 from analyzer.evaluation.plan import LoadPlan
 from analyzer.measure.goals import classes_text
 from analyzer.measure.specs import Goals
-from analyzer.rundir.records import StopReason, TrialRecord
+from analyzer.rundir.summary import StopReason
+from analyzer.rundir.trial_record import TrialRecord
 from analyzer.sweep.state import SweepObserver, SweepOutcome
 from analyzer.target.server_stats import cache_hit_ratio, cache_hits_text
 

@@ -3,7 +3,7 @@
 Nothing here imports optuna or gevent, so the dashboard and the report can use the knobs
 cheaply. ``analyzer.search.study`` encodes :class:`Knobs` for the sampler; ``analyzer.sweep.loop``
 measures trials with :class:`analyzer.evaluation.Evaluator` and records each as an
-:class:`analyzer.rundir.records.TrialRecord` (the one trial record type; its typed measurement answers
+:class:`analyzer.rundir.trial_record.TrialRecord` (the one trial record type; its typed measurement answers
 what the trial's numbers rest on).
 
 The instance kind (``KIND_CPU`` vs ``KIND_GPU``) is a knob when ``space.instance_kind`` lists

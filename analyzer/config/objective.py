@@ -31,7 +31,8 @@ from analyzer.measure.measurement import gentlest
 from analyzer.measure.specs import LoadMode
 
 if TYPE_CHECKING:  # annotations only: the records are what the objective reads
-    from analyzer.rundir.records import TrialMeasurement, ValidationCandidate
+    from analyzer.rundir.measurements import TrialMeasurement
+    from analyzer.rundir.validation import ValidationCandidate
 
 __all__ = [
     "OBJECTIVES",
@@ -55,7 +56,7 @@ class UnknownObjectiveError(InputError):
 
 
 class Result(Protocol):
-    """What the objective reads from a trial (``analyzer.rundir.records.TrialRecord`` is one)."""
+    """What the objective reads from a trial (``analyzer.rundir.trial_record.TrialRecord`` is one)."""
 
     @property
     def number(self) -> int: ...
@@ -269,7 +270,7 @@ class Objective(abc.ABC):
         """The winner among validated candidates that met the goals in every repeat.
 
         Candidates are the ``validation`` entries of summary.json
-        (:class:`~analyzer.rundir.records.ValidationCandidate`); ``worst_rps`` and ``worst_p99_ms``
+        (:class:`~analyzer.rundir.validation.ValidationCandidate`); ``worst_rps`` and ``worst_p99_ms``
         hold their :meth:`repeat_figure` values. The best worst case wins.
 
         Args:

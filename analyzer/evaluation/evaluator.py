@@ -27,7 +27,7 @@ from analyzer.measure.capacity import CapacityResult
 from analyzer.measure.generator import LoadGenerator
 from analyzer.measure.goals import error_slack, meets_goals, p99_slack
 from analyzer.measure.measurement import Measurement
-from analyzer.rundir.records import (
+from analyzer.rundir.measurements import (
     CapacityMeasurement,
     FixedMeasurement,
     ParetoMeasurement,

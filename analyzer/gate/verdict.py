@@ -46,14 +46,10 @@ from analyzer.errors import InputError, ResultFormatError
 from analyzer.measure.generator import read_load_output
 from analyzer.measure.measurement import Measurement
 from analyzer.measure.specs import LoadMode
-from analyzer.rundir.records import (
-    SUMMARY_KIND,
-    FixedMeasurement,
-    RunSummary,
-    TrialRecord,
-    load_summary,
-    load_trial,
-)
+from analyzer.rundir.measurements import FixedMeasurement
+from analyzer.rundir.records import SUMMARY_KIND, load_summary, load_trial
+from analyzer.rundir.summary import RunSummary
+from analyzer.rundir.trial_record import TrialRecord
 
 #: Environment facts that must agree before two results are compared (``--force`` overrides).
 COMPATIBILITY_KEYS = ("model", "device", "gpu", "scenario_hash", "measure")

@@ -56,7 +56,9 @@ from analyzer.measure.measurement import Measurement
 from analyzer.measure.specs import LoadMode
 from analyzer.predict import ExtrapolationError, ProfileError
 from analyzer.rundir import records
+from analyzer.rundir.measurements import TrialMeasurement
 from analyzer.rundir.results import RunDirectory
+from analyzer.rundir.trial_record import TrialRecord
 
 if TYPE_CHECKING:
     from analyzer.config.knobs import Knobs
@@ -956,7 +958,7 @@ def _read_samples(run_dir: Path) -> tuple[list[WindowSample], list[str]]:
     return samples, refused
 
 
-def _levels(measurement: records.TrialMeasurement | None) -> list[Measurement]:
+def _levels(measurement: TrialMeasurement | None) -> list[Measurement]:
     """Every load level a trial measured: the capacity search's points (throughput, pareto) and
     the fixed level (latency's level, pareto's reference level)."""
     if measurement is None:
@@ -988,7 +990,7 @@ def from_run_dir(run_dir: Path, model: str | None = None) -> Profile:
 
 
 def operating_points(
-    trials: Iterable[records.TrialRecord],
+    trials: Iterable[TrialRecord],
 ) -> list[tuple[Knobs, float, float]]:
     """(config, offered rate, p99) of every trial whose operating point is an open-loop level
     that met the goals: where a profile's latency offset is calibrated

@@ -66,7 +66,9 @@ from analyzer.report.record import (
 )
 from analyzer.report.rundir import RunData
 from analyzer.report.verdict import build_verdict, ceiling_warning, explain
-from analyzer.rundir.records import ConfigEntry, RunSummary, TrialRecord, Validation
+from analyzer.rundir.summary import ConfigEntry, RunSummary
+from analyzer.rundir.trial_record import TrialRecord
+from analyzer.rundir.validation import Validation
 from analyzer.target.server_stats import cache_hit_ratio, cache_hits_text
 
 if sys.version_info >= (3, 11):

@@ -1,6 +1,6 @@
 """The GPU part of the report: utilisation, memory and power at the operating points (pure).
 
-The figures come from what the sweep recorded (``analyzer.rundir.records.TrialMeasurement.gpu_figures``: the server's
+The figures come from what the sweep recorded (``analyzer.rundir.measurements.TrialMeasurement.gpu_figures``: the server's
 ``nv_gpu_*`` series over the operating point's measurement); a run whose server published none
 (a CPU-only server, as Triton on a CPU-only host) gets one line saying so, never empty charts.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 from analyzer.errors import InputError
 from analyzer.report.record import ConfigResult, GpuSide, GpuStory, TrialPoint, as_float
-from analyzer.rundir.records import ConfigEntry
+from analyzer.rundir.summary import ConfigEntry
 
 #: ``missing["gpu"]``: the one line a run without GPU figures gets.
 NO_GPU_METRIC = (

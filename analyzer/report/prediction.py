@@ -1,7 +1,7 @@
 """Prediction against measurement, the predicted landscape, and where the time went (pure).
 
 ``--search predict`` records the simulator's capacity at the goal for every config of the space
-(predictions.json, :class:`analyzer.rundir.records.Predictions`) and, on each trial it measured, the
+(predictions.json, :class:`analyzer.rundir.predictions.Predictions`) and, on each trial it measured, the
 prediction it acted on (``TrialRecord.prediction``). The report sets those against what the
 capacity search then measured, and draws the whole predicted space. summary.json's ``phases``
 say how long each phase of the run took. A run without them (older runs, ``--search tpe``) gets
@@ -25,7 +25,9 @@ from analyzer.report.record import (
     PredictionCheck,
     TrialPoint,
 )
-from analyzer.rundir.records import Prediction, Predictions, RunSummary, TrialRecord
+from analyzer.rundir.predictions import Prediction, Predictions
+from analyzer.rundir.summary import RunSummary
+from analyzer.rundir.trial_record import TrialRecord
 
 #: A prediction within this fraction of the measurement counts as close (the figure's band).
 CLOSE = 0.10

@@ -337,7 +337,7 @@ class PredictedPoint:
     #: The capacity the trial's search measured (0: it met the goals at no load tried).
     measured_rps: float
     predicted_rps: float
-    #: The prediction's band (``records.Prediction.low_rps``/``high_rps``).
+    #: The prediction's band (``predictions.Prediction.low_rps``/``high_rps``).
     low_rps: float
     high_rps: float
     #: (predicted - measured) / measured; None when nothing was measured to divide by.

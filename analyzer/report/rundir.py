@@ -14,17 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.errors import InputError, PerfsweepError, ResultFormatError
-from analyzer.rundir.records import (
-    Predictions,
-    RunSummary,
-    TrialRecord,
-    Validation,
-    load_predictions,
-    load_summary,
-    load_trial,
-    load_validation,
-)
+from analyzer.rundir.predictions import Predictions
+from analyzer.rundir.records import load_predictions, load_summary, load_trial, load_validation
 from analyzer.rundir.results import RunDirectory
+from analyzer.rundir.summary import RunSummary
+from analyzer.rundir.trial_record import TrialRecord
+from analyzer.rundir.validation import Validation
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from analyzer.report.record import (
     Verdict,
     as_float,
 )
-from analyzer.rundir.records import RunSummary, StopReason
+from analyzer.rundir.summary import RunSummary, StopReason
 
 #: Search and validation throughput that differ by more than this fraction earn a warning.
 VALIDATION_DRIFT = 0.10

@@ -44,12 +44,9 @@ from analyzer.documents import (
     write_json,
 )
 from analyzer.rundir import records
-from analyzer.rundir.records import (
-    ConfigEntry,
-    RunSummary,
-    TrialRecord,
-    Validation,
-)
+from analyzer.rundir.summary import ConfigEntry, RunSummary
+from analyzer.rundir.trial_record import TrialRecord
+from analyzer.rundir.validation import Validation
 
 TRIAL_COLUMNS = (
     "number", "source", "state", "max_batch_size", "max_queue_delay_us", "preferred_batch_size",
@@ -160,7 +157,7 @@ class RunDirectory:
 
     @property
     def predictions_json(self) -> Path:
-        """The simulator's capacity for every config (``--search predict``; records.Predictions)."""
+        """The simulator's capacity for every config (``--search predict``; Predictions)."""
         return self.root / "predictions.json"
 
     @property
@@ -200,7 +197,7 @@ class RunDirectory:
     def write_trial(self, record: TrialRecord | Mapping[str, Any]) -> None:
         """The trial record, then trials.csv with its row (both atomic).
 
-        ``record`` is a :class:`~analyzer.rundir.records.TrialRecord`, or a trial record's JSON without
+        ``record`` is a :class:`~analyzer.rundir.trial_record.TrialRecord`, or a trial record's JSON without
         its header (tests plant hand-made ones; written as given, under the current header).
         """
         if isinstance(record, TrialRecord):
@@ -245,7 +242,7 @@ class RunDirectory:
         return paths
 
     def write_validation(self, validation: Validation | list[Mapping[str, Any]]) -> None:
-        """validation.json: a :class:`~analyzer.rundir.records.Validation`, or its candidate dicts."""
+        """validation.json: a :class:`~analyzer.rundir.validation.Validation`, or its candidate dicts."""
         if isinstance(validation, Validation):
             write_json(self.validation_json, validation.to_dict())
             return
@@ -254,7 +251,7 @@ class RunDirectory:
         )
 
     def write_summary(self, summary: RunSummary | Mapping[str, Any]) -> None:
-        """summary.json: a :class:`~analyzer.rundir.records.RunSummary`, or its dict without header."""
+        """summary.json: a :class:`~analyzer.rundir.summary.RunSummary`, or its dict without header."""
         if isinstance(summary, RunSummary):
             write_json(self.summary_json, summary.to_dict())
             return

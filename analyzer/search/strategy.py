@@ -32,7 +32,8 @@ from analyzer.config.scenario import Scenario
 from analyzer.predict import ProfileError
 from analyzer.predict.profile import Profile, WindowSample, operating_points, rescaled
 from analyzer.predict.simulator import SimConfig, capacities, latency_offset
-from analyzer.rundir import records
+from analyzer.rundir.predictions import ConfigPrediction, Prediction, Predictions
+from analyzer.rundir.trial_record import TrialRecord
 from analyzer.search.study import SearchSpace
 
 __all__ = [
@@ -116,10 +117,10 @@ def sampler_for(strategy: str, scenario: Scenario) -> str:
 BAND_ROUNDING_RPS = 1e-3
 
 
-def band(capacity_rps: float, half_width: float) -> records.Prediction:
+def band(capacity_rps: float, half_width: float) -> Prediction:
     """A predicted capacity with its band, ``capacity * (1 +- half_width)``, rounded to
     :data:`BAND_ROUNDING_RPS`."""
-    return records.Prediction(
+    return Prediction(
         round(capacity_rps, 3),
         round(capacity_rps * (1 - half_width), 3),
         round(capacity_rps * (1 + half_width), 3),
@@ -146,7 +147,7 @@ def grid_note(configs: int, trials: int) -> str | None:
 
 
 def nearest_capacity(
-    space: SearchSpace, knobs: Knobs, finished: Iterable[records.TrialRecord]
+    space: SearchSpace, knobs: Knobs, finished: Iterable[TrialRecord]
 ) -> float | None:
     """The capacity of the finished trial whose config is nearest to ``knobs`` on the grid
     (L1 distance of the encoded knobs; the latest of equals), among those that met the goals;
@@ -192,14 +193,14 @@ class Guide:
     profile: Profile
     goal_p99_ms: float
     half_width: float
-    predictions: dict[Knobs, records.Prediction] = field(default_factory=dict)
+    predictions: dict[Knobs, Prediction] = field(default_factory=dict)
     uncovered: list[Knobs] = field(default_factory=list)
     seed: int = 0
     ceiling_rps: float = math.inf
     #: Times the profile was refitted from the run's measurements.
     refits: int = 0
     #: Predictions of configs outside the space (the baseline), made on first ask.
-    forecasts: dict[Knobs, records.Prediction | None] = field(default_factory=dict)
+    forecasts: dict[Knobs, Prediction | None] = field(default_factory=dict)
     #: The profile every refit rescales (the probe's; None: ``profile`` as given).
     probed: Profile | None = None
 
@@ -229,14 +230,14 @@ class Guide:
         self.uncovered = [k for k in configs if not _covers(self.profile, k)]
         self._simulate(covered)
 
-    def calibrate(self, trials: Iterable[records.TrialRecord]) -> None:
+    def calibrate(self, trials: Iterable[TrialRecord]) -> None:
         """Set the profile's latency offset from the measured operating points of ``trials``
         (:func:`~analyzer.predict.profile.operating_points`): the latency the server does not
         see; forecasts made before are forgotten."""
         self.profile = self._calibrated(self.profile, trials)
         self.forecasts.clear()
 
-    def _calibrated(self, profile: Profile, trials: Iterable[records.TrialRecord]) -> Profile:
+    def _calibrated(self, profile: Profile, trials: Iterable[TrialRecord]) -> Profile:
         """``profile`` with the offset of :func:`latency_offset` (unchanged where no point can
         be simulated)."""
         points = [(SimConfig.from_knobs(k), rate, p99) for k, rate, p99 in operating_points(trials)]
@@ -248,7 +249,7 @@ class Guide:
     @classmethod
     def from_record(
         cls,
-        saved: records.Predictions,
+        saved: Predictions,
         profile: Profile,
         goal_p99_ms: float,
         half_width: float,
@@ -262,7 +263,7 @@ class Guide:
     def _simulate(self, configs: Sequence[Knobs]) -> None:
         self.predictions.update(self._capacities(configs))
 
-    def _capacities(self, configs: Sequence[Knobs]) -> dict[Knobs, records.Prediction]:
+    def _capacities(self, configs: Sequence[Knobs]) -> dict[Knobs, Prediction]:
         if not configs:
             return {}
         sims = {SimConfig.from_knobs(k): k for k in configs}
@@ -283,11 +284,11 @@ class Guide:
 
     # -- queries ----------------------------------------------------------------------------------
 
-    def prediction(self, knobs: Knobs) -> records.Prediction | None:
+    def prediction(self, knobs: Knobs) -> Prediction | None:
         """The predicted capacity of ``knobs`` (None: not predicted)."""
         return self.predictions.get(knobs)
 
-    def forecast(self, knobs: Knobs) -> records.Prediction | None:
+    def forecast(self, knobs: Knobs) -> Prediction | None:
         """The predicted capacity of any config, the space's or not (the baseline: the model's
         own config, often without dynamic batching), simulated on first ask and never ranked;
         None when the profile does not cover its batches."""
@@ -303,7 +304,7 @@ class Guide:
         first: fewer instances, smaller batches, shorter delay)."""
         return sorted(self.predictions, key=lambda k: (-self.predictions[k].capacity_rps, _size(k)))
 
-    def best(self) -> tuple[Knobs, records.Prediction] | None:
+    def best(self) -> tuple[Knobs, Prediction] | None:
         """The predicted best config and its prediction (None: nothing predicted)."""
         ranked = self.ranked()
         return (ranked[0], self.predictions[ranked[0]]) if ranked else None
@@ -341,7 +342,7 @@ class Guide:
         samples: Sequence[WindowSample] | None,
         measured: Iterable[Knobs],
         candidates: int,
-        trials: Iterable[records.TrialRecord] = (),
+        trials: Iterable[TrialRecord] = (),
         where: str = "the run's trials",
     ) -> None:
         """Rescale the probed profile to the run's own windows (:func:`~analyzer.predict.
@@ -368,12 +369,12 @@ class Guide:
         self.refits += 1
         self._simulate(top)
 
-    def record(self, order: Sequence[Knobs]) -> records.Predictions:
+    def record(self, order: Sequence[Knobs]) -> Predictions:
         """predictions.json: every predicted config (in ``order``, the space's) and the profile."""
         configs = tuple(
-            records.ConfigPrediction(k, self.predictions[k]) for k in order if k in self.predictions
+            ConfigPrediction(k, self.predictions[k]) for k in order if k in self.predictions
         )
-        return records.Predictions(profile_summary(self.profile, self.refits), configs)
+        return Predictions(profile_summary(self.profile, self.refits), configs)
 
 
 def profile_summary(profile: Profile, refits: int = 0) -> dict[str, object]:
@@ -420,9 +421,7 @@ def relative_error(predicted: float, measured: float) -> float:
     return abs(predicted - measured) / measured if measured > 0 else math.inf
 
 
-def with_prediction(
-    record: records.TrialRecord, predictions: Mapping[Knobs, records.Prediction]
-) -> records.TrialRecord:
+def with_prediction(record: TrialRecord, predictions: Mapping[Knobs, Prediction]) -> TrialRecord:
     """``record`` with its config's prediction (unchanged when it has none)."""
     p = predictions.get(record.config)
     return record if p is None else replace(record, prediction=p)

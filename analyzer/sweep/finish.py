@@ -16,9 +16,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 from analyzer.config.knobs import apply_knobs, knobs_of
 from analyzer.errors import TargetError
 from analyzer.measure.gain import GainSample, gain_estimate, gain_sentence
-from analyzer.rundir import records
-from analyzer.rundir.records import StopReason, TrialRecord
 from analyzer.rundir.results import RunDirectory, config_text, environment, utc_now, write_atomic
+from analyzer.rundir.summary import ConfigEntry, ParetoEntry, RunSummary, StopReason, server_gpus
+from analyzer.rundir.trial_record import TrialRecord
+from analyzer.rundir.validation import ValidationCandidate
 from analyzer.search.study import FinishedTrial
 from analyzer.sweep.state import SweepOutcome, _State
 from analyzer.target.protocol import observed_device
@@ -74,7 +75,7 @@ def _leave_server(state: _State, chosen: TrialRecord | None) -> dict[str, Any]:
 
 
 def _choose(
-    state: _State, validation: list[records.ValidationCandidate]
+    state: _State, validation: list[ValidationCandidate]
 ) -> tuple[TrialRecord | None, float | None]:
     """The best worst case among validated configs, else the best search trial."""
     passing = [c for c in validation if c.all_meet_goals]
@@ -105,7 +106,7 @@ def _headline(state: _State, result: TrialRecord | None) -> TrialRecord | None:
 def _finish(
     state: _State,
     stop_reason: StopReason,
-    validation: list[records.ValidationCandidate],
+    validation: list[ValidationCandidate],
     started_at: str,
     duration_s: float,
     run_state: dict[str, Any],
@@ -143,7 +144,7 @@ def _finish(
     best_entry = None
     if best and chosen:
         entry_path = candidate_path or best_path
-        best_entry = records.ConfigEntry.from_trial(
+        best_entry = ConfigEntry.from_trial(
             best,
             config_path=directory.relative(entry_path) if entry_path else None,
             search_throughput_rps=chosen.throughput_rps,
@@ -151,7 +152,7 @@ def _finish(
         )
     baseline_entry = None
     if baseline and state.baseline:
-        baseline_entry = records.ConfigEntry.from_trial(
+        baseline_entry = ConfigEntry.from_trial(
             baseline,
             config_path=directory.relative(directory.trial_dir(-1) / "config.pbtxt"),
             search_throughput_rps=state.baseline.throughput_rps,
@@ -160,7 +161,7 @@ def _finish(
     devices = target_info.get("devices") or []
     restarts = state.earlier_restarts + int(target_info.get("restarts") or 0)
     outages = [*state.earlier_outages, *(target_info.get("outages") or ())]
-    summary = records.RunSummary(
+    summary = RunSummary(
         run_id=run_state["run_id"],
         model=scenario.model.name,
         # The device that actually ran (the server's own report), not only the one asked for.
@@ -168,7 +169,7 @@ def _finish(
         device_requested=state.target.device,
         devices=tuple(devices),
         # The GPUs the server reported on /metrics (not the client host's: environment.gpu).
-        server_gpus=tuple(records.server_gpus(baseline_entry, best_entry)),
+        server_gpus=tuple(server_gpus(baseline_entry, best_entry)),
         target_url=state.target.url,
         goals=scenario.goals.model_dump(),
         objective=scenario.objective,
@@ -299,7 +300,7 @@ def _recommend(
     return _Recommendation("best", f"trial {chosen.number}", config, chosen)
 
 
-def _front(state: _State) -> tuple[list[TrialRecord], tuple[records.ParetoEntry, ...]]:
+def _front(state: _State) -> tuple[list[TrialRecord], tuple[ParetoEntry, ...]]:
     """A front objective's feasible non-dominated trials by throughput, each config written
     to ``pareto/NN/``; nothing for a single-winner objective."""
     if not state.objective.multi:
@@ -312,7 +313,7 @@ def _front(state: _State) -> tuple[list[TrialRecord], tuple[records.ParetoEntry,
     )
     paths = directory.write_pareto(apply_knobs(state.base_config, r.config) for r in pareto)
     entries = tuple(
-        records.ParetoEntry(
+        ParetoEntry(
             rank=rank,
             trial_number=r.number,
             config=r.config,
@@ -393,7 +394,7 @@ def _gain(
     )
 
 
-def _write_report(directory: RunDirectory, summary: records.RunSummary) -> None:
+def _write_report(directory: RunDirectory, summary: RunSummary) -> None:
     """Render ``report.html``; a rendering failure must never lose a finished sweep.
 
     On failure the minimal page is written instead and the reason is logged, so the run

@@ -59,8 +59,9 @@ from analyzer.config.scenario import Scenario
 from analyzer.errors import InputError, TargetDiedError
 from analyzer.evaluation import Evaluator
 from analyzer.measure.generator import LoadGenerator
-from analyzer.rundir.records import StopReason, TrialRecord
 from analyzer.rundir.results import RunDirectory, new_run_id, utc_now, write_atomic
+from analyzer.rundir.summary import StopReason
+from analyzer.rundir.trial_record import TrialRecord
 from analyzer.search.strategy import grid_configs, grid_note, resolve, sampler_for, with_prediction
 from analyzer.search.study import DIED_REASON, INTERRUPTED_REASON, Search, SearchSpace, TrialOutcome
 from analyzer.sweep.finish import _finish, _leave_server

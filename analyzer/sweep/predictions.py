@@ -18,7 +18,7 @@ from analyzer.errors import InputError, TargetError
 from analyzer.predict import ProfileError
 from analyzer.predict.profile import Profile, load_profile, run_dir_samples, save_profile
 from analyzer.rundir import records
-from analyzer.rundir.records import TrialRecord
+from analyzer.rundir.trial_record import TrialRecord
 from analyzer.search.strategy import Guide, grid_configs
 from analyzer.sweep.state import Profiler, _first_line, _State
 from analyzer.target.protocol import Target

@@ -22,9 +22,9 @@ from analyzer.config.objective import Objective
 from analyzer.config.scenario import Scenario
 from analyzer.evaluation import Evaluator
 from analyzer.predict.profile import Profile
-from analyzer.rundir import records
-from analyzer.rundir.records import StopReason, TrialRecord
 from analyzer.rundir.results import RunDirectory, utc_now
+from analyzer.rundir.summary import RunSummary, StopReason
+from analyzer.rundir.trial_record import TrialRecord
 from analyzer.search.strategy import Guide
 from analyzer.search.study import Search
 from analyzer.target.leases import TargetLease
@@ -45,7 +45,7 @@ __all__ = ["SweepObserver", "SweepOutcome"]
 @dataclass(frozen=True)
 class SweepOutcome:
     """What a sweep produced: the trial records behind summary.json, and the file's record
-    (:class:`analyzer.rundir.records.RunSummary`, in :attr:`record`; its JSON in :attr:`data`)."""
+    (:class:`analyzer.rundir.summary.RunSummary`, in :attr:`record`; its JSON in :attr:`data`)."""
 
     run_dir: Path
     run_id: str
@@ -57,7 +57,7 @@ class SweepOutcome:
     best_config_path: Path | None
     pareto: list[TrialRecord]
     #: summary.json as its typed record.
-    record: records.RunSummary
+    record: RunSummary
     #: Seconds per phase (summary.json's ``phases``, and ``report``: rendering it).
     phases: dict[str, float] = field(default_factory=dict)
 

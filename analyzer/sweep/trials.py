@@ -1,7 +1,7 @@
 """Running one trial: the load generator, the baseline, one config measured and recorded.
 
 ``_run_trial``: knobs -> ModelConfig -> ``trials/NNN/config.pbtxt`` -> repository load (no
-restart) -> the evaluator's measurement -> a :class:`~analyzer.rundir.records.TrialRecord`;
+restart) -> the evaluator's measurement -> a :class:`~analyzer.rundir.trial_record.TrialRecord`;
 a config that kills the server twice is a finding (``CRASHED_REASON``), not a measurement.
 """
 
@@ -21,8 +21,8 @@ from analyzer.errors import TargetDiedError, TargetError
 from analyzer.evaluation.plan import NEIGHBOUR_GROWTH, Expected
 from analyzer.measure.generator import LoadGenerator
 from analyzer.measure.goals import goals_met
-from analyzer.rundir.records import TrialRecord
 from analyzer.rundir.results import utc_now
+from analyzer.rundir.trial_record import TrialRecord
 from analyzer.search.strategy import nearest_capacity
 from analyzer.sweep.state import CRASHED_REASON, SweepObserver, _first_line, _State
 from analyzer.target.protocol import ConfigRejectedError, Target

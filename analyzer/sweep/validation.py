@@ -1,7 +1,7 @@
 """Validation: re-measuring the best configs before one is chosen.
 
 At the winner's capacity (``budget.validation = "check"``) or by repeats; each candidate
-becomes a :class:`~analyzer.rundir.records.ValidationCandidate` of ``summary.json``.
+becomes a :class:`~analyzer.rundir.validation.ValidationCandidate` of ``summary.json``.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from typing import Any
 
 from analyzer.config.knobs import apply_knobs
 from analyzer.config.objective import worst_value
-from analyzer.rundir import records
-from analyzer.rundir.records import TrialRecord
+from analyzer.rundir.trial_record import TrialRecord
+from analyzer.rundir.validation import Validation, ValidationCandidate
 from analyzer.sweep.state import _State
 from analyzer.sweep.trials import _run_trial
 
 
-def _validate(state: _State) -> list[records.ValidationCandidate]:
+def _validate(state: _State) -> list[ValidationCandidate]:
     """Re-measure the best configs before one is chosen: at the winner's capacity
     (``budget.validation = "check"``, a capacity objective in open loop:
     :func:`_validate_at_capacity`), else every top config ``budget.validate_repeats`` times
@@ -33,7 +33,7 @@ def _validate(state: _State) -> list[records.ValidationCandidate]:
     return _validate_repeats(state)
 
 
-def _validate_at_capacity(state: _State) -> list[records.ValidationCandidate]:
+def _validate_at_capacity(state: _State) -> list[ValidationCandidate]:
     """Validation that pays for itself.
 
     The winner and the runner-up (``budget.validate_top`` >= 2) are each measured once at the
@@ -103,11 +103,11 @@ def _validate_at_capacity(state: _State) -> list[records.ValidationCandidate]:
         # a config worse than what the model already had.
         state.validated.setdefault(baseline.number, []).append(baseline)
         candidates.append(_candidate(baseline, [baseline]))
-    state.run_dir.write_validation(records.Validation(tuple(candidates)))
+    state.run_dir.write_validation(Validation(tuple(candidates)))
     return candidates
 
 
-def _candidate(r: TrialRecord, runs: list[TrialRecord]) -> records.ValidationCandidate:
+def _candidate(r: TrialRecord, runs: list[TrialRecord]) -> ValidationCandidate:
     """A validated config: every repeat's numbers and the one repeat rule's worst case."""
     ok = [x for x in runs if x.state == "complete"]
     # The one repeat rule (Objective.repeat_figure): the worst repeat, a repeat that missed
@@ -118,7 +118,7 @@ def _candidate(r: TrialRecord, runs: list[TrialRecord]) -> records.ValidationCan
         else 0.0
     )
     worst_p99 = worst_value("p99_ms", [x.p99_ms for x in ok]) if ok else math.inf
-    return records.ValidationCandidate(
+    return ValidationCandidate(
         trial_number=r.number,
         config=r.config,
         search_throughput_rps=r.throughput_rps,
@@ -133,7 +133,7 @@ def _candidate(r: TrialRecord, runs: list[TrialRecord]) -> records.ValidationCan
     )
 
 
-def _validate_repeats(state: _State) -> list[records.ValidationCandidate]:
+def _validate_repeats(state: _State) -> list[ValidationCandidate]:
     """Re-measure the top feasible configs with longer windows; keep every repeat's numbers."""
     scenario, objective = state.scenario, state.objective
     b = scenario.budget
@@ -163,5 +163,5 @@ def _validate_repeats(state: _State) -> list[records.ValidationCandidate]:
         state.validated.setdefault(r.number, []).append(result)
         state.observer.on_validation(r.number, i + 1, result)
     candidates = [_candidate(r, repeats[r.number]) for r in top]
-    state.run_dir.write_validation(records.Validation(tuple(candidates)))
+    state.run_dir.write_validation(Validation(tuple(candidates)))
     return candidates

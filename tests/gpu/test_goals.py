@@ -11,7 +11,8 @@ from analyzer.measure.capacity import CapacityResult
 from analyzer.measure.goals import goals_met
 from analyzer.measure.measurement import GpuStats, Measurement, ServerView
 from analyzer.measure.specs import Goals, LoadMode
-from analyzer.rundir.records import CapacityMeasurement, ConfigEntry, server_gpus
+from analyzer.rundir.measurements import CapacityMeasurement
+from analyzer.rundir.summary import ConfigEntry, server_gpus
 
 
 class NoLoad:

@@ -18,8 +18,10 @@ from analyzer.predict.planner import PlanRequest, plan
 from analyzer.predict.profile import from_run_dir, run_dir_samples
 from analyzer.predict.simulator import SimConfig
 from analyzer.rundir import records
-from analyzer.rundir.records import ParetoMeasurement, RunSummary, StopReason, TrialRecord
+from analyzer.rundir.measurements import ParetoMeasurement
 from analyzer.rundir.results import RunDirectory
+from analyzer.rundir.summary import ConfigEntry, RunSummary, StopReason
+from analyzer.rundir.trial_record import TrialRecord
 
 GOALS = Goals(p99_ms=50.0)
 KNOBS = Knobs(8, 500, (), 1)
@@ -80,7 +82,7 @@ def pareto_run(root: Path) -> RunDirectory:
     )
     record = TrialRecord(0, "search", "complete", KNOBS, measurement=measurement)
     records.write_trial(run.trial_dir(0) / "measurement.json", record)
-    entry = records.ConfigEntry(KNOBS, 300.0, 5.0, 10.0, True, 0)
+    entry = ConfigEntry(KNOBS, 300.0, 5.0, 10.0, True, 0)
     summary = RunSummary(
         run_id="planted",
         model="planted_model",

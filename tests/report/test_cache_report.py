@@ -19,7 +19,8 @@ from analyzer.measure.measurement import Measurement, ServerView
 from analyzer.report import build_record, load_run
 from analyzer.report.build import cache_warning, with_hits
 from analyzer.report.render import render_report
-from analyzer.rundir.records import CapacityMeasurement, TrialRecord
+from analyzer.rundir.measurements import CapacityMeasurement
+from analyzer.rundir.trial_record import TrialRecord
 from analyzer.target.server_stats import cache_hits_text
 
 

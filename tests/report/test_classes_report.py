@@ -23,7 +23,8 @@ from analyzer.report import build_record, load_run
 from analyzer.report.build import ClassedReportRecord, run_goals
 from analyzer.report.render import render_report
 from analyzer.report.rundir import RunData
-from analyzer.rundir.records import CapacityMeasurement, TrialRecord
+from analyzer.rundir.measurements import CapacityMeasurement
+from analyzer.rundir.trial_record import TrialRecord
 
 RUN_GOAL_MS = 25.0
 URGENT_GOAL_MS = 12.5

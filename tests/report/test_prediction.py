@@ -21,11 +21,9 @@ from analyzer.config.knobs import Knobs
 from analyzer.config.scenario import load_scenario
 from analyzer.report import build_record, load_run, write_compare_report, write_report
 from analyzer.report.prediction import NOT_A_CAPACITY
+from analyzer.rundir.measurements import CapacityMeasurement
+from analyzer.rundir.predictions import ConfigPrediction, Prediction, Predictions
 from analyzer.rundir.records import (
-    CapacityMeasurement,
-    ConfigPrediction,
-    Prediction,
-    Predictions,
     load_summary,
     load_trial,
     write_predictions,

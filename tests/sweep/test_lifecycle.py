@@ -17,7 +17,7 @@ from analyzer.errors import InputError, TargetDiedError, TargetError
 from analyzer.rundir.results import load_summary, load_trial_record, parse_config_text
 from analyzer.search.study import INTERRUPTED_REASON
 from analyzer.sweep.loop import run_sweep
-from analyzer.target import remote
+from analyzer.target.remote import RemoteTarget, http_url
 from tests.sweep.planted import FakeLoadGenerator, FakeTarget
 from tests.sweep.test_sweep_fake import (
     CPU_LIKE,
@@ -218,16 +218,16 @@ def test_ctrl_c_records_the_interrupted_trial(tmp_path: Path) -> None:
 @pytest.mark.parametrize("url", ["https://127.0.0.1:8000", "HTTPS://triton:443/"])
 def test_https_is_refused_at_the_edge(url: str) -> None:
     with pytest.raises(InputError, match="https"):
-        remote.http_url(url)
+        http_url(url)
     with pytest.raises(InputError, match="https"):
         load_scenario(None, {"model.url": url}, env={})
     with pytest.raises(InputError, match="https"):
-        remote.RemoteTarget(url, "m")
+        RemoteTarget(url, "m")
 
 
 def test_plain_addresses_become_http_urls() -> None:
-    assert remote.http_url("127.0.0.1:8000") == "http://127.0.0.1:8000"
-    assert remote.http_url("http://h:1/") == "http://h:1"
+    assert http_url("127.0.0.1:8000") == "http://127.0.0.1:8000"
+    assert http_url("http://h:1/") == "http://h:1"
 
 
 def test_postgres_storage_without_psycopg2_names_the_extra(

@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.rundir import records
+from analyzer.rundir.trial_record import TrialRecord
 from tests.support.servers import write_sim_model
 
 pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.slow]
@@ -114,7 +115,7 @@ def test_only_a_priority_policy_meets_both_class_goals(tmp_path: Path) -> None:
     ]
     assert len(trials) == 2 and all(t.complete for t in trials)
 
-    def classes(t: records.TrialRecord) -> dict[str, float]:
+    def classes(t: TrialRecord) -> dict[str, float]:
         level = t.operating_point()
         assert level is not None and level.classes, "every level records its classes"
         return {c.name: c.p99_ms for c in level.classes}

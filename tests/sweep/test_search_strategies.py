@@ -21,6 +21,9 @@ from analyzer.measure.specs import CapacitySpec
 from analyzer.predict import ProfileError
 from analyzer.predict.profile import Profile
 from analyzer.rundir import records
+from analyzer.rundir.measurements import CapacityMeasurement, FixedMeasurement
+from analyzer.rundir.predictions import Predictions
+from analyzer.rundir.trial_record import TrialRecord
 from analyzer.search.strategy import grid_configs
 from analyzer.sweep.loop import run_sweep, space_for
 from analyzer.target.protocol import Target
@@ -83,7 +86,7 @@ def sweep(tmp_path: Path, scale: float = 1.0, profiler: Any = None, **overrides:
     return outcome, load, target
 
 
-def trials(outcome: Any) -> list[records.TrialRecord]:
+def trials(outcome: Any) -> list[TrialRecord]:
     paths = sorted((outcome.run_dir / "trials").glob("*/measurement.json"))
     return [records.load_trial(p) for p in paths]
 
@@ -249,12 +252,12 @@ def test_validation_checks_winner_and_runner_up_at_the_winners_capacity(tmp_path
     # Each was checked with one sequential step at the winner's capacity.
     for c in (winner, runner_up):
         assert c.check_rps == pytest.approx(winner.search_throughput_rps)
-        assert isinstance(c.check, records.FixedMeasurement) and c.check.level.step is not None
+        assert isinstance(c.check, FixedMeasurement) and c.check.level.step is not None
         assert c.check.level.target == pytest.approx(winner.search_throughput_rps)
     # Whole capacities re-measured only when the runner-up also served the winner's capacity
     # (or the winner did not): the repeats are then the re-measurements, else the check.
     close = runner_up.check_met or not winner.check_met
-    kind = records.CapacityMeasurement if close else records.FixedMeasurement
+    kind = CapacityMeasurement if close else FixedMeasurement
     assert all(isinstance(m, kind) for c in (winner, runner_up) for m in c.measurements)
     assert len(winner.measurements) == 1
     summary = records.load_summary(outcome.run_dir)
@@ -307,10 +310,7 @@ def test_a_resumed_predict_run_keeps_its_predictions_and_profiles_once(tmp_path:
     done = [t for t in trials(resumed) if t.state == "complete"]
     # The first trial after the resume was chosen on, and carries, the saved prediction (each
     # later measurement refits the offset: the file then holds the refitted ones).
-    saved = {
-        c.config: c.prediction
-        for c in records.Predictions.from_dict(json.loads(predictions)).configs
-    }
+    saved = {c.config: c.prediction for c in Predictions.from_dict(json.loads(predictions)).configs}
     rerun = min((t for t in done if t.number > 0), key=lambda t: t.number)  # 0: before Ctrl-C
     assert rerun.prediction == saved[rerun.config]
     assert set(saved) == {

@@ -346,7 +346,7 @@ def test_latency_objective_never_picks_an_invalid_measurement(tmp_path: Path) ->
     assert summary.best is not None and summary.best.config.instance_count != 4
     assert summary.best.p99_ms > 0.5
     # The record, the report and a re-read trial agree on the one rule.
-    from analyzer.rundir.records import TrialRecord
+    from analyzer.rundir.trial_record import TrialRecord
 
     assert not any(TrialRecord.from_dict(r).feasible for r in invalid)
     html = (summary.run_dir / "report.html").read_text()

@@ -23,13 +23,13 @@ from analyzer.measure.capacity import CapacityResult
 from analyzer.measure.gain import GainSample
 from analyzer.measure.measurement import GpuStats, Measurement, ServerView, WindowStats
 from analyzer.measure.specs import Goals, LoadMode
-from analyzer.rundir.records import (
+from analyzer.rundir.measurements import (
     CapacityMeasurement,
     FixedMeasurement,
     ParetoMeasurement,
     TrialMeasurement,
-    ValidationCandidate,
 )
+from analyzer.rundir.validation import ValidationCandidate
 
 
 @dataclass(frozen=True)

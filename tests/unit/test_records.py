@@ -15,25 +15,20 @@ from analyzer.measure.capacity import CapacityResult
 from analyzer.measure.measurement import GpuStats, Measurement, ServerView, WindowStats
 from analyzer.measure.specs import Goals, LoadMode
 from analyzer.rundir import records
-from analyzer.rundir.records import (
-    SUMMARY_KIND,
+from analyzer.rundir.measurements import (
     CapacityMeasurement,
-    ConfigEntry,
     FixedMeasurement,
     MeasurementKind,
-    ParetoEntry,
     ParetoMeasurement,
-    RunSummary,
-    StopReason,
-    TrialRecord,
-    Validation,
-    ValidationCandidate,
-    load_summary,
-    load_trial,
-    load_validation,
+    TrialMeasurement,
     measurement_from_dict,
 )
+from analyzer.rundir.predictions import ConfigPrediction, Prediction, Predictions
+from analyzer.rundir.records import SUMMARY_KIND, load_summary, load_trial, load_validation
 from analyzer.rundir.results import RunDirectory, write_json
+from analyzer.rundir.summary import ConfigEntry, ParetoEntry, RunSummary, StopReason
+from analyzer.rundir.trial_record import TrialRecord
+from analyzer.rundir.validation import Validation, ValidationCandidate
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 KNOBS = Knobs(16, 500, (16, 8), 2)
@@ -66,7 +61,7 @@ def capacity(best: Measurement | None, *points: Measurement) -> CapacityResult:
     return CapacityResult(GOALS, best.target if best else 0.0, points, best, bracketed=True)
 
 
-def trial(number: int, measurement: records.TrialMeasurement | None) -> TrialRecord:
+def trial(number: int, measurement: TrialMeasurement | None) -> TrialRecord:
     return TrialRecord(
         number=number,
         source="search",
@@ -353,13 +348,13 @@ def test_an_older_version_is_migrated_on_load(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_predictions_and_the_new_optional_fields_round_trip(tmp_path: Path) -> None:
-    prediction = records.Prediction(400.0, 360.0, 440.0)
+    prediction = Prediction(400.0, 360.0, 440.0)
     other = Knobs(8, 0, (), 1)
-    predictions = records.Predictions(
+    predictions = Predictions(
         {"batch_sizes": [1, 8, 16]},
         (
-            records.ConfigPrediction(other, records.Prediction(300.0, 270.0, 330.0)),
-            records.ConfigPrediction(KNOBS, prediction),
+            ConfigPrediction(other, Prediction(300.0, 270.0, 330.0)),
+            ConfigPrediction(KNOBS, prediction),
         ),
     )
     run = RunDirectory(tmp_path)

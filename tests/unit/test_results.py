@@ -12,7 +12,6 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.documents import FORMATS, TRIAL_KIND
 from analyzer.errors import ResultFormatError
-from analyzer.rundir.records import RunSummary
 from analyzer.rundir.results import (
     TRIAL_COLUMNS,
     RunDirectory,
@@ -24,6 +23,7 @@ from analyzer.rundir.results import (
     parse_config_text,
     write_json,
 )
+from analyzer.rundir.summary import RunSummary
 
 
 def record(number: int, **extra: object) -> dict:

@@ -175,7 +175,8 @@ def test_an_enqueued_trial_is_asked_with_its_strategys_source(tmp_path: Path) ->
 
 def test_strategy_rules_on_predictions() -> None:
     from analyzer.predict.profile import BatchTiming, Profile
-    from analyzer.rundir import records
+    from analyzer.rundir.predictions import Prediction
+    from analyzer.rundir.trial_record import TrialRecord
     from analyzer.search.strategy import (
         Guide,
         band,
@@ -189,10 +190,10 @@ def test_strategy_rules_on_predictions() -> None:
     assert len(configs) == len(set(configs)) <= space.size()
     assert grid_note(len(configs), len(configs)) is None
     assert "--trials" in (grid_note(10, 3) or "")
-    assert band(100.0, 0.1) == records.Prediction(100.0, 90.0, 110.0)
+    assert band(100.0, 0.1) == Prediction(100.0, 90.0, 110.0)
 
-    def trial(number: int, knobs: Knobs, rps: float, ok: bool = True) -> records.TrialRecord:
-        return records.TrialRecord(number, "search", "complete", knobs, rps, meets_goals=ok)
+    def trial(number: int, knobs: Knobs, rps: float, ok: bool = True) -> TrialRecord:
+        return TrialRecord(number, "search", "complete", knobs, rps, meets_goals=ok)
 
     a, b = configs[0], configs[-1]
     finished = [trial(0, a, 100.0), trial(1, b, 300.0), trial(2, a, 999.0, ok=False)]

@@ -1,0 +1,68 @@
+"""What every record's ``from_dict`` shares: optional fields, knobs, migration, clear refusals.
+
+``_migrate`` lifts an older version of a kind through :data:`analyzer.documents.FORMATS`;
+``_parsing`` turns a damaged file (a key missing, a value of the wrong type) into a
+:class:`~analyzer.errors.ResultFormatError` that says what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from analyzer.config.knobs import Knobs
+from analyzer.documents import FORMATS
+from analyzer.errors import ResultFormatError
+
+#: The per-GPU figures a summary entry keeps (``measure.GpuStats`` less its samples).
+GPU_FIGURE_KEYS = (
+    "uuid",
+    "name",
+    "utilization_pct_mean",
+    "utilization_pct_p95",
+    "memory_used_peak_mb",
+    "memory_total_mb",
+    "power_mean_w",
+    "power_limit_w",
+)
+
+
+def _knobs(data: Mapping[str, Any]) -> Knobs:
+    return Knobs.from_dict(data)
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _migrate(kind: str, data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``data`` lifted to the current version of ``kind`` (a dict without header: current).
+
+    Raises:
+        ResultFormatError: A version newer than this perfsweep's, or one it has no path from.
+    """
+    if "format_version" not in data:  # from_dict takes header-less dicts: the current version
+        return data
+    return FORMATS[kind].lift(data, data.get("kind", kind))
+
+
+def _parsing(kind: str, parse: Callable[[], Any]) -> Any:
+    """Run ``parse``; a missing key or a value of the wrong type is a damaged ``kind`` file."""
+    try:
+        return parse()
+    except ResultFormatError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        what = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise ResultFormatError(
+            f"a {kind} record is damaged ({what}); re-run the sweep, or use the perfsweep "
+            "version that wrote it"
+        ) from exc
