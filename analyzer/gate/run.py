@@ -42,17 +42,9 @@ from analyzer.config.scenario import (
     load_scenario,
 )
 from analyzer.errors import InputError, TargetError
-from analyzer.gate.verdict import (
-    Criteria,
-    GateInput,
-    GateReport,
-    evaluate,
-    from_measurements,
-    read_result,
-    render_console,
-    render_junit,
-    render_markdown,
-)
+from analyzer.gate.inputs import from_measurements, read_result
+from analyzer.gate.render import render_console, render_junit, render_markdown
+from analyzer.gate.verdict import Criteria, GateInput, GateReport, evaluate
 from analyzer.measure.generator import load_output_dict
 from analyzer.measure.measurement import Measurement
 from analyzer.measure.specs import Arrival, LoadMode, LoadSpec

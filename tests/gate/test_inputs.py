@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from analyzer.errors import InputError, ResultFormatError
-from analyzer.gate.verdict import from_load_document, read_result
+from analyzer.gate.inputs import from_load_document, read_result
 from analyzer.measure.capacity import CapacityResult
 from analyzer.measure.generator import load_output_dict
 from analyzer.measure.measurement import Measurement, WindowStats

@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 
 from analyzer.errors import TargetError
+from analyzer.gate.inputs import from_measurements
 from analyzer.gate.run import (
     INVALID_RETRIES,
     GateGenerator,
     MeasurePlan,
     measure_targets,
 )
-from analyzer.gate.verdict import Criteria, Outcome, evaluate, from_measurements
+from analyzer.gate.verdict import Criteria, Outcome, evaluate
 from analyzer.measure.measurement import Measurement
 from analyzer.measure.specs import LoadMode, LoadSpec
 from analyzer.target.remote import RemoteTarget

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from analyzer.gate.verdict import (
-    Criteria,
-    GateInput,
-    GateReport,
-    evaluate,
-    render_console,
-    render_junit,
-    render_markdown,
-)
+from analyzer.gate.render import render_console, render_junit, render_markdown
+from analyzer.gate.verdict import Criteria, GateInput, GateReport, evaluate
 
 ENV = {"model": "resnet50", "device": "sim", "scenario_hash": "h1", "measure": "request_rate 50"}
 
