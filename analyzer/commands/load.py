@@ -41,7 +41,8 @@ from analyzer.commands.input_flags import (
     UniquePayloadsFlag,
     input_overrides,
 )
-from analyzer.config.scenario import InputSection, load_scenario
+from analyzer.config.scenario import load_scenario
+from analyzer.config.sections import InputSection
 from analyzer.errors import GoalNotMetError, InputError
 from analyzer.load.engine import engine_options, input_options
 from analyzer.measure.capacity import CapacityResult

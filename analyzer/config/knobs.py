@@ -806,7 +806,7 @@ def queue_policy_choices(
 
 class PriorityClass(Protocol):
     """What :func:`mix_queue_policy_choices` reads of a traffic class
-    (``analyzer.config.scenario.TrafficClass``)."""
+    (``analyzer.config.sections.TrafficClass``)."""
 
     @property
     def priority(self) -> int:

@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping
 
 from analyzer.config.objective import Objective
-from analyzer.config.scenario import GoalsSection, TrafficSection
+from analyzer.config.sections import GoalsSection, TrafficSection
 
 
 def slacks(

@@ -34,13 +34,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from analyzer.config.scenario import (
-    GateSection,
     Scenario,
     bundled_scenario,
     generator_overrides,
     input_overrides,
     load_scenario,
 )
+from analyzer.config.sections import GateSection
 from analyzer.errors import InputError, TargetError
 from analyzer.gate.inputs import from_measurements, read_result
 from analyzer.gate.render import render_console, render_junit, render_markdown

@@ -20,7 +20,8 @@ from analyzer.measure.measurement import WindowStats
 from analyzer.measure.specs import LoadSpec
 
 if TYPE_CHECKING:
-    from analyzer.config.scenario import InputSection, Scenario
+    from analyzer.config.scenario import Scenario
+    from analyzer.config.sections import InputSection
 
 #: How often (seconds) the controller collects recorder deltas.
 TICK_S = 0.1

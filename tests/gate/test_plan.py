@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from analyzer.commands.gate import parse_fraction
-from analyzer.config.scenario import GateSection, Scenario, load_scenario
+from analyzer.config.scenario import Scenario, load_scenario
+from analyzer.config.sections import GateSection
 from analyzer.errors import InputError
 from analyzer.gate.run import (
     FLOOR_HEADROOM,

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.config.scenario import Scenario, data_digest, load_scenario
+from analyzer.config.scenario import Scenario, load_scenario
+from analyzer.config.sections import data_digest
 from analyzer.gate.run import GateFlags, measurement_hash, plan_measurement, resolve_criteria
 from analyzer.load.engine import engine_options
 from tests.load.refserver import REPO_ROOT, write_sim_model

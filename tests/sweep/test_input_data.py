@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyzer.config.scenario import data_digest
+from analyzer.config.sections import data_digest
 from analyzer.rundir.results import load_summary, load_trial_record
 from tests.support.servers import PORT_ZERO, ChildProcess, write_model
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.config.scenario import Scenario, TrafficClass, load_scenario
+from analyzer.config.scenario import Scenario, load_scenario
+from analyzer.config.sections import TrafficClass
 from analyzer.errors import ScenarioError
 
 MIX = """\

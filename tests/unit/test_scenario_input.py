@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.config.scenario import data_digest, input_overrides, load_scenario
+from analyzer.config.scenario import input_overrides, load_scenario
+from analyzer.config.sections import data_digest
 from analyzer.errors import ScenarioError
 from analyzer.load.engine import engine_options
 from analyzer.load.inputs import ShapeChoice
