@@ -143,9 +143,7 @@ class SimConfig:
     @classmethod
     def from_model_config(cls, config: mc.ModelConfig) -> SimConfig:
         """From a server's model config (``GET /v2/models/<m>/config``, parsed)."""
-        from analyzer.config.knobs import (
-            instances_of,  # the config's proto stays a type-only import
-        )
+        from analyzer.config.model_config import instances_of
 
         dynamic = config.HasField("dynamic_batching")
         batching = config.dynamic_batching

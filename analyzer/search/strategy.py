@@ -27,7 +27,8 @@ from dataclasses import dataclass, field, replace
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import Knobs, group_devices, knobs_of
+from analyzer.config.knobs import Knobs
+from analyzer.config.model_config import group_devices, knobs_of
 from analyzer.config.scenario import Scenario
 from analyzer.predict import ProfileError
 from analyzer.predict.profile import Profile, WindowSample, operating_points, rescaled

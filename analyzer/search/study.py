@@ -40,7 +40,8 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from analyzer.config.knobs import Knobs, QueuePolicyKnob, group_devices
+from analyzer.config.knobs import Knobs, QueuePolicyKnob
+from analyzer.config.model_config import group_devices
 from analyzer.errors import InputError
 
 if TYPE_CHECKING:
@@ -123,15 +124,15 @@ class SearchSpace:
         instances: Inclusive bounds of the instance count (of each group, with
             ``group_devices``).
         cache_choices: Values of :attr:`Knobs.response_cache` searched
-            (:func:`analyzer.config.knobs.response_cache_choices`; ``(None,)``: the model's own).
+            (:func:`analyzer.config.choices.response_cache_choices`; ``(None,)``: the model's own).
         policy_choices: Values of :attr:`Knobs.queue_policy` searched
-            (:func:`analyzer.config.knobs.queue_policy_choices`; ``(None,)``: the model's own).
+            (:func:`analyzer.config.choices.queue_policy_choices`; ``(None,)``: the model's own).
         candidate_choices: Values of :attr:`Knobs.max_candidate_sequences` searched
-            (:func:`analyzer.config.knobs.candidate_choices`; ``(None,)``: the model's own).
+            (:func:`analyzer.config.choices.candidate_choices`; ``(None,)``: the model's own).
         kind_choices: Values of :attr:`Knobs.instance_kind` searched
-            (:func:`analyzer.config.knobs.kind_choices`; ``(None,)``: the model's own).
+            (:func:`analyzer.config.choices.kind_choices`; ``(None,)``: the model's own).
         group_devices: Instances one count makes in each instance group of the base config
-            (:func:`analyzer.config.knobs.group_devices`); None: one plain count, the knobs without
+            (:func:`analyzer.config.model_config.group_devices`); None: one plain count, the knobs without
             :attr:`Knobs.group_counts`. Several groups: one ``instances_i`` dimension each; one
             group on several GPUs keeps the one ``instances`` dimension.
     """

@@ -13,7 +13,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import apply_knobs, knobs_of
+from analyzer.config.model_config import apply_knobs, knobs_of
 from analyzer.errors import TargetError
 from analyzer.measure.gain import GainSample, gain_estimate, gain_sentence
 from analyzer.rundir.results import RunDirectory, config_text, environment, utc_now, write_atomic

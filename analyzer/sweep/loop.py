@@ -45,15 +45,14 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import (
-    Knobs,
-    apply_knobs,
+from analyzer.config.choices import (
     candidate_choices,
     kind_choices,
-    knobs_of,
     mix_queue_policy_choices,
     response_cache_choices,
 )
+from analyzer.config.knobs import Knobs
+from analyzer.config.model_config import apply_knobs, knobs_of
 from analyzer.config.objective import Objective, objective_for
 from analyzer.config.scenario import Scenario
 from analyzer.errors import InputError, TargetDiedError
@@ -85,7 +84,7 @@ __all__ = ["run_sweep", "space_for"]
 
 def space_for(scenario: Scenario, base: mc.ModelConfig | None = None) -> SearchSpace:
     """The search space the scenario bounds (``base``: the model's config, which may refuse a
-    response cache: :func:`analyzer.config.knobs.response_cache_choices`)."""
+    response cache: :func:`analyzer.config.choices.response_cache_choices`)."""
     s = scenario.space
     return SearchSpace.from_bounds(
         s.max_batch_size,

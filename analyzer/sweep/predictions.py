@@ -12,7 +12,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import knobs_of
+from analyzer.config.model_config import knobs_of
 from analyzer.config.scenario import Scenario
 from analyzer.errors import InputError, TargetError
 from analyzer.predict import ProfileError

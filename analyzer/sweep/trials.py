@@ -15,7 +15,8 @@ from dataclasses import replace
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import Knobs, knobs_of
+from analyzer.config.knobs import Knobs
+from analyzer.config.model_config import knobs_of
 from analyzer.config.scenario import Scenario
 from analyzer.errors import TargetDiedError, TargetError
 from analyzer.evaluation.plan import NEIGHBOUR_GROWTH, Expected

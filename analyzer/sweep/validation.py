@@ -11,7 +11,7 @@ import random
 from dataclasses import replace
 from typing import Any
 
-from analyzer.config.knobs import apply_knobs
+from analyzer.config.model_config import apply_knobs
 from analyzer.config.objective import worst_value
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.rundir.validation import Validation, ValidationCandidate

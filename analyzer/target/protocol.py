@@ -33,7 +33,7 @@ def untunable_reason(config: mc.ModelConfig) -> str | None:
     ``dynamic_batching``, ``sequence_batching`` and ``ensemble_scheduling`` share one proto
     ``oneof``: setting the first erases the others, which would silently change what an ensemble
     or a stateful model means. A stateful model with the sequence batcher's ``oldest`` strategy
-    is tuned in place (:func:`analyzer.config.knobs.apply_knobs` writes into ``oldest``); the
+    is tuned in place (:func:`analyzer.config.model_config.apply_knobs` writes into ``oldest``); the
     ``direct`` strategy has nothing to tune, and an ensemble schedules its composing models.
     """
     kind = config.WhichOneof("scheduling_choice")

@@ -1,4 +1,4 @@
-"""The searched queue policies (``analyzer.config.knobs.queue_policy_choices``) on the real Triton 2.51.
+"""The searched queue policies (``analyzer.config.choices.queue_policy_choices``) on the real Triton 2.51.
 
 Every timed choice of a two-level search is written by ``apply_knobs`` into a Python-backend sleep
 model; the real Triton must load it, report a config that reads back as the same knobs, and
@@ -16,13 +16,9 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import (
-    Knobs,
-    QueuePolicyKnob,
-    apply_knobs,
-    knobs_of,
-    queue_policy_choices,
-)
+from analyzer.config.choices import queue_policy_choices
+from analyzer.config.knobs import Knobs, QueuePolicyKnob
+from analyzer.config.model_config import apply_knobs, knobs_of
 from reference_server.core.config import config_from_json
 from tests.support.differential import Observation, Send, run_scenario
 from tests.support.real_triton import TritonInstall, dynamic_batching, sleep_model_config

@@ -19,7 +19,8 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import Knobs, apply_knobs, knobs_of
+from analyzer.config.knobs import Knobs
+from analyzer.config.model_config import apply_knobs, knobs_of
 from reference_server.core.config import config_from_json
 from reference_server.zoo.accumulator import accumulator_config
 from tests.differential.test_sequence_vs_triton import ACCUMULATOR_SOURCE

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.config.knobs import Knobs, apply_knobs, knobs_of
+from analyzer.config.knobs import Knobs
+from analyzer.config.model_config import apply_knobs, knobs_of
 from analyzer.config.scenario import load_scenario
 from analyzer.measure.specs import CapacitySpec, Goals
 from analyzer.report import build_record, load_run, write_report

@@ -6,15 +6,9 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import (
-    DEFAULT_CACHE_SIZE_BYTES,
-    Knobs,
-    apply_knobs,
-    cache_server_args,
-    knobs_of,
-    needs_server_cache,
-    response_cache_choices,
-)
+from analyzer.config.choices import cache_server_args, needs_server_cache, response_cache_choices
+from analyzer.config.knobs import DEFAULT_CACHE_SIZE_BYTES, Knobs
+from analyzer.config.model_config import apply_knobs, knobs_of
 from analyzer.errors import InputError
 from reference_server.core.cache import resolve_cache_size
 from reference_server.core.config import config_to_text

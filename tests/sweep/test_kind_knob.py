@@ -15,7 +15,9 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import Knobs, apply_knobs, kind_choices
+from analyzer.config.choices import kind_choices
+from analyzer.config.knobs import Knobs
+from analyzer.config.model_config import apply_knobs
 from analyzer.config.scenario import load_scenario
 from analyzer.errors import InputError
 from analyzer.rundir.results import load_summary, parse_config_text

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analyzer.config.knobs import knobs_of
+from analyzer.config.model_config import knobs_of
 from analyzer.config.scenario import load_scenario
 from analyzer.errors import InputError, TargetDiedError, TargetError
 from analyzer.rundir.results import load_summary, load_trial_record, parse_config_text

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from analyzer.config.knobs import Knobs, apply_knobs, knobs_of
+from analyzer.config.knobs import Knobs
+from analyzer.config.model_config import apply_knobs, knobs_of
 from analyzer.errors import TargetError
 from analyzer.rundir.results import load_summary, parse_config_text
 from analyzer.target.managed import ManagedServer

@@ -18,7 +18,8 @@ import pytest
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import Knobs, knobs_of
+from analyzer.config.knobs import Knobs
+from analyzer.config.model_config import knobs_of
 from analyzer.rundir.results import load_summary, parse_config_text
 from tests.support.real_triton import RealTriton, identity_model_config, sleep_model_config
 from tests.support.servers import wait_until

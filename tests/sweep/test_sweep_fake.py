@@ -16,7 +16,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analyzer.config.knobs import Knobs, apply_knobs, knobs_of
+from analyzer.config.knobs import Knobs
+from analyzer.config.model_config import apply_knobs, knobs_of
 from analyzer.config.scenario import Scenario, load_scenario
 from analyzer.errors import InputError
 from analyzer.measure.capacity import CapacityResult, CapacitySearch

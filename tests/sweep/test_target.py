@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.config.knobs import Knobs, apply_knobs, knobs_of
+from analyzer.config.knobs import Knobs
+from analyzer.config.model_config import apply_knobs, knobs_of
 from analyzer.errors import TargetError
 from analyzer.target.managed import ManagedServer, bundled_repository
 from analyzer.target.protocol import ConfigRejectedError

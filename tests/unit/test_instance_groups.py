@@ -9,7 +9,8 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import Knobs, apply_knobs, group_devices, instances_of, knobs_of
+from analyzer.config.knobs import Knobs
+from analyzer.config.model_config import apply_knobs, group_devices, instances_of, knobs_of
 from analyzer.predict.profile import BatchTiming, Profile
 from analyzer.predict.simulator import SimConfig
 from analyzer.search.strategy import Guide, grid_configs

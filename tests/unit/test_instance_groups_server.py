@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import apply_knobs, knobs_of
+from analyzer.config.model_config import apply_knobs, knobs_of
 from analyzer.config.scenario import load_scenario
 from analyzer.sweep.loop import space_for
 from analyzer.target.protocol import read_device_info

@@ -8,15 +8,9 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import (
-    Knobs,
-    LevelPolicy,
-    QueuePolicyKnob,
-    apply_knobs,
-    knobs_of,
-    mix_queue_policy_choices,
-    queue_policy_choices,
-)
+from analyzer.config.choices import mix_queue_policy_choices, queue_policy_choices
+from analyzer.config.knobs import Knobs, LevelPolicy, QueuePolicyKnob
+from analyzer.config.model_config import apply_knobs, knobs_of
 from analyzer.errors import InputError
 from reference_server.core.config import config_to_text, normalize, parse_config_text, validate
 

@@ -6,7 +6,9 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import Knobs, QueuePolicyKnob, apply_knobs, queue_policy_choices
+from analyzer.config.choices import queue_policy_choices
+from analyzer.config.knobs import Knobs, QueuePolicyKnob
+from analyzer.config.model_config import apply_knobs
 from analyzer.errors import InputError
 from analyzer.predict.profile import BatchTiming, Profile
 from analyzer.predict.simulator import SimConfig, capacities, latency_offset, simulate

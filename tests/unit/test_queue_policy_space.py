@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analyzer.config.knobs import Knobs, QueuePolicyKnob, queue_policy_choices
+from analyzer.config.choices import queue_policy_choices
+from analyzer.config.knobs import Knobs, QueuePolicyKnob
 from analyzer.search.study import Search, SearchSpace, TrialOutcome
 
 

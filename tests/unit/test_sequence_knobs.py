@@ -6,15 +6,9 @@ from __future__ import annotations
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import (
-    Knobs,
-    QueuePolicyKnob,
-    apply_knobs,
-    candidate_choices,
-    knobs_of,
-    queue_policy_choices,
-    response_cache_choices,
-)
+from analyzer.config.choices import candidate_choices, queue_policy_choices, response_cache_choices
+from analyzer.config.knobs import Knobs, QueuePolicyKnob
+from analyzer.config.model_config import apply_knobs, knobs_of
 from analyzer.errors import InputError
 from reference_server.core.config import normalize, validate
 from reference_server.zoo.accumulator import accumulator_config

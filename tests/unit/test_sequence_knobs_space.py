@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analyzer.config.knobs import Knobs, apply_knobs, candidate_choices, knobs_of
+from analyzer.config.choices import candidate_choices
+from analyzer.config.knobs import Knobs
+from analyzer.config.model_config import apply_knobs, knobs_of
 from analyzer.search.study import Search, SearchSpace, TrialOutcome
 from reference_server.core.config import normalize, validate
 from reference_server.zoo.accumulator import accumulator_config

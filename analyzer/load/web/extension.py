@@ -41,7 +41,8 @@ from locust.env import Environment
 from locust.html import DEFAULT_BUILD_PATH
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
-from analyzer.config.knobs import Knobs, apply_knobs, knobs_of  # where they live (no optuna import)
+from analyzer.config.knobs import Knobs  # where they live (no optuna import)
+from analyzer.config.model_config import apply_knobs, knobs_of
 from analyzer.errors import InputError, PerfsweepError
 from analyzer.load.recorder import Tick
 from analyzer.load.web.live import (
