@@ -43,7 +43,8 @@ sys.path.insert(0, str(ROOT))
 from analyzer.config.knobs import Knobs  # noqa: E402
 from analyzer.config.scenario import Scenario, load_scenario  # noqa: E402
 from analyzer.rundir.results import environment, load_trial_record  # noqa: E402
-from analyzer.search.study import Search, SearchSpace, TrialOutcome  # noqa: E402
+from analyzer.search.space import SearchSpace  # noqa: E402
+from analyzer.search.study import Search, TrialOutcome  # noqa: E402
 from analyzer.sweep.loop import run_sweep, space_for  # noqa: E402
 from tests.sweep.planted import FakeLoadGenerator, FakeTarget, PlantedModel, brute_force  # noqa: E402
 

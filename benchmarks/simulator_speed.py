@@ -44,7 +44,7 @@ from analyzer.config.sections import SpaceSection  # noqa: E402
 from analyzer.predict.profile import from_toml  # noqa: E402
 from analyzer.predict.simulator import SimConfig, capacities  # noqa: E402
 from analyzer.rundir.results import environment  # noqa: E402
-from analyzer.search.study import SearchSpace  # noqa: E402
+from analyzer.search.space import SearchSpace  # noqa: E402
 
 #: The last commit with the original simulator (one bisection per config, closures).
 BEFORE_COMMIT = "31938d8"

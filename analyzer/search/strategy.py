@@ -35,7 +35,7 @@ from analyzer.predict.profile import Profile, WindowSample, operating_points, re
 from analyzer.predict.simulator import SimConfig, capacities, latency_offset
 from analyzer.rundir.predictions import ConfigPrediction, Prediction, Predictions
 from analyzer.rundir.trial_record import TrialRecord
-from analyzer.search.study import SearchSpace
+from analyzer.search.space import SearchSpace
 
 __all__ = [
     "STRATEGIES",

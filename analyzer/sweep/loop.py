@@ -61,8 +61,9 @@ from analyzer.measure.generator import LoadGenerator
 from analyzer.rundir.results import RunDirectory, new_run_id, utc_now, write_atomic
 from analyzer.rundir.summary import StopReason
 from analyzer.rundir.trial_record import TrialRecord
+from analyzer.search.space import SearchSpace
 from analyzer.search.strategy import grid_configs, grid_note, resolve, sampler_for, with_prediction
-from analyzer.search.study import DIED_REASON, INTERRUPTED_REASON, Search, SearchSpace, TrialOutcome
+from analyzer.search.study import DIED_REASON, INTERRUPTED_REASON, Search, TrialOutcome
 from analyzer.sweep.finish import _finish, _leave_server
 from analyzer.sweep.predictions import _predicted, _profiled, _refit, probe_profile
 from analyzer.sweep.state import (

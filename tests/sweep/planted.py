@@ -45,7 +45,7 @@ from analyzer.measure.specs import CapacitySpec, LoadMode, LoadSpec
 from analyzer.measure.stepping import StepRecord, StepTest, decide_windows
 from analyzer.predict.profile import BatchTiming, Profile
 from analyzer.predict.simulator import SimConfig, simulate
-from analyzer.search.study import SearchSpace
+from analyzer.search.space import SearchSpace
 
 #: Decay of the planted latency tail beyond p99: a goal at twice the p99 is its p99.99.
 TAIL_DECAY = math.log(100.0)

@@ -21,8 +21,8 @@ from analyzer.config.model_config import apply_knobs
 from analyzer.config.scenario import load_scenario
 from analyzer.errors import InputError
 from analyzer.rundir.results import load_summary, parse_config_text
+from analyzer.search.space import SearchSpace
 from analyzer.search.strategy import resolve
-from analyzer.search.study import SearchSpace
 from tests.sweep.test_e2e_sim import CLI, make_repo
 
 

@@ -13,8 +13,9 @@ from analyzer.config.knobs import Knobs
 from analyzer.config.model_config import apply_knobs, group_devices, instances_of, knobs_of
 from analyzer.predict.profile import BatchTiming, Profile
 from analyzer.predict.simulator import SimConfig
+from analyzer.search.space import SearchSpace
 from analyzer.search.strategy import Guide, grid_configs
-from analyzer.search.study import Search, SearchSpace, TrialOutcome
+from analyzer.search.study import Search, TrialOutcome
 from reference_server.core.config import normalize, validate
 
 GPUS = (0, 1)

@@ -12,8 +12,8 @@ from analyzer.config.model_config import apply_knobs
 from analyzer.errors import InputError
 from analyzer.predict.profile import BatchTiming, Profile
 from analyzer.predict.simulator import SimConfig, capacities, latency_offset, simulate
+from analyzer.search.space import SearchSpace
 from analyzer.search.strategy import Guide, grid_configs
-from analyzer.search.study import SearchSpace
 
 POLICY = queue_policy_choices("search", 2, 50.0)[2]  # the low level REJECTs after 25 ms
 

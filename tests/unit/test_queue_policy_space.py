@@ -6,7 +6,8 @@ from pathlib import Path
 
 from analyzer.config.choices import queue_policy_choices
 from analyzer.config.knobs import Knobs, QueuePolicyKnob
-from analyzer.search.study import Search, SearchSpace, TrialOutcome
+from analyzer.search.space import SearchSpace
+from analyzer.search.study import Search, TrialOutcome
 
 
 def _space(policies: tuple[QueuePolicyKnob | None, ...] = (None,)) -> SearchSpace:

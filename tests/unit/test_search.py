@@ -11,14 +11,8 @@ from hypothesis import strategies as st
 
 from analyzer.config.knobs import Knobs
 from analyzer.errors import InputError
-from analyzer.search.study import (
-    INTERRUPTED_REASON,
-    Search,
-    SearchSpace,
-    TrialOutcome,
-    delay_ladder,
-    preferred_sizes,
-)
+from analyzer.search.space import SearchSpace, delay_ladder, preferred_sizes
+from analyzer.search.study import INTERRUPTED_REASON, Search, TrialOutcome
 
 
 def test_delay_ladder_starts_at_zero_and_grows_geometrically() -> None:
@@ -270,7 +264,7 @@ def test_a_refit_rescales_the_probed_profile_to_the_runs_windows() -> None:
 
 
 def test_the_response_cache_is_a_dimension_only_when_searched() -> None:
-    from analyzer.search.study import SearchSpace
+    from analyzer.search.space import SearchSpace
 
     plain = SearchSpace.from_bounds((1, 8), (0, 1000), 2, "none", (1, 1))
     assert "cache_idx" not in plain.param_bounds()

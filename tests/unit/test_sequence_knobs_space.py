@@ -8,7 +8,8 @@ from pathlib import Path
 from analyzer.config.choices import candidate_choices
 from analyzer.config.knobs import Knobs
 from analyzer.config.model_config import apply_knobs, knobs_of
-from analyzer.search.study import Search, SearchSpace, TrialOutcome
+from analyzer.search.space import SearchSpace
+from analyzer.search.study import Search, TrialOutcome
 from reference_server.core.config import normalize, validate
 from reference_server.zoo.accumulator import accumulator_config
 

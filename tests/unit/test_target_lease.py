@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from analyzer.search.study import Search, SearchSpace
+from analyzer.search.space import SearchSpace
+from analyzer.search.study import Search
 from analyzer.target.leases import (
     LEASE_TTL_S,
     TargetInUseError,
