@@ -48,7 +48,8 @@ from analyzer.commands.input_flags import (
     WorkersFlag,
 )
 from analyzer.errors import GoalNotMetError, InputError
-from analyzer.gate.run import GateCommand, GateFlags, MeasureRequest, run_gate
+from analyzer.gate.plan import GateFlags, MeasureRequest
+from analyzer.gate.run import GateCommand, run_gate
 
 
 def parse_fraction(text: str) -> float:

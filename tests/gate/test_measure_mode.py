@@ -13,12 +13,8 @@ import pytest
 
 from analyzer.errors import TargetError
 from analyzer.gate.inputs import from_measurements
-from analyzer.gate.run import (
-    INVALID_RETRIES,
-    GateGenerator,
-    MeasurePlan,
-    measure_targets,
-)
+from analyzer.gate.measuring import GateGenerator, measure_targets
+from analyzer.gate.plan import INVALID_RETRIES, MeasurePlan
 from analyzer.gate.verdict import Criteria, Outcome, evaluate
 from analyzer.measure.measurement import Measurement
 from analyzer.measure.specs import LoadMode, LoadSpec

@@ -10,7 +10,7 @@ from analyzer.commands.gate import parse_fraction
 from analyzer.config.scenario import Scenario, load_scenario
 from analyzer.config.sections import GateSection
 from analyzer.errors import InputError
-from analyzer.gate.run import (
+from analyzer.gate.plan import (
     FLOOR_HEADROOM,
     GateFlags,
     MeasureRequest,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzer.gate.run import MeasureRequest, metrics_url_for
+from analyzer.gate.measuring import metrics_url_for
+from analyzer.gate.plan import MeasureRequest
 
 
 @dataclass

@@ -17,7 +17,7 @@ import pytest
 
 from analyzer.config.scenario import Scenario, load_scenario
 from analyzer.config.sections import data_digest
-from analyzer.gate.run import GateFlags, measurement_hash, plan_measurement, resolve_criteria
+from analyzer.gate.plan import GateFlags, measurement_hash, plan_measurement, resolve_criteria
 from analyzer.load.engine import engine_options
 from tests.load.refserver import REPO_ROOT, write_sim_model
 from tests.support.servers import free_port, remote_load_worker
