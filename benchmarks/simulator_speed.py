@@ -41,8 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from analyzer.config.sections import SpaceSection  # noqa: E402
-from analyzer.predict.profile import from_toml  # noqa: E402
 from analyzer.predict.simulator import SimConfig, capacities  # noqa: E402
+from analyzer.predict.sources import from_toml  # noqa: E402
 from analyzer.rundir.results import environment  # noqa: E402
 from analyzer.search.space import SearchSpace  # noqa: E402
 

@@ -6,6 +6,9 @@
                   load's mix, provenance, JSON), built from a statistics document, a run
                   directory's trial measurements, or a bundled simulated-device TOML (or by
                   probe.py); refuses batch and request sizes it did not profile
+    sources.py    from_statistics (a statistics document), from_toml (a simulated device)
+    fitting.py    from_run_dir: a profile fitted from a run directory's measured windows
+    interference.py  Overlap: how instances on one device overlap
     probe.py      probe(target, inputs=...) -> Profile: the profile phase against a live
                   server with the load's own request data (batches of chosen sizes forced with
                   max_batch_size = preferred = b and a long delay, at a few request sizes of

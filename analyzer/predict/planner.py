@@ -15,14 +15,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from analyzer.documents import PREDICTION_KIND, header
 from analyzer.errors import InputError, ResultFormatError
-from analyzer.predict.profile import (
-    Profile,
-    from_run_dir,
-    from_toml,
-    load_profile,
-    run_operating_points,
-    save_profile,
-)
+from analyzer.predict.fitting import from_run_dir, run_operating_points
+from analyzer.predict.profile import Profile, load_profile, save_profile
 from analyzer.predict.simulator import (
     ASSUMPTIONS,
     CapacityPrediction,
@@ -32,6 +26,7 @@ from analyzer.predict.simulator import (
     latency_offset,
     simulate,
 )
+from analyzer.predict.sources import from_toml
 from analyzer.rundir import records
 
 if TYPE_CHECKING:

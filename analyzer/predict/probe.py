@@ -28,7 +28,7 @@ sweep falls back to another search before any trial.
 Instance interference: the same is done with ``N`` instances and bursts of ``N * b``
 items (``N`` batches of ``b`` at once, requests of the median size class); the mean execution
 time there over the one at 1 instance is ``Profile.interference[N]``. It says how much of an
-execution the device serialises (:class:`~analyzer.predict.profile.Overlap`): where that is
+execution the device serialises (:class:`~analyzer.predict.interference.Overlap`): where that is
 less than ``compute_infer`` (a backend that reports its host work inside it, as Triton's Python
 backend does), the difference is ``Profile.overlap_ms``, which the simulator runs as host work.
 Jitter is the mean relative standard deviation of one execution's time over a size's bursts
@@ -60,22 +60,10 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.errors import InputError, TargetError
-from analyzer.load.inputs import (
-    InputOptions,
-    InputSet,
-    binary_request,
-    build_inputs,
-    request_sizes,
-)
+from analyzer.load.inputs import InputOptions, InputSet, binary_request, build_inputs, request_sizes
 from analyzer.predict import ProfileError
-from analyzer.predict.profile import (
-    BatchTiming,
-    Overlap,
-    Profile,
-    RequestMix,
-    SizeClass,
-    overlap_from_interference,
-)
+from analyzer.predict.interference import Overlap, overlap_from_interference
+from analyzer.predict.profile import BatchTiming, Profile, RequestMix, SizeClass
 from analyzer.target.protocol import Target, untunable_reason
 from analyzer.target.server_stats import http_stats_source
 from analyzer.target.transport import KeepAliveTransport, Request, Transport

@@ -31,7 +31,8 @@ from analyzer.config.knobs import Knobs
 from analyzer.config.model_config import group_devices, knobs_of
 from analyzer.config.scenario import Scenario
 from analyzer.predict import ProfileError
-from analyzer.predict.profile import Profile, WindowSample, operating_points, rescaled
+from analyzer.predict.fitting import WindowSample, operating_points, rescaled
+from analyzer.predict.profile import Profile
 from analyzer.predict.simulator import SimConfig, capacities, latency_offset
 from analyzer.rundir.predictions import ConfigPrediction, Prediction, Predictions
 from analyzer.rundir.trial_record import TrialRecord
@@ -233,7 +234,7 @@ class Guide:
 
     def calibrate(self, trials: Iterable[TrialRecord]) -> None:
         """Set the profile's latency offset from the measured operating points of ``trials``
-        (:func:`~analyzer.predict.profile.operating_points`): the latency the server does not
+        (:func:`~analyzer.predict.fitting.operating_points`): the latency the server does not
         see; forecasts made before are forgotten."""
         self.profile = self._calibrated(self.profile, trials)
         self.forecasts.clear()

@@ -16,7 +16,8 @@ from analyzer.config.model_config import knobs_of
 from analyzer.config.scenario import Scenario
 from analyzer.errors import InputError, TargetError
 from analyzer.predict import ProfileError
-from analyzer.predict.profile import Profile, load_profile, run_dir_samples, save_profile
+from analyzer.predict.fitting import run_dir_samples
+from analyzer.predict.profile import Profile, load_profile, save_profile
 from analyzer.rundir import records
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.search.strategy import Guide, grid_configs

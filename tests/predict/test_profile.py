@@ -7,18 +7,10 @@ from pathlib import Path
 import pytest
 
 from analyzer.predict import ExtrapolationError, ProfileError
-from analyzer.predict.profile import (
-    BatchTiming,
-    Profile,
-    WindowSample,
-    fit_windows,
-    from_run_dir,
-    from_statistics,
-    from_toml,
-    load_profile,
-    overlap_from_interference,
-    save_profile,
-)
+from analyzer.predict.fitting import WindowSample, fit_windows, from_run_dir
+from analyzer.predict.interference import overlap_from_interference
+from analyzer.predict.profile import BatchTiming, Profile, load_profile, save_profile
+from analyzer.predict.sources import from_statistics, from_toml
 
 RUN = Path(__file__).parent / "data" / "run-sim"
 

@@ -24,6 +24,7 @@ from analyzer.load.inputs import (
     request_sizes,
 )
 from analyzer.predict import ExtrapolationError, ProfileError
+from analyzer.predict.fitting import WindowSample, rescaled
 from analyzer.predict.probe import ProbePlan, _requests, model_metadata, probe
 from analyzer.predict.profile import (
     BatchTiming,
@@ -31,9 +32,7 @@ from analyzer.predict.profile import (
     RequestKind,
     RequestMix,
     SizeClass,
-    WindowSample,
     load_profile,
-    rescaled,
     save_profile,
 )
 from analyzer.predict.simulator import SimConfig, capacity, simulate

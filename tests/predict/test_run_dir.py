@@ -14,8 +14,8 @@ from analyzer.measure.capacity import CapacityResult
 from analyzer.measure.measurement import Measurement, ServerView, WindowStats
 from analyzer.measure.specs import Goals, LoadMode
 from analyzer.predict import ProfileError
+from analyzer.predict.fitting import from_run_dir, run_dir_samples
 from analyzer.predict.planner import PlanRequest, plan
-from analyzer.predict.profile import from_run_dir, run_dir_samples
 from analyzer.predict.simulator import SimConfig
 from analyzer.rundir import records
 from analyzer.rundir.measurements import ParetoMeasurement

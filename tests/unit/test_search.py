@@ -223,7 +223,8 @@ def test_strategy_rules_on_predictions() -> None:
 
 def test_a_refit_rescales_the_probed_profile_to_the_runs_windows() -> None:
     from analyzer.predict import ProfileError
-    from analyzer.predict.profile import BatchTiming, Profile, WindowSample, rescaled
+    from analyzer.predict.fitting import WindowSample, rescaled
+    from analyzer.predict.profile import BatchTiming, Profile
     from analyzer.search.strategy import Guide, band, grid_configs
 
     probed = Profile(
