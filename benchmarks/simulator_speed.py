@@ -2,7 +2,7 @@
 
 "Before" is ``analyzer/predict/simulator.py`` as of commit :data:`BEFORE_COMMIT` (read with
 ``git show`` and loaded as a module of its own): one :func:`capacity` bisection per config.
-"After" is this checkout's :func:`analyzer.predict.simulator.capacities` over the same configs
+"After" is this checkout's :func:`analyzer.predict.capacity.capacities` over the same configs
 (warm-started brackets, equivalent configs simulated once, the leaner event loop; in
 ``--workers`` processes, one instance count each). Both use
 the same profile, goal, seed and requests per simulated rate, in one process, one after the
@@ -41,7 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from analyzer.config.sections import SpaceSection  # noqa: E402
-from analyzer.predict.simulator import SimConfig, capacities  # noqa: E402
+from analyzer.predict.capacity import capacities  # noqa: E402
+from analyzer.predict.sim_records import SimConfig  # noqa: E402
 from analyzer.predict.sources import from_toml  # noqa: E402
 from analyzer.rundir.results import environment  # noqa: E402
 from analyzer.search.space import SearchSpace  # noqa: E402

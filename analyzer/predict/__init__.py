@@ -13,10 +13,12 @@
                   server with the load's own request data (batches of chosen sizes forced with
                   max_batch_size = preferred = b and a long delay, at a few request sizes of
                   the data, times from batch_stats deltas, interference at N instances)
-    simulator.py  SimConfig, simulate() -> Prediction at one rate, capacity() -> the highest
-                  rate whose simulated p99 meets a goal (bisection, or a bracket around a
-                  start), capacities() -> every config of a space; drives the reference
-                  server's own ``reference_server.batching.decide.decide``
+    simulator.py  simulate() -> Prediction at one rate; drives the reference server's own
+                  ``reference_server.batching.decide.decide``
+    sim_records.py  SimConfig, Prediction, CapacityPrediction
+    capacity.py   capacity() -> the highest rate whose simulated p99 meets a goal
+                  (bisection, or a bracket around a start), capacities() -> every config of
+                  a space, latency_offset()
     planner.py    PlanRequest -> plan() -> PlanReport (``perfsweep predict``)
 
 Errors (both :class:`analyzer.errors.InputError`, exit 2): :class:`ExtrapolationError` (a

@@ -305,7 +305,7 @@ def operating_points(
 ) -> list[tuple[Knobs, float, float]]:
     """(config, offered rate, p99) of every trial whose operating point is an open-loop level
     that met the goals: where a profile's latency offset is calibrated
-    (:func:`analyzer.predict.simulator.latency_offset`)."""
+    (:func:`analyzer.predict.capacity.latency_offset`)."""
     points = []
     for r in trials:
         m = r.operating_point() if r.complete and r.meets_goals else None

@@ -15,17 +15,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from analyzer.documents import PREDICTION_KIND, header
 from analyzer.errors import InputError, ResultFormatError
+from analyzer.predict.capacity import capacity, latency_offset
 from analyzer.predict.fitting import from_run_dir, run_operating_points
 from analyzer.predict.profile import Profile, load_profile, save_profile
-from analyzer.predict.simulator import (
-    ASSUMPTIONS,
-    CapacityPrediction,
-    Prediction,
-    SimConfig,
-    capacity,
-    latency_offset,
-    simulate,
-)
+from analyzer.predict.sim_records import CapacityPrediction, Prediction, SimConfig
+from analyzer.predict.simulator import ASSUMPTIONS, simulate
 from analyzer.predict.sources import from_toml
 from analyzer.rundir import records
 

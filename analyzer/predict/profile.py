@@ -268,7 +268,7 @@ class Profile:
         interference: Instance count -> mean execution time relative to ``instances_profiled``.
         latency_offset_ms: Latency outside the server's queue and execution (network, protocol,
             the generator's own delays), added to every simulated latency; 0 until calibrated
-            on measured operating points (:func:`analyzer.predict.simulator.latency_offset`).
+            on measured operating points (:func:`analyzer.predict.capacity.latency_offset`).
         overlap_ms: Host work inside ``compute_infer`` that overlaps across instances (a
             backend that reports its whole execution as ``compute_infer``, as Triton's Python
             backend does); measured by the interference probe

@@ -31,9 +31,10 @@ from analyzer.config.knobs import Knobs
 from analyzer.config.model_config import group_devices, knobs_of
 from analyzer.config.scenario import Scenario
 from analyzer.predict import ProfileError
+from analyzer.predict.capacity import capacities, latency_offset
 from analyzer.predict.fitting import WindowSample, operating_points, rescaled
 from analyzer.predict.profile import Profile
-from analyzer.predict.simulator import SimConfig, capacities, latency_offset
+from analyzer.predict.sim_records import SimConfig
 from analyzer.rundir.predictions import ConfigPrediction, Prediction, Predictions
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.search.space import SearchSpace

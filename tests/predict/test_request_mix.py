@@ -24,6 +24,7 @@ from analyzer.load.inputs import (
     request_sizes,
 )
 from analyzer.predict import ExtrapolationError, ProfileError
+from analyzer.predict.capacity import capacity
 from analyzer.predict.fitting import WindowSample, rescaled
 from analyzer.predict.probe import ProbePlan, _requests, model_metadata, probe
 from analyzer.predict.profile import (
@@ -35,7 +36,8 @@ from analyzer.predict.profile import (
     load_profile,
     save_profile,
 )
-from analyzer.predict.simulator import SimConfig, capacity, simulate
+from analyzer.predict.sim_records import SimConfig
+from analyzer.predict.simulator import simulate
 
 # ------------------------------------------------------------------------------ the load's data
 

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from analyzer.predict.profile import RequestKind, RequestMix
-from analyzer.predict.simulator import SimConfig, simulate
+from analyzer.predict.sim_records import SimConfig
+from analyzer.predict.simulator import simulate
 from analyzer.predict.sources import from_statistics, from_toml
 from tests.predict.test_vs_server import _mean_batch, _shares, _tv
 from tests.support.servers import write_sim_model

@@ -16,7 +16,7 @@ from analyzer.measure.specs import Goals, LoadMode
 from analyzer.predict import ProfileError
 from analyzer.predict.fitting import from_run_dir, run_dir_samples
 from analyzer.predict.planner import PlanRequest, plan
-from analyzer.predict.simulator import SimConfig
+from analyzer.predict.sim_records import SimConfig
 from analyzer.rundir import records
 from analyzer.rundir.measurements import ParetoMeasurement
 from analyzer.rundir.results import RunDirectory

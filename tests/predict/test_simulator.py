@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from analyzer.predict import ExtrapolationError
+from analyzer.predict.capacity import capacity
 from analyzer.predict.profile import BatchTiming, Profile
-from analyzer.predict.simulator import SimConfig, capacity, simulate
+from analyzer.predict.sim_records import SimConfig
+from analyzer.predict.simulator import simulate
 
 
 def constant(ms: float, largest: int = 8, per_item_ms: float = 0.0) -> Profile:
@@ -182,7 +184,7 @@ def test_an_unreachable_goal_has_no_capacity_with_or_without_a_start() -> None:
 
 @pytest.mark.usefixtures("takes_seconds")
 def test_capacities_of_a_space_match_one_search_each() -> None:
-    from analyzer.predict.simulator import capacities
+    from analyzer.predict.capacity import capacities
 
     profile = constant(2.0, 16, per_item_ms=0.25)
     configs = [
@@ -202,7 +204,7 @@ def test_capacities_of_a_space_match_one_search_each() -> None:
 
 
 def test_capacities_refuse_an_uncovered_config_before_simulating() -> None:
-    from analyzer.predict.simulator import capacities
+    from analyzer.predict.capacity import capacities
 
     with pytest.raises(ExtrapolationError):
         capacities(constant(1.0, 8), [SimConfig(4), SimConfig(16)], 20.0)
@@ -210,7 +212,7 @@ def test_capacities_refuse_an_uncovered_config_before_simulating() -> None:
 
 @pytest.mark.usefixtures("spawns")
 def test_capacities_in_worker_processes_give_the_same_answers() -> None:
-    from analyzer.predict.simulator import capacities
+    from analyzer.predict.capacity import capacities
 
     profile = constant(2.0, 8, per_item_ms=0.25)
     configs = [
@@ -223,7 +225,7 @@ def test_capacities_in_worker_processes_give_the_same_answers() -> None:
 
 @pytest.mark.usefixtures("takes_seconds")
 def test_a_ceiling_caps_the_search_and_costs_one_rate_where_it_passes() -> None:
-    from analyzer.predict.simulator import capacities
+    from analyzer.predict.capacity import capacities
 
     profile = constant(2.0, 16, per_item_ms=0.25)
     configs = [SimConfig(mbs, delay, (), 1) for mbs in (1, 4, 16) for delay in (0, 2000)]
@@ -248,7 +250,7 @@ def test_a_ceiling_caps_the_search_and_costs_one_rate_where_it_passes() -> None:
 def test_a_latency_offset_calibrated_on_measured_points_predicts_them() -> None:
     from dataclasses import replace
 
-    from analyzer.predict.simulator import latency_offset
+    from analyzer.predict.capacity import latency_offset
 
     profile = constant(2.0, 8, per_item_ms=0.25)
     configs = [SimConfig(8, 1000), SimConfig(4), SimConfig(1, dynamic_batching=False)]

@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyzer.predict.simulator import SimConfig, simulate
+from analyzer.predict.sim_records import SimConfig
+from analyzer.predict.simulator import simulate
 from analyzer.predict.sources import from_statistics, from_toml
 from tests.support.servers import write_sim_model
 from tests.support.traffic import open_loop_grpc

@@ -44,7 +44,8 @@ from analyzer.measure.measurement import Measurement
 from analyzer.measure.specs import CapacitySpec, LoadMode, LoadSpec
 from analyzer.measure.stepping import StepRecord, StepTest, decide_windows
 from analyzer.predict.profile import BatchTiming, Profile
-from analyzer.predict.simulator import SimConfig, simulate
+from analyzer.predict.sim_records import SimConfig
+from analyzer.predict.simulator import simulate
 from analyzer.search.space import SearchSpace
 
 #: Decay of the planted latency tail beyond p99: a goal at twice the p99 is its p99.99.

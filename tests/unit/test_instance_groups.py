@@ -12,7 +12,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from analyzer.config.knobs import Knobs
 from analyzer.config.model_config import apply_knobs, group_devices, instances_of, knobs_of
 from analyzer.predict.profile import BatchTiming, Profile
-from analyzer.predict.simulator import SimConfig
+from analyzer.predict.sim_records import SimConfig
 from analyzer.search.space import SearchSpace
 from analyzer.search.strategy import Guide, grid_configs
 from analyzer.search.study import Search, TrialOutcome

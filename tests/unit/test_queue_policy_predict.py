@@ -10,8 +10,10 @@ from analyzer.config.choices import queue_policy_choices
 from analyzer.config.knobs import Knobs, QueuePolicyKnob
 from analyzer.config.model_config import apply_knobs
 from analyzer.errors import InputError
+from analyzer.predict.capacity import capacities, latency_offset
 from analyzer.predict.profile import BatchTiming, Profile
-from analyzer.predict.simulator import SimConfig, capacities, latency_offset, simulate
+from analyzer.predict.sim_records import SimConfig
+from analyzer.predict.simulator import simulate
 from analyzer.search.space import SearchSpace
 from analyzer.search.strategy import Guide, grid_configs
 
