@@ -15,16 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from analyzer.config.scenario import hash_version
-from analyzer.report.figures import (
-    BEST,
-    INFEASIBLE,
-    SECONDARY,
-    Figure,
-    load_curves_figure,
-    new_figure,
-    styled,
-    to_svg,
-)
 from analyzer.report.record import (
     REPORT_FORMAT_VERSION,
     ConfigResult,
@@ -32,6 +22,8 @@ from analyzer.report.record import (
     ReportRecord,
     jsonable,
 )
+from analyzer.report.server_figures import load_curves_figure
+from analyzer.report.svg import BEST, INFEASIBLE, SECONDARY, Figure, new_figure, styled, to_svg
 
 #: Relative changes smaller than this are called "about the same" (measurement noise).
 NOISE = 0.05

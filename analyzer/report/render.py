@@ -25,8 +25,8 @@ import jinja2
 from markupsafe import Markup
 
 from analyzer.measure.gain import LOW_SAMPLE_P99
-from analyzer.report.figures import Figure
 from analyzer.report.record import ReportRecord
+from analyzer.report.svg import Figure
 
 #: The page's only script: sortable tables and copy buttons (see templates/report.js).
 _SCRIPT_NAME = "report.js"
