@@ -17,7 +17,7 @@ import pytest
 
 from analyzer.measure.measurement import Measurement, ServerView
 from analyzer.report import build_record, load_run
-from analyzer.report.build import cache_warning, with_hits
+from analyzer.report.points import cache_warning, with_hits
 from analyzer.report.render import render_report
 from analyzer.rundir.measurements import CapacityMeasurement
 from analyzer.rundir.trial_record import TrialRecord

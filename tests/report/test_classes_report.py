@@ -20,7 +20,7 @@ import pytest
 from analyzer.config.scenario import Scenario
 from analyzer.measure.measurement import ClassStats, Measurement
 from analyzer.report import build_record, load_run
-from analyzer.report.build import ClassedReportRecord, run_goals
+from analyzer.report.classes import ClassedReportRecord, run_goals
 from analyzer.report.render import render_report
 from analyzer.report.rundir import RunData
 from analyzer.rundir.measurements import CapacityMeasurement

@@ -12,7 +12,7 @@ import pytest
 
 from analyzer.errors import ResultFormatError
 from analyzer.report import build_record, load_run
-from analyzer.report.build import pareto_front
+from analyzer.report.points import pareto_front
 from analyzer.report.record import PARAM_TO_KNOB
 from analyzer.rundir.results import load_summary, load_trial_record
 from tests.report.conftest import HOSTILE, sweep_run_dir

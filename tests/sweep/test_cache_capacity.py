@@ -78,7 +78,7 @@ def _search(url: str, model: str, repeat_ratio: float) -> dict[str, Any]:
 
 
 def test_repeats_raise_the_capacity_and_both_figures_carry_their_hit_ratio(server: str) -> None:
-    from analyzer.report.build import with_hits
+    from analyzer.report.points import with_hits
 
     fresh = _search(server, "fresh", 0.0)
     repeated = _search(server, "repeated", 0.9)
