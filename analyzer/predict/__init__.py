@@ -13,6 +13,7 @@
                   server with the load's own request data (batches of chosen sizes forced with
                   max_batch_size = preferred = b and a long delay, at a few request sizes of
                   the data, times from batch_stats deltas, interference at N instances)
+    probe_plan.py  ProbePlan, geometric_sizes, probe_config: what the probe measures
     simulator.py  simulate() -> Prediction at one rate; drives the reference server's own
                   ``reference_server.batching.decide.decide``
     sim_records.py  SimConfig, Prediction, CapacityPrediction

@@ -25,7 +25,7 @@ from analyzer.rundir import records
 
 if TYPE_CHECKING:
     from analyzer.load.inputs import InputOptions
-    from analyzer.predict.probe import ProbePlan
+    from analyzer.predict.probe_plan import ProbePlan
 
 T = TypeVar("T")
 

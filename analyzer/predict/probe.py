@@ -50,7 +50,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -63,14 +63,17 @@ from analyzer.errors import InputError, TargetError
 from analyzer.load.inputs import InputOptions, InputSet, binary_request, build_inputs, request_sizes
 from analyzer.predict import ProfileError
 from analyzer.predict.interference import Overlap, overlap_from_interference
+from analyzer.predict.probe_plan import (
+    PROBE_DELAY_US,
+    ProbePlan,
+    geometric_sizes,
+    model_metadata,
+    probe_config,
+)
 from analyzer.predict.profile import BatchTiming, Profile, RequestMix, SizeClass
 from analyzer.target.protocol import Target, untunable_reason
 from analyzer.target.server_stats import http_stats_source
 from analyzer.target.transport import KeepAliveTransport, Request, Transport
-
-#: Queue delay of every probe config: long enough that only the preferred size ends a batch,
-#: short enough that a burst cut short by a lost request costs one second, not a hang.
-PROBE_DELAY_US = 1_000_000
 
 #: Bursts of the interference probe (and of the one-instance size it is compared with), in
 #: multiples of ``ProbePlan.bursts``: the overlap is a small difference of two means.
@@ -82,90 +85,6 @@ STATS_SETTLE_S = 5.0
 
 #: Distinct payloads a size class's bursts cycle through (the first ones of that size).
 PAYLOADS_PER_CLASS = 64
-
-
-@dataclass(frozen=True)
-class ProbePlan:
-    """What the profile phase measures.
-
-    Attributes:
-        batch_sizes: Sizes to execute (each <= the model's ``max_batch_size``); None = 1, 2,
-            4, ... up to ``max_batch_size`` (which is always included).
-        bursts: Measured bursts per size (one execution each at one instance); the size of the
-            interference probe gets :data:`REFERENCE_BURSTS` times as many, the interference
-            probe itself :data:`INTERFERENCE_BURSTS` times.
-        warmup_bursts: Bursts per loaded config before measuring (first executions are slow
-            on real backends).
-        instances: Instance count of the interference probe (1 or less: none).
-        interference_batch: Batch size of the interference probe; None = the median size.
-        max_requests: Most inferences the whole phase sends.
-        time_budget_s: The phase stops starting bursts after this many seconds.
-        request_timeout_s: One inference's timeout.
-        size_classes: Request sizes timed at each batch size where the data's requests
-            differ in size (at least 2: the smallest and the largest; the others at evenly
-            spaced quantiles of the data's sizes).
-    """
-
-    batch_sizes: tuple[int, ...] | None = None
-    bursts: int = 6
-    warmup_bursts: int = 1
-    instances: int = 2
-    interference_batch: int | None = None
-    max_requests: int = 2000
-    time_budget_s: float = 60.0
-    request_timeout_s: float = 30.0
-    size_classes: int = 4
-
-
-def geometric_sizes(max_batch_size: int, items: int = 1) -> tuple[int, ...]:
-    """1, 2, 4, ... below ``max_batch_size``, and ``max_batch_size`` itself; with requests of
-    ``items`` batch items, those multiples of ``items`` (up to the largest that fits)."""
-    requests = max(1, max_batch_size // max(1, items))
-    sizes = {requests}
-    b = 1
-    while b < requests:
-        sizes.add(b)
-        b *= 2
-    return tuple(sorted(s * max(1, items) for s in sizes))
-
-
-def probe_config(base: mc.ModelConfig, batch_size: int, instances: int) -> mc.ModelConfig:
-    """``base`` with dynamic batching that forms batches of exactly ``batch_size``."""
-    config = mc.ModelConfig()
-    config.CopyFrom(base)
-    config.max_batch_size = batch_size
-    config.dynamic_batching.Clear()
-    config.dynamic_batching.max_queue_delay_microseconds = PROBE_DELAY_US
-    config.dynamic_batching.preferred_batch_size.append(batch_size)
-    if not config.instance_group:
-        config.instance_group.add()
-    del config.instance_group[1:]
-    # On one device: a KIND_GPU group lists its GPUs, and Triton runs its count on each.
-    del config.instance_group[0].gpus[1:]
-    config.instance_group[0].count = instances
-    return config
-
-
-def model_metadata(config: mc.ModelConfig) -> dict[str, Any]:
-    """The model's metadata document (``GET /v2/models/<m>``) as its config implies it: what
-    :func:`~analyzer.load.inputs.build_inputs` reads (names, datatypes, shapes with the batch
-    dim as ``-1``)."""
-
-    def tensors(entries: Iterable[Any]) -> list[dict[str, Any]]:
-        out = []
-        for tensor in entries:
-            datatype = mc.DataType.Name(tensor.data_type).removeprefix("TYPE_")
-            dims = [int(d) for d in tensor.dims]
-            out.append(
-                {
-                    "name": tensor.name,
-                    "datatype": {"STRING": "BYTES"}.get(datatype, datatype),
-                    "shape": [-1, *dims] if config.max_batch_size > 0 else dims,
-                }
-            )
-        return out
-
-    return {"name": config.name, "inputs": tensors(config.input), "outputs": tensors(config.output)}
 
 
 @dataclass(frozen=True)
@@ -615,11 +534,4 @@ def _profile(
     )
 
 
-__all__ = [
-    "PROBE_DELAY_US",
-    "ProbePlan",
-    "geometric_sizes",
-    "model_metadata",
-    "probe",
-    "probe_config",
-]
+__all__ = ["probe"]

@@ -40,7 +40,8 @@ def probe_profile(target: Target, scenario: Scenario) -> Profile:
         TargetError: The server failed a request or refused a probe config.
     """
     from analyzer.load.engine import input_options
-    from analyzer.predict.probe import ProbePlan, probe
+    from analyzer.predict.probe import probe
+    from analyzer.predict.probe_plan import ProbePlan
     from analyzer.target.server_stats import http_stats_source
 
     # The probe reads batch_stats: a server without them (or not answering) is told apart

@@ -28,7 +28,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.errors import TargetError
 from analyzer.predict import ProfileError
-from analyzer.predict.probe import ProbePlan, _Sender, geometric_sizes, probe, probe_config
+from analyzer.predict.probe import _Sender, probe
+from analyzer.predict.probe_plan import ProbePlan, geometric_sizes, probe_config
 from analyzer.predict.sim_records import SimConfig
 from analyzer.predict.simulator import simulate
 from analyzer.predict.sources import from_toml

@@ -26,7 +26,8 @@ from analyzer.load.inputs import (
 from analyzer.predict import ExtrapolationError, ProfileError
 from analyzer.predict.capacity import capacity
 from analyzer.predict.fitting import WindowSample, rescaled
-from analyzer.predict.probe import ProbePlan, _requests, model_metadata, probe
+from analyzer.predict.probe import _requests, probe
+from analyzer.predict.probe_plan import ProbePlan, model_metadata
 from analyzer.predict.profile import (
     BatchTiming,
     Profile,

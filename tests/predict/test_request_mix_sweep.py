@@ -12,7 +12,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.config.knobs import Knobs
 from analyzer.config.scenario import load_scenario
-from analyzer.predict.probe import PROBE_DELAY_US
+from analyzer.predict.probe_plan import PROBE_DELAY_US
 from analyzer.rundir import records
 from analyzer.sweep.loop import run_sweep
 from analyzer.sweep.state import SweepObserver
