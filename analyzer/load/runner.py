@@ -1,7 +1,8 @@
 """``LocustLoadGenerator``: one load level (warm-up, windows, stability, self-checks) and capacity search.
 
 The controller loop runs in the calling process (gevent-patched, since it imports locust). It
-drives generator processes through a ``_Backend``:
+drives generator processes through a ``_Backend`` (:mod:`analyzer.load.backends`; the windows it
+builds from their ticks are :mod:`analyzer.load.windows`'s):
 
 * ``LocalBackend``: Locust's ``LocalRunner`` in this process (``workers=1``);
 * ``DistributedBackend``: Locust's ``MasterRunner`` here plus N ``python -m analyzer.load.worker``
@@ -22,35 +23,17 @@ from __future__ import annotations
 
 import analyzer.load._gevent  # noqa: F401  (isort: skip) patch first
 import logging
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-from array import array
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, Protocol
+from dataclasses import replace
 
 import gevent
-import numpy as np
-from gevent.event import Event
-from locust.env import Environment
-from locust.runners import STATE_STOPPED, MasterRunner
 
-from analyzer.errors import TargetError
+from analyzer.load.backends import DistributedBackend, LocalBackend, _Backend
 from analyzer.load.clients import stats_source
 from analyzer.load.engine import EngineOptions
 from analyzer.load.recorder import Tick
-from analyzer.load.users import (
-    USER_CLASSES,
-    ClosedLoopUser,
-    EngineConfig,
-    OpenLoopUser,
-    ProcessContext,
-    attach_context,
-)
+from analyzer.load.users import ClosedLoopUser, EngineConfig, OpenLoopUser
+from analyzer.load.windows import _equal_parts, _feed, _TickSample, _Window
 from analyzer.measure.capacity import CapacityResult, CapacitySearch
 from analyzer.measure.goals import (
     GeneratorLimits,
@@ -77,256 +60,6 @@ log = logging.getLogger(__name__)
 
 #: A count window that has not reached its request count by then closes anyway.
 MAX_COUNT_WINDOW_S = 30.0
-
-
-class _Backend(Protocol):
-    processes: int
-
-    def configure(self, config: EngineConfig) -> None: ...
-    def start(self, user_class: type, users: int) -> None: ...
-    def collect(self) -> Tick: ...
-    def stop(self) -> None: ...
-    def close(self) -> None: ...
-
-
-def start_users(runner: Any, user_class: type, users: int) -> None:
-    """``runner.start`` for ``users`` of ``user_class``, keeping a Ctrl-C that comes meanwhile.
-
-    Locust's runners catch a ``KeyboardInterrupt`` raised while they spawn users and quit the
-    runner instead (``locust/runners.py``: "We need to catch keyboard interrupt ..."), in
-    ``MasterRunner.start`` itself and in ``LocalRunner``'s spawning greenlet: a Ctrl-C there was
-    lost, and the sweep measured on (seen twice in full-suite runs of
-    ``tests/sweep/test_real_triton.py::test_ctrl_c_leaves_the_original_config``, exit 0 after
-    every trial). SIGINT is held until the spawn has finished and raised here then. Off the
-    main thread (where no signal handler can be set) it is a plain start.
-    """
-    rate = min(max(users, 1) * 4, 1000)
-    held: list[int] = []
-    try:
-        previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
-    except ValueError:  # not the main thread
-        runner.start(users, spawn_rate=rate, user_classes=[user_class])
-        return
-    try:
-        runner.start(users, spawn_rate=rate, user_classes=[user_class])
-        spawning = getattr(runner, "spawning_greenlet", None)
-        if spawning is not None:
-            spawning.join()
-    finally:
-        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
-    if held:
-        raise KeyboardInterrupt
-
-
-class LocalBackend:
-    """All users in this process (Locust ``LocalRunner``)."""
-
-    processes = 1
-
-    def __init__(self) -> None:
-        self.env = Environment(user_classes=list(USER_CLASSES))
-        self.ctx = ProcessContext(0)
-        attach_context(self.env, self.ctx)
-        self.runner = self.env.create_local_runner()
-
-    def configure(self, config: EngineConfig) -> None:
-        self.ctx.configure(config)
-
-    def start(self, user_class: type, users: int) -> None:
-        start_users(self.runner, user_class, users)
-
-    def collect(self) -> Tick:
-        return self.ctx.recorder.take_local_tick()
-
-    def stop(self) -> None:
-        self.runner.stop()
-
-    def close(self) -> None:
-        try:
-            self.runner.quit()
-        finally:
-            self.ctx.close()
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host if host not in ("*", "") else "127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class DistributedBackend:
-    """Locust master here; workers are local subprocesses or remote ``perfsweep load --worker``."""
-
-    def __init__(
-        self, spawn: int, expect_remote: int = 0, bind_host: str = "127.0.0.1", port: int = 0
-    ) -> None:
-        self.processes = spawn + expect_remote
-        self.env = Environment(user_classes=list(USER_CLASSES))
-        self.port = port or _free_port(bind_host)
-        runner = self.env.create_master_runner(bind_host, self.port)
-        assert isinstance(runner, MasterRunner)
-        self.runner = runner
-        self._replies: dict[str, dict[str, Any]] = {}
-        self._seq = 0
-        self._got_all = Event()
-        self.runner.register_message("ps_reply", self._on_reply)
-        self.procs: list[subprocess.Popen[bytes]] = []
-        host = "127.0.0.1" if bind_host in ("*", "", "0.0.0.0") else bind_host
-        for index in range(spawn):
-            self.procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "analyzer.load.worker",
-                        "--master-host",
-                        host,
-                        "--master-port",
-                        str(self.port),
-                        "--index",
-                        str(index + 1),
-                    ],
-                    env={**os.environ, "PYTHONPATH": _pythonpath()},
-                )
-            )
-        deadline = time.monotonic() + 60.0
-        while self.runner.worker_count < self.processes:
-            if time.monotonic() > deadline:
-                self.close()
-                raise TargetError(
-                    f"only {self.runner.worker_count} of {self.processes} Locust workers connected "
-                    f"to the master on port {self.port} within 60 s; check the worker command lines"
-                )
-            if any(p.poll() is not None for p in self.procs):
-                self.close()
-                raise TargetError("a Locust worker process exited during start-up; see its output")
-            gevent.sleep(0.1)
-
-    def _on_reply(self, environment: Environment, msg: Any, **_: Any) -> None:
-        data = msg.data
-        if data.get("seq") == self._seq:
-            self._replies[msg.node_id] = data
-            if len(self._replies) >= self.processes:
-                self._got_all.set()
-
-    def _round_trip(self, kind: str, payload: dict[str, Any], timeout_s: float) -> list[dict]:
-        self._seq += 1
-        self._replies = {}
-        self._got_all.clear()
-        # One message per worker, each with a distinct index (seeds of arrivals and data).
-        for index, client_id in enumerate(sorted(self.runner.clients), start=1):
-            message = {"kind": kind, "seq": self._seq, "index": index, **payload}
-            self.runner.send_message("ps_request", message, client_id=client_id)
-        if not self._got_all.wait(timeout_s):
-            raise TargetError(
-                f"{len(self._replies)} of {self.processes} Locust workers answered {kind!r} "
-                f"within {timeout_s:g} s; a worker is stuck or gone"
-            )
-        return list(self._replies.values())
-
-    def configure(self, config: EngineConfig) -> None:
-        for reply in self._round_trip("configure", {"config": config.to_dict()}, 60.0):
-            if reply.get("error"):
-                raise TargetError(f"a Locust worker could not configure: {reply['error']}")
-
-    def start(self, user_class: type, users: int) -> None:
-        start_users(self.runner, user_class, users)
-
-    def collect(self) -> Tick:
-        return Tick.merge(r["tick"] for r in self._round_trip("tick", {}, 10.0))
-
-    def stop(self) -> None:
-        self.runner.stop()
-        deadline = time.monotonic() + 30.0
-        while self.runner.state != STATE_STOPPED and time.monotonic() < deadline:
-            gevent.sleep(0.05)
-
-    def close(self) -> None:
-        try:
-            self.runner.quit()
-        finally:
-            for p in self.procs:
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-
-
-def _pythonpath() -> str:
-    root = str(Path(__file__).resolve().parents[2])
-    existing = os.environ.get("PYTHONPATH", "")
-    return root + (os.pathsep + existing if existing else "")
-
-
-@dataclass
-class _Window:
-    """A window being filled."""
-
-    started: float
-    tick: Tick = field(default_factory=Tick)
-    server_before: ServerSnapshot | None = None
-
-
-@dataclass(frozen=True)
-class _TickSample:
-    """What the stability check of a sequential step keeps of one tick (not its histograms:
-    three HDR histograms are ~0.4 MB, ten a second)."""
-
-    at_s: float
-    completed: int
-    errors: int
-    sequence: array[float]
-
-
-def _equal_parts(samples: list[_TickSample], parts: int) -> list[WindowStats]:
-    """A step's ticks cut into ``parts`` consecutive stretches of about equal length, as windows
-    for the stability check (throughput and p99 only)."""
-    if not samples or parts < 1:
-        return []
-    total_s = samples[-1].at_s
-    out: list[WindowStats] = []
-    start_s, index = 0.0, 0
-    for part in range(parts):
-        end_s = total_s * (part + 1) / parts
-        completed = errors = 0
-        latencies: list[np.ndarray] = []
-        while index < len(samples) and (samples[index].at_s <= end_s or part == parts - 1):
-            tick = samples[index]
-            completed, errors = completed + tick.completed, errors + tick.errors
-            latencies.append(np.asarray(tick.sequence, dtype=float))
-            index += 1
-        duration = end_s - start_s
-        lat = np.sort(np.concatenate(latencies)) if latencies else np.empty(0)
-        p99 = float(lat[max(int(0.99 * lat.size + 0.5), 1) - 1]) if lat.size else 0.0
-        out.append(
-            WindowStats(
-                index=part,
-                duration_s=duration,
-                request_count=completed,
-                error_count=errors,
-                throughput_rps=(completed - errors) / duration if duration > 0 else 0.0,
-                p50_ms=float(np.median(lat)) if lat.size else 0.0,
-                p99_ms=p99,
-                mean_ms=float(lat.mean()) if lat.size else 0.0,
-            )
-        )
-        start_s = end_s
-    return out
-
-
-def _feed(rule: SequentialRule, tick: Tick) -> StepRecord | None:
-    """Give one tick's latencies to the rule; its verdict when a grid point was reached.
-
-    The verdict's autocorrelation estimate sorts and transforms the whole step (~10 ms at 20,000
-    requests), so it runs on gevent's thread pool: the hub keeps sending and reading meanwhile.
-    """
-    rule.add(tick.sequence)
-    if not rule.due:
-        return None
-    record: StepRecord = gevent.get_hub().threadpool.apply(rule.decide)
-    return record
 
 
 class LocustLoadGenerator:

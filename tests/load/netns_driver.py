@@ -48,7 +48,7 @@ def worker(args: argparse.Namespace) -> None:
 def master(args: argparse.Namespace) -> None:
     """One open-loop level as a master of ``--workers`` remote workers."""
     from analyzer.load import EngineOptions, LocustLoadGenerator
-    from analyzer.load.runner import DistributedBackend
+    from analyzer.load.backends import DistributedBackend
     from analyzer.measure.specs import Arrival, LoadMode, LoadSpec
 
     collected: list[int] = []

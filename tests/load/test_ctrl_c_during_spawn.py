@@ -2,7 +2,7 @@
 
 Locust's ``LocalRunner`` spawns users in a greenlet that catches ``KeyboardInterrupt`` and
 quits the runner; a Ctrl-C that came then was lost and a sweep measured on.
-:func:`analyzer.load.runner.start_users` holds SIGINT until the spawn has finished and raises it.
+:func:`analyzer.load.backends.start_users` holds SIGINT until the spawn has finished and raises it.
 The engine is gevent-patched, so each case runs in its own process.
 """
 
@@ -26,7 +26,7 @@ SCRIPT = textwrap.dedent(
     import gevent
     from locust import User, constant, task
     from locust.env import Environment
-    from analyzer.load.runner import start_users
+    from analyzer.load.backends import start_users
 
     class Idle(User):
         wait_time = constant(10)
