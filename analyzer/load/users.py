@@ -41,16 +41,15 @@ from locust.env import Environment
 
 from analyzer.errors import InputError
 from analyzer.load.classes import ClassDraw, RequestClass
-from analyzer.load.clients import (
+from analyzer.load.clients import fetch_model_documents, make_client
+from analyzer.load.inputs import DataMode, InputOptions, InputSet, ShapeChoice, build_inputs
+from analyzer.load.prepared import (
     InferClient,
     InferError,
     PreparedRequests,
     _close_grpc,
-    fetch_model_documents,
-    make_client,
     prepare_requests,
 )
-from analyzer.load.inputs import DataMode, InputOptions, InputSet, ShapeChoice, build_inputs
 from analyzer.load.recorder import Recorder
 from analyzer.load.sequences import (
     IDS_PER_STREAM,

@@ -61,7 +61,7 @@ def check_outputs() -> dict[str, Any]:
     import numpy as np
     import tritonclient.http as httpclient
 
-    from analyzer.load.clients import RawHttpInferClient
+    from analyzer.load.http_clients import RawHttpInferClient
     from tests.load.refserver import RefServer
 
     repo = Path(tempfile.mkdtemp(prefix="perfsweep-client-"))
@@ -106,8 +106,9 @@ def check_errors() -> dict[str, Any]:
     import tritonclient.http as httpclient
     from tritonclient.utils import InferenceServerException
 
-    from analyzer.load.clients import InferError, PooledHttpInferClient, RawHttpInferClient
+    from analyzer.load.http_clients import PooledHttpInferClient, RawHttpInferClient
     from analyzer.load.inputs import TensorSpec
+    from analyzer.load.prepared import InferError
     from tests.load.refserver import RefServer
     from tests.support.real_triton import free_port
 
@@ -172,8 +173,9 @@ def check_stub() -> dict[str, Any]:
     import numpy as np
     from gevent.server import StreamServer
 
-    from analyzer.load.clients import RawHttpInferClient, ResponseError
+    from analyzer.load.http_clients import RawHttpInferClient
     from analyzer.load.inputs import InputSet, TensorSpec
+    from analyzer.load.prepared import ResponseError
 
     seen = {"connections": 0, "requests": 0}
     mode = {"now": "close_after_one"}

@@ -35,8 +35,8 @@ def main() -> None:
     """Measure the level, then describe the requests the engine sent."""
     spec = json.loads(sys.stdin.read())
     from analyzer.load import EngineOptions, LocustLoadGenerator
-    from analyzer.load.clients import prepare_requests
     from analyzer.load.inputs import ShapeChoice
+    from analyzer.load.prepared import prepare_requests
     from analyzer.load.users import EngineConfig, ProcessContext
     from analyzer.measure.specs import LoadMode, LoadSpec
 

@@ -134,9 +134,10 @@ def main(protocol: str, workers: int) -> None:
     """Child side: serve the two models, measure each under the mix, print the answer."""
     from analyzer.config.scenario import load_scenario
     from analyzer.load import LocustLoadGenerator
-    from analyzer.load.clients import fetch_model_documents, prepare_requests
+    from analyzer.load.clients import fetch_model_documents
     from analyzer.load.engine import engine_options
     from analyzer.load.inputs import build_inputs
+    from analyzer.load.prepared import prepare_requests
     from analyzer.measure.goals import class_slacks, meets_goals
     from analyzer.measure.specs import Arrival, Goals, LoadMode, LoadSpec
     from tests.load.refserver import RefServer, write_sim_model

@@ -102,7 +102,7 @@ def _watch(protocol: str, sent: list[dict[str, Any]]) -> None:
     if protocol == "http":
         import tritonclient.http as httpclient
 
-        from analyzer.load.clients import RawHttpInferClient
+        from analyzer.load.http_clients import RawHttpInferClient
 
         exchange = RawHttpInferClient.exchange
 

@@ -80,7 +80,7 @@ def main(protocol: str) -> None:
         raise KeyError(offset)
 
     if protocol == "http":
-        from analyzer.load.clients import RawHttpInferClient
+        from analyzer.load.http_clients import RawHttpInferClient
 
         exchange = RawHttpInferClient.exchange
 
