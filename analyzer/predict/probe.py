@@ -15,7 +15,7 @@ The requests are the load's own: the scenario's request data (``[input]``: a per
 data file, ``--shape``, a shape ``distribution``, the batch size, BYTES inputs) built by the
 load's machinery (:func:`analyzer.load.inputs.build_inputs`) and sent as the load sends them.
 With a batch size ``k`` per request, the batch sizes are multiples of ``k`` (bursts of ``b / k``
-requests). Where the requests differ in size (:func:`analyzer.load.inputs.request_sizes`: the
+requests). Where the requests differ in size (:func:`analyzer.load.payloads.request_sizes`: the
 elements of their variable-dim inputs, else the bytes of their longest BYTES element), each
 batch size is timed at a few request sizes of the data (:attr:`ProbePlan.size_classes`: size
 quantiles, the smallest and largest included), every request of a burst of one size, so the
@@ -60,7 +60,8 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.errors import InputError, TargetError
-from analyzer.load.inputs import InputOptions, InputSet, binary_request, build_inputs, request_sizes
+from analyzer.load.inputs import InputOptions, InputSet, build_inputs
+from analyzer.load.payloads import binary_request, request_sizes
 from analyzer.predict import ProfileError
 from analyzer.predict.interference import Overlap, overlap_from_interference
 from analyzer.predict.probe_plan import (

@@ -13,16 +13,8 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.errors import InputError
-from analyzer.load.inputs import (
-    DataMode,
-    InputOptions,
-    InputSet,
-    RequestSizes,
-    TensorSpec,
-    binary_request,
-    build_inputs,
-    request_sizes,
-)
+from analyzer.load.inputs import DataMode, InputOptions, InputSet, TensorSpec, build_inputs
+from analyzer.load.payloads import RequestSizes, binary_request, request_sizes
 from analyzer.predict import ExtrapolationError, ProfileError
 from analyzer.predict.capacity import capacity
 from analyzer.predict.fitting import WindowSample, rescaled
