@@ -39,8 +39,9 @@ below the CLI. The CLI edge is exactly:
 - a module's ``if __name__ == "__main__":`` block and the functions it calls by name (e.g.
   ``main`` of ``python -m reference_server.zoo.resnet50``): that is a command line of its own.
 
-One exit is not a CLI's: ``analyzer/target/supervise.py``'s ``die_with_parent`` runs in a forked child
-between fork and exec (``preexec_fn``) and calls ``os._exit`` there: it ends that child only.
+One exit is not a CLI's: ``analyzer/target/supervise.py``'s ``die_with_parent`` runs in a forked
+child between fork and exec (``preexec_fn``) and calls ``os._exit`` there: it ends that child
+only.
 
 Everything else is library code: it returns or raises, and the CLI maps that to output and an
 exit code. :data:`KNOWN_VIOLATIONS` lists what breaks a boundary today (reported, owned by
@@ -630,7 +631,10 @@ def test_each_package_docstring_names_its_layer() -> None:
 def test_a_type_checking_import_does_not_cross_a_layer(tmp_path: Path) -> None:
     """Annotations may name a higher layer's types; running code may not import them."""
     rule = IMPORT_RULES["layer config imports nothing above it"]
-    typing_only = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from analyzer.rundir import records\n"
+    typing_only = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from analyzer.rundir import records\n"
+    )
     _plant(tmp_path, "analyzer/config/objective.py", typing_only)
     assert rule.violations(scan(tmp_path)) == []
     _plant(
