@@ -1,8 +1,8 @@
 """perfsweep's JSON documents: their format versions, atomic writes, reading a file of one kind.
 
 The lowest layer of the run directory: :mod:`analyzer.rundir.records` (the typed records) and
-:mod:`analyzer.rundir.results` (the directory's layout, which writes those records) both build on it,
-so neither has to import the other's writers.
+:mod:`analyzer.rundir.results` (the directory's layout, which writes those records) both build on
+it, so neither has to import the other's writers.
 
 A file is written to a temporary name in its directory and then ``os.replace``d, so a crash
 never leaves half a file.

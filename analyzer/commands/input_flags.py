@@ -1,10 +1,10 @@
 """The request-data and generator flags, defined once for ``run``, ``gate`` and ``load``.
 
 Each command declares the same parameters with these types and hands them to
-:func:`analyzer.config.scenario.input_overrides`, which maps them onto the scenario's ``[input]`` keys; the scenario
-validates them (one-line errors naming the key) and :func:`analyzer.load.engine.engine_options`
-carries them to the generator. So a flag means the same in every command, and the same as its
-scenario key::
+:func:`analyzer.config.scenario.input_overrides`, which maps them onto the scenario's ``[input]``
+keys; the scenario validates them (one-line errors naming the key) and
+:func:`analyzer.load.engine.engine_options` carries them to the generator. So a flag means the same
+in every command, and the same as its scenario key::
 
     --shape IDS:128 --shape MASK:128     [input] shapes = {IDS = [128], MASK = [128]}
     --input-data data.json               [input] data_file = "data.json"

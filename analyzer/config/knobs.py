@@ -7,15 +7,15 @@ each optional knob is searched over is :mod:`analyzer.config.choices`.
 Nothing here imports optuna or gevent, so the dashboard and the report can use the knobs
 cheaply. ``analyzer.search.study`` encodes :class:`Knobs` for the sampler; ``analyzer.sweep.loop``
 measures trials with :class:`analyzer.evaluation.Evaluator` and records each as an
-:class:`analyzer.rundir.trial_record.TrialRecord` (the one trial record type; its typed measurement answers
-what the trial's numbers rest on).
+:class:`analyzer.rundir.trial_record.TrialRecord` (the one trial record type; its typed measurement
+answers what the trial's numbers rest on).
 
 The instance kind (``KIND_CPU`` vs ``KIND_GPU``) is a knob when ``space.instance_kind`` lists
 both (:func:`kind_choices`). The response cache is a knob too (``response_cache { enable }``), searched only when the
 scenario asks for it (:func:`response_cache_choices`). A trial whose cache answers repeated
 payloads is faster without the model being faster, so every figure measured with hits carries
-its hit ratio (``analyzer.target.server_stats.cache_hit_ratio``); a managed server needs a cache of its
-own for the knob to mean anything (:func:`cache_server_args`).
+its hit ratio (``analyzer.target.server_stats.cache_hit_ratio``); a managed server needs a cache of
+its own for the knob to mean anything (:func:`cache_server_args`).
 
 Priority levels and queue policies are one knob (:class:`QueuePolicyKnob`: ``priority_levels``,
 ``default_priority_level``, ``default_queue_policy``, ``priority_queue_policy``), searched only

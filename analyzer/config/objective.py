@@ -10,8 +10,8 @@ Like Optuna's samplers (one ABC, one class per algorithm), each objective is an
     └── ParetoObjective         throughput_rps  capacity + fixed level    a front (multi)
 
 Each objective owns what a trial's values are, the Optuna directions (names only: optuna stays
-in ``analyzer.search.study``), the throughput the slack asks for, how the best of completed trials is
-chosen, which candidates are validated and how the winner is picked after validation, the one
+in ``analyzer.search.study``), the throughput the slack asks for, how the best of completed trials
+is chosen, which candidates are validated and how the winner is picked after validation, the one
 rule that turns a validated config's repeats into its headline figure, the gain and the
 headline. Nothing outside this module branches on the objective's name.
 
@@ -270,8 +270,8 @@ class Objective(abc.ABC):
         """The winner among validated candidates that met the goals in every repeat.
 
         Candidates are the ``validation`` entries of summary.json
-        (:class:`~analyzer.rundir.validation.ValidationCandidate`); ``worst_rps`` and ``worst_p99_ms``
-        hold their :meth:`repeat_figure` values. The best worst case wins.
+        (:class:`~analyzer.rundir.validation.ValidationCandidate`); ``worst_rps`` and
+        ``worst_p99_ms`` hold their :meth:`repeat_figure` values. The best worst case wins.
 
         Args:
             passing: The candidates (at least one).

@@ -1,11 +1,11 @@
 """One capacity driver for open and closed loop, behind the ``LoadGenerator`` seam.
 
 Open loop (``step.mode`` request rate): the generator's own search
-(:meth:`~analyzer.measure.generator.LoadGenerator.find_capacity`), which can stop a level early and drain
-the server between levels. Closed loop (concurrency): the same :class:`~analyzer.measure.measurement.
-CapacitySearch` over whole user counts, each level one :meth:`~analyzer.measure.generator.LoadGenerator.
-measure`; its capacity is the throughput of the best passing level. Both answer a
-:class:`~analyzer.measure.capacity.CapacityResult`.
+(:meth:`~analyzer.measure.generator.LoadGenerator.find_capacity`), which can stop a level early and
+drain the server between levels. Closed loop (concurrency): the same
+:class:`~analyzer.measure.capacity.CapacitySearch` over whole user counts, each level one
+:meth:`~analyzer.measure.generator.LoadGenerator.measure`; its capacity is the throughput of the
+best passing level. Both answer a :class:`~analyzer.measure.capacity.CapacityResult`.
 """
 
 from __future__ import annotations

@@ -202,8 +202,8 @@ class Evaluator:
 
         A step that passes (PASS, or BOUNDARY with its point p99 within the goal) stands for a capacity of
         ``rate_rps``, as a capacity search's best level does; one that fails for none. The p99
-        slack is the step's verdict over its point p99 (:func:`analyzer.measure.goals.p99_slack`), so
-        the record meets the goals exactly when the test passed it.
+        slack is the step's verdict over its point p99 (:func:`analyzer.measure.goals.p99_slack`),
+        so the record meets the goals exactly when the test passed it.
         """
         self._warm_up()
         self.on_phase(f"sequential check at {rate_rps:.0f} req/s")

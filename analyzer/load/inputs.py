@@ -24,11 +24,11 @@ Where the values come from:
   ``InputSet.streams``; expected outputs (``validation_data``) in ``InputSet.expected``.
 
 Two views of a built rotation for code that sends it without a client library (the profile
-phase, ``analyzer/predict/probe.py``), in :mod:`analyzer.load.payloads`: ``binary_request`` encodes one payload as a KServe v2
-body with the binary tensor extension (BYTES elements as a 4-byte little-endian length and
-their bytes), and ``request_sizes`` says how large each payload is as a padded batch sees it
-(the elements of its variable-dim inputs, else the bytes of its longest BYTES element) and
-which payloads Triton may put in one batch (inputs with a variable dim and no
+phase, ``analyzer/predict/probe.py``), in :mod:`analyzer.load.payloads`: ``binary_request`` encodes
+one payload as a KServe v2 body with the binary tensor extension (BYTES elements as a 4-byte
+little-endian length and their bytes), and ``request_sizes`` says how large each payload is as a
+padded batch sees it (the elements of its variable-dim inputs, else the bytes of its longest BYTES
+element) and which payloads Triton may put in one batch (inputs with a variable dim and no
 ``allow_ragged_batch`` must have equal shapes, Triton's ``enforce_equal_shape_tensors``).
 """
 

@@ -18,8 +18,8 @@ request is recorded a second time in its class's histogram, with the class's com
 failed counts (``ClassTally``); without classes there are none.
 
 Beside the histograms, ``sequence`` keeps the reported latencies in completion order (float32
-milliseconds, 4 bytes a request): the sequential step rule (``analyzer.measure.stepping``) estimates the
-latencies' autocorrelation from their order, which a histogram has lost. Ticks of several
+milliseconds, 4 bytes a request): the sequential step rule (``analyzer.measure.stepping``) estimates
+the latencies' autocorrelation from their order, which a histogram has lost. Ticks of several
 processes are concatenated process after process; within one tick interval (0.1 s) that is
 completion order up to the interleaving of the processes.
 """

@@ -146,8 +146,8 @@ class LocustLoadGenerator:
         return m
 
     def _checked(self, spec: LoadSpec) -> Measurement:
-        """One level, then the dead-server rule (:func:`analyzer.target.liveness.check_step`): a step
-        that a dead or hung server failed raises :class:`~analyzer.errors.TargetDiedError`
+        """One level, then the dead-server rule (:func:`analyzer.target.liveness.check_step`): a
+        step that a dead or hung server failed raises :class:`~analyzer.errors.TargetDiedError`
         instead of reading as a config that missed its goals."""
         m = self._measure_once(spec)
         if (address := self.options.http_address) is not None:

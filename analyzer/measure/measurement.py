@@ -20,9 +20,9 @@ Vocabulary:
 * *stable*: the last ``stable_windows`` windows agree within ``stability_pct`` on throughput and p99
   (perf_analyzer's rule); an unstable level is reported and marked, never hidden.
 * *sequential step*: a level with ``LoadSpec.sequential`` set stops as soon as the sequential test
-  of ``p99 <= goal`` (:mod:`analyzer.measure.stepping`) decides PASS or FAIL, or at its cap (BOUNDARY);
-  its :class:`~analyzer.measure.stepping.StepRecord` is ``Measurement.step``. Stability is then a check
-  recorded on the measurement, not the stopping rule.
+  of ``p99 <= goal`` (:mod:`analyzer.measure.stepping`) decides PASS or FAIL, or at its cap
+  (BOUNDARY); its :class:`~analyzer.measure.stepping.StepRecord` is ``Measurement.step``. Stability
+  is then a check recorded on the measurement, not the stopping rule.
 * *valid*: the generator kept up (achieved rate, send lag, CPU); an invalid result says how to fix it.
 """
 

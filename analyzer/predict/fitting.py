@@ -232,8 +232,8 @@ def _mean_total_predicted(
 def run_dir_samples(run_dir: Path) -> list[WindowSample]:
     """Every measured window of every trial record (baseline, trials) in ``run_dir``.
 
-    A record :func:`analyzer.rundir.records.load_trial` refuses (half-written, foreign, a version this
-    perfsweep cannot read) is left out: the others still count.
+    A record :func:`analyzer.rundir.records.load_trial` refuses (half-written, foreign, a version
+    this perfsweep cannot read) is left out: the others still count.
     """
     return _read_samples(Path(run_dir))[0]
 

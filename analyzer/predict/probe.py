@@ -238,8 +238,8 @@ def probe(
         clock: Monotonic seconds (the time budget).
         sleep: Waits between statistics reads while they catch up with a burst.
         transport: The HTTP seam of the inferences and the default statistics reads (default:
-            a :class:`~analyzer.target.transport.KeepAliveTransport` for the inferences, closed at the
-            end, and urllib for the statistics).
+            a :class:`~analyzer.target.transport.KeepAliveTransport` for the inferences, closed at
+            the end, and urllib for the statistics).
 
     Raises:
         ProfileError: the model cannot be probed (no batching, an ensemble or sequence-batched

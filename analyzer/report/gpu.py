@@ -1,6 +1,7 @@
 """The GPU part of the report: utilisation, memory and power at the operating points (pure).
 
-The figures come from what the sweep recorded (``analyzer.rundir.measurements.TrialMeasurement.gpu_figures``: the server's
+The figures come from what the sweep recorded
+(``analyzer.rundir.measurements.TrialMeasurement.gpu_figures``: the server's
 ``nv_gpu_*`` series over the operating point's measurement); a run whose server published none
 (a CPU-only server, as Triton on a CPU-only host) gets one line saying so, never empty charts.
 """

@@ -1,8 +1,8 @@
 """Prediction against measurement, the predicted landscape, and where the time went (pure).
 
 ``--search predict`` records the simulator's capacity at the goal for every config of the space
-(predictions.json, :class:`analyzer.rundir.predictions.Predictions`) and, on each trial it measured, the
-prediction it acted on (``TrialRecord.prediction``). The report sets those against what the
+(predictions.json, :class:`analyzer.rundir.predictions.Predictions`) and, on each trial it measured,
+the prediction it acted on (``TrialRecord.prediction``). The report sets those against what the
 capacity search then measured, and draws the whole predicted space. summary.json's ``phases``
 say how long each phase of the run took. A run without them (older runs, ``--search tpe``) gets
 a reason in ``ReportRecord.missing``, never invented numbers.

@@ -128,7 +128,8 @@ class Verdict:
     #: Bootstrap interval of the gain and whether it excludes 1.0 (None: not recorded).
     gain_ci: tuple[float | None, float | None] | None = None
     gain_significant: bool | None = None
-    #: The gain sentence the console and summary.json print (``analyzer.measure.gain.gain_sentence``).
+    #: The gain sentence the console and summary.json print
+    #: (``analyzer.measure.gain.gain_sentence``).
     gain_text: str = ""
     #: ``goal p99 <= X ms: why`` (the scenario's ``goals.note``).
     goal_text: str = ""

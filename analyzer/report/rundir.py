@@ -1,7 +1,7 @@
 """Reading a run directory for the report (the only I/O of the record).
 
-Everything is parsed (through :mod:`analyzer.rundir.records`, the one reader of the result files) and
-nothing derived: :func:`analyzer.report.build.build_record` does that.
+Everything is parsed (through :mod:`analyzer.rundir.records`, the one reader of the result files)
+and nothing derived: :func:`analyzer.report.build.build_record` does that.
 Parameter importances come from the stored Optuna study through ``analyzer.search.study`` (the only
 optuna importer).
 """

@@ -64,8 +64,8 @@ def _server_breakdown(role: str, record: TrialRecord | None) -> ServerBreakdown 
 
 def _curve_point(p: Measurement, goals: Goals) -> CurvePoint:
     p99 = as_float(p.p99_ms)
-    # The one rule (analyzer.measure.goals.meets_goals): a sequential step is judged by its test, and
-    # a step at the boundary meets the goal there, as the capacity search counted it.
+    # The one rule (analyzer.measure.goals.meets_goals): a sequential step is judged by its test,
+    # and a step at the boundary meets the goal there, as the capacity search counted it.
     ok, _ = meets_goals(p, goals)
     return CurvePoint(
         offered_rps=float(p.target),

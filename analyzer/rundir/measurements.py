@@ -47,8 +47,8 @@ class TrialMeasurement(abc.ABC):
 
     def operating_point(self) -> Measurement | None:
         """The level the trial's numbers rest on: the fixed level (``latency``), else the capacity
-        search's best point, else its gentlest point (:func:`analyzer.measure.measurement.gentlest`, the
-        one copy of that rule); None when nothing was measured."""
+        search's best point, else its gentlest point (:func:`analyzer.measure.measurement.gentlest`,
+        the one copy of that rule); None when nothing was measured."""
         if self.capacity is None:
             return self.fixed
         return self.capacity.best or gentlest(self.capacity.points)

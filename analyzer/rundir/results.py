@@ -12,7 +12,8 @@ Layout (``docs/reference.md`` documents every file)::
 Every file is written to a temporary name in its directory and then ``os.replace``d
 (:mod:`analyzer.documents`), so a crash never leaves half a file, and a trial's files are written
 as soon as it ends (a killed run keeps every finished trial). The typed records come from
-:mod:`analyzer.rundir.records`, which builds on :mod:`analyzer.documents` too and never on this module.
+:mod:`analyzer.rundir.records`, which builds on :mod:`analyzer.documents` too and never on this
+module.
 """
 
 from __future__ import annotations
@@ -197,8 +198,8 @@ class RunDirectory:
     def write_trial(self, record: TrialRecord | Mapping[str, Any]) -> None:
         """The trial record, then trials.csv with its row (both atomic).
 
-        ``record`` is a :class:`~analyzer.rundir.trial_record.TrialRecord`, or a trial record's JSON without
-        its header (tests plant hand-made ones; written as given, under the current header).
+        ``record`` is a :class:`~analyzer.rundir.trial_record.TrialRecord`, or a trial record's JSON
+        without its header (tests plant hand-made ones; written as given, under the current header).
         """
         if isinstance(record, TrialRecord):
             full = record.to_dict()

@@ -54,7 +54,8 @@ class TrialRecord:
 
     @property
     def feasible(self) -> bool:
-        """Complete and meeting the goals on a usable measurement (``analyzer.measure.goals.goals_met``).
+        """Complete and meeting the goals on a usable measurement
+        (``analyzer.measure.goals.goals_met``).
 
         Records written before the one rule could say an unusable measurement met the goals.
         """

@@ -93,9 +93,9 @@ class SearchSpace:
         kind_choices: Values of :attr:`Knobs.instance_kind` searched
             (:func:`analyzer.config.choices.kind_choices`; ``(None,)``: the model's own).
         group_devices: Instances one count makes in each instance group of the base config
-            (:func:`analyzer.config.model_config.group_devices`); None: one plain count, the knobs without
-            :attr:`Knobs.group_counts`. Several groups: one ``instances_i`` dimension each; one
-            group on several GPUs keeps the one ``instances`` dimension.
+            (:func:`analyzer.config.model_config.group_devices`); None: one plain count, the knobs
+            without :attr:`Knobs.group_counts`. Several groups: one ``instances_i`` dimension
+            each; one group on several GPUs keeps the one ``instances`` dimension.
     """
 
     log2_mbs: tuple[int, int]

@@ -1,9 +1,9 @@
 """The search: the Optuna study behind the ask/tell loop.
 
 This is the only module that imports optuna. Everything else sees :class:`Knobs` (the searched part
-of a model config, defined in ``analyzer.config.knobs``), :class:`~analyzer.search.space.SearchSpace`
-(a finite grid of knobs, encoded as integer indexes: :mod:`analyzer.search.space`) and
-:class:`Search` (ask a trial, tell its outcome).
+of a model config, defined in ``analyzer.config.knobs``),
+:class:`~analyzer.search.space.SearchSpace` (a finite grid of knobs, encoded as integer indexes:
+:mod:`analyzer.search.space`) and :class:`Search` (ask a trial, tell its outcome).
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ so far as not validated, run.json says ``failed``, and :class:`TargetDiedError` 
 outcome to the caller (exit 3; ``--resume`` finishes the run).
 
 Seams: the server is a :class:`~analyzer.target.protocol.Target`, the load a
-:class:`~analyzer.measure.generator.LoadGenerator`, the live view a :class:`SweepObserver`; tests pass
-fakes for all three.
+:class:`~analyzer.measure.generator.LoadGenerator`, the live view a :class:`SweepObserver`; tests
+pass fakes for all three.
 
 This module holds the loop (set-up, baseline, ask/tell, stop); its phases live beside it in
 ``analyzer/sweep/``: ``state`` (what the phases share, ``SweepOutcome``), ``trials`` (one trial),

@@ -1,9 +1,10 @@
 """The target a scenario describes: :func:`make_target`, for the sweep and the gate alike.
 
 It chooses among the implementations of :class:`~analyzer.target.protocol.Target`: a
-:class:`~analyzer.target.remote.RemoteTarget` (``--url``), a :class:`~analyzer.target.managed.ManagedServer`
-(the reference server) or a :class:`~analyzer.target.triton.ManagedTriton` (``--server
-triton``). It lives above both modules because ``ManagedTriton`` is a ``ManagedServer``:
+:class:`~analyzer.target.remote.RemoteTarget` (``--url``), a
+:class:`~analyzer.target.managed.ManagedServer` (the reference server) or a
+:class:`~analyzer.target.triton.ManagedTriton` (``--server triton``). It lives above both modules
+because ``ManagedTriton`` is a ``ManagedServer``:
 :mod:`analyzer.target.triton` imports :mod:`analyzer.target.managed`, never the other way round.
 """
 
@@ -22,8 +23,8 @@ def make_target(scenario: Scenario, workdir: Path, url: str | None = None) -> Ta
     """The target a scenario describes: a :class:`~analyzer.target.remote.RemoteTarget` at ``url``
     (default ``scenario.model.url``), else with ``model.server = "triton"`` a
     :class:`~analyzer.target.triton.ManagedTriton` logging to
-    ``workdir/server/tritonserver.log``, else a :class:`~analyzer.target.managed.ManagedServer` logging
-    to ``workdir/server/server.log`` (a run directory's ``server_log``).
+    ``workdir/server/tritonserver.log``, else a :class:`~analyzer.target.managed.ManagedServer`
+    logging to ``workdir/server/server.log`` (a run directory's ``server_log``).
 
     Raises:
         InputError: ``--server triton`` without a binary or a repository.

@@ -10,9 +10,9 @@ The other implementation, a server already running at ``--url``, is
 (:mod:`analyzer.target.protocol`, with the :class:`~analyzer.target.protocol.Target` protocol),
 and a ``--url`` server shared by several workers is leased (:mod:`analyzer.target.leases`).
 
-Jobs are split: :mod:`analyzer.target.supervise` runs the server process (dies with this process, log
-file, wait for the ready line, SIGTERM then SIGKILL); :mod:`analyzer.target.transport` carries the HTTP
-calls (a ``MockTransport`` in tests); :func:`bundled_repository` writes a bundled model's
+Jobs are split: :mod:`analyzer.target.supervise` runs the server process (dies with this process,
+log file, wait for the ready line, SIGTERM then SIGKILL); :mod:`analyzer.target.transport` carries
+the HTTP calls (a ``MockTransport`` in tests); :func:`bundled_repository` writes a bundled model's
 repository; :func:`~analyzer.target.protocol.read_device_info` scrapes what each instance runs on.
 :class:`ManagedServer` composes them. :func:`analyzer.target.factory.make_target` picks the target
 a scenario describes (sweep and gate alike); it sits above this module and
@@ -94,8 +94,8 @@ def bundled_repository(
 class ManagedServer(_HttpTarget):
     """A server subprocess on loopback with free ports: the reference server by default.
 
-    Composes a :class:`~analyzer.target.supervise.Supervisor` (the process and its log), the ready line
-    (:func:`reference_server.ready.last_ready`), :func:`bundled_repository` and
+    Composes a :class:`~analyzer.target.supervise.Supervisor` (the process and its log), the ready
+    line (:func:`reference_server.ready.last_ready`), :func:`bundled_repository` and
     :func:`read_device_info`; the HTTP calls are the shared :class:`_HttpTarget` ones.
 
     The life cycle (start, restart a dead server and reload its last config, stop) is this

@@ -15,8 +15,8 @@ them and :func:`cache_hit_ratio` reads the ratio back from a ``ServerView``. A c
 success that never ran the model, so a throughput with hits is not the model's throughput: every
 figure measured with hits is shown with its ratio (``analyzer.report``).
 
-HTTP goes through the transport seam (:mod:`analyzer.target.transport`, urllib by default): this module
-must work in a normal process and in a gevent-patched one (where urllib's sockets are
+HTTP goes through the transport seam (:mod:`analyzer.target.transport`, urllib by default): this
+module must work in a normal process and in a gevent-patched one (where urllib's sockets are
 cooperative), and its scrapes are tested with a ``MockTransport``. ``server_view(before, after)``
 is pure and unit-tested.
 """

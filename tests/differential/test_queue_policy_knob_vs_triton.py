@@ -1,4 +1,5 @@
-"""The searched queue policies (``analyzer.config.choices.queue_policy_choices``) on the real Triton 2.51.
+"""The searched queue policies (``analyzer.config.choices.queue_policy_choices``) on the real
+Triton 2.51.
 
 Every timed choice of a two-level search is written by ``apply_knobs`` into a Python-backend sleep
 model; the real Triton must load it, report a config that reads back as the same knobs, and

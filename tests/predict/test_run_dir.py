@@ -1,5 +1,5 @@
-"""Run directories as analyzer.predict reads them (through analyzer.rundir.records): every level of a
-pareto trial counts, refused records are named, the default config is the summary's."""
+"""Run directories as analyzer.predict reads them (through analyzer.rundir.records): every level of
+a pareto trial counts, refused records are named, the default config is the summary's."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """A 500-trial run directory renders completely and the file stays reasonable in size.
 
 The run directory is synthetic but written by the real writers: trial records and trials.csv by
-``RunDirectory``, the study by ``analyzer.search.study.Search`` (random sampler, journal storage), the
-measurements by the planted engine. Timing is printed (``-s``), never asserted.
+``RunDirectory``, the study by ``analyzer.search.study.Search`` (random sampler, journal storage),
+the measurements by the planted engine. Timing is printed (``-s``), never asserted.
 """
 
 from __future__ import annotations

@@ -464,8 +464,8 @@ def wait_all_gone(pids: Mapping[int, str], timeout_s: float, what: str) -> None:
 def supervised_pid(log_text: str, label: str = "server") -> int | None:
     """The pid in a supervised child's log line ``--- perfsweep: <label> pid N`` (the last one).
 
-    ``analyzer.target.supervise`` writes that line; the child's own ready line in the same log is read
-    with :func:`reference_server.ready.last_ready`.
+    ``analyzer.target.supervise`` writes that line; the child's own ready line in the same log is
+    read with :func:`reference_server.ready.last_ready`.
     """
     found = re.findall(rf"^--- perfsweep: {re.escape(label)} pid (\d+)", log_text, re.MULTILINE)
     return int(found[-1]) if found else None

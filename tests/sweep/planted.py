@@ -12,16 +12,17 @@ front of one accelerator shared by N instances (device work serialised, host wor
 * p99 = batch-fill wait + service time + an M/M/1-style queueing tail that explodes as the
   utilisation approaches 1.
 
-``capacity_rps`` runs the same bracketing/bisection (:class:`analyzer.measure.capacity.CapacitySearch`) the
-real engine runs, on this noiseless formula, so the brute-force optimum and the fake's answers
-come from one function. ``FakeTarget`` + ``FakeLoadGenerator`` put the formula behind the real
-seams (``Target`` and ``LoadGenerator``) so the whole sweep runs in milliseconds.
+``capacity_rps`` runs the same bracketing/bisection
+(:class:`analyzer.measure.capacity.CapacitySearch`) the real engine runs, on this noiseless formula,
+so the brute-force optimum and the fake's answers come from one function. ``FakeTarget`` +
+``FakeLoadGenerator`` put the formula behind the real seams (``Target`` and ``LoadGenerator``) so
+the whole sweep runs in milliseconds.
 
 A capacity search whose step is sequential (``LoadSpec.sequential``) gets sequential steps from
 the fake too: the share of requests over the goal follows from the planted p99 (an exponential
 tail beyond it, :func:`share_over`), each window's count over the goal is a seeded binomial draw,
-and the real test (:func:`analyzer.measure.stepping.decide_windows`, independent requests) decides PASS,
-FAIL or BOUNDARY; the step's ``request_count`` is the requests the test needed.
+and the real test (:func:`analyzer.measure.stepping.decide_windows`, independent requests) decides
+PASS, FAIL or BOUNDARY; the step's ``request_count`` is the requests the test needed.
 """
 
 from __future__ import annotations
