@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -22,6 +23,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # sweep's ``analyzer.rundir.results.environment`` does; asked once here, before the guard is on,
     # the answer is cached and a sweep against the planted fakes stays free of processes.
     platform.uname().processor  # noqa: B018
+    # A shell starts a background job (`make test &`, nohup) with SIGINT ignored, and children
+    # inherit an ignored signal: the tests that press Ctrl-C on a child would then see it
+    # ignored. Handled (not ignored) here, every child starts with Python's own Ctrl-C.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     guard = IoGuard()
     guard.install()
     config.pluginmanager.register(guard, "perfsweep_io_guard")

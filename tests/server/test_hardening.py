@@ -246,6 +246,13 @@ def _override_script(
 
         srv.load_model("identity", identity_model_config("identity", max_batch_size=4))
         client.infer("identity", [tensor])
+        # Triton counts a request when it releases it, which may come after the response has
+        # reached the client: wait for the count, then read it.
+        wait_until(
+            lambda: srv.model_stats("identity")["inference_stats"]["success"]["count"] >= 1,
+            10,
+            "the statistics to count the inference",
+        )
         out = [seen("override")]
         srv.load_model("identity")
         out.append(seen("plain load"))
