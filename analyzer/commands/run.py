@@ -40,6 +40,7 @@ from analyzer.commands.input_flags import (
 )
 from analyzer.config.knobs import Knobs
 from analyzer.config.scenario import Scenario, bundled_scenario, load_scenario
+from analyzer.config.sections import TrafficMode
 from analyzer.errors import GoalNotMetError, InputError, TargetDiedError
 from analyzer.evaluation.plan import LoadPlan
 from analyzer.measure.goals import classes_text
@@ -54,7 +55,7 @@ def ceiling_note(summary: SweepOutcome, scenario: Scenario) -> str | None:
     """What the console says first when the best config served the highest rate offered: its
     capacity is a lower bound, set by the load this host can offer, not by the server."""
     best, ceiling = summary.best, scenario.traffic.max_rate_rps
-    if scenario.traffic.mode != "rate" or best is None or not best.meets_goals:
+    if scenario.traffic.mode is not TrafficMode.RATE or best is None or not best.meets_goals:
         return None
     if best.throughput_rps < ceiling * (1 - 1e-9):
         return None

@@ -12,7 +12,7 @@ Exit codes: 0 Locust exited normally, 2 bad or unsafe options, 3 the target fail
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -85,7 +85,14 @@ def register(app: typer.Typer) -> None:
             shape, input_data, batch_size, unique_payloads, repeat_ratio, shared_memory
         )
         given = any(v is not None for v in flags.values())
-        inputs = input_fields(load_scenario(None, flags).input) if given else {}
+        inputs: dict[str, Any] = {}
+        if given:
+            fields = input_fields(load_scenario(None, flags).input)
+            # Plain values: they reach Locust's processes as JSON (EngineConfig.from_dict).
+            inputs = {
+                "inputs": fields["inputs"].to_dict(),
+                "shared_memory": fields["shared_memory"],
+            }
 
         if device not in ("auto", "cpu", "cuda", "sim"):
             from analyzer.errors import InputError

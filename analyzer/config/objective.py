@@ -25,6 +25,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
 
+from analyzer.config.sections import TrafficMode
 from analyzer.errors import InputError
 from analyzer.measure.gain import GainSample
 from analyzer.measure.measurement import gentlest
@@ -479,9 +480,9 @@ class LatencyObjective(Objective):
 
     def traffic_problem(self, traffic: Any) -> str | None:
         """The fixed level must be given: ``rate_rps`` (open loop) or ``concurrency``."""
-        if traffic.mode == "rate" and traffic.rate_rps is None:
+        if traffic.mode is TrafficMode.RATE and traffic.rate_rps is None:
             return 'objective "latency" needs traffic.rate_rps (the offered load)'
-        if traffic.mode == "concurrency" and traffic.concurrency is None:
+        if traffic.mode is TrafficMode.CONCURRENCY and traffic.concurrency is None:
             return 'objective "latency" in closed-loop mode needs traffic.concurrency'
         return None
 

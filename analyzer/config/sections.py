@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 from pathlib import Path
@@ -21,6 +22,8 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
+
+from analyzer.measure.specs import Arrival, LoadMode
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 
@@ -242,13 +245,25 @@ _SEQUENCE_DEFAULTS = (
 )
 
 
+class TrafficMode(str, enum.Enum):
+    """``[traffic] mode``: how the scenario offers load (:attr:`load_mode`, the generator's word)."""
+
+    RATE = "rate"
+    CONCURRENCY = "concurrency"
+
+    @property
+    def load_mode(self) -> LoadMode:
+        """The generator's mode for this traffic mode."""
+        return LoadMode.REQUEST_RATE if self is TrafficMode.RATE else LoadMode.CONCURRENCY
+
+
 class TrafficSection(_Section):
     """How load is offered."""
 
-    mode: Literal["rate", "concurrency"] = "rate"
+    mode: TrafficMode = TrafficMode.RATE
     """``rate``: open loop (requests are sent on a schedule, latency counted from the intended send
     time); ``concurrency``: closed loop (N users, each waits for its response)."""
-    arrival: Literal["poisson", "constant"] = "poisson"
+    arrival: Arrival = Arrival.POISSON
     """Inter-arrival times of the open-loop schedule."""
     rate_rps: PositiveFloat | None = None
     """Fixed offered load (requests/s) for the ``latency`` objective."""

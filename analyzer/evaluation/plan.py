@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from analyzer.config.scenario import Scenario
-from analyzer.measure.specs import Arrival, CapacitySpec, Goals, LoadMode, LoadSpec
+from analyzer.config.sections import TrafficMode
+from analyzer.measure.specs import CapacitySpec, Goals, LoadMode, LoadSpec
 from analyzer.measure.stepping import StepTest
 
 #: Windows a sequential step may take: the window is the unit of the stability check and of the
@@ -88,7 +89,7 @@ class LoadPlan:
     @property
     def open_loop(self) -> bool:
         """Requests are sent on a schedule (``traffic.mode = "rate"``), not by waiting users."""
-        return self.scenario.traffic.mode == "rate"
+        return self.scenario.traffic.mode is TrafficMode.RATE
 
     @property
     def unit(self) -> str:
@@ -101,7 +102,7 @@ class LoadPlan:
         return LoadSpec(
             mode=LoadMode.REQUEST_RATE if self.open_loop else LoadMode.CONCURRENCY,
             target=1.0,
-            arrival=Arrival(t.arrival),
+            arrival=t.arrival,
             warmup_s=b.warmup_s,
             window_s=b.window_s * factor,
             # Count windows: a window ends after min_requests requests (and at least window_s),

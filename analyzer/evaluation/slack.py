@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping
 
 from analyzer.config.objective import Objective
-from analyzer.config.sections import GoalsSection, TrafficSection
+from analyzer.config.sections import GoalsSection, TrafficMode, TrafficSection
 
 
 def slacks(
@@ -40,7 +40,7 @@ def slacks(
     required = objective.required_throughput(
         numbers,
         goals.min_throughput_rps,
-        open_loop=traffic.mode == "rate",
+        open_loop=traffic.mode is TrafficMode.RATE,
         min_rate_rps=traffic.min_rate_rps,
     )
     throughput_slack = (required - numbers["throughput_rps"]) / required if required > 0 else -1.0

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.config.scenario import Scenario
-from analyzer.config.sections import GateSection
+from analyzer.config.sections import GateSection, TrafficMode
 from analyzer.errors import InputError
 from analyzer.gate.verdict import Criteria
 from analyzer.measure.specs import Arrival, LoadMode, LoadSpec
@@ -179,7 +179,7 @@ def plan_measurement(
     t, b = scenario.traffic, scenario.budget
     if rate_rps is not None and concurrency is not None:
         raise InputError("give --rate-rps or --concurrency, not both")
-    if concurrency is not None or (rate_rps is None and t.mode == "concurrency"):
+    if concurrency is not None or (rate_rps is None and t.mode is TrafficMode.CONCURRENCY):
         level = concurrency or t.concurrency
         if level is None:
             raise InputError("closed-loop gate needs --concurrency N (or traffic.concurrency)")

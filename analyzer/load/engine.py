@@ -44,18 +44,8 @@ class EngineOptions:
     expect_remote_workers: int = 0
     master_bind_host: str = "127.0.0.1"
     master_port: int = 0
-    data_mode: str = "random"
-    data_file: str | None = None
-    batch_size: int = 1
-    shapes: dict[str, list[int]] | None = None
-    #: Distinct random payloads per generator process (None: ``DEFAULT_ROTATION``, fewer for
-    #: large inputs).
-    unique_payloads: int | None = None
-    #: Share of the random rotation that repeats an earlier payload, 0 <= r < 1 (the hit ratio
-    #: a response cache that holds them all sees).
-    repeat_ratio: float = 0.0
-    #: Variable-length mix: each random payload takes one choice's shapes, drawn by weight.
-    distribution: tuple[ShapeChoice, ...] = ()
+    #: What each request carries.
+    inputs: InputOptions = field(default_factory=InputOptions)
     #: HTTP hot path: "raw" (pre-built requests on pooled sockets, the default) or
     #: "geventhttpclient" (its pool; for A/B comparisons).
     http_client: str = "raw"
@@ -168,19 +158,10 @@ def usable_cores() -> int:
 
 
 def input_fields(section: InputSection) -> dict[str, Any]:
-    """The request-data fields shared by :class:`EngineOptions` and the generator's
-    ``EngineConfig`` (plain values), from a scenario's ``[input]`` (checked on the way)."""
-    inputs = input_options(section)
-    return {
-        "data_mode": inputs.mode.value,
-        "data_file": str(inputs.data_file) if inputs.data_file is not None else None,
-        "batch_size": inputs.batch_size,
-        "shapes": {k: list(v) for k, v in inputs.shapes.items()} if inputs.shapes else None,
-        "unique_payloads": inputs.unique_payloads,
-        "repeat_ratio": inputs.repeat_ratio,
-        "distribution": inputs.distribution,
-        "shared_memory": section.shared_memory,
-    }
+    """The request data of a scenario's ``[input]`` as :class:`EngineOptions` and the generator's
+    ``EngineConfig`` take it: the one :class:`InputOptions` (checked on the way) and where the
+    tensors travel."""
+    return {"inputs": input_options(section), "shared_memory": section.shared_memory}
 
 
 def next_port(address: str) -> str:

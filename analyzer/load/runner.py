@@ -186,22 +186,12 @@ class LocustLoadGenerator:
             protocol=o.protocol,
             url=o.url,
             model=o.model,
-            mode=spec.mode.value,
+            mode=spec.mode,
             rate_per_user=spec.target / users if open_loop else 0.0,
-            arrival=spec.arrival.value,
+            arrival=spec.arrival,
             seed=spec.seed,
             pool_size=o.pool_size,
-            data_mode=o.data_mode,
-            data_file=o.data_file,
-            batch_size=o.batch_size,
-            shapes=o.shapes,
-            unique_payloads=o.unique_payloads,
-            repeat_ratio=o.repeat_ratio,
-            distribution=[
-                {"shapes": {k: list(v) for k, v in c.shapes.items()}, "weight": c.weight}
-                for c in o.distribution
-            ]
-            or None,
+            inputs=o.inputs,
             http_client=o.http_client,
             precise_timer=o.precise_timer,
             classes=[c.to_dict() for c in o.classes] or None,

@@ -31,7 +31,8 @@ import atexit
 import collections
 import random
 import time
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import gevent
@@ -42,7 +43,7 @@ from locust.env import Environment
 from analyzer.errors import InputError
 from analyzer.load.classes import ClassDraw, RequestClass
 from analyzer.load.clients import fetch_model_documents, make_client
-from analyzer.load.inputs import DataMode, InputOptions, InputSet, ShapeChoice, build_inputs
+from analyzer.load.inputs import DataMode, InputOptions, InputSet, build_inputs
 from analyzer.load.prepared import (
     InferClient,
     InferError,
@@ -60,6 +61,7 @@ from analyzer.load.sequences import (
 )
 from analyzer.load.shm import ShmInputs
 from analyzer.load.timing import DeadlineSleeper
+from analyzer.measure.specs import Arrival, LoadMode
 
 _CONTEXT_ATTR = "perfsweep_context"
 #: ``EngineConfig.shared_memory`` values.
@@ -73,23 +75,15 @@ class EngineConfig:
     protocol: str
     url: str
     model: str
-    mode: str  # "concurrency" | "request_rate"
+    mode: LoadMode
     #: Open loop: requests/second each dispatcher user offers.
     rate_per_user: float = 0.0
-    arrival: str = "poisson"
+    arrival: Arrival = Arrival.POISSON
     seed: int = 0
     #: Open loop: requests in flight per dispatcher user before later ones wait in the backlog.
     pool_size: int = 512
-    data_mode: str = "random"
-    data_file: str | None = None
-    batch_size: int = 1
-    shapes: dict[str, list[int]] | None = None
-    #: Distinct random payloads (None: ``DEFAULT_ROTATION``, fewer for large inputs).
-    unique_payloads: int | None = None
-    #: Share of the random rotation that repeats an earlier payload, 0 <= r < 1.
-    repeat_ratio: float = 0.0
-    #: Variable-length mix: ``[{"shapes": {NAME: [dims]}, "weight": w}, ...]`` (empty: none).
-    distribution: list[dict[str, Any]] | None = None
+    #: What each request carries (its ``seed`` is replaced by the level's: :meth:`input_options`).
+    inputs: InputOptions = field(default_factory=InputOptions)
     #: HTTP hot path: "raw" (pre-built requests on pooled sockets) or "geventhttpclient".
     http_client: str = "raw"
     #: Open loop: wake the dispatcher on a timerfd (sub-ms) rather than ``gevent.sleep`` (~1 ms).
@@ -105,34 +99,29 @@ class EngineConfig:
     shared_memory: str = "none"
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict (msgpack/JSON)."""
-        return asdict(self)
+        """Plain values (msgpack/JSON): enums as their values, the inputs as
+        :meth:`InputOptions.to_dict`."""
+        plain = {f.name: getattr(self, f.name) for f in fields(self)}
+        plain.update(mode=self.mode.value, arrival=self.arrival.value)
+        plain["inputs"] = self.inputs.to_dict()
+        return plain
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> EngineConfig:
-        """Inverse of ``to_dict``."""
-        return cls(**data)
+    def from_dict(cls, data: Mapping[str, Any]) -> EngineConfig:
+        """Inverse of ``to_dict`` (``inputs`` may be left out: random data)."""
+        values = dict(data)
+        values["mode"] = LoadMode(values["mode"])
+        values["arrival"] = Arrival(values.get("arrival", Arrival.POISSON))
+        values["inputs"] = InputOptions.from_dict(values.get("inputs") or {})
+        return cls(**values)
 
     def request_classes(self) -> tuple[RequestClass, ...]:
         """The traffic classes of this level (empty without a priority mix)."""
         return tuple(RequestClass.from_dict(c) for c in self.classes or ())
 
     def input_options(self) -> InputOptions:
-        """How this level's payloads are built (checked: a bad value raises ``InputError``)."""
-        from pathlib import Path
-
-        return InputOptions(
-            mode=DataMode(self.data_mode),
-            batch_size=self.batch_size,
-            shapes=self.shapes,
-            data_file=Path(self.data_file) if self.data_file else None,
-            unique_payloads=self.unique_payloads,
-            repeat_ratio=self.repeat_ratio,
-            distribution=tuple(
-                ShapeChoice.of(c["shapes"], c.get("weight", 1.0)) for c in self.distribution or ()
-            ),
-            seed=self.seed,
-        )
+        """How this level's payloads are built: :attr:`inputs` with the level's seed."""
+        return replace(self.inputs, seed=self.seed)
 
 
 class ProcessContext:
@@ -482,7 +471,7 @@ class OpenLoopUser(User):
 
     def _interval(self) -> float:
         rate = self.config.rate_per_user
-        if self.config.arrival == "constant":
+        if self.config.arrival is Arrival.CONSTANT:
             return 1.0 / rate
         return self.rng.expovariate(rate)
 

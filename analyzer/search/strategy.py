@@ -30,6 +30,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from analyzer.config.knobs import Knobs
 from analyzer.config.model_config import group_devices, knobs_of
 from analyzer.config.scenario import Scenario
+from analyzer.config.sections import TrafficMode
 from analyzer.predict import ProfileError
 from analyzer.predict.capacity import capacities, latency_offset
 from analyzer.predict.fitting import WindowSample, operating_points, rescaled
@@ -77,7 +78,7 @@ def resolve(scenario: Scenario, base: mc.ModelConfig | None = None) -> tuple[str
             f"search predict: the {scenario.objective} objective measures a fixed load, not a "
             "capacity the simulator could predict; searching with tpe"
         )
-    if scenario.traffic.mode != "rate":
+    if scenario.traffic.mode is not TrafficMode.RATE:
         return "tpe", (
             "search predict: the simulator drives open-loop (Poisson) arrivals, and this "
             "scenario's load is closed loop (traffic.mode = concurrency); searching with tpe"

@@ -1,10 +1,10 @@
 """Child side of the payload tests: load a running server with the engine's payload options.
 
 ``python -m tests.load.payload_driver`` reads a JSON spec on stdin: ``url`` (HTTP host:port of a
-server the test started), ``model``, ``options`` (``EngineOptions`` input fields:
-``unique_payloads``, ``repeat_ratio``, ``distribution`` as ``[{"shapes": ..., "weight": w}]``,
-``shapes``, ``data_mode``, ``data_file``, ``batch_size``; and ``workers``), ``level`` (``LoadSpec``
-fields). It measures the level with ``LocustLoadGenerator`` and prints, as its last stdout line,
+server the test started), ``model``, ``options`` (the request data as
+``InputOptions.to_dict`` writes it: ``unique_payloads``, ``repeat_ratio``, ``distribution`` as
+``[{"shapes": ..., "weight": w}]``, ``shapes``, ``mode``, ``data_file``, ``batch_size``), ``level``
+(``LoadSpec`` fields). It measures the level with ``LocustLoadGenerator`` and prints, as its last stdout line,
 the measurement and ``wire``: the input shapes of every request this process's engine built,
 decoded by the reference server's own HTTP codec (what the server reads from those bytes).
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
 
 
 def _decoded_shapes(request: bytes, model: str) -> dict[str, list[int]]:
@@ -35,18 +34,13 @@ def main() -> None:
     """Measure the level, then describe the requests the engine sent."""
     spec = json.loads(sys.stdin.read())
     from analyzer.load import EngineOptions, LocustLoadGenerator
-    from analyzer.load.inputs import ShapeChoice
+    from analyzer.load.inputs import InputOptions
     from analyzer.load.prepared import prepare_requests
     from analyzer.load.users import EngineConfig, ProcessContext
     from analyzer.measure.specs import LoadMode, LoadSpec
 
-    fields: dict[str, Any] = dict(spec.get("options", {}))
-    distribution = tuple(
-        ShapeChoice.of(c["shapes"], c.get("weight", 1.0)) for c in fields.pop("distribution", [])
-    )
-    options = EngineOptions(
-        url=spec["url"], model=spec["model"], distribution=distribution, **fields
-    )
+    inputs = InputOptions.from_dict(spec.get("options", {}))
+    options = EngineOptions(url=spec["url"], model=spec["model"], inputs=inputs)
     level = dict(spec["level"])
     level["mode"] = LoadMode(level["mode"])
     with LocustLoadGenerator(options) as generator:
@@ -59,15 +53,9 @@ def main() -> None:
             protocol="http",
             url=options.url,
             model=options.model,
-            mode="concurrency",
+            mode=LoadMode.CONCURRENCY,
             seed=level.get("seed", 0),
-            data_mode=options.data_mode,
-            data_file=options.data_file,
-            batch_size=options.batch_size,
-            shapes=options.shapes,
-            unique_payloads=options.unique_payloads,
-            repeat_ratio=options.repeat_ratio,
-            distribution=spec.get("options", {}).get("distribution"),
+            inputs=options.inputs,
         )
     )
     assert ctx.requests is not None and ctx.inputs is not None

@@ -102,6 +102,7 @@ def main() -> None:
     """Child side: one capacity search against ``url``/``model``; prints the answer as JSON."""
     spec = json.loads(sys.stdin.read())
     from analyzer.load import EngineOptions, LocustLoadGenerator
+    from analyzer.load.inputs import InputOptions
     from analyzer.measure.specs import CapacitySpec, Goals, LoadMode, LoadSpec
     from analyzer.target.server_stats import (
         ServerScraper,
@@ -114,9 +115,11 @@ def main() -> None:
     options = EngineOptions(
         url=url,
         model=model,
-        shapes={"INPUT0": [16]},
-        unique_payloads=spec["unique_payloads"],
-        repeat_ratio=spec["repeat_ratio"],
+        inputs=InputOptions(
+            shapes={"INPUT0": [16]},
+            unique_payloads=spec["unique_payloads"],
+            repeat_ratio=spec["repeat_ratio"],
+        ),
     )
     step = LoadSpec(
         LoadMode.REQUEST_RATE,

@@ -143,7 +143,7 @@ def test_the_request_data_reaches_the_users(tmp_path: Path, server: dict[str, st
             "--triton-model",
             MODEL,
             "--perfsweep-input",
-            json.dumps({"batch_size": 2, "data_mode": "random"}),
+            json.dumps({"inputs": {"batch_size": 2, "mode": "random"}}),
             "--headless",
             "-u",
             "2",

@@ -10,6 +10,7 @@ import pytest
 
 from analyzer.config.scenario import load_scenario
 from analyzer.load.engine import EngineOptions, engine_options
+from analyzer.load.inputs import DataMode, InputOptions
 
 TOML = """\
 [model]
@@ -34,8 +35,7 @@ def test_gate_options_take_the_inputs_and_one_generator_process(tmp_path: Path) 
         url="127.0.0.1:8000",
         model="m",
         protocol="http",
-        data_mode="zeros",
-        batch_size=4,
+        inputs=InputOptions(mode=DataMode.ZEROS, batch_size=4),
         metrics_url="http://h:8002/metrics",
     )
 

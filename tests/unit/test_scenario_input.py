@@ -12,7 +12,7 @@ from analyzer.config.scenario import input_overrides, load_scenario
 from analyzer.config.sections import data_digest
 from analyzer.errors import ScenarioError
 from analyzer.load.engine import engine_options
-from analyzer.load.inputs import ShapeChoice
+from analyzer.load.inputs import DataMode, ShapeChoice
 
 
 def write(path: Path, text: str) -> Path:
@@ -47,13 +47,14 @@ distribution = [
     again = load_scenario(write(tmp_path / "again.toml", s.to_toml()), env={})
     assert again == s and again.hash() == s.hash()
     options = engine_options(s, "127.0.0.1:8000", "m")
-    assert (options.data_mode, options.batch_size, options.shapes) == (
-        "random",
+    inputs = options.inputs
+    assert (inputs.mode, inputs.batch_size, inputs.shapes) == (
+        DataMode.RANDOM,
         4,
         {"IDS": [128], "MASK": [128]},
     )
-    assert (options.unique_payloads, options.repeat_ratio) == (500, 0.25)
-    assert options.distribution[0] == ShapeChoice.of({"IDS": [16], "MASK": [16]}, 3.0)
+    assert (inputs.unique_payloads, inputs.repeat_ratio) == (500, 0.25)
+    assert inputs.distribution[0] == ShapeChoice.of({"IDS": [16], "MASK": [16]}, 3.0)
 
 
 def test_a_data_file_is_found_beside_the_scenario_and_recorded_by_sha256(tmp_path: Path) -> None:
@@ -65,7 +66,7 @@ def test_a_data_file_is_found_beside_the_scenario_and_recorded_by_sha256(tmp_pat
     assert s.input.data_sha256 == data_digest(data)
     assert s.input.mode == "file"
     options = engine_options(s, "h:1", "m")
-    assert (options.data_mode, options.data_file) == ("file", str(data.resolve()))
+    assert (options.inputs.mode, options.inputs.data_file) == (DataMode.FILE, data.resolve())
     # The bytes count, not the place: the same file elsewhere measures the same thing.
     moved = data_json(tmp_path / "elsewhere" / "data.json", [1.0] * 12)
     other = load_scenario(None, {"input.data_file": str(moved)}, env={})

@@ -24,6 +24,7 @@ from analyzer.errors import TargetError
 from analyzer.load.recorder import Recorder
 from analyzer.load.users import ClosedLoopUser, EngineConfig, OpenLoopUser, ProcessContext
 from analyzer.load.web.options import TargetSettings
+from analyzer.measure.specs import Arrival, LoadMode
 from analyzer.target.transport import http_json
 
 log = logging.getLogger(__name__)
@@ -73,14 +74,16 @@ class LiveState:
                 return cached[1]
             ctx = ProcessContext(0)
             ctx.configure(
-                EngineConfig(
-                    protocol=protocol,
-                    url=url,
-                    model=model,
-                    mode="concurrency",
-                    rate_per_user=settings.rate_per_user,
-                    arrival=settings.arrival,
-                    **dict(settings.inputs),
+                EngineConfig.from_dict(
+                    {
+                        "protocol": protocol,
+                        "url": url,
+                        "model": model,
+                        "mode": LoadMode.CONCURRENCY,
+                        "rate_per_user": settings.rate_per_user,
+                        "arrival": settings.arrival,
+                        **dict(settings.inputs),
+                    }
                 )
             )
             ctx.recorder = self.recorder
@@ -139,9 +142,9 @@ class _OpenLoop(OpenLoopUser):
             raise TargetError("--rate-per-user must be positive for open-loop users")
         config = replace(
             ctx.config,
-            mode="request_rate",
+            mode=LoadMode.REQUEST_RATE,
             rate_per_user=settings.rate_per_user,
-            arrival=settings.arrival,
+            arrival=Arrival(settings.arrival),
         )
         self.start_with(ctx, config)
 
