@@ -16,11 +16,6 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # no display: reports are rendered on servers and in CI
-
-
 from analyzer.config.objective import objective_for
 from analyzer.report.record import ReportRecord, TrialPoint
 from analyzer.report.search_figures import (

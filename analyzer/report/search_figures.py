@@ -8,11 +8,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # no display: reports are rendered on servers and in CI
-
-
 from analyzer.report.prediction import CLOSE
 from analyzer.report.record import KNOBS, ReportRecord
 from analyzer.report.svg import (

@@ -7,11 +7,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import matplotlib
-
-matplotlib.use("Agg")  # no display: reports are rendered on servers and in CI
-
-
 from analyzer.report.record import LoadCurve, ReportRecord, TimeSeries
 from analyzer.report.svg import (
     BASELINE,
