@@ -74,9 +74,12 @@ def config_text(config: mc.ModelConfig) -> str:
     return text_format.MessageToString(config)
 
 
-def parse_config_text(text: str) -> mc.ModelConfig:
-    """Parse config.pbtxt text (raises ``text_format.ParseError`` on bad input)."""
-    return text_format.Parse(text, mc.ModelConfig())
+def parse_config_text(text: str, *, allow_unknown_field: bool = False) -> mc.ModelConfig:
+    """Parse config.pbtxt text (raises ``text_format.ParseError`` on bad input).
+
+    ``allow_unknown_field``: skip fields this protobuf does not know (a user's config written for
+    a newer Triton), as the managed server's repository config is read."""
+    return text_format.Parse(text, mc.ModelConfig(), allow_unknown_field=allow_unknown_field)
 
 
 def environment(scenario_hash: str, target: Mapping[str, Any] | None = None) -> dict[str, Any]:

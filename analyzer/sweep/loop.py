@@ -58,7 +58,13 @@ from analyzer.config.scenario import Scenario
 from analyzer.errors import InputError, TargetDiedError
 from analyzer.evaluation import Evaluator
 from analyzer.measure.generator import LoadGenerator
-from analyzer.rundir.results import RunDirectory, new_run_id, utc_now, write_atomic
+from analyzer.rundir.results import (
+    RunDirectory,
+    new_run_id,
+    parse_config_text,
+    utc_now,
+    write_atomic,
+)
 from analyzer.rundir.summary import StopReason
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.search.space import SearchSpace
@@ -321,9 +327,7 @@ def _repository_config(scenario: Scenario) -> mc.ModelConfig | None:
         return None
     path = Path(m.repository) / m.name / "config.pbtxt"
     try:
-        config = text_format.Parse(
-            path.read_text(encoding="utf-8"), mc.ModelConfig(), allow_unknown_field=True
-        )
+        config = parse_config_text(path.read_text(encoding="utf-8"), allow_unknown_field=True)
     except (OSError, text_format.ParseError, ValueError):
         return None
     if not config.name:
@@ -350,7 +354,7 @@ def _saved_baseline_config(directory: RunDirectory) -> mc.ModelConfig | None:
     path = directory.trial_dir(-1) / "config.pbtxt"
     if not path.exists():
         return None
-    return text_format.Parse(path.read_text(encoding="utf-8"), mc.ModelConfig())
+    return parse_config_text(path.read_text(encoding="utf-8"))
 
 
 def _record_interrupted(
