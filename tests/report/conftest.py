@@ -14,10 +14,13 @@ from pathlib import Path
 import pytest
 
 from analyzer.config.knobs import Knobs
-from analyzer.config.scenario import load_scenario
+from analyzer.config.scenario import Scenario, load_scenario
 from analyzer.measure.measurement import Measurement, ServerView, WindowStats
+from analyzer.predict import ProfileError
+from analyzer.predict.profile import Profile
 from analyzer.sweep.loop import run_sweep
 from analyzer.sweep.state import SweepOutcome
+from analyzer.target.protocol import Target
 from tests.sweep.planted import FakeLoadGenerator, FakeTarget
 
 HOSTILE = "<script>alert(1)</script>"
@@ -70,6 +73,12 @@ class ServerViewLoadGenerator(FakeLoadGenerator):
         return replace(m, server=view, windows=windows)
 
 
+def no_profile(target: Target, scenario: Scenario) -> Profile:
+    """The profile phase of the planted target: it has no server to send batches to, so the
+    sweep searches without predictions (as it does when a real server cannot be profiled)."""
+    raise ProfileError("the planted target serves no requests")
+
+
 def sweep_run_dir(
     root: Path,
     *,
@@ -103,11 +112,11 @@ def sweep_run_dir(
     scenario = load_scenario(None, overrides, env={})
     target = FakeTarget(model=model, fail_loads=fail_loads or set(), device=device)
     load = (load_class or ServerViewLoadGenerator)(target, seed=seed)
-    return run_sweep(scenario, target=target, load=load, run_dir=root)
+    return run_sweep(scenario, target=target, load=load, run_dir=root, profiler=no_profile)
 
 
 @pytest.fixture(scope="session")
-def planted_run(tmp_path_factory: pytest.TempPathFactory, serves: None) -> Path:
+def planted_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One run directory of the planted sweep (shared: tests must not modify it)."""
     root = tmp_path_factory.mktemp("report") / "planted-run"
     sweep_run_dir(root, fail_loads={5, 6})  # load and its retry: one failed trial
@@ -115,7 +124,7 @@ def planted_run(tmp_path_factory: pytest.TempPathFactory, serves: None) -> Path:
 
 
 @pytest.fixture(scope="session")
-def hostile_run(tmp_path_factory: pytest.TempPathFactory, serves: None) -> Path:
+def hostile_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run whose model name (and so failure messages) is a script tag; some trials infeasible."""
     root = tmp_path_factory.mktemp("report") / "hostile-run"
     # A throughput floor some configs (and the baseline) miss: infeasible trials, no gain.

@@ -29,14 +29,14 @@ class GpuServerView(GpuLoadGenerator, ServerViewLoadGenerator):
 
 
 @pytest.fixture(scope="module")
-def gpu_run(tmp_path_factory: pytest.TempPathFactory, serves: None) -> Path:
+def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("gpu") / "gpu-run"
     sweep_run_dir(root, trials=6, load_class=GpuServerView)
     return root
 
 
 @pytest.fixture(scope="module")
-def cpu_run(tmp_path_factory: pytest.TempPathFactory, serves: None) -> Path:
+def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("gpu") / "cpu-run"
     sweep_run_dir(root, trials=4, device="cpu")
     return root

@@ -85,7 +85,7 @@ def plant_predictions(run: Path, *, trials: bool = True, space: bool = True) -> 
 
 
 @pytest.fixture(scope="module")
-def predicted_run(tmp_path_factory: pytest.TempPathFactory, serves: None) -> Path:
+def predicted_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("predicted") / "predicted-run"
     sweep_run_dir(root, trials=8)
     plant_predictions(root)
