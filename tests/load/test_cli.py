@@ -1,4 +1,8 @@
-"""``perfsweep load`` as a user runs it: flags, exit codes, the table and the JSON file."""
+"""``perfsweep load`` as a user runs it: flags, exit codes, the table and the JSON file.
+
+Usage errors end while the flags are checked, before the load engine is imported: they run in
+the test process (``tests/support/cli.py``); everything that reaches a server is a subprocess.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.load.refserver import REPO_ROOT, RefServer, write_sim_model
+from tests.support.cli import perfsweep_in_process
 from tests.support.servers import write_model
-
-pytestmark = pytest.mark.usefixtures("spawns")
 
 PERFSWEEP = str(Path(sys.executable).parent / "perfsweep")
 
@@ -52,12 +55,19 @@ def _load(*args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str
         ),
     ],
 )
-def test_usage_errors_exit_2_and_say_what_to_do(args: list[str], message: str) -> None:
-    done = _load(*args)
+def test_usage_errors_exit_2_and_say_what_to_do(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    message: str,
+) -> None:
+    monkeypatch.chdir(REPO_ROOT)  # where _load runs the command
+    done = perfsweep_in_process(monkeypatch, capsys, "load", *args)
     assert done.returncode == 2
     assert message in done.stderr
 
 
+@pytest.mark.usefixtures("spawns")
 def test_unreachable_target_exits_3() -> None:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
@@ -67,6 +77,7 @@ def test_unreachable_target_exits_3() -> None:
     assert "cannot reach" in done.stderr
 
 
+@pytest.mark.usefixtures("spawns")
 def test_fixed_levels_write_versioned_json(tmp_path: Path) -> None:
     write_sim_model(tmp_path / "repo", "cli", 5.0, max_batch_size=4)
     out = tmp_path / "levels.json"
@@ -108,6 +119,7 @@ def test_fixed_levels_write_versioned_json(tmp_path: Path) -> None:
     assert "c=1 " in done.stdout and "p99" in done.stdout  # the final table
 
 
+@pytest.mark.usefixtures("spawns")
 @pytest.mark.slow
 def test_master_and_worker_commands(tmp_path: Path) -> None:
     """``--master`` + ``--worker --master-host``: the cross-machine mode, here on loopback."""
@@ -192,6 +204,7 @@ def _write_tensor_model(repo: Path) -> None:
     )
 
 
+@pytest.mark.usefixtures("spawns")
 def test_perf_analyzer_json_data_file_is_sent_with_the_model_shapes(tmp_path: Path) -> None:
     """A perf_analyzer data file through Locust: flat lists for [3, 4] (not 1x12), strings,
     b64, three entries at batch size 2; the server checks every request's shapes."""

@@ -1,31 +1,39 @@
 """``perfsweep predict`` on a committed run directory (tests/predict/data/run-sim: a trimmed
-``perfsweep run --model resnet50 --device sim --trials 2`` directory), as a subprocess."""
+``perfsweep run --model resnet50 --device sim --trials 2`` directory).
+
+``perfsweep predict`` reads files and computes; it starts nothing and sends no request, so it
+runs in the test process (``tests/support/cli.py``), from the repository root as a user would.
+"""
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.usefixtures("spawns")
+from tests.support.cli import perfsweep_in_process
 
 RUN = Path(__file__).parent / "data" / "run-sim"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+Perfsweep = Callable[..., subprocess.CompletedProcess[str]]
 
 
-def perfsweep(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from analyzer.cli import main; main()", "predict", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+@pytest.fixture()
+def perfsweep(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Perfsweep:
+    """``perfsweep predict ARGS``: its exit status and output."""
+    monkeypatch.chdir(REPO_ROOT)  # the profile paths below are relative to it
+
+    def predict(*args: str) -> subprocess.CompletedProcess[str]:
+        return perfsweep_in_process(monkeypatch, capsys, "predict", *args)
+
+    return predict
 
 
-def test_rate_prediction_prints_prediction_and_assumptions() -> None:
+def test_rate_prediction_prints_prediction_and_assumptions(perfsweep: Perfsweep) -> None:
     out = perfsweep(
         str(RUN), "--rate", "300", "--max-batch-size", "8", "--max-queue-delay-us", "1000"
     )
@@ -44,7 +52,7 @@ def test_rate_prediction_prints_prediction_and_assumptions() -> None:
     assert "assumptions:" in text and "reference_server.batching.decide.decide" in text
 
 
-def test_refuses_to_extrapolate_the_runs_best_config() -> None:
+def test_refuses_to_extrapolate_the_runs_best_config(perfsweep: Perfsweep) -> None:
     # The run's best config has max_batch_size 32; the run never executed more than 15.
     out = perfsweep(str(RUN), "--rate", "300")
     assert out.returncode == 2
@@ -52,7 +60,7 @@ def test_refuses_to_extrapolate_the_runs_best_config() -> None:
     assert "predicted" not in out.stdout
 
 
-def test_capacity_as_json_and_profile_file(tmp_path: Path) -> None:
+def test_capacity_as_json_and_profile_file(perfsweep: Perfsweep, tmp_path: Path) -> None:
     out = perfsweep(
         str(RUN), "--p99-ms", "60", "--max-batch-size", "8", "--instances", "2", "--json"
     )
@@ -81,7 +89,7 @@ def test_capacity_as_json_and_profile_file(tmp_path: Path) -> None:
     assert json.loads(again.stdout)["capacity"]["capacity_rps"] == cap["capacity_rps"]
 
 
-def test_usage_errors_exit_2() -> None:
+def test_usage_errors_exit_2(perfsweep: Perfsweep) -> None:
     both = perfsweep(str(RUN), "--rate", "10", "--p99-ms", "5")
     assert both.returncode == 2 and "exactly one of --rate" in both.stderr
     toml = perfsweep(

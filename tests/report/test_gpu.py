@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from analyzer.report.gpu import NO_GPU_METRIC
 from tests.gpu.planted_gpu import GpuLoadGenerator
 from tests.report.conftest import ServerViewLoadGenerator, sweep_run_dir
 from tests.report.test_html import embedded, parse
+from tests.support.cli import perfsweep_in_process
 
 
 @dataclass
@@ -119,25 +118,19 @@ def test_cpu_run_says_so_in_one_line(cpu_run: Path, tmp_path: Path) -> None:
     assert not any("gpu" in f for f in re.findall(r'data-figure="([^"]+)"', text))
 
 
-@pytest.mark.usefixtures("spawns")
-def test_cli_flag(gpu_run: Path, tmp_path: Path) -> None:
+def test_cli_flag(
+    gpu_run: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     out = tmp_path / "cli.html"
-    cmd = [str(Path(sys.executable).parent / "perfsweep")]
-    done = subprocess.run(
-        [*cmd, "report", str(gpu_run), "-o", str(out), "--min-gpu-utilization", "100"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    args = ["report", str(gpu_run), "-o", str(out), "--min-gpu-utilization"]
+    done = perfsweep_in_process(monkeypatch, capsys, *args, "100")
     assert done.returncode == 0, done.stderr
     data = embedded(parse(out)[1])
     assert data["verdict"]["min_gpu_utilization_pct"] == 100.0
     complete = [t for t in data["trials"] if t["state"] == "complete"]
     assert complete and all(t["below_min_gpu_utilization"] for t in complete)
-    done = subprocess.run(
-        [*cmd, "report", str(gpu_run), "-o", str(out), "--min-gpu-utilization", "120"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = perfsweep_in_process(monkeypatch, capsys, *args, "120")
     assert done.returncode == 2

@@ -6,8 +6,6 @@ import base64
 import hashlib
 import json
 import re
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -17,6 +15,7 @@ from analyzer.report import build_record, load_run, write_compare_report, write_
 from analyzer.report.compare import build_comparison
 from analyzer.report.render import embed_json
 from tests.report.conftest import HOSTILE
+from tests.support.cli import perfsweep_in_process
 
 FIGURES = (
     "throughput_vs_p99",
@@ -226,33 +225,30 @@ def test_compare_calls_out_differences(
     assert_no_external_urls(parser)
 
 
-@pytest.mark.usefixtures("spawns")
 def test_cli_renders_and_refuses_bad_input(
-    planted_run: Path, hostile_run: Path, tmp_path: Path
+    planted_run: Path,
+    hostile_run: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    # In the test process: report reads run directories and writes a page, nothing else (the
+    # console script itself runs as a subprocess in tests/load).
     out = tmp_path / "cli.html"
-    cmd = [str(Path(sys.executable).parent / "perfsweep")]  # the installed console script
-    done = subprocess.run(
-        [*cmd, "report", str(planted_run), "--output", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = perfsweep_in_process(
+        monkeypatch, capsys, "report", str(planted_run), "--output", str(out)
     )
     assert done.returncode == 0, done.stderr
     assert str(out) in done.stdout.replace("\n", "")
     assert embedded(parse(out)[1])["provenance"]["run_id"] == planted_run.name
     compare = tmp_path / "cmp.html"
-    done = subprocess.run(
-        [*cmd, "report", str(planted_run), "--compare", str(hostile_run), "-o", str(compare)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = perfsweep_in_process(
+        monkeypatch, capsys, "report", str(planted_run), "--compare", str(hostile_run),
+        "-o", str(compare),
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert embedded(parse(compare)[1])["comparison"]["b"]["model"] == HOSTILE
-    done = subprocess.run(
-        [*cmd, "report", str(tmp_path / "no-such-run")], capture_output=True, text=True, timeout=60
-    )
+    done = perfsweep_in_process(monkeypatch, capsys, "report", str(tmp_path / "no-such-run"))
     assert done.returncode == 2
     assert "not a directory" in done.stderr
 

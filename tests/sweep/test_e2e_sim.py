@@ -113,13 +113,22 @@ def command(
     ]
 
 
-def test_sweep_on_simulated_device_writes_a_loadable_best_config(tmp_path: Path) -> None:
+def test_sweep_over_grpc_on_simulated_device_writes_a_loadable_best_config(
+    tmp_path: Path,
+) -> None:
+    """A whole sweep (baseline, trials, validation) over gRPC: it reaches the managed server's
+    gRPC port, and what it writes is what an HTTP sweep writes. The other sweeps of this module
+    send HTTP, the default."""
     run_dir = tmp_path / "run"
     done = subprocess.run(
-        command(tmp_path, 2, run_dir), capture_output=True, text=True, timeout=280
+        [*command(tmp_path, 2, run_dir), "--protocol", "grpc"],
+        capture_output=True,
+        text=True,
+        timeout=280,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = load_summary(run_dir)
+    assert summary["scenario"]["model"]["protocol"] == "grpc"
     # The device is the server's own report (perfsweep_model_device_info), not the flag.
     assert summary["device"] == "sim" and summary["devices"], summary["devices"]
     assert {d["backend"] for d in summary["devices"]} == {"simulated"}
@@ -133,9 +142,19 @@ def test_sweep_on_simulated_device_writes_a_loadable_best_config(tmp_path: Path)
         best.name == "tiny" and best.max_batch_size == summary["best"]["config"]["max_batch_size"]
     )
     assert best.parameters["profile"].string_value == "resnet50_sim"
+    operating = []
     for n in range(2):
         record = load_trial_record(run_dir / "trials" / f"{n:03d}" / "measurement.json")
         assert record["measurement"]["points"], "the capacity search measured load levels"
+        if record["measurement"]["best"] is not None:
+            operating.append(record["measurement"]["best"])
+    # At each trial's operating point every request the generator counted reached the server
+    # (its statistics agree).
+    assert operating, "no trial had an operating point"
+    for point in operating:
+        assert (
+            point["error_count"] == 0 and point["server"]["success_count"] >= point["request_count"]
+        )
     assert "ready" in (run_dir / "server" / "server.log").read_text()
     assert "best config:" in done.stdout and "gain over baseline" in done.stdout
     # A log (stdout is a pipe here): a plain line per trial as it starts and ends, with the time.
@@ -177,24 +196,6 @@ def test_search_predict_on_simulated_device(tmp_path: Path) -> None:
     assert first["prediction"]["low_rps"] < first["prediction"]["capacity_rps"]
     assert summary["best"] is not None and summary["best"]["meets_goals"]
     assert "time per phase" in done.stdout and "search predict" in done.stdout
-
-
-def test_a_sweep_over_grpc_reaches_the_managed_servers_grpc_port(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    done = subprocess.run(
-        [*command(tmp_path, 1, run_dir, validate_top=0), "--protocol", "grpc"],
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    summary = load_summary(run_dir)
-    assert summary["scenario"]["model"]["protocol"] == "grpc"
-    assert summary["trials"]["complete"] == 1 and summary["best"]["throughput_rps"] > 0
-    record = load_trial_record(run_dir / "trials" / "000" / "measurement.json")
-    best = record["measurement"]["best"]
-    # Every request the generator counted reached the server (its statistics agree).
-    assert best["error_count"] == 0 and best["server"]["success_count"] >= best["request_count"]
 
 
 def test_sigkill_mid_trial_then_resume_loses_no_finished_trial(tmp_path: Path) -> None:
