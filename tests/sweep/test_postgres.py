@@ -13,7 +13,9 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,10 +96,28 @@ def postgres_url(spawns: None) -> Iterator[str]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _worker(url: str, study: str, out: str, seed: int, trials: int) -> None:
+def _worker(url: str, study: str, out: str, seed: int, trials: int, mine: Any, other: Any) -> None:
     from analyzer.config.scenario import load_scenario
+    from analyzer.measure.capacity import CapacityResult
+    from analyzer.measure.specs import CapacitySpec
     from analyzer.sweep.loop import run_sweep
     from tests.sweep.planted import FakeLoadGenerator, FakeTarget
+
+    @dataclass
+    class Meeting(FakeLoadGenerator):
+        """The first trial's capacity search (after the baseline's) waits until the other
+        worker has begun its own: both then hold a trial of the study, however long a spawned
+        worker takes to import on a busy machine (the first alone finished all ten before)."""
+
+        searches: int = 0
+
+        def find_capacity(self, spec: CapacitySpec) -> CapacityResult:
+            self.searches += 1
+            if self.searches == 2:
+                mine.set()
+                if not other.wait(120):
+                    raise RuntimeError("the other worker never began a trial")
+            return super().find_capacity(spec)
 
     scenario = load_scenario(
         None,
@@ -118,7 +138,7 @@ def _worker(url: str, study: str, out: str, seed: int, trials: int) -> None:
         env={},
     )
     target = FakeTarget()
-    run_sweep(scenario, target=target, load=FakeLoadGenerator(target, delay_s=0.3, seed=seed))
+    run_sweep(scenario, target=target, load=Meeting(target, delay_s=0.3, seed=seed))
 
 
 def test_two_workers_share_one_study_without_duplicates_or_losses(
@@ -128,9 +148,19 @@ def test_two_workers_share_one_study_without_duplicates_or_losses(
 
     trials = 10
     ctx = multiprocessing.get_context("spawn")
+    began = [ctx.Event(), ctx.Event()]
     workers = [
         ctx.Process(
-            target=_worker, args=(postgres_url, "shared", str(tmp_path / f"w{i}"), i, trials)
+            target=_worker,
+            args=(
+                postgres_url,
+                "shared",
+                str(tmp_path / f"w{i}"),
+                i,
+                trials,
+                began[i],
+                began[1 - i],
+            ),
         )
         for i in range(2)
     ]
