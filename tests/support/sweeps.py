@@ -28,7 +28,7 @@ warmup_s = 0.5
 window_s = 0.5
 min_requests = 60
 capacity_resolution = 0.3
-validate_top = 1
+validate_top = {validate_top}
 validate_repeats = 1
 validate_window_factor = 1.0
 [search]
@@ -37,8 +37,15 @@ strategy = "tpe"
 
 
 def small_scenario(
-    trials: int = 2, max_rate_rps: float = 300.0, p99_ms: float = 300.0, model: str | None = None
+    trials: int = 2,
+    max_rate_rps: float = 300.0,
+    p99_ms: float = 300.0,
+    model: str | None = None,
+    validate_top: int = 1,
 ) -> str:
-    """The small sweep's scenario TOML (``model``: a ``[model] name``, else the command's)."""
-    text = _SMALL.format(trials=trials, max_rate_rps=max_rate_rps, p99_ms=p99_ms)
+    """The small sweep's scenario TOML (``model``: a ``[model] name``, else the command's;
+    ``validate_top`` 0: no validation phase, for tests that assert nothing of it)."""
+    text = _SMALL.format(
+        trials=trials, max_rate_rps=max_rate_rps, p99_ms=p99_ms, validate_top=validate_top
+    )
     return f'{text}[model]\nname = "{model}"\n' if model else text
