@@ -43,8 +43,9 @@ test: lint typecheck pytest
 
 # Tests marked io (they start a server, a process or open a socket) or slow are left out; a guard
 # in tests/support/io_guard.py fails an unmarked test that does I/O, in this tier and in make test.
+# These tests share no server or timing, so they run on every core (-n auto: pytest-xdist).
 test-fast: setup-test
-	$(BIN)/pytest -m "not io and not slow" $(ARGS)
+	$(BIN)/pytest -m "not io and not slow" -n auto $(ARGS)
 
 # Dogfood the CI performance gate (README "CI performance gates"): a small measure-and-gate run
 # on the reference server with the simulated device. The bounds are loose for a shared 2-core CI
