@@ -89,7 +89,8 @@ FORMATS: dict[str, FormatHistory] = {
     SUMMARY_KIND: FormatHistory(
         1,
         {
-            1: "summary.json (records.RunSummary). Optional keys, added within version 1 and "
+            1: "summary.json (rundir/summary.py, RunSummary). Optional keys, added within "
+            "version 1 and "
             "absent from files written before them (docs/examples/sim-before, sim-after), read "
             "as not recorded (None, an empty tuple or dict): ``device_requested``, ``devices``, "
             "``server_gpus``, ``gain_ci``, ``gain_significant``, ``gain_repeats``, "
@@ -104,7 +105,8 @@ FORMATS: dict[str, FormatHistory] = {
     TRIAL_KIND: FormatHistory(
         1,
         {
-            1: "trials/NNN/measurement.json (records.TrialRecord). The measurement's kind is "
+            1: "trials/NNN/measurement.json (rundir/trial_record.py, TrialRecord). "
+            "The measurement's kind is "
             "not written: it is read from the measurement's own keys. Optional keys, absent "
             'from early records: ``values`` (read as ``()``), ``started_at`` (``""``), '
             "``prediction`` (``--search predict`` only; None).",
@@ -122,7 +124,8 @@ FORMATS: dict[str, FormatHistory] = {
     PREDICTIONS_KIND: FormatHistory(
         1,
         {
-            1: "predictions.json (records.Predictions): the profile the simulator used and "
+            1: "predictions.json (rundir/predictions.py, Predictions): "
+            "the profile the simulator used and "
             "every config of the space with its predicted capacity and band.",
         },
     ),

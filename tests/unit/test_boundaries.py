@@ -22,6 +22,8 @@ place"):
   ``__init__`` docstring names its layer. Imports under ``TYPE_CHECKING`` do not count here (they
   never run: ``config/objective.py`` names the records it ranks in annotations only); imports
   inside functions do.
+- A private name (``_x``) or private module is used only inside its package and the packages
+  within it (:func:`private_crossings`).
 - No import cycles among the modules of both packages: each module imports only what sits
   below it (:func:`test_no_import_cycles` says which imports count).
 
@@ -698,4 +700,64 @@ def test_a_planted_import_cycle_is_found_and_reported(tmp_path: Path) -> None:
     assert [c[0] for c in import_cycles(import_graph(tmp_path))] == [
         "analyzer.pkg",
         "reference_server.x",
+    ]
+
+
+# -- a private name stays in its package ---------------------------------------------------------
+
+
+def private_crossings(scanners: list[_Scanner]) -> list[Finding]:
+    """Imports of a private name (``_x``, not a dunder) or a private module from another package.
+
+    A leading underscore means "this package's business": modules of one package and of the
+    packages inside it may share such names (``sweep/loop.py`` runs ``sweep/trials.py``'s
+    ``_run_trial``; ``load/web/`` uses ``load/_gevent.py``); any other package goes through what
+    the package's modules export without one.
+    """
+    packages = {
+        s.relative.parent.as_posix().replace("/", ".")
+        for s in scanners
+        if s.relative.name == "__init__.py"
+    }
+    found = []
+    for scanner in scanners:
+        importer = scanner.relative.parent.as_posix().replace("/", ".")
+        for finding in scanner.imports:
+            parts = finding.what.split(".")
+            first = next(
+                (i for i, p in enumerate(parts) if p.startswith("_") and not p.startswith("__")),
+                None,
+            )
+            # ``from X import a`` is found as ``X`` and as ``X.a``: the second one says it all.
+            if parts[0] not in PACKAGES or first is None or finding.from_base:
+                continue
+            # The private part lies in the package above it: "pkg._mod" or "pkg.mod._name".
+            owner = ".".join(parts[:first])
+            if owner not in packages:
+                owner = ".".join(parts[: first - 1])
+            if not _imports(owner, importer):
+                found.append(finding)
+    return found
+
+
+def test_no_private_name_crosses_a_package(scanners: list[_Scanner]) -> None:
+    found = private_crossings(scanners)
+    assert not found, "private names used outside their package:\n" + "\n".join(map(str, found))
+
+
+def test_a_planted_private_crossing_is_found(tmp_path: Path) -> None:
+    _plant(tmp_path, "analyzer/sweep/state.py", "class _State:\n    pass\n")
+    _plant(tmp_path, "analyzer/sweep/loop.py", "from analyzer.sweep.state import _State\n")
+    _plant(tmp_path, "analyzer/sweep/trials.py", "from .state import _State\n")
+    _plant(tmp_path, "analyzer/report/build.py", "from analyzer.sweep.state import _State\n")
+    _plant(tmp_path, "analyzer/gate/run.py", "def f():\n    from ..sweep import _private\n")
+    _plant(tmp_path, "analyzer/commands/run.py", "from analyzer.sweep.state import __doc__\n")
+    _plant(tmp_path, "analyzer/load/_gevent.py", "X = 1\n")
+    _plant(tmp_path, "analyzer/load/web/users.py", "from analyzer.load import _gevent\n")
+    _plant(tmp_path, "analyzer/report/svg.py", "from analyzer.load._gevent import X\n")
+    found = private_crossings(scan(tmp_path))
+    assert sorted((f.path, f.line) for f in found) == [
+        ("analyzer/gate/run.py", 2),
+        ("analyzer/report/build.py", 1),
+        ("analyzer/report/svg.py", 1),
     ]
