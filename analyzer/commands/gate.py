@@ -44,6 +44,8 @@ from analyzer.commands.input_flags import (
     RepeatRatioFlag,
     ShapeFlag,
     SharedMemoryFlag,
+    TraceFlag,
+    TraceUnitFlag,
     UniquePayloadsFlag,
     WorkersFlag,
 )
@@ -131,7 +133,15 @@ def register(app: typer.Typer) -> None:
         concurrency: Annotated[
             int | None, typer.Option(help="Closed-loop users (instead of --rate-rps).")
         ] = None,
-        arrival: Annotated[str | None, typer.Option(help="constant (default) or poisson.")] = None,
+        arrival: Annotated[
+            str | None,
+            typer.Option(
+                help="Arrival process: constant (default, unless the scenario sets one), poisson, "
+                "gamma:cv=2, mmpp:4@0.5,0.25@2, ramp:..., diurnal:... (as perfsweep run)."
+            ),
+        ] = None,
+        trace: TraceFlag = None,
+        trace_unit: TraceUnitFlag = None,
         warmup_s: Annotated[float | None, typer.Option(help="Warm-up per repeat, s.")] = None,
         window_s: Annotated[float | None, typer.Option(help="Window length, s.")] = None,
         windows: Annotated[int | None, typer.Option(help="Windows per repeat (default 2).")] = None,
@@ -175,6 +185,8 @@ def register(app: typer.Typer) -> None:
             rate_rps=rate_rps,
             concurrency=concurrency,
             arrival=arrival,
+            trace=trace,
+            trace_unit=trace_unit,
             warmup_s=warmup_s,
             window_s=window_s,
             windows=windows,

@@ -23,6 +23,12 @@ The generator's flags (``run`` and ``gate``) map onto ``[model]`` and ``[traffic
     --workers 4 | auto                   [traffic] workers = 4 | "auto"
     --expect-workers 4                   [traffic] expect_workers = 4
     --master-bind-host H / --master-port P   [traffic] master_bind_host / master_port
+
+The traffic's shape (``run``, ``gate``, ``load``) maps onto ``[traffic]``::
+
+    --arrival gamma:cv=2                 [traffic] arrival = "gamma:cv=2"
+    --trace requests.csv                 [traffic] trace = "requests.csv"
+    --trace-unit ms                      [traffic] trace_unit = "ms"
 """
 
 from __future__ import annotations
@@ -31,9 +37,15 @@ from typing import Annotated
 
 import typer
 
-from analyzer.config.scenario import generator_overrides, input_overrides, parse_shapes
+from analyzer.config.scenario import (
+    generator_overrides,
+    input_overrides,
+    parse_shapes,
+    traffic_overrides,
+)
 
 __all__ = [
+    "ArrivalFlag",
     "BatchSizeFlag",
     "ExpectWorkersFlag",
     "InputDataFlag",
@@ -44,11 +56,14 @@ __all__ = [
     "RepeatRatioFlag",
     "ShapeFlag",
     "SharedMemoryFlag",
+    "TraceFlag",
+    "TraceUnitFlag",
     "UniquePayloadsFlag",
     "WorkersFlag",
     "generator_overrides",
     "input_overrides",
     "parse_shapes",
+    "traffic_overrides",
 ]
 
 #: ``--shape NAME:D1,D2`` (repeatable).
@@ -99,6 +114,40 @@ SharedMemoryFlag = Annotated[
         help="none (default) or system: inputs written once into a registered system "
         "shared-memory region that each request names (the server must run on this host; "
         "\\[input] shared_memory).",
+    ),
+]
+
+
+# ---- the traffic's shape ---------------------------------------------------------------------
+
+#: ``--arrival PROCESS``.
+ArrivalFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--arrival",
+        help="Open-loop arrival process: poisson (default), constant, gamma:cv=2, "
+        "mmpp:4@0.5,0.25@2 (relative rate @ mean sojourn s, states in turn), "
+        "ramp:start=0.5,end=1.5,period_s=60, diurnal:amplitude=0.5,period_s=60 "
+        "(\\[traffic] arrival).",
+    ),
+]
+#: ``--trace FILE``.
+TraceFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--trace",
+        help="Replay a recorded trace: .csv or .jsonl timestamps (a timestamp/time/ts/t "
+        "column, _ms/_us suffix for its unit), else perf_analyzer's --request-intervals "
+        "(one gap a line, microseconds); scaled to each rate, looped (\\[traffic] trace).",
+    ),
+]
+#: ``--trace-unit auto | s | ms | us``.
+TraceUnitFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--trace-unit",
+        help="The trace's time unit (auto: from the column name or the format; "
+        "\\[traffic] trace_unit).",
     ),
 ]
 

@@ -5,6 +5,8 @@ Examples::
     perfsweep load --url 127.0.0.1:8000 --model m --concurrency 1,8,32
     perfsweep load --url 127.0.0.1:8000 --model m --request-rate 100,200,400 --arrival constant
     perfsweep load --url 127.0.0.1:8000 --model m --find-capacity --p99-ms 100 --output cap.json
+    perfsweep load ... --request-rate 200 --arrival mmpp:4@0.5,0.25@2   # on/off bursts
+    perfsweep load ... --trace requests.csv --trace-scale 0.5,1,2       # replay, scaled in rate
     perfsweep load ... --workers 2                      # Locust master + 2 local worker processes
     perfsweep load ... --master --expect-workers 4 --master-bind-host 0.0.0.0   # across machines
     perfsweep load --worker --master-host 10.0.0.5      # on each load machine
@@ -33,22 +35,27 @@ from rich.live import Live
 from rich.table import Table
 
 from analyzer.commands.input_flags import (
+    ArrivalFlag,
     BatchSizeFlag,
     InputDataFlag,
     RepeatRatioFlag,
     ShapeFlag,
     SharedMemoryFlag,
+    TraceFlag,
+    TraceUnitFlag,
     UniquePayloadsFlag,
     input_overrides,
+    traffic_overrides,
 )
 from analyzer.config.scenario import load_scenario
 from analyzer.config.sections import InputSection
 from analyzer.errors import GoalNotMetError, InputError
 from analyzer.load.engine import engine_options, input_options
+from analyzer.measure.arrivals import fit_gaps
 from analyzer.measure.capacity import CapacityResult
 from analyzer.measure.generator import load_output_dict
 from analyzer.measure.measurement import Measurement, WindowStats
-from analyzer.measure.specs import Arrival, CapacitySpec, Goals, LoadMode, LoadSpec
+from analyzer.measure.specs import CapacitySpec, Goals, LoadMode, LoadSpec
 
 
 def _numbers(text: str | None, what: str) -> list[float]:
@@ -221,7 +228,16 @@ def register(app: typer.Typer) -> None:
         request_rate: Annotated[
             str | None, typer.Option(help="open-loop levels in req/s, e.g. 100,200,400")
         ] = None,
-        arrival: Annotated[str, typer.Option(help="poisson or constant")] = "poisson",
+        arrival: ArrivalFlag = None,
+        trace: TraceFlag = None,
+        trace_unit: TraceUnitFlag = None,
+        trace_scale: Annotated[
+            str | None,
+            typer.Option(
+                help="--trace: levels as multiples of the trace's recorded rate, e.g. 0.5,1,2 "
+                "(default 1: as recorded)"
+            ),
+        ] = None,
         find_capacity: Annotated[
             bool, typer.Option("--find-capacity", help="search the highest rate meeting --p99-ms")
         ] = False,
@@ -287,31 +303,49 @@ def register(app: typer.Typer) -> None:
             raise InputError("--model NAME is required")
         if protocol not in ("http", "grpc"):
             raise InputError(f"--protocol must be http or grpc, got {protocol!r}")
-        if arrival not in ("poisson", "constant"):
-            raise InputError(f"--arrival must be poisson or constant, got {arrival!r}")
+        # The same [input] and [traffic] keys as a scenario's, checked the same way (bad values
+        # end here, before any load); load reads no scenario file and no PERFSWEEP_* variables.
+        scenario = load_scenario(
+            None,
+            {
+                **input_overrides(
+                    shape, input_data, batch_size, unique_payloads, repeat_ratio, shared_memory
+                ),
+                **traffic_overrides(arrival, trace, trace_unit),
+            },
+            env={},
+        )
+        input_options(scenario.input, seed)  # the generator's own checks, before any load
+        process = scenario.traffic.arrival_process()
         levels_c = _numbers(concurrency, "--concurrency")
         levels_r = _numbers(request_rate, "--request-rate")
+        if trace_scale is not None and process.trace is None:
+            raise InputError("--trace-scale scales a --trace; give the trace too")
+        if process.trace is not None:
+            if levels_c:
+                raise InputError("--trace replays open-loop sends; it cannot go with --concurrency")
+            if trace_scale is not None or not (levels_r or find_capacity):
+                scales = _numbers(trace_scale or "1", "--trace-scale")
+                if levels_r or find_capacity:
+                    raise InputError(
+                        "give --trace-scale or --request-rate / --find-capacity, not both"
+                    )
+                levels_r = [s * process.trace.rate_rps for s in scales]
+            fit = fit_gaps(process.trace.gaps_s)
+            Console(stderr=True).print(
+                f"trace {process.trace.source}: {fit.describe()}", highlight=False
+            )
         if sum(bool(x) for x in (levels_c, levels_r, find_capacity)) != 1:
             raise InputError("give exactly one of --concurrency, --request-rate or --find-capacity")
         if find_capacity and p99_ms is None:
             raise InputError("--find-capacity needs a goal: --p99-ms X")
-        # The same [input] keys as a scenario's, checked the same way (bad values end here,
-        # before any load); load reads no scenario file and no PERFSWEEP_* variables.
-        scenario = load_scenario(
-            None,
-            input_overrides(
-                shape, input_data, batch_size, unique_payloads, repeat_ratio, shared_memory
-            ),
-            env={},
-        )
-        input_options(scenario.input, seed)  # the generator's own checks, before any load
 
         if max_windows is None:
             max_windows = 4 if find_capacity else 10
         step = LoadSpec(
             LoadMode.REQUEST_RATE,
             1.0,
-            arrival=Arrival(arrival),
+            arrival=process,
             warmup_s=warmup_s,
             window_s=window_s,
             window_requests=window_requests,

@@ -17,7 +17,16 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from analyzer.commands.input_flags import BatchSizeFlag, InputDataFlag, ShapeFlag, input_overrides
+from analyzer.commands.input_flags import (
+    ArrivalFlag,
+    BatchSizeFlag,
+    InputDataFlag,
+    ShapeFlag,
+    TraceFlag,
+    TraceUnitFlag,
+    input_overrides,
+    traffic_overrides,
+)
 from analyzer.errors import InputError
 
 
@@ -79,19 +88,28 @@ def register(app: typer.Typer) -> None:
         shape: ShapeFlag = None,
         batch_size: BatchSizeFlag = None,
         seed: Annotated[int, typer.Option("--seed", help="Simulation seed.")] = 0,
+        arrival: ArrivalFlag = None,
+        trace: TraceFlag = None,
+        trace_unit: TraceUnitFlag = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the answer as JSON.")] = False,
     ) -> None:
         """Predict a config's latency at a rate, or its capacity, from a profile (a run's, a
         file's, or one probed from a live server with --url: with --input-data, --shape and
         --batch-size it sends the load's request data, as `perfsweep run` does)."""
+        from analyzer.config.scenario import load_scenario
         from analyzer.predict.planner import PlanRequest, plan, render_text
 
+        given = load_scenario(
+            None,
+            {
+                **input_overrides(shape, input_data, batch_size),
+                **traffic_overrides(arrival, trace, trace_unit),
+            },
+        )
         inputs = None
         if any(v is not None for v in (input_data, shape, batch_size)):
-            from analyzer.config.scenario import load_scenario
             from analyzer.load.engine import input_options
 
-            given = load_scenario(None, input_overrides(shape, input_data, batch_size))
             inputs = input_options(given.input, given.run.seed)
         report = plan(
             PlanRequest(
@@ -108,6 +126,7 @@ def register(app: typer.Typer) -> None:
                 model=model,
                 inputs=inputs,
                 save_profile=save_profile,
+                arrival=given.traffic.arrival_process(),
             )
         )
         if as_json:

@@ -23,6 +23,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 
 from analyzer.commands.input_flags import (
+    ArrivalFlag,
     BatchSizeFlag,
     ExpectWorkersFlag,
     InputDataFlag,
@@ -33,10 +34,13 @@ from analyzer.commands.input_flags import (
     RepeatRatioFlag,
     ShapeFlag,
     SharedMemoryFlag,
+    TraceFlag,
+    TraceUnitFlag,
     UniquePayloadsFlag,
     WorkersFlag,
     generator_overrides,
     input_overrides,
+    traffic_overrides,
 )
 from analyzer.config.knobs import Knobs
 from analyzer.config.scenario import Scenario, bundled_scenario, load_scenario
@@ -439,6 +443,9 @@ def register(app: typer.Typer) -> None:
         expect_workers: ExpectWorkersFlag = None,
         master_bind_host: MasterBindHostFlag = None,
         master_port: MasterPortFlag = None,
+        arrival: ArrivalFlag = None,
+        trace: TraceFlag = None,
+        trace_unit: TraceUnitFlag = None,
     ) -> None:
         """Find the dynamic-batching config that serves the most traffic within the P99 goal."""
         if min_gpu_utilization is not None:
@@ -462,6 +469,7 @@ def register(app: typer.Typer) -> None:
             **input_overrides(
                 shape, input_data, batch_size, unique_payloads, repeat_ratio, shared_memory
             ),
+            **traffic_overrides(arrival, trace, trace_unit),
             "budget.trials": trials,
             "budget.time_budget_s": time_budget,
             "budget.patience": patience,

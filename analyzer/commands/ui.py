@@ -65,6 +65,13 @@ def register(app: typer.Typer) -> None:
         rate_per_user: Annotated[
             float, typer.Option(help="open-loop users: requests/second per user (default in form)")
         ] = 10.0,
+        arrival: Annotated[
+            str,
+            typer.Option(
+                help="open-loop users: arrival process, default in the form (poisson, constant, "
+                "gamma:cv=2, mmpp:4@0.5,0.25@2, ramp:..., diurnal:...; each user its own stream)"
+            ),
+        ] = "poisson",
         log_dir: Annotated[
             Path, typer.Option(help="managed server log and repository directory")
         ] = Path("reports/ui"),
@@ -111,6 +118,7 @@ def register(app: typer.Typer) -> None:
                 web_login=web_login,
                 workers=workers,
                 rate_per_user=rate_per_user,
+                arrival=arrival,
                 log_dir=log_dir,
                 inputs=inputs,
             ),

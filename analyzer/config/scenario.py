@@ -191,6 +191,7 @@ def _hashed(scenario: Scenario) -> dict[str, Any]:
     for key in ("workers", "expect_workers", "master_bind_host", "master_port"):
         data["traffic"].pop(key, None)  # nor does where the generator runs
     data["input"] = scenario.input.identity()  # a data file by its bytes, not by its path
+    data["traffic"].pop("trace", None)  # a trace too (its trace_sha256 stays)
     if data["space"].get("response_cache") in (None, "off"):
         data["model"].pop("cache_size_bytes", None)  # no cache: its size measures nothing
     if not data["budget"].get("sequential", True):
@@ -258,6 +259,19 @@ def input_overrides(
         "input.unique_payloads": unique_payloads,
         "input.repeat_ratio": repeat_ratio,
         "input.shared_memory": shared_memory,
+    }
+
+
+def traffic_overrides(
+    arrival: str | None = None, trace: str | None = None, trace_unit: str | None = None
+) -> dict[str, Any]:
+    """The traffic-shape flags of ``run``, ``gate`` and ``load`` (``--arrival``, ``--trace``,
+    ``--trace-unit``) as dotted keys for :func:`load_scenario` (None: not given). A trace
+    given by flag is relative to the working directory."""
+    return {
+        "traffic.arrival": "trace" if trace is not None and arrival is None else arrival,
+        "traffic.trace": str(Path(trace).expanduser().resolve()) if trace is not None else None,
+        "traffic.trace_unit": trace_unit,
     }
 
 
@@ -343,12 +357,14 @@ def load_scenario(
 
 
 def _relative_to(data: dict[str, Any], root: Path) -> None:
-    """A scenario file's relative ``input.data_file`` names a path beside the file."""
-    section = data.get("input")
-    if isinstance(section, dict) and isinstance(section.get("data_file"), str):
-        given = Path(section["data_file"]).expanduser()
-        if not given.is_absolute():
-            section["data_file"] = str(root / given)
+    """A scenario file's relative ``input.data_file`` and ``traffic.trace`` name paths beside
+    the file."""
+    for name, key in (("input", "data_file"), ("traffic", "trace")):
+        section = data.get(name)
+        if isinstance(section, dict) and isinstance(section.get(key), str):
+            given = Path(section[key]).expanduser()
+            if not given.is_absolute():
+                section[key] = str(root / given)
 
 
 def env_overrides(env: Mapping[str, str]) -> dict[str, Any]:

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -23,7 +24,10 @@ from pydantic import (
     model_validator,
 )
 
-from analyzer.measure.specs import Arrival, LoadMode
+from analyzer.config.traces import read_trace
+from analyzer.errors import InputError
+from analyzer.measure.arrivals import Arrival, ArrivalProcess, Trace, parse_arrival
+from analyzer.measure.specs import LoadMode
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 
@@ -196,6 +200,12 @@ class InputSection(_Section):
         return "file" if self.data_file is not None else self.data
 
 
+@functools.lru_cache(maxsize=4)
+def _read_trace(path: Path, unit: str, sha256: str | None) -> Trace:
+    """A trace file read once per content (``sha256``) rather than once per load level."""
+    return read_trace(path, unit)
+
+
 def data_digest(path: Path) -> str:
     """SHA-256 of a data file, or of a directory's file names and bytes (sorted by name)."""
     h = hashlib.sha256()
@@ -245,6 +255,10 @@ _SEQUENCE_DEFAULTS = (
 )
 
 
+#: ``[traffic]`` trace settings and their defaults (left out of a dump at these values).
+_TRACE_DEFAULTS = (("trace", None), ("trace_unit", "auto"), ("trace_sha256", None))
+
+
 class TrafficMode(str, enum.Enum):
     """``[traffic] mode``: how the scenario offers load (:attr:`load_mode`, the generator's word)."""
 
@@ -263,8 +277,21 @@ class TrafficSection(_Section):
     mode: TrafficMode = TrafficMode.RATE
     """``rate``: open loop (requests are sent on a schedule, latency counted from the intended send
     time); ``concurrency``: closed loop (N users, each waits for its response)."""
-    arrival: Arrival = Arrival.POISSON
-    """Inter-arrival times of the open-loop schedule."""
+    arrival: str = "poisson"
+    """The open-loop arrival process, in its short form: ``poisson``, ``constant``,
+    ``gamma:cv=2``, ``mmpp:4@0.5,0.25@2`` (relative rate @ mean sojourn seconds, states in
+    turn), ``ramp:start=0.5,end=1.5,period_s=60``, ``diurnal:amplitude=0.5,period_s=60``, or
+    ``trace`` (with ``trace``). Every level offers its rate in this shape."""
+    trace: Path | None = None
+    """A recorded trace to replay (``.csv`` or ``.jsonl`` timestamps, else perf_analyzer's
+    ``--request-intervals``), scaled to each level's rate and looped; relative to the scenario
+    file. Sets ``arrival`` to ``trace``."""
+    trace_unit: Literal["auto", "s", "ms", "us"] = "auto"
+    """The trace's time unit (``auto``: a CSV/JSONL column's ``_ms``/``_us`` suffix, else
+    seconds; microseconds for an intervals file)."""
+    trace_sha256: str | None = None
+    """SHA-256 of ``trace``, filled in when the scenario is loaded; a recorded scenario whose
+    trace has changed since is refused."""
     rate_rps: PositiveFloat | None = None
     """Fixed offered load (requests/s) for the ``latency`` objective."""
     concurrency: Annotated[int, Field(ge=1)] | None = None
@@ -305,6 +332,49 @@ class TrafficSection(_Section):
     (perf_analyzer's ``--num-of-sequences``). Closed loop: one sequence per user."""
 
     @model_validator(mode="after")
+    def _check_arrival(self) -> TrafficSection:
+        if self.trace is None:
+            if self.trace_sha256 is not None:
+                raise ValueError("traffic.trace_sha256 needs traffic.trace")
+            if self.arrival.partition(":")[0].strip() == Arrival.TRACE.value:
+                raise ValueError("traffic.arrival = 'trace' replays a file: set traffic.trace")
+            try:
+                parse_arrival(self.arrival)
+            except InputError as exc:
+                raise ValueError(f"traffic.arrival: {exc}") from None
+            return self
+        if self.arrival not in ("poisson", "trace"):
+            raise ValueError(
+                f"traffic.trace replays a recording; it cannot be shaped as {self.arrival!r} "
+                "too (leave traffic.arrival out)"
+            )
+        path = self.trace.expanduser().resolve()
+        object.__setattr__(self, "trace", path)  # frozen: made absolute once, here
+        object.__setattr__(self, "arrival", "trace")
+        if not path.is_file():
+            raise ValueError(f"traffic.trace {path}: no such file")
+        digest = data_digest(path)
+        if self.trace_sha256 is None:
+            object.__setattr__(self, "trace_sha256", digest)  # frozen: filled in once, here
+        elif self.trace_sha256 != digest:
+            raise ValueError(
+                f"traffic.trace {path} changed since this scenario was recorded (sha256 "
+                f"{digest[:12]}..., recorded {self.trace_sha256[:12]}...): restore the file, "
+                "or start a new run"
+            )
+        try:
+            self.arrival_process()
+        except InputError as exc:
+            raise ValueError(f"traffic.trace: {exc}") from None
+        return self
+
+    def arrival_process(self) -> ArrivalProcess:
+        """The arrival process the levels are offered in (a trace read from its file)."""
+        if self.trace is None:
+            return parse_arrival(self.arrival)
+        return parse_arrival("trace", _read_trace(self.trace, self.trace_unit, self.trace_sha256))
+
+    @model_validator(mode="after")
     def _check_classes(self) -> TrafficSection:
         names = [c.name for c in self.classes]
         repeated = sorted({n for n in names if names.count(n) > 1})
@@ -325,7 +395,7 @@ class TrafficSection(_Section):
             data.pop("classes", None)
         # The sequence settings at their defaults dump as before they existed, for the same
         # reason: records, TOML and the hash of older scenarios stay as they were.
-        for key, default in _SEQUENCE_DEFAULTS:
+        for key, default in (*_SEQUENCE_DEFAULTS, *_TRACE_DEFAULTS):
             if data.get(key) == default:
                 data.pop(key, None)
         return data

@@ -102,7 +102,7 @@ class LoadPlan:
         return LoadSpec(
             mode=LoadMode.REQUEST_RATE if self.open_loop else LoadMode.CONCURRENCY,
             target=1.0,
-            arrival=t.arrival,
+            arrival=t.arrival_process(),
             warmup_s=b.warmup_s,
             window_s=b.window_s * factor,
             # Count windows: a window ends after min_requests requests (and at least window_s),

@@ -20,7 +20,8 @@ from analyzer.config.scenario import Scenario
 from analyzer.config.sections import GateSection, TrafficMode
 from analyzer.errors import InputError
 from analyzer.gate.verdict import Criteria
-from analyzer.measure.specs import Arrival, LoadMode, LoadSpec
+from analyzer.measure.arrivals import CONSTANT, parse_arrival
+from analyzer.measure.specs import LoadMode, LoadSpec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -91,7 +92,11 @@ class MeasureRequest:
     repeats: int | None = None
     rate_rps: float | None = None
     concurrency: int | None = None
+    #: The arrival process's short form (default: the scenario's when it sets one, else
+    #: constant), or a trace to replay.
     arrival: str | None = None
+    trace: str | None = None
+    trace_unit: str | None = None
     warmup_s: float | None = None
     window_s: float | None = None
     windows: int | None = None
@@ -196,15 +201,20 @@ def plan_measurement(
         mode, target = LoadMode.REQUEST_RATE, float(rate)
     # Constant arrivals unless the scenario asks otherwise: a throughput floor then does not
     # flake on Poisson noise in the number of arrivals per window.
-    chosen = arrival or (t.arrival if "arrival" in t.model_fields_set else "constant")
-    if chosen not in ("poisson", "constant"):
-        raise InputError(f"--arrival must be poisson or constant, got {chosen!r}")
+    if arrival is not None and t.trace is not None:
+        raise InputError("--arrival shapes generated traffic; a --trace replays its own")
+    if arrival is not None:
+        process = parse_arrival(arrival)
+    elif "arrival" in t.model_fields_set or t.trace is not None:
+        process = t.arrival_process()
+    else:
+        process = CONSTANT
     if windows < 1:
         raise InputError(f"--windows must be >= 1, got {windows}")
     spec = LoadSpec(
         mode=mode,
         target=target,
-        arrival=Arrival(chosen),
+        arrival=process,
         warmup_s=b.warmup_s if warmup_s is None else warmup_s,
         window_s=b.window_s if window_s is None else window_s,
         # The gate wants comparable repeats, not early stops: every repeat runs all windows.
@@ -224,11 +234,13 @@ def measurement_hash(scenario: Scenario, plan: MeasurePlan, device: str) -> str:
         "model": scenario.model.name,
         "device": device,
         "input": scenario.input.identity(),
-        "level": [s.mode.value, s.target, s.arrival.value],
+        "level": [s.mode.value, s.target, s.arrival.to_text()],
         "windows": [s.warmup_s, s.window_s, s.max_windows],
     }
     if scenario.model.protocol != "http":  # HTTP, the only protocol before, keeps its hashes
         data["protocol"] = scenario.model.protocol
+    if s.arrival.trace is not None:  # a trace by its bytes, not by its file name
+        data["trace_sha256"] = scenario.traffic.trace_sha256
     if scenario.traffic.classes:  # a priority mix changes what was sent; none keeps the hash
         data["classes"] = [c.model_dump() for c in scenario.traffic.classes]
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

@@ -31,6 +31,7 @@ from analyzer.config.scenario import (
     generator_overrides,
     input_overrides,
     load_scenario,
+    traffic_overrides,
 )
 from analyzer.config.sections import GateSection
 from analyzer.errors import InputError
@@ -129,6 +130,7 @@ def measure_and_gate(
         **input_overrides(
             r.shape, r.input_data, r.batch_size, r.unique_payloads, r.repeat_ratio, r.shared_memory
         ),
+        **traffic_overrides(None, r.trace, r.trace_unit),
         **generator_overrides(
             r.protocol,
             r.metrics_url,

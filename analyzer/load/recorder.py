@@ -21,7 +21,9 @@ Beside the histograms, ``sequence`` keeps the reported latencies in completion o
 milliseconds, 4 bytes a request): the sequential step rule (``analyzer.measure.stepping``) estimates
 the latencies' autocorrelation from their order, which a histogram has lost. Ticks of several
 processes are concatenated process after process; within one tick interval (0.1 s) that is
-completion order up to the interleaving of the processes.
+completion order up to the interleaving of the processes. ``sends`` keeps each request's send
+time (wall clock, float64 seconds, 8 bytes a request) so that the gaps of all processes'
+sends together can be measured (:func:`send_gap_cv`): what the arrival process actually sent.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from analyzer.measure.histograms import merge_encoded, new_histogram, record_us
@@ -82,6 +85,7 @@ class Recorder:
         self.service = new_histogram()
         self.lag = new_histogram()
         self.sequence = array("f")
+        self.sends = array("d")
         self.dispatched = 0
         self.completed = 0
         self.errors = 0
@@ -93,6 +97,7 @@ class Recorder:
     def dispatched_one(self, lag_s: float) -> None:
         """The scheduler handed one request to the pool ``lag_s`` after its intended time."""
         self.dispatched += 1
+        self.sends.append(time.time())
         self.in_flight += 1
         if self.in_flight > self.max_in_flight:
             self.max_in_flight = self.in_flight
@@ -152,6 +157,7 @@ class Recorder:
             "service": self.service.encode() if self.service.get_total_count() else "",
             "lag": self.lag.encode() if self.lag.get_total_count() else "",
             "sequence": self.sequence.tobytes(),
+            "sends": self.sends.tobytes(),
             "classes": [c.encode() for c in self.classes],
             **self._counters(),
         }
@@ -172,6 +178,7 @@ class Recorder:
             service=self.service,
             lag=self.lag,
             sequence=self.sequence,
+            sends=self.sends,
             dispatched=c["dispatched"],
             completed=c["completed"],
             errors=c["errors"],
@@ -197,6 +204,8 @@ class Tick:
     lag: HdrHistogram = field(default_factory=new_histogram)
     #: Reported latencies in completion order, milliseconds (float32).
     sequence: array[float] = field(default_factory=lambda: array("f"))
+    #: Send times (wall clock, seconds), process after process.
+    sends: array[float] = field(default_factory=lambda: array("d"))
     dispatched: int = 0
     completed: int = 0
     errors: int = 0
@@ -231,6 +240,7 @@ class Tick:
                 tally.completed += raw["completed"]
                 tally.errors += raw["errors"]
             out.sequence.frombytes(t.get("sequence", b""))
+            out.sends.frombytes(t.get("sends", b""))
             out.dispatched += t["dispatched"]
             out.completed += t["completed"]
             out.errors += t["errors"]
@@ -249,6 +259,7 @@ class Tick:
         self.service.add(other.service)
         self.lag.add(other.lag)
         self.sequence.extend(other.sequence)
+        self.sends.extend(other.sends)
         for index, tally in enumerate(other.classes):
             while len(self.classes) <= index:
                 self.classes.append(ClassTally())
@@ -265,3 +276,13 @@ class Tick:
         if n:
             self.cpu_pct = (self.cpu_pct * self.intervals + other.cpu_pct * other.intervals) / n
         self.intervals = n
+
+
+def send_gap_cv(sends: array[float]) -> float | None:
+    """Coefficient of variation of the gaps between ``sends`` (any order; None for fewer
+    than three)."""
+    if len(sends) < 3:
+        return None
+    gaps = np.diff(np.sort(np.frombuffer(sends, dtype=np.float64)))
+    mean = float(gaps.mean())
+    return float(gaps.std(ddof=1)) / mean if mean > 0 else None

@@ -31,7 +31,7 @@ import gevent
 from analyzer.load.backends import DistributedBackend, LocalBackend, _Backend
 from analyzer.load.clients import stats_source
 from analyzer.load.engine import EngineOptions
-from analyzer.load.recorder import Tick
+from analyzer.load.recorder import Tick, send_gap_cv
 from analyzer.load.users import ClosedLoopUser, EngineConfig, OpenLoopUser
 from analyzer.load.windows import _equal_parts, _feed, _TickSample, _Window
 from analyzer.measure.capacity import CapacityResult, CapacitySearch
@@ -60,6 +60,9 @@ log = logging.getLogger(__name__)
 
 #: A count window that has not reached its request count by then closes anyway.
 MAX_COUNT_WINDOW_S = 30.0
+#: An open-loop level's stream starts this long after its processes are configured, so that
+#: they share one epoch (a process that starts later joins the stream where it then is).
+STREAM_LEAD_S = 0.1
 
 
 class LocustLoadGenerator:
@@ -189,6 +192,9 @@ class LocustLoadGenerator:
             mode=spec.mode,
             rate_per_user=spec.target / users if open_loop else 0.0,
             arrival=spec.arrival,
+            shared_stream=users if open_loop else 0,
+            # Far enough ahead that the processes' dispatchers start before it, as a rule.
+            stream_epoch=time.time() + STREAM_LEAD_S if open_loop else 0.0,
             seed=spec.seed,
             pool_size=o.pool_size,
             inputs=o.inputs,
@@ -424,7 +430,13 @@ class LocustLoadGenerator:
             valid=not problems,
             send_lag_p99_ms=lag.p99_ms if open_loop else 0.0,
             server=combine_views([w.server for w in used]),
-            arrival=spec.arrival if open_loop else None,
+            arrival=spec.arrival.to_text() if open_loop else None,
+            send_gap_cv=send_gap_cv(total.sends) if open_loop else None,
+            late_share_1ms=(
+                count_above_us(total.lag, 1000.0) / total.dispatched
+                if open_loop and total.dispatched
+                else None
+            ),
             p999_ms=lat.p999_ms,
             mean_ms=lat.mean_ms,
             max_ms=lat.max_ms,

@@ -10,8 +10,9 @@ without a priority mix).
 * ``ClosedLoopUser``: one request outstanding per user, back to back (perf_analyzer
   ``--concurrency-range``). Latency is timed from the actual send (closed loop; a stall delays the
   next send and hides in the tail: coordinated omission).
-* ``OpenLoopUser``: a scheduler computes intended send times (constant or Poisson, seeded) at
-  ``rate_per_user`` and hands each request to its own greenlet from a bounded pool. When the pool
+* ``OpenLoopUser``: a scheduler computes intended send times (the level's arrival process,
+  seeded: :mod:`analyzer.measure.arrivals`; the dispatchers of all processes share one stream
+  and each sends every n-th request of it) at ``rate_per_user`` and hands each request to its own greenlet from a bounded pool. When the pool
   is full the request waits in a backlog (never dropped): its latency, timed from the intended
   send time, keeps growing, exactly as a real client's would.
 
@@ -29,9 +30,10 @@ from __future__ import annotations
 import analyzer.load._gevent  # noqa: F401  (isort: skip) patch first
 import atexit
 import collections
+import itertools
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -61,7 +63,8 @@ from analyzer.load.sequences import (
 )
 from analyzer.load.shm import ShmInputs
 from analyzer.load.timing import DeadlineSleeper
-from analyzer.measure.specs import Arrival, LoadMode
+from analyzer.measure.arrivals import POISSON, ArrivalProcess
+from analyzer.measure.specs import LoadMode
 
 _CONTEXT_ATTR = "perfsweep_context"
 #: ``EngineConfig.shared_memory`` values.
@@ -78,7 +81,14 @@ class EngineConfig:
     mode: LoadMode
     #: Open loop: requests/second each dispatcher user offers.
     rate_per_user: float = 0.0
-    arrival: Arrival = Arrival.POISSON
+    arrival: ArrivalProcess = POISSON
+    #: Open loop: the dispatchers (one per generator process) that share one stream of
+    #: ``arrival`` (each sends every n-th request of it, so bursts stay bursts); 0: each
+    #: dispatcher draws a stream of its own (the dashboard's users).
+    shared_stream: int = 0
+    #: With ``shared_stream``: when the stream starts (wall clock, ``time.time()``), the same in
+    #: every process so that their shares interleave as the stream does; 0: at each start.
+    stream_epoch: float = 0.0
     seed: int = 0
     #: Open loop: requests in flight per dispatcher user before later ones wait in the backlog.
     pool_size: int = 512
@@ -102,7 +112,7 @@ class EngineConfig:
         """Plain values (msgpack/JSON): enums as their values, the inputs as
         :meth:`InputOptions.to_dict`."""
         plain = {f.name: getattr(self, f.name) for f in fields(self)}
-        plain.update(mode=self.mode.value, arrival=self.arrival.value)
+        plain.update(mode=self.mode.value, arrival=self.arrival.to_dict())
         plain["inputs"] = self.inputs.to_dict()
         return plain
 
@@ -111,7 +121,7 @@ class EngineConfig:
         """Inverse of ``to_dict`` (``inputs`` may be left out: random data)."""
         values = dict(data)
         values["mode"] = LoadMode(values["mode"])
-        values["arrival"] = Arrival(values.get("arrival", Arrival.POISSON))
+        values["arrival"] = ArrivalProcess.from_dict(values.get("arrival", "poisson"))
         values["inputs"] = InputOptions.from_dict(values.get("inputs") or {})
         return cls(**values)
 
@@ -469,11 +479,19 @@ class OpenLoopUser(User):
         index = ctx.next_user_index()
         self.rng = random.Random(self.config.seed * 1_000_003 + index)
 
-    def _interval(self) -> float:
-        rate = self.config.rate_per_user
-        if self.config.arrival is Arrival.CONSTANT:
-            return 1.0 / rate
-        return self.rng.expovariate(rate)
+    def _send_times(self) -> Iterator[float]:
+        """This dispatcher's intended send times, seconds from its start."""
+        c = self.config
+        if c.shared_stream:
+            # Every dispatcher walks the level's one stream and keeps its own share.
+            rate = c.rate_per_user * c.shared_stream
+            slot = self.ctx.process_index % c.shared_stream
+            return c.arrival.send_times(rate, c.seed, slot, c.shared_stream)
+        # A stream of its own, started at a random phase so that dispatchers do not fire in
+        # lock-step.
+        phase = self.rng.uniform(0, 1.0 / c.rate_per_user)
+        seed = self.rng.getrandbits(32)
+        return (phase + t for t in c.arrival.send_times(c.rate_per_user, seed))
 
     @task
     def dispatch(self) -> None:
@@ -482,8 +500,15 @@ class OpenLoopUser(User):
         # Every microsecond the dispatcher wakes late is added to the latency (timed from the
         # intended send), so it sleeps on a timerfd, not on gevent's millisecond timers.
         sleeper = DeadlineSleeper(use_timerfd=self.config.precise_timer)
-        # A random phase so several dispatchers (processes) do not fire in lock-step.
-        intended = time.perf_counter() + self.rng.uniform(0, 1.0 / self.config.rate_per_user)
+        times = self._send_times()
+        start = time.perf_counter()
+        if self.config.shared_stream and self.config.stream_epoch:
+            # The stream runs from the level's epoch in every process (wall clock, converted
+            # to this process's perf_counter); a process that starts late joins it at the
+            # first send still ahead rather than sending what it missed at once.
+            start += self.config.stream_epoch - time.time()
+            times = itertools.dropwhile(lambda t: start + t < time.perf_counter(), times)
+        intended = start + next(times)
         try:
             while True:
                 now = time.perf_counter()
@@ -504,7 +529,7 @@ class OpenLoopUser(User):
                         # every completion takes the oldest waiting send.
                         self.backlog.append(intended)
                         recorder.backlog(len(self.backlog))
-                    intended += self._interval()
+                    intended = start + next(times)
                 sleeper.sleep_until(intended)
         finally:
             sleeper.close()

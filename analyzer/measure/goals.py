@@ -11,8 +11,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from analyzer.measure.arrivals import ArrivalProcess
 from analyzer.measure.measurement import Measurement, WindowStats
-from analyzer.measure.specs import Arrival, Goals
+from analyzer.measure.specs import Goals
 from analyzer.measure.stepping import StepVerdict
 
 
@@ -54,7 +55,7 @@ def generator_problems(
     sent: int,
     late: int,
     expected_sent: float,
-    arrival: Arrival,
+    arrival: ArrivalProcess,
 ) -> list[str]:
     """Why a measurement is invalid (empty when the generator kept up).
 
@@ -65,7 +66,10 @@ def generator_problems(
         sent: requests dispatched in the measured windows.
         late: how many of them left more than ``limits.max_send_lag_ms`` after their intended time.
         expected_sent: requests the schedule asked for in those windows (0: skip that rule).
-        arrival: the schedule's distribution (Poisson counts vary by sqrt(n)).
+        arrival: the schedule's process: how much its count in a window varies (Poisson by
+            sqrt(n), gamma by cv * sqrt(n)); a shape whose count swings with its bursts or its
+            period (mmpp, ramp, diurnal, a trace) skips the offered-count rule, and the lag
+            rule alone tells a generator that falls behind.
     """
     problems = []
     if cpu_pct > limits.max_cpu_pct:
@@ -76,12 +80,14 @@ def generator_problems(
     # maximum, so the rule counts late requests rather than reading the lag's p99.
     if late > max(limits.max_late_fraction * sent, 2):
         problems.append(f"{late} of {sent} requests sent over {limits.max_send_lag_ms:g} ms late")
-    if expected_sent > 0:
-        if arrival is Arrival.CONSTANT:
+    dispersion = arrival.count_dispersion
+    if expected_sent > 0 and dispersion is not None:
+        if dispersion == 0:
             slack = (1 - limits.min_offered_ratio) * expected_sent + 2
-        else:  # only a shortfall beyond 3 sigma of a Poisson count is the generator's
+        else:  # only a shortfall beyond 3 sigma of the process's count is the generator's
             slack = max(
-                (1 - limits.min_offered_ratio) * expected_sent, 3 * math.sqrt(expected_sent)
+                (1 - limits.min_offered_ratio) * expected_sent,
+                3 * math.sqrt(dispersion * expected_sent),
             )
         if sent < expected_sent - slack:
             problems.append(

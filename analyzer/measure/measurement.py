@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from analyzer.measure.specs import Arrival, Goals, LoadMode
+from analyzer.measure.specs import Goals, LoadMode
 from analyzer.measure.stepping import StepRecord
 
 
@@ -223,7 +223,16 @@ class Measurement:
     valid: bool
     send_lag_p99_ms: float
     server: ServerView | None
-    arrival: Arrival | None = None
+    #: Open loop: the arrival process asked for, its short form (``poisson``, ``gamma:cv=2``,
+    #: ``trace:requests.csv``; ``analyzer.measure.arrivals``); None in closed loop.
+    arrival: str | None = None
+    #: Open loop: the coefficient of variation of the gaps between the requests actually sent
+    #: in the measured windows (all generator processes together): what was sent, beside
+    #: ``offered_rps``. None in closed loop and in records written before it.
+    send_gap_cv: float | None = None
+    #: Open loop: the share of requests sent more than 1 ms after their intended time (how
+    #: closely the schedule, a replayed trace's say, was kept). None as above.
+    late_share_1ms: float | None = None
     p999_ms: float = 0.0
     mean_ms: float = 0.0
     max_ms: float = 0.0
@@ -283,7 +292,7 @@ class Measurement:
         """Inverse of ``to_dict``."""
         kwargs = _known_fields(cls, data)
         kwargs["mode"] = LoadMode(data["mode"])
-        kwargs["arrival"] = Arrival(data["arrival"]) if data.get("arrival") else None
+        kwargs["arrival"] = str(data["arrival"]) if data.get("arrival") else None
         kwargs["server"] = ServerView.from_dict(data["server"]) if data.get("server") else None
         kwargs["windows"] = tuple(WindowStats.from_dict(w) for w in data.get("windows", ()))
         kwargs["messages"] = tuple(data.get("messages", ()))

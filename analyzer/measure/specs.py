@@ -1,6 +1,6 @@
 """What to measure: how load is offered, the goals, one load level, one capacity search.
 
-:class:`LoadMode` and :class:`Arrival`, :class:`Goals` (p99 and error-rate bounds, per request
+:class:`LoadMode`, :class:`Goals` (p99 and error-rate bounds, per request
 class too), :class:`LoadSpec` (one level) and :class:`CapacitySpec` (a search for the highest
 level that meets the goals). Pure records; every one round-trips through ``to_dict``.
 """
@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from analyzer.errors import InputError
+from analyzer.measure.arrivals import POISSON, ArrivalProcess
 from analyzer.measure.stepping import StepTest
 
 
@@ -24,13 +25,6 @@ class LoadMode(str, enum.Enum):
     #: Open loop: requests are sent on a schedule regardless of responses; latency is timed from the
     #: intended send time, so a stall shows in the tail.
     REQUEST_RATE = "request_rate"
-
-
-class Arrival(str, enum.Enum):
-    """Inter-arrival distribution of an open-loop schedule."""
-
-    CONSTANT = "constant"
-    POISSON = "poisson"
 
 
 @dataclass(frozen=True)
@@ -81,7 +75,8 @@ class LoadSpec:
     mode: LoadMode
     #: Concurrency (requests outstanding) in closed-loop mode, requests/second in open-loop mode.
     target: float
-    arrival: Arrival = Arrival.POISSON
+    #: Open loop: when requests are sent (the shape; ``target`` sets its mean rate).
+    arrival: ArrivalProcess = POISSON
     #: Warm-up before the first window; its requests are never part of any result.
     warmup_s: float = 1.0
     #: Window length in seconds (time windows). Ignored when ``window_requests`` is set.

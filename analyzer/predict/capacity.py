@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+from analyzer.measure.arrivals import POISSON, ArrivalProcess
 from analyzer.predict.profile import Profile
 from analyzer.predict.sim_records import CapacityPrediction, Prediction, SimConfig, check_modelled
 from analyzer.predict.simulator import simulate
@@ -31,6 +32,7 @@ def capacity(
     min_rps: float | None = None,
     start_rps: float | None = None,
     ceiling_rps: float = math.inf,
+    arrival: ArrivalProcess = POISSON,
 ) -> CapacityPrediction:
     """Search the rate for the highest one whose simulated p99 is <= ``p99_ms``.
 
@@ -55,6 +57,7 @@ def capacity(
         ceiling_rps: No rate above this is of interest (the sweep offers no more): the
             search's upper end is ``min(peak, ceiling_rps)``, so a config that passes there
             costs one simulated rate.
+        arrival: The arrival process simulated (Poisson by default).
 
     Raises:
         ExtrapolationError: the config needs batch sizes beyond the profile.
@@ -67,7 +70,15 @@ def capacity(
     steps: list[tuple[float, float]] = []
 
     def passes(rate: float) -> tuple[bool, Prediction]:
-        pred = simulate(profile, config, rate, requests=requests, seed=seed, stop_above_ms=p99_ms)
+        pred = simulate(
+            profile,
+            config,
+            rate,
+            requests=requests,
+            seed=seed,
+            stop_above_ms=p99_ms,
+            arrival=arrival,
+        )
         steps.append((rate, pred.p99_ms))
         # A rate the system cannot keep up with never passes, whatever the sample's p99.
         ok = pred.p99_ms <= p99_ms and not pred.saturated
@@ -133,11 +144,12 @@ def latency_offset(
     *,
     requests: int = 3000,
     seed: int = 0,
+    arrival: ArrivalProcess = POISSON,
 ) -> float | None:
     """The latency the simulator does not see, from measured operating points.
 
-    Each point is ``(config, rate, measured p99)``: the p99 a sweep measured at that Poisson
-    rate. The offset is the median over the points of the measured minus the simulated p99 at
+    Each point is ``(config, rate, measured p99)``: the p99 a sweep measured at that rate of
+    ``arrival``. The offset is the median over the points of the measured minus the simulated p99 at
     the same rate (simulated without any offset), so ``replace(profile, latency_offset_ms=...)``
     predicts what was measured. Points the profile cannot simulate (batches beyond it, a
     priority or queue policy, a rate it saturates at, no finite p99) are skipped; None when
@@ -149,7 +161,7 @@ def latency_offset(
         covered = base.covers(config.largest_items(base.items)) and not config.queue_policy
         if rate <= 0 or not math.isfinite(p99_ms) or not covered:
             continue
-        sim = simulate(base, config, rate, requests=requests, seed=seed)
+        sim = simulate(base, config, rate, requests=requests, seed=seed, arrival=arrival)
         if not sim.saturated and math.isfinite(sim.p99_ms):
             gaps.append(p99_ms - sim.p99_ms)
     return statistics.median(gaps) if gaps else None
@@ -176,6 +188,7 @@ def capacities(
     resolution: float = 0.02,
     workers: int = 1,
     ceiling_rps: float = math.inf,
+    arrival: ArrivalProcess = POISSON,
 ) -> dict[SimConfig, CapacityPrediction]:
     """:func:`capacity` of every config, fast enough for a whole search space.
 
@@ -185,7 +198,8 @@ def capacities(
     that simulate identically (:func:`_equivalence_key`: e.g. every delay at
     ``max_batch_size`` 1) are simulated once. Groups are independent, so ``workers > 1``
     runs them in that many processes with the same answers. ``ceiling_rps``: as in
-    :func:`capacity` (configs at or above it cost one simulated rate each).
+    :func:`capacity` (configs at or above it cost one simulated rate each); ``arrival``: the
+    process simulated.
 
     Raises:
         ExtrapolationError: some config needs batch sizes beyond the profile (before any
@@ -202,7 +216,7 @@ def capacities(
         sorted(g, key=lambda c: (c.max_batch_size, c.preferred_batch_size, c.max_queue_delay_us))
         for _, g in sorted(groups.items())
     ]
-    args = (profile, p99_ms, requests, seed, resolution, ceiling_rps)
+    args = (profile, p99_ms, requests, seed, resolution, ceiling_rps, arrival)
     out: dict[SimConfig, CapacityPrediction] = {}
     if workers > 1 and len(chains) > 1:
         from concurrent.futures import ProcessPoolExecutor
@@ -224,6 +238,7 @@ def _chain(
     seed: int,
     resolution: float,
     ceiling_rps: float = math.inf,
+    arrival: ArrivalProcess = POISSON,
 ) -> dict[SimConfig, CapacityPrediction]:
     """One group of :func:`capacities`, each search warm-started at the previous answer."""
     done: dict[tuple[Any, ...], CapacityPrediction] = {}
@@ -242,6 +257,7 @@ def _chain(
                 resolution=resolution,
                 start_rps=hint,
                 ceiling_rps=ceiling_rps,
+                arrival=arrival,
             )
             done[key] = cap
         out[config] = cap

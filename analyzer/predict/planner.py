@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from analyzer.documents import PREDICTION_KIND, header
 from analyzer.errors import InputError, ResultFormatError
+from analyzer.measure.arrivals import POISSON, ArrivalProcess
 from analyzer.predict.capacity import capacity, latency_offset
 from analyzer.predict.fitting import from_run_dir, run_operating_points
 from analyzer.predict.profile import Profile, load_profile, save_profile
@@ -46,12 +47,13 @@ class PlanRequest:
         inputs: The request data the probe sends (with ``url``; None = seeded random data of
             the model's own shapes, batch size 1), as the load would send it.
         save_profile: Write the profile used (e.g. the probed one) to this JSON file.
-        rate_rps: Predict latency and batch sizes at this Poisson rate.
+        rate_rps: Predict latency and batch sizes at this rate (of ``arrival``).
         p99_ms: Or: predict the capacity at this p99 goal.
         max_batch_size / max_queue_delay_us / preferred_batch_size / instance_count: Config
             overrides (None = the default config's value).
         requests: Simulated arrivals per rate.
         seed: Simulation seed.
+        arrival: The arrival process simulated (Poisson by default).
     """
 
     run_dir: Path | None = None
@@ -69,6 +71,7 @@ class PlanRequest:
     probe: ProbePlan | None = None
     inputs: InputOptions | None = None
     save_profile: Path | None = None
+    arrival: ArrivalProcess = POISSON
 
 
 @dataclass(frozen=True)
@@ -158,7 +161,7 @@ def plan(request: PlanRequest) -> PlanReport:
             (SimConfig.from_knobs(k), rate, p99)
             for k, rate, p99 in run_operating_points(request.run_dir)
         ]
-        offset = latency_offset(profile, points, seed=request.seed)
+        offset = latency_offset(profile, points, seed=request.seed, arrival=request.arrival)
         if offset is not None:
             profile = replace(profile, latency_offset_ms=round(offset, 3))
     if request.save_profile is not None:
@@ -197,11 +200,16 @@ def plan(request: PlanRequest) -> PlanReport:
     profile.check_covers(config.largest_items(profile.items))
     if request.rate_rps is not None:
         pred = simulate(
-            profile, config, request.rate_rps, requests=request.requests, seed=request.seed
+            profile,
+            config,
+            request.rate_rps,
+            requests=request.requests,
+            seed=request.seed,
+            arrival=request.arrival,
         )
         return PlanReport(profile, config, source, pred, None)
     assert request.p99_ms is not None
-    cap = capacity(profile, config, request.p99_ms, seed=request.seed)
+    cap = capacity(profile, config, request.p99_ms, seed=request.seed, arrival=request.arrival)
     return PlanReport(profile, config, source, None, cap)
 
 

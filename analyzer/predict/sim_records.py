@@ -122,7 +122,7 @@ class Prediction:
     """What the simulator predicts at one rate.
 
     Attributes:
-        rate_rps: Offered Poisson rate.
+        rate_rps: Offered rate (of the simulated arrival process).
         requests: Requests measured (after the warm-up ones).
         p50_ms / p99_ms / mean_ms: Latency of the measured requests (arrival to completion).
         throughput_rps: Measured requests / the span from the first measured arrival to the

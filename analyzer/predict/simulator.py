@@ -36,8 +36,9 @@ and the unit exponential gaps and the jitter's normal draws are drawn once per s
 reused by every rate and config. :func:`capacities` visits a space's configs neighbour after
 neighbour and starts each capacity search at the previous answer.
 
-Assumptions (:data:`ASSUMPTIONS`, printed by ``perfsweep predict``): Poisson arrivals of
-requests of the profile's mix (batch-1 requests of one size without one), independent of each
+Assumptions (:data:`ASSUMPTIONS`, printed by ``perfsweep predict``): arrivals of the
+scenario's process (``analyzer.measure.arrivals``: Poisson by default) of requests of the
+profile's mix (batch-1 requests of one size without one), independent of each
 other; network, protocol and thread hand-overs are one constant offset (latency = queue +
 execution + ``Profile.latency_offset_ms``, calibrated by :func:`latency_offset`); one device
 shared by all instances.
@@ -53,18 +54,21 @@ from __future__ import annotations
 import bisect
 import functools
 import heapq
+import itertools
 import math
 import random
 from collections import deque
 from itertools import accumulate
 from typing import Any
 
+from analyzer.measure.arrivals import POISSON, Arrival, ArrivalProcess
 from analyzer.predict.profile import Profile
 from analyzer.predict.sim_records import Prediction, SimConfig, check_modelled
 from reference_server.batching.decide import IDLE_WAIT_S, Candidate, OpenBatch, decide
 
 ASSUMPTIONS = (
-    "arrivals: Poisson (seeded); each request's size drawn from the load's data (the profile's "
+    "arrivals: the scenario's process (Poisson unless traffic.arrival says otherwise; seeded, "
+    "the load generator's stream); each request's size drawn from the load's data (the profile's "
     "request mix; one size and one item per request without one), a batch timed at its "
     "largest member",
     "latency = queue + execution on the server + one constant offset for what the server does "
@@ -107,6 +111,28 @@ class _Batch:
         self.blocked = False
 
 
+def _arrival_times(arrival: ArrivalProcess, rate_rps: float, seed: int, n: int) -> list[int]:
+    """The first ``n`` arrival times (ns) of ``arrival`` at ``rate_rps``.
+
+    Poisson, constant and gamma gaps scale with the rate: their unit gaps are the same at every
+    rate (common random numbers), drawn once per seed. Bursts, periods and traces keep their
+    seconds, so they are drawn at each rate (from the same seed: the same stream as the load
+    generator's at that rate).
+    """
+    if arrival.kind in (Arrival.POISSON, Arrival.CONSTANT, Arrival.GAMMA):
+        mean_gap_ns = 1e9 / rate_rps
+        unit = _unit_gaps(seed, n) if arrival.kind is Arrival.POISSON else _unit(arrival, seed, n)
+        return [int(t) for t in accumulate(g * mean_gap_ns for g in unit)]
+    gaps = itertools.islice(arrival.gaps(rate_rps, seed), n)
+    return [int(t * 1e9) for t in accumulate(gaps)]
+
+
+@functools.lru_cache(maxsize=16)
+def _unit(arrival: ArrivalProcess, seed: int, n: int) -> tuple[float, ...]:
+    """The first ``n`` gaps of a rate-scaled process at mean 1 (common to every rate)."""
+    return tuple(itertools.islice(arrival.gaps(1.0, seed), n))
+
+
 @functools.lru_cache(maxsize=16)
 def _unit_gaps(seed: int, n: int) -> tuple[float, ...]:
     """The seed's first ``n`` unit-mean exponential gaps (common to every rate and config)."""
@@ -143,8 +169,9 @@ def simulate(
     warmup: int | None = None,
     seed: int = 0,
     stop_above_ms: float | None = None,
+    arrival: ArrivalProcess = POISSON,
 ) -> Prediction:
-    """Simulate ``requests`` Poisson arrivals at ``rate_rps`` through ``config``.
+    """Simulate ``requests`` arrivals at ``rate_rps`` through ``config``.
 
     Args:
         profile: Execution times (and the requests' mix); must cover every batch ``config``
@@ -156,6 +183,7 @@ def simulate(
         seed: Seeds the arrivals and the jitter (same seed, same answer).
         stop_above_ms: Stop as soon as more than 1 % of the measured requests are certain to
             take longer than this (the capacity search's shortcut); p99 is then ``inf``.
+        arrival: The arrival process (Poisson by default), as the load generator draws it.
 
     Raises:
         ExtrapolationError: the config can execute batches the profile does not cover.
@@ -186,10 +214,8 @@ def simulate(
     if warm >= requests:
         raise ValueError("warmup must leave some requests to measure")
 
-    # Arrival times (ns, integers: decide() compares integer ns as the server does). The unit
-    # gaps are the same at every rate (common random numbers), so they are drawn once per seed.
-    mean_gap_ns = 1e9 / rate_rps
-    arrivals = [int(t) for t in accumulate(g * mean_gap_ns for g in _unit_gaps(seed, requests))]
+    # Arrival times (ns, integers: decide() compares integer ns as the server does).
+    arrivals = _arrival_times(arrival, rate_rps, seed, requests)
     # Jitter draws, independent of the arrival count: at most three phases per request.
     normals = _normals(seed + 1, 3 * requests) if jitter > 0 else ()
     draw = 0
@@ -434,6 +460,7 @@ def simulate(
     latencies.sort()
     span = max(1, last_completion - first_measured)
     throughput = measured / (span / 1e9)
+    offered = measured / (max(1, arrivals[-1] - first_measured) / 1e9)
     return Prediction(
         rate_rps=rate_rps,
         requests=measured,
@@ -443,8 +470,9 @@ def simulate(
         throughput_rps=throughput,
         batch_sizes=batch_sizes,
         # Every arrival is served before the run ends, so a rate above capacity shows as a
-        # throughput (measured / span until the last completion) well below the rate.
-        saturated=throughput < 0.9 * rate_rps,
+        # throughput (measured / span until the last completion) well below the rate that
+        # arrived (measured / their span: a burst or a lull at the end is not the nominal rate).
+        saturated=throughput < 0.9 * offered,
     )
 
 

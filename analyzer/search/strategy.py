@@ -31,6 +31,7 @@ from analyzer.config.knobs import Knobs
 from analyzer.config.model_config import group_devices, knobs_of
 from analyzer.config.scenario import Scenario
 from analyzer.config.sections import TrafficMode
+from analyzer.measure.arrivals import POISSON, ArrivalProcess
 from analyzer.predict import ProfileError
 from analyzer.predict.capacity import capacities, latency_offset
 from analyzer.predict.fitting import WindowSample, operating_points, rescaled
@@ -63,7 +64,7 @@ def resolve(scenario: Scenario, base: mc.ModelConfig | None = None) -> tuple[str
     asked for (None: it is).
 
     ``predict`` needs a capacity objective (it predicts capacities) in open loop (the simulator
-    drives Poisson arrivals) and a stateless model (``base``, the model's config, when known:
+    drives the scenario's open-loop arrivals) and a stateless model (``base``, the model's config, when known:
     the simulator forms batches as the dynamic batcher does, not per sequence slot); anything
     else falls back to ``tpe``. A probe that fails later falls back the same way (the sweep
     says so).
@@ -80,7 +81,7 @@ def resolve(scenario: Scenario, base: mc.ModelConfig | None = None) -> tuple[str
         )
     if scenario.traffic.mode is not TrafficMode.RATE:
         return "tpe", (
-            "search predict: the simulator drives open-loop (Poisson) arrivals, and this "
+            "search predict: the simulator drives open-loop arrivals, and this "
             "scenario's load is closed loop (traffic.mode = concurrency); searching with tpe"
         )
     return "predict", None
@@ -192,6 +193,7 @@ class Guide:
         ceiling_rps: The highest rate the sweep offers (``traffic.max_rate_rps``): no
             measurement can show more, so no prediction says more (configs predicted above it
             tie there, and the smaller config ranks first).
+        arrival: The arrival process the sweep offers (``traffic.arrival``), simulated alike.
     """
 
     profile: Profile
@@ -201,6 +203,7 @@ class Guide:
     uncovered: list[Knobs] = field(default_factory=list)
     seed: int = 0
     ceiling_rps: float = math.inf
+    arrival: ArrivalProcess = POISSON
     #: Times the profile was refitted from the run's measurements.
     refits: int = 0
     #: Predictions of configs outside the space (the baseline), made on first ask.
@@ -221,9 +224,12 @@ class Guide:
         half_width: float,
         seed: int = 0,
         ceiling_rps: float = math.inf,
+        arrival: ArrivalProcess = POISSON,
     ) -> Guide:
         """Simulate every config's capacity at the goal (the predict phase)."""
-        guide = cls(profile, goal_p99_ms, half_width, seed=seed, ceiling_rps=ceiling_rps)
+        guide = cls(
+            profile, goal_p99_ms, half_width, seed=seed, ceiling_rps=ceiling_rps, arrival=arrival
+        )
         guide.predict_space(configs)
         return guide
 
@@ -245,7 +251,9 @@ class Guide:
         """``profile`` with the offset of :func:`latency_offset` (unchanged where no point can
         be simulated)."""
         points = [(SimConfig.from_knobs(k), rate, p99) for k, rate, p99 in operating_points(trials)]
-        offset = latency_offset(profile, points, requests=SIM_REQUESTS, seed=self.seed)
+        offset = latency_offset(
+            profile, points, requests=SIM_REQUESTS, seed=self.seed, arrival=self.arrival
+        )
         if offset is None:
             return profile
         return replace(profile, latency_offset_ms=round(offset, 3))
@@ -258,9 +266,10 @@ class Guide:
         goal_p99_ms: float,
         half_width: float,
         ceiling_rps: float = math.inf,
+        arrival: ArrivalProcess = POISSON,
     ) -> Guide:
         """The guide of a resumed run (its predictions.json; no new simulation)."""
-        guide = cls(profile, goal_p99_ms, half_width, ceiling_rps=ceiling_rps)
+        guide = cls(profile, goal_p99_ms, half_width, ceiling_rps=ceiling_rps, arrival=arrival)
         guide.predictions = {c.config: c.prediction for c in saved.configs}
         return guide
 
@@ -280,6 +289,7 @@ class Guide:
             resolution=SIM_RESOLUTION,
             workers=_workers() if len(configs) > 1 else 1,
             ceiling_rps=self.ceiling_rps,
+            arrival=self.arrival,
         )
         return {
             sims[sim]: band(min(cap.capacity_rps, self.ceiling_rps), self.half_width)

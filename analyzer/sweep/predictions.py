@@ -87,11 +87,14 @@ def _profiled(state: _State, profiler: Profiler) -> Guide | None:
     scenario, directory = state.scenario, state.run_dir
     goal, half = scenario.goals.p99_ms, scenario.search.band
     ceiling = scenario.traffic.max_rate_rps
+    arrival = scenario.traffic.arrival_process()
     profile_path = directory.root / "profile.json"
     if directory.predictions_json.exists() and profile_path.exists():
         try:
             saved = records.load_predictions(directory.predictions_json)
-            return Guide.from_record(saved, load_profile(profile_path), goal, half, ceiling)
+            return Guide.from_record(
+                saved, load_profile(profile_path), goal, half, ceiling, arrival=arrival
+            )
         except (InputError, OSError) as exc:
             _LOG.warning("predictions of the resumed run unreadable (%s): predicting again", exc)
     state.observer.on_trial_start(
@@ -108,7 +111,7 @@ def _profiled(state: _State, profiler: Profiler) -> Guide | None:
         )
         return None
     save_profile(profile, profile_path)
-    return Guide(profile, goal, half, seed=scenario.run.seed, ceiling_rps=ceiling)
+    return Guide(profile, goal, half, seed=scenario.run.seed, ceiling_rps=ceiling, arrival=arrival)
 
 
 def _predicted(state: _State, guide: Guide) -> Guide | None:

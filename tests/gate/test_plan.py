@@ -19,7 +19,8 @@ from analyzer.gate.plan import (
     project_gate_table,
     resolve_criteria,
 )
-from analyzer.measure.specs import Arrival, LoadMode
+from analyzer.measure.arrivals import CONSTANT, POISSON
+from analyzer.measure.specs import LoadMode
 
 
 def scenario(tmp_path: Path, text: str) -> Scenario:
@@ -57,7 +58,7 @@ def test_level_from_flags_scenario_or_floor(tmp_path: Path) -> None:
         s, resolve_criteria(GateFlags(p99_ms=9), None), 3, None, None, None, None, None, 2
     )
     spec = plan.spec
-    assert (spec.mode, spec.target, spec.arrival) == (LoadMode.REQUEST_RATE, 30.0, Arrival.CONSTANT)
+    assert (spec.mode, spec.target, spec.arrival) == (LoadMode.REQUEST_RATE, 30.0, CONSTANT)
     assert (spec.warmup_s, spec.window_s, spec.stable_windows, spec.max_windows) == (0.5, 2.0, 2, 2)
     assert plan.repeats == 3
     flagged = plan_measurement(
@@ -65,7 +66,7 @@ def test_level_from_flags_scenario_or_floor(tmp_path: Path) -> None:
     )
     assert (flagged.spec.target, flagged.spec.arrival, flagged.spec.max_windows) == (
         12.0,
-        Arrival.POISSON,
+        POISSON,
         3,
     )
     bare = scenario(tmp_path, "")
@@ -86,7 +87,7 @@ def test_scenario_arrival_is_kept_when_the_file_sets_it(tmp_path: Path) -> None:
     plan = plan_measurement(
         s, resolve_criteria(GateFlags(p99_ms=9), None), 1, None, None, None, None, None, 2
     )
-    assert plan.spec.arrival is Arrival.POISSON
+    assert plan.spec.arrival == POISSON
 
 
 def test_measurement_hash_ignores_where_but_not_what(tmp_path: Path) -> None:

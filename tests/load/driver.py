@@ -29,12 +29,13 @@ def run_driver(spec: dict[str, Any], timeout_s: float = 240.0) -> dict[str, Any]
 
 
 def _level(data: dict[str, Any]) -> Any:
-    from analyzer.measure.specs import Arrival, LoadMode, LoadSpec
+    from analyzer.measure.arrivals import ArrivalProcess
+    from analyzer.measure.specs import LoadMode, LoadSpec
 
     fields = {k: v for k, v in data.items() if not k.startswith(("pause", "unload"))}
     fields["mode"] = LoadMode(fields["mode"])
     if "arrival" in fields:
-        fields["arrival"] = Arrival(fields["arrival"])
+        fields["arrival"] = ArrivalProcess.from_dict(fields["arrival"])
     return LoadSpec(**fields)
 
 

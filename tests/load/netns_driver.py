@@ -49,7 +49,8 @@ def master(args: argparse.Namespace) -> None:
     """One open-loop level as a master of ``--workers`` remote workers."""
     from analyzer.load import EngineOptions, LocustLoadGenerator
     from analyzer.load.backends import DistributedBackend
-    from analyzer.measure.specs import Arrival, LoadMode, LoadSpec
+    from analyzer.measure.arrivals import CONSTANT
+    from analyzer.measure.specs import LoadMode, LoadSpec
 
     collected: list[int] = []
     original_collect = DistributedBackend.collect
@@ -71,7 +72,7 @@ def master(args: argparse.Namespace) -> None:
     spec = LoadSpec(
         LoadMode.REQUEST_RATE,
         args.rate,
-        arrival=Arrival.CONSTANT,
+        arrival=CONSTANT,
         warmup_s=0.5,
         window_s=args.window_s,
         # every window counts: the merged result is all of them, so the test can add them up

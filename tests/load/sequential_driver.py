@@ -21,7 +21,8 @@ def main() -> None:
     spec = json.loads(sys.stdin.read())
 
     from analyzer.load import EngineOptions, LocustLoadGenerator
-    from analyzer.measure.specs import Arrival, CapacitySpec, Goals, LoadMode, LoadSpec
+    from analyzer.measure.arrivals import parse_arrival
+    from analyzer.measure.specs import CapacitySpec, Goals, LoadMode, LoadSpec
     from analyzer.measure.stepping import StepTest
     from tests.load.refserver import RefServer, write_sim_model
 
@@ -33,7 +34,7 @@ def main() -> None:
         cap = dict(raw)
         step = dict(cap["step"])
         step["mode"] = LoadMode(step["mode"])
-        step["arrival"] = Arrival(step.get("arrival", "poisson"))
+        step["arrival"] = parse_arrival(step.get("arrival", "poisson"))
         step["sequential"] = StepTest(**step["sequential"])
         cap["step"] = LoadSpec(**step)
         cap["goals"] = Goals(**cap["goals"])

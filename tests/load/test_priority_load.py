@@ -138,8 +138,9 @@ def main(protocol: str, workers: int) -> None:
     from analyzer.load.engine import engine_options
     from analyzer.load.inputs import build_inputs
     from analyzer.load.prepared import prepare_requests
+    from analyzer.measure.arrivals import POISSON
     from analyzer.measure.goals import class_slacks, meets_goals
-    from analyzer.measure.specs import Arrival, Goals, LoadMode, LoadSpec
+    from analyzer.measure.specs import Goals, LoadMode, LoadSpec
     from tests.load.refserver import RefServer, write_sim_model
 
     repo = Path(tempfile.mkdtemp(prefix="perfsweep-priority-"))
@@ -159,7 +160,7 @@ def main(protocol: str, workers: int) -> None:
     window = {"warmup_s": 0.5, "window_s": 2.0, "max_windows": 3, "seed": 3}
     specs = {
         "ordered": LoadSpec(LoadMode.CONCURRENCY, USERS, **window),
-        "rejecting": LoadSpec(LoadMode.REQUEST_RATE, RATE_RPS, Arrival.POISSON, **window),
+        "rejecting": LoadSpec(LoadMode.REQUEST_RATE, RATE_RPS, POISSON, **window),
     }
     answer: dict[str, Any] = {}
     with RefServer(repo, tuple(models)) as srv:

@@ -171,7 +171,8 @@ def main(protocol: str) -> None:
     from analyzer.errors import InputError, TargetError
     from analyzer.load import LocustLoadGenerator
     from analyzer.load.engine import engine_options
-    from analyzer.measure.specs import Arrival, LoadMode, LoadSpec
+    from analyzer.measure.arrivals import POISSON
+    from analyzer.measure.specs import LoadMode, LoadSpec
     from reference_server.zoo.accumulator import accumulator_config, make_repository
     from tests.load.refserver import RefServer
 
@@ -189,7 +190,7 @@ def main(protocol: str) -> None:
     window = {"warmup_s": 0.3, "window_s": 0.7, "max_windows": 2, "stable_windows": 2, "seed": 5}
     specs = {
         "closed": LoadSpec(LoadMode.CONCURRENCY, USERS, **window),
-        "open": LoadSpec(LoadMode.REQUEST_RATE, RATE_RPS, Arrival.POISSON, **window),
+        "open": LoadSpec(LoadMode.REQUEST_RATE, RATE_RPS, POISSON, **window),
     }
     sent: list[dict[str, Any]] = []
     _watch(protocol, sent)

@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from analyzer.errors import InputError, ResultFormatError
+from analyzer.measure.arrivals import CONSTANT, POISSON
 from analyzer.measure.capacity import CapacityResult, CapacitySearch
 from analyzer.measure.gain import (
     LOW_SAMPLE_P99,
@@ -38,7 +39,7 @@ from analyzer.measure.histograms import (
     record_us,
 )
 from analyzer.measure.measurement import Measurement, ServerView, WindowStats
-from analyzer.measure.specs import Arrival, CapacitySpec, Goals, LoadMode, LoadSpec
+from analyzer.measure.specs import CapacitySpec, Goals, LoadMode, LoadSpec
 from analyzer.measure.stepping import SequentialRule, StepRecord, StepTest, StepVerdict
 
 
@@ -77,7 +78,7 @@ def _measurement(**over: object) -> Measurement:
             batch_sizes={1: 100, 4: 225},
             failures_by_reason={"REJECTED": 0},
         ),
-        arrival=Arrival.POISSON,
+        arrival="poisson",
         windows=(_window(0, 99, 5.0), _window(1, 100, 5.1)),
         messages=("note",),
         errors={"ConnectionError": 0},
@@ -299,22 +300,22 @@ def test_load_output_is_versioned_and_round_trips() -> None:
 
 def test_generator_problems_flag_cpu_lag_and_shortfall() -> None:
     limits = GeneratorLimits()
-    ok = generator_problems(limits, True, 40.0, 1000, 5, 1000.0, Arrival.POISSON)
+    ok = generator_problems(limits, True, 40.0, 1000, 5, 1000.0, POISSON)
     assert ok == []
-    assert "CPU 95%" in generator_problems(limits, False, 95.0, 1000, 0, 0.0, Arrival.POISSON)[0]
-    late = generator_problems(limits, True, 40.0, 1000, 11, 1000.0, Arrival.POISSON)
+    assert "CPU 95%" in generator_problems(limits, False, 95.0, 1000, 0, 0.0, POISSON)[0]
+    late = generator_problems(limits, True, 40.0, 1000, 11, 1000.0, POISSON)
     assert late and "11 of 1000" in late[0]
     # two late requests out of 50 is a hiccup, three is a pattern
-    assert generator_problems(limits, True, 10.0, 50, 2, 50.0, Arrival.POISSON) == []
-    assert generator_problems(limits, True, 10.0, 50, 3, 50.0, Arrival.POISSON) != []
+    assert generator_problems(limits, True, 10.0, 50, 2, 50.0, POISSON) == []
+    assert generator_problems(limits, True, 10.0, 50, 3, 50.0, POISSON) != []
     # Poisson counts: 90 of 100 expected is within 3 sigma; 850 of 1000 is not
-    assert generator_problems(limits, True, 10.0, 90, 0, 100.0, Arrival.POISSON) == []
-    assert generator_problems(limits, True, 10.0, 850, 0, 1000.0, Arrival.POISSON) != []
+    assert generator_problems(limits, True, 10.0, 90, 0, 100.0, POISSON) == []
+    assert generator_problems(limits, True, 10.0, 850, 0, 1000.0, POISSON) != []
     # constant arrivals are exact: 5 % slack plus 2
-    assert generator_problems(limits, True, 10.0, 93, 0, 100.0, Arrival.CONSTANT) == []
-    assert generator_problems(limits, True, 10.0, 92, 0, 100.0, Arrival.CONSTANT) != []
+    assert generator_problems(limits, True, 10.0, 93, 0, 100.0, CONSTANT) == []
+    assert generator_problems(limits, True, 10.0, 92, 0, 100.0, CONSTANT) != []
     # closed loop: only CPU matters
-    assert generator_problems(limits, False, 10.0, 10, 10, 1000.0, Arrival.POISSON) == []
+    assert generator_problems(limits, False, 10.0, 10, 10, 1000.0, POISSON) == []
 
 
 # --------------------------------------------------------------------------------------------------

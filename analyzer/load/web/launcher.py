@@ -24,6 +24,7 @@ from typing import Any
 from analyzer.config.urls import http_url as as_http_url
 from analyzer.errors import InputError
 from analyzer.load.web.options import exposure_problem, login_from_env
+from analyzer.measure.arrivals import parse_arrival
 from analyzer.target.managed import ManagedServer
 from analyzer.target.remote import RemoteTarget
 from analyzer.target.supervise import child_process_options
@@ -48,6 +49,7 @@ class UiOptions:
         web_login: Require a login (user/password from ``PERFSWEEP_UI_USER``/``_PASSWORD``).
         workers: Locust worker processes (1 = users run in the dashboard's process).
         rate_per_user: Default open-loop rate per user, requests/second (editable in the form).
+        arrival: Default open-loop arrival process, its short form (editable in the form).
         log_dir: Where the managed server's log and repository go.
         inputs: The request data (:func:`analyzer.load.engine.input_fields` of an ``[input]``
             section); empty: random data.
@@ -64,6 +66,7 @@ class UiOptions:
     web_login: bool = False
     workers: int = 1
     rate_per_user: float = 10.0
+    arrival: str = "poisson"
     log_dir: Path = Path("reports/ui")
     inputs: dict[str, Any] = field(default_factory=dict)
 
@@ -78,6 +81,9 @@ class UiOptions:
             raise InputError(f"--web-port must be 0..65535, got {self.web_port}")
         if self.rate_per_user <= 0:
             raise InputError(f"--rate-per-user must be positive, got {self.rate_per_user}")
+        if self.arrival.partition(":")[0] == "trace":
+            raise InputError("--arrival trace: the dashboard's users draw streams of their own")
+        parse_arrival(self.arrival)
 
 
 def _free_port() -> int:
@@ -107,6 +113,8 @@ def locust_commands(
         options.model,
         "--rate-per-user",
         f"{options.rate_per_user:g}",
+        "--arrival",
+        options.arrival,
     ]
     if grpc_url:
         master += ["--grpc-url", grpc_url]

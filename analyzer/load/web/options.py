@@ -53,9 +53,10 @@ def add_arguments(parser: Any) -> None:
     group.add_argument(
         "--arrival",
         default="poisson",
-        choices=["poisson", "constant"],
         include_in_web_ui=True,
-        help="Open-loop users: arrival process.",
+        help="Open-loop users: arrival process (poisson, constant, gamma:cv=2, "
+        "mmpp:4@0.5,0.25@2, ramp:start=0.5,end=1.5,period_s=60, "
+        "diurnal:amplitude=0.5,period_s=60); each user draws a stream of its own.",
     )
     group.add_argument(
         "--perfsweep-input",
@@ -89,7 +90,7 @@ class TargetSettings:
         grpc_url: ``host:port`` of the gRPC endpoint.
         metrics_url: Full Prometheus URL.
         rate_per_user: Open-loop requests/second per user.
-        arrival: ``poisson`` or ``constant``.
+        arrival: the short form of an arrival process (``analyzer.measure.arrivals``).
         inputs: The request-data fields of the generator's ``EngineConfig``
             (:func:`analyzer.load.engine.input_fields`); empty: random data.
     """

@@ -20,11 +20,12 @@ from typing import Any, ClassVar
 from gevent.lock import Semaphore
 from locust.env import Environment
 
-from analyzer.errors import TargetError
+from analyzer.errors import InputError, TargetError
 from analyzer.load.recorder import Recorder
 from analyzer.load.users import ClosedLoopUser, EngineConfig, OpenLoopUser, ProcessContext
 from analyzer.load.web.options import TargetSettings
-from analyzer.measure.specs import Arrival, LoadMode
+from analyzer.measure.arrivals import parse_arrival
+from analyzer.measure.specs import LoadMode
 from analyzer.target.transport import http_json
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,6 @@ class LiveState:
                         "model": model,
                         "mode": LoadMode.CONCURRENCY,
                         "rate_per_user": settings.rate_per_user,
-                        "arrival": settings.arrival,
                         **dict(settings.inputs),
                     }
                 )
@@ -140,11 +140,15 @@ class _OpenLoop(OpenLoopUser):
         settings = state.settings()
         if settings.rate_per_user <= 0:
             raise TargetError("--rate-per-user must be positive for open-loop users")
+        try:
+            arrival = parse_arrival(settings.arrival)
+        except InputError as exc:
+            raise TargetError(f"--arrival: {exc}") from None
         config = replace(
             ctx.config,
             mode=LoadMode.REQUEST_RATE,
             rate_per_user=settings.rate_per_user,
-            arrival=Arrival(settings.arrival),
+            arrival=arrival,
         )
         self.start_with(ctx, config)
 

@@ -1,0 +1,136 @@
+"""Read a recorded trace of request times into an arrival process's :class:`Trace`.
+
+Three formats, told apart by the file's suffix:
+
+- ``.csv``: a header row and a time column named ``timestamp``, ``time``, ``ts`` or ``t``
+  (a ``_s``, ``_ms`` or ``_us`` suffix on the name gives its unit); without a header row the
+  first column;
+- ``.jsonl``: one JSON object a line with such a key;
+- anything else: perf_analyzer's ``--request-intervals`` file, one gap a line in microseconds.
+
+Timestamps are absolute or relative, in seconds unless the column name or ``unit`` says
+otherwise; they are sorted (logs of several servers interleave) and turned into gaps.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+from pathlib import Path
+
+from analyzer.errors import InputError
+from analyzer.measure.arrivals import Trace
+
+#: Seconds per unit.
+UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+#: Names of a time column, before an optional unit suffix.
+TIME_KEYS = ("timestamp", "time", "ts", "t")
+
+
+def read_trace(path: Path | str, unit: str = "auto") -> Trace:
+    """The trace in ``path``; ``unit`` (``s``, ``ms``, ``us`` or ``auto``) overrides the unit
+    the format implies.
+
+    Raises:
+        InputError: the file is missing, empty, or not one of the formats above.
+    """
+    path = Path(path)
+    if unit != "auto" and unit not in UNITS:
+        raise InputError(f"--trace-unit must be s, ms, us or auto, got {unit!r}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read trace {path}: {exc.strerror or exc}") from None
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        times, implied = _csv_times(text, path)
+    elif suffix == ".jsonl":
+        times, implied = _jsonl_times(text, path)
+    else:
+        gaps, implied = _intervals(text, path), "us"
+        scale = UNITS[implied if unit == "auto" else unit]
+        return Trace(tuple(g * scale for g in gaps), path.name)
+    scale = UNITS[implied if unit == "auto" else unit]
+    if len(times) < 2:
+        raise InputError(f"trace {path}: needs at least 2 requests, found {len(times)}")
+    times.sort()
+    # n timestamps, n - 1 gaps: the recorded rate is (n - 1) / span, and a looped replay goes
+    # on from the last request with the first gap.
+    return Trace(tuple((b - a) * scale for a, b in itertools.pairwise(times)), path.name)
+
+
+def _time_key(keys: list[str], path: Path) -> tuple[str, str]:
+    """The time column among ``keys`` and the unit its name implies."""
+    for key in keys:
+        name = key.strip().lower()
+        base, _, suffix = name.rpartition("_")
+        if name in TIME_KEYS:
+            return key, "s"
+        if base in TIME_KEYS and suffix in UNITS:
+            return key, suffix
+    names = ", ".join(TIME_KEYS)
+    raise InputError(
+        f"trace {path}: no time column among {keys}; name it one of {names} "
+        "(with _s, _ms or _us for its unit)"
+    )
+
+
+def _csv_times(text: str, path: Path) -> tuple[list[float], str]:
+    rows = [r for r in csv.reader(text.splitlines()) if r and any(c.strip() for c in r)]
+    if not rows:
+        raise InputError(f"trace {path} is empty")
+    try:
+        float(rows[0][0])
+        column, unit, body = 0, "s", rows  # no header: the first column, in seconds
+    except ValueError:
+        key, unit = _time_key(rows[0], path)
+        column, body = rows[0].index(key), rows[1:]
+    times = []
+    for line, row in enumerate(body, 2 if body is not rows else 1):
+        try:
+            times.append(float(row[column]))
+        except (ValueError, IndexError):
+            raise InputError(f"trace {path}:{line}: no number in its time column") from None
+    return times, unit
+
+
+def _jsonl_times(text: str, path: Path) -> tuple[list[float], str]:
+    times: list[float] = []
+    key = unit = ""
+    for line, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"trace {path}:{line}: not JSON ({exc.msg})") from None
+        if not isinstance(record, dict):
+            raise InputError(f"trace {path}:{line}: each line must be a JSON object")
+        if not key:
+            key, unit = _time_key(list(record), path)
+        value = record.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InputError(f"trace {path}:{line}: {key!r} must be a number")
+        times.append(float(value))
+    if not times:
+        raise InputError(f"trace {path} is empty")
+    return times, unit
+
+
+def _intervals(text: str, path: Path) -> list[float]:
+    gaps = []
+    for line, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            gaps.append(float(raw))
+        except ValueError:
+            raise InputError(
+                f"trace {path}:{line}: {raw.strip()!r} is not a number (a file that is not "
+                ".csv or .jsonl is read as perf_analyzer's --request-intervals: one gap a "
+                "line, in microseconds)"
+            ) from None
+    if not gaps:
+        raise InputError(f"trace {path} is empty")
+    return gaps

@@ -1,0 +1,91 @@
+"""Arrival processes through the real generator: what was sent is what was asked.
+
+The reference server serves a fast simulated model (0.2 ms a batch, batching up to 32), so the
+server never holds the generator back; each level records its process, the CV of the gaps between
+the requests actually sent (all generator processes together), and the share sent more than 1 ms
+after their intended time.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from analyzer.measure.arrivals import Trace, fit_gaps, parse_arrival
+from tests.load.driver import run_driver
+
+pytestmark = pytest.mark.usefixtures("spawns")
+
+FAST_MODEL = {
+    "name": "fast",
+    "device_ms": 0.2,
+    "per_item_ms": 0.01,
+    "max_batch_size": 32,
+    "dynamic_batching": "dynamic_batching { }",
+}
+ONE_WINDOW = {"warmup_s": 0.5, "window_s": 5.0, "max_windows": 1, "stable_windows": 1}
+
+
+def _level(arrival: object, target: float) -> dict[str, object]:
+    return {"mode": "request_rate", "target": target, "arrival": arrival, **ONE_WINDOW}
+
+
+def test_a_trace_is_replayed_within_a_millisecond_at_500_rps() -> None:
+    # A bursty recording: 4,000 sends of an on/off process at 500 req/s (bursts at 1,000 req/s).
+    process = parse_arrival("mmpp:2@0.5,0.5@1")
+    gaps = tuple(itertools.islice(process.gaps(500.0, 11), 4000))
+    trace = parse_arrival("trace", Trace(gaps, "recorded.csv"))
+    recorded = fit_gaps(gaps)
+    answer = run_driver({"model": FAST_MODEL, "levels": [_level(trace.to_dict(), 500.0)]})
+    (level,) = answer["levels"]
+    print(
+        f"replayed {level['request_count']} requests: late share (> 1 ms) "
+        f"{level['late_share_1ms']:.4f}, send lag p99 {level['send_lag_p99_ms']:.2f} ms, "
+        f"gap CV {level['send_gap_cv']:.2f} (recorded {recorded.cv:.2f})"
+    )
+    assert level["arrival"] == "trace:recorded.csv"
+    assert level["valid"], level["messages"]
+    assert level["error_count"] == 0
+    # Sent as recorded: 0.8 % sent more than 1 ms late here (send lag p99 0.9 ms); the bound
+    # leaves room for a busy CI machine.
+    assert level["late_share_1ms"] <= 0.05, level
+    assert level["offered_rps"] == pytest.approx(500.0, rel=0.2)  # 5 s of a bursty stretch
+    assert level["send_gap_cv"] == pytest.approx(recorded.cv, rel=0.15)
+
+
+def _asked_cv(text: str, rate: float) -> float:
+    """The CV of the gaps the level's stream (seed 0) asks for in its measured window."""
+    times = parse_arrival(text).send_times(rate, 0)
+    start, end = ONE_WINDOW["warmup_s"], ONE_WINDOW["warmup_s"] + ONE_WINDOW["window_s"]
+    window = list(itertools.takewhile(lambda t: t < end, (t for t in times if t >= start)))
+    return fit_gaps([b - a for a, b in itertools.pairwise(window)]).cv
+
+
+def test_each_process_sends_its_own_shape() -> None:
+    shapes = ("constant", "poisson", "gamma:cv=2", "mmpp:4@0.5,0.25@2")
+    answer = run_driver({"model": FAST_MODEL, "levels": [_level(s, 200.0) for s in shapes]})
+    for text, level in zip(shapes, answer["levels"], strict=True):
+        assert level["arrival"] == text
+        assert level["valid"], level["messages"]
+        assert level["late_share_1ms"] <= 0.05, level
+        # What was sent is what the stream asked for in that window (a few requests at the
+        # window's edges, and the send lag, apart).
+        assert level["send_gap_cv"] == pytest.approx(_asked_cv(text, 200.0), abs=0.1), text
+    constant, poisson, _, mmpp = answer["levels"]
+    assert constant["send_gap_cv"] < 0.2
+    assert mmpp["send_gap_cv"] > poisson["send_gap_cv"] + 0.2
+    for level in (constant, poisson):
+        assert level["offered_rps"] == pytest.approx(200.0, rel=0.1)
+
+
+def test_two_generator_processes_send_one_stream() -> None:
+    """Each process sends every other request of the one stream: constant arrivals stay
+    evenly spaced across both, where two streams of their own would interleave at random."""
+    answer = run_driver({"model": FAST_MODEL, "workers": 2, "levels": [_level("constant", 200.0)]})
+    (level,) = answer["levels"]
+    assert level["valid"], level["messages"]
+    assert level["workers"] == 2
+    assert level["offered_rps"] == pytest.approx(200.0, rel=0.1)
+    # Two independent constant streams at random phases give gaps of CV ~0.6 and up.
+    assert level["send_gap_cv"] < 0.3, level
