@@ -109,7 +109,8 @@ FORMATS: dict[str, FormatHistory] = {
             "The measurement's kind is "
             "not written: it is read from the measurement's own keys. Optional keys, absent "
             'from early records: ``values`` (read as ``()``), ``started_at`` (``""``), '
-            "``prediction`` (``--search predict`` only; None).",
+            "``prediction`` (``--search predict`` only; None); the measurement's "
+            "``send_gap_cv`` and ``late_share_1ms`` (None).",
         },
     ),
     VALIDATION_KIND: FormatHistory(
@@ -133,7 +134,10 @@ FORMATS: dict[str, FormatHistory] = {
         1,
         {
             1: "``perfsweep load --output``: ``environment``, ``results`` (one Measurement per "
-            "level) and, for a capacity search, ``capacity_rps`` and ``capacity``.",
+            "level) and, for a capacity search, ``capacity_rps`` and ``capacity``. A "
+            "Measurement's ``arrival`` is the process's short form (``poisson``, "
+            "``gamma:cv=2``, ``trace:FILE``, ...; once only poisson or constant); its optional "
+            "keys ``send_gap_cv`` and ``late_share_1ms`` are absent from earlier files (None).",
         },
     ),
     REPORT_KIND: FormatHistory(

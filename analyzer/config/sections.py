@@ -255,6 +255,8 @@ _SEQUENCE_DEFAULTS = (
 )
 
 
+#: The ``[traffic]`` keys that describe the arrival process.
+ARRIVAL_KEYS = ("arrival", "trace", "trace_unit", "trace_sha256")
 #: ``[traffic]`` trace settings and their defaults (left out of a dump at these values).
 _TRACE_DEFAULTS = (("trace", None), ("trace_unit", "auto"), ("trace_sha256", None))
 

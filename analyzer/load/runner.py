@@ -34,6 +34,7 @@ from analyzer.load.engine import EngineOptions
 from analyzer.load.recorder import Tick, send_gap_cv
 from analyzer.load.users import ClosedLoopUser, EngineConfig, OpenLoopUser
 from analyzer.load.windows import _equal_parts, _feed, _TickSample, _Window
+from analyzer.measure.arrivals import Arrival
 from analyzer.measure.capacity import CapacityResult, CapacitySearch
 from analyzer.measure.goals import (
     GeneratorLimits,
@@ -60,6 +61,8 @@ log = logging.getLogger(__name__)
 
 #: A count window that has not reached its request count by then closes anyway.
 MAX_COUNT_WINDOW_S = 30.0
+#: Arrivals whose levels say nothing of their shape (the rest say what was sent).
+PLAIN_ARRIVALS = (Arrival.POISSON, Arrival.CONSTANT)
 #: An open-loop level's stream starts this long after its processes are configured, so that
 #: they share one epoch (a process that starts later joins the stream where it then is).
 STREAM_LEAD_S = 0.1
@@ -393,6 +396,16 @@ class LocustLoadGenerator:
                 f"within {spec.stability_pct:g}% on throughput and p99; use longer windows "
                 "(--window-s / --window-requests) or a lower load."
             )
+        gap_cv = send_gap_cv(total.sends) if open_loop else None
+        late_share = (
+            count_above_us(total.lag, 1000.0) / total.dispatched if total.dispatched else 0.0
+        )
+        if open_loop and spec.arrival.kind not in PLAIN_ARRIVALS and gap_cv is not None:
+            # A shaped stream: say what was sent beside what was asked.
+            messages.append(
+                f"arrivals {spec.arrival.describe()}: sent {offered:.4g} req/s, gap CV "
+                f"{gap_cv:.2f}, {late_share:.1%} sent over 1 ms late"
+            )
         if stopped_early is not None:
             messages.append(f"stopped early: {stopped_early}")
         if not open_loop:
@@ -431,12 +444,8 @@ class LocustLoadGenerator:
             send_lag_p99_ms=lag.p99_ms if open_loop else 0.0,
             server=combine_views([w.server for w in used]),
             arrival=spec.arrival.to_text() if open_loop else None,
-            send_gap_cv=send_gap_cv(total.sends) if open_loop else None,
-            late_share_1ms=(
-                count_above_us(total.lag, 1000.0) / total.dispatched
-                if open_loop and total.dispatched
-                else None
-            ),
+            send_gap_cv=gap_cv,
+            late_share_1ms=late_share if open_loop and total.dispatched else None,
             p999_ms=lat.p999_ms,
             mean_ms=lat.mean_ms,
             max_ms=lat.max_ms,

@@ -13,6 +13,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import tomllib
+
+from analyzer.config.sections import ARRIVAL_KEYS, TrafficSection
 from analyzer.documents import PREDICTION_KIND, header
 from analyzer.errors import InputError, ResultFormatError
 from analyzer.measure.arrivals import POISSON, ArrivalProcess
@@ -84,6 +87,8 @@ class PlanReport:
     prediction: Prediction | None
     capacity: CapacityPrediction | None
     assumptions: tuple[str, ...] = ASSUMPTIONS
+    #: The arrival process simulated.
+    arrival: ArrivalProcess = POISSON
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (``perfsweep predict --json``)."""
@@ -97,6 +102,7 @@ class PlanReport:
                 "dynamic_batching": self.config.dynamic_batching,
             },
             "config_source": self.config_source,
+            "arrival": self.arrival.to_text(),
             "prediction": self.prediction.to_dict() if self.prediction else None,
             "capacity": self.capacity.to_dict() if self.capacity else None,
             "assumptions": list(self.assumptions),
@@ -108,6 +114,20 @@ def _read_profile(path: Path) -> Profile:
     if path.suffix == ".toml":
         return from_toml(path)
     return load_profile(path)
+
+
+def _run_arrival(run_dir: Path) -> ArrivalProcess | None:
+    """The arrival process a run measured with (its ``scenario.toml``; Poisson without one);
+    None when it cannot be rebuilt (a trace file that is gone or changed)."""
+    path = run_dir / "scenario.toml"
+    if not path.is_file():
+        return POISSON
+    try:
+        traffic = tomllib.loads(path.read_text(encoding="utf-8")).get("traffic", {})
+        fields = {k: traffic[k] for k in ARRIVAL_KEYS if k in traffic}
+        return TrafficSection.model_validate(fields).arrival_process()
+    except (OSError, ValueError, InputError):
+        return None
 
 
 def _default_config(run_dir: Path | None) -> tuple[SimConfig | None, str]:
@@ -156,12 +176,16 @@ def plan(request: PlanRequest) -> PlanReport:
         assert request.run_dir is not None
         profile = from_run_dir(request.run_dir)
         # The run's own operating points calibrate the latency the server does not see, as the
-        # sweep's predictions did.
+        # sweep's predictions did: simulated with the arrivals they were measured with, which
+        # need not be the ones asked about.
         points = [
             (SimConfig.from_knobs(k), rate, p99)
             for k, rate, p99 in run_operating_points(request.run_dir)
         ]
-        offset = latency_offset(profile, points, seed=request.seed, arrival=request.arrival)
+        measured_with = _run_arrival(request.run_dir)
+        offset = None
+        if measured_with is not None:
+            offset = latency_offset(profile, points, seed=request.seed, arrival=measured_with)
         if offset is not None:
             profile = replace(profile, latency_offset_ms=round(offset, 3))
     if request.save_profile is not None:
@@ -207,10 +231,10 @@ def plan(request: PlanRequest) -> PlanReport:
             seed=request.seed,
             arrival=request.arrival,
         )
-        return PlanReport(profile, config, source, pred, None)
+        return PlanReport(profile, config, source, pred, None, arrival=request.arrival)
     assert request.p99_ms is not None
     cap = capacity(profile, config, request.p99_ms, seed=request.seed, arrival=request.arrival)
-    return PlanReport(profile, config, source, None, cap)
+    return PlanReport(profile, config, source, None, cap, arrival=request.arrival)
 
 
 def probe_live(
@@ -264,6 +288,8 @@ def _check_knobs(config: SimConfig) -> None:
 def render_text(report: PlanReport) -> str:
     """The console answer: question, prediction, config, profile provenance, assumptions."""
     lines = [f"config: {report.config.describe()} ({report.config_source})"]
+    if report.arrival != POISSON:
+        lines.append(f"arrivals: {report.arrival.describe()}")
     if report.prediction is not None:
         p = report.prediction
         lines.append(

@@ -107,3 +107,32 @@ def test_usage_errors_exit_2(perfsweep: Perfsweep) -> None:
         "16",
     )
     assert bad.returncode == 2 and "--preferred sizes must be between 1 and" in bad.stderr
+
+
+def test_bursty_arrivals_are_simulated_and_the_run_calibrates_with_its_own(
+    perfsweep: Perfsweep,
+) -> None:
+    """The same config under the run's Poisson arrivals and under bursts: the bursts cost
+    capacity, and the latency offset is calibrated with the arrivals the run measured with
+    (Poisson), not the ones asked about."""
+    config = ["--p99-ms", "60", "--max-batch-size", "8", "--max-queue-delay-us", "1000"]
+    answers = {}
+    for arrival in ("poisson", "mmpp:3@2,0.5@4", "gamma:cv=2"):
+        out = perfsweep(str(RUN), *config, "--arrival", arrival, "--json")
+        assert out.returncode == 0, out.stderr
+        answers[arrival] = json.loads(out.stdout)
+    poisson = answers["poisson"]
+    assert poisson["arrival"] == "poisson"
+    offsets = {a["profile"]["latency_offset_ms"] for a in answers.values()}
+    assert len(offsets) == 1, offsets  # one calibration, on the run's own arrivals
+    capacity = {k: a["capacity"]["capacity_rps"] for k, a in answers.items()}
+    assert capacity["mmpp:3@2,0.5@4"] < 0.8 * capacity["poisson"], capacity
+    assert capacity["gamma:cv=2"] < capacity["poisson"], capacity
+    text = perfsweep(str(RUN), *config, "--arrival", "mmpp:3@2,0.5@4")
+    assert "arrivals: mmpp (x3 for 2 s, x0.5 for 4 s, rates relative)" in text.stdout
+
+
+def test_a_bad_arrival_exits_2_before_any_simulation(perfsweep: Perfsweep) -> None:
+    out = perfsweep(str(RUN), "--p99-ms", "60", "--arrival", "bursty")
+    assert out.returncode == 2
+    assert "unknown arrival process 'bursty'" in out.stderr

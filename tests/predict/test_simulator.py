@@ -284,3 +284,24 @@ def test_the_latency_offset_travels_with_the_profile() -> None:
     legacy = profile.to_dict()
     del legacy["latency_offset_ms"]  # a profile.json written before the offset
     assert Profile.from_dict(legacy).latency_offset_ms == 0.0
+
+
+def test_the_simulator_draws_the_scenarios_arrivals() -> None:
+    from analyzer.measure.arrivals import parse_arrival
+
+    profile = constant(10.0, 1)
+    config = SimConfig(1, dynamic_batching=False)
+    # Poisson by name is the default stream, request for request.
+    assert simulate(profile, config, 50, requests=3000) == simulate(
+        profile, config, 50, requests=3000, arrival=parse_arrival("poisson")
+    )
+    # D/D/1 at half load: nobody ever waits.
+    even = simulate(profile, config, 50, requests=3000, arrival=parse_arrival("constant"))
+    assert even.p99_ms == pytest.approx(10.0) and even.mean_ms == pytest.approx(10.0)
+    # On/off bursts at the same mean rate (x1.8 for 1 s, x0.2): the bursts queue at 90 % load.
+    poisson = simulate(profile, config, 50, requests=6000)
+    bursts = simulate(profile, config, 50, requests=6000, arrival=parse_arrival("mmpp:1.8@1,0.2@1"))
+    assert bursts.p99_ms > 2 * poisson.p99_ms
+    # A stream that arrived in bursts is not saturated for serving them late: its throughput
+    # is compared with what arrived.
+    assert not bursts.saturated
