@@ -55,6 +55,17 @@ from analyzer.sweep.state import SweepObserver, SweepOutcome
 from analyzer.target.server_stats import cache_hit_ratio, cache_hits_text
 
 
+def start_line(run_dir: Path, scenario: Scenario, target: dict[str, Any]) -> str:
+    """The run's first line: model, target, goal, the traffic's shape when not Poisson."""
+    line = (
+        f"perfsweep run: model {scenario.model.name} on {target.get('device')} at "
+        f"{target.get('url')}; goal p99 <= {scenario.goals.p99_ms:g} ms"
+    )
+    if scenario.traffic.mode is TrafficMode.RATE and scenario.traffic.arrival != "poisson":
+        line += f"; arrivals {scenario.traffic.arrival_process().describe()}"
+    return f"{line}; results in {run_dir}"
+
+
 def ceiling_note(summary: SweepOutcome, scenario: Scenario) -> str | None:
     """What the console says first when the best config served the highest rate offered: its
     capacity is a lower bound, set by the load this host can offer, not by the server."""
@@ -139,12 +150,7 @@ class LiveView(SweepObserver):
         self.live.update(self._render())
 
     def on_start(self, run_dir: Path, scenario: Scenario, target: dict[str, Any]) -> None:
-        self.console.print(
-            f"perfsweep run: model [bold]{escape(scenario.model.name)}[/] on "
-            f"{escape(str(target.get('device')))} at {escape(str(target.get('url')))}; "
-            f"goal p99 <= {scenario.goals.p99_ms:g} ms; results in {escape(str(run_dir))}",
-            highlight=False,
-        )
+        self.console.print(start_line(run_dir, scenario, target), highlight=False, markup=False)
         self.live.__enter__()
         self.started = True
 
@@ -201,13 +207,7 @@ class PlainView(LiveView):
 
     def on_start(self, run_dir: Path, scenario: Scenario, target: dict[str, Any]) -> None:
         self.t0 = time.monotonic()
-        self.console.print(
-            f"perfsweep run: model {scenario.model.name} on {target.get('device')} at "
-            f"{target.get('url')}; goal p99 <= {scenario.goals.p99_ms:g} ms; results in "
-            f"{run_dir}",
-            highlight=False,
-            markup=False,
-        )
+        self.console.print(start_line(run_dir, scenario, target), highlight=False, markup=False)
 
     def _refresh(self) -> None:
         """Nothing is redrawn in a log."""

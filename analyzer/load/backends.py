@@ -120,7 +120,12 @@ class DistributedBackend:
         self._replies: dict[str, dict[str, Any]] = {}
         self._seq = 0
         self._got_all = Event()
+        #: Workers whose request handler is registered (their ``ps_ready``): a worker counts
+        #: as connected a moment before it can take a request, and a request sent in between
+        #: is dropped ("Unknown message type"), so requests wait for this instead.
+        self._ready: set[str] = set()
         self.runner.register_message("ps_reply", self._on_reply)
+        self.runner.register_message("ps_ready", self._on_ready)
         self.procs: list[subprocess.Popen[bytes]] = []
         host = "127.0.0.1" if bind_host in ("*", "", "0.0.0.0") else bind_host
         for index in range(spawn):
@@ -141,17 +146,20 @@ class DistributedBackend:
                 )
             )
         deadline = time.monotonic() + 60.0
-        while self.runner.worker_count < self.processes:
+        while len(self._ready) < self.processes:
             if time.monotonic() > deadline:
                 self.close()
                 raise TargetError(
-                    f"only {self.runner.worker_count} of {self.processes} Locust workers connected "
+                    f"only {len(self._ready)} of {self.processes} Locust workers connected "
                     f"to the master on port {self.port} within 60 s; check the worker command lines"
                 )
             if any(p.poll() is not None for p in self.procs):
                 self.close()
                 raise TargetError("a Locust worker process exited during start-up; see its output")
             gevent.sleep(0.1)
+
+    def _on_ready(self, environment: Environment, msg: Any, **_: Any) -> None:
+        self._ready.add(msg.node_id)
 
     def _on_reply(self, environment: Environment, msg: Any, **_: Any) -> None:
         data = msg.data

@@ -39,6 +39,9 @@ def run_worker(master_host: str, master_port: int, index: int = 0) -> None:
         runner.send_message("ps_reply", reply)
 
     runner.register_message("ps_request", on_request)
+    # Only now can this worker take the controller's requests: say so (DistributedBackend
+    # sends none before).
+    runner.send_message("ps_ready", {})
     try:
         runner.greenlet.join()
     finally:
