@@ -36,8 +36,10 @@ lint: setup-test
 typecheck: setup-test
 	$(BIN)/mypy
 
+# The whole suite, one test file per core at a time (pytest-xdist --dist loadfile: a file's tests
+# share its module fixtures, a real Triton say, on one worker): ~25 min on 2 cores, ~40 serially.
 pytest: setup-test
-	$(BIN)/pytest $(ARGS)
+	$(BIN)/pytest -n auto --dist loadfile $(ARGS)
 
 test: lint typecheck pytest
 
