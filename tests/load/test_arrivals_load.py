@@ -54,29 +54,32 @@ def test_a_trace_is_replayed_within_a_millisecond_at_500_rps() -> None:
     assert level["send_gap_cv"] == pytest.approx(recorded.cv, rel=0.15)
 
 
-def _asked_cv(text: str, rate: float) -> float:
+def _asked_cv(text: str, rate: float, window: dict[str, float]) -> float:
     """The CV of the gaps the level's stream (seed 0) asks for in its measured window."""
     times = parse_arrival(text).send_times(rate, 0)
-    start, end = ONE_WINDOW["warmup_s"], ONE_WINDOW["warmup_s"] + ONE_WINDOW["window_s"]
-    window = list(itertools.takewhile(lambda t: t < end, (t for t in times if t >= start)))
-    return fit_gaps([b - a for a, b in itertools.pairwise(window)]).cv
+    start, end = window["warmup_s"], window["warmup_s"] + window["window_s"]
+    sends = list(itertools.takewhile(lambda t: t < end, (t for t in times if t >= start)))
+    return fit_gaps([b - a for a, b in itertools.pairwise(sends)]).cv
 
 
 def test_each_process_sends_its_own_shape() -> None:
+    # 50 req/s: gaps of 20 ms on average, so the dispatcher's wake-up jitter (a millisecond on a
+    # busy machine: a CV of 0.2 at 5 ms gaps) leaves the shape of what is sent as it was asked.
     shapes = ("constant", "poisson", "gamma:cv=2", "mmpp:4@0.5,0.25@2")
-    answer = run_driver({"model": FAST_MODEL, "levels": [_level(s, 200.0) for s in shapes]})
+    window = {"warmup_s": 0.5, "window_s": 8.0, "max_windows": 1, "stable_windows": 1}
+    levels = [{"mode": "request_rate", "target": 50.0, "arrival": s, **window} for s in shapes]
+    answer = run_driver({"model": FAST_MODEL, "levels": levels})
     for text, level in zip(shapes, answer["levels"], strict=True):
         assert level["arrival"] == text
-        assert level["valid"], level["messages"]
-        assert level["late_share_1ms"] <= 0.05, level
-        # What was sent is what the stream asked for in that window (a few requests at the
-        # window's edges, and the send lag, apart).
-        assert level["send_gap_cv"] == pytest.approx(_asked_cv(text, 200.0), abs=0.1), text
+        assert level["valid"], level["messages"]  # the generator kept up (the lag rule)
+        # What was sent is what the stream asked for in that window (its edges, which the
+        # level's start decides to a few tens of ms, and the send lag apart).
+        assert level["send_gap_cv"] == pytest.approx(_asked_cv(text, 50.0, window), abs=0.1), text
     constant, poisson, _, mmpp = answer["levels"]
-    assert constant["send_gap_cv"] < 0.2
+    assert constant["send_gap_cv"] < 0.1
     assert mmpp["send_gap_cv"] > poisson["send_gap_cv"] + 0.2
     for level in (constant, poisson):
-        assert level["offered_rps"] == pytest.approx(200.0, rel=0.1)
+        assert level["offered_rps"] == pytest.approx(50.0, rel=0.15)
 
 
 def test_two_generator_processes_send_one_stream() -> None:
