@@ -155,15 +155,8 @@ class InputSection(_Section):
                     f"input.data_file {path}: no such file or directory (a perf_analyzer .json, "
                     "an .npz, or a directory with one file per input)"
                 )
-            digest = data_digest(path)
-            if self.data_sha256 is None:
-                object.__setattr__(self, "data_sha256", digest)  # frozen: filled in once, here
-            elif self.data_sha256 != digest:
-                raise ValueError(
-                    f"input.data_file {path} changed since this scenario was recorded (sha256 "
-                    f"{digest[:12]}..., recorded {self.data_sha256[:12]}...): restore the file, "
-                    "or start a new run"
-                )
+            digest = pinned_digest("input.data_file", path, self.data_sha256)
+            object.__setattr__(self, "data_sha256", digest)  # frozen: filled in once, here
         return self
 
     @model_serializer(mode="wrap")
@@ -204,6 +197,18 @@ class InputSection(_Section):
 def _read_trace(path: Path, unit: str, sha256: str | None) -> Trace:
     """A trace file read once per content (``sha256``) rather than once per load level."""
     return read_trace(path, unit)
+
+
+def pinned_digest(key: str, path: Path, recorded: str | None) -> str:
+    """``path``'s digest (:func:`data_digest`), which must be ``recorded`` when a scenario
+    recorded one: a resumed run measures the same bytes (``ValueError`` naming ``key``)."""
+    digest = data_digest(path)
+    if recorded is not None and recorded != digest:
+        raise ValueError(
+            f"{key} {path} changed since this scenario was recorded (sha256 {digest[:12]}..., "
+            f"recorded {recorded[:12]}...): restore the file, or start a new run"
+        )
+    return digest
 
 
 def data_digest(path: Path) -> str:
@@ -355,15 +360,8 @@ class TrafficSection(_Section):
         object.__setattr__(self, "arrival", "trace")
         if not path.is_file():
             raise ValueError(f"traffic.trace {path}: no such file")
-        digest = data_digest(path)
-        if self.trace_sha256 is None:
-            object.__setattr__(self, "trace_sha256", digest)  # frozen: filled in once, here
-        elif self.trace_sha256 != digest:
-            raise ValueError(
-                f"traffic.trace {path} changed since this scenario was recorded (sha256 "
-                f"{digest[:12]}..., recorded {self.trace_sha256[:12]}...): restore the file, "
-                "or start a new run"
-            )
+        digest = pinned_digest("traffic.trace", path, self.trace_sha256)
+        object.__setattr__(self, "trace_sha256", digest)  # frozen: filled in once, here
         try:
             self.arrival_process()
         except InputError as exc:
