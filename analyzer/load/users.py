@@ -12,9 +12,10 @@ without a priority mix).
   next send and hides in the tail: coordinated omission).
 * ``OpenLoopUser``: a scheduler computes intended send times (the level's arrival process,
   seeded: :mod:`analyzer.measure.arrivals`; the dispatchers of all processes share one stream
-  and each sends every n-th request of it) at ``rate_per_user`` and hands each request to its own greenlet from a bounded pool. When the pool
-  is full the request waits in a backlog (never dropped): its latency, timed from the intended
-  send time, keeps growing, exactly as a real client's would.
+  and each sends every n-th request of it) at ``rate_per_user`` and hands each request to its
+  own greenlet from a bounded pool. When the pool is full the request waits in a backlog (never
+  dropped): its latency, timed from the intended send time, keeps growing, exactly as a real
+  client's would.
 
 A sequence-batched model (``sequence_batching`` in its config) gets correlated streams
 (:mod:`analyzer.load.sequences`, perf_analyzer's ``--sequence-length`` semantics), every request
