@@ -94,10 +94,12 @@ class Recorder:
         self.backlog_max = 0
         self.classes = [ClassTally() for _ in range(self.class_count)]
 
-    def dispatched_one(self, lag_s: float) -> None:
-        """The scheduler handed one request to the pool ``lag_s`` after its intended time."""
+    def dispatched_one(self, lag_s: float, sent_at: float | None = None) -> None:
+        """The scheduler handed one request to the pool ``lag_s`` after its intended time;
+        ``sent_at`` (wall clock, open loop only) goes into ``sends``."""
         self.dispatched += 1
-        self.sends.append(time.time())
+        if sent_at is not None:
+            self.sends.append(sent_at)
         self.in_flight += 1
         if self.in_flight > self.max_in_flight:
             self.max_in_flight = self.in_flight

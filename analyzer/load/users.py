@@ -516,7 +516,7 @@ class OpenLoopUser(User):
                 self._resume_backlog()
                 # After each wake-up send everything overdue (a busy hub wakes us late).
                 while intended <= now:
-                    recorder.dispatched_one(now - intended)
+                    recorder.dispatched_one(now - intended, time.time())
                     step: SequenceStep | None = None
                     # Waiting sends go first (a sequence freed by a completion is theirs).
                     ready = self.pool.free_count() > 0 and not self.backlog
