@@ -13,14 +13,14 @@ lock); every step below runs against it, in one run:
    Poisson arrivals and once with ``--trace``: the 2 x 2 table of capacities at the goal.
 
 The prediction error is ``|predicted - measured| / measured`` (the definition of
-``time_to_answer.py``) over every capacity measured under the trace: the trace run's trials (a
-measurement that met the goal up to the highest rate tried is a lower bound, left out) and the
-two judges under the trace.
+``time_to_answer.py``) over every capacity measured under the trace: the trace run's measurements, its baseline
+included (a measurement that met the goal up to the highest rate tried is a lower bound, left
+out), and the two judges under the trace.
 
 Usage::
 
-    .venv/bin/python benchmarks/traffic_on_triton.py                    # ~25 min
-    .venv/bin/python benchmarks/traffic_on_triton.py --quick            # smoke, ~8 min
+    .venv/bin/python benchmarks/traffic_on_triton.py                    # ~9 min here
+    .venv/bin/python benchmarks/traffic_on_triton.py --quick            # the quick space and budgets
 
 It prints a markdown table and writes ``benchmarks/results/traffic_on_triton-<UTC>.json``.
 """
@@ -48,6 +48,7 @@ from time_to_answer import (  # noqa: E402
     predictions,
     relative_errors,
     scenario_doc,
+    trial_capacities,
     write_scenario,
 )
 
@@ -101,14 +102,11 @@ def trace_errors(run_dir: Path, judged: dict[str, dict[str, Any]]) -> dict[str, 
     every config of the space under the trace) against each capacity measured under the trace,
     the trace run's own trials and the judges' ``perfsweep load --trace`` of both picks."""
     predicted = predictions(run_dir)
-    pairs = []
-    for path in sorted(run_dir.glob("trials/*/measurement.json")):
-        record = json.loads(path.read_text())
-        measured = record.get("throughput_rps") if record.get("state") == "complete" else None
-        bracketed = (record.get("measurement") or {}).get("bracketed", True)
-        key = config_key(record["config"])
-        if measured and bracketed and key in predicted:
-            pairs.append((predicted[key], measured))
+    pairs = [
+        (predicted[key], t["capacity_rps"])
+        for t in trial_capacities(run_dir)
+        if t["capacity_rps"] and t["bracketed"] and (key := config_key(t["config"])) in predicted
+    ]
     for pick, config in (("poisson", "run-poisson"), ("trace", "run-trace")):
         summary = json.loads((run_dir.parent / config / "summary.json").read_text())
         key = config_key(summary["best"]["config"])
