@@ -8,11 +8,15 @@ level), and prints the measurements as JSON on its last stdout line.
 Spec keys: ``model`` (kwargs of ``write_sim_model`` minus the repository), ``protocol``,
 ``workers``, ``levels`` (list of ``LoadSpec`` fields plus an optional ``pause_after_s`` /
 ``pause_s``, or ``unload_after_s``: unload the model mid-level), ``pool_size``, ``retry_invalid`` (measure a level again, once, when the generator was starved),
-``capacity`` (``CapacitySpec`` fields, optional).
+``capacity`` (``CapacitySpec`` fields, optional), ``precise_timer`` (false: the dispatcher sleeps
+on gevent's timers). A level with ``host_timer: true`` is measured beside a bare timer ticking at
+its target rate (``tests.load.host_timer``): its answer's ``host_late_share_1ms`` is the share of
+that timer's ticks that woke over 1 ms late, the host's part of any send lag.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import tempfile
@@ -32,7 +36,7 @@ def _level(data: dict[str, Any]) -> Any:
     from analyzer.measure.arrivals import ArrivalProcess
     from analyzer.measure.specs import LoadMode, LoadSpec
 
-    fields = {k: v for k, v in data.items() if not k.startswith(("pause", "unload"))}
+    fields = {k: v for k, v in data.items() if not k.startswith(("pause", "unload", "host"))}
     fields["mode"] = LoadMode(fields["mode"])
     if "arrival" in fields:
         fields["arrival"] = ArrivalProcess.from_dict(fields["arrival"])
@@ -61,6 +65,7 @@ def main() -> None:
 
     from analyzer.load import EngineOptions, LocustLoadGenerator
     from analyzer.measure.specs import CapacitySpec, Goals
+    from tests.load.host_timer import HostTimer
     from tests.load.refserver import RefServer, write_sim_model
 
     repo = Path(tempfile.mkdtemp(prefix="perfsweep-load-"))
@@ -78,6 +83,7 @@ def main() -> None:
             workers=spec.get("workers", 1),
             pool_size=spec.get("pool_size", 512),
             metrics_url=srv.metrics_url,
+            precise_timer=spec.get("precise_timer", True),
         )
         with LocustLoadGenerator(options) as generator:
             for level in spec.get("levels", []):
@@ -90,13 +96,20 @@ def main() -> None:
                     gevent.spawn_later(
                         level["unload_after_s"], _unload, srv.http_url, model["name"]
                     )
-                m = generator.measure(_level(level))
+                with contextlib.ExitStack() as beside:
+                    host = HostTimer(level["target"]) if level.get("host_timer") else None
+                    if host is not None:
+                        beside.enter_context(host)
+                    m = generator.measure(_level(level))
                 if not m.valid and spec.get("retry_invalid"):
                     # the shared machine starved the generator: that level says nothing yet
                     phase(f"invalid, measuring again: {m.messages[0]}")
                     generator.drain(30.0)
                     m = generator.measure(_level(level))
-                answer["levels"].append(m.to_dict())
+                record = m.to_dict()
+                if host is not None:
+                    record["host_late_share_1ms"] = host.late_share
+                answer["levels"].append(record)
                 phase(f"measured {level['mode']} {level['target']}")
                 if pause is not None:
                     pause.join()

@@ -37,21 +37,32 @@ def test_a_trace_is_replayed_within_a_millisecond_at_500_rps() -> None:
     gaps = tuple(itertools.islice(process.gaps(500.0, 11), 4000))
     trace = parse_arrival("trace", Trace(gaps, "recorded.csv"))
     recorded = fit_gaps(gaps)
-    answer = run_driver({"model": FAST_MODEL, "levels": [_level(trace.to_dict(), 500.0)]})
-    (level,) = answer["levels"]
+    # Measured beside a bare timer ticking at the same rate: how late this host wakes anything.
+    level = _level(trace.to_dict(), 500.0) | {"host_timer": True}
+    (level,) = run_driver({"model": FAST_MODEL, "levels": [level]})["levels"]
+    host = level["host_late_share_1ms"]
     print(
         f"replayed {level['request_count']} requests: late share (> 1 ms) "
-        f"{level['late_share_1ms']:.4f}, send lag p99 {level['send_lag_p99_ms']:.2f} ms, "
-        f"gap CV {level['send_gap_cv']:.2f} (recorded {recorded.cv:.2f})"
+        f"{level['late_share_1ms']:.4f} (a bare timer beside it: {host:.4f}), send lag p99 "
+        f"{level['send_lag_p99_ms']:.2f} ms, gap CV {level['send_gap_cv']:.2f} "
+        f"(recorded {recorded.cv:.2f})"
     )
     assert level["arrival"] == "trace:recorded.csv"
-    assert level["valid"], level["messages"]
     assert level["error_count"] == 0
-    # Sent as recorded: 0.8 % sent more than 1 ms late here (send lag p99 0.9 ms); the bound
-    # leaves room for a busy CI machine.
-    assert level["late_share_1ms"] <= 0.05, level
+    if not level["valid"]:
+        # The lag rule alone may void it, and only when the host starved even the bare timer.
+        invalid = [m for m in level["messages"] if m.startswith("INVALID")]
+        assert host > 0.05 and all("generator was saturated" in m for m in invalid), level
+    # Sent as recorded, as far as the host allows. On a quiet host 0.6-0.9 % of sends were more
+    # than 1 ms late (the bare timer: 0.2 %); when the virtual machine's cores were taken from it
+    # (CPU steal) both rose together, to 5-18 % and 8-21 %. gevent's millisecond timers in place
+    # of the timerfd: 16-23 % against 6-15 %. A competing busy process hurts the generator about
+    # twice as much as the idle bare timer.
+    assert level["late_share_1ms"] <= 2 * host + 0.03, level
     assert level["offered_rps"] == pytest.approx(500.0, rel=0.2)  # 5 s of a bursty stretch
-    assert level["send_gap_cv"] == pytest.approx(recorded.cv, rel=0.15)
+    # A late send moves the two gaps beside it: the shape holds within what lateness moved.
+    late = level["late_share_1ms"]
+    assert level["send_gap_cv"] == pytest.approx(recorded.cv, rel=0.15 + late)
 
 
 def _asked_cv(text: str, rate: float, window: dict[str, float]) -> float:
