@@ -110,7 +110,9 @@ FORMATS: dict[str, FormatHistory] = {
             "not written: it is read from the measurement's own keys. Optional keys, absent "
             'from early records: ``values`` (read as ``()``), ``started_at`` (``""``), '
             "``prediction`` (``--search predict`` only; None); the measurement's "
-            "``send_gap_cv`` and ``late_share_1ms`` (None).",
+            "``send_gap_cv`` and ``late_share_1ms`` (None). A measurement with ``shapes`` "
+            "(a search per arrival shape, each with its ``arrival``) is written only by runs "
+            "whose ``traffic.arrival`` lists several shapes.",
         },
     ),
     VALIDATION_KIND: FormatHistory(

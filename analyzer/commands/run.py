@@ -61,8 +61,12 @@ def start_line(run_dir: Path, scenario: Scenario, target: dict[str, Any]) -> str
         f"perfsweep run: model {scenario.model.name} on {target.get('device')} at "
         f"{target.get('url')}; goal p99 <= {scenario.goals.p99_ms:g} ms"
     )
-    if scenario.traffic.mode is TrafficMode.RATE and scenario.traffic.arrival != "poisson":
-        line += f"; arrivals {scenario.traffic.arrival_process().describe()}"
+    traffic = scenario.traffic
+    if traffic.mode is TrafficMode.RATE and len(traffic.shapes) > 1:
+        shapes = "; ".join(a.describe() for a in traffic.arrival_processes())
+        line += f"; each config's worst capacity under: {shapes}"
+    elif traffic.mode is TrafficMode.RATE and traffic.arrival != "poisson":
+        line += f"; arrivals {traffic.arrival_process().describe()}"
     return f"{line}; results in {run_dir}"
 
 

@@ -346,8 +346,15 @@ class Objective(abc.ABC):
         """Why the scenario's ``traffic`` cannot run this objective (None: it can).
 
         Args:
-            traffic: The scenario's traffic section (``mode``, ``rate_rps``, ``concurrency``).
+            traffic: The scenario's traffic section (``mode``, ``rate_rps``, ``concurrency``,
+                ``shapes``).
         """
+        if len(traffic.shapes) > 1 and not (self.capacity and not self.fixed):
+            # Several shapes rank a config by its worst capacity: one number, one search each.
+            return (
+                f'objective "{self.name}" measures one arrival shape; several '
+                f'(traffic.arrival = {list(traffic.shapes)}) need objective "throughput"'
+            )
         return None
 
 
@@ -480,6 +487,8 @@ class LatencyObjective(Objective):
 
     def traffic_problem(self, traffic: Any) -> str | None:
         """The fixed level must be given: ``rate_rps`` (open loop) or ``concurrency``."""
+        if problem := super().traffic_problem(traffic):
+            return problem
         if traffic.mode is TrafficMode.RATE and traffic.rate_rps is None:
             return 'objective "latency" needs traffic.rate_rps (the offered load)'
         if traffic.mode is TrafficMode.CONCURRENCY and traffic.concurrency is None:

@@ -284,11 +284,13 @@ class TrafficSection(_Section):
     mode: TrafficMode = TrafficMode.RATE
     """``rate``: open loop (requests are sent on a schedule, latency counted from the intended send
     time); ``concurrency``: closed loop (N users, each waits for its response)."""
-    arrival: str = "poisson"
+    arrival: str | tuple[str, ...] = "poisson"
     """The open-loop arrival process, in its short form: ``poisson``, ``constant``,
     ``gamma:cv=2``, ``mmpp:4@0.5,0.25@2`` (relative rate @ mean sojourn seconds, states in
     turn), ``ramp:start=0.5,end=1.5,period_s=60``, ``diurnal:amplitude=0.5,period_s=60``, or
-    ``trace`` (with ``trace``). Every level offers its rate in this shape."""
+    ``trace`` (with ``trace``). Every level offers its rate in this shape. A list of shapes
+    (``["poisson", "trace"]``): a sweep measures each config's capacity under every one and
+    ranks configs by the worst of them (objective ``throughput`` only)."""
     trace: Path | None = None
     """A recorded trace to replay (``.csv`` or ``.jsonl`` timestamps, else perf_analyzer's
     ``--request-intervals``), scaled to each level's rate and looped; relative to the scenario
@@ -340,38 +342,72 @@ class TrafficSection(_Section):
 
     @model_validator(mode="after")
     def _check_arrival(self) -> TrafficSection:
+        shapes = self.shapes
+        if len(shapes) == 1 and not isinstance(self.arrival, str):
+            object.__setattr__(self, "arrival", shapes[0])  # frozen: a list of one is its shape
+        elif len(set(shapes)) < len(shapes) or not shapes:
+            raise ValueError(f"traffic.arrival: each shape once, got {list(shapes)}")
+        if self.mode is not TrafficMode.RATE and len(shapes) > 1:
+            raise ValueError("traffic.arrival: several shapes need traffic.mode = 'rate'")
+        for shape in shapes:
+            if shape.partition(":")[0].strip() == Arrival.TRACE.value:
+                continue
+            try:
+                parse_arrival(shape)
+            except InputError as exc:
+                raise ValueError(f"traffic.arrival: {exc}") from None
+        replays = Arrival.TRACE.value in shapes
         if self.trace is None:
             if self.trace_sha256 is not None:
                 raise ValueError("traffic.trace_sha256 needs traffic.trace")
-            if self.arrival.partition(":")[0].strip() == Arrival.TRACE.value:
+            if replays:
                 raise ValueError("traffic.arrival = 'trace' replays a file: set traffic.trace")
-            try:
-                parse_arrival(self.arrival)
-            except InputError as exc:
-                raise ValueError(f"traffic.arrival: {exc}") from None
             return self
-        if self.arrival not in ("poisson", "trace"):
+        if shapes == ("poisson",):
+            object.__setattr__(self, "arrival", "trace")  # a trace alone: its shape is the trace
+        elif not replays:
             raise ValueError(
                 f"traffic.trace replays a recording; it cannot be shaped as {self.arrival!r} "
-                "too (leave traffic.arrival out)"
+                "too (leave traffic.arrival out, or list 'trace' among its shapes)"
             )
         path = self.trace.expanduser().resolve()
         object.__setattr__(self, "trace", path)  # frozen: made absolute once, here
-        object.__setattr__(self, "arrival", "trace")
         if not path.is_file():
             raise ValueError(f"traffic.trace {path}: no such file")
         digest = pinned_digest("traffic.trace", path, self.trace_sha256)
         object.__setattr__(self, "trace_sha256", digest)  # frozen: filled in once, here
         try:
-            self.arrival_process()
+            self.arrival_processes()
         except InputError as exc:
             raise ValueError(f"traffic.trace: {exc}") from None
         return self
 
+    @property
+    def shapes(self) -> tuple[str, ...]:
+        """The arrival shapes, in their short form (one unless ``arrival`` lists several)."""
+        return (self.arrival,) if isinstance(self.arrival, str) else tuple(self.arrival)
+
+    def arrival_processes(self) -> tuple[ArrivalProcess, ...]:
+        """Every shape's arrival process, in :attr:`shapes` order (a trace read from its file)."""
+        return tuple(self._process(shape) for shape in self.shapes)
+
     def arrival_process(self) -> ArrivalProcess:
-        """The arrival process the levels are offered in (a trace read from its file)."""
-        if self.trace is None:
-            return parse_arrival(self.arrival)
+        """The one arrival process the levels are offered in.
+
+        Raises:
+            InputError: ``arrival`` lists several shapes: only a sweep measures each of them.
+        """
+        if len(self.shapes) > 1:
+            raise InputError(
+                f"traffic.arrival lists {len(self.shapes)} shapes ({', '.join(self.shapes)}); "
+                "only perfsweep run measures each: give one (--arrival) here"
+            )
+        return self._process(self.shapes[0])
+
+    def _process(self, shape: str) -> ArrivalProcess:
+        if shape != Arrival.TRACE.value:
+            return parse_arrival(shape)
+        assert self.trace is not None  # the validator refuses 'trace' without a file
         return parse_arrival("trace", _read_trace(self.trace, self.trace_unit, self.trace_sha256))
 
     @model_validator(mode="after")

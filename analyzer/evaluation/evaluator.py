@@ -3,13 +3,14 @@
 
 ::
 
-    warm-up (plan.warm_up) -> capacity search (objective.capacity: CapacityDriver.run)
+    warm-up (plan.warm_up) -> capacity search (objective.capacity: CapacityDriver.run),
+                              one per arrival shape (plan.shapes), the worst standing for all
                            -> fixed level     (objective.fixed: plan.fixed at the reference)
     -> numbers (the capacity's operating point, else the fixed level) -> values (objective)
     -> slacks (analyzer.evaluation.slack)
 
-    check(rate): warm-up -> one sequential step at the rate (plan.check) -> the same record
-    (validation: does the config serve the winner's capacity?)
+    check(rate): warm-up -> one sequential step at the rate (plan.check) under each shape, until
+    one fails -> the same record (validation: does the config serve the winner's capacity?)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from analyzer.rundir.measurements import (
     CapacityMeasurement,
     FixedMeasurement,
     ParetoMeasurement,
+    ShapesMeasurement,
     TrialMeasurement,
 )
 
@@ -151,16 +153,23 @@ class Evaluator:
         self._warm_up()
         capacity: CapacityResult | None = None
         fixed: Measurement | None = None
+        searches: list[tuple[str, CapacityResult]] = []
         if self.objective.capacity:
-            capacity = self.driver.run(
-                self.plan.capacity_spec(
+            shapes = self.plan.shapes
+            for arrival in shapes:
+                if len(shapes) > 1:
+                    self.on_phase(f"arrivals {arrival.describe()}")
+                spec = self.plan.capacity_spec(
                     factor,
                     near_rps=near_rps,
                     hint_rps=self.hint_rps,
                     expected=expected,
                     fails_at_rps=fails_at_rps,
+                    arrival=arrival,
                 )
-            )
+                searches.append((arrival.to_text(), self.driver.run(spec)))
+            # The config stands for its worst shape (the first of equals).
+            capacity = min(searches, key=lambda s: s[1].capacity_rps)[1]
         if self.objective.fixed:
             target = self.plan.reference_target(self.reference_rps)
             self.on_phase(f"fixed load {target:g} {self.plan.unit}")
@@ -174,6 +183,8 @@ class Evaluator:
         if capacity is not None:
             numbers = capacity_numbers(capacity, self.plan.open_loop)
             measurement = CapacityMeasurement(capacity)
+            if len(searches) > 1:
+                measurement = ShapesMeasurement(tuple(searches))
             if fixed is not None:
                 measurement = ParetoMeasurement(capacity, fixed)
                 numbers["reference_p99_ms"] = fixed.p99_ms
@@ -206,9 +217,17 @@ class Evaluator:
         so the record meets the goals exactly when the test passed it.
         """
         self._warm_up()
-        self.on_phase(f"sequential check at {rate_rps:.0f} req/s")
-        level = self.load.measure(self.plan.check(rate_rps, factor))
-        passed = meets_goals(level, self.plan.goals)[0]
+        shapes = self.plan.shapes
+        levels: list[Measurement] = []
+        for arrival in shapes:
+            under = f" under {arrival.describe()}" if len(shapes) > 1 else ""
+            self.on_phase(f"sequential check at {rate_rps:.0f} req/s{under}")
+            levels.append(self.load.measure(self.plan.check(rate_rps, factor, arrival)))
+            if not meets_goals(levels[-1], self.plan.goals)[0]:
+                break  # one shape it cannot serve at the rate is enough
+        # Several shapes: the record is the level that missed, else the one nearest to missing.
+        passed = meets_goals(levels[-1], self.plan.goals)[0]
+        level = max(levels, key=lambda m: p99_slack(m, self.plan.goals)) if passed else levels[-1]
         numbers = level_numbers(level, rate_rps if passed else 0.0, level.target)
         constraints = self.constraints(numbers)
         constraints["p99_slack"] = round(p99_slack(level, self.plan.goals), 6)

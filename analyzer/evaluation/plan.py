@@ -2,8 +2,9 @@
 
 ::
 
-    step(factor)              the template of every load level (search: factor 1; validation:
-                              windows ``budget.validate_window_factor`` times longer)
+    step(factor, arrival)     the template of every load level (search: factor 1; validation:
+                              windows ``budget.validate_window_factor`` times longer), in one
+                              of the scenario's arrival shapes (default: the first)
     warm_up()                 the discarded light load right after a config load (None: none)
     reference_target(rps)     the fixed level: traffic.concurrency users, else the reference rate
     capacity_spec(...)        the capacity search: open loop (request rates) or closed loop
@@ -19,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from analyzer.config.scenario import Scenario
 from analyzer.config.sections import TrafficMode
+from analyzer.measure.arrivals import ArrivalProcess
 from analyzer.measure.specs import CapacitySpec, Goals, LoadMode, LoadSpec
 from analyzer.measure.stepping import StepTest
 
@@ -96,13 +98,20 @@ class LoadPlan:
         """What a load level's target counts: ``req/s`` or ``users``."""
         return "req/s" if self.open_loop else "users"
 
-    def step(self, factor: float = 1.0) -> LoadSpec:
-        """The load-level template (windows ``factor`` times longer when validating)."""
-        t, b = self.scenario.traffic, self.scenario.budget
+    @property
+    def shapes(self) -> tuple[ArrivalProcess, ...]:
+        """The arrival shapes a config is measured under (``traffic.arrival``; one unless it
+        lists several, when a config stands for its worst capacity)."""
+        return self.scenario.traffic.arrival_processes()
+
+    def step(self, factor: float = 1.0, arrival: ArrivalProcess | None = None) -> LoadSpec:
+        """The load-level template (windows ``factor`` times longer when validating), offered
+        in ``arrival`` (default: the first of :attr:`shapes`)."""
+        b = self.scenario.budget
         return LoadSpec(
             mode=LoadMode.REQUEST_RATE if self.open_loop else LoadMode.CONCURRENCY,
             target=1.0,
-            arrival=t.arrival_process(),
+            arrival=arrival or self.shapes[0],
             warmup_s=b.warmup_s,
             window_s=b.window_s * factor,
             # Count windows: a window ends after min_requests requests (and at least window_s),
@@ -167,10 +176,10 @@ class LoadPlan:
             max_requests=b.sequential_max_requests,
         )
 
-    def capacity_step(self, factor: float = 1.0) -> LoadSpec:
+    def capacity_step(self, factor: float = 1.0, arrival: ArrivalProcess | None = None) -> LoadSpec:
         """The template of a capacity search's levels: :meth:`step`, sequential when
         :attr:`sequential`."""
-        step = self.step(factor)
+        step = self.step(factor, arrival)
         if not self.sequential:
             return step
         return replace(
@@ -179,10 +188,12 @@ class LoadPlan:
             max_windows=max(step.max_windows, SEQUENTIAL_WINDOWS),
         )
 
-    def check(self, rate_rps: float, factor: float = 1.0) -> LoadSpec:
+    def check(
+        self, rate_rps: float, factor: float = 1.0, arrival: ArrivalProcess | None = None
+    ) -> LoadSpec:
         """One sequential step at ``rate_rps`` (validation at the winner's capacity): it ends
         as soon as p99 <= goal is decided, or at the boundary."""
-        step = self.step(factor)
+        step = self.step(factor, arrival)
         return replace(
             step,
             target=rate_rps,
@@ -198,6 +209,7 @@ class LoadPlan:
         hint_rps: float | None = None,
         expected: Expected | None = None,
         fails_at_rps: float | None = None,
+        arrival: ArrivalProcess | None = None,
     ) -> CapacitySpec:
         """The capacity search of one trial.
 
@@ -207,8 +219,9 @@ class LoadPlan:
         ``expected`` (the config's predicted capacity, or the capacity of the nearest finished
         trial) starts :data:`EXPECTED_START` of it and brackets in its steps, or checks it
         (:attr:`Expected.check`: two steps when the forecast holds); else ``hint_rps`` (the
-        best capacity so far) starts it near half of that. ``fails_at_rps`` (with ``near_rps``: the rate a validation check just
-        failed at) bounds the search from above from its start.
+        best capacity so far) starts it near half of that. ``fails_at_rps`` (with ``near_rps``:
+        the rate a validation check just failed at) bounds the search from above from its
+        start. ``arrival``: the shape its levels are offered in (default: the first).
 
         Closed loop: user counts from 1 to ``traffic.max_concurrency``.
 
@@ -248,7 +261,7 @@ class LoadPlan:
             min_rps=t.min_rate_rps,
             resolution=b.capacity_resolution,
             growth=growth,
-            step=self.capacity_step(factor),
+            step=self.capacity_step(factor, arrival),
             confirm_failures=True,
             fails_at_rps=fails_at,
             forecast_check=bool(expected and expected.check and not near_rps),

@@ -61,6 +61,7 @@ from analyzer.report.record import (
 )
 from analyzer.report.rundir import RunData
 from analyzer.report.series import _load_curve, _progress, _server_breakdown, _time_series
+from analyzer.report.shapes import shape_table
 from analyzer.report.verdict import build_verdict, ceiling_warning, explain
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.rundir.validation import Validation
@@ -194,6 +195,8 @@ def build_record(run: RunData, *, min_gpu_utilization_pct: float | None = None) 
         phases=phases,
         missing=missing,
     )
+    labels = {t.number: t.label for t in trials}
+    record = dataclasses.replace(record, shapes=shape_table(run.trials, labels))
     tables = class_tables(run, roles, by_number)
     if not tables:
         return record

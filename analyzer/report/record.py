@@ -52,6 +52,27 @@ def knob_of_param(param: str) -> str:
 
 
 @dataclass(frozen=True)
+class ShapePick:
+    """The config that served the most under one arrival shape (or in the worst case), as its
+    search trial measured it, with its capacity under every shape."""
+
+    #: ``poisson``, a shape's short form, or ``worst case`` (what the run ranks by).
+    chosen_for: str
+    trial_number: int
+    label: str
+    #: req/s under each of :attr:`ShapeTable.shapes`, in that order.
+    capacities: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class ShapeTable:
+    """Side by side: the pick for each arrival shape and the worst-case pick."""
+
+    shapes: tuple[str, ...]
+    picks: tuple[ShapePick, ...]
+
+
+@dataclass(frozen=True)
 class TrialPoint:
     """One measured config as the report shows it (a row of the trials table)."""
 
@@ -472,10 +493,16 @@ class ReportRecord:
     missing: dict[str, str] = field(default_factory=dict)
     format_version: int = REPORT_FORMAT_VERSION
     kind: str = REPORT_KIND
+    #: Each arrival shape's pick beside the worst-case pick (None: the run had one shape).
+    shapes: ShapeTable | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (dict keys become strings; inf/nan become None)."""
-        return jsonable(dataclasses.asdict(self))
+        """JSON-ready dict (dict keys become strings; inf/nan become None); ``shapes`` only
+        for a run with several arrival shapes, so every other report reads as before."""
+        out: dict[str, Any] = jsonable(dataclasses.asdict(self))
+        if self.shapes is None:
+            out.pop("shapes")
+        return out
 
 
 def jsonable(value: Any) -> Any:

@@ -1,10 +1,12 @@
-"""A trial's measurement, one of three typed shapes told apart by :attr:`TrialMeasurement.kind`.
+"""A trial's measurement, one of four typed shapes told apart by :attr:`TrialMeasurement.kind`.
 
 ::
 
     CapacityMeasurement  a capacity search (objective ``throughput``)
     FixedMeasurement     one fixed load level (objective ``latency``)
     ParetoMeasurement    a capacity search plus the reference level (objective ``pareto``)
+    ShapesMeasurement    a capacity search per arrival shape (``traffic.arrival`` lists
+                         several): the config stands for its worst
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class MeasurementKind(str, enum.Enum):
     CAPACITY = "capacity"
     FIXED = "fixed"
     PARETO = "pareto"
+    SHAPES = "shapes"
 
 
 class TrialMeasurement(abc.ABC):
@@ -148,6 +151,49 @@ class ParetoMeasurement(TrialMeasurement):
         return {"capacity": self.result.to_dict(), "reference": self.reference.to_dict()}
 
 
+@dataclass(frozen=True)
+class ShapesMeasurement(TrialMeasurement):
+    """A capacity search under each arrival shape; the trial's capacity is the worst of them.
+
+    Attributes:
+        results: ``(shape, search)`` in the scenario's shape order (a shape in its short form,
+            ``trace:requests.csv`` for a trace).
+    """
+
+    results: tuple[tuple[str, CapacityResult], ...]
+    kind: ClassVar[MeasurementKind] = MeasurementKind.SHAPES
+
+    def __post_init__(self) -> None:
+        if not self.results:
+            raise ValueError("a shapes measurement needs a search")
+
+    @property
+    def worst_shape(self) -> str:
+        """The shape the config serves least under (the first of equals)."""
+        return min(self.results, key=lambda r: r[1].capacity_rps)[0]
+
+    @property
+    def capacity(self) -> CapacityResult:
+        return dict(self.results)[self.worst_shape]
+
+    @property
+    def fixed(self) -> None:
+        return None
+
+    def capacities(self) -> dict[str, float]:
+        """Shape -> the capacity found under it."""
+        return {shape: result.capacity_rps for shape, result in self.results}
+
+    def problem(self) -> str | None:
+        for shape, result in self.results:
+            if result.best is not None and (problem := unusable(result.best)):
+                return f"{shape}: {problem}"
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"shapes": [{"arrival": a, **r.to_dict()} for a, r in self.results]}
+
+
 def measurement_from_dict(raw: Mapping[str, Any] | None) -> TrialMeasurement | None:
     """A trial's ``measurement`` JSON as its typed shape (None when not recorded).
 
@@ -158,6 +204,10 @@ def measurement_from_dict(raw: Mapping[str, Any] | None) -> TrialMeasurement | N
     """
     if not raw:
         return None
+    if "shapes" in raw:
+        return ShapesMeasurement(
+            tuple((r["arrival"], CapacityResult.from_dict(r)) for r in raw["shapes"])
+        )
     if "capacity" in raw and "reference" in raw:
         return ParetoMeasurement(
             CapacityResult.from_dict(raw["capacity"]), Measurement.from_dict(raw["reference"])
@@ -167,7 +217,7 @@ def measurement_from_dict(raw: Mapping[str, Any] | None) -> TrialMeasurement | N
     if "mode" in raw:
         return FixedMeasurement(Measurement.from_dict(raw))
     raise ResultFormatError(
-        f"a measurement with keys {sorted(raw)[:6]} is none of capacity, fixed or pareto"
+        f"a measurement with keys {sorted(raw)[:6]} is none of capacity, fixed, pareto or shapes"
     )
 
 

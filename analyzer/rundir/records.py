@@ -13,12 +13,13 @@ all on ``parsing`` (the helpers and migration every ``from_dict`` shares)::
 
 Each record is a frozen dataclass with ``to_dict()`` (the file's JSON, version header included)
 and ``from_dict()`` (its inverse, which also reads every older version it knows). A trial's
-measurement is one of three typed shapes, told apart by :attr:`TrialMeasurement.kind`, so no
+measurement is one of four typed shapes, told apart by :attr:`TrialMeasurement.kind`, so no
 reader has to guess it from the keys:
 
     CapacityMeasurement  a capacity search (objective ``throughput``)
     FixedMeasurement     one fixed load level (objective ``latency``)
     ParetoMeasurement    a capacity search plus the reference level (objective ``pareto``)
+    ShapesMeasurement    a capacity search per arrival shape (several ``traffic.arrival``)
 
 Loaders refuse a file of another kind, or of a version newer than (or unknown to) this
 perfsweep, with :class:`~analyzer.errors.ResultFormatError` saying what to do; a damaged file

@@ -87,6 +87,12 @@ def _profiled(state: _State, profiler: Profiler) -> Guide | None:
     scenario, directory = state.scenario, state.run_dir
     goal, half = scenario.goals.p99_ms, scenario.search.band
     ceiling = scenario.traffic.max_rate_rps
+    if len(scenario.traffic.shapes) > 1:
+        state.note(
+            "search predict: the simulator ranks configs under one arrival shape and "
+            f"traffic.arrival lists {len(scenario.traffic.shapes)}; searching with tpe"
+        )
+        return None
     arrival = scenario.traffic.arrival_process()
     profile_path = directory.root / "profile.json"
     if directory.predictions_json.exists() and profile_path.exists():

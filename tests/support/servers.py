@@ -168,6 +168,7 @@ def write_sim_model(
     max_batch_size: int = 0,
     instances: int = 1,
     dynamic_batching: str = "",
+    host_ms: float = 0.0,
 ) -> Path:
     """A simulated 16-float model with a jitter-free profile: device = device_ms + per_item_ms * b.
 
@@ -179,6 +180,8 @@ def write_sim_model(
         max_batch_size: 0 disables batching.
         instances: ``KIND_CPU`` instance count.
         dynamic_batching: a whole ``dynamic_batching { ... }`` block, or ``""`` for none.
+        host_ms: host time before the device part and again after it, per execution (what
+            more instances overlap; the device part is serialised across them).
     """
     model_dir = repository / name
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
@@ -193,6 +196,12 @@ def write_sim_model(
             [device]
             a_ms = {device_ms}
             b_ms = {per_item_ms}
+
+            [host_pre]
+            a_ms = {host_ms}
+
+            [host_post]
+            a_ms = {host_ms}
             """
         )
     )

@@ -271,6 +271,27 @@ def test_the_scenario_takes_a_process_or_a_trace(tmp_path: Path) -> None:
         TrafficSection(trace=tmp_path / "gone.csv")
 
 
+def test_the_scenario_may_list_several_shapes(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("t\n0\n0.5\n0.75\n1\n")
+    both = TrafficSection(arrival=["poisson", "trace"], trace=path)
+    assert both.shapes == ("poisson", "trace")
+    poisson, trace = both.arrival_processes()
+    assert poisson == POISSON and trace.kind is Arrival.TRACE
+    # One command measures one shape, and says so.
+    with pytest.raises(InputError, match=r"lists 2 shapes .* only perfsweep run measures each"):
+        both.arrival_process()
+    assert TrafficSection(arrival=["gamma:cv=2"]).arrival == "gamma:cv=2"  # a list of one
+    with pytest.raises(ValueError, match="each shape once"):
+        TrafficSection(arrival=["poisson", "poisson"])
+    with pytest.raises(ValueError, match=r"set traffic\.trace"):
+        TrafficSection(arrival=["poisson", "trace"])
+    with pytest.raises(ValueError, match="or list 'trace' among its shapes"):
+        TrafficSection(arrival=["poisson", "constant"], trace=path)
+    with pytest.raises(ValueError, match=r"several shapes need traffic\.mode = 'rate'"):
+        TrafficSection(arrival=["poisson", "constant"], mode="concurrency")
+
+
 def test_the_offered_count_rule_knows_each_process() -> None:
     limits = GeneratorLimits()
     # gamma cv 3: counts vary 3x as much as Poisson's; a 12 % shortfall of 1,000 is 3.8 sigma

@@ -20,6 +20,7 @@ from analyzer.rundir.measurements import (
     FixedMeasurement,
     MeasurementKind,
     ParetoMeasurement,
+    ShapesMeasurement,
     TrialMeasurement,
     measurement_from_dict,
 )
@@ -89,6 +90,12 @@ MEASUREMENTS = {
     MeasurementKind.FIXED: FixedMeasurement(level(150, 25)),
     MeasurementKind.PARETO: ParetoMeasurement(
         capacity(level(200, 30), level(200, 30)), level(100, 12)
+    ),
+    MeasurementKind.SHAPES: ShapesMeasurement(
+        (
+            ("poisson", capacity(level(200, 30), level(200, 30))),
+            ("mmpp:20@0.005,0.2@0.1", capacity(level(50, 40), level(50, 40), level(75, 120))),
+        )
     ),
 }
 
@@ -314,7 +321,7 @@ def test_loaders_refuse_newer_versions_other_kinds_and_damaged_files(tmp_path: P
     write_json(tmp_path / "t.json", damaged)
     with pytest.raises(ResultFormatError, match=r"t\.json.*damaged.*config"):
         load_trial(tmp_path / "t.json")
-    with pytest.raises(ResultFormatError, match="none of capacity, fixed or pareto"):
+    with pytest.raises(ResultFormatError, match="none of capacity, fixed, pareto or shapes"):
         measurement_from_dict({"something": 1})
 
 
@@ -394,3 +401,12 @@ def test_predictions_and_the_new_optional_fields_round_trip(tmp_path: Path) -> N
         del old[key]
     back = RunSummary.from_dict(old)
     assert back.search_strategy is None and back.phases == {}
+
+
+def test_a_shapes_measurement_stands_for_its_worst_shape() -> None:
+    shapes = MEASUREMENTS[MeasurementKind.SHAPES]
+    assert isinstance(shapes, ShapesMeasurement)
+    assert shapes.capacities() == {"poisson": 200.0, "mmpp:20@0.005,0.2@0.1": 50.0}
+    assert shapes.worst_shape == "mmpp:20@0.005,0.2@0.1"
+    assert shapes.operating_point() == level(50, 40)
+    assert shapes.capacity.capacity_rps == 50.0

@@ -74,6 +74,10 @@ def test_env_values_parse_as_toml() -> None:
             "in closed-loop mode needs traffic.concurrency",
         ),
         ("[run]\nstorage = 'postgresql://x/y'\n", "needs run.study_name"),
+        (
+            "objective = 'pareto'\n[traffic]\narrival = ['poisson', 'gamma:cv=2']\n",
+            'objective "pareto" measures one arrival shape',
+        ),
         ("[goals\n", "not valid TOML"),
     ],
 )

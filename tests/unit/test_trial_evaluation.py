@@ -272,3 +272,32 @@ def test_the_tightest_goal_bounds_the_send_lag() -> None:
     ]
     assert scenario(goals={"p99_ms": 800.0}, traffic={"classes": classes}).tightest_p99_ms() == 60
     assert scenario(goals={"p99_ms": 800.0}).tightest_p99_ms() == 800
+
+
+def test_several_shapes_search_each_and_the_worst_stands_for_the_config() -> None:
+    class Shaped(Scripted):
+        """Serves 200 req/s of Poisson arrivals, 60 of bursts; p99 80 ms under bursts."""
+
+        def find_capacity(self, spec: CapacitySpec) -> CapacityResult:
+            self.capacity_rps = 200.0 if spec.step.arrival.to_text() == "poisson" else 60.0
+            return super().find_capacity(spec)
+
+    s = scenario(goals={"p99_ms": 50.0}, traffic={"arrival": ["poisson", "mmpp:20@0.005,0.2@0.1"]})
+    load = Shaped(lambda spec: 20.0 if spec.arrival.to_text() == "poisson" else 80.0)
+    evaluation = Evaluator(s, load).evaluate()
+    assert [c.step.arrival.to_text() for c in load.searched] == ["poisson", "mmpp:20@0.005,0.2@0.1"]
+    assert evaluation.numbers["throughput_rps"] == 60.0
+    shapes = evaluation.measurement.to_dict()["shapes"]
+    assert [(r["arrival"], r["capacity_rps"]) for r in shapes] == [
+        ("poisson", 200.0),
+        ("mmpp:20@0.005,0.2@0.1", 60.0),
+    ]
+    # A check passes only when every shape does; the first shape it fails ends it.
+    check = Evaluator(s, load).check(100.0)
+    assert check.numbers["throughput_rps"] == 0.0 and check.constraints["p99_slack"] > 0
+    passing = Shaped(lambda spec: 20.0)
+    assert Evaluator(s, passing).check(100.0).numbers["throughput_rps"] == 100.0
+    assert [m.arrival.to_text() for m in passing.measured if m.sequential] == [
+        "poisson",
+        "mmpp:20@0.005,0.2@0.1",
+    ]
