@@ -10,6 +10,11 @@ Three formats, told apart by the file's suffix:
 
 Timestamps are absolute or relative, in seconds unless the column name or ``unit`` says
 otherwise; they are sorted (logs of several servers interleave) and turned into gaps.
+
+A CSV or JSONL trace may also say which request data each request sent: a ``payload`` column
+(or key) holding the index of an entry of the request data (``--input-data``, in its order).
+The replay then sends, at each recorded request's time, that request's entry; without it the
+generator walks the data in rotation as for any other shape.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from analyzer.measure.arrivals import Trace
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 #: Names of a time column, before an optional unit suffix.
 TIME_KEYS = ("timestamp", "time", "ts", "t")
+#: The name of the column (or JSONL key) holding each request's payload index.
+PAYLOAD_KEY = "payload"
 
 
 def read_trace(path: Path | str, unit: str = "auto") -> Trace:
@@ -43,10 +50,11 @@ def read_trace(path: Path | str, unit: str = "auto") -> Trace:
     except OSError as exc:
         raise InputError(f"cannot read trace {path}: {exc.strerror or exc}") from None
     suffix = path.suffix.lower()
+    payloads: list[int] = []
     if suffix == ".csv":
-        times, implied = _csv_times(text, path)
+        times, implied, payloads = _csv_times(text, path)
     elif suffix == ".jsonl":
-        times, implied = _jsonl_times(text, path)
+        times, implied, payloads = _jsonl_times(text, path)
     else:
         gaps, implied = _intervals(text, path), "us"
         scale = UNITS[implied if unit == "auto" else unit]
@@ -54,10 +62,13 @@ def read_trace(path: Path | str, unit: str = "auto") -> Trace:
     scale = UNITS[implied if unit == "auto" else unit]
     if len(times) < 2:
         raise InputError(f"trace {path}: needs at least 2 requests, found {len(times)}")
-    times.sort()
+    order = sorted(range(len(times)), key=times.__getitem__)  # stable: ties keep file order
+    times = [times[i] for i in order]
     # n timestamps, n - 1 gaps: the recorded rate is (n - 1) / span, and a looped replay goes
-    # on from the last request with the first gap.
-    return Trace(tuple((b - a) * scale for a, b in itertools.pairwise(times)), path.name)
+    # on from the last request with the first gap. The replay's k-th send falls at request
+    # k + 1's time, so it carries request k + 1's payload.
+    sent = tuple(payloads[i] for i in order[1:]) if payloads else ()
+    return Trace(tuple((b - a) * scale for a, b in itertools.pairwise(times)), path.name, sent)
 
 
 def _time_key(keys: list[str], path: Path) -> tuple[str, str]:
@@ -76,27 +87,50 @@ def _time_key(keys: list[str], path: Path) -> tuple[str, str]:
     )
 
 
-def _csv_times(text: str, path: Path) -> tuple[list[float], str]:
+def _payload(value: object, path: Path, line: int) -> int:
+    """A payload index as written in a trace (a non-negative integer)."""
+    try:
+        if isinstance(value, bool) or float(str(value)) != int(float(str(value))):
+            raise ValueError
+        index = int(float(str(value)))
+    except (ValueError, OverflowError):
+        index = -1
+    if index < 0:
+        raise InputError(
+            f"trace {path}:{line}: {PAYLOAD_KEY} must be the index of a request data entry "
+            f"(0, 1, ...), not {value!r}"
+        )
+    return index
+
+
+def _csv_times(text: str, path: Path) -> tuple[list[float], str, list[int]]:
     rows = [r for r in csv.reader(text.splitlines()) if r and any(c.strip() for c in r)]
     if not rows:
         raise InputError(f"trace {path} is empty")
+    payload_column = None
     try:
         float(rows[0][0])
         column, unit, body = 0, "s", rows  # no header: the first column, in seconds
     except ValueError:
         key, unit = _time_key(rows[0], path)
         column, body = rows[0].index(key), rows[1:]
-    times = []
+        names = [k.strip().lower() for k in rows[0]]
+        payload_column = names.index(PAYLOAD_KEY) if PAYLOAD_KEY in names else None
+    times, payloads = [], []
     for line, row in enumerate(body, 2 if body is not rows else 1):
         try:
             times.append(float(row[column]))
         except (ValueError, IndexError):
             raise InputError(f"trace {path}:{line}: no number in its time column") from None
-    return times, unit
+        if payload_column is not None:
+            cell = row[payload_column] if payload_column < len(row) else ""
+            payloads.append(_payload(cell.strip(), path, line))
+    return times, unit, payloads
 
 
-def _jsonl_times(text: str, path: Path) -> tuple[list[float], str]:
+def _jsonl_times(text: str, path: Path) -> tuple[list[float], str, list[int]]:
     times: list[float] = []
+    payloads: list[int] = []
     key = unit = ""
     for line, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():
@@ -113,9 +147,11 @@ def _jsonl_times(text: str, path: Path) -> tuple[list[float], str]:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise InputError(f"trace {path}:{line}: {key!r} must be a number")
         times.append(float(value))
+        if (len(times) == 1 and PAYLOAD_KEY in record) or payloads:
+            payloads.append(_payload(record.get(PAYLOAD_KEY), path, line))
     if not times:
         raise InputError(f"trace {path} is empty")
-    return times, unit
+    return times, unit, payloads
 
 
 def _intervals(text: str, path: Path) -> list[float]:

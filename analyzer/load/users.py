@@ -196,6 +196,7 @@ class ProcessContext:
             self._inputs_key = key
             self._requests_key = None
             self._next_payload = 0
+        _check_trace_payloads(config, self.inputs)
         classes = config.request_classes()
         requests_key = (key, config.http_client, classes, config.shared_memory)
         if config.shared_memory not in SHARED_MEMORY:
@@ -293,6 +294,23 @@ class ProcessContext:
         index = self._next_payload
         self._next_payload += 1
         return index
+
+
+def _check_trace_payloads(config: EngineConfig, inputs: InputSet | None) -> None:
+    """A replayed trace's payload indices must name entries of the request data.
+
+    Raises:
+        InputError: an index past the data's last entry.
+    """
+    trace = config.arrival.trace
+    if trace is None or not trace.payloads or inputs is None:
+        return
+    held, top = len(inputs.payloads), max(trace.payloads)
+    if top >= held:
+        raise InputError(
+            f"trace {trace.source}: a request sends payload {top}, but the request data holds "
+            f"{held} (0-{held - 1}); give the data its payload column indexes (--input-data)"
+        )
 
 
 def attach_context(env: Environment, ctx: ProcessContext) -> None:
@@ -460,7 +478,8 @@ class OpenLoopUser(User):
         self.ctx = ctx
         self.config = config or ctx.config
         self.pool = Pool(self.config.pool_size)
-        self.backlog: collections.deque[float] = collections.deque()
+        #: Sends waiting for a free slot: (intended time, place in the stream).
+        self.backlog: collections.deque[tuple[float, int]] = collections.deque()
         self.infer_client: InferClient = make_client(
             self.config.protocol,
             self.config.url,
@@ -480,19 +499,27 @@ class OpenLoopUser(User):
         index = ctx.next_user_index()
         self.rng = random.Random(self.config.seed * 1_000_003 + index)
 
-    def _send_times(self) -> Iterator[float]:
-        """This dispatcher's intended send times, seconds from its start."""
+    def _send_times(self) -> Iterator[tuple[int, float]]:
+        """This dispatcher's sends: each one's place in its stream and its intended time,
+        seconds from the dispatcher's start."""
         c = self.config
         if c.shared_stream:
             # Every dispatcher walks the level's one stream and keeps its own share.
             rate = c.rate_per_user * c.shared_stream
             slot = self.ctx.process_index % c.shared_stream
-            return c.arrival.send_times(rate, c.seed, slot, c.shared_stream)
+            return c.arrival.indexed_send_times(rate, c.seed, slot, c.shared_stream)
         # A stream of its own, started at a random phase so that dispatchers do not fire in
         # lock-step.
         phase = self.rng.uniform(0, 1.0 / c.rate_per_user)
         seed = self.rng.getrandbits(32)
-        return (phase + t for t in c.arrival.send_times(c.rate_per_user, seed))
+        return ((i, phase + t) for i, t in c.arrival.indexed_send_times(c.rate_per_user, seed))
+
+    def _payload(self, send: int) -> int:
+        """The payload of the stream's ``send``-th send: a replayed trace's own, where it
+        recorded them, else the process's next in rotation."""
+        trace = self.config.arrival.trace
+        recorded = trace.payload(send) if trace is not None else None
+        return self.ctx.next_payload() if recorded is None else recorded
 
     @task
     def dispatch(self) -> None:
@@ -501,15 +528,16 @@ class OpenLoopUser(User):
         # Every microsecond the dispatcher wakes late is added to the latency (timed from the
         # intended send), so it sleeps on a timerfd, not on gevent's millisecond timers.
         sleeper = DeadlineSleeper(use_timerfd=self.config.precise_timer)
-        times = self._send_times()
+        sends = self._send_times()
         start = time.perf_counter()
         if self.config.shared_stream and self.config.stream_epoch:
             # The stream runs from the level's epoch in every process (wall clock, converted
             # to this process's perf_counter); a process that starts late joins it at the
             # first send still ahead rather than sending what it missed at once.
             start += self.config.stream_epoch - time.time()
-            times = itertools.dropwhile(lambda t: start + t < time.perf_counter(), times)
-        intended = start + next(times)
+            sends = itertools.dropwhile(lambda s: start + s[1] < time.perf_counter(), sends)
+        send, at = next(sends)
+        intended = start + at
         try:
             while True:
                 now = time.perf_counter()
@@ -524,13 +552,14 @@ class OpenLoopUser(User):
                         step = self.streams.next()
                         ready = step is not None
                     if ready:
-                        self.pool.spawn(self._send, intended, step)
+                        self.pool.spawn(self._send, (intended, send), step)
                     else:
                         # Waits for a free slot or, for a sequence model, an idle sequence:
                         # every completion takes the oldest waiting send.
-                        self.backlog.append(intended)
+                        self.backlog.append((intended, send))
                         recorder.backlog(len(self.backlog))
-                    intended = start + next(times)
+                    send, at = next(sends)
+                    intended = start + at
                 sleeper.sleep_until(intended)
         finally:
             sleeper.close()
@@ -551,12 +580,13 @@ class OpenLoopUser(User):
                     return
             self.pool.spawn(self._send, self.backlog.popleft(), step)
 
-    def _send(self, intended: float, step: SequenceStep | None) -> None:
+    def _send(self, due: tuple[float, int], step: SequenceStep | None) -> None:
         recorder = self.ctx.recorder
         model = self.ctx.inputs.model if self.ctx.inputs else ""
         streams = self.streams
         while True:
-            payload = self.ctx.next_payload()
+            intended, send = due
+            payload = self._payload(send)
             klass = self.ctx.next_class()
             error: BaseException | None = None
             start = time.perf_counter()
@@ -569,12 +599,12 @@ class OpenLoopUser(User):
             _fire(self.environment, model, end - intended, error)
             if not self.backlog:
                 return
-            intended = self.backlog.popleft()
+            due = self.backlog.popleft()
             if streams is not None:
                 # The sequence just done is idle (the dispatcher defers to the backlog).
                 step = streams.next()
                 if step is None:  # not expected; the next completion takes it
-                    self.backlog.appendleft(intended)
+                    self.backlog.appendleft(due)
                     return
 
     def on_stop(self) -> None:

@@ -67,8 +67,20 @@ class Trace:
     gaps_s: tuple[float, ...]
     #: Where it came from (a file name; recorded so a run says what it replayed).
     source: str = ""
+    #: The request data entry each send carries (its index), aligned with ``gaps_s``: the k-th
+    #: send of the replay (at the end of gap k) sends ``payloads[k]``; empty: not recorded.
+    payloads: tuple[int, ...] = ()
+
+    def payload(self, send: int) -> int | None:
+        """The entry the ``send``-th send of the (looped) replay carries; None: not recorded."""
+        return self.payloads[send % len(self.payloads)] if self.payloads else None
 
     def __post_init__(self) -> None:
+        if self.payloads and len(self.payloads) != len(self.gaps_s):
+            raise InputError(
+                f"trace {self.source!r}: {len(self.payloads)} payload indices for "
+                f"{len(self.gaps_s)} sends"
+            )
         if not self.gaps_s:
             raise InputError(f"trace {self.source!r}: needs at least one gap to have a rate")
         if any(g < 0 for g in self.gaps_s):
@@ -158,9 +170,16 @@ class ArrivalProcess:
     ) -> Iterator[float]:
         """Send times (seconds from the stream's start) of the ``index``-th of ``of`` processes
         sharing one stream of mean rate ``rate_rps``: its sends ``index``, ``index + of``, ..."""
+        return (t for _, t in self.indexed_send_times(rate_rps, seed, index, of))
+
+    def indexed_send_times(
+        self, rate_rps: float, seed: int, index: int = 0, of: int = 1
+    ) -> Iterator[tuple[int, float]]:
+        """:meth:`send_times` with each send's place in the one stream (what picks a replayed
+        trace's payload: :meth:`Trace.payload`)."""
         if not 0 <= index < of:
             raise InputError(f"process {index} of {of} does not exist")
-        times = itertools.accumulate(self.gaps(rate_rps, seed))
+        times = enumerate(itertools.accumulate(self.gaps(rate_rps, seed)))
         return itertools.islice(times, index, None, of)
 
     def _multiplier(self, t: float) -> float:
@@ -228,6 +247,8 @@ class ArrivalProcess:
         out: dict[str, Any] = {"process": self.to_text()}
         if self.trace is not None:
             out["trace_gaps_s"] = list(self.trace.gaps_s)
+            if self.trace.payloads:
+                out["trace_payloads"] = list(self.trace.payloads)
         return out
 
     @classmethod
@@ -237,7 +258,9 @@ class ArrivalProcess:
             return parse_arrival(data)
         text = str(data["process"])
         if text.startswith("trace:"):
-            return cls(Arrival.TRACE, trace=Trace(tuple(data["trace_gaps_s"]), text[6:]))
+            payloads = tuple(int(p) for p in data.get("trace_payloads", ()))
+            trace = Trace(tuple(data["trace_gaps_s"]), text[6:], payloads)
+            return cls(Arrival.TRACE, trace=trace)
         return parse_arrival(text)
 
 

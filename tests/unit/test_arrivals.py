@@ -221,6 +221,8 @@ def test_trace_files_in_every_format(tmp_path: Path) -> None:
         ("one.csv", "t\n1\n", "at least 2 requests"),
         ("same.csv", "t\n1\n1\n", "all its requests are at one instant"),
         ("i.txt", "100\nfast\n", "i.txt:2: 'fast' is not a number"),
+        ("p.csv", "t,payload\n0,1\n1,-2\n", "p.csv:3: payload must be the index"),
+        ("q.jsonl", '{"t": 0, "payload": 0}\n{"t": 1}\n', "q.jsonl:2: payload must be"),
     ],
 )
 def test_bad_trace_files_say_where(tmp_path: Path, name: str, content: str, message: str) -> None:
@@ -228,6 +230,33 @@ def test_bad_trace_files_say_where(tmp_path: Path, name: str, content: str, mess
     path.write_text(content)
     with pytest.raises(InputError, match=message):
         read_trace(path)
+
+
+def test_a_trace_may_say_which_payload_each_request_sent(tmp_path: Path) -> None:
+    # Written out of order (two servers' logs): each payload stays with its request's time.
+    csv = tmp_path / "p.csv"
+    csv.write_text("t,payload\n0.3,7\n0.0,4\n0.1,5\n0.2,6\n")
+    jsonl = tmp_path / "p.jsonl"
+    jsonl.write_text("".join(json.dumps({"t": t, "payload": p}) + "\n" for t, p in
+                             ((0.0, 4), (0.1, 5), (0.2, 6), (0.3, 7))))  # fmt: skip
+    for path in (csv, jsonl):
+        trace = read_trace(path)
+        # The replay's k-th send falls at request k + 1's time and carries its payload.
+        assert trace.gaps_s == pytest.approx((0.1, 0.1, 0.1)) and trace.payloads == (5, 6, 7)
+        assert [trace.payload(k) for k in range(5)] == [5, 6, 7, 5, 6]  # looped
+        process = parse_arrival("trace", trace)
+        assert ArrivalProcess.from_dict(process.to_dict()) == process
+    # Each process of a shared stream knows its sends' places in it.
+    process = parse_arrival("trace", read_trace(csv))
+    assert [i for i, _ in itertools.islice(process.indexed_send_times(10.0, 0, 1, 2), 3)] == [
+        1,
+        3,
+        5,
+    ]
+    assert read_trace(tmp_path / "p.csv").payload(0) == 5
+    without = tmp_path / "plain.csv"
+    without.write_text("t\n0\n1\n2\n")
+    assert read_trace(without).payload(0) is None
 
 
 def test_a_missing_trace_file_and_a_bad_unit(tmp_path: Path) -> None:
