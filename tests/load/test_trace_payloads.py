@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.support.servers import PORT_ZERO, ChildProcess, write_model
+from tests.support.sweeps import CLI
 
 ENTRIES = 300
 
@@ -66,9 +67,7 @@ def _load(
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
-            sys.executable,
-            "-c",
-            "from analyzer.cli import main; main()",
+            *CLI,
             "load",
             "--url",
             url,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ import pytest
 from analyzer.rundir import records
 from analyzer.rundir.measurements import ShapesMeasurement
 from tests.support.servers import write_sim_model
+from tests.support.sweeps import CLI
 
 pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.slow]
 
@@ -74,9 +74,7 @@ def test_each_config_stands_for_its_worst_shape(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     done = subprocess.run(
         [
-            sys.executable,
-            "-c",
-            "from analyzer.cli import main; main()",
+            *CLI,
             "run",
             "--scenario",
             str(scenario),
