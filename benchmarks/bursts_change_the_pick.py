@@ -11,7 +11,7 @@ are 15-40 req/s, so each search takes minutes: this is a benchmark, not a test.
 
 Usage::
 
-    .venv/bin/python benchmarks/bursts_change_the_pick.py          # ~15 min here
+    .venv/bin/python benchmarks/bursts_change_the_pick.py          # ~27 min here
 
 It prints a markdown table and writes ``benchmarks/results/bursts_change_the_pick-<UTC>.json``.
 """
