@@ -8,7 +8,6 @@ requests sent is the share of the traffic that repeated an earlier payload.
 from __future__ import annotations
 
 import json
-import sys
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.load.child import run_module
-from tests.support.servers import PORT_ZERO, ChildProcess, write_model
+from tests.support.servers import cached_reference_server, write_model
 
 pytestmark = pytest.mark.slow
 
@@ -40,25 +39,8 @@ def server(tmp_path_factory: pytest.TempPathFactory, spawns: None) -> Iterator[s
     root = tmp_path_factory.mktemp("payloads")
     for name in MODELS:
         write_model(root / "repo", name, _config(name))
-    child = ChildProcess(
-        [
-            sys.executable,
-            "-m",
-            "reference_server",
-            "--model-repository",
-            str(root / "repo"),
-            *PORT_ZERO,
-            "--device",
-            "cpu",
-            "--cache-size",
-            str(256 * 2**20),
-        ],
-        root / "server.log",
-    )
-    try:
-        yield child.wait_ready(120.0).http_url
-    finally:
-        child.stop()
+    with cached_reference_server(root / "repo", 256 * 2**20) as url:
+        yield url
 
 
 def _cache_counts(url: str, model: str) -> tuple[int, int]:

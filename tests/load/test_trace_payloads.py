@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.servers import PORT_ZERO, ChildProcess, write_model
+from tests.support.servers import cached_reference_server, write_model
 from tests.support.sweeps import CLI
 
 ENTRIES = 300
@@ -42,24 +41,8 @@ def server(tmp_path_factory: pytest.TempPathFactory, spawns: None) -> Iterator[s
     root = tmp_path_factory.mktemp("trace-payloads")
     for name in ("pinned", "rotated"):
         write_model(root / "repo", name, _config(name))
-    child = ChildProcess(
-        [
-            sys.executable,
-            "-m",
-            "reference_server",
-            "--model-repository",
-            str(root / "repo"),
-            *PORT_ZERO,
-            "--device",
-            "cpu",
-            f"--cache-config=local,size={16 * 2**20}",
-        ],
-        root / "server.log",
-    )
-    try:
-        yield child.wait_ready(120.0).http_url
-    finally:
-        child.stop()
+    with cached_reference_server(root / "repo", 16 * 2**20) as url:
+        yield url
 
 
 def _load(

@@ -426,6 +426,32 @@ def remote_load_worker(
             worker.communicate(timeout=30)
 
 
+@contextlib.contextmanager
+def cached_reference_server(repository: Path, cache_bytes: int) -> Iterator[str]:
+    """A reference server on ``repository`` (device ``cpu``, ports chosen by the system) with a
+    response cache of ``cache_bytes``; yields its HTTP address and stops it on exit. Its log is
+    ``server.log`` beside the repository."""
+    child = ChildProcess(
+        [
+            sys.executable,
+            "-m",
+            "reference_server",
+            "--model-repository",
+            str(repository),
+            *PORT_ZERO,
+            "--device",
+            "cpu",
+            "--cache-size",
+            str(cache_bytes),
+        ],
+        repository.parent / "server.log",
+    )
+    try:
+        yield child.wait_ready(120.0).http_url
+    finally:
+        child.stop()
+
+
 def process_gone(pid: int) -> bool:
     """The process no longer runs (a zombie waiting for its new parent to reap it counts)."""
     try:

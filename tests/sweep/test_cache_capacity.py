@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 
 from tests.load.child import run_module
-from tests.support.servers import PORT_ZERO, ChildProcess, write_model
+from tests.support.servers import cached_reference_server, write_model
 
 pytestmark = pytest.mark.slow
 
@@ -64,24 +64,8 @@ def server(tmp_path_factory: pytest.TempPathFactory, spawns: None) -> Iterator[s
     root = tmp_path_factory.mktemp("cache-capacity")
     for name in ("fresh", "repeated"):
         write_model(root / "repo", name, _config(name))
-    child = ChildProcess(
-        [
-            sys.executable,
-            "-m",
-            "reference_server",
-            "--model-repository",
-            str(root / "repo"),
-            *PORT_ZERO,
-            "--device",
-            "cpu",
-            f"--cache-config=local,size={64 * 2**20}",
-        ],
-        root / "server.log",
-    )
-    try:
-        yield child.wait_ready(120.0).http_url
-    finally:
-        child.stop()
+    with cached_reference_server(root / "repo", 64 * 2**20) as url:
+        yield url
 
 
 def _searches(url: str, *searches: tuple[str, float]) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ import pytest
 
 from analyzer.config.sections import data_digest
 from analyzer.rundir.results import load_summary, load_trial_record
-from tests.support.servers import PORT_ZERO, ChildProcess, write_model
+from tests.support.servers import cached_reference_server, write_model
 
 pytestmark = pytest.mark.slow
 
@@ -89,25 +89,8 @@ def server(tmp_path_factory: pytest.TempPathFactory, spawns: None) -> Iterator[s
     root = tmp_path_factory.mktemp("input-data")
     write_model(root / "repo", "echo", MODEL.format(name="echo", dims="3, 4"))
     write_model(root / "repo", "ragged", MODEL.format(name="ragged", dims="-1"))
-    child = ChildProcess(
-        [
-            sys.executable,
-            "-m",
-            "reference_server",
-            "--model-repository",
-            str(root / "repo"),
-            *PORT_ZERO,
-            "--device",
-            "cpu",
-            "--cache-size",
-            str(64 * 2**20),
-        ],
-        root / "server.log",
-    )
-    try:
-        yield child.wait_ready(120.0).http_url
-    finally:
-        child.stop()
+    with cached_reference_server(root / "repo", 64 * 2**20) as url:
+        yield url
 
 
 def _cache(url: str, model: str) -> tuple[int, int]:
