@@ -5,7 +5,9 @@
     PerfsweepError          root (exit 1 unless a subclass says otherwise)
     ├── InputError          bad flags, scenario, config or result file (exit 2)
     │   ├── ScenarioError   a scenario that cannot be run (unknown key, impossible bounds)
-    │   └── ResultFormatError  a result file of an unknown format version
+    │   ├── ResultFormatError  a result file of an unknown format version
+    │   └── AccessDeniedError  the server refused perfsweep's credentials (a restricted API,
+    │                          a proxy's token check, a TLS handshake)
     ├── TargetError         the server under test failed or cannot be reached (exit 3)
     │   └── TargetDiedError the server died or hung mid-run (:mod:`analyzer.target.liveness`)
     └── GoalNotMetError     the measurement ran but the goal or gate failed (exit 1)
@@ -34,6 +36,11 @@ class ScenarioError(InputError):
 
 class ResultFormatError(InputError):
     """A result file this version of perfsweep cannot read."""
+
+
+class AccessDeniedError(InputError):
+    """The server (or a proxy in front of it) refused a request for want of the right header,
+    token or certificate: the user's flags must change, so exit 2 as any bad input."""
 
 
 class TargetError(PerfsweepError):

@@ -36,6 +36,9 @@ import typer
 from analyzer.commands.input_flags import (
     BatchSizeFlag,
     ExpectWorkersFlag,
+    GrpcUrlFlag,
+    HeaderFileFlag,
+    HeaderFlag,
     InputDataFlag,
     MasterBindHostFlag,
     MasterPortFlag,
@@ -44,6 +47,10 @@ from analyzer.commands.input_flags import (
     RepeatRatioFlag,
     ShapeFlag,
     SharedMemoryFlag,
+    SslCaFlag,
+    SslCertFlag,
+    SslInsecureFlag,
+    SslKeyFlag,
     TraceFlag,
     TraceUnitFlag,
     UniquePayloadsFlag,
@@ -164,6 +171,13 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option(help="Save the live baseline's measurements.")
         ] = None,
         metrics_url: MetricsUrlFlag = None,
+        grpc_url: GrpcUrlFlag = None,
+        ssl_ca: SslCaFlag = None,
+        ssl_cert: SslCertFlag = None,
+        ssl_key: SslKeyFlag = None,
+        ssl_insecure: SslInsecureFlag = False,
+        header: HeaderFlag = None,
+        header_file: HeaderFileFlag = None,
     ) -> None:
         """Fail CI when a result misses absolute goals or regresses significantly vs a baseline."""
         flags = GateFlags(
@@ -204,6 +218,13 @@ def register(app: typer.Typer) -> None:
             expect_workers=expect_workers,
             master_bind_host=master_bind_host,
             master_port=master_port,
+            grpc_url=grpc_url,
+            ssl_ca=ssl_ca,
+            ssl_cert=ssl_cert,
+            ssl_key=ssl_key,
+            ssl_insecure=ssl_insecure or None,
+            header=header,
+            header_file=header_file,
         )
         step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
         command = GateCommand(

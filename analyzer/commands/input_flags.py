@@ -24,6 +24,15 @@ The generator's flags (``run`` and ``gate``) map onto ``[model]`` and ``[traffic
     --expect-workers 4                   [traffic] expect_workers = 4
     --master-bind-host H / --master-port P   [traffic] master_bind_host / master_port
 
+How a secured server is reached (``run``, ``gate``, ``load``, ``ui``, ``predict``) maps onto
+``[model]``; headers are never written down (:mod:`analyzer.config.access`)::
+
+    --grpc-url HOST:PORT                 [model] grpc_url = "HOST:PORT"
+    --ssl-ca ca.pem                      [model] ssl_ca = "ca.pem"
+    --ssl-cert client.pem --ssl-key client.key   [model] ssl_cert / ssl_key
+    --ssl-insecure                       [model] ssl_insecure = true
+    --header 'Authorization: Bearer ${TOKEN}' / --header-file FILE   (not in the file)
+
 The traffic's shape (``run``, ``gate``, ``load``) maps onto ``[traffic]``::
 
     --arrival gamma:cv=2                 [traffic] arrival = "gamma:cv=2"
@@ -33,11 +42,13 @@ The traffic's shape (``run``, ``gate``, ``load``) maps onto ``[traffic]``::
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from analyzer.config.scenario import (
+    access_overrides,
     generator_overrides,
     input_overrides,
     parse_shapes,
@@ -48,6 +59,9 @@ __all__ = [
     "ArrivalFlag",
     "BatchSizeFlag",
     "ExpectWorkersFlag",
+    "GrpcUrlFlag",
+    "HeaderFileFlag",
+    "HeaderFlag",
     "InputDataFlag",
     "MasterBindHostFlag",
     "MasterPortFlag",
@@ -56,10 +70,15 @@ __all__ = [
     "RepeatRatioFlag",
     "ShapeFlag",
     "SharedMemoryFlag",
+    "SslCaFlag",
+    "SslCertFlag",
+    "SslInsecureFlag",
+    "SslKeyFlag",
     "TraceFlag",
     "TraceUnitFlag",
     "UniquePayloadsFlag",
     "WorkersFlag",
+    "access_overrides",
     "generator_overrides",
     "input_overrides",
     "parse_shapes",
@@ -199,4 +218,57 @@ MasterBindHostFlag = Annotated[
 MasterPortFlag = Annotated[
     int | None,
     typer.Option("--master-port", help="--expect-workers: the master's port (default 5557)."),
+]
+#: ``--grpc-url HOST:PORT``.
+GrpcUrlFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--grpc-url",
+        help="gRPC host:port of the --url server (default: its HTTP port + 1, Triton's layout).",
+    ),
+]
+#: ``--ssl-ca FILE``.
+SslCaFlag = Annotated[
+    Path | None,
+    typer.Option(
+        "--ssl-ca",
+        help="CA (PEM) that signs the server's certificate, for https:// URLs and gRPC over TLS "
+        "(with --protocol grpc any --ssl-* flag turns TLS on).",
+    ),
+]
+#: ``--ssl-cert FILE``.
+SslCertFlag = Annotated[
+    Path | None, typer.Option("--ssl-cert", help="Client certificate (PEM) for mutual TLS.")
+]
+#: ``--ssl-key FILE``.
+SslKeyFlag = Annotated[
+    Path | None,
+    typer.Option("--ssl-key", help="The client certificate's key (PEM; default: in --ssl-cert)."),
+]
+#: ``--ssl-insecure``.
+SslInsecureFlag = Annotated[
+    bool,
+    typer.Option(
+        "--ssl-insecure",
+        help="Do not verify the server's certificate (self-signed test servers; warned).",
+    ),
+]
+#: ``--header 'Name: value'``.
+HeaderFlag = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--header",
+        "-H",
+        help="'Name: value' sent with every request (inference, statistics, metrics, "
+        "repository; gRPC metadata too); ${VAR} in the value reads the environment. Repeatable. "
+        "Never written to the run directory.",
+    ),
+]
+#: ``--header-file FILE``.
+HeaderFileFlag = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--header-file",
+        help="A file of 'Name: value' lines, sent as --header (keeps tokens off the command line).",
+    ),
 ]

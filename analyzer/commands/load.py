@@ -37,13 +37,20 @@ from rich.table import Table
 from analyzer.commands.input_flags import (
     ArrivalFlag,
     BatchSizeFlag,
+    HeaderFileFlag,
+    HeaderFlag,
     InputDataFlag,
     RepeatRatioFlag,
     ShapeFlag,
     SharedMemoryFlag,
+    SslCaFlag,
+    SslCertFlag,
+    SslInsecureFlag,
+    SslKeyFlag,
     TraceFlag,
     TraceUnitFlag,
     UniquePayloadsFlag,
+    access_overrides,
     input_overrides,
     traffic_overrides,
 )
@@ -292,6 +299,12 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="HTTP HOST:PORT for statistics when --protocol grpc")
         ] = None,
         output: Annotated[Path | None, typer.Option(help="write results JSON here")] = None,
+        ssl_ca: SslCaFlag = None,
+        ssl_cert: SslCertFlag = None,
+        ssl_key: SslKeyFlag = None,
+        ssl_insecure: SslInsecureFlag = False,
+        header: HeaderFlag = None,
+        header_file: HeaderFileFlag = None,
     ) -> None:
         """Measure throughput and exact latency percentiles of a KServe v2 / Triton model."""
         if worker:
@@ -303,6 +316,9 @@ def register(app: typer.Typer) -> None:
             raise InputError("--model NAME is required")
         if protocol not in ("http", "grpc"):
             raise InputError(f"--protocol must be http or grpc, got {protocol!r}")
+        from analyzer.config.urls import http_url
+
+        url = http_url(url)  # the one check of every URL; https:// is spoken over TLS
         # The same [input] and [traffic] keys as a scenario's, checked the same way (bad values
         # end here, before any load); load reads no scenario file and no PERFSWEEP_* variables.
         scenario = load_scenario(
@@ -312,9 +328,18 @@ def register(app: typer.Typer) -> None:
                     shape, input_data, batch_size, unique_payloads, repeat_ratio, shared_memory
                 ),
                 **traffic_overrides(arrival, trace, trace_unit),
+                "model.url": url,
+                **access_overrides(
+                    None, ssl_ca, ssl_cert, ssl_key, ssl_insecure, header, header_file
+                ),
             },
             env={},
         )
+        scenario.model.access().check()
+        if scenario.model.ssl_insecure:
+            Console(stderr=True).print(
+                f"--ssl-insecure: the certificate of {url} is not verified", highlight=False
+            )
         input_options(scenario.input, seed)  # the generator's own checks, before any load
         process = scenario.traffic.arrival_process()
         levels_c = _numbers(concurrency, "--concurrency")
@@ -356,11 +381,6 @@ def register(app: typer.Typer) -> None:
         console = Console(stderr=True)
         live = _LiveWindows(console)
 
-        from analyzer.config.urls import http_url
-
-        # One check for every URL (https:// is refused: TLS is not supported end to end).
-        if "://" in url:
-            url = http_url(url).split("://", 1)[1]
         metrics_url = http_url(metrics_url) if metrics_url else metrics_url
         stats_url = http_url(stats_url) if stats_url else stats_url
 

@@ -26,6 +26,9 @@ from analyzer.commands.input_flags import (
     ArrivalFlag,
     BatchSizeFlag,
     ExpectWorkersFlag,
+    GrpcUrlFlag,
+    HeaderFileFlag,
+    HeaderFlag,
     InputDataFlag,
     MasterBindHostFlag,
     MasterPortFlag,
@@ -34,14 +37,20 @@ from analyzer.commands.input_flags import (
     RepeatRatioFlag,
     ShapeFlag,
     SharedMemoryFlag,
+    SslCaFlag,
+    SslCertFlag,
+    SslInsecureFlag,
+    SslKeyFlag,
     TraceFlag,
     TraceUnitFlag,
     UniquePayloadsFlag,
     WorkersFlag,
+    access_overrides,
     generator_overrides,
     input_overrides,
     traffic_overrides,
 )
+from analyzer.config.access import redact_command
 from analyzer.config.knobs import Knobs
 from analyzer.config.scenario import Scenario, bundled_scenario, load_scenario
 from analyzer.config.sections import TrafficMode
@@ -450,6 +459,13 @@ def register(app: typer.Typer) -> None:
         arrival: ArrivalFlag = None,
         trace: TraceFlag = None,
         trace_unit: TraceUnitFlag = None,
+        grpc_url: GrpcUrlFlag = None,
+        ssl_ca: SslCaFlag = None,
+        ssl_cert: SslCertFlag = None,
+        ssl_key: SslKeyFlag = None,
+        ssl_insecure: SslInsecureFlag = False,
+        header: HeaderFlag = None,
+        header_file: HeaderFileFlag = None,
     ) -> None:
         """Find the dynamic-batching config that serves the most traffic within the P99 goal."""
         if min_gpu_utilization is not None:
@@ -488,6 +504,9 @@ def register(app: typer.Typer) -> None:
             **generator_overrides(
                 protocol, metrics_url, workers, expect_workers, master_bind_host, master_port
             ),
+            **access_overrides(
+                grpc_url, ssl_ca, ssl_cert, ssl_key, ssl_insecure, header, header_file
+            ),
         }
         if resume is not None:
             saved = resume / "scenario.toml"
@@ -495,7 +514,9 @@ def register(app: typer.Typer) -> None:
                 raise InputError(f"{resume} is not a perfsweep run directory (no scenario.toml)")
             # Only budgets, what is left on the server and where the generator runs may change
             # on resume: the study's space and goals must stay the same.
+            # Headers are never saved: they are given again (a token may have been renewed).
             generator = {
+                "model.headers",
                 "run.leave",
                 "run.server_wait_s",
                 "traffic.workers",
@@ -538,7 +559,7 @@ def _run(
                 run_dir=resume or run_dir,
                 resume=resume is not None,
                 observer=view,
-                command=["perfsweep", *sys.argv[1:]],
+                command=redact_command(["perfsweep", *sys.argv[1:]]),
             )
         except TargetDiedError as exc:
             if not isinstance(exc.outcome, SweepOutcome):

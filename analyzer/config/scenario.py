@@ -38,6 +38,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError, field_validator, model_validator
 
+from analyzer.config.access import collect_headers
 from analyzer.config.objective import OBJECTIVES, Objective, objective_for
 from analyzer.config.sections import (
     BudgetSection,
@@ -115,11 +116,17 @@ class Scenario(_Section):
         problem = self.objective_spec().traffic_problem(self.traffic)
         if problem:
             raise ValueError(problem)
-        if self.model.url is not None:
-            if not self.model.url.lower().startswith(("http://", "https://")):
-                raise ValueError(f"model.url must start with http://, got {self.model.url!r}")
+        m = self.model
+        if m.url is None and (m.ssl_ca or m.ssl_cert or m.ssl_key or m.ssl_insecure):
+            raise ValueError(
+                "model.ssl_* (--ssl-ca, --ssl-cert, --ssl-key, --ssl-insecure) reach a secured "
+                "server at model.url (--url); a managed server speaks plain HTTP and gRPC"
+            )
+        if m.url is not None:
+            if not m.url.lower().startswith(("http://", "https://")):
+                raise ValueError(f"model.url must start with http:// or https://, got {m.url!r}")
             try:
-                http_url(self.model.url)
+                http_url(m.url)
             except InputError as exc:
                 raise ValueError(f"model.url: {exc}") from exc
         if self.run.storage is not None and self.run.study_name is None:
@@ -188,6 +195,8 @@ def _hashed(scenario: Scenario) -> dict[str, Any]:
     data["run"].pop("server_wait_s", None)  # nor how long a dead server is waited for
     data["model"].pop("metrics_url", None)  # nor where the metrics are read
     data["model"].pop("triton_server_path", None)  # nor where the tritonserver binary lies
+    for key in ("grpc_url", "ssl_ca", "ssl_cert", "ssl_key", "ssl_insecure"):
+        data["model"].pop(key, None)  # nor where the gRPC port and the TLS files are
     for key in ("workers", "expect_workers", "master_bind_host", "master_port"):
         data["traffic"].pop(key, None)  # nor does where the generator runs
     data["input"] = scenario.input.identity()  # a data file by its bytes, not by its path
@@ -297,6 +306,28 @@ def generator_overrides(
         "traffic.expect_workers": expect_workers,
         "traffic.master_bind_host": master_bind_host,
         "traffic.master_port": master_port,
+    }
+
+
+def access_overrides(
+    grpc_url: str | None = None,
+    ssl_ca: Path | None = None,
+    ssl_cert: Path | None = None,
+    ssl_key: Path | None = None,
+    ssl_insecure: bool = False,
+    headers: list[str] | None = None,
+    header_files: list[Path] | None = None,
+) -> dict[str, Any]:
+    """How the server is reached, as dotted keys for :func:`load_scenario` (None: not given).
+    Header values are read here (``${VAR}`` from the environment, files): the scenario holds
+    them in a field that is never dumped."""
+    return {
+        "model.grpc_url": grpc_url,
+        "model.ssl_ca": str(ssl_ca) if ssl_ca else None,
+        "model.ssl_cert": str(ssl_cert) if ssl_cert else None,
+        "model.ssl_key": str(ssl_key) if ssl_key else None,
+        "model.ssl_insecure": True if ssl_insecure else None,
+        "model.headers": collect_headers(headers, header_files),
     }
 
 

@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from analyzer.config.access import ServerAccess
 from analyzer.config.traces import read_trace
 from analyzer.errors import InputError
 from analyzer.measure.arrivals import Arrival, ArrivalProcess, Trace, parse_arrival
@@ -60,11 +61,31 @@ class ModelSection(_Section):
     metrics_url: str | None = None
     """Prometheus ``/metrics`` URL of the ``url`` server (Triton: HTTP port + 2), read for GPU
     utilisation, memory and power per window; a managed server's is discovered."""
+    grpc_url: str | None = None
+    """gRPC ``host:port`` of the ``url`` server (default: its HTTP port + 1, Triton's layout)."""
+    ssl_ca: Path | None = None
+    """CA bundle (PEM) that signs the server's certificate: ``https://`` URLs and gRPC over
+    TLS (default: the system's CAs). With gRPC, any ``ssl_*`` key turns TLS on."""
+    ssl_cert: Path | None = None
+    """Client certificate (PEM) for mutual TLS."""
+    ssl_key: Path | None = None
+    """The client certificate's private key (PEM; default: inside ``ssl_cert``)."""
+    ssl_insecure: bool = False
+    """Do not verify the server's certificate (self-signed test servers; warned on every run)."""
+    headers: tuple[tuple[str, str], ...] = Field(default=(), exclude=True, repr=False)
+    """Headers every request carries (``--header``, ``--header-file``): never dumped, so never
+    in ``scenario.toml``, the hash or a record (:mod:`analyzer.config.access`)."""
     startup_timeout_s: PositiveFloat = 180.0
     """How long to wait for a managed server (and its first model load) to become ready."""
     cache_size_bytes: Annotated[int, Field(ge=0)] = 64 * 2**20
     """Response cache of a managed server (``--cache-config local,size=...``), bytes; only
     models whose config enables ``response_cache`` use it; 0 = no cache."""
+
+    def access(self) -> ServerAccess:
+        """The TLS files and headers of every request to this model's server."""
+        return ServerAccess.of(
+            self.ssl_ca, self.ssl_cert, self.ssl_key, self.ssl_insecure, self.headers
+        )
 
 
 Dims = tuple[Annotated[int, Field(ge=0)], ...]

@@ -119,6 +119,15 @@ class MeasureRequest:
     expect_workers: int | None = None
     master_bind_host: str | None = None
     master_port: int | None = None
+    #: How a secured server is reached (``analyzer.config.access``): its gRPC address, TLS files
+    #: and headers (values read from flags, ``${VAR}`` and files; never written down).
+    grpc_url: str | None = None
+    ssl_ca: Path | None = None
+    ssl_cert: Path | None = None
+    ssl_key: Path | None = None
+    ssl_insecure: bool | None = None
+    header: list[str] | None = None
+    header_file: list[Path] | None = None
 
     def live_flags(self) -> list[str]:
         """The flags given that only make sense when measuring."""

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.config.scenario import (
+    access_overrides,
     bundled_scenario,
     generator_overrides,
     input_overrides,
@@ -139,6 +140,16 @@ def measure_and_gate(
             r.master_bind_host,
             r.master_port,
         ),
+        "model.url": r.url,
+        **access_overrides(
+            r.grpc_url,
+            r.ssl_ca,
+            r.ssl_cert,
+            r.ssl_key,
+            bool(r.ssl_insecure),
+            r.header,
+            r.header_file,
+        ),
     }
     path = r.scenario_file
     if path is None and r.url is None and r.model_repository is None:
@@ -171,10 +182,15 @@ def measure_and_gate(
     )
     base_file = read_result(base_path, level) if base_path else None
     echo(f"perfsweep gate: measuring {scenario.model.name} at {plan.describe()}")
-    # RemoteTarget checks the URL (https:// refused, the one place URLs are checked). A gate
-    # never waits for a --url server to return (wait_s 0): it reports that the server died.
+    # RemoteTarget checks the URL (the one place URLs are checked). A gate never waits for a
+    # --url server to return (wait_s 0): it reports that the server died. A live baseline is
+    # reached as the candidate is (the same TLS files and headers).
     baseline_target = (
-        RemoteTarget(r.baseline_url, scenario.model.name, wait_s=0.0) if r.baseline_url else None
+        RemoteTarget(
+            r.baseline_url, scenario.model.name, wait_s=0.0, access=scenario.model.access()
+        )
+        if r.baseline_url
+        else None
     )
     with tempfile.TemporaryDirectory(prefix="perfsweep-gate-") as tmp:
         candidate_target = make_target(scenario, Path(tmp), url)

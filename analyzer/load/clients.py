@@ -45,6 +45,7 @@ server.
 from __future__ import annotations
 
 import analyzer.load._gevent  # noqa: F401  (isort: skip) patch first
+import ssl
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -52,6 +53,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from analyzer.config.access import PLAIN, ServerAccess, access_denied
 from analyzer.errors import TargetError
 from analyzer.load.classes import RequestClass
 from analyzer.load.http_clients import PooledHttpInferClient, RawHttpInferClient
@@ -78,8 +80,10 @@ class GrpcInferClient:
         timeout_s: float = 60.0,
         requests: Sequence[tuple[list[Any], list[Any] | None]] | None = None,
         classes: Sequence[RequestClass] = (),
+        access: ServerAccess = PLAIN,
     ) -> None:
-        self._client = grpcclient.InferenceServerClient(url)
+        self._client = grpcclient.InferenceServerClient(url, **access.grpc_options())
+        self._headers = access.http_headers() or None
         self._model = inputs.model
         self._timeout_s = timeout_s
         self._requests = requests if requests is not None else grpc_requests(inputs)
@@ -97,6 +101,7 @@ class GrpcInferClient:
                 tensors,
                 outputs=outputs,
                 client_timeout=self._timeout_s,
+                headers=self._headers,
                 **(sequence.parameters() if sequence is not None else {}),
                 **self._class_kwargs[klass],
             )
@@ -117,6 +122,8 @@ def make_client(
     prepared: PreparedRequests | None = None,
     classes: Sequence[RequestClass] = (),
     sequence: bool = False,
+    access: ServerAccess = PLAIN,
+    tls: bool = False,
 ) -> InferClient:
     """A hot-path client for ``protocol`` ("http" or "grpc").
 
@@ -134,20 +141,27 @@ def make_client(
             and timeout); empty: one class that sends neither.
         sequence: a sequence-batched model: ``infer`` takes each request's
             :class:`~analyzer.load.sequences.SequenceStep` and sends its parameters.
+        access: TLS files and headers (gRPC: TLS when it has TLS files).
+        tls: HTTP over TLS (the target's URL is ``https://``).
     """
     kind = "" if protocol == "grpc" else http_client
     classes = tuple(classes)
+    headers = access.http_headers()
     if prepared is None or (
         prepared.protocol,
         prepared.http_client,
         prepared.url,
         prepared.classes,
         prepared.sequence,
-    ) != (protocol, kind, url, classes, sequence):
-        prepared = prepare_requests(protocol, url, inputs, http_client, classes, sequence)
+        prepared.headers,
+    ) != (protocol, kind, url, classes, sequence, tuple(headers.items())):
+        prepared = prepare_requests(
+            protocol, url, inputs, http_client, classes, sequence, headers=headers
+        )
     shared = prepared.items
     if protocol == "grpc":
-        return GrpcInferClient(url, inputs, requests=shared, classes=classes)
+        return GrpcInferClient(url, inputs, requests=shared, classes=classes, access=access)
+    tls_context = access.ssl_context() if tls else None
     by_class = prepared.by_class or None
     parts = shared if sequence else None
     if http_client == "geventhttpclient":
@@ -159,6 +173,8 @@ def make_client(
             class_requests=by_class,
             parts=parts,
             classes=classes,
+            tls=access.http_tls_options() if tls else None,
+            headers=headers,
         )
     if http_client != "raw":
         raise ValueError(f"http_client must be one of {HTTP_CLIENTS}, not {http_client!r}")
@@ -170,49 +186,88 @@ def make_client(
         class_requests=by_class,
         parts=parts,
         classes=classes,
+        tls=tls_context,
     )
 
 
-def fetch_model_documents(protocol: str, url: str, model: str) -> tuple[dict, dict]:
-    """Metadata and config JSON of ``model`` over ``protocol``; TargetError when unreachable."""
+def fetch_model_documents(
+    protocol: str, url: str, model: str, access: ServerAccess = PLAIN, tls: bool = False
+) -> tuple[dict, dict]:
+    """Metadata and config JSON of ``model`` over ``protocol`` (``tls``: HTTP over TLS).
+
+    Raises:
+        AccessDeniedError: The server refused the credentials (a restricted API, a TLS
+            handshake), naming the API.
+        TargetError: The server cannot be reached or has no such model ready.
+    """
+    headers = access.http_headers() or None
+    if protocol == "grpc":
+        client: Any = grpcclient.InferenceServerClient(url, **access.grpc_options())
+        close: Callable[[], None] = lambda: _close_grpc(client)  # noqa: E731
+        extra: dict[str, Any] = {"as_json": True}
+    else:
+        tls_options = access.http_tls_options() if tls else {}
+        client = httpclient.InferenceServerClient(url, **tls_options)
+        close, extra = client.close, {}
     try:
-        if protocol == "grpc":
-            g = grpcclient.InferenceServerClient(url)
-            try:
-                if not g.is_model_ready(model):
-                    raise TargetError(f"model {model!r} is not ready on {url} (gRPC)")
-                metadata: dict = g.get_model_metadata(model, as_json=True)
-                config: dict = g.get_model_config(model, as_json=True).get("config", {})
-            finally:
-                _close_grpc(g)
-        else:
-            h = httpclient.InferenceServerClient(url)
-            try:
-                if not h.is_model_ready(model):
-                    raise TargetError(
-                        f"model {model!r} is not ready on {url}: load it first "
-                        f"(POST /v2/repository/models/{model}/load) or check the name"
-                    )
-                metadata = h.get_model_metadata(model)
-                config = h.get_model_config(model)
-            finally:
-                h.close()
+        # Metadata first: it raises with the server's own message (a restricted API, a proxy's
+        # 401), where the readiness check would only answer False.
+        try:
+            metadata: dict = client.get_model_metadata(model, headers=headers, **extra)
+        except (InferenceServerException, OSError) as exc:
+            if is_refusal(exc):
+                raise access_denied("metadata", f"{protocol} {url}: {exc}", access) from exc
+            metadata = {}
+        if not metadata or not client.is_model_ready(model, headers=headers):
+            raise TargetError(
+                f"model {model!r} is not ready on {url} ({protocol}): load it first "
+                f"(POST /v2/repository/models/{model}/load) or check the name"
+            )
+        try:
+            config: dict = client.get_model_config(model, headers=headers, **extra)
+        except (InferenceServerException, OSError) as exc:
+            if is_refusal(exc):
+                raise access_denied("model-config", f"{protocol} {url}: {exc}", access) from exc
+            raise
     except TargetError:
         raise
     except (InferenceServerException, OSError) as exc:
         raise TargetError(f"cannot reach {url} over {protocol}: {exc}") from exc
+    finally:
+        close()
+    if protocol == "grpc":
+        config = config.get("config", {})
     return metadata, config
+
+
+def is_refusal(exc: BaseException) -> bool:
+    """Whether a client error is a refusal for want of credentials: Triton's restricted API or
+    protocol ("... is restricted, expecting header ..."), HTTP 401/403 from a proxy, or a TLS
+    handshake the other side did not accept."""
+    text = str(exc)
+    if isinstance(exc, ssl.SSLError) or "restricted" in text or "handshake" in text.lower():
+        return True
+    status = exc.status() if isinstance(exc, InferenceServerException) else None
+    return str(status) in (
+        "401",
+        "403",
+        "StatusCode.UNAUTHENTICATED",
+        "StatusCode.PERMISSION_DENIED",
+    )
 
 
 class GrpcStatsSource:
     """Fetches the statistics document over gRPC (``as_json``); call ``close`` when done."""
 
-    def __init__(self, url: str, model: str) -> None:
-        self._client = grpcclient.InferenceServerClient(url)
+    def __init__(self, url: str, model: str, access: ServerAccess = PLAIN) -> None:
+        self._client = grpcclient.InferenceServerClient(url, **access.grpc_options())
+        self._headers = access.http_headers() or None
         self._model = model
 
     def __call__(self) -> dict[str, Any]:
-        doc: dict[str, Any] = self._client.get_inference_statistics(self._model, as_json=True)
+        doc: dict[str, Any] = self._client.get_inference_statistics(
+            self._model, headers=self._headers, as_json=True
+        )
         return doc
 
     def close(self) -> None:
@@ -220,10 +275,14 @@ class GrpcStatsSource:
         _close_grpc(self._client)
 
 
-def stats_source(protocol: str, url: str, model: str) -> Callable[[], dict[str, Any]]:
-    """A statistics fetcher over ``protocol`` (used by ``ServerScraper``)."""
+def stats_source(
+    protocol: str, url: str, model: str, access: ServerAccess = PLAIN
+) -> Callable[[], dict[str, Any]]:
+    """A statistics fetcher over ``protocol`` (used by ``ServerScraper``; HTTP: ``url`` with its
+    scheme for TLS)."""
     if protocol == "grpc":
-        return GrpcStatsSource(url, model)
+        return GrpcStatsSource(url, model, access)
     from analyzer.target.server_stats import http_stats_source
+    from analyzer.target.transport import UrllibTransport
 
-    return http_stats_source(url, model)
+    return http_stats_source(url, model, transport=UrllibTransport(access))

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from analyzer.config.access import PLAIN, ServerAccess
+from analyzer.config.urls import host_port, is_tls
 from analyzer.errors import InputError
 from analyzer.load.classes import RequestClass, request_classes
 from analyzer.load.inputs import DataMode, InputOptions, ShapeChoice
@@ -71,6 +73,10 @@ class EngineOptions:
     metrics_url: str | None = None
     #: HTTP host:port for the statistics extension when ``protocol`` is grpc (None: use gRPC).
     stats_url: str | None = None
+    #: TLS files and headers of every request (inference, statistics, metrics).
+    access: ServerAccess = PLAIN
+    #: The HTTP side (``url`` over HTTP, ``stats_url``) speaks TLS: the target's URL is https://.
+    http_tls: bool = False
     scrape_server: bool = True
     #: Validity limits: above these the generator, not the server, decided the numbers.
     max_send_lag_ms: float = 10.0
@@ -118,16 +124,19 @@ def engine_options(
             included, and remote ones); without it the load comes from this process.
         **fields: Any other :class:`EngineOptions` field (``max_send_lag_ms``, ``on_window``...).
     """
-    http_address = url.split("://", 1)[-1]
+    http_address = host_port(url)
     grpc = scenario.model.protocol == "grpc"
+    grpc_url = grpc_url or scenario.model.grpc_url
     options = EngineOptions(
-        url=(grpc_url.split("://", 1)[-1] if grpc_url else next_port(http_address))
+        url=(host_port(grpc_url) if grpc_url else next_port(http_address))
         if grpc
         else http_address,
         model=model,
         protocol=scenario.model.protocol,
         stats_url=http_address if grpc else None,
         metrics_url=metrics_url,
+        access=scenario.model.access(),
+        http_tls=is_tls(url),
         classes=request_classes(scenario.traffic),
         sequence_length=scenario.traffic.sequence_length,
         sequence_length_variation_pct=scenario.traffic.sequence_length_variation_pct,

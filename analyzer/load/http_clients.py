@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import analyzer.load._gevent  # noqa: F401  (isort: skip) patch first
 import socket
-from collections.abc import Sequence
+import ssl
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from gevent.lock import BoundedSemaphore
 from geventhttpclient import HTTPClient
@@ -24,6 +26,7 @@ from analyzer.load.prepared import (
     _error_kind,
     _split_url,
     http_bodies,
+    raw_http_head,
     raw_http_requests,
 )
 from analyzer.load.sequences import SequenceStep
@@ -44,6 +47,8 @@ class RawHttpInferClient:
         parts: a sequence model's payloads (:func:`http_parts`): each request is assembled
             from them with its sequence's and class's parameters (``requests`` unused).
         classes: the traffic classes (their parameters, with ``parts``).
+        tls: a client TLS context: every connection is wrapped in it (an ``https://`` target).
+        headers: the access's headers (in ``requests`` already; added to ``parts``' requests).
     """
 
     #: Bytes read per ``recv`` call; one read holds a whole small response.
@@ -59,21 +64,25 @@ class RawHttpInferClient:
         class_requests: Sequence[Sequence[bytes]] | None = None,
         parts: Sequence[HttpParts] | None = None,
         classes: Sequence[RequestClass] = (),
+        tls: ssl.SSLContext | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self._address = _split_url(url)
+        self._tls = tls
         self._timeout_s = timeout_s
         self._slots = BoundedSemaphore(max(1, concurrency))
         self._idle: list[socket.socket] = []
         self._parts = parts
         self._class_kwargs = [c.infer_kwargs() for c in classes] or [{}]
         if parts is None:
-            self._requests = requests if requests is not None else raw_http_requests(url, inputs)
+            if requests is None:
+                requests = raw_http_requests(url, inputs, headers=headers)
+            self._requests = requests
         else:
             self._requests = []
-            host, port = self._address
             self._head = (
-                f"POST /v2/models/{inputs.model}/infer HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                "Connection: keep-alive\r\nContent-Type: application/octet-stream\r\n"
+                raw_http_head(url, inputs.model, headers)
+                + "Content-Type: application/octet-stream\r\n"
             )
         self._by_class = class_requests or (self._requests,)
         self._checked = False
@@ -81,6 +90,8 @@ class RawHttpInferClient:
     def _connect(self) -> socket.socket:
         sock = socket.create_connection(self._address, timeout=self._timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._tls is not None:
+            return self._tls.wrap_socket(sock, server_hostname=self._address[0])
         return sock
 
     def infer(
@@ -232,6 +243,8 @@ class PooledHttpInferClient:
         class_requests: Sequence[Sequence[tuple[bytes, dict[str, str]]]] | None = None,
         parts: Sequence[HttpParts] | None = None,
         classes: Sequence[RequestClass] = (),
+        tls: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         host, port = _split_url(url)
         self._client = HTTPClient(
@@ -240,12 +253,16 @@ class PooledHttpInferClient:
             concurrency=concurrency,
             connection_timeout=timeout_s,
             network_timeout=timeout_s,
+            **(tls or {}),
         )
+        self._headers = dict(headers or {})
         self._path = f"/v2/models/{inputs.model}/infer"
         self._parts = parts
         self._class_kwargs = [c.infer_kwargs() for c in classes] or [{}]
         if parts is None:
-            self._requests = requests if requests is not None else http_bodies(inputs)
+            self._requests = (
+                requests if requests is not None else http_bodies(inputs, headers=headers)
+            )
         else:
             self._requests = []
         self._by_class = class_requests or (self._requests,)
@@ -260,7 +277,7 @@ class PooledHttpInferClient:
                 raise ValueError("a sequence model's request needs its sequence step")
             parts = self._parts[payload_index % len(self._parts)]
             body, json_size = parts.body({**sequence.parameters(), **self._class_kwargs[klass]})
-            headers = {"Content-Type": "application/octet-stream"}
+            headers = {**self._headers, "Content-Type": "application/octet-stream"}
             if parts.tail:
                 headers["Inference-Header-Content-Length"] = str(json_size)
         else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import analyzer.load._gevent  # noqa: F401  (isort: skip) patch first
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -158,15 +158,16 @@ def _per_payload(inputs: InputSet, build: Callable[[int], Any]) -> list[Any]:
 
 
 def raw_http_requests(
-    url: str, inputs: InputSet, klass: RequestClass | None = None, shm: Any = None
+    url: str,
+    inputs: InputSet,
+    klass: RequestClass | None = None,
+    shm: Any = None,
+    headers: Mapping[str, str] | None = None,
 ) -> list[bytes]:
     """Whole HTTP/1.1 requests (request line, headers, body) for ``url``, one per rotation slot,
-    with ``klass``'s priority and timeout parameters (``shm``: inputs in shared memory)."""
-    host, port = _split_url(url)
-    head = (
-        f"POST /v2/models/{inputs.model}/infer HTTP/1.1\r\nHost: {host}:{port}\r\n"
-        "Connection: keep-alive\r\n"
-    )
+    with ``klass``'s priority and timeout parameters (``shm``: inputs in shared memory) and the
+    access's ``headers``."""
+    head = raw_http_head(url, inputs.model, headers)
 
     def build(index: int) -> bytes:
         body, headers = _request_body(inputs, index, klass, shm)
@@ -176,12 +177,31 @@ def raw_http_requests(
     return _per_payload(inputs, build)
 
 
+def raw_http_head(url: str, model: str, headers: Mapping[str, str] | None = None) -> str:
+    """The request line and the fixed headers of every inference request to ``url``."""
+    host, port = _split_url(url)
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+    return (
+        f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Connection: keep-alive\r\n{extra}"
+    )
+
+
 def http_bodies(
-    inputs: InputSet, klass: RequestClass | None = None, shm: Any = None
+    inputs: InputSet,
+    klass: RequestClass | None = None,
+    shm: Any = None,
+    headers: Mapping[str, str] | None = None,
 ) -> list[tuple[bytes, dict[str, str]]]:
     """Binary-extension bodies and their headers, one per rotation slot (with ``klass``'s
-    parameters; ``shm``: JSON-only bodies naming the shared-memory region)."""
-    return _per_payload(inputs, lambda index: _request_body(inputs, index, klass, shm))
+    parameters and the access's ``headers``; ``shm``: JSON-only bodies naming the shared-memory
+    region)."""
+
+    def build(index: int) -> tuple[bytes, dict[str, str]]:
+        body, own = _request_body(inputs, index, klass, shm)
+        return body, {**(headers or {}), **own}
+
+    return _per_payload(inputs, build)
 
 
 def http_parts(inputs: InputSet, shm: Any = None) -> list[HttpParts]:
@@ -228,6 +248,8 @@ class PreparedRequests:
     classes: tuple[RequestClass, ...] = ()
     by_class: tuple[tuple[Any, ...], ...] = ()
     sequence: bool = False
+    #: The access's headers, in every HTTP request.
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 def prepare_requests(
@@ -238,6 +260,7 @@ def prepare_requests(
     classes: Sequence[RequestClass] = (),
     sequence: bool = False,
     shm: Any = None,
+    headers: Mapping[str, str] | None = None,
 ) -> PreparedRequests:
     """The requests ``make_client`` would build for these arguments, built once per
     ``InputSet`` (kept in its ``request_cache``) and shared by every client made from it.
@@ -248,7 +271,10 @@ def prepare_requests(
     """
     kind = "" if protocol == "grpc" else http_client
     classes = tuple(classes)
+    extra = tuple((headers or {}).items())
     key: tuple[Any, ...] = (protocol, kind, url, classes) if classes else (protocol, kind, url)
+    if extra:
+        key += (extra,)
     if sequence:
         key += ("sequence",)
     if shm is not None:
@@ -264,8 +290,8 @@ def prepare_requests(
         if protocol == "grpc":
             return grpc_requests(inputs, shm)
         if http_client == "geventhttpclient":
-            return http_bodies(inputs, klass, shm)
-        return raw_http_requests(url, inputs, klass, shm)
+            return http_bodies(inputs, klass, shm, headers)
+        return raw_http_requests(url, inputs, klass, shm, headers)
 
     by_class: tuple[tuple[Any, ...], ...] = ()
     if sequence and protocol != "grpc":  # the header is completed per request
@@ -274,6 +300,6 @@ def prepare_requests(
         items = tuple(build(None))
         if classes and protocol != "grpc":  # gRPC sends the parameters per call
             by_class = tuple(items if not c.infer_kwargs() else tuple(build(c)) for c in classes)
-    prepared = PreparedRequests(protocol, kind, url, items, classes, by_class, sequence)
+    prepared = PreparedRequests(protocol, kind, url, items, classes, by_class, sequence, extra)
     inputs.request_cache[key] = prepared
     return prepared

@@ -55,7 +55,14 @@ from analyzer.measure.measurement import ClassStats, Measurement, WindowStats
 from analyzer.measure.specs import CapacitySpec, LoadMode, LoadSpec
 from analyzer.measure.stepping import SequentialRule, StepRecord, StepVerdict
 from analyzer.target.liveness import check_step
-from analyzer.target.server_stats import ServerScraper, ServerSnapshot, combine_views, server_view
+from analyzer.target.server_stats import (
+    ServerScraper,
+    ServerSnapshot,
+    combine_views,
+    http_stats_source,
+    server_view,
+)
+from analyzer.target.transport import UrllibTransport
 
 log = logging.getLogger(__name__)
 
@@ -91,16 +98,21 @@ class LocustLoadGenerator:
 
     def _make_scraper(self) -> ServerScraper:
         o = self.options
+        transport = UrllibTransport(o.access)
+        scheme = "https" if o.http_tls else "http"
         if o.protocol == "grpc" and o.stats_url is None:
-            source = stats_source("grpc", o.url, o.model)
+            source = stats_source("grpc", o.url, o.model, o.access)
         else:
-            source = stats_source("http", o.stats_url or o.url, o.model)
+            address = o.stats_url or o.url
+            if "://" not in address:
+                address = f"{scheme}://{address}"
+            source = http_stats_source(address, o.model, transport=transport)
         metrics_url = o.metrics_url
         if metrics_url is None and o.protocol == "http":
             # A guess (some servers serve metrics on the HTTP port); Triton uses a separate port.
-            guess = f"http://{o.url}/metrics"
-            return ServerScraper(o.model, source, guess, metrics_optional=True)
-        return ServerScraper(o.model, source, metrics_url)
+            guess = f"{scheme}://{o.url}/metrics"
+            return ServerScraper(o.model, source, guess, metrics_optional=True, transport=transport)
+        return ServerScraper(o.model, source, metrics_url, transport=transport)
 
     def __enter__(self) -> LocustLoadGenerator:
         return self
@@ -208,6 +220,8 @@ class LocustLoadGenerator:
             sequence_length_variation_pct=o.sequence_length_variation_pct,
             sequences=o.sequences,
             shared_memory=o.shared_memory,
+            access=o.access,
+            http_tls=o.http_tls,
         )
         backend.configure(config)
         backend.start(OpenLoopUser if open_loop else ClosedLoopUser, users)

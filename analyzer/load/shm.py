@@ -53,10 +53,10 @@ class ShmClient(Protocol):
     """The part of ``tritonclient.{http,grpc}.InferenceServerClient`` this module calls."""
 
     def register_system_shared_memory(
-        self, name: str, key: str, byte_size: int, offset: int = 0
+        self, name: str, key: str, byte_size: int, offset: int = 0, headers: Any = None
     ) -> Any: ...
 
-    def unregister_system_shared_memory(self, name: str = "") -> Any: ...
+    def unregister_system_shared_memory(self, name: str = "", headers: Any = None) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,7 @@ class ShmInputs:
             (object arrays are BYTES).
         name_prefix: Start of the region name and segment key (a unique suffix is added).
         shm_dir: Where the segment's space is checked (``/dev/shm`` on Linux).
+        headers: Sent with the register and unregister calls (a restricted shared-memory API).
 
     Raises:
         InputError: no payloads, or ``/dev/shm`` has too little free space for them.
@@ -95,10 +96,12 @@ class ShmInputs:
         datatypes: Mapping[str, str] | None = None,
         name_prefix: str = "perfsweep",
         shm_dir: str = SHM_DIR,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         if not payloads:
             raise InputError("shared-memory inputs need at least one payload")
         self._client = client
+        self._headers = dict(headers) if headers else None
         self._module = _client_module(client)
         suffix = f"{os.getpid()}_{next(_sequence)}_{uuid.uuid4().hex[:8]}"
         self.region_name = f"{name_prefix}_{suffix}"
@@ -140,7 +143,9 @@ class ShmInputs:
 
     def _register(self) -> None:
         try:
-            self._client.register_system_shared_memory(self.region_name, self.key, self.byte_size)
+            self._client.register_system_shared_memory(
+                self.region_name, self.key, self.byte_size, headers=self._headers
+            )
         except InferenceServerException as exc:
             raise TargetError(
                 f"the server refused shared-memory region '{self.region_name}' "
@@ -197,7 +202,9 @@ class ShmInputs:
             if self._registered:
                 self._registered = False
                 try:
-                    self._client.unregister_system_shared_memory(self.region_name)
+                    self._client.unregister_system_shared_memory(
+                        self.region_name, headers=self._headers
+                    )
                 except Exception:  # the server may be gone: unlink anyway
                     pass
         finally:

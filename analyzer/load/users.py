@@ -43,6 +43,7 @@ from gevent.pool import Pool
 from locust import User, constant, task
 from locust.env import Environment
 
+from analyzer.config.access import PLAIN, ServerAccess
 from analyzer.errors import InputError
 from analyzer.load.classes import ClassDraw, RequestClass
 from analyzer.load.clients import fetch_model_documents, make_client
@@ -108,6 +109,10 @@ class EngineConfig:
     sequences: int = 4
     #: "none" or "system": the inputs in one registered shared-memory region per process.
     shared_memory: str = "none"
+    #: TLS files and headers of every request (sent to the processes, never written down).
+    access: ServerAccess = PLAIN
+    #: HTTP over TLS (the target's URL is ``https://``).
+    http_tls: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values (msgpack/JSON): enums as their values, the inputs as
@@ -115,6 +120,7 @@ class EngineConfig:
         plain = {f.name: getattr(self, f.name) for f in fields(self)}
         plain.update(mode=self.mode.value, arrival=self.arrival.to_dict())
         plain["inputs"] = self.inputs.to_dict()
+        plain["access"] = self.access.to_wire()
         return plain
 
     @classmethod
@@ -124,6 +130,7 @@ class EngineConfig:
         values["mode"] = LoadMode(values["mode"])
         values["arrival"] = ArrivalProcess.from_dict(values.get("arrival", "poisson"))
         values["inputs"] = InputOptions.from_dict(values.get("inputs") or {})
+        values["access"] = ServerAccess.from_wire(values.get("access"))
         return cls(**values)
 
     def request_classes(self) -> tuple[RequestClass, ...]:
@@ -179,7 +186,7 @@ class ProcessContext:
         )
         if key != self._inputs_key:
             metadata, model_config = fetch_model_documents(
-                config.protocol, config.url, config.model
+                config.protocol, config.url, config.model, config.access, config.http_tls
             )
             sequence_model = is_sequence_model(model_config)
             if sequence_model and options.batch_size > 1:
@@ -198,7 +205,7 @@ class ProcessContext:
             self._next_payload = 0
         _check_trace_payloads(config, self.inputs)
         classes = config.request_classes()
-        requests_key = (key, config.http_client, classes, config.shared_memory)
+        requests_key = (key, config.http_client, classes, config.shared_memory, config.access)
         if config.shared_memory not in SHARED_MEMORY:
             raise InputError(
                 f"shared memory must be one of {SHARED_MEMORY}, not {config.shared_memory!r}"
@@ -213,6 +220,7 @@ class ProcessContext:
                 classes,
                 sequence=self.sequence_model,
                 shm=self.shm,
+                headers=config.access.http_headers(),
             )
             self._requests_key = requests_key
         self.config = config
@@ -231,17 +239,21 @@ class ProcessContext:
         if config.protocol == "grpc":
             import tritonclient.grpc as grpcclient
 
-            self._shm_client = grpcclient.InferenceServerClient(config.url)
+            self._shm_client = grpcclient.InferenceServerClient(
+                config.url, **config.access.grpc_options()
+            )
         else:
             import tritonclient.http as httpclient
 
-            self._shm_client = httpclient.InferenceServerClient(config.url)
+            tls = config.access.http_tls_options() if config.http_tls else {}
+            self._shm_client = httpclient.InferenceServerClient(config.url, **tls)
         datatypes = {spec.name: spec.datatype for spec in inputs.specs}
         return ShmInputs(
             self._shm_client,
             inputs.payloads,
             datatypes=datatypes,
             name_prefix=f"perfsweep_{self.process_index}",
+            headers=config.access.http_headers(),
         )
 
     def _close_shm(self) -> None:
@@ -425,6 +437,8 @@ class ClosedLoopUser(User):
             prepared=ctx.requests,
             classes=ctx.classes,
             sequence=ctx.sequence_model,
+            access=ctx.config.access,
+            tls=ctx.config.http_tls,
         )
         #: A sequence model: this user's sequence (one at a time, one request in flight).
         self.streams = ctx.new_streams(1) if ctx.sequence_model else None
@@ -489,6 +503,8 @@ class OpenLoopUser(User):
             prepared=ctx.requests,
             classes=ctx.classes,
             sequence=ctx.sequence_model,
+            access=self.config.access,
+            tls=self.config.http_tls,
         )
         if ctx.sequence_model and ctx.open_streams is None:
             # The level's first dispatcher makes the process's streams (the others share them).

@@ -148,7 +148,7 @@ class _Sender:
         parts = urlsplit(url)
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or 80
-        self.url = f"http://{self.host}:{self.port}/v2/models/{model}/infer"
+        self.url = f"{parts.scheme or 'http'}://{self.host}:{self.port}/v2/models/{model}/infer"
         self.timeout_s = timeout_s
         self._owned: KeepAliveTransport | None = None
         if transport is None:

@@ -32,7 +32,8 @@ def make_target(scenario: Scenario, workdir: Path, url: str | None = None) -> Ta
     m = scenario.model
     address = url or m.url
     if address:
-        return RemoteTarget(address, m.name, wait_s=scenario.run.server_wait_s)
+        access = m.access().check()
+        return RemoteTarget(address, m.name, wait_s=scenario.run.server_wait_s, access=access)
     if m.server == "triton":
         return managed_triton(
             m.name,

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from analyzer.config.access import PLAIN, ServerAccess
 from analyzer.errors import TargetDiedError, TargetError
 from analyzer.target.liveness import live
 from analyzer.target.server_stats import parse_device_info
@@ -67,6 +68,7 @@ class Target(Protocol):
             known config. A managed server is stopped instead.
         notify: Told what the target does about a dead server (a restart, a wait): the live
             view sets it.
+        access: The TLS files and headers every request to it carries.
     """
 
     model: str
@@ -74,6 +76,7 @@ class Target(Protocol):
     device: str
     shared: bool
     notify: Callable[[str], None]
+    access: ServerAccess
 
     def start(self) -> None:
         """Start (or connect to) the server and wait until the model is ready."""
@@ -161,6 +164,7 @@ class _HttpTarget:
     url: str
     load_timeout_s: float = 300.0
     transport: Transport
+    access: ServerAccess = PLAIN
     clock: Callable[[], float] = staticmethod(time.monotonic)
     sleep: Callable[[float], None] = staticmethod(time.sleep)
     notify: Callable[[str], None] = staticmethod(lambda text: None)

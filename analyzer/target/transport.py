@@ -14,12 +14,16 @@ A transport that gets no answer raises :class:`OSError` (``ConnectionRefusedErro
 its status, is a :class:`Response` (:meth:`Response.raise_for_status` turns a non-2xx one into
 an :class:`HTTPStatusError`, an ``OSError`` too). Only the standard library's HTTP is used, so
 no gevent or tritonclient import is needed, and it works in a gevent-patched process as well.
+
+Both real transports take a :class:`~analyzer.config.access.ServerAccess`: its headers go with
+every request, and ``https://`` URLs are sent over TLS with its files.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import ssl
 import threading
 import urllib.error
 import urllib.request
@@ -27,6 +31,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
+
+from analyzer.config.access import PLAIN, ServerAccess
 
 
 @dataclass(frozen=True)
@@ -126,38 +132,71 @@ class Transport(Protocol):
         ...
 
 
-class UrllibTransport:
-    """The real transport: :mod:`urllib.request`, one connection per request."""
+class _Secured:
+    """The headers and the TLS context (made once, on the first ``https://`` request) of an
+    access."""
+
+    def __init__(self, access: ServerAccess) -> None:
+        self.access = access
+        self._context: ssl.SSLContext | None = None
+
+    def headers(self, request: Request) -> tuple[bytes | None, dict[str, str]]:
+        data, headers = request.encoded()
+        return data, {**self.access.http_headers(), **headers}
+
+    def context(self) -> ssl.SSLContext:
+        if self._context is None:
+            self._context = self.access.ssl_context()
+        return self._context
+
+
+class UrllibTransport(_Secured):
+    """The real transport: :mod:`urllib.request`, one connection per request.
+
+    Args:
+        access: TLS files and headers (default: none).
+    """
+
+    def __init__(self, access: ServerAccess = PLAIN) -> None:
+        super().__init__(access)
 
     def request(self, request: Request) -> Response:
-        data, headers = request.encoded()
+        data, headers = self.headers(request)
         raw = urllib.request.Request(request.url, data=data, headers=headers, method=request.method)
+        tls = self.context() if request.url.lower().startswith("https:") else None
         try:
-            with urllib.request.urlopen(raw, timeout=request.timeout_s) as response:
+            with urllib.request.urlopen(raw, timeout=request.timeout_s, context=tls) as response:
                 return Response(response.status, response.read())
         except urllib.error.HTTPError as exc:  # an answer, only not a 2xx one
             return Response(exc.code, exc.read())
 
 
-Connect = Callable[[str, int, float], http.client.HTTPConnection]
+Connect = Callable[[str, int, float, "ssl.SSLContext | None"], http.client.HTTPConnection]
 
 
-def _connect(host: str, port: int, timeout_s: float) -> http.client.HTTPConnection:
+def _connect(
+    host: str, port: int, timeout_s: float, tls: ssl.SSLContext | None
+) -> http.client.HTTPConnection:
+    if tls is not None:
+        return http.client.HTTPSConnection(host, port, timeout=timeout_s, context=tls)
     return http.client.HTTPConnection(host, port, timeout=timeout_s)
 
 
-class KeepAliveTransport:
+class KeepAliveTransport(_Secured):
     """The real transport for many requests in a row: :mod:`http.client`, one keep-alive
     connection per thread and host (a thread pool sends concurrent requests without a new
     connection for each). A connection that fails is closed and the next request of that thread
     opens a new one; :meth:`close` closes them all.
 
     Args:
-        connect: Opens a connection to ``(host, port, timeout_s)`` (default
-            :class:`http.client.HTTPConnection`; tests pass a fake one).
+        connect: Opens a connection to ``(host, port, timeout_s, tls context or None)``
+            (default :class:`http.client.HTTPConnection` or ``HTTPSConnection``; tests pass a
+            fake one).
+        access: TLS files and headers (default: none).
     """
 
-    def __init__(self, connect: Connect = _connect) -> None:
+    def __init__(self, connect: Connect = _connect, access: ServerAccess = PLAIN) -> None:
+        super().__init__(access)
         self._connect = connect
         self._local = threading.local()
         self._connections: list[http.client.HTTPConnection] = []
@@ -165,7 +204,8 @@ class KeepAliveTransport:
 
     def request(self, request: Request) -> Response:
         parts = urlsplit(request.url)
-        address = (parts.hostname or "127.0.0.1", parts.port or 80)
+        secure = parts.scheme.lower() == "https"
+        address = (parts.hostname or "127.0.0.1", parts.port or (443 if secure else 80))
         mine: dict[tuple[str, int], http.client.HTTPConnection] | None = getattr(
             self._local, "connections", None
         )
@@ -173,11 +213,12 @@ class KeepAliveTransport:
             mine = self._local.connections = {}
         conn = mine.get(address)
         if conn is None:
-            conn = mine[address] = self._connect(*address, request.timeout_s)
+            tls = self.context() if secure else None
+            conn = mine[address] = self._connect(*address, request.timeout_s, tls)
             with self._lock:
                 self._connections.append(conn)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        data, headers = request.encoded()
+        data, headers = self.headers(request)
         try:
             conn.request(request.method, path, data, headers)
             reply = conn.getresponse()

@@ -186,10 +186,20 @@ def test_a_message_with_brackets_prints_them(
     assert "(or a [gate] table)" in err, err  # text, not rich markup
 
 
-def test_https_urls_are_refused_with_a_clear_message(
+def test_other_schemes_are_refused_with_a_clear_message(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    code = run(monkeypatch, "--url", "https://127.0.0.1:1", "--rate-rps", "5", "--p99-ms", "50")
+    code = run(monkeypatch, "--url", "ftp://127.0.0.1:1", "--rate-rps", "5", "--p99-ms", "50")
     assert code == 2
-    assert "https:// is not supported" in flat(capsys.readouterr().err)
+    assert "must start with http:// or https://" in flat(capsys.readouterr().err)
+
+
+def test_a_missing_ca_file_is_refused_before_any_load(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = ("--url", "https://127.0.0.1:1", "--ssl-ca", "nope.pem", "--rate-rps", "5")
+    code = run(monkeypatch, *args, "--p99-ms", "50")
+    assert code == 2
+    assert "--ssl-ca nope.pem: no such file" in flat(capsys.readouterr().err)

@@ -102,13 +102,23 @@ def test_unreachable_url_exits_3_with_one_line(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("*/run.json")) and not list(tmp_path.glob("*/scenario.toml"))
 
 
-def test_https_url_is_refused_before_anything_starts(run_here: RunHere, tmp_path: Path) -> None:
+def test_an_unknown_scheme_is_refused_before_anything_starts(
+    run_here: RunHere, tmp_path: Path
+) -> None:
     done = run_here(
-        ["--url", "https://127.0.0.1:1", "--model", "m", "--output-dir", str(tmp_path / "o")]
+        ["--url", "ftp://127.0.0.1:1", "--model", "m", "--output-dir", str(tmp_path / "o")]
     )
     assert done.returncode == 2, done.stderr
     (line,) = error_lines(done)
-    assert "https:// is not supported" in line
+    assert "must start with http:// or https://" in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_tls_flags_without_a_url_are_refused(run_here: RunHere, tmp_path: Path) -> None:
+    done = run_here(["--ssl-insecure", "--output-dir", str(tmp_path / "o")])
+    assert done.returncode == 2, done.stderr
+    (line,) = error_lines(done)
+    assert "reach a secured server at model.url (--url)" in line
     assert not (tmp_path / "o").exists()
 
 
@@ -162,27 +172,27 @@ def test_resume_of_a_directory_that_is_not_a_run(run_here: RunHere, tmp_path: Pa
     assert "is not a perfsweep run directory" in error_lines(done)[0]
 
 
-def assert_refuses_https(done: subprocess.CompletedProcess[str]) -> None:
+def assert_refuses_scheme(done: subprocess.CompletedProcess[str]) -> None:
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     (line,) = error_lines(done)
-    assert "https:// is not supported" in line
+    assert "must start with http:// or https://" in line
 
 
-def test_load_refuses_https(
+def test_load_refuses_an_unknown_scheme(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     # Refused while its flags are checked, before the load engine is imported.
     monkeypatch.chdir(tmp_path)
-    args = ["load", "--url", "https://127.0.0.1:1", "--model", "m", "--concurrency", "1"]
-    assert_refuses_https(perfsweep_in_process(monkeypatch, capsys, *args))
+    args = ["load", "--url", "ftp://127.0.0.1:1", "--model", "m", "--concurrency", "1"]
+    assert_refuses_scheme(perfsweep_in_process(monkeypatch, capsys, *args))
 
 
 @pytest.mark.usefixtures("spawns")
-def test_ui_refuses_https(tmp_path: Path) -> None:
+def test_ui_refuses_an_unknown_scheme(tmp_path: Path) -> None:
     # In a subprocess: ui checks the URL in the launcher, which may start the web server.
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERFSWEEP_")}
-    args = ["ui", "--url", "https://127.0.0.1:1", "--web-port", "0"]
+    args = ["ui", "--url", "ftp://127.0.0.1:1", "--web-port", "0"]
     done = subprocess.run(
         [*PERFSWEEP, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
     )
-    assert_refuses_https(done)
+    assert_refuses_scheme(done)

@@ -215,14 +215,19 @@ def test_ctrl_c_records_the_interrupted_trial(tmp_path: Path) -> None:
 # -- edges: URLs and storages ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("url", ["https://127.0.0.1:8000", "HTTPS://triton:443/"])
-def test_https_is_refused_at_the_edge(url: str) -> None:
-    with pytest.raises(InputError, match="https"):
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1:8000", "grpc://triton:443/"])
+def test_other_schemes_are_refused_at_the_edge(url: str) -> None:
+    with pytest.raises(InputError, match="http:// or https://"):
         http_url(url)
-    with pytest.raises(InputError, match="https"):
+    with pytest.raises(InputError, match="http:// or https://"):
         load_scenario(None, {"model.url": url}, env={})
-    with pytest.raises(InputError, match="https"):
+    with pytest.raises(InputError, match="http:// or https://"):
         RemoteTarget(url, "m")
+
+
+def test_https_urls_are_kept_for_tls() -> None:
+    assert http_url("HTTPS://triton:443/") == "https://triton:443"
+    assert RemoteTarget("https://127.0.0.1:8443", "m").url == "https://127.0.0.1:8443"
 
 
 def test_plain_addresses_become_http_urls() -> None:

@@ -294,7 +294,8 @@ class FakeConnection:
 def test_keep_alive_transport_reuses_one_connection_per_thread_and_host() -> None:
     opened: list[FakeConnection] = []
 
-    def connect(host: str, port: int, timeout_s: float) -> http.client.HTTPConnection:
+    def connect(host: str, port: int, timeout_s: float, tls: object) -> http.client.HTTPConnection:
+        assert tls is None  # plain http://
         opened.append(FakeConnection(host, port, timeout_s, None))
         return opened[-1]  # type: ignore[return-value]
 
