@@ -20,10 +20,17 @@ from rich.console import Console
 from analyzer.commands.input_flags import (
     ArrivalFlag,
     BatchSizeFlag,
+    HeaderFileFlag,
+    HeaderFlag,
     InputDataFlag,
     ShapeFlag,
+    SslCaFlag,
+    SslCertFlag,
+    SslInsecureFlag,
+    SslKeyFlag,
     TraceFlag,
     TraceUnitFlag,
+    access_overrides,
     input_overrides,
     traffic_overrides,
 )
@@ -92,6 +99,12 @@ def register(app: typer.Typer) -> None:
         trace: TraceFlag = None,
         trace_unit: TraceUnitFlag = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the answer as JSON.")] = False,
+        ssl_ca: SslCaFlag = None,
+        ssl_cert: SslCertFlag = None,
+        ssl_key: SslKeyFlag = None,
+        ssl_insecure: SslInsecureFlag = False,
+        header: HeaderFlag = None,
+        header_file: HeaderFileFlag = None,
     ) -> None:
         """Predict a config's latency at a rate, or its capacity, from a profile (a run's, a
         file's, or one probed from a live server with --url: with --input-data, --shape and
@@ -104,6 +117,10 @@ def register(app: typer.Typer) -> None:
             {
                 **input_overrides(shape, input_data, batch_size),
                 **traffic_overrides(arrival, trace, trace_unit),
+                "model.url": url,
+                **access_overrides(
+                    None, ssl_ca, ssl_cert, ssl_key, ssl_insecure, header, header_file
+                ),
             },
         )
         inputs = None
@@ -124,6 +141,7 @@ def register(app: typer.Typer) -> None:
                 seed=seed,
                 url=url,
                 model=model,
+                access=given.model.access().check(),
                 inputs=inputs,
                 save_profile=save_profile,
                 arrival=given.traffic.arrival_process(),

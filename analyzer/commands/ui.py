@@ -18,11 +18,18 @@ import typer
 
 from analyzer.commands.input_flags import (
     BatchSizeFlag,
+    HeaderFileFlag,
+    HeaderFlag,
     InputDataFlag,
     RepeatRatioFlag,
     ShapeFlag,
     SharedMemoryFlag,
+    SslCaFlag,
+    SslCertFlag,
+    SslInsecureFlag,
+    SslKeyFlag,
     UniquePayloadsFlag,
+    access_overrides,
     input_overrides,
 )
 
@@ -81,6 +88,12 @@ def register(app: typer.Typer) -> None:
         unique_payloads: UniquePayloadsFlag = None,
         repeat_ratio: RepeatRatioFlag = None,
         shared_memory: SharedMemoryFlag = None,
+        ssl_ca: SslCaFlag = None,
+        ssl_cert: SslCertFlag = None,
+        ssl_key: SslKeyFlag = None,
+        ssl_insecure: SslInsecureFlag = False,
+        header: HeaderFlag = None,
+        header_file: HeaderFileFlag = None,
     ) -> None:
         """Open Locust's web UI on a Triton target, with live server metrics and config changes."""
         from analyzer.config.scenario import load_scenario
@@ -92,9 +105,15 @@ def register(app: typer.Typer) -> None:
             shape, input_data, batch_size, unique_payloads, repeat_ratio, shared_memory
         )
         given = any(v is not None for v in flags.values())
+        reach = {
+            "model.url": url,
+            **access_overrides(None, ssl_ca, ssl_cert, ssl_key, ssl_insecure, header, header_file),
+        }
+        scenario = load_scenario(None, {**flags, **reach}, env={})
+        access = scenario.model.access().check()
         inputs: dict[str, Any] = {}
         if given:
-            fields = input_fields(load_scenario(None, flags).input)
+            fields = input_fields(scenario.input)
             # Plain values: they reach Locust's processes as JSON (EngineConfig.from_dict).
             inputs = {
                 "inputs": fields["inputs"].to_dict(),
@@ -121,6 +140,7 @@ def register(app: typer.Typer) -> None:
                 arrival=arrival,
                 log_dir=log_dir,
                 inputs=inputs,
+                access=access,
             ),
             on_status=typer.echo,  # click flushes each line: tests and wrappers read them live
         )

@@ -93,6 +93,12 @@ class EngineOptions:
         load speaks gRPC to an address with no HTTP side known."""
         return self.url if self.protocol == "http" else self.stats_url
 
+    def http_base(self, address: str) -> str:
+        """``address`` (``host:port`` of the HTTP side) as a URL with this target's scheme."""
+        if "://" in address:
+            return address
+        return f"{'https' if self.http_tls else 'http'}://{address}"
+
 
 def engine_options(
     scenario: Scenario,

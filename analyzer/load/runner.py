@@ -99,18 +99,15 @@ class LocustLoadGenerator:
     def _make_scraper(self) -> ServerScraper:
         o = self.options
         transport = UrllibTransport(o.access)
-        scheme = "https" if o.http_tls else "http"
         if o.protocol == "grpc" and o.stats_url is None:
             source = stats_source("grpc", o.url, o.model, o.access)
         else:
-            address = o.stats_url or o.url
-            if "://" not in address:
-                address = f"{scheme}://{address}"
+            address = o.http_base(o.stats_url or o.url)
             source = http_stats_source(address, o.model, transport=transport)
         metrics_url = o.metrics_url
         if metrics_url is None and o.protocol == "http":
             # A guess (some servers serve metrics on the HTTP port); Triton uses a separate port.
-            guess = f"{scheme}://{o.url}/metrics"
+            guess = f"{o.http_base(o.url)}/metrics"
             return ServerScraper(o.model, source, guess, metrics_optional=True, transport=transport)
         return ServerScraper(o.model, source, metrics_url, transport=transport)
 
@@ -169,7 +166,7 @@ class LocustLoadGenerator:
         instead of reading as a config that missed its goals."""
         m = self._measure_once(spec)
         if (address := self.options.http_address) is not None:
-            check_step(m, address)
+            check_step(m, self.options.http_base(address), UrllibTransport(self.options.access))
         return m
 
     def _grow(self, m: Measurement) -> bool:

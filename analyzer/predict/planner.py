@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import tomllib
 
+from analyzer.config.access import PLAIN, ServerAccess
 from analyzer.config.sections import ARRIVAL_KEYS, TrafficSection
 from analyzer.documents import PREDICTION_KIND, header
 from analyzer.errors import InputError, ResultFormatError
@@ -71,6 +72,8 @@ class PlanRequest:
     seed: int = 0
     url: str | None = None
     model: str | None = None
+    #: TLS files and headers of the ``url`` server.
+    access: ServerAccess = PLAIN
     probe: ProbePlan | None = None
     inputs: InputOptions | None = None
     save_profile: Path | None = None
@@ -171,7 +174,9 @@ def plan(request: PlanRequest) -> PlanReport:
         profile = _read_profile(request.profile_path)
     elif request.url is not None:
         assert request.model
-        profile, live = probe_live(request.url, request.model, request.probe, request.inputs)
+        profile, live = probe_live(
+            request.url, request.model, request.probe, request.inputs, request.access
+        )
     else:
         assert request.run_dir is not None
         profile = from_run_dir(request.run_dir)
@@ -242,6 +247,7 @@ def probe_live(
     model: str,
     probe_plan: ProbePlan | None = None,
     inputs: InputOptions | None = None,
+    access: ServerAccess = PLAIN,
 ) -> tuple[Profile, SimConfig]:
     """Probe ``model`` on the server at ``url`` with ``inputs`` (the load's request data);
     the profile and the config it had before.
@@ -256,7 +262,7 @@ def probe_live(
     from analyzer.predict.probe import probe
     from analyzer.target.remote import RemoteTarget
 
-    target = RemoteTarget(url, model)
+    target = RemoteTarget(url, model, access=access)
     target.start()
     original = target.model_config()
     try:

@@ -59,6 +59,7 @@ from urllib.parse import urlsplit
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from analyzer.config.access import PLAIN, ServerAccess
 from analyzer.errors import InputError, TargetError
 from analyzer.load.inputs import InputOptions, InputSet, build_inputs
 from analyzer.load.payloads import binary_request, request_sizes
@@ -74,7 +75,7 @@ from analyzer.predict.probe_plan import (
 from analyzer.predict.profile import BatchTiming, Profile, RequestMix, SizeClass
 from analyzer.target.protocol import Target, untunable_reason
 from analyzer.target.server_stats import http_stats_source
-from analyzer.target.transport import KeepAliveTransport, Request, Transport
+from analyzer.target.transport import KeepAliveTransport, Request, Transport, UrllibTransport
 
 #: Bursts of the interference probe (and of the one-instance size it is compared with), in
 #: multiples of ``ProbePlan.bursts``: the overlap is a small difference of two means.
@@ -144,6 +145,7 @@ class _Sender:
         bodies: Mapping[int, tuple[bytes, int]],
         timeout_s: float,
         transport: Transport | None = None,
+        access: ServerAccess = PLAIN,
     ) -> None:
         parts = urlsplit(url)
         self.host = parts.hostname or "127.0.0.1"
@@ -152,7 +154,7 @@ class _Sender:
         self.timeout_s = timeout_s
         self._owned: KeepAliveTransport | None = None
         if transport is None:
-            transport = self._owned = KeepAliveTransport()
+            transport = self._owned = KeepAliveTransport(access=access)
         self.transport = transport
         self.requests: dict[int, Request] = {}
         for index, (body, header_length) in bodies.items():
@@ -275,7 +277,9 @@ def probe(
             f"probe sizes must be multiples of the {items} items per request, got {sizes}"
         )
     sizes = tuple(sorted(set(sizes)))
-    read_stats = stats or http_stats_source(target.url, model, transport=transport)
+    read_stats = stats or http_stats_source(
+        target.url, model, transport=transport or UrllibTransport(target.access)
+    )
     deadline = clock() + plan.time_budget_s
     sent = 0
     cut: list[str] = []
@@ -287,6 +291,7 @@ def probe(
         {i: binary_request(data.inputs, i) for i in sorted(used)},
         plan.request_timeout_s,
         transport,
+        target.access,
     )
     pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="probe")
     multi = len(data.classes) > 1

@@ -43,11 +43,12 @@ def probe_profile(target: Target, scenario: Scenario) -> Profile:
     from analyzer.predict.probe import probe
     from analyzer.predict.probe_plan import ProbePlan
     from analyzer.target.server_stats import http_stats_source
+    from analyzer.target.transport import UrllibTransport
 
     # The probe reads batch_stats: a server without them (or not answering) is told apart
     # before any probe config is loaded.
     try:
-        http_stats_source(target.url, target.model)()
+        http_stats_source(target.url, target.model, transport=UrllibTransport(target.access))()
     except Exception as exc:  # urllib / socket / JSON errors: translated where they enter
         raise ProfileError(
             f"the server's statistics (/v2/models/{target.model}/stats) cannot be read: "

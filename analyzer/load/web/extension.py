@@ -57,6 +57,7 @@ from analyzer.load.web.live import (
 )
 from analyzer.load.web.options import (
     TargetSettings,
+    access_from_env,
     exposure_problem,
     login_from_env,
     request_problem,
@@ -65,6 +66,7 @@ from analyzer.load.web.users import live_state
 from analyzer.target.protocol import ConfigRejectedError, untunable_reason
 from analyzer.target.remote import RemoteTarget
 from analyzer.target.server_stats import ServerScraper, http_stats_source
+from analyzer.target.transport import UrllibTransport
 
 log = logging.getLogger(__name__)
 
@@ -152,18 +154,20 @@ class Dashboard:
         key = (settings.http_url, model, settings.metrics_url)
         if self._scraper is None or key != self._scraper_key:
             explicit = bool(getattr(self.environment.parsed_options, "metrics_url", ""))
+            transport = UrllibTransport(access_from_env())
             self._scraper = ServerScraper(
                 model,
-                http_stats_source(settings.http_url, model),
+                http_stats_source(settings.http_url, model, transport=transport),
                 settings.metrics_url,
                 metrics_optional=not explicit,  # a guessed port that fails is dropped silently
+                transport=transport,
             )
             self._scraper_key = key
             self.server = ServerWindow()
         return self._scraper
 
     def _target(self, settings: TargetSettings, model: str) -> RemoteTarget:
-        return RemoteTarget(settings.http_url, model)
+        return RemoteTarget(settings.http_url, model, access=access_from_env())
 
     def refresh_config(self, settings: TargetSettings, model: str) -> None:
         """Re-read the model's knobs from the server (errors go to ``errors["config"]``)."""

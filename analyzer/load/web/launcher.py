@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from analyzer.config.access import PLAIN, ServerAccess
 from analyzer.config.urls import http_url as as_http_url
 from analyzer.errors import InputError
-from analyzer.load.web.options import exposure_problem, login_from_env
+from analyzer.load.web.options import ACCESS_ENV, exposure_problem, login_from_env
 from analyzer.measure.arrivals import parse_arrival
 from analyzer.target.managed import ManagedServer
 from analyzer.target.remote import RemoteTarget
@@ -53,6 +54,9 @@ class UiOptions:
         log_dir: Where the managed server's log and repository go.
         inputs: The request data (:func:`analyzer.load.engine.input_fields` of an ``[input]``
             section); empty: random data.
+        access: TLS files and headers of a ``url`` server; Locust's processes get them in
+            their environment (:data:`~analyzer.load.web.options.ACCESS_ENV`), never on their
+            command line.
     """
 
     url: str | None = None
@@ -69,6 +73,7 @@ class UiOptions:
     arrival: str = "poisson"
     log_dir: Path = Path("reports/ui")
     inputs: dict[str, Any] = field(default_factory=dict)
+    access: ServerAccess = PLAIN
 
     def check(self) -> None:
         """Refuse unsafe or impossible options before anything starts (``InputError``)."""
@@ -133,11 +138,14 @@ def locust_commands(
     return master, workers
 
 
-def _child_env() -> dict[str, str]:
+def _child_env(access: ServerAccess = PLAIN) -> dict[str, str]:
     # The locustfile imports ``analyzer``: make that work from a source checkout too.
     existing = os.environ.get("PYTHONPATH", "")
     root = str(REPO_ROOT)
-    return {**os.environ, "PYTHONPATH": root + (os.pathsep + existing if existing else "")}
+    env = {**os.environ, "PYTHONPATH": root + (os.pathsep + existing if existing else "")}
+    if access:
+        env[ACCESS_ENV] = json.dumps(access.to_wire())
+    return env
 
 
 def _stop(procs: Sequence[subprocess.Popen[bytes]], timeout_s: float = 10.0) -> None:
@@ -187,13 +195,15 @@ def run_ui(options: UiOptions, on_status: Callable[[str], Any] = _silent) -> int
             grpc_url = options.grpc_url or server.addresses.grpc_url
             metrics_url = options.metrics_url or server.addresses.metrics_url
         else:
-            http_url = as_http_url(options.url)  # https:// is refused here (InputError)
-            RemoteTarget(http_url, options.model).start()
+            http_url = as_http_url(options.url)  # the one check of a URL
+            target = RemoteTarget(http_url, options.model, access=options.access)
+            target.notify = on_status
+            target.start()  # a refused credential stops here (AccessDeniedError)
             grpc_url, metrics_url = options.grpc_url, options.metrics_url
         on_status(f"perfsweep ui: target {http_url} model {options.model}")
         master_cmd, worker_cmds = locust_commands(options, http_url, grpc_url, metrics_url)
         # Locust dies with this process too (kill -9 included), like the managed server.
-        tie = child_process_options(_child_env())
+        tie = child_process_options(_child_env(options.access))
         master = subprocess.Popen(master_cmd, **tie)
         procs.append(master)
         procs += [subprocess.Popen(cmd, stdin=subprocess.DEVNULL, **tie) for cmd in worker_cmds]

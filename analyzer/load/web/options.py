@@ -14,12 +14,17 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from analyzer.config.access import ServerAccess
+
 #: Environment variables holding the dashboard login (never on the command line: ``ps`` shows it).
 USER_ENV = "PERFSWEEP_UI_USER"
 PASSWORD_ENV = "PERFSWEEP_UI_PASSWORD"
 DEFAULT_USER = "perfsweep"
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+#: The TLS files and headers of the target (``ServerAccess.to_wire`` as JSON), set by the
+#: launcher in the environment of Locust's processes: never on a command line or on disk.
+ACCESS_ENV = "PERFSWEEP_ACCESS"
 
 
 def add_arguments(parser: Any) -> None:
@@ -186,3 +191,9 @@ def request_problem(method: str, host_header: str, origin: str | None, bound_hos
     if changes_state and origin and urlsplit(origin).netloc.lower() != host_header.lower():
         return f"cross-origin {method} from {origin} refused"
     return ""
+
+
+def access_from_env(environ: Any = os.environ) -> ServerAccess:
+    """The target's TLS files and headers as the launcher passed them (none when unset)."""
+    raw = environ.get(ACCESS_ENV, "")
+    return ServerAccess.from_wire(json.loads(raw) if raw else None)

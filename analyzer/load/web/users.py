@@ -20,13 +20,14 @@ from typing import Any, ClassVar
 from gevent.lock import Semaphore
 from locust.env import Environment
 
+from analyzer.config.urls import is_tls
 from analyzer.errors import InputError, TargetError
 from analyzer.load.recorder import Recorder
 from analyzer.load.users import ClosedLoopUser, EngineConfig, OpenLoopUser, ProcessContext
-from analyzer.load.web.options import TargetSettings
+from analyzer.load.web.options import TargetSettings, access_from_env
 from analyzer.measure.arrivals import parse_arrival
 from analyzer.measure.specs import LoadMode
-from analyzer.target.transport import http_json
+from analyzer.target.transport import UrllibTransport, http_json
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,8 @@ class LiveState:
                         "model": model,
                         "mode": LoadMode.CONCURRENCY,
                         "rate_per_user": settings.rate_per_user,
+                        "access": access_from_env().to_wire(),
+                        "http_tls": is_tls(settings.http_url),
                         **dict(settings.inputs),
                     }
                 )
@@ -104,7 +107,13 @@ def live_state(environment: Environment) -> LiveState:
 def discover_model(http_url: str) -> str:
     """The first READY model in ``http_url``'s repository index (TargetError when none is)."""
     try:
-        status, index = http_json("POST", f"{http_url}/v2/repository/index", {}, timeout_s=10.0)
+        status, index = http_json(
+            "POST",
+            f"{http_url}/v2/repository/index",
+            {},
+            timeout_s=10.0,
+            transport=UrllibTransport(access_from_env()),
+        )
     except OSError as exc:
         raise TargetError(f"cannot reach {http_url}: {exc}") from exc
     ready = [m["name"] for m in index or [] if isinstance(m, dict) and m.get("state") == "READY"]
