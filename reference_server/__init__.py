@@ -4,6 +4,13 @@
 KServe v2 over HTTP/REST and gRPC, the model-repository and statistics extensions and
 Prometheus metrics with Triton's names, so ``tritonclient`` works against it unchanged.
 
+Access control follows ``tritonserver``'s flags and answers: ``--grpc-use-ssl`` /
+``--grpc-use-ssl-mutual`` with ``--grpc-server-cert``, ``--grpc-server-key`` and
+``--grpc-root-cert`` put the gRPC port behind TLS (``frontends/tls.py``), and
+``--http-restricted-api`` / ``--grpc-restricted-protocol`` ``<group>,...:<key>=<value>``
+refuse an API group to requests without that header (``frontends/restricted.py``). HTTP,
+metrics and the bind address (127.0.0.1) are unchanged by them.
+
 Layers, each a folder: ``frontends/`` (HTTP, gRPC, wire encodings) call ``core/`` (server
 facade, model runtime, repository, config, stats, cache), which hands requests to
 ``batching/`` (batch formation, scheduler, instances); ``backends/`` execute, ``zoo/`` builds

@@ -2,7 +2,8 @@
 
 Flags follow ``tritonserver`` where one exists (``--model-repository``, ``--load-model``,
 ``--http-port``, ``--grpc-port``, ``--metrics-port``, ``--http-max-input-size``,
-``--cache-config``, ``--rate-limit``). Exit status
+``--cache-config``, ``--rate-limit``, ``--grpc-use-ssl[-mutual]`` and the ``--grpc-*-cert``/key
+files, ``--http-restricted-api``, ``--grpc-restricted-protocol``). Exit status
 (as ``perfsweep serve``): 0 after a clean shutdown, 2 for bad input (repository path, model
 config, option values), 3 when the server cannot start otherwise (e.g. a port in use); the
 message says what to fix.
@@ -22,6 +23,39 @@ from pathlib import Path
 from reference_server.app import ServerOptions, run_server
 from reference_server.core.errors import Code, ServerError
 from reference_server.frontends.http import DEFAULT_MAX_INPUT_SIZE, DEFAULT_READ_TIMEOUT_S
+
+
+def triton_bool(text: str) -> bool:
+    """A ``tritonserver`` boolean value: true/on/1 or false/off/0, any case."""
+    value = text.lower()
+    if value in ("true", "on", "1"):
+        return True
+    if value in ("false", "off", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"invalid value for bool option: {text} (use true or false)")
+
+
+class _GrpcSsl(argparse.Action):
+    """``--grpc-use-ssl`` and ``--grpc-use-ssl-mutual`` in command-line order, as tritonserver
+    reads them into ``grpc_ssl = (use_ssl, mutual)``.
+
+    The mutual flag turns TLS on whatever its value (``--grpc-use-ssl-mutual=false`` is TLS
+    without client certificates); a later ``--grpc-use-ssl=false`` turns TLS off again.
+    """
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        use_ssl, mutual = namespace.grpc_ssl
+        if option_string == "--grpc-use-ssl":
+            use_ssl = bool(values)
+        else:
+            use_ssl, mutual = True, bool(values)
+        namespace.grpc_ssl = (use_ssl, mutual)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,7 +145,54 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-verbose", type=int, default=0, metavar="N", help="0 warnings, 1 info, 2 debug"
     )
+    _add_security_flags(parser)
     return parser
+
+
+def _add_security_flags(parser: argparse.ArgumentParser) -> None:
+    """TLS for gRPC and restricted API groups, with tritonserver's names and formats."""
+    parser.set_defaults(grpc_ssl=(False, False))
+    parser.add_argument(
+        "--grpc-use-ssl",
+        action=_GrpcSsl,
+        type=triton_bool,
+        metavar="BOOL",
+        help="serve gRPC over TLS only (needs --grpc-server-cert and --grpc-server-key)",
+    )
+    parser.add_argument(
+        "--grpc-use-ssl-mutual",
+        action=_GrpcSsl,
+        type=triton_bool,
+        metavar="BOOL",
+        help="TLS, and require client certificates signed by --grpc-root-cert (turns TLS on "
+        "even when false, as tritonserver)",
+    )
+    for flag, what in (
+        ("--grpc-server-cert", "the gRPC server's PEM certificate (chain)"),
+        ("--grpc-server-key", "the gRPC server's PEM private key"),
+        ("--grpc-root-cert", "PEM CA certificate that client certificates must be signed by"),
+    ):
+        parser.add_argument(flag, type=Path, metavar="FILE", help=f"{what}; used with TLS only")
+    groups = "health, metadata, inference, shared-memory, model-config, model-repository, "
+    groups += "statistics, trace, logging"
+    parser.add_argument(
+        "--http-restricted-api",
+        dest="http_restricted_apis",
+        action="append",
+        default=[],
+        metavar="API[,API...]:KEY=VALUE",
+        help=f"answer 403 to requests of these APIs without the header KEY: VALUE (repeatable; "
+        f"APIs: {groups})",
+    )
+    parser.add_argument(
+        "--grpc-restricted-protocol",
+        dest="grpc_restricted_protocols",
+        action="append",
+        default=[],
+        metavar="PROTOCOL[,PROTOCOL...]:KEY=VALUE",
+        help="end calls of these protocols UNAVAILABLE without the metadata "
+        "triton-grpc-protocol-KEY: VALUE (repeatable; protocols as for --http-restricted-api)",
+    )
 
 
 def _watch_parent() -> None:
@@ -153,6 +234,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             rate_limit=args.rate_limit,
             rate_limit_resources=tuple(args.rate_limit_resources),
             cache_config=tuple(args.cache_config),
+            grpc_use_ssl=args.grpc_ssl[0],
+            # Without TLS the mutual flag means nothing (tritonserver ignores it then too).
+            grpc_use_ssl_mutual=args.grpc_ssl[0] and args.grpc_ssl[1],
+            grpc_server_cert=args.grpc_server_cert,
+            grpc_server_key=args.grpc_server_key,
+            grpc_root_cert=args.grpc_root_cert,
+            http_restricted_apis=tuple(args.http_restricted_apis),
+            grpc_restricted_protocols=tuple(args.grpc_restricted_protocols),
         )
         run_server(options)
     except ServerError as exc:

@@ -31,10 +31,16 @@ from reference_server.batching.rate_limiter import parse_resource_limit
 from reference_server.core.cache import resolve_cache_size
 from reference_server.core.errors import Code, ServerError
 from reference_server.frontends.http import DEFAULT_MAX_INPUT_SIZE, DEFAULT_READ_TIMEOUT_S
+from reference_server.frontends.restricted import (
+    GRPC_HEADER_PREFIX,
+    Restrictions,
+    parse_restrictions,
+)
 from reference_server.ready import ServerAddresses
 
 if TYPE_CHECKING:
     from reference_server.core.server import InferenceServer
+    from reference_server.frontends.tls import GrpcTls
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +77,21 @@ class ServerOptions:
             (resource names are case-sensitive, as in Triton 2.51).
         cache_config: ``--cache-config`` values, ``<cache name>,<setting>=<value>`` as
             ``tritonserver`` takes them (``local,size=1048576``); not with ``cache_size_bytes``.
+        grpc_use_ssl: ``--grpc-use-ssl``: the gRPC port speaks TLS (needs ``grpc_server_cert``
+            and ``grpc_server_key``); HTTP and metrics stay plain text, as in Triton.
+        grpc_use_ssl_mutual: ``--grpc-use-ssl-mutual``: TLS that also requires a client
+            certificate signed by ``grpc_root_cert`` (implies TLS).
+        grpc_server_cert: ``--grpc-server-cert``: PEM certificate (chain) of the gRPC server.
+        grpc_server_key: ``--grpc-server-key``: its PEM private key.
+        grpc_root_cert: ``--grpc-root-cert``: PEM CA certificate client certificates are
+            checked against (mutual TLS).
+        http_restricted_apis: ``--http-restricted-api`` values,
+            ``<group>[,<group>...]:<header>=<value>``: HTTP requests to those API groups
+            without the header are answered 403 (groups in
+            :data:`reference_server.frontends.restricted.GROUPS`).
+        grpc_restricted_protocols: ``--grpc-restricted-protocol`` values, same format: gRPC
+            calls of those groups without the metadata key ``triton-grpc-protocol-<header>``
+            end UNAVAILABLE.
     """
 
     model_repositories: tuple[Path, ...] = ()
@@ -89,6 +110,13 @@ class ServerOptions:
     rate_limit: str = "off"
     rate_limit_resources: tuple[str, ...] = ()
     cache_config: tuple[str, ...] = ()
+    grpc_use_ssl: bool = False
+    grpc_use_ssl_mutual: bool = False
+    grpc_server_cert: Path | None = None
+    grpc_server_key: Path | None = None
+    grpc_root_cert: Path | None = None
+    http_restricted_apis: tuple[str, ...] = ()
+    grpc_restricted_protocols: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("http_port", "grpc_port", "metrics_port"):
@@ -124,11 +152,39 @@ class ServerOptions:
                 f"http-read-timeout {self.read_timeout_s} must be a positive number of seconds",
                 Code.INVALID_ARG,
             )
+        if self.grpc_tls and (self.grpc_server_cert is None or self.grpc_server_key is None):
+            flag = "--grpc-use-ssl-mutual" if self.grpc_use_ssl_mutual else "--grpc-use-ssl"
+            raise ServerError(
+                f"{flag} needs --grpc-server-cert and --grpc-server-key: the PEM certificate "
+                "and private key of the gRPC server",
+                Code.INVALID_ARG,
+            )
+        # Parsed now, so that a malformed value fails here, with tritonserver's message.
+        _ = (self.http_restrictions, self.grpc_restrictions)
 
     @property
     def response_cache_bytes(self) -> int:
         """The response cache size ``cache_size_bytes`` or ``cache_config`` sets; 0 = none."""
         return resolve_cache_size(self.cache_size_bytes, self.cache_config)
+
+    @property
+    def grpc_tls(self) -> bool:
+        """Whether the gRPC port speaks TLS (mutual or not)."""
+        return self.grpc_use_ssl or self.grpc_use_ssl_mutual
+
+    @property
+    def http_restrictions(self) -> Restrictions:
+        """The parsed ``http_restricted_apis``."""
+        return parse_restrictions(self.http_restricted_apis, option="http-restricted-api")
+
+    @property
+    def grpc_restrictions(self) -> Restrictions:
+        """The parsed ``grpc_restricted_protocols`` (keys with Triton's metadata prefix)."""
+        return parse_restrictions(
+            self.grpc_restricted_protocols,
+            option="grpc-restricted-protocol",
+            header_prefix=GRPC_HEADER_PREFIX,
+        )
 
 
 class _Frontend(Protocol):
@@ -156,6 +212,7 @@ class _Running:
 
         options = self.options
         try:
+            tls = _grpc_tls(options)
             repositories = options.model_repositories or (self._bundled_repository(),)
             core = _make_core(options, repositories)
             self.core = core
@@ -164,11 +221,11 @@ class _Running:
                 core,
                 max_input_size=options.max_input_size_bytes,
                 read_timeout_s=options.read_timeout_s,
+                restrictions=options.http_restrictions,
             )
             http_port = await self._listen("HTTP", "--http-port", http, options.http_port)
-            grpc_port = await self._listen(
-                "gRPC", "--grpc-port", GrpcFrontend(core), options.grpc_port
-            )
+            grpc = GrpcFrontend(core, tls=tls, restrictions=options.grpc_restrictions)
+            grpc_port = await self._listen("gRPC", "--grpc-port", grpc, options.grpc_port)
             metrics = MetricsFrontend(core.metrics_text)
             metrics_port = await self._listen(
                 "metrics", "--metrics-port", metrics, options.metrics_port
@@ -181,7 +238,8 @@ class _Running:
         except BaseException:
             await self.stop()
             raise
-        return ServerAddresses(host, http_port, grpc_port, metrics_port)
+        grpc_tls = "" if tls is None else "mutual" if tls.mutual else "tls"
+        return ServerAddresses(host, http_port, grpc_port, metrics_port, grpc_tls=grpc_tls)
 
     async def _listen(self, what: str, flag: str, frontend: _Frontend, port: int) -> int:
         bound = await _bind(what, flag, self.options.host, port, frontend)
@@ -222,6 +280,21 @@ class _Running:
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+
+
+def _grpc_tls(options: ServerOptions) -> GrpcTls | None:
+    """The gRPC listener's TLS material, read from its files (``None``: plain text)."""
+    if not options.grpc_tls:
+        return None
+    from reference_server.frontends.tls import GrpcTls
+
+    assert options.grpc_server_cert is not None and options.grpc_server_key is not None
+    return GrpcTls.load(
+        options.grpc_server_cert,
+        options.grpc_server_key,
+        options.grpc_root_cert,
+        mutual=options.grpc_use_ssl_mutual,
+    )
 
 
 def _check_startup_models(

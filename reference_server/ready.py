@@ -7,6 +7,9 @@ sweep's managed target, the dashboard launcher, tests) reads the bound ports bac
 
     perfsweep reference server ready: http=127.0.0.1:8000 grpc=127.0.0.1:8001 metrics=127.0.0.1:8002
 
+A server whose gRPC port speaks TLS says so at the end of the line, ``grpc-tls=tls`` or
+``grpc-tls=mutual`` (client certificates required); nothing else about TLS (no file names).
+
 This module imports nothing heavy, so a client can use it without loading the server.
 """
 
@@ -16,16 +19,23 @@ from dataclasses import dataclass
 
 #: How the ready line starts.
 READY_PREFIX = "perfsweep reference server ready:"
+#: ``ServerAddresses.grpc_tls``: plain text, TLS, TLS with client certificates.
+GRPC_TLS_MODES = ("", "tls", "mutual")
 
 
 @dataclass(frozen=True)
 class ServerAddresses:
-    """Where a started server listens (ports as bound, never 0)."""
+    """Where a started server listens (ports as bound, never 0).
+
+    ``grpc_tls`` is ``""`` for plain-text gRPC, ``"tls"`` or ``"mutual"`` (client certificates
+    required) for TLS.
+    """
 
     host: str
     http_port: int
     grpc_port: int
     metrics_port: int
+    grpc_tls: str = ""
 
     @property
     def http_url(self) -> str:
@@ -44,10 +54,11 @@ class ServerAddresses:
 
     def ready_line(self) -> str:
         """The one line printed at startup, e.g. ``... http=127.0.0.1:8000 grpc=... metrics=...``."""
-        return (
+        line = (
             f"{READY_PREFIX} http={self.http_url} grpc={self.grpc_url} "
             f"metrics={_url_host(self.host)}:{self.metrics_port}"
         )
+        return f"{line} grpc-tls={self.grpc_tls}" if self.grpc_tls else line
 
 
 def parse_ready_line(line: str) -> ServerAddresses | None:
@@ -58,11 +69,15 @@ def parse_ready_line(line: str) -> ServerAddresses | None:
     try:
         fields = dict(item.split("=", 1) for item in line[len(READY_PREFIX) :].split())
         hosts_ports = {key: value.rsplit(":", 1) for key, value in fields.items()}
+        grpc_tls = fields.get("grpc-tls", "")
+        if grpc_tls not in GRPC_TLS_MODES:
+            return None  # cut inside the last field
         return ServerAddresses(
             host=hosts_ports["http"][0].strip("[]"),
             http_port=int(hosts_ports["http"][1]),
             grpc_port=int(hosts_ports["grpc"][1]),
             metrics_port=int(hosts_ports["metrics"][1]),
+            grpc_tls=grpc_tls,
         )
     except (KeyError, IndexError, ValueError):
         return None  # a truncated line (the process is still writing it) or a foreign one
@@ -80,4 +95,4 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-__all__ = ["READY_PREFIX", "ServerAddresses", "last_ready", "parse_ready_line"]
+__all__ = ["GRPC_TLS_MODES", "READY_PREFIX", "ServerAddresses", "last_ready", "parse_ready_line"]

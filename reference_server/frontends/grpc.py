@@ -7,6 +7,10 @@ as Triton does. System shared memory is served from the core's registry (the sam
 over HTTP); CUDA shared memory answers as a Triton that cannot open CUDA handles; the optional
 trace and logging extensions answer UNIMPLEMENTED. ``grpc.health.v1.Health/Check`` is served when the
 ``grpcio-health-checking`` package is installed.
+
+The listener speaks TLS (mutual or not) when given a
+:class:`~reference_server.frontends.tls.GrpcTls`, and refuses calls of restricted groups without
+their metadata key (:mod:`reference_server.frontends.restricted`), both as Triton does.
 """
 
 from __future__ import annotations
@@ -28,9 +32,17 @@ from reference_server.core.errors import Code, ServerError
 from reference_server.core.shm import SharedMemoryRegistry
 from reference_server.core.types import InferRequest, InferResponse, ParamValue, RequestedOutput
 from reference_server.frontends import wire
+from reference_server.frontends.restricted import (
+    GRPC_METHOD_GROUPS,
+    Restriction,
+    Restrictions,
+    grpc_allows,
+    grpc_refusal,
+)
 
 if TYPE_CHECKING:
     from reference_server.core.server import InferenceServer
+    from reference_server.frontends.tls import GrpcTls
 
 logger = logging.getLogger(__name__)
 
@@ -628,10 +640,20 @@ class GrpcFrontend:
 
     Args:
         core: The server facade shared with the HTTP frontend.
+        tls: Serve TLS with this material (``None``: plain text).
+        restrictions: ``--grpc-restricted-protocol``: the groups refused without their key.
     """
 
-    def __init__(self, core: InferenceServer) -> None:
+    def __init__(
+        self,
+        core: InferenceServer,
+        *,
+        tls: GrpcTls | None = None,
+        restrictions: Restrictions | None = None,
+    ) -> None:
         self._core = core
+        self._tls = tls
+        self._restrictions = restrictions or Restrictions()
         self._server: grpc.aio.Server | None = None
 
     async def start(self, host: str, port: int) -> int:
@@ -649,11 +671,14 @@ class GrpcFrontend:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        _add_service(server, InferenceServicer(self._core))
-        _add_health_service(server, self._core)
+        _add_service(server, InferenceServicer(self._core), self._restrictions)
+        _add_health_service(server, self._core, self._restrictions.get("health"))
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            bound = server.add_insecure_port(address)
+            if self._tls is None:
+                bound = server.add_insecure_port(address)
+            else:
+                bound = server.add_secure_port(address, self._tls.server_credentials())
         except RuntimeError as exc:
             raise OSError(98, f"cannot bind gRPC port {address}: {exc}") from exc
         if bound == 0:  # older grpc versions report a failed bind as port 0
@@ -682,22 +707,57 @@ class _Handlers:
         self.service, self.handlers = service, dict(handlers)
 
 
-def _add_service(server: grpc.aio.Server, servicer: InferenceServicer) -> None:
+def _add_service(
+    server: grpc.aio.Server, servicer: InferenceServicer, restrictions: Restrictions
+) -> None:
     """Register the generated service with request decoding that never raises.
 
     A request that is not valid protobuf decodes to a marker the servicer answers with
     INTERNAL (as Triton 2.51) and a plain message, instead of grpc's text naming a Python class.
+    Methods of a restricted group check the call's metadata first.
     """
     capture = _Handlers()
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, capture)
-    handlers = {
-        name: handler._replace(request_deserializer=_lenient(handler.request_deserializer))
-        for name, handler in capture.handlers.items()
-    }
+    handlers = {}
+    for name, handler in capture.handlers.items():
+        handler = handler._replace(request_deserializer=_lenient(handler.request_deserializer))
+        restriction = restrictions.get(GRPC_METHOD_GROUPS.get(f"/{capture.service}/{name}"))
+        handlers[name] = handler if restriction is None else _restricted(handler, restriction)
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(capture.service, handlers),)
     )
     server.add_registered_method_handlers(capture.service, handlers)
+
+
+def _restricted(handler: grpc.RpcMethodHandler, restriction: Restriction) -> grpc.RpcMethodHandler:
+    """``handler`` behind Triton's check: no matching metadata, the call ends UNAVAILABLE.
+
+    A stream is ended before any of its messages is read, as Triton does.
+    """
+    details = grpc_refusal(restriction)
+
+    async def refuse_unless_allowed(context: grpc.aio.ServicerContext) -> None:
+        if not grpc_allows(restriction, context.invocation_metadata() or ()):
+            await context.abort(grpc.StatusCode.UNAVAILABLE, details)
+
+    if handler.request_streaming and handler.response_streaming:
+        stream = handler.stream_stream
+
+        async def checked_stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+            await refuse_unless_allowed(context)
+            async for response in stream(requests, context):
+                yield response
+
+        return handler._replace(stream_stream=checked_stream)
+    if handler.request_streaming or handler.response_streaming:
+        raise TypeError("the inference service has no half-streaming methods")
+    unary = handler.unary_unary
+
+    async def checked_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await refuse_unless_allowed(context)
+        return await unary(request, context)
+
+    return handler._replace(unary_unary=checked_unary)
 
 
 def _lenient(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
@@ -710,7 +770,9 @@ def _lenient(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return decode
 
 
-def _add_health_service(server: grpc.aio.Server, core: InferenceServer) -> bool:
+def _add_health_service(
+    server: grpc.aio.Server, core: InferenceServer, restriction: Restriction | None
+) -> bool:
     try:
         from grpc_health.v1 import health_pb2, health_pb2_grpc
     except ImportError:  # optional: pip install grpcio-health-checking
@@ -720,6 +782,11 @@ def _add_health_service(server: grpc.aio.Server, core: InferenceServer) -> bool:
         """SERVING iff the server is ready (triton_spec §6), asked fresh on every check."""
 
         async def Check(self, request: Any, context: Any) -> Any:
+            # Triton restricts Check with the health group.
+            if restriction is not None and not grpc_allows(
+                restriction, context.invocation_metadata() or ()
+            ):
+                await context.abort(grpc.StatusCode.UNAVAILABLE, grpc_refusal(restriction))
             serving = core.is_ready()
             status = (
                 health_pb2.HealthCheckResponse.SERVING

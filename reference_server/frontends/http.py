@@ -14,6 +14,10 @@ Hostile or broken clients: requests aiohttp cannot parse (over-long URL or heade
 Content-Length, not HTTP) are answered 400 with a JSON ``error`` and logged at WARNING in one
 line (aiohttp itself logs them at ERROR with a traceback); a body that sends no byte for
 ``read_timeout_s`` is answered 408 and its connection closed (Triton has no such timeout).
+
+With ``--http-restricted-api``, a request to a restricted group without its header is answered
+403 before it is routed (:mod:`reference_server.frontends.restricted`); the path-to-group lookup
+runs only when something is restricted.
 """
 
 from __future__ import annotations
@@ -34,6 +38,12 @@ from aiohttp.web_protocol import RequestHandler
 
 from reference_server.core.errors import Code, ServerError
 from reference_server.frontends import http_codec
+from reference_server.frontends.restricted import (
+    Restrictions,
+    http_allows,
+    http_group,
+    http_refusal,
+)
 
 if TYPE_CHECKING:
     from reference_server.core.server import InferenceServer
@@ -67,6 +77,7 @@ class HttpFrontend:
             ``http_codec.MAX_BINARY_SIZE`` more.
         read_timeout_s: Longest pause inside a request body, in seconds
             (``--http-read-timeout``); a body that stalls longer is answered 408.
+        restrictions: ``--http-restricted-api``: the groups refused without their header.
     """
 
     def __init__(
@@ -75,10 +86,13 @@ class HttpFrontend:
         *,
         max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
         read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+        restrictions: Restrictions | None = None,
     ) -> None:
         self._core = core
         self._max_input_size = max_input_size
         self._read_timeout_s = read_timeout_s
+        # None when nothing is restricted: the check costs one comparison per request.
+        self._restrictions = restrictions or None
         self._runner: web.ServerRunner | None = None
         # Routes keyed by the path's fixed words; model routes are decided in _models().
         self._model_actions: dict[str, tuple[str, Handler]] = {
@@ -115,6 +129,10 @@ class HttpFrontend:
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """aiohttp entry point: route, run, and map every failure to Triton's error reply."""
         try:
+            if self._restrictions is not None:
+                restriction = self._restrictions.get(http_group(request.raw_path.split("?", 1)[0]))
+                if restriction is not None and not http_allows(restriction, request.headers):
+                    return _error(403, http_refusal(restriction))
             method, handler, args = self._route(request.raw_path)
             if method != request.method:
                 return _error(405, "Method Not Allowed")
