@@ -1,60 +1,22 @@
-"""TLS for tests: a throwaway CA with server and client certificates, and a real nginx that
-terminates HTTPS and checks a bearer token in front of a server on loopback.
-
-:func:`make_certificates` writes PEM files with trustme (the server's certificate names
-``127.0.0.1`` and ``localhost``; the client's is signed by the same CA, for mutual TLS).
-:class:`TlsProxy` starts ``nginx`` from the distribution's package (``.ci/run`` installs it)
-with a configuration of its own in a scratch directory, on a free loopback port, and stops it.
+"""A real nginx that terminates HTTPS and checks a bearer token in front of a server on
+loopback: :class:`TlsProxy` starts ``nginx`` from the distribution's package (``.ci/run``
+installs it) with a configuration of its own in a scratch directory, on a free loopback port,
+with a certificate of :func:`tests.support.certs.write_certificates`, and stops it.
 """
 
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import trustme
 
-from tests.support.servers import free_port, http_request
-
-
-@dataclass(frozen=True)
-class Certificates:
-    """PEM files of one throwaway CA: ``ca``, the server's ``server_cert``/``server_key``,
-    the client's ``client_cert``/``client_key``."""
-
-    ca: Path
-    server_cert: Path
-    server_key: Path
-    client_cert: Path
-    client_key: Path
-
-
-def make_certificates(directory: Path) -> Certificates:
-    """A CA, a server certificate for 127.0.0.1/localhost and a client certificate, in
-    ``directory``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    ca = trustme.CA()
-    server = ca.issue_cert("127.0.0.1", "localhost")
-    client = ca.issue_cert("perfsweep-client@example.org")
-    files = Certificates(
-        ca=directory / "ca.pem",
-        server_cert=directory / "server.pem",
-        server_key=directory / "server.key",
-        client_cert=directory / "client.pem",
-        client_key=directory / "client.key",
-    )
-    ca.cert_pem.write_to_path(str(files.ca))
-    server.cert_chain_pems[0].write_to_path(str(files.server_cert))
-    for extra in server.cert_chain_pems[1:]:
-        extra.write_to_path(str(files.server_cert), append=True)
-    server.private_key_pem.write_to_path(str(files.server_key))
-    client.cert_chain_pems[0].write_to_path(str(files.client_cert))
-    client.private_key_pem.write_to_path(str(files.client_key))
-    return files
+from tests.support.certs import Certificates
+from tests.support.servers import free_port
 
 
 def nginx_binary() -> str:
@@ -181,8 +143,6 @@ class TlsProxy:
         raise RuntimeError(f"nginx did not answer in {timeout_s:g} s:\n{self.log_tail()}")
 
     def _answers(self) -> bool:
-        import socket
-
         with socket.socket() as sock:
             return sock.connect_ex(("127.0.0.1", self.port)) == 0
 
@@ -208,4 +168,4 @@ class TlsProxy:
         return text
 
 
-__all__ = ["Certificates", "TlsProxy", "http_request", "make_certificates", "nginx_binary"]
+__all__ = ["TlsProxy", "nginx_binary"]
