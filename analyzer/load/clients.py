@@ -212,17 +212,20 @@ def fetch_model_documents(
     try:
         # Metadata first: it raises with the server's own message (a restricted API, a proxy's
         # 401), where the readiness check would only answer False.
+        failure: Exception | None = None
         try:
             metadata: dict = client.get_model_metadata(model, headers=headers, **extra)
         except (InferenceServerException, OSError) as exc:
             if is_refusal(exc):
                 raise access_denied("metadata", f"{protocol} {url}: {exc}", access) from exc
-            metadata = {}
-        if not metadata or not client.is_model_ready(model, headers=headers):
+            failure, metadata = exc, {}
+        if not client.is_model_ready(model, headers=headers):  # no answer: raises
             raise TargetError(
                 f"model {model!r} is not ready on {url} ({protocol}): load it first "
                 f"(POST /v2/repository/models/{model}/load) or check the name"
             )
+        if failure is not None:
+            raise failure
         try:
             config: dict = client.get_model_config(model, headers=headers, **extra)
         except (InferenceServerException, OSError) as exc:
@@ -232,7 +235,13 @@ def fetch_model_documents(
     except TargetError:
         raise
     except (InferenceServerException, OSError) as exc:
-        raise TargetError(f"cannot reach {url} over {protocol}: {exc}") from exc
+        hint = ""
+        if protocol == "grpc" and access.grpc_tls and not access.ssl_cert:
+            hint = (
+                " (over TLS: a server that wants a client certificate closes the connection "
+                "without one; give --ssl-cert and --ssl-key)"
+            )
+        raise TargetError(f"cannot reach {url} over {protocol}: {exc}{hint}") from exc
     finally:
         close()
     if protocol == "grpc":
