@@ -77,6 +77,40 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         log_verbose: Annotated[int, typer.Option(help="0 warnings, 1 info, 2 debug")] = 0,
+        grpc_use_ssl: Annotated[
+            bool, typer.Option("--grpc-use-ssl", help="gRPC over TLS (Triton's flag)")
+        ] = False,
+        grpc_use_ssl_mutual: Annotated[
+            bool,
+            typer.Option(
+                "--grpc-use-ssl-mutual",
+                help="gRPC over TLS with client certificates signed by --grpc-root-cert",
+            ),
+        ] = False,
+        grpc_server_cert: Annotated[
+            Path | None, typer.Option(help="PEM certificate of the gRPC server")
+        ] = None,
+        grpc_server_key: Annotated[Path | None, typer.Option(help="its PEM private key")] = None,
+        grpc_root_cert: Annotated[
+            Path | None, typer.Option(help="PEM CA of client certificates (mutual TLS)")
+        ] = None,
+        http_restricted_api: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--http-restricted-api",
+                help="GROUP[,GROUP]:KEY=VALUE: these APIs answer 403 without the header "
+                "(Triton's groups: health, metadata, inference, shared-memory, model-config, "
+                "model-repository, statistics, trace, logging); repeatable",
+            ),
+        ] = None,
+        grpc_restricted_protocol: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--grpc-restricted-protocol",
+                help="GROUP[,GROUP]:KEY=VALUE for gRPC (the metadata is "
+                "triton-grpc-protocol-KEY); repeatable",
+            ),
+        ] = None,
     ) -> None:
         """Serve models over KServe v2 HTTP and gRPC with Triton's dynamic batching."""
         # Imported here: the server pulls in grpc/aiohttp/onnxruntime, which other commands
@@ -99,6 +133,13 @@ def register(app: typer.Typer) -> None:
                 rate_limit_resources=tuple(rate_limit_resource or ()),
                 max_input_size_bytes=http_max_input_size,
                 log_verbosity=log_verbose,
+                grpc_use_ssl=grpc_use_ssl,
+                grpc_use_ssl_mutual=grpc_use_ssl_mutual,
+                grpc_server_cert=grpc_server_cert,
+                grpc_server_key=grpc_server_key,
+                grpc_root_cert=grpc_root_cert,
+                http_restricted_apis=tuple(http_restricted_api or ()),
+                grpc_restricted_protocols=tuple(grpc_restricted_protocol or ()),
             )
             if http_read_timeout is not None:
                 options = dataclasses.replace(options, read_timeout_s=http_read_timeout)

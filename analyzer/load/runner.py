@@ -29,7 +29,7 @@ from dataclasses import replace
 import gevent
 
 from analyzer.load.backends import DistributedBackend, LocalBackend, _Backend
-from analyzer.load.clients import stats_source
+from analyzer.load.clients import fetch_model_documents, stats_source
 from analyzer.load.engine import EngineOptions
 from analyzer.load.recorder import Tick, send_gap_cv
 from analyzer.load.users import ClosedLoopUser, EngineConfig, OpenLoopUser
@@ -112,6 +112,13 @@ class LocustLoadGenerator:
         return ServerScraper(o.model, source, metrics_url, transport=transport)
 
     def __enter__(self) -> LocustLoadGenerator:
+        if self.options.protocol == "grpc":
+            # The gRPC channel is checked before any level: TLS files the server does not
+            # accept, or a restricted metadata protocol, stop here rather than fail every
+            # request of a trial (HTTP targets are checked by their Target, or by the first
+            # level's own documents).
+            o = self.options
+            fetch_model_documents("grpc", o.url, o.model, o.access)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -44,10 +44,7 @@ http {{
     client_max_body_size 64m;
     upstream triton {{ server {upstream}; keepalive 64; }}
     server {{
-        listen 127.0.0.1:{port} ssl;
-        ssl_certificate {cert};
-        ssl_certificate_key {key};
-        {client_check}
+        {listen}
         location / {{
             if ($http_authorization != "Bearer {token}") {{ return 401 "missing or wrong token\\n"; }}
             proxy_pass http://triton;
@@ -73,6 +70,8 @@ class TlsProxy:
             with ``verify_clients``).
         workdir: Its configuration, logs and temporary files.
         verify_clients: Require a client certificate signed by the CA (mutual TLS).
+        tls: False: plain HTTP with the same token check and upstream (the benchmarks' twin
+            of the TLS proxy).
     """
 
     upstream: str
@@ -80,13 +79,14 @@ class TlsProxy:
     certificates: Certificates
     workdir: Path
     verify_clients: bool = False
+    tls: bool = True
     port: int = 0
     _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
-        """``https://127.0.0.1:<port>``."""
-        return f"https://127.0.0.1:{self.port}"
+        """``https://127.0.0.1:<port>`` (``http://`` without TLS)."""
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def __enter__(self) -> TlsProxy:
         self.start()
@@ -100,21 +100,22 @@ class TlsProxy:
         binary = nginx_binary()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
-        client_check = (
-            f"ssl_client_certificate {self.certificates.ca}; ssl_verify_client on;"
-            if self.verify_clients
-            else ""
-        )
+        c = self.certificates
+        listen = f"listen 127.0.0.1:{self.port};"
+        if self.tls:
+            listen = (
+                f"listen 127.0.0.1:{self.port} ssl; ssl_certificate {c.server_cert}; "
+                f"ssl_certificate_key {c.server_key};"
+            )
+            if self.verify_clients:
+                listen += f" ssl_client_certificate {c.ca}; ssl_verify_client on;"
         config = self.workdir / "nginx.conf"
         config.write_text(
             _CONFIG.format(
                 root=self.workdir,
                 upstream=self.upstream,
-                port=self.port,
-                cert=self.certificates.server_cert,
-                key=self.certificates.server_key,
+                listen=listen,
                 token=self.token,
-                client_check=client_check,
             )
         )
         log = (self.workdir / "nginx.out").open("ab")

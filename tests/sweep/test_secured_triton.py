@@ -233,3 +233,29 @@ def test_a_wrong_token_stops_the_run_before_any_trial(
     assert "the server refused the health API (HTTP 401" in error, error
     assert "Authorization" in error
     assert not (run_dir / "trials.csv").exists()
+
+
+def test_without_a_client_certificate_the_run_stops_before_any_trial(
+    secured_triton: RealTriton, certificates: Certificates, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    done = perfsweep_run(
+        tmp_path,
+        run_dir,
+        "--url",
+        f"http://{secured_triton.http_url}",
+        "--protocol",
+        "grpc",
+        "--grpc-url",
+        secured_triton.grpc_url,
+        "--ssl-ca",
+        str(certificates.ca),
+        "--header",
+        "admin-key: ${ADMIN_KEY}",
+        env={"ADMIN_KEY": ADMIN_KEY},
+    )
+    assert done.returncode == 3, done.stdout[-3000:] + done.stderr[-3000:]
+    error = " ".join(done.stderr.split())
+    assert f"cannot reach {secured_triton.grpc_url} over grpc" in error, error
+    assert "give --ssl-cert and --ssl-key" in error, error
+    assert not (run_dir / "trials.csv").exists()
