@@ -118,7 +118,11 @@ class LocustLoadGenerator:
             # request of a trial (HTTP targets are checked by their Target, or by the first
             # level's own documents).
             o = self.options
-            fetch_model_documents("grpc", o.url, o.model, o.access)
+            try:
+                fetch_model_documents("grpc", o.url, o.model, o.access)
+            except BaseException:
+                self.close()  # the statistics channel too: an open one keeps the process up
+                raise
         return self
 
     def __exit__(self, *exc: object) -> None:
