@@ -81,6 +81,15 @@ class ModelSection(_Section):
     """Response cache of a managed server (``--cache-config local,size=...``), bytes; only
     models whose config enables ``response_cache`` use it; 0 = no cache."""
 
+    @field_validator("url")
+    @classmethod
+    def _scheme_for_a_bare_address(cls, url: str | None) -> str | None:
+        # ``--url 127.0.0.1:8000`` (perf_analyzer's form) means plain HTTP; another scheme is
+        # left for the scenario's check, which names the key.
+        if url is not None and "://" not in url:
+            return f"http://{url.strip()}"
+        return url
+
     def access(self) -> ServerAccess:
         """The TLS files and headers of every request to this model's server."""
         return ServerAccess.of(

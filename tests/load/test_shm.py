@@ -181,13 +181,13 @@ class _RefusingClient:
         self.unregistered: list[str] = []
 
     def register_system_shared_memory(
-        self, name: str, key: str, byte_size: int, offset: int = 0
+        self, name: str, key: str, byte_size: int, offset: int = 0, headers: Any = None
     ) -> None:
         raise InferenceServerException(
             msg=f"Unable to open shared memory region: '{key}'", status="500"
         )
 
-    def unregister_system_shared_memory(self, name: str = "") -> None:
+    def unregister_system_shared_memory(self, name: str = "", headers: Any = None) -> None:
         self.unregistered.append(name)
 
 

@@ -50,7 +50,7 @@ def test_data_whose_inputs_do_not_grow_together_falls_back_to_tpe_before_any_tri
     # The probe reads the server's statistics first; the planted target has them (none yet).
     monkeypatch.setattr(
         "analyzer.target.server_stats.http_stats_source",
-        lambda url, model: lambda: {"model_stats": []},
+        lambda url, model, transport=None: lambda: {"model_stats": []},
     )
     data = tmp_path / "crossed.json"
     data.write_text(

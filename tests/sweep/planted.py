@@ -37,6 +37,7 @@ import numpy as np
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from analyzer.config.access import PLAIN, ServerAccess
 from analyzer.config.knobs import Knobs
 from analyzer.errors import TargetError
 from analyzer.measure.capacity import CapacityResult, CapacitySearch
@@ -207,6 +208,7 @@ class FakeTarget:
     fail_loads: set[int] = field(default_factory=set)
     url: str = "http://127.0.0.1:1"
     device: str = "sim"
+    access: ServerAccess = PLAIN
     #: A server the sweep does not own (``--url``): it must be left on a known config.
     shared: bool = False
     current: mc.ModelConfig = field(default_factory=mc.ModelConfig)

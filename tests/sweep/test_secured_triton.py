@@ -117,6 +117,15 @@ def files_holding(root: Path, *secrets: str) -> list[str]:
     return found
 
 
+def over_grpc(triton: RealTriton, c: Certificates, *, client_cert: bool = True) -> list[str]:
+    """The flags of a sweep that loads ``triton`` over mutual-TLS gRPC (its HTTP side plain)."""
+    flags = ["--url", f"http://{triton.http_url}", "--protocol", "grpc"]
+    flags += ["--grpc-url", triton.grpc_url, "--ssl-ca", str(c.ca)]
+    if client_cert:
+        flags += ["--ssl-cert", str(c.client_cert), "--ssl-key", str(c.client_key)]
+    return flags
+
+
 def test_a_mutual_tls_grpc_sweep_with_the_repository_key(
     secured_triton: RealTriton, certificates: Certificates, tmp_path: Path
 ) -> None:
@@ -126,18 +135,7 @@ def test_a_mutual_tls_grpc_sweep_with_the_repository_key(
     done = perfsweep_run(
         tmp_path,
         run_dir,
-        "--url",
-        f"http://{secured_triton.http_url}",
-        "--protocol",
-        "grpc",
-        "--grpc-url",
-        secured_triton.grpc_url,
-        "--ssl-ca",
-        str(c.ca),
-        "--ssl-cert",
-        str(c.client_cert),
-        "--ssl-key",
-        str(c.client_key),
+        *over_grpc(secured_triton, c),
         "--header",
         "admin-key: ${ADMIN_KEY}",  # the value from the environment, not the command line
         env={"ADMIN_KEY": ADMIN_KEY},
@@ -164,18 +162,7 @@ def test_without_the_repository_key_the_run_stops_before_any_trial(
     done = perfsweep_run(
         tmp_path,
         run_dir,
-        "--url",
-        f"http://{secured_triton.http_url}",
-        "--protocol",
-        "grpc",
-        "--grpc-url",
-        secured_triton.grpc_url,
-        "--ssl-ca",
-        str(c.ca),
-        "--ssl-cert",
-        str(c.client_cert),
-        "--ssl-key",
-        str(c.client_key),
+        *over_grpc(secured_triton, c),
     )
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
     error = " ".join(done.stderr.split())
@@ -242,14 +229,7 @@ def test_without_a_client_certificate_the_run_stops_before_any_trial(
     done = perfsweep_run(
         tmp_path,
         run_dir,
-        "--url",
-        f"http://{secured_triton.http_url}",
-        "--protocol",
-        "grpc",
-        "--grpc-url",
-        secured_triton.grpc_url,
-        "--ssl-ca",
-        str(certificates.ca),
+        *over_grpc(secured_triton, certificates, client_cert=False),
         "--header",
         "admin-key: ${ADMIN_KEY}",
         env={"ADMIN_KEY": ADMIN_KEY},
