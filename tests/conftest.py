@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.folder_times import FolderTimes
 from tests.support.io_guard import IO_FIXTURES, IO_MARKER, IoGuard
+from tests.support.quiet import QUIET_FIXTURE, QUIET_MARKER, QuietMachine
 from tests.support.real_triton import (
     RealTriton,
     TritonInstall,
@@ -32,6 +33,7 @@ def pytest_configure(config: pytest.Config) -> None:
     guard.install()
     config.pluginmanager.register(guard, "perfsweep_io_guard")
     config.pluginmanager.register(FolderTimes(), "perfsweep_folder_times")
+    config.pluginmanager.register(QuietMachine(config), "perfsweep_quiet_machine")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -43,7 +45,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark ``io`` every test whose fixtures include ``spawns`` or ``serves`` (and only those),
-    and ``slow`` every test that requests ``takes_seconds``.
+    ``slow`` every test that requests ``takes_seconds`` and ``quiet`` every test that requests
+    ``quiet_machine``.
 
     The ``io`` mark follows from what a test requests, so it cannot drift from what the test
     does: ``tests/support/io_guard.py`` fails an unmarked test that starts a process or opens a
@@ -54,15 +57,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         fixtures = getattr(item, "fixturenames", ())
         if "takes_seconds" in fixtures:
             item.add_marker("slow")
+        if QUIET_FIXTURE in fixtures:
+            item.add_marker(QUIET_MARKER)
         uses_io = not IO_FIXTURES.isdisjoint(fixtures)
         if uses_io:
             item.add_marker(IO_MARKER)
         elif item.get_closest_marker(IO_MARKER) is not None:
             by_hand.append(item.nodeid)
+        if QUIET_FIXTURE not in fixtures and item.get_closest_marker(QUIET_MARKER) is not None:
+            by_hand.append(item.nodeid)
     if by_hand:
         raise pytest.UsageError(
-            f"marked {IO_MARKER!r} by hand, not through a fixture: {', '.join(by_hand)}; "
-            f"request the 'spawns' or 'serves' fixture instead"
+            f"marked {IO_MARKER!r} or {QUIET_MARKER!r} by hand, not through a fixture: "
+            f"{', '.join(by_hand)}; request 'spawns', 'serves' or {QUIET_FIXTURE!r} instead"
         )
 
 
@@ -93,6 +100,12 @@ def takes_seconds() -> None:
     no process or socket, so the guard never asks for this: it keeps the fast tier under a
     minute, nothing more.
     """
+
+
+@pytest.fixture(scope="session")
+def quiet_machine() -> None:
+    """Request this in a test that holds a measured latency or rate to a tight bound: it runs
+    alone while ``make test`` runs the other tests on every core (``tests/support/quiet.py``)."""
 
 
 @pytest.fixture(scope="session")

@@ -192,7 +192,7 @@ def inner(pytester: pytest.Pytester, guard: IoGuard) -> Iterator[pytest.Pytester
     pytester.makeconftest(INNER_CONFTEST)
     pytester.makepyprojecttoml(
         '[tool.pytest.ini_options]\naddopts = "--strict-markers -p no:cacheprovider"\n'
-        'markers = ["io: ...", "slow: ..."]\n'
+        'markers = ["io: ...", "slow: ...", "quiet: ..."]\n'
     )
     yield pytester
     assert guard.violations == []
@@ -237,7 +237,7 @@ def test_an_io_mark_set_by_hand_is_refused(inner: pytest.Pytester) -> None:
     )
     result = inner.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*marked 'io' by hand, not through a fixture*test_by_hand*"])
+    result.stderr.fnmatch_lines(["*marked 'io' or 'quiet' by hand, not through a fixture*test_by_hand*"])
 
 
 def test_a_swallowed_error_still_fails_the_test(inner: pytest.Pytester) -> None:
