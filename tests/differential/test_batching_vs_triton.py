@@ -39,7 +39,7 @@ from tests.support.real_triton import (
 )
 from tests.support.servers import ServerKind, start_server
 
-pytestmark = [pytest.mark.triton, pytest.mark.slow]
+pytestmark = [pytest.mark.usefixtures("quiet_machine"), pytest.mark.triton, pytest.mark.slow]
 
 #: Execution time of every scenario model: executions finish at least this far apart.
 EXEC_MS = 500

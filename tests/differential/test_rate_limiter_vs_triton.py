@@ -41,7 +41,7 @@ from tests.support.real_triton import (
 )
 from tests.support.servers import ReferenceServer, wait_until
 
-pytestmark = [pytest.mark.triton, pytest.mark.slow]
+pytestmark = [pytest.mark.usefixtures("quiet_machine"), pytest.mark.triton, pytest.mark.slow]
 
 EXEC_MS = 400
 HOLD_MS = 2500

@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.real_triton import TritonInstall
 
-pytestmark = [pytest.mark.triton, pytest.mark.slow]
+pytestmark = [pytest.mark.usefixtures("quiet_machine"), pytest.mark.triton, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.load.driver import run_driver
 
-pytestmark = pytest.mark.usefixtures("spawns")
+pytestmark = pytest.mark.usefixtures("spawns", "quiet_machine")
 
 DEVICE_MS = 20.0
 OVERHEAD_P50_MS = 8.0

@@ -15,7 +15,7 @@ import pytest
 from analyzer.measure.arrivals import Trace, fit_gaps, parse_arrival
 from tests.load.driver import run_driver
 
-pytestmark = pytest.mark.usefixtures("spawns")
+pytestmark = pytest.mark.usefixtures("spawns", "quiet_machine")
 
 FAST_MODEL = {
     "name": "fast",

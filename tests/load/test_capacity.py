@@ -18,7 +18,7 @@ import pytest
 
 from tests.load.refserver import REPO_ROOT, RefServer, write_sim_model
 
-pytestmark = pytest.mark.usefixtures("spawns")
+pytestmark = pytest.mark.usefixtures("spawns", "quiet_machine")
 
 DEVICE_MS = 20.0
 CAPACITY_RPS = 1000.0 / DEVICE_MS

@@ -14,7 +14,7 @@ import pytest
 
 from tests.load.driver import run_driver
 
-pytestmark = pytest.mark.usefixtures("spawns")
+pytestmark = pytest.mark.usefixtures("spawns", "quiet_machine")
 
 STALL_S = 0.5
 DEVICE_MS = 5.0

@@ -39,6 +39,9 @@ import pytest
 
 from tests.load.child import run_module
 
+# Timing against tight bounds: run alone (tests/support/quiet.py).
+pytestmark = pytest.mark.usefixtures("quiet_machine")
+
 DEVICE_MS = 20.0
 RATE_RPS = 60.0
 USERS = 24

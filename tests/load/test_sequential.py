@@ -26,7 +26,7 @@ import pytest
 
 from tests.load.child import run_module
 
-pytestmark = pytest.mark.usefixtures("spawns")
+pytestmark = pytest.mark.usefixtures("spawns", "quiet_machine")
 
 DEVICE_MS = 5.0
 CAPACITY_RPS = 1000.0 / DEVICE_MS

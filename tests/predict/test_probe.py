@@ -44,6 +44,9 @@ from tests.support.real_triton import (
 )
 from tests.support.servers import ReferenceProcess
 
+# Timing against tight bounds: run alone (tests/support/quiet.py).
+pytestmark = pytest.mark.usefixtures("quiet_machine")
+
 MODEL = "simres"
 MAX_BATCH = 16
 #: About half the device busy at the config below: a client hiccup on this shared machine

@@ -33,7 +33,7 @@ from analyzer.rundir.results import RunDirectory
 from tests.support.real_triton import RealTriton, padded_sequence_model
 from tests.support.sweeps import CLI
 
-pytestmark = [pytest.mark.triton, pytest.mark.slow]
+pytestmark = [pytest.mark.usefixtures("quiet_machine"), pytest.mark.triton, pytest.mark.slow]
 
 MODEL = "textcls_mix"
 

@@ -24,7 +24,7 @@ from tests.predict.test_vs_server import _mean_batch, _shares, _tv
 from tests.support.servers import write_sim_model
 from tests.support.traffic import open_loop_grpc
 
-pytestmark = pytest.mark.usefixtures("serves")
+pytestmark = pytest.mark.usefixtures("serves", "quiet_machine")
 
 RATE_RPS = 300.0
 DURATION_S = 4.0

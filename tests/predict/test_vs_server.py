@@ -28,7 +28,7 @@ from analyzer.predict.sources import from_statistics, from_toml
 from tests.support.servers import write_sim_model
 from tests.support.traffic import open_loop_grpc
 
-pytestmark = pytest.mark.usefixtures("serves")
+pytestmark = pytest.mark.usefixtures("serves", "quiet_machine")
 
 RATE_RPS = 300.0
 DURATION_S = 4.0

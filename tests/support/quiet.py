@@ -1,12 +1,14 @@
 """Tests that hold a timing to a tight bound run alone, while the rest of the suite runs on every
 core.
 
-``make test`` runs the suite with pytest-xdist, a worker per core. Most tests do not care: a
-sweep that must finish, a server that must answer, a record that must round-trip. A few assert
-something measured on this machine against a tight bound (a p99 goal at high load, the simulator
-beside the server it predicts, the generator's own send lag), and another worker's sweep on the
-second core is load they would read as their own. Such a test requests :func:`quiet_machine`
-(``tests/conftest.py``), which marks it ``quiet``; this plugin then runs it alone:
+Most tests do not care how busy the machine is: a sweep that must finish, a server that must
+answer, a record that must round-trip. A few assert something measured on this machine against a
+tight bound (a p99 goal at high load, the simulator beside the server it predicts, the
+generator's own send lag), and another test's sweep on the second core is load they would read
+as their own. Such a test requests :func:`quiet_machine` (``tests/conftest.py``), which marks it
+``quiet``. ``make test`` runs the other tests on every core (pytest-xdist) and the quiet ones
+after them, in a pass of their own. Where a run puts quiet tests on xdist workers anyway
+(``pytest -n auto tests/load``), this plugin keeps them alone:
 
 - every test holds the machine *shared* from its setup to its teardown, a ``quiet`` test holds
   it *exclusive*: it starts once the other workers' running tests have ended, and no other test

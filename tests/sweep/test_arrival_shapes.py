@@ -24,7 +24,7 @@ from analyzer.rundir.measurements import ShapesMeasurement
 from tests.support.servers import write_sim_model
 from tests.support.sweeps import CLI
 
-pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.slow]
+pytestmark = [pytest.mark.usefixtures("spawns", "quiet_machine"), pytest.mark.slow]
 
 BURSTS = "gamma:cv=2"
 

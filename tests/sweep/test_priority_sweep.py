@@ -36,7 +36,7 @@ from analyzer.rundir import records
 from analyzer.rundir.trial_record import TrialRecord
 from tests.support.servers import write_sim_model
 
-pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.slow]
+pytestmark = [pytest.mark.usefixtures("spawns", "quiet_machine"), pytest.mark.slow]
 
 URGENT_MS, BULK_MS = 200.0, 4000.0
 

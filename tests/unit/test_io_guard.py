@@ -237,7 +237,9 @@ def test_an_io_mark_set_by_hand_is_refused(inner: pytest.Pytester) -> None:
     )
     result = inner.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*marked 'io' or 'quiet' by hand, not through a fixture*test_by_hand*"])
+    result.stderr.fnmatch_lines(
+        ["*marked 'io' or 'quiet' by hand, not through a fixture*test_by_hand*"]
+    )
 
 
 def test_a_swallowed_error_still_fails_the_test(inner: pytest.Pytester) -> None:
