@@ -53,7 +53,7 @@ from analyzer.commands.input_flags import (
 from analyzer.config.access import redact_command
 from analyzer.config.knobs import Knobs
 from analyzer.config.scenario import Scenario, bundled_scenario, load_scenario
-from analyzer.config.sections import TrafficMode
+from analyzer.config.traffic import TrafficMode
 from analyzer.errors import GoalNotMetError, InputError, TargetDiedError
 from analyzer.evaluation.plan import LoadPlan
 from analyzer.measure.goals import classes_text

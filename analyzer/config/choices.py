@@ -216,7 +216,7 @@ def queue_policy_choices(
 
 class PriorityClass(Protocol):
     """What :func:`mix_queue_policy_choices` reads of a traffic class
-    (``analyzer.config.sections.TrafficClass``)."""
+    (``analyzer.config.traffic.TrafficClass``)."""
 
     @property
     def priority(self) -> int:

@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
 
-from analyzer.config.sections import TrafficMode
+from analyzer.config.traffic import TrafficMode
 from analyzer.errors import InputError
 from analyzer.measure.gain import GainSample
 from analyzer.measure.measurement import gentlest

@@ -48,10 +48,10 @@ from analyzer.config.sections import (
     ModelSection,
     RunSection,
     SearchSection,
+    Section,
     SpaceSection,
-    TrafficSection,
-    _Section,
 )
+from analyzer.config.traffic import TrafficSection
 from analyzer.config.urls import http_url  # the one place URLs are checked
 from analyzer.errors import InputError, ScenarioError
 
@@ -66,7 +66,7 @@ SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 _ENV_PREFIX = "PERFSWEEP_"
 
 
-class Scenario(_Section):
+class Scenario(Section):
     """One sweep, fully described. Build it with :func:`load_scenario`."""
 
     objective: str = "throughput"

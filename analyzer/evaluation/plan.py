@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from analyzer.config.scenario import Scenario
-from analyzer.config.sections import TrafficMode
+from analyzer.config.traffic import TrafficMode
 from analyzer.measure.arrivals import ArrivalProcess
 from analyzer.measure.specs import CapacitySpec, Goals, LoadMode, LoadSpec
 from analyzer.measure.stepping import StepTest

@@ -18,7 +18,8 @@ import math
 from collections.abc import Mapping
 
 from analyzer.config.objective import Objective
-from analyzer.config.sections import GoalsSection, TrafficMode, TrafficSection
+from analyzer.config.sections import GoalsSection
+from analyzer.config.traffic import TrafficMode, TrafficSection
 
 
 def slacks(

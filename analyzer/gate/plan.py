@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.config.scenario import Scenario
-from analyzer.config.sections import GateSection, TrafficMode
+from analyzer.config.sections import GateSection
+from analyzer.config.traffic import TrafficMode
 from analyzer.errors import InputError
 from analyzer.gate.verdict import Criteria
 from analyzer.measure.arrivals import CONSTANT, parse_arrival

@@ -20,7 +20,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from analyzer.config.sections import TrafficSection
+    from analyzer.config.traffic import TrafficSection
 
 
 @dataclass(frozen=True)

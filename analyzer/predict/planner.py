@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import tomllib
 
 from analyzer.config.access import PLAIN, ServerAccess
-from analyzer.config.sections import ARRIVAL_KEYS, TrafficSection
+from analyzer.config.traffic import ARRIVAL_KEYS, TrafficSection
 from analyzer.documents import PREDICTION_KIND, header
 from analyzer.errors import InputError, ResultFormatError
 from analyzer.measure.arrivals import POISSON, ArrivalProcess

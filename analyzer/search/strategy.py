@@ -30,7 +30,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from analyzer.config.knobs import Knobs
 from analyzer.config.model_config import group_devices, knobs_of
 from analyzer.config.scenario import Scenario
-from analyzer.config.sections import TrafficMode
+from analyzer.config.traffic import TrafficMode
 from analyzer.measure.arrivals import POISSON, ArrivalProcess
 from analyzer.predict import ProfileError
 from analyzer.predict.capacity import capacities, latency_offset

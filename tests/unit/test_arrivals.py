@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.config.sections import TrafficSection
 from analyzer.config.traces import read_trace
+from analyzer.config.traffic import TrafficSection
 from analyzer.errors import InputError
 from analyzer.measure.arrivals import (
     CONSTANT,

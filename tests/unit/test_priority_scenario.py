@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.config.scenario import Scenario, load_scenario
-from analyzer.config.sections import TrafficClass
+from analyzer.config.traffic import TrafficClass
 from analyzer.errors import ScenarioError
 
 MIX = """\

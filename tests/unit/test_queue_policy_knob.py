@@ -150,7 +150,7 @@ def test_every_choice_passes_the_reference_server_s_validation(setting: str) -> 
 
 
 def test_a_priority_mix_gives_the_levels_the_low_goal_and_the_override() -> None:
-    from analyzer.config.sections import TrafficClass
+    from analyzer.config.traffic import TrafficClass
 
     urgent = TrafficClass(name="urgent", share=0.2, priority=1, p99_ms=50.0)
     rest = TrafficClass(name="rest", share=0.8)  # sends no priority: the default level
