@@ -6,9 +6,9 @@ answer, a record that must round-trip. A few assert something measured on this m
 tight bound (a p99 goal at high load, the simulator beside the server it predicts, the
 generator's own send lag), and another test's sweep on the second core is load they would read
 as their own. Such a test requests :func:`quiet_machine` (``tests/conftest.py``), which marks it
-``quiet``. ``make test`` runs the other tests on every core (pytest-xdist) and the quiet ones
-after them, in a pass of their own. Where a run puts quiet tests on xdist workers anyway
-(``pytest -n auto tests/load``), this plugin keeps them alone:
+``quiet``. Where a run puts tests on xdist workers (``pytest -n auto tests/load``; ``make
+test-fast``; or two passes, ``-m "not quiet" -n auto`` then ``-m quiet``), this plugin keeps the
+quiet ones alone:
 
 - every test holds the machine *shared* from its setup to its teardown, a ``quiet`` test holds
   it *exclusive*: it starts once the other workers' running tests have ended, and no other test
