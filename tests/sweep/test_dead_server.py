@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -307,8 +308,17 @@ def test_load_stops_with_exit_3_when_its_server_dies(
     command = [*CLI, "load", "--url", served.url, "--model", "resnet50"]
     command += ["--request-rate", "20,20,20,20,20,20", "--window-s", "1", "--max-windows", "3"]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    time.sleep(4.0)  # the first levels have run
-    assert proc.poll() is None, finish(proc, 10)[-3000:]
+
+    # Killed once a level is under way (the server has counted inferences): killed before the
+    # generator's first request, the server is unreachable at the start, a different error.
+    def inferring() -> bool:
+        assert proc.poll() is None, finish(proc, 10)[-3000:]
+        with urllib.request.urlopen(f"{served.url}/v2/models/resnet50/stats", timeout=2) as r:
+            (stats,) = json.load(r)["model_stats"]
+        return int(stats["inference_count"]) > 0
+
+    wait_until(inferring, 120, "perfsweep load's first level reaches the server")
+    time.sleep(1.0)  # into the level, past its first requests
     served.kill()
     killed = time.monotonic()
     output = finish(proc, 60)
