@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from analyzer.config.access import ServerAccess
+from analyzer.config.urls import http_url
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 
@@ -81,10 +82,10 @@ class ModelSection(Section):
     @field_validator("url")
     @classmethod
     def _scheme_for_a_bare_address(cls, url: str | None) -> str | None:
-        # ``--url 127.0.0.1:8000`` (perf_analyzer's form) means plain HTTP; another scheme is
-        # left for the scenario's check, which names the key.
+        # ``--url 127.0.0.1:8000`` (perf_analyzer's form) means plain HTTP, as everywhere a URL
+        # enters; another scheme is left for the scenario's check, which names the key.
         if url is not None and "://" not in url:
-            return f"http://{url.strip()}"
+            return http_url(url)
         return url
 
     def access(self) -> ServerAccess:

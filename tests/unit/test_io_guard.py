@@ -178,6 +178,7 @@ from tests.conftest import (
     pytest_collection_modifyitems,
     pytest_configure,
     pytest_unconfigure,
+    quiet_machine,
     serves,
     spawns,
     takes_seconds,

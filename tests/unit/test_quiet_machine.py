@@ -12,19 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.test_io_guard import INNER_CONFTEST
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-INNER_CONFTEST = """
-from tests.conftest import (
-    pytest_collection_modifyitems,
-    pytest_configure,
-    pytest_unconfigure,
-    quiet_machine,
-    serves,
-    spawns,
-    takes_seconds,
-)
-"""
 
 INNER_TESTS = """
 import json, os, time
