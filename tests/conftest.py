@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import signal
 from collections.abc import Iterator
@@ -29,6 +30,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # ignored. Handled (not ignored) here, every child starts with Python's own Ctrl-C.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # A report is rendered only where a report is under test (about 7 s a sweep, most of it
+    # matplotlib): every sweep the suite runs, in this process or a child, reads this default
+    # through the scenario's environment overrides; a test of the report asks for one with
+    # ``--report`` or ``run.report = true``.
+    os.environ.setdefault("PERFSWEEP_RUN_REPORT", "false")
     guard = IoGuard()
     guard.install()
     config.pluginmanager.register(guard, "perfsweep_io_guard")

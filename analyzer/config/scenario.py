@@ -193,6 +193,7 @@ def _hashed(scenario: Scenario) -> dict[str, Any]:
     data["goals"].pop("note", None)  # nor does the reason given for the goals
     data["run"].pop("leave", None)  # nor does what is left on the server afterwards
     data["run"].pop("server_wait_s", None)  # nor how long a dead server is waited for
+    data["run"].pop("report", None)  # nor whether the report is rendered
     data["model"].pop("metrics_url", None)  # nor where the metrics are read
     data["model"].pop("triton_server_path", None)  # nor where the tritonserver binary lies
     for key in ("grpc_url", "ssl_ca", "ssl_cert", "ssl_key", "ssl_insecure"):

@@ -424,6 +424,10 @@ class RunSection(Section):
     seconds (health polled every second): back in time (a restarted pod), its trial runs again
     and the outage is recorded; not back, the run stops with exit status 3. A managed server
     is restarted instead. Not part of :meth:`Scenario.hash`: it changes no measurement."""
+    report: bool = True
+    """Render ``report.html`` when the run ends (``--no-report``: a pipeline that reads
+    ``summary.json`` only; ``perfsweep report RUN_DIR`` renders it later). Not part of
+    :meth:`Scenario.hash`: it changes no measurement."""
 
 
 class GateSection(Section):

@@ -25,8 +25,9 @@ from locust.env import Environment
 from locust.runners import STATE_STOPPED, MasterRunner
 
 from analyzer.errors import TargetError
+from analyzer.load.context import EngineConfig, ProcessContext, attach_context
 from analyzer.load.recorder import Tick
-from analyzer.load.users import USER_CLASSES, EngineConfig, ProcessContext, attach_context
+from analyzer.load.users import USER_CLASSES
 
 
 class _Backend(Protocol):

@@ -30,11 +30,12 @@ import gevent
 
 from analyzer.load.backends import DistributedBackend, LocalBackend, _Backend
 from analyzer.load.clients import fetch_model_documents, stats_source
+from analyzer.load.context import EngineConfig
 from analyzer.load.engine import EngineOptions
+from analyzer.load.level_messages import LevelFacts, level_messages
 from analyzer.load.recorder import Tick, send_gap_cv
-from analyzer.load.users import ClosedLoopUser, EngineConfig, OpenLoopUser
+from analyzer.load.users import ClosedLoopUser, OpenLoopUser
 from analyzer.load.windows import _equal_parts, _feed, _TickSample, _Window
-from analyzer.measure.arrivals import Arrival
 from analyzer.measure.capacity import CapacityResult, CapacitySearch
 from analyzer.measure.goals import (
     GeneratorLimits,
@@ -68,8 +69,6 @@ log = logging.getLogger(__name__)
 
 #: A count window that has not reached its request count by then closes anyway.
 MAX_COUNT_WINDOW_S = 30.0
-#: Arrivals whose levels say nothing of their shape (the rest say what was sent).
-PLAIN_ARRIVALS = (Arrival.POISSON, Arrival.CONSTANT)
 #: An open-loop level's stream starts this long after its processes are configured, so that
 #: they share one epoch (a process that starts later joins the stream where it then is).
 STREAM_LEAD_S = 0.1
@@ -377,7 +376,6 @@ class LocustLoadGenerator:
             checked, spec.stability_pct, spec.stable_windows
         )
 
-        messages: list[str] = []
         problems = generator_problems(
             GeneratorLimits(
                 o.max_cpu_pct, o.max_send_lag_ms, min_offered_ratio=o.min_offered_ratio
@@ -389,68 +387,30 @@ class LocustLoadGenerator:
             spec.target * duration if open_loop and stopped_early is None else 0.0,
             spec.arrival,
         )
-        if problems and open_loop:
-            problems.append(f"send-lag p99 {lag.p99_ms:.1f} ms")
-        if problems:
-            messages.append(
-                "INVALID: the load generator was saturated ("
-                + "; ".join(problems)
-                + "), so these numbers describe the generator, not the server. Fix: add generator "
-                "processes (--workers N, one per free core) or offer less load per process "
-                "(fewer users / a lower rate)."
-            )
-        if step is not None:
-            messages.append(f"sequential step: {step.reason}")
-        if not stable and stopped_early is None and step is not None:
-            which = (
-                f"the last {spec.stable_windows} of {len(windows)} windows"
-                if checked is windows
-                else f"the step's {spec.stable_windows} equal parts (decided within "
-                f"{len(windows)} window{'s' if len(windows) != 1 else ''})"
-            )
-            messages.append(
-                f"unstable (a check, not the stopping rule): {which} did not agree within "
-                f"{spec.stability_pct:g}% on throughput and p99"
-            )
-        elif not stable and stopped_early is None:
-            messages.append(
-                f"UNSTABLE: the last {spec.stable_windows} of {len(windows)} windows did not agree "
-                f"within {spec.stability_pct:g}% on throughput and p99; use longer windows "
-                "(--window-s / --window-requests) or a lower load."
-            )
         gap_cv = send_gap_cv(total.sends) if open_loop else None
         late_share = (
             count_above_us(total.lag, 1000.0) / total.dispatched if total.dispatched else 0.0
         )
-        if open_loop and spec.arrival.kind not in PLAIN_ARRIVALS and gap_cv is not None:
-            # A shaped stream: say what was sent beside what was asked.
-            messages.append(
-                f"arrivals {spec.arrival.describe()}: sent {offered:.4g} req/s, gap CV "
-                f"{gap_cv:.2f}, {late_share:.1%} sent over 1 ms late"
-            )
-        if stopped_early is not None:
-            messages.append(f"stopped early: {stopped_early}")
-        if not open_loop:
-            messages.append(
-                "closed loop: latency is timed from the actual send, so a server stall delays the "
-                "next request instead of showing in the tail (coordinated omission); use "
-                "--request-rate for trustworthy tail latency."
-            )
-        if total.backlog_max > 0:
-            messages.append(
-                f"the open-loop pool ({o.pool_size} in flight per process) was full: up to "
-                f"{total.backlog_max} requests waited for a slot (their wait counts in latency)."
-            )
-        if total.errors:
-            kinds = ", ".join(
-                f"{k} x{n}" for k, n in sorted(total.error_kinds.items(), key=lambda kv: -kv[1])[:3]
-            )
-            messages.append(f"{total.errors} failed requests: {kinds}")
-        if self._scraper is not None and self._scraper.errors:
-            messages.append(
-                "server statistics unavailable: "
-                + "; ".join(f"{k}: {v}" for k, v in self._scraper.errors.items())
-            )
+        messages = level_messages(
+            spec,
+            LevelFacts(
+                problems=problems,
+                send_lag_p99_ms=lag.p99_ms,
+                stable=stable,
+                checked_windows=None if checked is windows else len(checked),
+                windows=len(windows),
+                stopped_early=stopped_early,
+                step_reason=step.reason if step is not None else None,
+                offered_rps=offered,
+                gap_cv=gap_cv,
+                late_share=late_share,
+                pool_size=o.pool_size,
+                backlog_max=total.backlog_max,
+                errors=total.errors,
+                error_kinds=dict(total.error_kinds),
+                scraper_errors=dict(self._scraper.errors) if self._scraper is not None else {},
+            ),
+        )
         return Measurement(
             mode=spec.mode,
             target=spec.target,

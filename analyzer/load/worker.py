@@ -15,7 +15,8 @@ from typing import Any
 import analyzer.load._gevent  # noqa: F401  (isort: skip) patch first
 from locust.env import Environment
 
-from analyzer.load.users import USER_CLASSES, EngineConfig, ProcessContext, attach_context
+from analyzer.load.context import EngineConfig, ProcessContext, attach_context
+from analyzer.load.users import USER_CLASSES
 
 
 def run_worker(master_host: str, master_port: int, index: int = 0) -> None:

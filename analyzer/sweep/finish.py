@@ -193,7 +193,7 @@ def _finish(
         files={
             "best_config": directory.relative(best_path) if best_path else None,
             "trials_csv": "trials.csv",
-            "report": "report.html",
+            "report": "report.html" if scenario.run.report else None,
             "study": "study.journal" if scenario.run.storage is None else None,
         },
         started_at=started_at,
@@ -227,7 +227,8 @@ def _finish(
         run_state["failed_trial"] = {"number": last["trial"], "source": last["source"]}
     directory.write_run_state(run_state)
     t0 = time.monotonic()
-    _write_report(directory, summary)
+    if scenario.run.report:
+        _write_report(directory, summary)
     phases = {**summary.phases, "report": round(time.monotonic() - t0, 1)}
     return SweepOutcome(
         directory.root,

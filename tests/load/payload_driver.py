@@ -34,9 +34,9 @@ def main() -> None:
     """Measure the level, then describe the requests the engine sent."""
     spec = json.loads(sys.stdin.read())
     from analyzer.load import EngineOptions, LocustLoadGenerator
+    from analyzer.load.context import EngineConfig, ProcessContext
     from analyzer.load.inputs import InputOptions
     from analyzer.load.prepared import prepare_requests
-    from analyzer.load.users import EngineConfig, ProcessContext
     from analyzer.measure.specs import LoadMode, LoadSpec
 
     inputs = InputOptions.from_dict(spec.get("options", {}))

@@ -106,6 +106,7 @@ def sweep_run_dir(
         "traffic.min_rate_rps": 10.0,
         "traffic.max_rate_rps": 5000.0,
         "run.seed": seed,
+        "run.report": False,  # the tests render the report they check
     }
     if objective == "latency":
         overrides["traffic.rate_rps"] = 300.0

@@ -114,7 +114,7 @@ def test_a_run_without_cache_lookups_is_unchanged(planted_run: Path) -> None:
 
 
 def test_the_console_prints_the_ratio_beside_a_cached_throughput(cached_run) -> None:  # type: ignore[no-untyped-def]
-    from analyzer.commands.run import _rps
+    from analyzer.commands.run_view import _rps
 
     run, best_number = cached_run
     by_number = {r.number: r for r in run.trials}

@@ -82,6 +82,7 @@ def test_each_config_stands_for_its_worst_shape(tmp_path: Path) -> None:
             str(tmp_path / "repo"),
             "--model",
             "shaped",
+            "--report",
             "--device",
             "sim",
             "--run-dir",

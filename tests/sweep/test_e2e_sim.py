@@ -157,6 +157,10 @@ def test_sweep_over_grpc_on_simulated_device_writes_a_loadable_best_config(
         )
     assert "ready" in (run_dir / "server" / "server.log").read_text()
     assert "best config:" in done.stdout and "gain over baseline" in done.stdout
+    # The suite renders no report it does not read (PERFSWEEP_RUN_REPORT=false, as a pipeline
+    # that reads summary.json only would): the run says so and where to render it.
+    assert not (run_dir / "report.html").exists() and summary["files"]["report"] is None
+    assert f"report:       not rendered (perfsweep report {run_dir})" in done.stdout
     # A log (stdout is a pipe here): a plain line per trial as it starts and ends, with the time.
     lines = done.stdout.splitlines()
     for n in range(2):

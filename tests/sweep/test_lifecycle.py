@@ -36,7 +36,7 @@ def report_data(run_dir: Path) -> dict[str, Any]:
 
 @pytest.mark.usefixtures("takes_seconds")
 def test_a_completed_run_is_completed_in_its_report(tmp_path: Path) -> None:
-    s = scenario(tmp_path, **{"budget.trials": 3, "budget.validate_top": 0})
+    s = scenario(tmp_path, **{"budget.trials": 3, "budget.validate_top": 0, "run.report": True})
     target = FakeTarget()
     summary = run_sweep(s, target=target, load=FakeLoadGenerator(target, CPU_LIKE))
     assert json.loads((summary.run_dir / "run.json").read_text())["status"] == "completed"
@@ -89,7 +89,10 @@ def test_a_winner_not_significantly_better_is_not_recommended(tmp_path: Path) ->
     # Every config serves about the same (100 req/s +- 4 %): the winner's gain is within noise.
     # best/config.pbtxt holds the model's own config, the winner is only a candidate, and a
     # shared server with --leave best gets the original back.
-    s = scenario(tmp_path, **{"budget.trials": 3, "budget.validate_top": 1, "run.leave": "best"})
+    s = scenario(
+        tmp_path,
+        **{"budget.trials": 3, "budget.validate_top": 1, "run.leave": "best", "run.report": True},
+    )
     target = shared_target()
     original = target.model_config()
     summary = run_sweep(s, target=target, load=PlantedCapacities(target, CPU_LIKE))
@@ -273,7 +276,7 @@ def test_a_config_that_kills_the_server_twice_is_a_finding_and_the_search_goes_o
         def describe(self) -> dict[str, Any]:
             return {**super().describe(), "restarts": self.restarts}
 
-    s = scenario(tmp_path, **{"budget.trials": 3, "budget.validate_top": 1})
+    s = scenario(tmp_path, **{"budget.trials": 3, "budget.validate_top": 1, "run.report": True})
     target = Crashing()
     summary = run_sweep(s, target=target, load=FakeLoadGenerator(target, CPU_LIKE))
     rec = load_trial_record(summary.run_dir / "trials" / "000" / "measurement.json")

@@ -101,6 +101,7 @@ def test_only_a_priority_policy_meets_both_class_goals(tmp_path: Path) -> None:
             str(tmp_path / "repo"),
             "--model",
             "prio",
+            "--report",
             "--device",
             "sim",
             "--run-dir",

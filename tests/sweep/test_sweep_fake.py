@@ -56,6 +56,7 @@ def scenario(tmp_path: Path, **overrides: Any) -> Scenario:
         # These tests are about TPE's search on the planted device (the fake target has no
         # server to profile); --search predict has its own tests (test_search_strategies.py).
         "search.strategy": "tpe",
+        "run.report": False,  # rendered where a test reads it
         **overrides,
     }
     return load_scenario(None, flags, env={})
@@ -97,7 +98,9 @@ def test_planted_optimum_reached_within_default_budget(tmp_path: Path) -> None:
 def test_run_directory_matches_the_documented_layout(tmp_path: Path) -> None:
     # Repeats validation: every validation measurement is a repeat, so loads count as below
     # (the check validation's loads are in test_search_strategies.py).
-    s = scenario(tmp_path, **{"budget.trials": 6, "budget.validation": "repeats"})
+    s = scenario(
+        tmp_path, **{"budget.trials": 6, "budget.validation": "repeats", "run.report": True}
+    )
     target = FakeTarget()
     generator = FakeLoadGenerator(target, CPU_LIKE)
     summary = run_sweep(s, target=target, load=generator)
@@ -335,7 +338,11 @@ class SaturatedAtMostInstances(FakeLoadGenerator):
 
 @pytest.mark.usefixtures("takes_seconds")
 def test_latency_objective_never_picks_an_invalid_measurement(tmp_path: Path) -> None:
-    s = scenario(tmp_path, objective="latency", **{"traffic.rate_rps": 60.0, "budget.trials": 6})
+    s = scenario(
+        tmp_path,
+        objective="latency",
+        **{"traffic.rate_rps": 60.0, "budget.trials": 6, "run.report": True},
+    )
     target = FakeTarget()
     summary = run_sweep(
         s, target=target, load=SaturatedAtMostInstances(target, CPU_LIKE, noise=0.0)
@@ -489,6 +496,7 @@ def _uncertainty_run(
             "budget.validate_top": 1,
             "budget.validate_repeats": 3,
             "budget.validation": "repeats",
+            "run.report": True,
         },
     )
     target = FakeTarget()

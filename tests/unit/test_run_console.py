@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from analyzer.commands.run import ceiling_note
+from analyzer.commands.run_view import ceiling_note
 from analyzer.config.scenario import load_scenario
 
 

@@ -215,3 +215,10 @@ def test_the_response_cache_setting_reaches_the_space_and_the_hash_only_when_set
     assert space_for(searched).param_bounds()["cache_idx"] == (0, 1)
     with pytest.raises(ScenarioError):
         load_scenario(None, {"space.response_cache": "sometimes"}, env={})
+
+
+def test_whether_the_report_is_rendered_is_not_in_the_hash() -> None:
+    rendered = load_scenario(None, {}, env={})
+    summary_only = load_scenario(None, {}, env={"PERFSWEEP_RUN_REPORT": "false"})
+    assert rendered.run.report is True and summary_only.run.report is False
+    assert rendered.hash() == summary_only.hash()

@@ -22,8 +22,9 @@ from locust.env import Environment
 
 from analyzer.config.urls import is_tls
 from analyzer.errors import InputError, TargetError
+from analyzer.load.context import EngineConfig, ProcessContext
 from analyzer.load.recorder import Recorder
-from analyzer.load.users import ClosedLoopUser, EngineConfig, OpenLoopUser, ProcessContext
+from analyzer.load.users import ClosedLoopUser, OpenLoopUser
 from analyzer.load.web.options import TargetSettings, access_from_env
 from analyzer.measure.arrivals import parse_arrival
 from analyzer.measure.specs import LoadMode
