@@ -19,6 +19,7 @@ import numpy as np
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from reference_server.core.ensemble_config import check_graph, is_ensemble
 from reference_server.core.errors import ModelConfigError
 
 ModelConfig = mc.ModelConfig
@@ -217,6 +218,8 @@ def normalize(
             out.optimization.input_pinned_memory.enable = True
         if not out.optimization.HasField("output_pinned_memory"):
             out.optimization.output_pinned_memory.enable = True
+    if is_ensemble(out):
+        return out  # no instances of its own: its steps run on their models' instances
     if not out.instance_group:
         group = out.instance_group.add()
         group.name = out.name
@@ -282,6 +285,9 @@ def validate(
                     f"model {kind} '{tensor.name}' dimension must be integer >= 1, or -1 "
                     "to indicate a variable-size dimension"
                 )
+    if is_ensemble(cfg) or cfg.HasField("ensemble_scheduling"):
+        check_graph(cfg)
+        return
     if cfg.HasField("dynamic_batching"):
         _validate_dynamic_batching(cfg)
     if cfg.HasField("sequence_batching"):

@@ -34,9 +34,9 @@ from reference_server.batching.scheduler import Batch, Entry, Scheduler
 from reference_server.batching.sequence import Controls, SequenceParams, SequenceScheduler
 from reference_server.batching.sequence import unsupported as sequence_unsupported
 from reference_server.core.cache import ResponseCache, cache_key
-from reference_server.core.config import numpy_dtype, protocol_datatype
 from reference_server.core.errors import BackendError, Code, ServerError
 from reference_server.core.repository import inside
+from reference_server.core.signature import RequestCheck, datatype_of, metadata_of
 from reference_server.core.stats import ModelMetrics, ModelStats, RequestTiming
 from reference_server.core.types import InferRequest, InferResponse
 
@@ -44,23 +44,12 @@ Callback = Callable[[InferResponse | ServerError], None]
 
 logger = logging.getLogger(__name__)
 
-_SHAPE_NOTE = (
-    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension "
-    "to be prepended to each input shape. If you want to specify the full shape including the "
-    "batch dim in your input dims config, try setting max_batch_size to zero. See the model "
-    "configuration docs for more info on max_batch_size."
-)
-
 
 @dataclass(eq=False)
 class _Context:
     callback: Callback
     cache_key: str | None = None
     lookup_ns: int = 0
-
-
-def _shape_str(shape: Any) -> str:
-    return "[" + ",".join(str(int(d)) for d in shape) + "]"
 
 
 def _queue_policy(policy: mc.ModelQueuePolicy) -> QueuePolicy:
@@ -139,10 +128,7 @@ class ModelRuntime:
         self.instances: list[ModelInstance] = []
         self.pause_gate = PauseGate()
         self._sequencer = _Sequencer()
-        self._inputs = {i.name: i for i in config.input}
-        self._outputs = {o.name: o for o in config.output}
-        self._required = [i.name for i in config.input if not i.optional]
-        self._has_optional = any(i.optional for i in config.input)
+        self._check = RequestCheck(config)
         self._labels: dict[str, list[str]] = {}
         self.scheduler = self._make_scheduler()
 
@@ -285,6 +271,12 @@ class ModelRuntime:
         else:
             threading.Thread(target=self._drain, name=f"drain-{self.name}", daemon=True).start()
 
+    def join(self, deadline: float) -> None:
+        """Wait (until the ``time.monotonic`` ``deadline``) for the batcher and instances to end."""
+        self.scheduler.join(max(0.0, deadline - time.monotonic()))
+        for inst in self.instances:
+            inst.join(max(0.0, deadline - time.monotonic()))
+
     def _drain(self) -> None:
         self.scheduler.join()
         for instance in self.instances:
@@ -306,25 +298,7 @@ class ModelRuntime:
 
     def metadata(self) -> dict[str, Any]:
         """KServe v2 model metadata for this version (§5.3)."""
-        batching = self.config.max_batch_size > 0
-
-        def tensors(items: Any) -> list[dict[str, Any]]:
-            return [
-                {
-                    "name": t.name,
-                    "datatype": protocol_datatype(t.data_type),
-                    "shape": ([-1] if batching else []) + [int(d) for d in t.dims],
-                }
-                for t in items
-            ]
-
-        return {
-            "name": self.name,
-            "versions": [self.version],
-            "platform": self.config.platform or self.config.backend,
-            "inputs": tensors(self.config.input),
-            "outputs": tensors(self.config.output),
-        }
+        return metadata_of(self.config, self.version)
 
     def device_info(self) -> list[dict[str, str]]:
         """What each instance actually runs on (backend's own report)."""
@@ -336,101 +310,9 @@ class ModelRuntime:
     # ------------------------------------------------------------------ requests
 
     def validate(self, req: InferRequest) -> tuple[int, Hashable]:
-        """Check a request against the config (§5.4 core validation, Triton's order).
-
-        Returns:
-            ``bs(r)`` and the batch-compatibility key.
-
-        Raises:
-            ServerError: INVALID_ARG with the ``[request id: ...]`` prefix.
-        """
-        prefix = f"[request id: {req.id or '<id_unknown>'}] "
-        name = self.name
-
-        def fail(message: str) -> ServerError:
-            return ServerError(prefix + message, Code.INVALID_ARG)
-
-        seen: set[str] = set()
-        for out in req.requested_outputs:
-            if out.name not in self._outputs:
-                raise fail(f"unexpected inference output '{out.name}' for model '{name}'")
-            if out.name in seen:
-                raise fail(f"output '{out.name}' already exists in request")
-            seen.add(out.name)
-        # As Triton 2.51 does it (checked against the binary): the names of a request whose
-        # input count is out of range are listed in reverse order and an empty "missing" list
-        # prints as "]"; with the count in range only unknown names are refused (no prefix),
-        # so a missing required input is not detected when an optional one stands in for it.
-        given = list(req.inputs)
-        n_all, n_req = len(self._inputs), len(self._required)
-        if not n_req <= len(given) <= n_all:
-            missing = [n for n in self._required if n not in req.inputs]
-            got = "[" + ",".join(f"'{n}'" for n in reversed(given)) + "]"
-            miss = "[" + ",".join(f"'{n}'" for n in missing) + "]" if missing else "]"
-            expected = (
-                f"expected {n_all} inputs"
-                if n_req == n_all
-                else f"expected number of inputs between {n_req} and {n_all}"
-            )
-            raise fail(
-                f"{expected} but got {len(given)} inputs for model '{name}'. Got input(s) "
-                f"{got}, but missing required input(s) {miss}. Please provide all required "
-                "input(s)."
-            )
-        for in_name in given:
-            if in_name not in self._inputs:
-                raise ServerError(
-                    f"unexpected inference input '{in_name}' for model '{name}'", Code.INVALID_ARG
-                )
-        batching = self.config.max_batch_size > 0
-        batch_size = 0
-        for in_name, array in req.inputs.items():
-            spec = self._inputs[in_name]
-            if batching and not spec.is_shape_tensor:
-                if array.ndim == 0:
-                    raise fail(
-                        f"input '{in_name}' has no shape but model requires batch dimension "
-                        f"for '{name}'"
-                    )
-                if batch_size == 0:
-                    batch_size = int(array.shape[0])
-                elif int(array.shape[0]) != batch_size:
-                    raise fail(
-                        f"input '{in_name}' batch size does not match other inputs for '{name}'"
-                    )
-        if batching and batch_size > self.config.max_batch_size:
-            raise fail(
-                f"inference request batch-size must be <= {self.config.max_batch_size} for '{name}'"
-            )
-        key: list[Hashable] = []
-        for in_name, array in req.inputs.items():
-            spec = self._inputs[in_name]
-            expected_dt = protocol_datatype(spec.data_type)
-            got_dt = req.input_datatypes.get(in_name) or _datatype_of(array)
-            if got_dt != expected_dt:
-                raise fail(
-                    f"inference input '{in_name}' data-type is '{got_dt}', but model "
-                    f"'{name}' expects '{expected_dt}'"
-                )
-            dims = [int(d) for d in spec.dims]
-            shape = [int(d) for d in array.shape]
-            item_shape = shape[1:] if batching and not spec.is_shape_tensor else shape
-            if len(item_shape) != len(dims) or any(
-                d != -1 and d != s for d, s in zip(dims, item_shape, strict=False)
-            ):
-                full = ([-1] if batching and not spec.is_shape_tensor else []) + dims
-                note = " " + _SHAPE_NOTE if batching else ""
-                raise fail(
-                    f"unexpected shape for input '{in_name}' for model '{name}'. Expected "
-                    f"{_shape_str(full)}, got {_shape_str(shape)}.{note}"
-                )
-            if spec.is_shape_tensor:
-                key.append((in_name, tuple(shape), np.ascontiguousarray(array).tobytes()))
-            elif -1 in dims and not spec.allow_ragged_batch:
-                key.append((in_name, tuple(item_shape)))
-        if self._has_optional:
-            key.append(frozenset(req.inputs))
-        return max(1, batch_size), tuple(key)
+        """Check a request against the config: ``bs(r)`` and its batch-compatibility key
+        (:meth:`~reference_server.core.request_check.RequestCheck.check`)."""
+        return self._check.check(req)
 
     def submit(self, req: InferRequest, callback: Callback) -> None:
         """Accept a request; the callback gets the response or error (on another thread).
@@ -588,7 +470,7 @@ class ModelRuntime:
                 datatypes[name] = "BYTES"
             else:
                 outputs[name] = array
-                datatypes[name] = resp.output_datatypes.get(name, _datatype_of(array))
+                datatypes[name] = resp.output_datatypes.get(name, datatype_of(array))
         return InferResponse(
             resp.model_name, resp.model_version, resp.id, outputs, datatypes, resp.parameters
         )
@@ -622,15 +504,3 @@ def _deliver(callback: Callback, result: InferResponse | ServerError) -> None:
         callback(result)
     except Exception:
         logger.exception("response callback failed")
-
-
-def _datatype_of(array: np.ndarray) -> str:
-    for datatype in ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32"):
-        if array.dtype == numpy_dtype(datatype):
-            return datatype
-    for datatype in ("INT64", "FP16", "FP32", "FP64"):
-        if array.dtype == numpy_dtype(datatype):
-            return datatype
-    if array.dtype == np.object_ or array.dtype.kind in "SU":
-        return "BYTES"
-    return str(array.dtype).upper()

@@ -38,6 +38,8 @@ from reference_server.core.config import (
     validate,
     validate_instance_groups,
 )
+from reference_server.core.ensemble import EnsembleRuntime
+from reference_server.core.ensemble_config import composing_models, is_ensemble
 from reference_server.core.errors import Code, ServerError
 from reference_server.core.gpu import GpuCollector, default_sources
 from reference_server.core.model import ModelRuntime, RuntimeOptions
@@ -218,12 +220,16 @@ class _LoopInbox:
                 future.set_result(result)
 
 
+#: A loaded model version: one network (its batcher, instances and backends) or an ensemble.
+Runtime = ModelRuntime | EnsembleRuntime
+
+
 @dataclass
 class _ModelState:
     """Lifecycle of one model name: per version state and reason, and what is serving."""
 
     versions: dict[str, tuple[str, str]] = field(default_factory=dict)
-    runtimes: dict[str, ModelRuntime] = field(default_factory=dict)
+    runtimes: dict[str, Runtime] = field(default_factory=dict)
     from_override: bool = False
     fingerprint: tuple[tuple[str, int, int], ...] = ()
     failed: bool = False
@@ -319,9 +325,7 @@ class InferenceServer:
             rt.stop(wait=False)
         deadline = time.monotonic() + _STOP_DRAIN_S
         for rt in runtimes:
-            rt.scheduler.join(max(0.0, deadline - time.monotonic()))
-            for inst in rt.instances:
-                inst.join(max(0.0, deadline - time.monotonic()))
+            rt.join(deadline)
         self.shared_memory.close()
         self.repository.close()
 
@@ -346,7 +350,7 @@ class InferenceServer:
 
     # ------------------------------------------------------------------ lookup
 
-    def _lookup(self, name: str, version: str = "") -> ModelRuntime:
+    def _lookup(self, name: str, version: str = "") -> Runtime:
         """Triton's model lookup with its error codes and messages (§1)."""
         with self._lock:
             st = self._models.get(name)
@@ -497,7 +501,7 @@ class InferenceServer:
                 daemon=True,
             ).start()
 
-    def _finish_unload(self, name: str, version: str, runtime: ModelRuntime) -> None:
+    def _finish_unload(self, name: str, version: str, runtime: Runtime) -> None:
         runtime.stop(wait=True)
         with self._lock:
             st = self._models.get(name)
@@ -574,7 +578,7 @@ class InferenceServer:
                 st = self._models.setdefault(name, _ModelState())
                 current = dict(st.runtimes)
             version = "1"
-            new: dict[str, ModelRuntime] = {}
+            new: dict[str, Runtime] = {}
             try:
                 validate_instance_groups(cfg, self.gpu_ids)
                 versions = select_versions(cfg, source.directory)
@@ -600,7 +604,14 @@ class InferenceServer:
                             histogram=self.options.metrics_histogram_latencies,
                         )
                     )
-                    runtime = ModelRuntime(cfg, version, path, self._runtime_options, metrics)
+                    runtime: Runtime
+                    if is_ensemble(cfg):
+                        composing = self._composing_configs(cfg)
+                        runtime = EnsembleRuntime(
+                            cfg, version, path, metrics, self.submit, composing
+                        )
+                    else:
+                        runtime = ModelRuntime(cfg, version, path, self._runtime_options, metrics)
                     runtime.load()
                     new[version] = runtime
             except ServerError as exc:
@@ -629,6 +640,29 @@ class InferenceServer:
                     st.versions[v] = (READY, "")
             for runtime in current.values():
                 runtime.stop(wait=False)
+
+    def _composing_configs(self, cfg: mc.ModelConfig) -> dict[str, mc.ModelConfig]:
+        """The serving configs of an ensemble's composing models, each loaded first if it is
+        not serving yet (as Triton loads an ensemble's dependencies with it).
+
+        Raises:
+            ServerError: a composing model could not be loaded.
+        """
+        configs = {}
+        for name in composing_models(cfg):
+            with self._lock:
+                serving = name in self._models and bool(self._models[name].runtimes)
+            if not serving:
+                try:
+                    self._load(name, None, None)
+                except ServerError as exc:
+                    raise ServerError(
+                        f"ensemble '{cfg.name}' depends on '{name}' which has no loaded version. "
+                        f"Model '{name}' loading failed with error: {exc.message}",
+                        Code.INVALID_ARG,
+                    ) from exc
+            configs[name] = self._lookup(name).config
+        return configs
 
     def load_errors(self) -> dict[str, str]:
         """Why each model that is not serving failed to load (``"<code phrase>: <msg>"``)."""

@@ -229,7 +229,8 @@ def for_reference(config: mc.ModelConfig) -> mc.ModelConfig:
 
     copy = model_config_pb2.ModelConfig()
     copy.CopyFrom(config)
-    copy.backend = REFERENCE_BACKEND
+    if copy.platform != "ensemble":  # an ensemble runs on its composing models
+        copy.backend = REFERENCE_BACKEND
     return copy
 
 
