@@ -151,6 +151,8 @@ def config_to_json(cfg: mc.ModelConfig) -> dict[str, Any]:
     )
     for path in _INT64_AS_NUMBER:
         _int64_to_number(out, path)
+    # A field newer than Triton 2.51, which does not print it.
+    out.get("ensemble_scheduling", {}).pop("max_inflight_requests", None)
     return out
 
 
@@ -219,6 +221,9 @@ def normalize(
         if not out.optimization.HasField("output_pinned_memory"):
             out.optimization.output_pinned_memory.enable = True
     if is_ensemble(out):
+        # Triton records whether a step's model is decoupled; every model of this server
+        # answers each request once, so an ensemble of them never is.
+        out.model_transaction_policy.decoupled = False
         return out  # no instances of its own: its steps run on their models' instances
     if not out.instance_group:
         group = out.instance_group.add()

@@ -39,7 +39,7 @@ from reference_server.core.config import (
     validate_instance_groups,
 )
 from reference_server.core.ensemble import EnsembleRuntime
-from reference_server.core.ensemble_config import composing_models, is_ensemble
+from reference_server.core.ensemble_config import check_steps, composing_models, is_ensemble
 from reference_server.core.errors import Code, ServerError
 from reference_server.core.gpu import GpuCollector, default_sources
 from reference_server.core.model import ModelRuntime, RuntimeOptions
@@ -574,6 +574,18 @@ class InferenceServer:
                     f"failed to load '{name}', failed to poll from model repository: {exc.message}",
                     Code.INTERNAL,
                 ) from exc
+            if is_ensemble(cfg):
+                try:
+                    check_steps(cfg, self._composing_configs(cfg))
+                except ServerError as exc:
+                    # Triton checks an ensemble against its dependencies before any version
+                    # loads, and answers with that check's message alone.
+                    self._record_failure(
+                        name, f"{_code_phrase(exc.code)}: {exc.message}", load_stage=True
+                    )
+                    raise ServerError(
+                        f"load failed for model '{name}': {exc.message}\n", Code.INVALID_ARG
+                    ) from exc
             with self._lock:
                 st = self._models.setdefault(name, _ModelState())
                 current = dict(st.runtimes)
@@ -606,10 +618,7 @@ class InferenceServer:
                     )
                     runtime: Runtime
                     if is_ensemble(cfg):
-                        composing = self._composing_configs(cfg)
-                        runtime = EnsembleRuntime(
-                            cfg, version, path, metrics, self.submit, composing
-                        )
+                        runtime = EnsembleRuntime(cfg, version, path, metrics, self.submit)
                     else:
                         runtime = ModelRuntime(cfg, version, path, self._runtime_options, metrics)
                     runtime.load()
@@ -646,23 +655,35 @@ class InferenceServer:
         not serving yet (as Triton loads an ensemble's dependencies with it).
 
         Raises:
-            ServerError: a composing model could not be loaded.
+            ServerError: Triton's message for a dependency that is missing or did not load.
         """
+        needed = composing_models(cfg)
+        known = set(self.repository.names())
+        missing = sorted(n for n in needed if n not in known and not self._serving(n))
+        if missing:
+            raise ServerError(
+                f"ensemble {cfg.name} contains models that are not available or ambiguous: "
+                + ", ".join(missing),
+                Code.INVALID_ARG,
+            )
         configs = {}
-        for name in composing_models(cfg):
-            with self._lock:
-                serving = name in self._models and bool(self._models[name].runtimes)
-            if not serving:
+        for name in needed:
+            if not self._serving(name):
                 try:
                     self._load(name, None, None)
                 except ServerError as exc:
+                    reason = exc.__cause__ if isinstance(exc.__cause__, ServerError) else exc
                     raise ServerError(
                         f"ensemble '{cfg.name}' depends on '{name}' which has no loaded version. "
-                        f"Model '{name}' loading failed with error: {exc.message}",
+                        f"Model '{name}' loading failed with error: {reason.message}",
                         Code.INVALID_ARG,
                     ) from exc
             configs[name] = self._lookup(name).config
         return configs
+
+    def _serving(self, name: str) -> bool:
+        with self._lock:
+            return name in self._models and bool(self._models[name].runtimes)
 
     def load_errors(self) -> dict[str, str]:
         """Why each model that is not serving failed to load (``"<code phrase>: <msg>"``)."""
