@@ -88,7 +88,10 @@ def test_steps_batch_in_their_composing_models(tmp_path: Path, make_server: Serv
     write_model(
         tmp_path,
         "pre",
-        identity_config("pre", "dynamic_batching { max_queue_delay_microseconds: 200000 }"),
+        identity_config(
+            "pre",
+            "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 5000000 }",
+        ),
     )
     write_model(tmp_path, "post", identity_config("post"))
     write_model(tmp_path, "pipe", ensemble_config("pipe", PIPE))
@@ -98,7 +101,8 @@ def test_steps_batch_in_their_composing_models(tmp_path: Path, make_server: Serv
         server.submit(ensemble_request(float(i), rid=str(i)), got.callback(str(i)))
     got.wait(4)
     assert all(not isinstance(r, ServerError) for r in got.results.values())
-    # The four requests waited in pre's batcher together; post has no batcher: one each.
+    # pre holds its batch until four wait (or 5 s pass): the four requests' steps formed one
+    # batch there whatever the thread timing; post has no batcher: one execution each.
     (pre,) = server.model_statistics("pre")["model_stats"]
     (post,) = server.model_statistics("post")["model_stats"]
     assert pre["execution_count"] == 1 and post["execution_count"] == 4
