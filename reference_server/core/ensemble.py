@@ -37,9 +37,6 @@ Submit = Callable[[InferRequest, Callback], None]
 logger = logging.getLogger(__name__)
 
 
-# ---------------------------------------------------------------------------- serving
-
-
 @dataclass(frozen=True)
 class _Step:
     model: str
@@ -67,8 +64,12 @@ class _Run:
 
     def ready_steps(self) -> list[_Step]:
         """Take the steps whose input tensors all exist (under ``lock``)."""
-        ready = [s for s in self.waiting if all(t in self.tensors for t in s.inputs.values())]
-        self.waiting = [s for s in self.waiting if s not in ready]
+        ready: list[_Step] = []
+        waiting: list[_Step] = []
+        for step in self.waiting:
+            has_inputs = all(t in self.tensors for t in step.inputs.values())
+            (ready if has_inputs else waiting).append(step)
+        self.waiting = waiting
         return ready
 
 
