@@ -53,18 +53,20 @@ def test_a_trace_is_replayed_as_recorded_at_500_rps() -> None:
     # A late send moves the two gaps beside it: the shape holds within what lateness moved.
     late = level["late_share_1ms"]
     assert level["send_gap_cv"] == pytest.approx(recorded.cv, rel=0.15 + late)
-    # Within a millisecond, where the host lets anything be. On a quiet host 0.2 % of the bare
-    # timer's ticks and 0.6-0.9 % of the sends were more than 1 ms late. A busy host does not
-    # share its lateness fairly: the scheduler favours a process that mostly sleeps (the timer)
-    # over two that work in the same bursts (the generator and the server sharing its 2 cores).
-    # With one busy loop beside them the timer read 9-15 % and the sends 57-62 %; in CI's suite,
-    # 2.7 % against 15.6 %. There only the generator's own lag rule (10 ms) is judged.
+    # Within a millisecond, where the host lets anything be. On a quiet host (the bare timer
+    # 0.2-0.7 % late) 0.5-3.0 % of the sends were more than 1 ms late: the server works in the
+    # same bursts on the same 2 cores, which the idle timer never feels. gevent's millisecond
+    # timers in place of the timerfd sent 16-23 % late: the bound below still fails that. A busy
+    # host does not share its lateness fairly: the scheduler favours a process that mostly
+    # sleeps (the timer) over two that work in the same bursts; with one busy loop beside them
+    # the timer read 9-15 % and the sends 57-62 %, in CI's suite 2.7 % against 15.6 %. There
+    # only the generator's own lag rule (10 ms) is judged.
     if host > 0.01:
         invalid = [m for m in level["messages"] if m.startswith("INVALID")]
         assert all("generator was saturated" in m for m in invalid), level
         return
     assert level["valid"], level["messages"]
-    assert late <= 2.0 * host + 0.03, level
+    assert late <= 2.0 * host + 0.05, level
 
 
 def _asked_cv(text: str, rate: float, window: dict[str, float]) -> float:
