@@ -135,9 +135,6 @@ class EnsembleRuntime:
 
     # ------------------------------------------------------------------ requests
 
-    def validate(self, req: InferRequest) -> tuple[int, Any]:
-        return self._check.check(req)
-
     def submit(self, req: InferRequest, callback: Callback) -> None:
         """Accept a request and start its first steps; ``callback`` gets the answer.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -309,18 +309,13 @@ class ModelRuntime:
 
     # ------------------------------------------------------------------ requests
 
-    def validate(self, req: InferRequest) -> tuple[int, Hashable]:
-        """Check a request against the config: ``bs(r)`` and its batch-compatibility key
-        (:meth:`~reference_server.core.request_check.RequestCheck.check`)."""
-        return self._check.check(req)
-
     def submit(self, req: InferRequest, callback: Callback) -> None:
         """Accept a request; the callback gets the response or error (on another thread).
 
         Raises:
             ServerError: validation or enqueue failure (not counted in statistics).
         """
-        batch_size, key = self.validate(req)
+        batch_size, key = self._check.check(req)
         req.batch_size = batch_size
         req.model_version = self.version
         if not req.request_start_ns:
