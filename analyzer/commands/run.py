@@ -80,6 +80,13 @@ def register(app: typer.Typer) -> None:
         model_repository: Annotated[
             Path | None, typer.Option(help="Model repository for the managed reference server.")
         ] = None,
+        composing_models: Annotated[
+            str | None,
+            typer.Option(
+                help="A pipeline's models to tune together, comma-separated (load goes to "
+                "--model): required for a BLS model; an ensemble's are found in its steps."
+            ),
+        ] = None,
         url: Annotated[
             str | None,
             typer.Option(
@@ -212,6 +219,11 @@ def register(app: typer.Typer) -> None:
         overrides: dict[str, Any] = {
             "model.name": model,
             "model.repository": str(model_repository) if model_repository else None,
+            "model.composing_models": (
+                [m.strip() for m in composing_models.split(",") if m.strip()]
+                if composing_models is not None
+                else None
+            ),
             "model.url": url,
             "model.server": server,
             "model.triton_server_path": str(triton_server_path) if triton_server_path else None,

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from analyzer.config.knobs import Knobs
+from analyzer.config.pipeline import TrialKnobs, knob_cells, knobs_from_dict
 from analyzer.config.scenario import Scenario
 from analyzer.config.traffic import TrafficMode
 from analyzer.measure.goals import classes_text
@@ -130,7 +130,7 @@ class LiveView(SweepObserver):
         self.console.print(server_left_line(left), highlight=False, markup=False)
 
     def on_trial_start(
-        self, number: int, source: str, knobs: Knobs, index: int, budget: int
+        self, number: int, source: str, knobs: TrialKnobs, index: int, budget: int
     ) -> None:
         # Number -1 is the baseline's config: measured ("baseline") or profiled ("profile").
         if number < 0:
@@ -185,7 +185,7 @@ class PlainView(LiveView):
         """Nothing is redrawn in a log."""
 
     def on_trial_start(
-        self, number: int, source: str, knobs: Knobs, index: int, budget: int
+        self, number: int, source: str, knobs: TrialKnobs, index: int, budget: int
     ) -> None:
         super().on_trial_start(number, source, knobs, index, budget)
         if source == "validation":
@@ -221,7 +221,7 @@ class PlainView(LiveView):
 def server_left_line(left: dict[str, Any]) -> str:
     """``server left with: ...``: what a shared server holds after the run (or why nothing)."""
     knobs = left.get("knobs")
-    label = f" [{Knobs.from_dict(knobs).label()}]" if knobs else ""
+    label = f" [{knobs_from_dict(knobs).label()}]" if knobs else ""
     return f"server left with: {left.get('detail')}{label}"
 
 
@@ -275,13 +275,9 @@ def summary_table(summary: SweepOutcome, goals: Goals | None = None) -> Table:
         point = r.operating_point()
         if goals is not None and point is not None and point.classes:
             footnotes.append(f"{label} by class: {classes_text(point, goals)}")
-        k = r.config
         table.add_row(
             label,
-            str(k.max_batch_size),
-            str(k.max_queue_delay_us) if k.dynamic_batching else "off",
-            " ".join(str(s) for s in k.preferred_batch_size) or "-",
-            str(k.instance_count),
+            *knob_cells(r.config),
             _rps(r),
             f"{r.p50_ms:.1f}",
             p99,

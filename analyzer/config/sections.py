@@ -42,6 +42,10 @@ class ModelSection(Section):
     """Model name: a bundled model (``resnet50``) or a model in ``repository`` / at ``url``."""
     repository: Path | None = None
     """Model repository directory served by the managed reference server (own models)."""
+    composing_models: tuple[str, ...] = ()
+    """The models a pipeline calls, tuned together while load goes to ``name``: required for a
+    BLS model (its calls are in its code), optional for an ensemble (default: every model its
+    steps call; naming some tunes only those)."""
     url: str | None = None
     """HTTP URL of a running server (real Triton or reference server); no server is started."""
     server: Literal["reference", "triton"] = "reference"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from analyzer.config.knobs import Knobs
 from analyzer.errors import ResultFormatError
 from analyzer.measure.measurement import Measurement
 from analyzer.measure.specs import LoadMode
@@ -22,9 +22,6 @@ from analyzer.rundir import records
 from analyzer.rundir.measurements import TrialMeasurement
 from analyzer.rundir.results import RunDirectory
 from analyzer.rundir.trial_record import TrialRecord
-
-if TYPE_CHECKING:
-    from analyzer.config.knobs import Knobs
 
 # ------------------------------------------------------------------ from a run directory
 
@@ -309,7 +306,9 @@ def operating_points(
     points = []
     for r in trials:
         m = r.operating_point() if r.complete and r.meets_goals else None
-        if m is not None and m.mode is LoadMode.REQUEST_RATE and m.target > 0:
+        if m is None or m.mode is not LoadMode.REQUEST_RATE or m.target <= 0:
+            continue
+        if isinstance(r.config, Knobs):  # a pipeline's trials calibrate no one model
             points.append((r.config, m.target, m.p99_ms))
     return points
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import tomllib
 
 from analyzer.config.access import PLAIN, ServerAccess
+from analyzer.config.pipeline import JointKnobs
 from analyzer.config.traffic import ARRIVAL_KEYS, TrafficSection
 from analyzer.documents import PREDICTION_KIND, header
 from analyzer.errors import InputError, ResultFormatError
@@ -144,6 +145,8 @@ def _default_config(run_dir: Path | None) -> tuple[SimConfig | None, str]:
         return None, str(exc)
     for key, entry in (("best", summary.best), ("baseline", summary.baseline)):
         if entry is not None:
+            if isinstance(entry.config, JointKnobs):
+                return None, "it tuned a pipeline, and the simulator runs one model"
             return SimConfig.from_knobs(entry.config), f"the run's {key} config"
     return None, "its summary names neither a best nor a baseline config"
 

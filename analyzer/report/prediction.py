@@ -192,7 +192,7 @@ def landscape(
     marks: list[LandscapeMark] = []
     outside = 0
     for t in trials:
-        if t.state != "complete":
+        if t.state != "complete" or "stages" in t.config:  # a pipeline's: predicted as none
             continue
         knobs = Knobs.from_dict(t.config)
         if not knobs.dynamic_batching or _cell(knobs) not in cells:

@@ -44,7 +44,11 @@ PARAM_TO_KNOB = {
 
 
 def knob_of_param(param: str) -> str:
-    """The knob a study parameter searches (``instances_1``: group 1's instance count)."""
+    """The knob a study parameter searches (``instances_1``: group 1's instance count;
+    ``infer.log2_mbs``: a pipeline's composing model ``infer``'s max batch size)."""
+    stage, dot, own = param.partition(".")
+    if dot:
+        return f"{stage}: {knob_of_param(own)}"
     head, _, group = param.rpartition("_")
     if head == "instances" and group.isdigit():
         return f"instance_count (group {group})"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from analyzer.config.knobs import Knobs
+from analyzer.config.pipeline import TrialKnobs, knobs_from_dict
 from analyzer.documents import FORMATS
 from analyzer.errors import ResultFormatError
 
@@ -27,8 +27,9 @@ GPU_FIGURE_KEYS = (
 )
 
 
-def _knobs(data: Mapping[str, Any]) -> Knobs:
-    return Knobs.from_dict(data)
+def _knobs(data: Mapping[str, Any]) -> TrialKnobs:
+    """One model's knobs, or a pipeline's (``{"stages": {...}}``)."""
+    return knobs_from_dict(data)
 
 
 def _opt_float(value: Any) -> float | None:

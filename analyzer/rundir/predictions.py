@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analyzer.config.knobs import Knobs
+from analyzer.config.pipeline import TrialKnobs
 from analyzer.documents import PREDICTIONS_KIND, header
-from analyzer.rundir.parsing import _knobs, _migrate, _parsing
+from analyzer.rundir.parsing import _migrate, _parsing
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class ConfigPrediction:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ConfigPrediction:
-        return cls(_knobs(d["config"]), Prediction.from_dict(d))
+        return cls(Knobs.from_dict(d["config"]), Prediction.from_dict(d))
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class Predictions:
     profile: dict[str, Any] = field(default_factory=dict)
     configs: tuple[ConfigPrediction, ...] = ()
 
-    def get(self, config: Knobs) -> Prediction | None:
+    def get(self, config: TrialKnobs) -> Prediction | None:
         """The prediction of ``config`` (None: not in the space predicted)."""
         return next((c.prediction for c in self.configs if c.config == config), None)
 

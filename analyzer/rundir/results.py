@@ -24,15 +24,16 @@ import json
 import os
 import platform
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from analyzer.config.pipeline import knob_cells
 from analyzer.documents import (
     RUN_KIND,
     SUMMARY_KIND,
@@ -124,12 +125,35 @@ def _gpu_names() -> list[str]:
     return names
 
 
+#: The configs one trial sets: one model's, or one per composing model of a pipeline.
+Configs: TypeAlias = "mc.ModelConfig | Sequence[mc.ModelConfig]"
+
+
+def write_configs(folder: Path, configs: Configs, tree: bool = False) -> Path:
+    """One model's config as ``folder/config.pbtxt`` (its path returned); with ``tree`` (a
+    pipeline's composing models) as a repository tree, ``folder/<model>/config.pbtxt``
+    (``folder`` returned): each file drops into the model's directory of a repository."""
+    if isinstance(configs, mc.ModelConfig):
+        configs = (configs,)
+    if not tree:
+        (config,) = configs
+        path = folder / "config.pbtxt"
+        write_atomic(path, config_text(config))
+        return path
+    for config in configs:
+        write_atomic(folder / config.name / "config.pbtxt", config_text(config))
+    return folder
+
+
 @dataclass
 class RunDirectory:
     """One sweep's directory. Paths are properties so every module agrees on the layout."""
 
     root: Path
     trial_rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: Configs are written as repository trees (``<folder>/<model>/config.pbtxt``): the run
+    #: tunes a pipeline's composing models.
+    tree: bool = False
 
     @property
     def run_json(self) -> Path:
@@ -192,11 +216,20 @@ class RunDirectory:
     def read_run_state(self) -> dict[str, Any]:
         return read_versioned(self.run_json, RUN_KIND)
 
-    def write_config(self, number: int, config: mc.ModelConfig) -> Path:
-        """``trials/NNN/config.pbtxt`` (or baseline/) for the config about to be measured."""
-        path = self.trial_dir(number) / "config.pbtxt"
-        write_atomic(path, config_text(config))
-        return path
+    def write_config(self, number: int, configs: Configs) -> Path:
+        """``trials/NNN/config.pbtxt`` (or baseline/) for the config about to be measured; a
+        pipeline's as ``trials/NNN/<model>/config.pbtxt`` (:func:`write_configs`)."""
+        return write_configs(self.trial_dir(number), configs, self.tree)
+
+    def read_configs(self, number: int, names: Sequence[str]) -> tuple[mc.ModelConfig, ...] | None:
+        """The configs :meth:`write_config` wrote for models ``names`` (None: not written)."""
+        folder = self.trial_dir(number)
+        paths = (
+            [folder / n / "config.pbtxt" for n in names] if self.tree else [folder / "config.pbtxt"]
+        )
+        if not all(p.exists() for p in paths):
+            return None
+        return tuple(parse_config_text(p.read_text(encoding="utf-8")) for p in paths)
 
     def write_trial(self, record: TrialRecord | Mapping[str, Any]) -> None:
         """The trial record, then trials.csv with its row (both atomic).
@@ -233,17 +266,14 @@ class RunDirectory:
         frame = pd.DataFrame(rows, columns=list(TRIAL_COLUMNS))
         write_atomic(self.trials_csv, frame.to_csv(index=False))
 
-    def write_best(self, config: mc.ModelConfig) -> Path:
-        write_atomic(self.best_config, config_text(config))
-        return self.best_config
+    def write_best(self, configs: Configs) -> Path:
+        return write_configs(self.best_config.parent, configs, self.tree)
 
-    def write_pareto(self, configs: Iterable[mc.ModelConfig]) -> list[Path]:
-        paths = []
-        for rank, config in enumerate(configs, start=1):
-            path = self.pareto_config(rank)
-            write_atomic(path, config_text(config))
-            paths.append(path)
-        return paths
+    def write_pareto(self, configs: Iterable[Configs]) -> list[Path]:
+        return [
+            write_configs(self.pareto_config(rank).parent, each, self.tree)
+            for rank, each in enumerate(configs, start=1)
+        ]
 
     def write_validation(self, validation: Validation | list[Mapping[str, Any]]) -> None:
         """validation.json: a :class:`~analyzer.rundir.validation.Validation`, or its candidate dicts."""
@@ -288,14 +318,23 @@ def trial_row(record: Mapping[str, Any]) -> dict[str, Any]:
     """The trials.csv row of a trial record."""
     config = record.get("config") or {}
     constraints = record.get("constraints") or {}
+    # A pipeline's knobs: each column holds its stages' values in step order, ``8/16/8``.
+    stages = list(config["stages"].values()) if "stages" in config else [config]
+
+    def column(key: str) -> Any:
+        values = [s.get(key) for s in stages]
+        if key == "preferred_batch_size":
+            values = [" ".join(str(v) for v in sizes or []) for sizes in values]
+        return values[0] if len(values) == 1 else "/".join(str(v) for v in values)
+
     return {
         "number": record["number"],
         "source": record.get("source"),
         "state": record.get("state"),
-        "max_batch_size": config.get("max_batch_size"),
-        "max_queue_delay_us": config.get("max_queue_delay_us"),
-        "preferred_batch_size": " ".join(str(s) for s in config.get("preferred_batch_size", [])),
-        "instance_count": config.get("instance_count"),
+        "max_batch_size": column("max_batch_size"),
+        "max_queue_delay_us": column("max_queue_delay_us"),
+        "preferred_batch_size": column("preferred_batch_size"),
+        "instance_count": column("instance_count"),
         "throughput_rps": record.get("throughput_rps"),
         "offered_rps": record.get("offered_rps"),
         "p50_ms": record.get("p50_ms"),
@@ -317,18 +356,13 @@ def minimal_report(summary: RunSummary, rows: list[Mapping[str, Any]]) -> str:
             return f"{value:.2f}"
         return html.escape("" if value is None else str(value))
 
-    def knob_cells(entry: ConfigEntry | None) -> str:
+    def entry_cells(entry: ConfigEntry | None) -> str:
         if entry is None:
             return "<td colspan=5>none</td>"
-        c = entry.config
-        pref = " ".join(str(s) for s in c.preferred_batch_size) or "-"
         return "".join(
             f"<td>{esc(v)}</td>"
             for v in (
-                c.max_batch_size,
-                c.max_queue_delay_us,
-                pref,
-                c.instance_count,
+                *knob_cells(entry.config),
                 f"{esc(entry.throughput_rps)} rps, p99 {esc(entry.p99_ms)} ms",
             )
         )
@@ -350,8 +384,8 @@ td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}</style></head><b
 error rate &le; {esc(goals.get("max_error_rate"))}. Gain over baseline:
 <b>{esc(f"{gain:.2f}x" if gain is not None else "n/a")}</b>.</p>
 <table><tr><th></th><th>max_batch_size</th><th>delay us</th><th>preferred</th><th>instances</th><th>result</th></tr>
-<tr><th>baseline</th>{knob_cells(summary.baseline)}</tr>
-<tr><th>best</th>{knob_cells(summary.best)}</tr></table>
+<tr><th>baseline</th>{entry_cells(summary.baseline)}</tr>
+<tr><th>best</th>{entry_cells(summary.best)}</tr></table>
 <h2>Trials</h2><table><tr>{head}</tr>
 {body}</table>
 <script type="application/json" id="perfsweep-summary">{data}</script>

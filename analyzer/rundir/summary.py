@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from analyzer.config.knobs import Knobs
+from analyzer.config.pipeline import TrialKnobs
 from analyzer.documents import SUMMARY_KIND, header
 from analyzer.measure.gain import LOW_SAMPLE_P99, p99_sample_note
 from analyzer.rundir.parsing import _knobs, _migrate, _opt_float, _opt_int, _opt_str, _parsing
@@ -51,7 +51,7 @@ class ConfigEntry:
     ``validation``), else its search measurement.
     """
 
-    config: Knobs
+    config: TrialKnobs
     throughput_rps: float
     p50_ms: float
     p99_ms: float
@@ -165,7 +165,7 @@ class ParetoEntry:
 
     rank: int
     trial_number: int
-    config: Knobs
+    config: TrialKnobs
     throughput_rps: float
     p99_ms: float
     reference_p99_ms: float | None

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from analyzer.config.knobs import Knobs
+from analyzer.config.pipeline import TrialKnobs
 from analyzer.documents import TRIAL_KIND, header
 from analyzer.measure.goals import goals_met
 from analyzer.measure.measurement import Measurement
@@ -28,7 +28,7 @@ class TrialRecord:
     number: int
     source: str
     state: str
-    config: Knobs
+    config: TrialKnobs
     throughput_rps: float = 0.0
     offered_rps: float = 0.0
     p50_ms: float = 0.0

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from analyzer.config.knobs import Knobs
+from analyzer.config.pipeline import TrialKnobs
 from analyzer.documents import VALIDATION_KIND, header
 from analyzer.rundir.measurements import TrialMeasurement, _measurement_dict, measurement_from_dict
 from analyzer.rundir.parsing import _knobs, _migrate, _opt_float, _opt_int, _parsing
@@ -17,7 +17,7 @@ class ValidationCandidate:
     """One config re-measured in validation: every repeat's numbers and their worst case."""
 
     trial_number: int
-    config: Knobs
+    config: TrialKnobs
     search_throughput_rps: float
     #: Per repeat.
     throughput_rps: tuple[float, ...]

@@ -17,6 +17,9 @@ the sampler sees an ordered space::
 
 Preferred sizes are relative to ``max_batch_size`` because Triton refuses a preferred size above
 the max batch size, and Optuna refuses categorical choices that change between trials.
+
+A pipeline's composing models are searched together in one :class:`JointSpace`: each stage's
+:class:`SearchSpace`, its parameters prefixed with the model's name (``infer.log2_mbs``).
 """
 
 from __future__ import annotations
@@ -29,12 +32,13 @@ from typing import TYPE_CHECKING
 
 from analyzer.config.knobs import Knobs, QueuePolicyKnob
 from analyzer.config.model_config import group_devices
+from analyzer.config.pipeline import JointKnobs, TrialKnobs
 from analyzer.errors import InputError
 
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
 
-__all__ = ["SearchSpace", "delay_ladder", "preferred_sizes"]
+__all__ = ["JointSpace", "SearchSpace", "delay_ladder", "preferred_sizes"]
 
 
 def delay_ladder(low_us: int, high_us: int, steps: int) -> tuple[int, ...]:
@@ -202,8 +206,10 @@ class SearchSpace:
             instance_kind=self.kind_choices[int(params.get("kind_idx", 0))],
         )
 
-    def encode(self, knobs: Knobs) -> dict[str, int]:
+    def encode(self, knobs: TrialKnobs) -> dict[str, int]:
         """The parameters of the grid point closest to ``knobs`` (used to seed the search)."""
+        if not isinstance(knobs, Knobs):
+            raise ValueError(f"a pipeline's knobs ({knobs.names}) are not one model's")
         lo, hi = self.log2_mbs
         log2 = min(max(round(math.log2(max(knobs.max_batch_size, 1))), lo), hi)
         delay_idx = min(
@@ -255,17 +261,15 @@ class SearchSpace:
 
     def points(self) -> Iterator[dict[str, int]]:
         """Every grid point's parameters (brute force and benchmarks)."""
-        bounds = self.param_bounds()
-        names = list(bounds)
-        ranges = [range(lo, hi + 1) for lo, hi in bounds.values()]
-        for combo in itertools.product(*ranges):
-            yield dict(zip(names, combo, strict=True))
+        return _points(self.param_bounds())
 
     def size(self) -> int:
         """Number of grid points."""
         return math.prod(hi - lo + 1 for lo, hi in self.param_bounds().values())
 
-    def seeds(self, start: Knobs | None = None, p99_goal_ms: float | None = None) -> list[Knobs]:
+    def seeds(
+        self, start: TrialKnobs | None = None, p99_goal_ms: float | None = None
+    ) -> list[Knobs]:
         """Sensible first configs to measure before the sampler takes over.
 
         The model's own config moved onto the grid; Triton's documented starting point
@@ -277,7 +281,7 @@ class SearchSpace:
         lo, hi = self.log2_mbs
         ilo, ihi = self.instances
         candidates: list[Knobs] = []
-        if start is not None:
+        if isinstance(start, Knobs):
             candidates.append(self.decode(self.encode(start)))
         candidates.append(self.decode({"log2_mbs": hi, "delay_idx": 0, **self._every_group(ilo)}))
         candidates.append(self.decode({"log2_mbs": hi, "delay_idx": 0, **self._every_group(ihi)}))
@@ -293,6 +297,81 @@ class SearchSpace:
             if knobs not in unique:
                 unique.append(knobs)
         return unique
+
+
+@dataclass(frozen=True)
+class JointSpace:
+    """A pipeline's space: one :class:`SearchSpace` per composing model, searched as one grid
+    (the same interface: the parameters of stage ``m`` are ``m.<parameter>``)."""
+
+    stages: tuple[tuple[str, SearchSpace], ...]
+
+    def param_bounds(self) -> dict[str, tuple[int, int]]:
+        return {
+            f"{name}.{param}": bounds
+            for name, space in self.stages
+            for param, bounds in space.param_bounds().items()
+        }
+
+    def decode(self, params: Mapping[str, int]) -> JointKnobs:
+        return JointKnobs(
+            tuple((name, space.decode(_stage_params(params, name))) for name, space in self.stages)
+        )
+
+    def encode(self, knobs: TrialKnobs) -> dict[str, int]:
+        if not isinstance(knobs, JointKnobs) or knobs.names != tuple(n for n, _ in self.stages):
+            raise ValueError(f"knobs {knobs.label()!r} are not this pipeline's")
+        return {
+            f"{name}.{param}": value
+            for name, space in self.stages
+            for param, value in space.encode(knobs.stage(name)).items()
+        }
+
+    def points(self) -> Iterator[dict[str, int]]:
+        return _points(self.param_bounds())
+
+    def size(self) -> int:
+        return math.prod(space.size() for _, space in self.stages)
+
+    def seeds(
+        self, start: TrialKnobs | None = None, p99_goal_ms: float | None = None
+    ) -> list[JointKnobs]:
+        """Every stage's :meth:`SearchSpace.seeds` zipped (a stage with fewer repeats its
+        last): the pipeline's own configs, then every stage at its largest batch with one and
+        with the most instances, then the quarter-of-the-goal rule with the goal split evenly
+        among the stages (they run one after another)."""
+        share = None if p99_goal_ms is None else p99_goal_ms / len(self.stages)
+        per_stage = [
+            space.seeds(start.stage(name) if isinstance(start, JointKnobs) else None, share)
+            for name, space in self.stages
+        ]
+        unique: list[JointKnobs] = []
+        for i in range(max(len(seeds) for seeds in per_stage)):
+            knobs = JointKnobs(
+                tuple(
+                    (name, seeds[min(i, len(seeds) - 1)])
+                    for (name, _), seeds in zip(self.stages, per_stage, strict=True)
+                )
+            )
+            if knobs not in unique:
+                unique.append(knobs)
+        return unique
+
+
+#: Either kind of space (the study sees only this interface).
+Space = SearchSpace | JointSpace
+
+
+def _points(bounds: Mapping[str, tuple[int, int]]) -> Iterator[dict[str, int]]:
+    names = list(bounds)
+    ranges = [range(lo, hi + 1) for lo, hi in bounds.values()]
+    for combo in itertools.product(*ranges):
+        yield dict(zip(names, combo, strict=True))
+
+
+def _stage_params(params: Mapping[str, int], name: str) -> dict[str, int]:
+    prefix = f"{name}."
+    return {k.removeprefix(prefix): v for k, v in params.items() if k.startswith(prefix)}
 
 
 def _nearest_choice(choices: Sequence[int | None], value: int | None) -> int:

@@ -29,6 +29,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.config.knobs import Knobs
 from analyzer.config.model_config import group_devices, knobs_of
+from analyzer.config.pipeline import TrialKnobs, is_ensemble
 from analyzer.config.scenario import Scenario
 from analyzer.config.traffic import TrafficMode
 from analyzer.measure.arrivals import POISSON, ArrivalProcess
@@ -39,7 +40,7 @@ from analyzer.predict.profile import Profile
 from analyzer.predict.sim_records import SimConfig
 from analyzer.rundir.predictions import ConfigPrediction, Prediction, Predictions
 from analyzer.rundir.trial_record import TrialRecord
-from analyzer.search.space import SearchSpace
+from analyzer.search.space import Space
 
 __all__ = [
     "STRATEGIES",
@@ -90,6 +91,11 @@ def resolve(scenario: Scenario, base: mc.ModelConfig | None = None) -> tuple[str
 def _unmodelled(scenario: Scenario, base: mc.ModelConfig) -> str | None:
     """What the simulator does not model: of the model's own config (kept by every trial), or
     of the searched knobs."""
+    if is_ensemble(base) or scenario.model.composing_models:
+        return (
+            "is a pipeline, and the simulator runs one model's batcher: its composing models' "
+            "batchers joined as the pipeline joins them are not simulated yet"
+        )
     if base.HasField("sequence_batching"):
         return (
             "uses the sequence batcher, whose batches the simulator cannot form (one request "
@@ -132,10 +138,10 @@ def band(capacity_rps: float, half_width: float) -> Prediction:
     )
 
 
-def grid_configs(space: SearchSpace) -> list[Knobs]:
+def grid_configs(space: Space) -> list[TrialKnobs]:
     """Every distinct config of the space, in its order (grid points that decode to the same
     config, e.g. preferred-size depths beyond a small max batch size, count once)."""
-    seen: dict[Knobs, None] = {}
+    seen: dict[TrialKnobs, None] = {}
     for params in space.points():
         seen.setdefault(space.decode(params), None)
     return list(seen)
@@ -152,7 +158,7 @@ def grid_note(configs: int, trials: int) -> str | None:
 
 
 def nearest_capacity(
-    space: SearchSpace, knobs: Knobs, finished: Iterable[TrialRecord]
+    space: Space, knobs: TrialKnobs, finished: Iterable[TrialRecord]
 ) -> float | None:
     """The capacity of the finished trial whose config is nearest to ``knobs`` on the grid
     (L1 distance of the encoded knobs; the latest of equals), among those that met the goals;
@@ -437,5 +443,5 @@ def relative_error(predicted: float, measured: float) -> float:
 
 def with_prediction(record: TrialRecord, predictions: Mapping[Knobs, Prediction]) -> TrialRecord:
     """``record`` with its config's prediction (unchanged when it has none)."""
-    p = predictions.get(record.config)
+    p = predictions.get(record.config) if isinstance(record.config, Knobs) else None
     return record if p is None else replace(record, prediction=p)

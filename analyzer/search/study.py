@@ -21,11 +21,11 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from analyzer.config.knobs import Knobs
+from analyzer.config.pipeline import TrialKnobs
 from analyzer.errors import InputError
-from analyzer.search.space import SearchSpace
+from analyzer.search.space import Space
 
-__all__ = [  # Knobs is analyzer.config.knobs's (no optuna there): import it from there
+__all__ = [  # Knobs: analyzer.config.knobs and .pipeline (no optuna there)
     "DIED_REASON",
     "INTERRUPTED_REASON",
     "AskedTrial",
@@ -72,7 +72,7 @@ class AskedTrial:
 
     number: int
     params: Mapping[str, int]
-    knobs: Knobs
+    knobs: TrialKnobs
     source: str  # "seed"/"predict"/"grid" (enqueued) or "search" (the sampler's)
 
 
@@ -81,7 +81,7 @@ class InterruptedTrial:
     """A trial a killed run left RUNNING (failed and re-queued by ``recover_interrupted``)."""
 
     number: int
-    knobs: Knobs
+    knobs: TrialKnobs
     source: str
     started_at: str
 
@@ -92,7 +92,7 @@ class FinishedTrial:
 
     number: int
     state: str  # "complete" | "failed"
-    knobs: Knobs
+    knobs: TrialKnobs
     values: tuple[float, ...]
     constraints: Mapping[str, float]
     user_attrs: Mapping[str, Any]
@@ -123,7 +123,7 @@ class Search:
 
     def __init__(
         self,
-        space: SearchSpace,
+        space: Space,
         directions: Sequence[Direction],
         storage: str,
         study_name: str,
@@ -161,7 +161,9 @@ class Search:
 
     # -- seeding and resume ----------------------------------------------------------------------
 
-    def enqueue(self, knobs: Knobs, reason: str, again: bool = False, source: str = "seed") -> None:
+    def enqueue(
+        self, knobs: TrialKnobs, reason: str, again: bool = False, source: str = "seed"
+    ) -> None:
         """Queue ``knobs`` to be tried next.
 
         Args:

@@ -13,16 +13,16 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.model_config import apply_knobs, knobs_of
+from analyzer.config.pipeline import Tuned
 from analyzer.errors import TargetError
 from analyzer.measure.gain import GainSample, gain_estimate, gain_sentence
-from analyzer.rundir.results import RunDirectory, config_text, environment, utc_now, write_atomic
+from analyzer.rundir.results import RunDirectory, environment, utc_now, write_configs
 from analyzer.rundir.summary import ConfigEntry, ParetoEntry, RunSummary, StopReason, server_gpus
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.rundir.validation import ValidationCandidate
 from analyzer.search.study import FinishedTrial
 from analyzer.sweep.state import SweepOutcome, _State
-from analyzer.target.protocol import observed_device
+from analyzer.target.protocol import load_configs, observed_device
 
 _LOG = logging.getLogger(__name__)
 
@@ -35,8 +35,10 @@ def _leave_server(state: _State, chosen: TrialRecord | None) -> dict[str, Any]:
     """
     if state.left is not None:
         return state.left
-    target, base = state.target, state.base_config
+    target, tuned = state.target, state.tuned
     left: dict[str, Any] = {"config": None, "knobs": None, "detail": ""}
+    if tuned.pipeline:
+        left["models"] = list(tuned.names)
     state.left = left  # decided: a second Ctrl-C during the load does not retry it
     if not target.shared:
         left["detail"] = "the managed server is stopped at the end of the run: nothing is left"
@@ -46,32 +48,40 @@ def _leave_server(state: _State, chosen: TrialRecord | None) -> dict[str, Any]:
             "the config it started with)"
         )
     elif not state.touched:
-        left.update(config="original", knobs=knobs_of(base).to_dict())
-        left["detail"] = "the model's original config (the run never changed it)"
+        left.update(config="original", knobs=tuned.knobs().to_dict())
+        left["detail"] = f"the {_whose(tuned)} original config (the run never changed it)"
     else:
-        which, config, detail = "original", base, "restored the model's original config"
+        which, configs = "original", tuned.originals()
+        detail = f"restored the {_whose(tuned)} original config"
         if state.scenario.run.leave == "best":
             if chosen is None:
-                detail = "no config met the goals, so restored the model's original config"
+                detail = f"no config met the goals, so restored the {_whose(tuned)} original config"
             elif chosen.number < 0:
                 which, detail = (
                     "best",
-                    "the best config is the model's original config: restored it",
+                    f"the best config is the {_whose(tuned)} original config: restored it",
                 )
             else:
-                which, config = "best", apply_knobs(base, chosen.config)
+                which, configs = "best", tuned.configs(chosen.config)
                 detail = f"loaded the best config (trial {chosen.number})"
         try:
-            target.load_config(config)
+            load_configs(target, configs)
         except (TargetError, OSError) as exc:
             left["detail"] = (
                 f"could not load the {which} config back ({exc}); the server may still hold the "
                 "last trial's config"
             )
         else:
-            left.update(config=which, knobs=knobs_of(config).to_dict(), detail=detail)
+            left.update(config=which, knobs=tuned.knobs_of(configs).to_dict(), detail=detail)
     state.observer.on_server_left(left)
     return left
+
+
+def _whose(tuned: Tuned) -> str:
+    """``model's`` or, for a pipeline, ``composing models' (a, b, c)``."""
+    if not tuned.pipeline:
+        return "model's"
+    return f"composing models' ({', '.join(tuned.names)})"
 
 
 def _choose(
@@ -131,8 +141,9 @@ def _finish(
     if recommendation.config is not None:
         best_path = directory.write_best(recommendation.config)
     if recommendation.withheld is not None:
-        candidate_path = directory.root / "candidate" / "config.pbtxt"
-        write_atomic(candidate_path, config_text(recommendation.withheld))
+        candidate_path = write_configs(
+            directory.root / "candidate", recommendation.withheld, directory.tree
+        )
     left = _leave_server(state, recommendation.trial)
     goal_text = f"goal p99 <= {scenario.goals.p99_ms:g} ms" + (
         f": {scenario.goals.note}" if scenario.goals.note else ""
@@ -154,7 +165,9 @@ def _finish(
     if baseline and state.baseline:
         baseline_entry = ConfigEntry.from_trial(
             baseline,
-            config_path=directory.relative(directory.trial_dir(-1) / "config.pbtxt"),
+            config_path=directory.relative(
+                directory.trial_dir(-1) / ("" if directory.tree else "config.pbtxt")
+            ),
             search_throughput_rps=state.baseline.throughput_rps,
         )
     target_info = state.target.describe()
@@ -252,11 +265,11 @@ class _Recommendation:
     #: ``best`` (the chosen config), ``original`` (the model's own) or None (nothing).
     which: str | None
     detail: str
-    config: mc.ModelConfig | None = None
+    config: tuple[mc.ModelConfig, ...] | None = None
     #: The trial the config is (what a shared server is left on with ``--leave best``).
     trial: TrialRecord | None = None
     #: A winner not written as best/config.pbtxt (its gain is not significant).
-    withheld: mc.ModelConfig | None = None
+    withheld: tuple[mc.ModelConfig, ...] | None = None
 
     def to_dict(self, candidate_path: str | None) -> dict[str, Any]:
         return {"config": self.which, "detail": self.detail, "candidate_config": candidate_path}
@@ -281,12 +294,12 @@ def _recommend(
         return _Recommendation(
             None, "the server died before validation: nothing is recommended until it is resumed"
         )
-    config = apply_knobs(state.base_config, chosen.config)
+    config = state.tuned.configs(chosen.config)
     if chosen.number < 0:
         return _Recommendation(
             "original",
             "the model's own config: no searched config did better",
-            state.base_config,
+            state.tuned.originals(),
             chosen,
         )
     if gain.significant is False and state.baseline is not None:
@@ -294,7 +307,7 @@ def _recommend(
             "original",
             f"the model's own config: trial {chosen.number} ({gain.gain:.2f}x) is not "
             "significantly better; it is in candidate/config.pbtxt",
-            state.base_config,
+            state.tuned.originals(),
             state.baseline,
             withheld=config,
         )
@@ -312,7 +325,7 @@ def _front(state: _State) -> tuple[list[TrialRecord], tuple[ParetoEntry, ...]]:
         (state.results[f.number] for f in front if f.number in state.results),
         key=lambda r: -r.throughput_rps,
     )
-    paths = directory.write_pareto(apply_knobs(state.base_config, r.config) for r in pareto)
+    paths = directory.write_pareto(state.tuned.configs(r.config) for r in pareto)
     entries = tuple(
         ParetoEntry(
             rank=rank,

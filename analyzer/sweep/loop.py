@@ -36,6 +36,7 @@ This module holds the loop (set-up, baseline, ask/tell, stop); its phases live b
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -51,9 +52,15 @@ from analyzer.config.choices import (
     mix_queue_policy_choices,
     response_cache_choices,
 )
-from analyzer.config.knobs import Knobs
-from analyzer.config.model_config import apply_knobs, knobs_of
 from analyzer.config.objective import Objective, objective_for
+from analyzer.config.pipeline import (
+    TrialKnobs,
+    Tuned,
+    ensemble_steps,
+    is_ensemble,
+    single,
+    stage_refusal,
+)
 from analyzer.config.scenario import Scenario
 from analyzer.errors import InputError, TargetDiedError
 from analyzer.evaluation import Evaluator
@@ -67,7 +74,7 @@ from analyzer.rundir.results import (
 )
 from analyzer.rundir.summary import StopReason
 from analyzer.rundir.trial_record import TrialRecord
-from analyzer.search.space import SearchSpace
+from analyzer.search.space import JointSpace, SearchSpace, Space
 from analyzer.search.strategy import grid_configs, grid_note, resolve, sampler_for, with_prediction
 from analyzer.search.study import DIED_REASON, INTERRUPTED_REASON, Search, TrialOutcome
 from analyzer.sweep.finish import _finish, _leave_server
@@ -89,12 +96,24 @@ from analyzer.target.protocol import Target, untunable_reason
 __all__ = ["run_sweep", "space_for"]
 
 
-def space_for(scenario: Scenario, base: mc.ModelConfig | None = None) -> SearchSpace:
+def space_for(
+    scenario: Scenario, base: mc.ModelConfig | None = None, min_batch: int = 1
+) -> SearchSpace:
     """The search space the scenario bounds (``base``: the model's config, which may refuse a
-    response cache: :func:`analyzer.config.choices.response_cache_choices`)."""
+    response cache: :func:`analyzer.config.choices.response_cache_choices`; ``min_batch``: the
+    smallest max batch size the model may have, a pipeline's own for its composing models)."""
     s = scenario.space
+    low, high = s.max_batch_size
+    if min_batch > low:
+        low = 2 ** math.ceil(math.log2(min_batch))
+        if low > high:
+            raise InputError(
+                f"the pipeline sends batches of up to {min_batch} to {base.name if base else ''!r}"
+                f", above the space's largest max_batch_size {high}: raise --max-batch-size "
+                f"to {low} or more"
+            )
     return SearchSpace.from_bounds(
-        s.max_batch_size,
+        (low, high),
         s.max_queue_delay_us,
         s.delay_steps,
         s.preferred_batch_size,
@@ -107,6 +126,15 @@ def space_for(scenario: Scenario, base: mc.ModelConfig | None = None) -> SearchS
         base=base,
         kind_choices=kind_choices(s.instance_kind, base),
     )
+
+
+def tuned_space(scenario: Scenario, tuned: Tuned) -> Space:
+    """The space of a sweep: its model's, or one per composing model of a pipeline (each max
+    batch size at least the pipeline's own, which Triton requires of an ensemble)."""
+    if not tuned.pipeline:
+        return space_for(scenario, tuned.base)
+    floor = max(1, tuned.base.max_batch_size) if is_ensemble(tuned.base) else 1
+    return JointSpace(tuple((c.name, space_for(scenario, c, floor)) for c in tuned.stages))
 
 
 def run_sweep(
@@ -200,22 +228,25 @@ def _sweep(
 ) -> SweepOutcome:
     with contextlib.ExitStack() as stack:
         if target is None:
-            _refuse_untunable(_repository_config(scenario))  # before a server loads it
+            on_disk = _repository_config(scenario)
+            if on_disk is not None:  # refused before a server loads it
+                _tuned(scenario, on_disk, lambda name: _repository_config(scenario, name))
             target = make_target(scenario, directory.root)
             stack.callback(target.stop)
         target.notify = observer.on_server
         target.start()
-        base_config = target.model_config()
-        _refuse_untunable(base_config)  # before anything is loaded
-        if resume and (saved := _saved_baseline_config(directory)) is not None:
-            # A killed run left a shared server on some trial's config: the original is the
-            # one the first process measured and recorded.
-            base_config = saved
+        tuned = _tuned(scenario, target.model_config(), target.config_of)
+        if resume and (saved := _saved_originals(directory, tuned)) is not None:
+            # A killed run left a shared server on some trial's configs: the originals are the
+            # ones the first process measured and recorded.
+            tuned = saved
+        base_config = tuned.base
+        directory.tree = tuned.pipeline
         if not run_state:
             run_state.update(_create_run(scenario, directory, command))
         if load is None:
             load = stack.enter_context(_locust_generator(scenario, target, observer))
-        space = space_for(scenario, base_config)
+        space = tuned_space(scenario, tuned)
         objective = objective_for(scenario.objective)
         strategy, why = resolve(scenario, base_config)
         search = Search(
@@ -232,7 +263,7 @@ def _sweep(
             objective,
             directory,
             target,
-            base_config,
+            tuned,
             search,
             Evaluator(scenario, load, observer.on_phase),
             observer,
@@ -280,7 +311,7 @@ def _sweep(
             )
             fresh = not search.finished() and search.started_count() == 0
             if fresh and state.strategy == "tpe":
-                for knobs in space.seeds(knobs_of(base_config), scenario.goals.p99_ms):
+                for knobs in space.seeds(tuned.knobs(), scenario.goals.p99_ms):
                     search.enqueue(knobs, "sensible default")
             if state.strategy == "grid":
                 grid = grid_configs(space)
@@ -319,26 +350,73 @@ def _resumed(record: TrialRecord) -> TrialRecord:
     return replace(record, meets_goals=record.meets_goals and record.problem() is None)
 
 
-def _repository_config(scenario: Scenario) -> mc.ModelConfig | None:
-    """The managed server's model config as written on disk (None when unknown or unreadable:
-    the server then reports the problem itself)."""
+def _repository_config(scenario: Scenario, name: str | None = None) -> mc.ModelConfig | None:
+    """The managed server's config of model ``name`` (default: the scenario's) as written on
+    disk (None when unknown or unreadable: the server then reports the problem itself)."""
     m = scenario.model
     if m.url or m.repository is None:
         return None
-    path = Path(m.repository) / m.name / "config.pbtxt"
+    name = name or m.name
+    path = Path(m.repository) / name / "config.pbtxt"
     try:
         config = parse_config_text(path.read_text(encoding="utf-8"), allow_unknown_field=True)
     except (OSError, text_format.ParseError, ValueError):
         return None
     if not config.name:
-        config.name = m.name
+        config.name = name
     return config
 
 
-def _refuse_untunable(config: mc.ModelConfig | None) -> None:
+def _tuned(
+    scenario: Scenario, base: mc.ModelConfig, read: Callable[[str], mc.ModelConfig | None]
+) -> Tuned:
+    """What the sweep sets: the model itself, or a pipeline's composing models (an ensemble's
+    steps, or ``model.composing_models``) read with ``read``.
+
+    Raises:
+        InputError: The model or a composing model cannot be tuned; the message names the step
+            and what can be tuned instead.
+    """
+    names, caller = _stage_names(scenario, base)
+    if not names:
+        _refuse_untunable(base)
+        return Tuned(base)
+    stages = []
+    for name in names:
+        config = read(name)
+        if config is None:
+            raise InputError(
+                f"{caller(name)} calls model {name!r}, which is not in the repository: add it, "
+                "or tune the other composing models by naming them (--composing-models)"
+            )
+        if (why := stage_refusal(caller(name), config)) is not None:
+            raise InputError(why)
+        stages.append(config)
+    return Tuned.of(base, stages)
+
+
+def _stage_names(
+    scenario: Scenario, base: mc.ModelConfig
+) -> tuple[tuple[str, ...], Callable[[str], str]]:
+    """The composing models to tune, and who calls each (for messages)."""
+    named = scenario.model.composing_models
+    if not is_ensemble(base):
+        return named, lambda name: f"model {base.name!r}"
+    steps = ensemble_steps(base)
+    if unknown := [n for n in named if n not in steps]:
+        raise InputError(
+            f"--composing-models {', '.join(unknown)}: ensemble {base.name!r} calls only "
+            f"{', '.join(steps)}"
+        )
+    order = [s.model_name for s in base.ensemble_scheduling.step]
+    return (
+        tuple(n for n in steps if not named or n in named),
+        lambda name: f"step {order.index(name) + 1} of ensemble {base.name!r}",
+    )
+
+
+def _refuse_untunable(config: mc.ModelConfig) -> None:
     """Raise InputError for a model no dynamic-batching config can tune."""
-    if config is None:
-        return
     reason = untunable_reason(config)
     if reason:
         raise InputError(reason)
@@ -350,18 +428,19 @@ def _refuse_untunable(config: mc.ModelConfig | None) -> None:
         )
 
 
-def _saved_baseline_config(directory: RunDirectory) -> mc.ModelConfig | None:
-    path = directory.trial_dir(-1) / "config.pbtxt"
-    if not path.exists():
+def _saved_originals(directory: RunDirectory, tuned: Tuned) -> Tuned | None:
+    """The configs the first process of a resumed run found (None: it recorded none)."""
+    saved = directory.read_configs(-1, tuned.names)
+    if saved is None:
         return None
-    return parse_config_text(path.read_text(encoding="utf-8"))
+    return Tuned.of(tuned.base, saved) if tuned.pipeline else Tuned(saved[0])
 
 
 def _record_interrupted(
     state: _State,
     number: int,
     source: str,
-    knobs: Knobs,
+    knobs: TrialKnobs,
     started_at: str,
     reason: str = INTERRUPTED_REASON,
 ) -> None:
@@ -467,7 +546,9 @@ def _search_loop(state: _State, clock: Callable[[], float], started: float) -> S
             if done >= grid:
                 return StopReason.GRID
         elif guide is not None:
-            measured = [r.config for r in state.results.values() if r.state != "interrupted"]
+            measured = [
+                single(r.config) for r in state.results.values() if r.state != "interrupted"
+            ]
             best = state.objective.best(state.results.values())
             bracket = state.objective.gain_sample(best) if best else None
             if guide.settled(
@@ -483,8 +564,8 @@ def _search_loop(state: _State, clock: Callable[[], float], started: float) -> S
         elif _stagnant(state.results, scenario, state.objective):
             return StopReason.STAGNATION
         asked = search.ask()
-        config = apply_knobs(state.base_config, asked.knobs)
-        state.run_dir.write_config(asked.number, config)
+        configs = state.tuned.configs(asked.knobs)
+        state.run_dir.write_config(asked.number, configs)
         state.observer.on_trial_start(
             asked.number, asked.source, asked.knobs, done + 1, budget.trials
         )
@@ -494,7 +575,7 @@ def _search_loop(state: _State, clock: Callable[[], float], started: float) -> S
                 asked.number,
                 asked.source,
                 asked.knobs,
-                config,
+                configs,
                 expect=_expected(state, asked.knobs),
             )
         except (KeyboardInterrupt, TargetDiedError) as exc:

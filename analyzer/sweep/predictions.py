@@ -12,7 +12,9 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from analyzer.config.knobs import Knobs
 from analyzer.config.model_config import knobs_of
+from analyzer.config.pipeline import single
 from analyzer.config.scenario import Scenario
 from analyzer.errors import InputError, TargetError
 from analyzer.predict import ProfileError
@@ -125,7 +127,7 @@ def _predicted(state: _State, guide: Guide) -> Guide | None:
     """The predict phase: the profile's latency offset calibrated on the baseline's operating
     point, then every config of the space simulated; None when nothing could be predicted."""
     directory = state.run_dir
-    space_configs = grid_configs(state.search.space)
+    space_configs = _space_configs(state)
     state.observer.on_phase(f"predicting {len(space_configs)} configs")
     try:
         with state.phase("predict"):
@@ -164,6 +166,11 @@ def _predicted(state: _State, guide: Guide) -> Guide | None:
     return guide
 
 
+def _space_configs(state: _State) -> list[Knobs]:
+    """Every config of the space (predict tunes one model: a pipeline never gets here)."""
+    return [single(k) for k in grid_configs(state.search.space)]
+
+
 def _finished(state: _State) -> list[TrialRecord]:
     """Every measurement so far, the baseline's first: where the predictions' latency offset is
     calibrated."""
@@ -185,7 +192,7 @@ def _refit(state: _State, guide: Guide, remaining: int) -> None:
     try:
         guide.refit(
             samples,
-            [r.config for r in state.results.values()],
+            [single(r.config) for r in state.results.values()],
             2 * remaining,
             _finished(state),
             where=f"run directory {state.run_dir.root.name}",
@@ -193,6 +200,4 @@ def _refit(state: _State, guide: Guide, remaining: int) -> None:
     except (InputError, ValueError) as exc:
         _LOG.debug("no refit: %s", exc)
         return
-    records.write_predictions(
-        state.run_dir.predictions_json, guide.record(grid_configs(state.search.space))
-    )
+    records.write_predictions(state.run_dir.predictions_json, guide.record(_space_configs(state)))

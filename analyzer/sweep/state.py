@@ -17,8 +17,8 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import Knobs
 from analyzer.config.objective import Objective
+from analyzer.config.pipeline import TrialKnobs, Tuned
 from analyzer.config.scenario import Scenario
 from analyzer.evaluation import Evaluator
 from analyzer.predict.profile import Profile
@@ -74,7 +74,7 @@ class SweepObserver:
         """The target is up and the run directory exists."""
 
     def on_trial_start(
-        self, number: int, source: str, knobs: Knobs, index: int, budget: int
+        self, number: int, source: str, knobs: TrialKnobs, index: int, budget: int
     ) -> None:
         """A config is about to be loaded and measured (``number`` -1 = baseline)."""
 
@@ -106,7 +106,8 @@ class _State:
     objective: Objective
     run_dir: RunDirectory
     target: Target
-    base_config: mc.ModelConfig
+    #: What the sweep sets: the model, or a pipeline's composing models.
+    tuned: Tuned
     search: Search
     evaluator: Evaluator
     observer: SweepObserver
@@ -139,6 +140,11 @@ class _State:
     #: Restarts and outages of the processes before a ``--resume`` (run.json).
     earlier_restarts: int = 0
     earlier_outages: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def base_config(self) -> mc.ModelConfig:
+        """The measured model's own config (a pipeline's: its ensemble or BLS model)."""
+        return self.tuned.base
 
     def server_event(self, trial: int, source: str, what: str, detail: str) -> None:
         """Record and show something that happened to the server during ``trial``."""

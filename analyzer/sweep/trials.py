@@ -10,13 +10,12 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import Knobs
-from analyzer.config.model_config import knobs_of
+from analyzer.config.pipeline import TrialKnobs, single
 from analyzer.config.scenario import Scenario
 from analyzer.errors import TargetDiedError, TargetError
 from analyzer.evaluation.plan import NEIGHBOUR_GROWTH, Expected
@@ -26,7 +25,7 @@ from analyzer.rundir.results import utc_now
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.search.strategy import nearest_capacity
 from analyzer.sweep.state import CRASHED_REASON, SweepObserver, _first_line, _State
-from analyzer.target.protocol import ConfigRejectedError, Target
+from analyzer.target.protocol import ConfigRejectedError, Target, load_configs
 
 
 @contextlib.contextmanager
@@ -70,14 +69,14 @@ def _measure_baseline(state: _State) -> TrialRecord:
     checked, not searched for: a step below the forecast that must pass and one above it that
     must fail bracket the capacity (the gain's interval covers that bracket); a full capacity
     search runs only when either step disagrees with the forecast."""
-    knobs = knobs_of(state.base_config)
-    state.run_dir.write_config(-1, state.base_config)
+    knobs, originals = state.tuned.knobs(), state.tuned.originals()
+    state.run_dir.write_config(-1, originals)
     state.observer.on_trial_start(-1, "baseline", knobs, 0, state.scenario.budget.trials)
-    forecast = state.guide.forecast(knobs) if state.guide is not None else None
+    forecast = state.guide.forecast(single(knobs)) if state.guide is not None else None
     expect = None
     if forecast is not None and forecast.capacity_rps > 0 and state.objective.capacity:
         expect = Expected(forecast.capacity_rps, check=True)
-    result = _run_trial(state, -1, "baseline", knobs, state.base_config, expect=expect)
+    result = _run_trial(state, -1, "baseline", knobs, originals, expect=expect)
     if forecast is not None:
         result = replace(result, prediction=forecast)
     state.run_dir.write_trial(result)
@@ -89,15 +88,15 @@ def _run_trial(
     state: _State,
     number: int,
     source: str,
-    knobs: Knobs,
-    config: mc.ModelConfig,
+    knobs: TrialKnobs,
+    configs: Sequence[mc.ModelConfig],
     factor: float = 1.0,
     near_rps: float | None = None,
     expect: Expected | None = None,
     check_rps: float | None = None,
     fails_at_rps: float | None = None,
 ) -> TrialRecord:
-    """Load ``config`` and measure it; a failure becomes a failed result, never an exception.
+    """Load ``configs`` (one per tuned model) and measure them; a failure becomes a failed result, never an exception.
 
     ``check_rps``: one sequential step at that rate instead (validation); else the objective's
     measurement, its capacity search near ``near_rps`` or ``expect`` (an expected capacity and
@@ -121,7 +120,7 @@ def _run_trial(
             raise
         try:
             state.touched = True
-            state.target.load_config(config)
+            load_configs(state.target, configs)
             evaluation = (
                 state.evaluator.check(check_rps, factor)
                 if check_rps
@@ -187,14 +186,14 @@ def _run_trial(
     )
 
 
-def _expected(state: _State, knobs: Knobs) -> Expected | None:
+def _expected(state: _State, knobs: TrialKnobs) -> Expected | None:
     """Where a trial's capacity search starts, and the growth that brackets it: the config's
     predicted capacity (small steps), else the capacity of the nearest finished trial, the
     baseline included (larger steps: a neighbour is a looser guess); None: neither is known."""
     if not state.objective.capacity:
         return None
     if state.guide is not None:
-        prediction = state.guide.prediction(knobs)
+        prediction = state.guide.prediction(single(knobs))
         if prediction is not None and prediction.capacity_rps > 0:
             return Expected(prediction.capacity_rps)
     finished = [*state.results.values(), *([state.baseline] if state.baseline else [])]

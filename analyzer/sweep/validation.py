@@ -11,7 +11,6 @@ import random
 from dataclasses import replace
 from typing import Any
 
-from analyzer.config.model_config import apply_knobs
 from analyzer.config.objective import worst_value
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.rundir.validation import Validation, ValidationCandidate
@@ -60,7 +59,7 @@ def _validate_at_capacity(state: _State) -> list[ValidationCandidate]:
             r.number,
             "validation",
             r.config,
-            apply_knobs(state.base_config, r.config),
+            state.tuned.configs(r.config),
             factor=b.validate_window_factor,
             **how,
         )
@@ -149,13 +148,13 @@ def _validate_repeats(state: _State) -> list[ValidationCandidate]:
     repeats: dict[int, list[TrialRecord]] = {r.number: [] for r in top}
     for r, i in order:
         state.observer.on_trial_start(r.number, "validation", r.config, i + 1, b.validate_repeats)
-        config = state.base_config if r.number < 0 else apply_knobs(state.base_config, r.config)
+        configs = state.tuned.originals() if r.number < 0 else state.tuned.configs(r.config)
         result = _run_trial(
             state,
             r.number,
             "validation",
             r.config,
-            config,
+            configs,
             factor=b.validate_window_factor,
             near_rps=r.throughput_rps,
         )

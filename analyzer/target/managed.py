@@ -260,8 +260,7 @@ class ManagedServer(_HttpTarget):
                 # Its old ports were taken meanwhile: free ones (a new url) beat no server.
                 process.restart(timeout_s=self.stop_timeout_s, command=self._relaunch_command(None))
                 self._await_ready(process)
-            if self._last_config is not None:
-                self.load_config(self._last_config)
+            self.reload_last()
         except TargetDiedError:
             raise
         except TargetError as exc:

@@ -1,6 +1,7 @@
 """The server under test, behind one protocol, and the HTTP both implementations share.
 
-:class:`Target` (start, push a config, ensure alive, stop), :class:`ConfigRejectedError`,
+:class:`Target` (start, push a config, ensure alive, stop), :func:`load_configs` (a trial's
+configs, one per tuned model), :class:`ConfigRejectedError`,
 :func:`untunable_reason` (a model config the search cannot tune), and ``_HttpTarget``: how
 a config is pushed without a restart (``POST /v2/repository/models/<m>/load`` with
 ``{"parameters": {"config": <JSON>}}``, then wait until the model is ready) and what each
@@ -11,7 +12,7 @@ through :mod:`analyzer.target.transport`: no gevent, no tritonclient client.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from google.protobuf import json_format
@@ -28,6 +29,12 @@ class ConfigRejectedError(TargetError):
     """The server refused a config (the trial fails; the sweep goes on)."""
 
 
+def load_configs(target: Target, configs: Sequence[mc.ModelConfig]) -> None:
+    """Load a trial's configs, one per tuned model, in order (each waits until ready)."""
+    for config in configs:
+        target.load_config(config)
+
+
 def untunable_reason(config: mc.ModelConfig) -> str | None:
     """Why perfsweep must not tune this model, or None.
 
@@ -35,15 +42,16 @@ def untunable_reason(config: mc.ModelConfig) -> str | None:
     ``oneof``: setting the first erases the others, which would silently change what an ensemble
     or a stateful model means. A stateful model with the sequence batcher's ``oldest`` strategy
     is tuned in place (:func:`analyzer.config.model_config.apply_knobs` writes into ``oldest``); the
-    ``direct`` strategy has nothing to tune, and an ensemble schedules its composing models.
+    ``direct`` strategy has nothing to tune, and an ensemble schedules its composing models (a
+    sweep tunes those: :class:`analyzer.config.pipeline.Tuned`).
     """
     kind = config.WhichOneof("scheduling_choice")
     if config.platform == "ensemble" or kind == "ensemble_scheduling":
         return (
             f'model {config.name!r} is an ensemble (platform "ensemble" / '
             "ensemble_scheduling), which has no batcher of its own: its composing models do the "
-            "batching. perfsweep can tune each composing model by name instead (dynamic_batching, "
-            "or sequence_batching with the oldest strategy)"
+            f"batching. `perfsweep run --model {config.name}` tunes them together; here, tune "
+            "a composing model by name"
         )
     if kind == "sequence_batching" and not config.sequence_batching.HasField("oldest"):
         return (
@@ -91,7 +99,18 @@ class Target(Protocol):
         ...
 
     def load_config(self, config: mc.ModelConfig) -> None:
-        """Reload the model with ``config`` (no server restart) and wait until it is ready."""
+        """Reload model ``config.name`` (the tuned model when the config names none, or one of
+        the pipeline's composing models) with ``config``, no server restart, and wait until it
+        and :attr:`model` are ready."""
+        ...
+
+    def config_of(self, name: str) -> mc.ModelConfig | None:
+        """Model ``name``'s current config as the server reports it (a composing model's);
+        None when the server answers that it has no such model.
+
+        Raises:
+            TargetError: The server did not answer.
+        """
         ...
 
     def ensure_alive(self) -> None:
@@ -168,8 +187,9 @@ class _HttpTarget:
     clock: Callable[[], float] = staticmethod(time.monotonic)
     sleep: Callable[[float], None] = staticmethod(time.sleep)
     notify: Callable[[str], None] = staticmethod(lambda text: None)
-    #: The last config :meth:`load_config` pushed (loaded again into a server that returns).
-    _last_config: mc.ModelConfig | None = None
+    #: The last config :meth:`load_config` pushed per model, in order (loaded again into a
+    #: server that returns).
+    _last_configs: dict[str, mc.ModelConfig] | None = None
 
     def _call(
         self, method: str, path: str, body: Any = None, timeout_s: float = 10.0
@@ -184,20 +204,15 @@ class _HttpTarget:
     def _is_live(self) -> bool:
         return live(self.url, self.transport)
 
-    def _is_ready(self) -> bool:
+    def _is_ready(self, model: str | None = None) -> bool:
         try:
-            status, _ = self._get(f"/v2/models/{self.model}/ready", timeout_s=5.0)
+            status, _ = self._get(f"/v2/models/{model or self.model}/ready", timeout_s=5.0)
         except OSError:
             return False
         return status == 200
 
     def model_config(self) -> mc.ModelConfig:
-        try:
-            status, payload = self._get(f"/v2/models/{self.model}/config")
-        except OSError as exc:
-            raise TargetError(
-                f"cannot read the config of {self.model} from {self.url}: {exc}"
-            ) from exc
+        status, payload = self._config_answer(self.model)
         if status != 200 or not isinstance(payload, dict):
             raise TargetError(
                 f"{self.url} has no model {self.model!r} ({status}: {_error_text(payload)}); "
@@ -205,9 +220,27 @@ class _HttpTarget:
             )
         return config_from_json(payload)
 
+    def config_of(self, name: str) -> mc.ModelConfig | None:
+        status, payload = self._config_answer(name)
+        if status != 200 or not isinstance(payload, dict):
+            return None
+        return config_from_json(payload)
+
+    def _config_answer(self, name: str) -> tuple[int, Any]:
+        try:
+            return self._get(f"/v2/models/{name}/config")
+        except OSError as exc:
+            raise TargetError(f"cannot read the config of {name} from {self.url}: {exc}") from exc
+
+    def reload_last(self) -> None:
+        """Load again every config :meth:`load_config` pushed (a server that came back)."""
+        for config in list((self._last_configs or {}).values()):
+            self.load_config(config)
+
     def load_config(self, config: mc.ModelConfig) -> None:
+        name = config.name or self.model
         body = {"parameters": {"config": config_to_json(config)}}
-        path = f"/v2/repository/models/{self.model}/load"
+        path = f"/v2/repository/models/{name}/load"
         try:
             status, payload = self._call("POST", path, body, timeout_s=self.load_timeout_s)
         except OSError as exc:
@@ -230,17 +263,21 @@ class _HttpTarget:
                 self.url,
             )
         deadline = self.clock() + self.load_timeout_s
-        while not self._is_ready():
-            if not self._is_live():
-                raise TargetDiedError(
-                    f"the server at {self.url} died while loading {self.model}", self.url
-                )
-            if self.clock() > deadline:
-                raise TargetError(
-                    f"{self.model} was not ready {self.load_timeout_s:.0f} s after load"
-                )
-            self.sleep(0.1)
-        self._last_config = config
+        # A composing model's reload reloads the pipeline that calls it (Triton): both ready.
+        for model in dict.fromkeys((name, self.model)):
+            while not self._is_ready(model):
+                if not self._is_live():
+                    raise TargetDiedError(
+                        f"the server at {self.url} died while loading {model}", self.url
+                    )
+                if self.clock() > deadline:
+                    raise TargetError(
+                        f"{model} was not ready {self.load_timeout_s:.0f} s after load"
+                    )
+                self.sleep(0.1)
+        if self._last_configs is None:
+            self._last_configs = {}
+        self._last_configs[name] = config
 
     def server_metadata(self) -> dict[str, Any]:
         try:

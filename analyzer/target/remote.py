@@ -148,8 +148,7 @@ class RemoteTarget(_HttpTarget):
                 self.url,
             )
         self._metadata = self.server_metadata()
-        if self._last_config is not None:
-            self.load_config(self._last_config)
+        self.reload_last()
 
     def describe(self) -> dict[str, Any]:
         meta = self._metadata or self.server_metadata()

@@ -232,6 +232,9 @@ class FakeTarget:
         copy.CopyFrom(self.current)
         return copy
 
+    def config_of(self, name: str) -> mc.ModelConfig | None:
+        return self.model_config() if name == self.model else None
+
     def load_config(self, config: mc.ModelConfig) -> None:
         # Round-trip through the JSON override, as the HTTP load API would.
         text = json_format.MessageToJson(config, preserving_proto_field_name=True)

@@ -1,0 +1,194 @@
+"""What a sweep tunes: one model, or the composing models of a pipeline, searched together.
+
+A pipeline is an ensemble (``platform: "ensemble"``: its steps name the models it calls) or a
+BLS model (a Python model that calls others; its code cannot be read, so the scenario names
+them: ``model.composing_models``). Load goes to the pipeline's own model and the goals are its
+end-to-end latency and throughput; the knobs are every composing model's, one :class:`Knobs`
+each, in :class:`JointKnobs`. :class:`Tuned` maps a trial's knobs to the configs it loads: one
+for a plain model, one per composing model for a pipeline (the ensemble's own config is never
+changed: it has no batcher).
+
+Pure: no server, no sockets (the sweep reads the configs and hands them to :class:`Tuned`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from analyzer.config.knobs import Knobs
+from analyzer.config.model_config import apply_knobs, knobs_of
+
+#: The platform of an ensemble (Triton's ``platform: "ensemble"``).
+ENSEMBLE = "ensemble"
+
+
+@dataclass(frozen=True)
+class JointKnobs:
+    """One :class:`Knobs` per composing model of a pipeline, in step order.
+
+    The aggregate properties answer what the report and the records ask of any trial's knobs:
+    instances in all (every stage's), dynamic batching (every stage batches).
+    """
+
+    stages: tuple[tuple[str, Knobs], ...]
+
+    def __post_init__(self) -> None:
+        names = [name for name, _ in self.stages]
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"a pipeline's knobs need distinct stage names: {names}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.stages)
+
+    def stage(self, name: str) -> Knobs:
+        """The knobs of composing model ``name``."""
+        return dict(self.stages)[name]
+
+    @property
+    def instance_count(self) -> int:
+        return sum(k.instance_count for _, k in self.stages)
+
+    @property
+    def dynamic_batching(self) -> bool:
+        return all(k.dynamic_batching for _, k in self.stages)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"stages": {model: <Knobs.to_dict()>, ...}}`` in step order."""
+        return {"stages": {name: knobs.to_dict() for name, knobs in self.stages}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JointKnobs:
+        """Inverse of :meth:`to_dict`."""
+        return cls(tuple((name, Knobs.from_dict(k)) for name, k in data["stages"].items()))
+
+    def label(self) -> str:
+        """``pre: mbs=8 delay=0us pref=[-] x1 | infer: mbs=16 ... x2``."""
+        return " | ".join(f"{name}: {knobs.label()}" for name, knobs in self.stages)
+
+
+#: A trial's knobs: a plain model's, or a pipeline's.
+TrialKnobs = Knobs | JointKnobs
+
+
+def knobs_from_dict(data: Mapping[str, Any]) -> TrialKnobs:
+    """The knobs a result file's ``config`` object holds (a pipeline's have ``stages``)."""
+    return JointKnobs.from_dict(data) if "stages" in data else Knobs.from_dict(data)
+
+
+def single(knobs: TrialKnobs) -> Knobs:
+    """``knobs`` as one model's, for what models one model (the simulator, the probe)."""
+    if isinstance(knobs, JointKnobs):
+        raise ValueError(f"a pipeline's knobs ({', '.join(knobs.names)}) are not one model's")
+    return knobs
+
+
+def knob_cells(knobs: TrialKnobs) -> tuple[str, str, str, str]:
+    """max batch size, queue delay (``off``: no dynamic batching), preferred sizes, instances
+    as table cells; a pipeline's stages joined by ``/`` in step order (``8/16/8``)."""
+    if isinstance(knobs, JointKnobs):
+        cells = [knob_cells(k) for _, k in knobs.stages]
+        return tuple("/".join(column) for column in zip(*cells, strict=True))  # type: ignore[return-value]
+    return (
+        str(knobs.max_batch_size),
+        str(knobs.max_queue_delay_us) if knobs.dynamic_batching else "off",
+        ",".join(str(s) for s in knobs.preferred_batch_size) or "-",
+        str(knobs.instance_count),
+    )
+
+
+def is_ensemble(config: mc.ModelConfig) -> bool:
+    return config.platform == ENSEMBLE or config.WhichOneof("scheduling_choice") == (
+        "ensemble_scheduling"
+    )
+
+
+def ensemble_steps(config: mc.ModelConfig) -> tuple[str, ...]:
+    """The models an ensemble's steps call, in step order, each once."""
+    return tuple(dict.fromkeys(s.model_name for s in config.ensemble_scheduling.step))
+
+
+def stage_refusal(caller: str, config: mc.ModelConfig) -> str | None:
+    """Why composing model ``config`` cannot be tuned, or None (``caller``: who calls it, e.g.
+    ``step 2 of ensemble 'pipe'``, which the message names)."""
+    name = config.name
+    instead = (
+        f"tune the other composing models by naming them (--composing-models), or {name!r} "
+        "on its own"
+    )
+    if is_ensemble(config):
+        return (
+            f"{caller} calls {name!r}, itself an ensemble: nested ensembles are not "
+            f"tuned; {instead}"
+        )
+    if config.model_transaction_policy.decoupled:
+        return (
+            f"{caller} calls {name!r}, a decoupled model (it answers a request "
+            f"with any number of responses, so its batches are not requests): {instead}"
+        )
+    if config.WhichOneof("scheduling_choice") == "sequence_batching":
+        return (
+            f"{caller} calls {name!r}, a sequence-batched (stateful) model, whose "
+            f"requests belong to sequences the pipeline's traffic does not carry: {instead}"
+        )
+    if config.max_batch_size == 0:
+        return (
+            f"{caller} calls {name!r}, which has max_batch_size 0 (no batch "
+            f"dimension), so it cannot be batched: {instead}"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """What one sweep sets: the model it measures, and the configs a trial's knobs make.
+
+    Attributes:
+        base: The measured model's own config (the pipeline's, for a pipeline).
+        stages: A pipeline's composing models' own configs, in step order; empty for a plain
+            model, whose own config is tuned.
+    """
+
+    base: mc.ModelConfig
+    stages: tuple[mc.ModelConfig, ...] = ()
+
+    @classmethod
+    def of(cls, base: mc.ModelConfig, stages: Sequence[mc.ModelConfig] = ()) -> Tuned:
+        return cls(base, tuple(stages))
+
+    @property
+    def pipeline(self) -> bool:
+        return bool(self.stages)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The models whose configs the sweep sets."""
+        return tuple(c.name for c in self.stages) if self.stages else (self.base.name,)
+
+    def originals(self) -> tuple[mc.ModelConfig, ...]:
+        """The configs the sweep found (what restoring loads back)."""
+        return self.stages or (self.base,)
+
+    def knobs(self) -> TrialKnobs:
+        """The knobs of the configs as found (the baseline's)."""
+        return self.knobs_of(self.originals())
+
+    def configs(self, knobs: TrialKnobs) -> tuple[mc.ModelConfig, ...]:
+        """The configs that ``knobs`` make, one per tuned model (loaded in this order)."""
+        if isinstance(knobs, JointKnobs):
+            if not self.stages or knobs.names != self.names:
+                raise ValueError(f"knobs for {knobs.names} do not fit the models {self.names}")
+            return tuple(apply_knobs(c, knobs.stage(c.name)) for c in self.stages)
+        if self.stages:
+            raise ValueError(f"one model's knobs do not fit the pipeline's models {self.names}")
+        return (apply_knobs(self.base, knobs),)
+
+    def knobs_of(self, configs: Sequence[mc.ModelConfig]) -> TrialKnobs:
+        """The knobs ``configs`` (one per tuned model, as :meth:`configs` makes) set."""
+        if not self.stages:
+            return knobs_of(configs[0])
+        return JointKnobs(tuple((c.name, knobs_of(c)) for c in configs))

@@ -1,0 +1,213 @@
+"""`perfsweep run --model <ensemble>` tunes a pipeline: every composing model's knobs in one search,
+load to the ensemble, one config.pbtxt per composing model, every stage restored on a shared
+server; and the pipelines it cannot tune are refused before anything is loaded.
+
+A three-step ensemble (a cheap preprocess, a model with a batch-dependent device time, a cheap
+postprocess) of simulated models on the reference server, real Locust, tiny budgets: these tests
+pin the plumbing; the quality of a pipeline's answer is the benchmark's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from analyzer.config.model_config import knobs_of
+from analyzer.config.pipeline import JointKnobs
+from analyzer.rundir.results import load_summary, load_trial_record, parse_config_text
+from reference_server.core.config import validate
+from tests.support.servers import ReferenceProcess, write_model, write_sim_model
+
+pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.slow]
+
+STAGES = ("pre", "infer", "post")
+
+SCENARIO = """
+objective = "throughput"
+[model]
+name = "pipe"
+[traffic]
+min_rate_rps = 5.0
+start_rps = 40.0
+max_rate_rps = 300.0
+[goals]
+p99_ms = 150.0
+max_error_rate = 0.01
+[space]
+max_batch_size = [1, 16]
+max_queue_delay_us = [0, 4000]
+delay_steps = 3
+instance_count = [1, 2]
+[budget]
+trials = {trials}
+patience = 10
+warmup_s = 0.3
+window_s = 0.5
+min_requests = 60
+capacity_resolution = 0.3
+validate_top = {validate_top}
+validate_repeats = 1
+validate_window_factor = 1.0
+[search]
+strategy = "tpe"
+"""
+
+
+def _ensemble(steps: tuple[str, ...] = STAGES, max_batch_size: int = 4) -> str:
+    tensors = ["IN", *(f"t{i}" for i in range(len(steps) - 1)), "OUT"]
+    body = ",\n".join(
+        f'{{ model_name: "{model}" model_version: -1 '
+        f'input_map {{ key: "INPUT0" value: "{tensors[i]}" }} '
+        f'output_map {{ key: "OUTPUT0" value: "{tensors[i + 1]}" }} }}'
+        for i, model in enumerate(steps)
+    )
+    return f"""
+name: "pipe"
+platform: "ensemble"
+max_batch_size: {max_batch_size}
+input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ 16 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 16 ] }} ]
+ensemble_scheduling {{ step [ {body} ] }}
+"""
+
+
+def make_repo(root: Path, steps: tuple[str, ...] = STAGES) -> Path:
+    repo = root / "repo"
+    write_sim_model(
+        repo, "pre", 0.3, 0.02, max_batch_size=16, dynamic_batching="dynamic_batching { }"
+    )
+    write_sim_model(
+        repo, "infer", 4.0, 0.5, max_batch_size=16, dynamic_batching="dynamic_batching { }"
+    )
+    write_sim_model(
+        repo, "post", 0.3, 0.02, max_batch_size=16, dynamic_batching="dynamic_batching { }"
+    )
+    write_model(repo, "pipe", _ensemble(steps))
+    return repo
+
+
+def command(tmp_path: Path, run_dir: Path, trials: int = 2, validate_top: int = 1) -> list[str]:
+    scenario = tmp_path / "pipe.toml"
+    scenario.write_text(SCENARIO.format(trials=trials, validate_top=validate_top))
+    return [
+        *(sys.executable, "-c", "from analyzer.cli import main; main()", "run"),
+        *("--scenario", str(scenario), "--model", "pipe", "--run-dir", str(run_dir)),
+    ]
+
+
+def _config(url: str, model: str) -> dict:
+    with urllib.request.urlopen(f"http://{url}/v2/models/{model}/config", timeout=10) as answer:
+        return json.load(answer)
+
+
+def test_a_managed_ensemble_is_tuned_stage_by_stage_in_one_search(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [*command(tmp_path, run_dir), "--model-repository", str(repo), "--device", "sim"],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = load_summary(run_dir)
+    # Every record holds one knob set per composing model, in step order; the ensemble's own
+    # config is never one of them (it has no batcher).
+    baseline = summary["baseline"]["config"]
+    assert list(baseline["stages"]) == list(STAGES)
+    for n in range(2):
+        record = load_trial_record(run_dir / "trials" / f"{n:03d}" / "measurement.json")
+        knobs = JointKnobs.from_dict(record["config"])
+        assert knobs.names == STAGES
+        # Each stage's max batch size is at least the ensemble's 4 (Triton's rule).
+        assert min(k.max_batch_size for _, k in knobs.stages) >= 4
+        for stage in STAGES:  # the configs the trial loaded, one per stage
+            written = parse_config_text(
+                (run_dir / "trials" / f"{n:03d}" / stage / "config.pbtxt").read_text()
+            )
+            assert written.name == stage and knobs_of(written) == knobs.stage(stage)
+        assert not (run_dir / "trials" / f"{n:03d}" / "pipe").exists()
+        # The load went to the ensemble: the server counted every request the generator did.
+        point = record["measurement"]["best"]
+        if point is not None:
+            assert point["server"]["success_count"] >= point["request_count"] > 0
+    assert summary["trials"]["complete"] == 2
+    assert summary["best"]["meets_goals"]
+    best = summary["best"]["config"]["stages"]
+    if summary["recommendation"]["config"] == "best":
+        # A drop-in repository tree: one config.pbtxt per composing model.
+        assert summary["files"]["best_config"] == "best"
+        for stage in STAGES:
+            config = parse_config_text((run_dir / "best" / stage / "config.pbtxt").read_text())
+            validate(config)
+            assert config.name == stage and knobs_of(config).to_dict() == best[stage]
+            assert config.parameters["profile"].string_value == "profile.toml"
+    # The console names each stage's knobs; trials.csv joins them in step order.
+    assert "pre: mbs=" in done.stdout and " | infer: mbs=" in done.stdout
+    header, first = (run_dir / "trials.csv").read_text().splitlines()[:2]
+    assert header.startswith("number,") and first.count("/") >= 8  # 4 knob columns x 3 stages
+
+
+def test_a_shared_server_gets_every_stage_back(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    with ReferenceProcess(tmp_path, repository=repo, args=["--model=pipe"], device="sim") as server:
+        url = server.http_url
+        before = {stage: _config(url, stage) for stage in STAGES}
+        run_dir = tmp_path / "run"
+        done = subprocess.run(
+            [*command(tmp_path, run_dir, validate_top=0), "--url", url],
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        left = load_summary(run_dir)["left_on_server"]
+        assert left["config"] == "original" and left["models"] == list(STAGES)
+        assert "composing models' (pre, infer, post) original config" in left["detail"]
+        for stage in STAGES:
+            assert _config(url, stage) == before[stage], stage
+
+
+@pytest.mark.parametrize(
+    ("case", "needle"),
+    [
+        ("decoupled", "step 2 of ensemble 'pipe' calls 'talk', a decoupled model"),
+        (
+            "missing",
+            "step 2 of ensemble 'pipe' calls model 'nosuch', which is not in the repository",
+        ),
+        ("stateful", "step 2 of ensemble 'pipe' calls 'state', a sequence-batched"),
+    ],
+)
+def test_a_pipeline_that_cannot_be_tuned_is_refused_before_anything_starts(
+    tmp_path: Path, case: str, needle: str
+) -> None:
+    repo = make_repo(tmp_path)
+    step = {"decoupled": "talk", "missing": "nosuch", "stateful": "state"}[case]
+    if case == "decoupled":
+        write_sim_model(repo, "talk", 1.0, max_batch_size=16)
+        text = (repo / "talk" / "config.pbtxt").read_text()
+        (repo / "talk" / "config.pbtxt").write_text(
+            text + "model_transaction_policy { decoupled: true }\n"
+        )
+    if case == "stateful":
+        write_sim_model(repo, "state", 1.0, max_batch_size=16)
+        text = (repo / "state" / "config.pbtxt").read_text()
+        (repo / "state" / "config.pbtxt").write_text(text + "sequence_batching { }\n")
+    write_model(repo, "pipe", _ensemble(("pre", step, "post")))
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [*command(tmp_path, run_dir), "--model-repository", str(repo), "--device", "sim"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    said = " ".join((done.stdout + done.stderr).split())
+    assert needle in said and "--composing-models" in said, said
+    assert not run_dir.exists(), "refused before a server started or a run was written"
