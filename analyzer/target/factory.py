@@ -41,6 +41,7 @@ def make_target(scenario: Scenario, workdir: Path, url: str | None = None) -> Ta
             workdir,
             m.triton_server_path,
             m.startup_timeout_s,
+            also_load=m.composing_models,
         )
     return ManagedServer(
         m.name,

@@ -34,7 +34,7 @@ import socket
 import sys
 import sysconfig
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -283,6 +283,7 @@ class ManagedTriton(ManagedServer):
         binary: Path | None = None,
         startup_timeout_s: float = 180.0,
         transport: Transport | None = None,
+        also_load: Sequence[str] = (),
     ) -> None:
         if repository is None:
             raise InputError(
@@ -298,6 +299,9 @@ class ManagedTriton(ManagedServer):
             transport=transport,
         )
         self.binary = find_tritonserver(binary)
+        #: Models loaded before :attr:`model`: a BLS model's composing models, which Triton
+        #: cannot find in its code (an ensemble's are loaded with it).
+        self.also_load = tuple(also_load)
         self.ports: TritonPorts | None = None
         self._launch: TritonLaunch | None = None
         #: Shared-memory files seen mapped, by the process group that mapped them.
@@ -375,25 +379,30 @@ class ManagedTriton(ManagedServer):
         return True if status == 200 else None
 
     def _load_model(self, process: Supervisor) -> None:
-        """Load the model from the repository as it is (explicit model control)."""
-        path = f"/v2/repository/models/{self.model}/load"
+        """Load the model (after :attr:`also_load`) from the repository as it is (explicit
+        model control)."""
+        for name in (*self.also_load, self.model):
+            self._load_one(name, process)
+
+    def _load_one(self, name: str, process: Supervisor) -> None:
+        path = f"/v2/repository/models/{name}/load"
         try:
             with self._watching_regions():
                 status, payload = self._call("POST", path, {}, timeout_s=self.startup_timeout_s)
         except OSError as exc:
             raise TargetError(
-                f"Triton stopped answering while loading {self.model!r}: {exc} (log: {self.log_path})"
+                f"Triton stopped answering while loading {name!r}: {exc} (log: {self.log_path})"
             ) from exc
         if status != 200:
             error = payload.get("error") if isinstance(payload, dict) else payload
             raise TargetError(
-                f"Triton could not load model {self.model!r} from {self.repository}: {error} "
+                f"Triton could not load model {name!r} from {self.repository}: {error} "
                 f"(log: {self.log_path})"
             )
         deadline = self.clock() + self.startup_timeout_s
-        while not self._is_ready():
+        while not self._is_ready(name):
             if not process.running() or self.clock() > deadline:
-                raise TargetError(f"model {self.model!r} never became ready (log: {self.log_path})")
+                raise TargetError(f"model {name!r} never became ready (log: {self.log_path})")
             self.sleep(0.2)
 
     # -- life cycle additions ------------------------------------------------------------------
@@ -467,6 +476,7 @@ def managed_triton(
     binary: Path | None,
     startup_timeout_s: float,
     transport: Transport | None = None,
+    also_load: Sequence[str] = (),
 ) -> ManagedTriton:
     """The managed Triton of a run directory ``workdir``: log ``workdir/server/tritonserver.log``.
 
@@ -480,4 +490,5 @@ def managed_triton(
         binary=binary,
         startup_timeout_s=startup_timeout_s,
         transport=transport,
+        also_load=also_load,
     )

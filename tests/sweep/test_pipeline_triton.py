@@ -1,0 +1,176 @@
+"""Pipelines on a real Triton 2.51 started by `perfsweep run --server triton`: a three-step
+ensemble of Python-backend models (a cheap preprocess, a GPU-like model whose device work is
+serialised by a lock every instance shares, a cheap postprocess) and a BLS model that calls two of
+them. Every composing model's knobs are searched together while the load goes to the pipeline;
+the recommended repository tree (one config.pbtxt per composing model) loads in Triton.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from analyzer.config.model_config import knobs_of
+from analyzer.rundir.results import load_summary, load_trial_record, parse_config_text
+from analyzer.target.triton import managed_triton
+from tests.support.real_triton import (
+    TensorSpec,
+    TritonInstall,
+    dynamic_batching,
+    locked_device_source,
+    sleep_model_config,
+)
+from tests.support.servers import write_model
+from tests.support.sweeps import CLI, small_scenario
+
+pytestmark = [pytest.mark.triton, pytest.mark.slow]
+
+STAGES = ("pre", "infer", "post")
+
+ENSEMBLE = """
+name: "pipe"
+platform: "ensemble"
+max_batch_size: 4
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 16 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 16 ] } ]
+ensemble_scheduling { step [
+  { model_name: "pre" model_version: -1
+    input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "a" } },
+  { model_name: "infer" model_version: -1
+    input_map { key: "INPUT0" value: "a" } output_map { key: "OUTPUT0" value: "b" } },
+  { model_name: "post" model_version: -1
+    input_map { key: "INPUT0" value: "b" } output_map { key: "OUTPUT0" value: "OUT" } }
+] }
+"""
+
+#: A BLS model: each request goes through pre, then infer, as two requests of its own.
+BLS_SOURCE = '''\
+"""BLS model (written by tests/sweep/test_pipeline_triton.py): pre, then infer, per request."""
+
+import triton_python_backend_utils as pb_utils
+
+
+def _call(model, tensor):
+    request = pb_utils.InferenceRequest(
+        model_name=model,
+        requested_output_names=["OUTPUT0"],
+        inputs=[pb_utils.Tensor.from_dlpack("INPUT0", tensor)],
+    )
+    response = request.exec()
+    if response.has_error():
+        raise pb_utils.TritonModelException(response.error().message())
+    return pb_utils.get_output_tensor_by_name(response, "OUTPUT0")
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            tensor = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            out = _call("infer", _call("pre", tensor))
+            responses.append(
+                pb_utils.InferenceResponse(
+                    output_tensors=[pb_utils.Tensor.from_dlpack("OUTPUT0", out)]
+                )
+            )
+        return responses
+'''
+
+
+def _stage(name: str, delay_ms: float) -> str:
+    from google.protobuf import text_format
+
+    config = sleep_model_config(
+        name,
+        max_batch_size=8,
+        inputs=(TensorSpec(dims=(16,)),),
+        dynamic_batching=dynamic_batching(),
+        execute_delay_ms=delay_ms,
+    )
+    return text_format.MessageToString(config)
+
+
+def make_repository(root: Path) -> Path:
+    """pre, infer (host 1 ms, then 6 ms + 1 ms per item under the device lock), post, the
+    ensemble ``pipe`` and the BLS model ``bls``."""
+    from tests.support.real_triton import SLEEP_MODEL_SOURCE
+
+    repo = root / "repo"
+    for name in ("pre", "post"):
+        write_model(repo, name, _stage(name, 0.5), model_source=SLEEP_MODEL_SOURCE)
+    infer = _stage("infer", 0.0)
+    lock = locked_device_source(root / "device.lock", 1.0, 6.0, 1.0)
+    write_model(repo, "infer", infer, model_source=lock)
+    write_model(repo, "pipe", ENSEMBLE)
+    bls = _stage("bls", 0.0).replace("max_batch_size: 8", "max_batch_size: 4")
+    write_model(repo, "bls", bls, model_source=BLS_SOURCE)
+    return repo
+
+
+def sweep(
+    install: TritonInstall, repo: Path, tmp_path: Path, model: str, *extra: str
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    scenario = tmp_path / f"{model}.toml"
+    scenario.write_text(small_scenario(2, p99_ms=300.0, max_rate_rps=200.0))
+    run_dir = tmp_path / f"run-{model}"
+    done = subprocess.run(
+        [
+            *CLI,
+            *("run", "--scenario", str(scenario), "--server", "triton"),
+            *("--triton-server-path", str(install.server_bin)),
+            *("--model-repository", str(repo), "--model", model, "--run-dir", str(run_dir)),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return run_dir, done
+
+
+def test_an_ensemble_on_triton_is_tuned_and_its_tree_loads(
+    triton_install: TritonInstall, tmp_path: Path
+) -> None:
+    repo = make_repository(tmp_path)
+    before = {s: (repo / s / "config.pbtxt").read_text() for s in STAGES}
+    run_dir, _ = sweep(triton_install, repo, tmp_path, "pipe")
+    summary = load_summary(run_dir)
+    assert list(summary["baseline"]["config"]["stages"]) == list(STAGES)
+    assert summary["best"]["meets_goals"] and summary["trials"]["complete"] == 2
+    assert {s: (repo / s / "config.pbtxt").read_text() for s in STAGES} == before
+    # The chosen configs as a repository tree: each composing model's config.pbtxt dropped
+    # into a copy of the repository, and Triton loads the ensemble (and its steps) from it.
+    tree = run_dir / ("best" if summary["recommendation"]["config"] == "best" else "baseline")
+    chosen = tmp_path / "chosen"
+    shutil.copytree(repo, chosen)
+    for stage in STAGES:
+        config = parse_config_text((tree / stage / "config.pbtxt").read_text())
+        assert knobs_of(config).to_dict() == summary["best"]["config"]["stages"][stage]
+        shutil.copy(tree / stage / "config.pbtxt", chosen / stage / "config.pbtxt")
+    check = managed_triton("pipe", chosen, tmp_path / "check", triton_install.server_bin, 120.0)
+    check.start()
+    try:
+        for stage in STAGES:
+            served = check.config_of(stage)
+            assert served is not None
+            assert knobs_of(served).to_dict() == summary["best"]["config"]["stages"][stage]
+    finally:
+        check.stop()
+
+
+def test_a_bls_model_is_tuned_with_its_named_composing_models(
+    triton_install: TritonInstall, tmp_path: Path
+) -> None:
+    repo = make_repository(tmp_path)
+    run_dir, done = sweep(triton_install, repo, tmp_path, "bls", "--composing-models", "pre,infer")
+    summary = load_summary(run_dir)
+    assert list(summary["baseline"]["config"]["stages"]) == ["pre", "infer"]
+    record = load_trial_record(run_dir / "trials" / "000" / "measurement.json")
+    point = record["measurement"]["best"]
+    # The load went to the BLS model; its composing models served its calls.
+    assert point is not None and point["server"]["success_count"] >= point["request_count"]
+    assert "pre: mbs=" in done.stdout and " | infer: mbs=" in done.stdout
