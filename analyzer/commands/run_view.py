@@ -4,6 +4,7 @@ progress display, or a plain line per event for a log) and the lines and table i
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from analyzer.config.scenario import Scenario
 from analyzer.config.traffic import TrafficMode
 from analyzer.measure.goals import classes_text
 from analyzer.measure.specs import Goals
+from analyzer.report.record import StageBreakdown
+from analyzer.report.series import limiting_stage, stage_breakdown
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.sweep.state import SweepObserver, SweepOutcome
 from analyzer.target.server_stats import cache_hit_ratio, cache_hits_text
@@ -238,6 +241,19 @@ def phases_line(summary: SweepOutcome) -> str:
     return f"search {strategy}; time per phase: " + (", ".join(parts) or "not recorded")
 
 
+def stages_text(stages: Sequence[StageBreakdown]) -> str:
+    """``pre 0.4+1.0 ms x1.0 busy 12% | infer ... ; limits capacity: infer`` (queue + compute
+    per request, mean batch, instances' busy share)."""
+    parts = [
+        f"{s.name} {s.queue_us / 1000:.1f}+{s.compute_us / 1000:.1f} ms "
+        f"batch {s.avg_batch_size:.1f} busy "
+        + ("-" if s.busy_pct is None else f"{s.busy_pct:.0f}%")
+        for s in stages
+    ]
+    limit = limiting_stage(stages)
+    return " | ".join(parts) + (f"; limits capacity: {limit}" if limit else "")
+
+
 def summary_table(summary: SweepOutcome, goals: Goals | None = None) -> Table:
     """Baseline vs best, gain, and where the files are; with ``goals`` and a priority mix, a
     line per config with each traffic class's p99 against its own goal."""
@@ -275,6 +291,10 @@ def summary_table(summary: SweepOutcome, goals: Goals | None = None) -> Table:
         point = r.operating_point()
         if goals is not None and point is not None and point.classes:
             footnotes.append(f"{label} by class: {classes_text(point, goals)}")
+        if point is not None and point.server is not None:
+            stages = stage_breakdown(r, point.server, point.duration_s)
+            if stages:
+                footnotes.append(f"{label} by stage: {stages_text(stages)}")
         table.add_row(
             label,
             *knob_cells(r.config),

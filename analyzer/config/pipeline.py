@@ -96,7 +96,7 @@ def knob_cells(knobs: TrialKnobs) -> tuple[str, str, str, str]:
     return (
         str(knobs.max_batch_size),
         str(knobs.max_queue_delay_us) if knobs.dynamic_batching else "off",
-        ",".join(str(s) for s in knobs.preferred_batch_size) or "-",
+        " ".join(str(s) for s in knobs.preferred_batch_size) or "-",
         str(knobs.instance_count),
     )
 

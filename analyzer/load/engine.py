@@ -78,6 +78,9 @@ class EngineOptions:
     #: The HTTP side (``url`` over HTTP, ``stats_url``) speaks TLS: the target's URL is https://.
     http_tls: bool = False
     scrape_server: bool = True
+    #: A pipeline's composing models: their statistics are read with the pipeline's, per window
+    #: (``ServerView.stages``).
+    stage_models: tuple[str, ...] = ()
     #: Validity limits: above these the generator, not the server, decided the numbers.
     max_send_lag_ms: float = 10.0
     max_cpu_pct: float = 90.0

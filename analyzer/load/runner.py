@@ -98,17 +98,26 @@ class LocustLoadGenerator:
     def _make_scraper(self) -> ServerScraper:
         o = self.options
         transport = UrllibTransport(o.access)
+        # A pipeline's stages are read from the same document: every model's statistics.
+        which = "" if o.stage_models else o.model
         if o.protocol == "grpc" and o.stats_url is None:
-            source = stats_source("grpc", o.url, o.model, o.access)
+            source = stats_source("grpc", o.url, which, o.access)
         else:
             address = o.http_base(o.stats_url or o.url)
-            source = http_stats_source(address, o.model, transport=transport)
+            source = http_stats_source(address, which, transport=transport)
         metrics_url = o.metrics_url
+        optional = False
         if metrics_url is None and o.protocol == "http":
             # A guess (some servers serve metrics on the HTTP port); Triton uses a separate port.
-            guess = f"{o.http_base(o.url)}/metrics"
-            return ServerScraper(o.model, source, guess, metrics_optional=True, transport=transport)
-        return ServerScraper(o.model, source, metrics_url, transport=transport)
+            metrics_url, optional = f"{o.http_base(o.url)}/metrics", True
+        return ServerScraper(
+            o.model,
+            source,
+            metrics_url,
+            metrics_optional=optional,
+            transport=transport,
+            stages=o.stage_models,
+        )
 
     def __enter__(self) -> LocustLoadGenerator:
         if self.options.protocol == "grpc":

@@ -116,12 +116,19 @@ class ServerView:
     #: Response-cache lookups in the window that hit / missed; 0 and 0: no lookups (no cache).
     cache_hit_count: int = 0
     cache_miss_count: int = 0
+    #: A pipeline's composing models over the same window, by name (their own statistics:
+    #: queue and compute per request, batches formed); empty for one model.
+    stages: dict[str, ServerView] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (batch sizes keyed by strings, as JSON requires)."""
+        """JSON-ready dict (batch sizes keyed by strings, as JSON requires; ``stages`` only for
+        a pipeline)."""
         out = dataclasses.asdict(self)
         out["batch_sizes"] = {str(k): v for k, v in sorted(self.batch_sizes.items())}
         out["gpus"] = [g.to_dict() for g in self.gpus]
+        out["stages"] = {name: view.to_dict() for name, view in self.stages.items()}
+        if not self.stages:
+            del out["stages"]
         return out
 
     @classmethod
@@ -131,6 +138,9 @@ class ServerView:
         kwargs["batch_sizes"] = {int(k): int(v) for k, v in data.get("batch_sizes", {}).items()}
         kwargs["failures_by_reason"] = dict(data.get("failures_by_reason", {}))
         kwargs["gpus"] = tuple(GpuStats.from_dict(g) for g in data.get("gpus", ()))
+        kwargs["stages"] = {
+            name: ServerView.from_dict(view) for name, view in data.get("stages", {}).items()
+        }
         return cls(**kwargs)
 
 

@@ -205,6 +205,22 @@ class Progress:
 
 
 @dataclass(frozen=True)
+class StageBreakdown:
+    """One composing model of a pipeline at the pipeline's operating point (its own statistics,
+    per request it served)."""
+
+    name: str
+    queue_us: float
+    #: compute input + infer + output.
+    compute_us: float
+    avg_batch_size: float
+    execution_count: int
+    instances: int
+    #: Executions x compute per execution / (duration x instances); None: not derivable.
+    busy_pct: float | None
+
+
+@dataclass(frozen=True)
 class ServerBreakdown:
     """Server-side view of one config at its operating point (per successful request)."""
 
@@ -222,6 +238,10 @@ class ServerBreakdown:
     #: Share of wall time the instances spent executing: executions x compute time per execution
     #: / (duration x instances). Derived from server statistics; None when not derivable.
     instance_busy_pct: float | None
+    #: A pipeline's composing models, in step order (empty for one model).
+    stages: tuple[StageBreakdown, ...] = ()
+    #: The stage whose instances were busiest: the one that limits the pipeline's capacity.
+    limiting_stage: str | None = None
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from analyzer.config.pipeline import knob_cells, knobs_from_dict
 from analyzer.measure.gain import LOW_SAMPLE_P99
 from analyzer.report.record import ReportRecord
 from analyzer.report.svg import Figure
@@ -57,7 +58,13 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["num"] = _num
     env.filters["pct"] = _pct
+    env.filters["knob_cells"] = _knob_cells
     return env
+
+
+def _knob_cells(config: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """A record's ``config`` as its four table cells (a pipeline's stages joined by ``/``)."""
+    return knob_cells(knobs_from_dict(config))
 
 
 def _num(value: Any, digits: int = 1) -> str:

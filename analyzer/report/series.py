@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from analyzer.config.objective import Objective
+from analyzer.config.pipeline import JointKnobs
 from analyzer.measure.goals import meets_goals
-from analyzer.measure.measurement import Measurement
+from analyzer.measure.measurement import Measurement, ServerView
 from analyzer.measure.specs import Goals
 from analyzer.report.points import hit_ratio, objective_value, with_hits
 from analyzer.report.record import (
@@ -20,6 +21,7 @@ from analyzer.report.record import (
     ProgressPoint,
     ServerBreakdown,
     SlicePoint,
+    StageBreakdown,
     TimeSeries,
     TrialPoint,
     WindowPoint,
@@ -37,16 +39,16 @@ def _server_breakdown(role: str, record: TrialRecord | None) -> ServerBreakdown 
     server = op.server if op is not None else None
     if op is None or server is None or not server.execution_count:
         return None
-    per_execution_us = server.compute_input_us + server.compute_infer_us + server.compute_output_us
     duration_s = op.duration_s
     instances = record.config.instance_count or 1
-    busy = None
-    if duration_s > 0:
-        # Triton times each execution once per request it served; the per-request average is
-        # therefore the per-execution time, and executions x that is the busy time.
-        busy_s = server.execution_count * per_execution_us / 1e6
-        busy = round(min(100.0 * busy_s / (duration_s * instances), 100.0), 1)
+    stages = stage_breakdown(record, server, duration_s)
+    # A pipeline's own instances are not its stages' (an ensemble has none): busy per stage.
+    busy = (
+        None if isinstance(record.config, JointKnobs) else _busy_pct(server, duration_s, instances)
+    )
     return ServerBreakdown(
+        stages=stages,
+        limiting_stage=limiting_stage(stages),
         role=role,
         trial_number=record.number,
         measured_at_rps=float(op.target),
@@ -60,6 +62,51 @@ def _server_breakdown(role: str, record: TrialRecord | None) -> ServerBreakdown 
         inference_count=server.inference_count,
         instance_busy_pct=busy,
     )
+
+
+def _busy_pct(server: ServerView, duration_s: float, instances: int) -> float | None:
+    """Share of the window the instances executed (None: no duration)."""
+    if duration_s <= 0:
+        return None
+    # Triton times each execution once per request it served; the per-request average is
+    # therefore the per-execution time, and executions x that is the busy time.
+    per_execution_us = server.compute_input_us + server.compute_infer_us + server.compute_output_us
+    busy_s = server.execution_count * per_execution_us / 1e6
+    return round(min(100.0 * busy_s / (duration_s * max(1, instances)), 100.0), 1)
+
+
+def stage_breakdown(
+    record: TrialRecord, server: ServerView, duration_s: float
+) -> tuple[StageBreakdown, ...]:
+    """A pipeline's composing models at its operating point, in step order."""
+    knobs = record.config
+    if not isinstance(knobs, JointKnobs) or not server.stages:
+        return ()
+    rows = []
+    for name, stage in knobs.stages:
+        view = server.stages.get(name)
+        if view is None or not view.execution_count:
+            continue
+        rows.append(
+            StageBreakdown(
+                name=name,
+                queue_us=float(view.queue_us),
+                compute_us=float(
+                    view.compute_input_us + view.compute_infer_us + view.compute_output_us
+                ),
+                avg_batch_size=float(view.avg_batch_size),
+                execution_count=view.execution_count,
+                instances=stage.instance_count,
+                busy_pct=_busy_pct(view, duration_s, stage.instance_count),
+            )
+        )
+    return tuple(rows)
+
+
+def limiting_stage(stages: Sequence[StageBreakdown]) -> str | None:
+    """The stage whose instances were busiest (None: no stage's share is known)."""
+    ranked = [s for s in stages if s.busy_pct is not None]
+    return max(ranked, key=lambda s: s.busy_pct or 0.0).name if ranked else None
 
 
 def _curve_point(p: Measurement, goals: Goals) -> CurvePoint:

@@ -306,7 +306,7 @@ def _recommend(
         return _Recommendation(
             "original",
             f"the model's own config: trial {chosen.number} ({gain.gain:.2f}x) is not "
-            "significantly better; it is in candidate/config.pbtxt",
+            f"significantly better; it is in {'candidate/' if state.run_dir.tree else 'candidate/config.pbtxt'}",
             state.tuned.originals(),
             state.baseline,
             withheld=config,

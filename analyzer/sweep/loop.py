@@ -245,7 +245,8 @@ def _sweep(
         if not run_state:
             run_state.update(_create_run(scenario, directory, command))
         if load is None:
-            load = stack.enter_context(_locust_generator(scenario, target, observer))
+            stages = tuned.names if tuned.pipeline else ()
+            load = stack.enter_context(_locust_generator(scenario, target, observer, stages))
         space = tuned_space(scenario, tuned)
         objective = objective_for(scenario.objective)
         strategy, why = resolve(scenario, base_config)

@@ -30,8 +30,10 @@ from analyzer.target.protocol import ConfigRejectedError, Target, load_configs
 
 @contextlib.contextmanager
 def _locust_generator(
-    scenario: Scenario, target: Target, observer: SweepObserver
+    scenario: Scenario, target: Target, observer: SweepObserver, stages: tuple[str, ...] = ()
 ) -> Iterator[LoadGenerator]:
+    """The sweep's load generator (``stages``: a pipeline's composing models, whose statistics
+    every window reads with the pipeline's)."""
     from analyzer.load import LocustLoadGenerator  # gevent: only when measuring
     from analyzer.load.engine import engine_options
     from analyzer.measure.measurement import WindowStats
@@ -59,6 +61,7 @@ def _locust_generator(
         # The tightest goal counts: a class held to 60 ms is flipped by a 40 ms stall.
         max_send_lag_ms=max(10.0, 0.1 * scenario.tightest_p99_ms()),
         on_window=on_window,
+        stage_models=stages,
     )
     with LocustLoadGenerator(options) as generator:
         yield generator

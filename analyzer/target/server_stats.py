@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -71,6 +71,8 @@ class StatsSnapshot:
     #: ``inference_stats.cache_hit.count`` / ``cache_miss.count`` (0 without a cache).
     cache_hits: int = 0
     cache_misses: int = 0
+    #: A pipeline's composing models' own statistics at the same instant, by name.
+    stages: dict[str, StatsSnapshot] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -336,6 +338,12 @@ def server_view(before: ServerSnapshot, after: ServerSnapshot) -> ServerView | N
         kwargs.update(cache_hit_count=cache.hits, cache_miss_count=cache.misses)
     if before.stats is not None and after.stats is not None:
         b, a = before.stats, after.stats
+        stages = {
+            name: server_view(ServerSnapshot(b.stages.get(name), None), ServerSnapshot(s, None))
+            for name, s in a.stages.items()
+        }
+        if stages:
+            kwargs["stages"] = {name: v for name, v in stages.items() if v is not None}
 
         def delta(key: str) -> tuple[int, int]:
             cb, nb = b.durations.get(key, (0, 0))
@@ -427,6 +435,11 @@ def combine_views(views: list[ServerView | None]) -> ServerView | None:
         execution_compute_infer_us=sum(v.execution_compute_infer_us for v in present),
         pending_requests=present[-1].pending_requests,
         gpus=combine_gpus([v.gpus for v in present]),
+        stages={
+            name: view
+            for name in present[-1].stages
+            if (view := combine_views([v.stages.get(name) for v in present])) is not None
+        },
     )
 
 
@@ -463,12 +476,13 @@ def _http_get(url: str, timeout_s: float, transport: Transport | None = None) ->
 def http_stats_source(
     http_url: str, model: str, timeout_s: float = 5.0, transport: Transport | None = None
 ) -> Callable[[], dict]:
-    """A callable fetching ``/v2/models/<model>/stats`` over HTTP (``http_url``: host:port).
+    """A callable fetching ``/v2/models/<model>/stats`` over HTTP (``http_url``: host:port);
+    every model's, ``/v2/models/stats``, for ``model`` "" (a pipeline and its stages at once).
 
     ``transport``: the HTTP seam (default: urllib).
     """
     base = http_url if "://" in http_url else f"http://{http_url}"
-    url = f"{base.rstrip('/')}/v2/models/{model}/stats"
+    url = f"{base.rstrip('/')}/v2/models/{model}/stats" if model else f"{base}/v2/models/stats"
 
     def fetch() -> dict:
         doc: dict = json.loads(_http_get(url, timeout_s, transport))
@@ -487,6 +501,8 @@ class ServerScraper:
         timeout_s: per-request timeout.
         metrics_optional: ``metrics_url`` is a guess; if it fails once, stop trying, silently.
         transport: The HTTP seam of the metrics scrape (default: urllib).
+        stages: A pipeline's composing models, read from the same document (the source must
+            return every model's statistics then).
     """
 
     def __init__(
@@ -497,8 +513,10 @@ class ServerScraper:
         timeout_s: float = 5.0,
         metrics_optional: bool = False,
         transport: Transport | None = None,
+        stages: tuple[str, ...] = (),
     ) -> None:
         self.model = model
+        self.stages = stages
         self.transport = transport
         self.metrics_optional = metrics_optional
         self.stats_source = stats_source
@@ -523,7 +541,11 @@ class ServerScraper:
         if self.stats_source is None:
             return None
         try:
-            return parse_model_stats(self.stats_source(), self.model)
+            doc = self.stats_source()
+            own = parse_model_stats(doc, self.model)
+            if not self.stages:
+                return own
+            return replace(own, stages={s: parse_model_stats(doc, s) for s in self.stages})
         except Exception as exc:  # any failure just means "no server view" for this window
             self.errors["stats"] = f"{type(exc).__name__}: {exc}"
             return None

@@ -43,7 +43,7 @@ def test_joint_knobs_round_trip_through_their_dict() -> None:
     assert knobs_from_dict(Knobs(8).to_dict()) == Knobs(8)
     assert knobs.instance_count == 3 and knobs.dynamic_batching
     assert knobs.label().startswith("pre: mbs=8 ") and " | infer: mbs=16 " in knobs.label()
-    assert knob_cells(knobs) == ("8/16", "0/500", "-/16,8", "1/2")
+    assert knob_cells(knobs) == ("8/16", "0/500", "-/16 8", "1/2")
     with pytest.raises(ValueError, match="distinct"):
         JointKnobs((("pre", Knobs(8)), ("pre", Knobs(4))))
 
