@@ -16,98 +16,12 @@ import pytest
 from analyzer.config.model_config import knobs_of
 from analyzer.rundir.results import load_summary, load_trial_record, parse_config_text
 from analyzer.target.triton import managed_triton
-from tests.support.real_triton import (
-    TensorSpec,
-    TritonInstall,
-    dynamic_batching,
-    locked_device_source,
-    sleep_model_config,
-)
-from tests.support.servers import write_model
+from tests.support.pipelines import STAGES
+from tests.support.pipelines import make_pipeline_repository as make_repository
+from tests.support.real_triton import TritonInstall
 from tests.support.sweeps import CLI, small_scenario
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
-
-STAGES = ("pre", "infer", "post")
-
-ENSEMBLE = """
-name: "pipe"
-platform: "ensemble"
-max_batch_size: 4
-input [ { name: "IN" data_type: TYPE_FP32 dims: [ 16 ] } ]
-output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 16 ] } ]
-ensemble_scheduling { step [
-  { model_name: "pre" model_version: -1
-    input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "a" } },
-  { model_name: "infer" model_version: -1
-    input_map { key: "INPUT0" value: "a" } output_map { key: "OUTPUT0" value: "b" } },
-  { model_name: "post" model_version: -1
-    input_map { key: "INPUT0" value: "b" } output_map { key: "OUTPUT0" value: "OUT" } }
-] }
-"""
-
-#: A BLS model: each request goes through pre, then infer, as two requests of its own.
-BLS_SOURCE = '''\
-"""BLS model (written by tests/sweep/test_pipeline_triton.py): pre, then infer, per request."""
-
-import triton_python_backend_utils as pb_utils
-
-
-def _call(model, tensor):
-    request = pb_utils.InferenceRequest(
-        model_name=model,
-        requested_output_names=["OUTPUT0"],
-        inputs=[pb_utils.Tensor.from_dlpack("INPUT0", tensor)],
-    )
-    response = request.exec()
-    if response.has_error():
-        raise pb_utils.TritonModelException(response.error().message())
-    return pb_utils.get_output_tensor_by_name(response, "OUTPUT0")
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            tensor = pb_utils.get_input_tensor_by_name(request, "INPUT0")
-            out = _call("infer", _call("pre", tensor))
-            responses.append(
-                pb_utils.InferenceResponse(
-                    output_tensors=[pb_utils.Tensor.from_dlpack("OUTPUT0", out)]
-                )
-            )
-        return responses
-'''
-
-
-def _stage(name: str, delay_ms: float) -> str:
-    from google.protobuf import text_format
-
-    config = sleep_model_config(
-        name,
-        max_batch_size=8,
-        inputs=(TensorSpec(dims=(16,)),),
-        dynamic_batching=dynamic_batching(),
-        execute_delay_ms=delay_ms,
-    )
-    return text_format.MessageToString(config)
-
-
-def make_repository(root: Path) -> Path:
-    """pre, infer (host 1 ms, then 6 ms + 1 ms per item under the device lock), post, the
-    ensemble ``pipe`` and the BLS model ``bls``."""
-    from tests.support.real_triton import SLEEP_MODEL_SOURCE
-
-    repo = root / "repo"
-    for name in ("pre", "post"):
-        write_model(repo, name, _stage(name, 0.5), model_source=SLEEP_MODEL_SOURCE)
-    infer = _stage("infer", 0.0)
-    lock = locked_device_source(root / "device.lock", 1.0, 6.0, 1.0)
-    write_model(repo, "infer", infer, model_source=lock)
-    write_model(repo, "pipe", ENSEMBLE)
-    bls = _stage("bls", 0.0).replace("max_batch_size: 8", "max_batch_size: 4")
-    write_model(repo, "bls", bls, model_source=BLS_SOURCE)
-    return repo
 
 
 def sweep(
