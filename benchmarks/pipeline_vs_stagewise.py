@@ -79,6 +79,7 @@ def _sweep(
     args: argparse.Namespace, install: TritonInstall, repo: Path, model: str, work: Path
 ) -> tuple[Path, float]:
     """One ``perfsweep run``: its run directory and wall time."""
+    work.mkdir(parents=True, exist_ok=True)
     scenario = work / "scenario.toml"
     scenario.write_text(
         SCENARIO.format(

@@ -52,6 +52,8 @@ def explain(breakdown: Sequence[ServerBreakdown]) -> tuple[str, ...]:
         f"Measured at each config's own operating point: {best.measured_at_rps:.0f} req/s for the "
         f"best, {base.measured_at_rps:.0f} req/s for the baseline."
     ]
+    if best.stages:
+        return (*out, *_stages_explained(best, base))
     out.append(
         f"Batching: {best.avg_batch_size:.2f} requests per execution vs "
         f"{base.avg_batch_size:.2f} for the baseline."
@@ -72,6 +74,33 @@ def explain(breakdown: Sequence[ServerBreakdown]) -> tuple[str, ...]:
             "of the measurement."
         )
     return tuple(out)
+
+
+def _stages_explained(best: ServerBreakdown, base: ServerBreakdown) -> list[str]:
+    """A pipeline's stages, best vs baseline (an ensemble's own execution is one request)."""
+    before = {s.name: s for s in base.stages}
+    out = []
+    for stage in best.stages:
+        was = before.get(stage.name)
+        then = (
+            f" vs {was.avg_batch_size:.2f}, {was.queue_us / 1000:.2f} ms"
+            + ("" if was.busy_pct is None else f", {was.busy_pct:.0f} %")
+            if was is not None
+            else ""
+        )
+        out.append(
+            f"Stage {stage.name} (batch, queue per request, instances busy): "
+            f"{stage.avg_batch_size:.2f}, {stage.queue_us / 1000:.2f} ms"
+            + ("" if stage.busy_pct is None else f", {stage.busy_pct:.0f} %")
+            + then
+            + "."
+        )
+    if best.limiting_stage:
+        out.append(
+            f"The stage that limits the pipeline's capacity at the best config: "
+            f"{best.limiting_stage} (its instances were the busiest)."
+        )
+    return out
 
 
 def _machine(env: Mapping[str, Any]) -> str:

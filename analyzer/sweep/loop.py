@@ -236,12 +236,12 @@ def _sweep(
         target.notify = observer.on_server
         target.start()
         tuned = _tuned(scenario, target.model_config(), target.config_of)
+        directory.tree = tuned.pipeline  # a pipeline's configs are repository trees
         if resume and (saved := _saved_originals(directory, tuned)) is not None:
             # A killed run left a shared server on some trial's configs: the originals are the
             # ones the first process measured and recorded.
             tuned = saved
         base_config = tuned.base
-        directory.tree = tuned.pipeline
         if not run_state:
             run_state.update(_create_run(scenario, directory, command))
         if load is None:

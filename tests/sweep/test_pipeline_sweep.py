@@ -10,6 +10,8 @@ pin the plumbing; the quality of a pipeline's answer is the benchmark's.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -21,7 +23,8 @@ from analyzer.config.model_config import knobs_of
 from analyzer.config.pipeline import JointKnobs
 from analyzer.rundir.results import load_summary, load_trial_record, parse_config_text
 from reference_server.core.config import validate
-from tests.support.servers import ReferenceProcess, write_model, write_sim_model
+from tests.support.servers import ReferenceProcess, wait_until, write_model, write_sim_model
+from tests.support.sweeps import CLI
 
 pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.slow]
 
@@ -153,20 +156,42 @@ def test_a_managed_ensemble_is_tuned_stage_by_stage_in_one_search(tmp_path: Path
     assert header.startswith("number,") and first.count("/") >= 8  # 4 knob columns x 3 stages
 
 
-def test_a_shared_server_gets_every_stage_back(tmp_path: Path) -> None:
+def test_a_killed_sweep_of_a_shared_server_resumes_and_gives_every_stage_back(
+    tmp_path: Path,
+) -> None:
+    """kill -9 during trial 1 leaves the server on trial 1's stage configs; ``--resume`` takes
+    the originals from the run directory (not from the server), finishes, and loads them back."""
     repo = make_repo(tmp_path)
     with ReferenceProcess(tmp_path, repository=repo, args=["--model=pipe"], device="sim") as server:
         url = server.http_url
         before = {stage: _config(url, stage) for stage in STAGES}
         run_dir = tmp_path / "run"
+        proc = subprocess.Popen(
+            [*command(tmp_path, run_dir, trials=2, validate_top=0), "--url", url],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+        def trial_1_loaded() -> bool:
+            assert proc.poll() is None, "the sweep ended before it could be killed"
+            if not (run_dir / "trials" / "001" / "post" / "config.pbtxt").exists():
+                return False
+            return any(_config(url, stage) != before[stage] for stage in STAGES)
+
+        try:
+            # Trial 0 is the pipeline as found; trial 1 (two instances a stage) changes it.
+            wait_until(trial_1_loaded, 240, "trial 1's configs to be loaded")
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
         done = subprocess.run(
-            [*command(tmp_path, run_dir, validate_top=0), "--url", url],
-            capture_output=True,
-            text=True,
-            timeout=400,
+            [*CLI, "run", "--resume", str(run_dir)], capture_output=True, text=True, timeout=400
         )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        left = load_summary(run_dir)["left_on_server"]
+        summary = load_summary(run_dir)
+        assert summary["trials"]["complete"] == 2 and summary["trials"]["interrupted"] == 1
+        left = summary["left_on_server"]
         assert left["config"] == "original" and left["models"] == list(STAGES)
         assert "composing models' (pre, infer, post) original config" in left["detail"]
         for stage in STAGES:
