@@ -112,7 +112,10 @@ def test_a_managed_ensemble_is_tuned_stage_by_stage_in_one_search(tmp_path: Path
     repo = make_repo(tmp_path)
     run_dir = tmp_path / "run"
     done = subprocess.run(
-        [*command(tmp_path, run_dir), "--model-repository", str(repo), "--device", "sim"],
+        [
+            *command(tmp_path, run_dir),
+            *("--model-repository", str(repo), "--device", "sim", "--report"),
+        ],
         capture_output=True,
         text=True,
         timeout=400,
@@ -150,6 +153,16 @@ def test_a_managed_ensemble_is_tuned_stage_by_stage_in_one_search(tmp_path: Path
             validate(config)
             assert config.name == stage and knobs_of(config).to_dict() == best[stage]
             assert config.parameters["profile"].string_value == "profile.toml"
+    # Every window read the stages' own statistics with the ensemble's: the report and the
+    # console show them at the operating point and name the stage that limits the pipeline.
+    number = summary["best"]["trial_number"]
+    folder = run_dir / ("baseline" if number < 0 else f"trials/{number:03d}")
+    best_point = load_trial_record(folder / "measurement.json")["measurement"]["best"]
+    stages = best_point["server"]["stages"]
+    assert list(stages) == list(STAGES) and stages["infer"]["execution_count"] > 0
+    report = (run_dir / "report.html").read_text()
+    assert 'id="stages-best"' in report and "limits capacity" in report
+    assert "best by stage: pre " in " ".join(done.stdout.split())
     # The console names each stage's knobs; trials.csv joins them in step order.
     assert "pre: mbs=" in done.stdout and " | infer: mbs=" in done.stdout
     header, first = (run_dir / "trials.csv").read_text().splitlines()[:2]
