@@ -21,6 +21,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.config.knobs import Knobs
 from analyzer.config.model_config import apply_knobs, knobs_of
+from reference_server.core.ensemble_config import composing_models
 
 #: The platform of an ensemble (Triton's ``platform: "ensemble"``).
 ENSEMBLE = "ensemble"
@@ -108,8 +109,9 @@ def is_ensemble(config: mc.ModelConfig) -> bool:
 
 
 def ensemble_steps(config: mc.ModelConfig) -> tuple[str, ...]:
-    """The models an ensemble's steps call, in step order, each once."""
-    return tuple(dict.fromkeys(s.model_name for s in config.ensemble_scheduling.step))
+    """The models an ensemble's steps call, in step order, each once (as the reference server
+    loads them)."""
+    return tuple(composing_models(config))
 
 
 def stage_refusal(caller: str, config: mc.ModelConfig) -> str | None:

@@ -24,41 +24,11 @@ from analyzer.config.pipeline import JointKnobs
 from analyzer.rundir.results import load_summary, load_trial_record, parse_config_text
 from reference_server.core.config import validate
 from tests.support.servers import ReferenceProcess, wait_until, write_model, write_sim_model
-from tests.support.sweeps import CLI
+from tests.support.sweeps import CLI, small_scenario
 
 pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.slow]
 
 STAGES = ("pre", "infer", "post")
-
-SCENARIO = """
-objective = "throughput"
-[model]
-name = "pipe"
-[traffic]
-min_rate_rps = 5.0
-start_rps = 40.0
-max_rate_rps = 300.0
-[goals]
-p99_ms = 150.0
-max_error_rate = 0.01
-[space]
-max_batch_size = [1, 16]
-max_queue_delay_us = [0, 4000]
-delay_steps = 3
-instance_count = [1, 2]
-[budget]
-trials = {trials}
-patience = 10
-warmup_s = 0.3
-window_s = 0.5
-min_requests = 60
-capacity_resolution = 0.3
-validate_top = {validate_top}
-validate_repeats = 1
-validate_window_factor = 1.0
-[search]
-strategy = "tpe"
-"""
 
 
 def _ensemble(steps: tuple[str, ...] = STAGES, max_batch_size: int = 4) -> str:
@@ -96,7 +66,11 @@ def make_repo(root: Path, steps: tuple[str, ...] = STAGES) -> Path:
 
 def command(tmp_path: Path, run_dir: Path, trials: int = 2, validate_top: int = 1) -> list[str]:
     scenario = tmp_path / "pipe.toml"
-    scenario.write_text(SCENARIO.format(trials=trials, validate_top=validate_top))
+    scenario.write_text(
+        small_scenario(
+            trials, max_rate_rps=300.0, p99_ms=150.0, model="pipe", validate_top=validate_top
+        )
+    )
     return [
         *(sys.executable, "-c", "from analyzer.cli import main; main()", "run"),
         *("--scenario", str(scenario), "--model", "pipe", "--run-dir", str(run_dir)),
