@@ -220,8 +220,13 @@ def test_a_sequence_batched_model_is_refused(real_triton: RealTriton, tmp_path: 
     assert "sequence-batched" in done.stderr and "tune" in done.stderr
 
 
-def test_an_ensemble_is_refused(real_triton: RealTriton, tmp_path: Path) -> None:
+def test_an_ensemble_calling_a_stateful_model_is_refused(
+    real_triton: RealTriton, tmp_path: Path
+) -> None:
+    """An ensemble is tuned as a pipeline; one whose step is sequence-batched is refused with
+    exit 2, the step named, before anything is loaded."""
     inner = identity_model_config("sweep_inner")
+    inner.sequence_batching.max_sequence_idle_microseconds = 5_000_000
     real_triton.add_model(inner)
     real_triton.load_model("sweep_inner")
     ensemble = mc.ModelConfig(name="sweep_ensemble", platform="ensemble", max_batch_size=8)
@@ -233,4 +238,6 @@ def test_an_ensemble_is_refused(real_triton: RealTriton, tmp_path: Path) -> None
     real_triton.add_model(ensemble, model_source="")
     real_triton.load_model("sweep_ensemble")
     done = _refused(real_triton, tmp_path, "sweep_ensemble")
-    assert "ensemble" in done.stderr and "tune" in done.stderr
+    said = " ".join(done.stderr.split())
+    assert "step 1 of ensemble 'sweep_ensemble' calls 'sweep_inner', a sequence-batched" in said
+    assert served_config(real_triton, "sweep_inner") is not None
