@@ -19,6 +19,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.config.access import PLAIN, ServerAccess
+from analyzer.config.pipeline import is_ensemble
 from analyzer.errors import TargetDiedError, TargetError
 from analyzer.target.liveness import live
 from analyzer.target.server_stats import parse_device_info
@@ -46,7 +47,7 @@ def untunable_reason(config: mc.ModelConfig) -> str | None:
     sweep tunes those: :class:`analyzer.config.pipeline.Tuned`).
     """
     kind = config.WhichOneof("scheduling_choice")
-    if config.platform == "ensemble" or kind == "ensemble_scheduling":
+    if is_ensemble(config):
         return (
             f'model {config.name!r} is an ensemble (platform "ensemble" / '
             "ensemble_scheduling), which has no batcher of its own: its composing models do the "

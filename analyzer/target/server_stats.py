@@ -481,8 +481,8 @@ def http_stats_source(
 
     ``transport``: the HTTP seam (default: urllib).
     """
-    base = http_url if "://" in http_url else f"http://{http_url}"
-    url = f"{base.rstrip('/')}/v2/models/{model}/stats" if model else f"{base}/v2/models/stats"
+    base = (http_url if "://" in http_url else f"http://{http_url}").rstrip("/")
+    url = f"{base}/v2/models/{model}/stats" if model else f"{base}/v2/models/stats"
 
     def fetch() -> dict:
         doc: dict = json.loads(_http_get(url, timeout_s, transport))
