@@ -221,6 +221,11 @@ class RunDirectory:
         pipeline's as ``trials/NNN/<model>/config.pbtxt`` (:func:`write_configs`)."""
         return write_configs(self.trial_dir(number), configs, self.tree)
 
+    def configs_at(self, folder: Path) -> Path:
+        """Where :func:`write_configs` puts a trial's configs under ``folder``: its
+        ``config.pbtxt``, or the folder itself for a pipeline's tree."""
+        return folder if self.tree else folder / "config.pbtxt"
+
     def read_configs(self, number: int, names: Sequence[str]) -> tuple[mc.ModelConfig, ...] | None:
         """The configs :meth:`write_config` wrote for models ``names`` (None: not written)."""
         folder = self.trial_dir(number)

@@ -165,9 +165,7 @@ def _finish(
     if baseline and state.baseline:
         baseline_entry = ConfigEntry.from_trial(
             baseline,
-            config_path=directory.relative(
-                directory.trial_dir(-1) / ("" if directory.tree else "config.pbtxt")
-            ),
+            config_path=directory.relative(directory.configs_at(directory.trial_dir(-1))),
             search_throughput_rps=state.baseline.throughput_rps,
         )
     target_info = state.target.describe()
@@ -306,7 +304,8 @@ def _recommend(
         return _Recommendation(
             "original",
             f"the model's own config: trial {chosen.number} ({gain.gain:.2f}x) is not "
-            f"significantly better; it is in {'candidate/' if state.run_dir.tree else 'candidate/config.pbtxt'}",
+            "significantly better; it is in "
+            f"{state.run_dir.relative(state.run_dir.configs_at(state.run_dir.root / 'candidate'))}",
             state.tuned.originals(),
             state.baseline,
             withheld=config,
