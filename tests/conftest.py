@@ -6,6 +6,7 @@ import os
 import platform
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -35,11 +36,23 @@ def pytest_configure(config: pytest.Config) -> None:
     # through the scenario's environment overrides; a test of the report asks for one with
     # ``--report`` or ``run.report = true``.
     os.environ.setdefault("PERFSWEEP_RUN_REPORT", "false")
+    _build_font_cache()
     guard = IoGuard()
     guard.install()
     config.pluginmanager.register(guard, "perfsweep_io_guard")
     config.pluginmanager.register(FolderTimes(), "perfsweep_folder_times")
     config.pluginmanager.register(QuietMachine(config), "perfsweep_quiet_machine")
+
+
+def _build_font_cache() -> None:
+    """matplotlib lists the machine's fonts (an ``fc-list`` child process) the first time it is
+    imported on a machine, and caches the list. On a fresh machine the first test that renders a
+    figure would start that process under the guard: the list is made here, before the guard is
+    on, and only when no cache is there (importing the font manager costs about a second)."""
+    import matplotlib
+
+    if not any(Path(matplotlib.get_cachedir()).glob("fontlist-*.json")):
+        import matplotlib.font_manager
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
