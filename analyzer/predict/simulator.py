@@ -58,6 +58,7 @@ import itertools
 import math
 import random
 from collections import deque
+from collections.abc import Sequence
 from itertools import accumulate
 from typing import Any
 
@@ -189,263 +190,59 @@ def simulate(
         ExtrapolationError: the config can execute batches the profile does not cover.
         InputError: the config sets priority levels or a queue policy (:func:`check_modelled`).
     """
+    arrivals, warm = _stream(rate_rps, requests, warmup, seed, arrival)
+    stage = Stage(profile, config)
+    too_slow_ns = _too_slow_ns(stop_above_ms, profile.latency_offset_ms)
+    first_measured = arrivals[warm]
+    counted = [a >= first_measured for a in arrivals]
+    done, histogram = stage.serve(
+        arrivals,
+        stage.rows(seed, range(requests)),
+        seed=seed,
+        counted=counted,
+        too_slow_ns=too_slow_ns,
+    )
+    return _prediction(rate_rps, arrivals, done, counted, histogram, profile.latency_offset_ms)
+
+
+def _stream(
+    rate_rps: float, requests: int, warmup: int | None, seed: int, arrival: ArrivalProcess
+) -> tuple[list[int], int]:
+    """The arrival times (ns, integers: decide() compares integer ns as the server does) and
+    the number of leading arrivals left out of the figures."""
     if rate_rps <= 0:
         raise ValueError("rate_rps must be positive")
-    if config.instance_count < 1:
-        raise ValueError("instance_count must be >= 1")
-    check_modelled(config)
-    items = profile.items
-    tables, kind_rows = profile.size_tables(config.largest_items(items))
-    # Per row (request size, ascending) and batch size: ns of each phase.
-    ins = [[round(t.input_ms * 1e6) for t in table] for table in tables]
-    dev = [[round(t.infer_ms * 1e6) for t in table] for table in tables]
-    outs = [[round(t.output_ms * 1e6) for t in table] for table in tables]
-    mix = profile.mix
-    keyed = mix is not None and mix.keyed
-    if mix is not None and len(mix.kinds) > 1:
-        drawn = _kinds(seed + 2, requests, tuple(k.share for k in mix.kinds))
-        rows = [kind_rows[k] for k in drawn]
-        keys = [mix.kinds[k].key for k in drawn] if keyed else None
-    else:
-        rows = [0] * requests
-        keys = None
-    jitter = profile.jitter
     warm = requests // 10 if warmup is None else warmup
     if warm >= requests:
         raise ValueError("warmup must leave some requests to measure")
+    return _arrival_times(arrival, rate_rps, seed, requests), warm
 
-    # Arrival times (ns, integers: decide() compares integer ns as the server does).
-    arrivals = _arrival_times(arrival, rate_rps, seed, requests)
-    # Jitter draws, independent of the arrival count: at most three phases per request.
-    normals = _normals(seed + 1, 3 * requests) if jitter > 0 else ()
-    draw = 0
 
-    dynamic = config.dynamic_batching
-    params = config.params()
-    mbs = params.max_batch_size
-    delay_ns = params.max_queue_delay_ns
-    merge = delay_ns > 0 and mbs > 1
-    scan_limit = mbs + 1
-    slots = 2 * config.instance_count
-    open_views = [OpenBatch(s, None) for s in range(mbs + 1)]
-    largest = max(mbs, items)
+def _too_slow_ns(stop_above_ms: float | None, offset_ms: float) -> float | None:
+    return None if stop_above_ms is None else (stop_above_ms - offset_ms) * 1e6
 
-    # The batcher's queue is always a run of consecutive arrivals: cands[q_head:next_arrival]
-    # (without dynamic batching requests go straight to the instance queue: it stays empty).
-    cands: list[Candidate] = []  # made as requests arrive (a stopped run needs fewer)
-    q_head = 0
-    open_b = _Batch()
-    iq: deque[_Batch] = deque()
-    idle = config.instance_count
-    device_busy = False
-    device_wait: deque[_Batch] = deque()  # batches whose input phase ended, device busy
-    events: list[tuple[int, int, int, _Batch]] = []  # (time, seq, kind, batch)
-    push, pop = heapq.heappush, heapq.heappop
-    seq = 0
-    timer: int | None = None
-    histogram = [0] * (largest + 1)
-    latencies: list[int] = []
-    measured_needed = requests - warm
-    offset_ms = profile.latency_offset_ms
-    too_slow_ns = None if stop_above_ms is None else (stop_above_ms - offset_ms) * 1e6
-    too_slow = 0
-    too_slow_limit = measured_needed // 100  # more than 1 % over the goal: p99 over it
-    first_measured = arrivals[warm]
-    last_completion = 0
-    stopped = False
-    KIND_INPUT_DONE, KIND_DEVICE_DONE, KIND_DONE = 0, 1, 2
-    NEVER = 1 << 62
-    next_arrival = 0
-    t_arrival = arrivals[0]
-    # Scheduler.arrival_wakes: the queued size at which an arrival wakes the batcher (0 for
-    # a new open batch), and its idle timer while a batch waits for an instance.
-    next_preferred = 0
-    idle_wait_ns = round(IDLE_WAIT_S * 1e9)
 
-    while True:
-        # The earliest of: execution event, arrival, batcher timer (ties in that order).
-        t_event = events[0][0] if events else NEVER
-        now = t_event if t_event <= t_arrival else t_arrival
-        if timer is not None and timer < now:
-            now = timer
-        if now == NEVER:
-            break
-        woken = True  # does the batcher step at this instant (an instance taking a batch wakes it)
-        if t_event == now:
-            _, _, kind, batch = pop(events)
-            if kind == KIND_INPUT_DONE:
-                if device_busy:
-                    device_wait.append(batch)
-                else:
-                    device_busy = True
-                    ns = dev[batch.top][batch.size]
-                    if jitter > 0:
-                        ns = round(ns * (1.0 + jitter * normals[draw]))
-                        ns = ns if ns > 0 else 0
-                        draw += 1
-                    seq += 1
-                    push(events, (now + ns, seq, KIND_DEVICE_DONE, batch))
-                continue
-            if kind == KIND_DEVICE_DONE:
-                ns = outs[batch.top][batch.size]
-                if jitter > 0:
-                    ns = round(ns * (1.0 + jitter * normals[draw]))
-                    ns = ns if ns > 0 else 0
-                    draw += 1
-                seq += 1
-                push(events, (now + ns, seq, KIND_DONE, batch))
-                if device_wait:
-                    waiting = device_wait.popleft()
-                    ns = dev[waiting.top][waiting.size]
-                    if jitter > 0:
-                        ns = round(ns * (1.0 + jitter * normals[draw]))
-                        ns = ns if ns > 0 else 0
-                        draw += 1
-                    seq += 1
-                    push(events, (now + ns, seq, KIND_DEVICE_DONE, waiting))
-                else:
-                    device_busy = False
-                continue
-            # KIND_DONE: responses delivered, the instance is idle again.
-            if too_slow_ns is None:
-                latencies.extend(now - a for a in batch.arrivals if a >= first_measured)
-            else:
-                for a in batch.arrivals:
-                    if a >= first_measured:
-                        lat = now - a
-                        latencies.append(lat)
-                        if lat > too_slow_ns:
-                            too_slow += 1
-            last_completion = now
-            idle += 1
-            if too_slow > too_slow_limit:
-                stopped = True
-                break
-            woken = False  # a finished execution wakes nobody; taking the next batch does
-        elif t_arrival == now:
-            if too_slow_ns is not None and next_arrival >= warm and q_head < next_arrival:
-                # Requests still queued that are already older than the goal count as over it.
-                waited = now - too_slow_ns
-                oldest = arrivals[q_head]
-                if oldest < waited and oldest >= first_measured:
-                    end = min(next_arrival, q_head + too_slow_limit + 1)
-                    late = bisect.bisect_left(arrivals, waited, q_head, end) - q_head
-                    if late + too_slow > too_slow_limit:
-                        stopped = True
-                        break
-            if dynamic:
-                if keys is None:
-                    cands.append(Candidate(items, now))
-                else:
-                    cands.append(Candidate(items, now, None, keys[next_arrival]))
-            else:
-                single = _Batch()
-                single.arrivals.append(now)
-                single.size = items
-                single.oldest = now
-                single.top = rows[next_arrival]
-                iq.append(single)
-            next_arrival += 1
-            t_arrival = arrivals[next_arrival] if next_arrival < requests else NEVER
-            if dynamic:
-                woken = (
-                    keyed
-                    or open_b.sealed
-                    or open_b.started
-                    or (next_arrival - q_head) * items >= next_preferred
-                )
-        else:
-            # The batcher's timer.
-            timer = None
+class _Stopped(Exception):
+    """More than 1 % of the measured requests are certain to miss the goal (the shortcut)."""
 
-        # Everything the server does at one instant, under its lock, until it would wait
-        # (Scheduler._run_steps with prefetching, as the module docstring describes).
-        while True:
-            # Idle instances take the oldest queued batches, merging those older than the delay.
-            while idle and iq:
-                woken = True
-                batch = iq.popleft()
-                batch.started = True
-                if merge and not batch.blocked:
-                    while iq:
-                        nxt = iq[0]
-                        if (
-                            nxt.blocked
-                            or now - nxt.oldest <= delay_ns
-                            or batch.size + nxt.size > mbs
-                            or nxt.key != batch.key
-                        ):
-                            break
-                        iq.popleft()
-                        batch.arrivals.extend(nxt.arrivals)
-                        batch.size += nxt.size
-                        if nxt.top > batch.top:
-                            batch.top = nxt.top
-                        nxt.started = True
-                idle -= 1
-                b = batch.size
-                histogram[b] += 1
-                ns = ins[batch.top][b]
-                if jitter > 0:
-                    ns = round(ns * (1.0 + jitter * normals[draw]))
-                    ns = ns if ns > 0 else 0
-                    draw += 1
-                seq += 1
-                push(events, (now + ns, seq, KIND_INPUT_DONE, batch))
-            if not dynamic or not woken:
-                break
-            changed = False
-            wake: int | None = None
-            while True:
-                if open_b.sealed or open_b.started:
-                    open_b = _Batch()
-                    next_preferred = 0
-                if q_head == next_arrival:
-                    if next_preferred > 0 and not keyed:  # arrivals may not wake it: the idle timer
-                        wake = now + idle_wait_ns
-                    break
-                if len(iq) >= slots:
-                    break
-                end = q_head + scan_limit
-                d = decide(
-                    cands[q_head : end if end < next_arrival else next_arrival],
-                    open_views[open_b.size] if keys is None else OpenBatch(open_b.size, open_b.key),
-                    params,
-                    now,
-                )
-                if d.next_preferred is not None:
-                    next_preferred = d.next_preferred
-                take = d.take
-                if take:
-                    if not open_b.size:
-                        open_b.oldest = arrivals[q_head]
-                        if keys is not None:
-                            open_b.key = keys[q_head]
-                    open_b.arrivals.extend(arrivals[q_head : q_head + take])
-                    open_b.size += take * items
-                    top = max(rows[q_head : q_head + take])
-                    if top > open_b.top:
-                        open_b.top = top
-                    q_head += take
-                    if not open_b.queued:
-                        open_b.queued = True
-                        iq.append(open_b)
-                if d.merge_blocked:
-                    open_b.blocked = True
-                if d.seal:
-                    open_b.sealed = True
-                if take or (d.seal and open_b.size):
-                    changed = True
-                    continue
-                wake = d.wake_at_ns
-                break
-            if not changed:
-                timer = wake
-                break
 
-    batch_sizes = {b: n for b, n in enumerate(histogram) if n}
+def _prediction(
+    rate_rps: float,
+    arrivals: list[int],
+    done: list[int] | None,
+    counted: list[bool],
+    histogram: dict[int, int],
+    offset_ms: float,
+) -> Prediction:
+    """The figures of one simulated run: ``done`` holds each request's completion (None: the
+    run stopped early, every figure is then ``inf``)."""
+    latencies = (
+        []
+        if done is None
+        else [d - a for d, a, c in zip(done, arrivals, counted, strict=True) if c]
+    )
     measured = len(latencies)
-    if stopped or measured == 0:
+    if done is None or measured == 0:
         return Prediction(
             rate_rps=rate_rps,
             requests=measured,
@@ -453,12 +250,13 @@ def simulate(
             p99_ms=math.inf,
             mean_ms=math.inf,
             throughput_rps=0.0,
-            batch_sizes=batch_sizes,
+            batch_sizes=histogram,
             saturated=True,
             stopped_early=True,
         )
     latencies.sort()
-    span = max(1, last_completion - first_measured)
+    first_measured = arrivals[counted.index(True)]
+    span = max(1, max(done) - first_measured)
     throughput = measured / (span / 1e9)
     offered = measured / (max(1, arrivals[-1] - first_measured) / 1e9)
     return Prediction(
@@ -468,12 +266,300 @@ def simulate(
         p99_ms=max(0.0, _quantile(latencies, 0.99) / 1e6 + offset_ms),
         mean_ms=max(0.0, sum(latencies) / measured / 1e6 + offset_ms),
         throughput_rps=throughput,
-        batch_sizes=batch_sizes,
+        batch_sizes=histogram,
         # Every arrival is served before the run ends, so a rate above capacity shows as a
         # throughput (measured / span until the last completion) well below the rate that
         # arrived (measured / their span: a burst or a lull at the end is not the nominal rate).
         saturated=throughput < 0.9 * offered,
     )
+
+
+class Stage:
+    """One model's batcher and instances: the event loop of the module docstring.
+
+    :func:`simulate` runs one; :mod:`analyzer.predict.pipeline_sim` chains several, each
+    stage's completions the next one's arrivals.
+    """
+
+    def __init__(self, profile: Profile, config: SimConfig) -> None:
+        if config.instance_count < 1:
+            raise ValueError("instance_count must be >= 1")
+        check_modelled(config)
+        self.profile = profile
+        self.config = config
+        tables, self._kind_rows = profile.size_tables(config.largest_items(profile.items))
+        # Per row (request size, ascending) and batch size: ns of each phase.
+        self._ins = [[round(t.input_ms * 1e6) for t in table] for table in tables]
+        self._dev = [[round(t.infer_ms * 1e6) for t in table] for table in tables]
+        self._outs = [[round(t.output_ms * 1e6) for t in table] for table in tables]
+
+    def rows(self, seed: int, ids: Sequence[int]) -> tuple[list[int], list[Any] | None]:
+        """The table row and batching key of each request ``ids`` names (its index in the
+        seed's stream): its kind drawn by the mix's shares, the same at every stage and rate."""
+        mix = self.profile.mix
+        if mix is None or len(mix.kinds) <= 1:
+            return [0] * len(ids), None
+        n = max(ids) + 1 if ids else 0
+        drawn = _kinds(seed + 2, n, tuple(k.share for k in mix.kinds))
+        rows = [self._kind_rows[drawn[i]] for i in ids]
+        keys = [mix.kinds[drawn[i]].key for i in ids] if mix.keyed else None
+        return rows, keys
+
+    def serve(
+        self,
+        arrivals: Sequence[int],
+        rows_keys: tuple[list[int], list[Any] | None],
+        *,
+        seed: int,
+        counted: Sequence[bool],
+        too_slow_ns: float | None = None,
+        origin: Sequence[int] | None = None,
+    ) -> tuple[list[int] | None, dict[int, int]]:
+        """Serve ``arrivals`` (ns, ascending): each request's completion time and the batch
+        sizes executed.
+
+        ``counted`` says which requests the figures measure; ``too_slow_ns`` stops the run
+        (completions None) once more than 1 % of them are certain to take longer, counted
+        from ``origin`` (when each request entered the system; default: its arrival here).
+        """
+        profile, config = self.profile, self.config
+        ins, dev, outs = self._ins, self._dev, self._outs
+        rows, keys = rows_keys
+        requests = len(arrivals)
+        items = profile.items
+        keyed = keys is not None
+        jitter = profile.jitter
+        # Jitter draws, independent of the arrival count: at most three phases per request.
+        normals = _normals(seed + 1, 3 * requests) if jitter > 0 else ()
+        draw = 0
+
+        dynamic = config.dynamic_batching
+        params = config.params()
+        mbs = params.max_batch_size
+        delay_ns = params.max_queue_delay_ns
+        merge = delay_ns > 0 and mbs > 1
+        scan_limit = mbs + 1
+        slots = 2 * config.instance_count
+        open_views = [OpenBatch(s, None) for s in range(mbs + 1)]
+        largest = max(mbs, items)
+
+        # The batcher's queue is always a run of consecutive arrivals: cands[q_head:next_arrival]
+        # (without dynamic batching requests go straight to the instance queue: it stays empty).
+        # A batch holds its members' indices.
+        cands: list[Candidate] = []  # made as requests arrive (a stopped run needs fewer)
+        q_head = 0
+        open_b = _Batch()
+        iq: deque[_Batch] = deque()
+        idle = config.instance_count
+        device_busy = False
+        device_wait: deque[_Batch] = deque()  # batches whose input phase ended, device busy
+        events: list[tuple[int, int, int, _Batch]] = []  # (time, seq, kind, batch)
+        push, pop = heapq.heappush, heapq.heappop
+        seq = 0
+        timer: int | None = None
+        histogram = [0] * (largest + 1)
+        done = [0] * requests
+        measured_needed = sum(counted)
+        too_slow = 0
+        too_slow_limit = measured_needed // 100  # more than 1 % over the goal: p99 over it
+        # The queued-request shortcut below bisects the arrivals, so it needs them to be the
+        # origins (the first stage, or one model alone).
+        queued_check = too_slow_ns is not None and origin is None
+        origin = arrivals if origin is None else origin
+        first_counted = counted.index(True) if measured_needed else requests
+        first_measured = arrivals[first_counted] if measured_needed else 0
+        KIND_INPUT_DONE, KIND_DEVICE_DONE, KIND_DONE = 0, 1, 2
+        NEVER = 1 << 62
+        next_arrival = 0
+        t_arrival = arrivals[0] if requests else NEVER
+        # Scheduler.arrival_wakes: the queued size at which an arrival wakes the batcher (0 for
+        # a new open batch), and its idle timer while a batch waits for an instance.
+        next_preferred = 0
+        idle_wait_ns = round(IDLE_WAIT_S * 1e9)
+
+        try:
+            while True:
+                # The earliest of: execution event, arrival, batcher timer (ties in that order).
+                t_event = events[0][0] if events else NEVER
+                now = t_event if t_event <= t_arrival else t_arrival
+                if timer is not None and timer < now:
+                    now = timer
+                if now == NEVER:
+                    break
+                woken = True  # does the batcher step now (an instance taking a batch wakes it)
+                if t_event == now:
+                    _, _, kind, batch = pop(events)
+                    if kind == KIND_INPUT_DONE:
+                        if device_busy:
+                            device_wait.append(batch)
+                        else:
+                            device_busy = True
+                            ns = dev[batch.top][batch.size]
+                            if jitter > 0:
+                                ns = round(ns * (1.0 + jitter * normals[draw]))
+                                ns = ns if ns > 0 else 0
+                                draw += 1
+                            seq += 1
+                            push(events, (now + ns, seq, KIND_DEVICE_DONE, batch))
+                        continue
+                    if kind == KIND_DEVICE_DONE:
+                        ns = outs[batch.top][batch.size]
+                        if jitter > 0:
+                            ns = round(ns * (1.0 + jitter * normals[draw]))
+                            ns = ns if ns > 0 else 0
+                            draw += 1
+                        seq += 1
+                        push(events, (now + ns, seq, KIND_DONE, batch))
+                        if device_wait:
+                            waiting = device_wait.popleft()
+                            ns = dev[waiting.top][waiting.size]
+                            if jitter > 0:
+                                ns = round(ns * (1.0 + jitter * normals[draw]))
+                                ns = ns if ns > 0 else 0
+                                draw += 1
+                            seq += 1
+                            push(events, (now + ns, seq, KIND_DEVICE_DONE, waiting))
+                        else:
+                            device_busy = False
+                        continue
+                    # KIND_DONE: responses delivered, the instance is idle again.
+                    for i in batch.arrivals:
+                        done[i] = now
+                    if too_slow_ns is not None:
+                        for i in batch.arrivals:
+                            if counted[i] and now - origin[i] > too_slow_ns:
+                                too_slow += 1
+                        if too_slow > too_slow_limit:
+                            raise _Stopped
+                    idle += 1
+                    woken = False  # a finished execution wakes nobody; taking the next batch does
+                elif t_arrival == now:
+                    if queued_check and next_arrival >= first_counted and q_head < next_arrival:
+                        # Requests still queued that are already older than the goal count as over.
+                        waited = now - too_slow_ns
+                        oldest = arrivals[q_head]
+                        if oldest < waited and oldest >= first_measured:
+                            end = min(next_arrival, q_head + too_slow_limit + 1)
+                            late = bisect.bisect_left(arrivals, waited, q_head, end) - q_head
+                            if late + too_slow > too_slow_limit:
+                                raise _Stopped
+                    if dynamic:
+                        if keys is None:
+                            cands.append(Candidate(items, now))
+                        else:
+                            cands.append(Candidate(items, now, None, keys[next_arrival]))
+                    else:
+                        single = _Batch()
+                        single.arrivals.append(next_arrival)
+                        single.size = items
+                        single.oldest = now
+                        single.top = rows[next_arrival]
+                        iq.append(single)
+                    next_arrival += 1
+                    t_arrival = arrivals[next_arrival] if next_arrival < requests else NEVER
+                    if dynamic:
+                        woken = (
+                            keyed
+                            or open_b.sealed
+                            or open_b.started
+                            or (next_arrival - q_head) * items >= next_preferred
+                        )
+                else:
+                    # The batcher's timer.
+                    timer = None
+
+                # Everything the server does at one instant, under its lock, until it would wait
+                # (Scheduler._run_steps with prefetching, as the module docstring describes).
+                while True:
+                    # Idle instances take the oldest queued batches, merging those older than the
+                    # delay.
+                    while idle and iq:
+                        woken = True
+                        batch = iq.popleft()
+                        batch.started = True
+                        if merge and not batch.blocked:
+                            while iq:
+                                nxt = iq[0]
+                                if (
+                                    nxt.blocked
+                                    or now - nxt.oldest <= delay_ns
+                                    or batch.size + nxt.size > mbs
+                                    or nxt.key != batch.key
+                                ):
+                                    break
+                                iq.popleft()
+                                batch.arrivals.extend(nxt.arrivals)
+                                batch.size += nxt.size
+                                if nxt.top > batch.top:
+                                    batch.top = nxt.top
+                                nxt.started = True
+                        idle -= 1
+                        b = batch.size
+                        histogram[b] += 1
+                        ns = ins[batch.top][b]
+                        if jitter > 0:
+                            ns = round(ns * (1.0 + jitter * normals[draw]))
+                            ns = ns if ns > 0 else 0
+                            draw += 1
+                        seq += 1
+                        push(events, (now + ns, seq, KIND_INPUT_DONE, batch))
+                    if not dynamic or not woken:
+                        break
+                    changed = False
+                    wake: int | None = None
+                    while True:
+                        if open_b.sealed or open_b.started:
+                            open_b = _Batch()
+                            next_preferred = 0
+                        if q_head == next_arrival:
+                            if (
+                                next_preferred > 0 and not keyed
+                            ):  # no arrival may wake it: idle timer
+                                wake = now + idle_wait_ns
+                            break
+                        if len(iq) >= slots:
+                            break
+                        end = q_head + scan_limit
+                        d = decide(
+                            cands[q_head : end if end < next_arrival else next_arrival],
+                            open_views[open_b.size]
+                            if keys is None
+                            else OpenBatch(open_b.size, open_b.key),
+                            params,
+                            now,
+                        )
+                        if d.next_preferred is not None:
+                            next_preferred = d.next_preferred
+                        take = d.take
+                        if take:
+                            if not open_b.size:
+                                open_b.oldest = arrivals[q_head]
+                                if keys is not None:
+                                    open_b.key = keys[q_head]
+                            open_b.arrivals.extend(range(q_head, q_head + take))
+                            open_b.size += take * items
+                            top = max(rows[q_head : q_head + take])
+                            if top > open_b.top:
+                                open_b.top = top
+                            q_head += take
+                            if not open_b.queued:
+                                open_b.queued = True
+                                iq.append(open_b)
+                        if d.merge_blocked:
+                            open_b.blocked = True
+                        if d.seal:
+                            open_b.sealed = True
+                        if take or (d.seal and open_b.size):
+                            changed = True
+                            continue
+                        wake = d.wake_at_ns
+                        break
+                    if not changed:
+                        timer = wake
+                        break
+        except _Stopped:
+            return None, {b: n for b, n in enumerate(histogram) if n}
+        return done, {b: n for b, n in enumerate(histogram) if n}
 
 
 def _quantile(sorted_ns: list[int], q: float) -> float:
