@@ -436,6 +436,7 @@ class Stage:
                 elif t_arrival == now:
                     if queued_check and next_arrival >= first_counted and q_head < next_arrival:
                         # Requests still queued that are already older than the goal count as over.
+                        assert too_slow_ns is not None
                         waited = now - too_slow_ns
                         oldest = arrivals[q_head]
                         if oldest < waited and oldest >= first_measured:
