@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -18,7 +18,7 @@ from analyzer.predict.profile import Profile
 from analyzer.predict.sim_records import CapacityPrediction, Prediction, SimConfig, check_modelled
 from analyzer.predict.simulator import simulate
 
-__all__ = ["capacities", "capacity", "latency_offset"]
+__all__ = ["capacities", "capacity", "latency_offset", "search_rate"]
 
 
 def capacity(
@@ -65,12 +65,9 @@ def capacity(
     if p99_ms <= 0:
         raise ValueError("p99_ms must be positive")
     bound = profile.peak_rps(config.largest_items(profile.items), config.instance_count)
-    lo_rate = min_rps if min_rps is not None else bound * 0.01
-    peak = min(bound, ceiling_rps)
-    steps: list[tuple[float, float]] = []
 
-    def passes(rate: float) -> tuple[bool, Prediction]:
-        pred = simulate(
+    def run(rate: float) -> Prediction:
+        return simulate(
             profile,
             config,
             rate,
@@ -79,6 +76,27 @@ def capacity(
             stop_above_ms=p99_ms,
             arrival=arrival,
         )
+
+    return search_rate(run, p99_ms, bound, resolution, min_rps, start_rps, ceiling_rps)
+
+
+def search_rate(
+    run: Callable[[float], Prediction],
+    p99_ms: float,
+    bound: float,
+    resolution: float,
+    min_rps: float | None = None,
+    start_rps: float | None = None,
+    ceiling_rps: float = math.inf,
+) -> CapacityPrediction:
+    """The search of :func:`capacity` over any simulation ``run(rate)`` whose noise-free
+    throughput bound is ``bound`` (one model's, or a pipeline's)."""
+    lo_rate = min_rps if min_rps is not None else bound * 0.01
+    peak = min(bound, ceiling_rps)
+    steps: list[tuple[float, float]] = []
+
+    def passes(rate: float) -> tuple[bool, Prediction]:
+        pred = run(rate)
         steps.append((rate, pred.p99_ms))
         # A rate the system cannot keep up with never passes, whatever the sample's p99.
         ok = pred.p99_ms <= p99_ms and not pred.saturated

@@ -130,6 +130,8 @@ class Prediction:
         batch_sizes: Executions per batch size over the whole simulation.
         saturated: Throughput below 90 % of the rate: the rate is above what the config serves.
         stopped_early: The run stopped once the p99 goal could no longer be met.
+        stage_batch_sizes: A pipeline's: each stage's executions per batch size (its
+            ``batch_sizes`` is then empty).
     """
 
     rate_rps: float
@@ -141,10 +143,15 @@ class Prediction:
     batch_sizes: dict[int, int]
     saturated: bool = False
     stopped_early: bool = False
+    stage_batch_sizes: dict[str, dict[int, int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (batch sizes keyed by strings)."""
-        return {
+        stages = {
+            name: {str(k): v for k, v in sorted(sizes.items())}
+            for name, sizes in self.stage_batch_sizes.items()
+        }
+        return ({"stage_batch_sizes": stages} if stages else {}) | {
             "rate_rps": self.rate_rps,
             "requests": self.requests,
             "p50_ms": _json_float(self.p50_ms),

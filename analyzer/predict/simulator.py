@@ -190,9 +190,9 @@ def simulate(
         ExtrapolationError: the config can execute batches the profile does not cover.
         InputError: the config sets priority levels or a queue policy (:func:`check_modelled`).
     """
-    arrivals, warm = _stream(rate_rps, requests, warmup, seed, arrival)
+    arrivals, warm = arrival_stream(rate_rps, requests, warmup, seed, arrival)
     stage = Stage(profile, config)
-    too_slow_ns = _too_slow_ns(stop_above_ms, profile.latency_offset_ms)
+    too_slow_ns = over_goal_ns(stop_above_ms, profile.latency_offset_ms)
     first_measured = arrivals[warm]
     counted = [a >= first_measured for a in arrivals]
     done, histogram = stage.serve(
@@ -202,10 +202,10 @@ def simulate(
         counted=counted,
         too_slow_ns=too_slow_ns,
     )
-    return _prediction(rate_rps, arrivals, done, counted, histogram, profile.latency_offset_ms)
+    return figures(rate_rps, arrivals, done, counted, histogram, profile.latency_offset_ms)
 
 
-def _stream(
+def arrival_stream(
     rate_rps: float, requests: int, warmup: int | None, seed: int, arrival: ArrivalProcess
 ) -> tuple[list[int], int]:
     """The arrival times (ns, integers: decide() compares integer ns as the server does) and
@@ -218,7 +218,8 @@ def _stream(
     return _arrival_times(arrival, rate_rps, seed, requests), warm
 
 
-def _too_slow_ns(stop_above_ms: float | None, offset_ms: float) -> float | None:
+def over_goal_ns(stop_above_ms: float | None, offset_ms: float) -> float | None:
+    """The queue-and-execution time (ns) above which a request misses ``stop_above_ms``."""
     return None if stop_above_ms is None else (stop_above_ms - offset_ms) * 1e6
 
 
@@ -226,7 +227,7 @@ class _Stopped(Exception):
     """More than 1 % of the measured requests are certain to miss the goal (the shortcut)."""
 
 
-def _prediction(
+def figures(
     rate_rps: float,
     arrivals: list[int],
     done: list[int] | None,
@@ -569,4 +570,4 @@ def _quantile(sorted_ns: list[int], q: float) -> float:
     return float(sorted_ns[k])
 
 
-__all__ = ["ASSUMPTIONS", "simulate"]
+__all__ = ["ASSUMPTIONS", "Stage", "arrival_stream", "figures", "over_goal_ns", "simulate"]
