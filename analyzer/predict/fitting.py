@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from analyzer.config.knobs import Knobs
+from analyzer.config.pipeline import TrialKnobs
 from analyzer.errors import ResultFormatError
 from analyzer.measure.measurement import Measurement
 from analyzer.measure.specs import LoadMode
@@ -299,7 +299,7 @@ def from_run_dir(run_dir: Path, model: str | None = None) -> Profile:
 
 def operating_points(
     trials: Iterable[TrialRecord],
-) -> list[tuple[Knobs, float, float]]:
+) -> list[tuple[TrialKnobs, float, float]]:
     """(config, offered rate, p99) of every trial whose operating point is an open-loop level
     that met the goals: where a profile's latency offset is calibrated
     (:func:`analyzer.predict.capacity.latency_offset`)."""
@@ -308,12 +308,11 @@ def operating_points(
         m = r.operating_point() if r.complete and r.meets_goals else None
         if m is None or m.mode is not LoadMode.REQUEST_RATE or m.target <= 0:
             continue
-        if isinstance(r.config, Knobs):  # a pipeline's trials calibrate no one model
-            points.append((r.config, m.target, m.p99_ms))
+        points.append((r.config, m.target, m.p99_ms))
     return points
 
 
-def run_operating_points(run_dir: Path) -> list[tuple[Knobs, float, float]]:
+def run_operating_points(run_dir: Path) -> list[tuple[TrialKnobs, float, float]]:
     """:func:`operating_points` of ``run_dir``'s readable trial records, the baseline's too."""
     trials = []
     for path in RunDirectory(run_dir).trial_paths():

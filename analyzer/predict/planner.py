@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import tomllib
 
 from analyzer.config.access import PLAIN, ServerAccess
+from analyzer.config.knobs import Knobs
 from analyzer.config.pipeline import JointKnobs
 from analyzer.config.traffic import ARRIVAL_KEYS, TrafficSection
 from analyzer.documents import PREDICTION_KIND, header
@@ -189,6 +190,7 @@ def plan(request: PlanRequest) -> PlanReport:
         points = [
             (SimConfig.from_knobs(k), rate, p99)
             for k, rate, p99 in run_operating_points(request.run_dir)
+            if isinstance(k, Knobs)  # a pipeline's points calibrate no one model
         ]
         measured_with = _run_arrival(request.run_dir)
         offset = None

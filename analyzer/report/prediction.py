@@ -168,10 +168,14 @@ def landscape(
     """
     if predictions is None:
         return None
-    batched = [c for c in predictions.configs if c.config.dynamic_batching]
+    # One model's knobs on two axes; a pipeline's predictions have no such landscape.
+    batched = [
+        (c.config, c.prediction)
+        for c in predictions.configs
+        if isinstance(c.config, Knobs) and c.config.dynamic_batching
+    ]
     cells: dict[tuple[int, int, int], LandscapeCell] = {}
-    for entry in batched:
-        k, p = entry.config, entry.prediction
+    for k, p in batched:
         key = _cell(k)
         held = cells.get(key)
         count = 1 + (held.configs if held is not None else 0)

@@ -6,8 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from analyzer.config.knobs import Knobs
-from analyzer.config.pipeline import TrialKnobs
+from analyzer.config.pipeline import TrialKnobs, knobs_from_dict
 from analyzer.documents import PREDICTIONS_KIND, header
 from analyzer.rundir.parsing import _migrate, _parsing
 
@@ -49,7 +48,7 @@ def _opt_prediction(raw: Mapping[str, Any] | None) -> Prediction | None:
 class ConfigPrediction:
     """One config of the space and its :class:`Prediction` (an entry of predictions.json)."""
 
-    config: Knobs
+    config: TrialKnobs
     prediction: Prediction
 
     def to_dict(self) -> dict[str, Any]:
@@ -57,7 +56,7 @@ class ConfigPrediction:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ConfigPrediction:
-        return cls(Knobs.from_dict(d["config"]), Prediction.from_dict(d))
+        return cls(knobs_from_dict(d["config"]), Prediction.from_dict(d))
 
 
 @dataclass(frozen=True)

@@ -362,6 +362,15 @@ class JointSpace:
 Space = SearchSpace | JointSpace
 
 
+def grid_configs(space: Space) -> list[TrialKnobs]:
+    """Every distinct config of the space, in its order (grid points that decode to the same
+    config, e.g. preferred-size depths beyond a small max batch size, count once)."""
+    seen: dict[TrialKnobs, None] = {}
+    for params in space.points():
+        seen.setdefault(space.decode(params), None)
+    return list(seen)
+
+
 def _points(bounds: Mapping[str, tuple[int, int]]) -> Iterator[dict[str, int]]:
     names = list(bounds)
     ranges = [range(lo, hi + 1) for lo, hi in bounds.values()]

@@ -27,20 +27,18 @@ from dataclasses import dataclass, field, replace
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import Knobs
 from analyzer.config.model_config import group_devices, knobs_of
-from analyzer.config.pipeline import TrialKnobs, is_ensemble
+from analyzer.config.pipeline import JointKnobs, TrialKnobs
 from analyzer.config.scenario import Scenario
 from analyzer.config.traffic import TrafficMode
 from analyzer.measure.arrivals import POISSON, ArrivalProcess
 from analyzer.predict import ProfileError
-from analyzer.predict.capacity import capacities, latency_offset
-from analyzer.predict.fitting import WindowSample, operating_points, rescaled
+from analyzer.predict.fitting import WindowSample, operating_points
 from analyzer.predict.profile import Profile
-from analyzer.predict.sim_records import SimConfig
 from analyzer.rundir.predictions import ConfigPrediction, Prediction, Predictions
 from analyzer.rundir.trial_record import TrialRecord
-from analyzer.search.space import Space
+from analyzer.search.predictors import ModelPredictor, Predictor
+from analyzer.search.space import Space, grid_configs
 
 __all__ = [
     "STRATEGIES",
@@ -91,11 +89,6 @@ def resolve(scenario: Scenario, base: mc.ModelConfig | None = None) -> tuple[str
 def _unmodelled(scenario: Scenario, base: mc.ModelConfig) -> str | None:
     """What the simulator does not model: of the model's own config (kept by every trial), or
     of the searched knobs."""
-    if is_ensemble(base) or scenario.model.composing_models:
-        return (
-            "is a pipeline, and the simulator runs one model's batcher: its composing models' "
-            "batchers joined as the pipeline joins them are not simulated yet"
-        )
     if base.HasField("sequence_batching"):
         return (
             "uses the sequence batcher, whose batches the simulator cannot form (one request "
@@ -136,15 +129,6 @@ def band(capacity_rps: float, half_width: float) -> Prediction:
         round(capacity_rps * (1 - half_width), 3),
         round(capacity_rps * (1 + half_width), 3),
     )
-
-
-def grid_configs(space: Space) -> list[TrialKnobs]:
-    """Every distinct config of the space, in its order (grid points that decode to the same
-    config, e.g. preferred-size depths beyond a small max batch size, count once)."""
-    seen: dict[TrialKnobs, None] = {}
-    for params in space.points():
-        seen.setdefault(space.decode(params), None)
-    return list(seen)
 
 
 def grid_note(configs: int, trials: int) -> str | None:
@@ -189,11 +173,12 @@ class Guide:
     """The predictions of ``--search predict`` and the decisions made on them.
 
     Attributes:
-        profile: The profile the predictions rest on (the probe's, then refitted).
+        predictor: What the predictions rest on (:mod:`analyzer.search.predictors`: one model's
+            profile or a pipeline's; the probe's, then refitted).
         goal_p99_ms: The latency goal the capacities are predicted at.
         half_width: The band (``search.band``).
-        predictions: Config -> predicted capacity and band (configs the profile covers).
-        uncovered: Configs of the space the profile cannot predict (a larger batch than
+        predictions: Config -> predicted capacity and band (configs the predictor covers).
+        uncovered: Configs of the space the predictor cannot predict (a larger batch than
             profiled): predict never chooses them.
         seed: Seed of every simulation.
         ceiling_rps: The highest rate the sweep offers (``traffic.max_rate_rps``): no
@@ -202,93 +187,97 @@ class Guide:
         arrival: The arrival process the sweep offers (``traffic.arrival``), simulated alike.
     """
 
-    profile: Profile
+    predictor: Predictor
     goal_p99_ms: float
     half_width: float
-    predictions: dict[Knobs, Prediction] = field(default_factory=dict)
-    uncovered: list[Knobs] = field(default_factory=list)
+    predictions: dict[TrialKnobs, Prediction] = field(default_factory=dict)
+    uncovered: list[TrialKnobs] = field(default_factory=list)
     seed: int = 0
     ceiling_rps: float = math.inf
     arrival: ArrivalProcess = POISSON
-    #: Times the profile was refitted from the run's measurements.
+    #: Times the predictor was refitted from the run's measurements.
     refits: int = 0
     #: Predictions of configs outside the space (the baseline), made on first ask.
-    forecasts: dict[Knobs, Prediction | None] = field(default_factory=dict)
-    #: The profile every refit rescales (the probe's; None: ``profile`` as given).
-    probed: Profile | None = None
+    forecasts: dict[TrialKnobs, Prediction | None] = field(default_factory=dict)
+    #: The predictor every refit rescales (the probe's; None: ``predictor`` as given).
+    probed: Predictor | None = None
+    #: The configs predicted, in the space's order (predictions.json's order).
+    order: list[TrialKnobs] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.probed is None:
-            self.probed = self.profile
+            self.probed = self.predictor
 
     @classmethod
     def predict(
         cls,
-        profile: Profile,
-        configs: Sequence[Knobs],
+        predictor: Predictor | Profile,
+        configs: Sequence[TrialKnobs],
         goal_p99_ms: float,
         half_width: float,
         seed: int = 0,
         ceiling_rps: float = math.inf,
         arrival: ArrivalProcess = POISSON,
     ) -> Guide:
-        """Simulate every config's capacity at the goal (the predict phase)."""
+        """Simulate every config's capacity at the goal (the predict phase); a bare profile is
+        one model's."""
+        if isinstance(predictor, Profile):
+            predictor = ModelPredictor(predictor)
         guide = cls(
-            profile, goal_p99_ms, half_width, seed=seed, ceiling_rps=ceiling_rps, arrival=arrival
+            predictor, goal_p99_ms, half_width, seed=seed, ceiling_rps=ceiling_rps, arrival=arrival
         )
         guide.predict_space(configs)
         return guide
 
-    def predict_space(self, configs: Sequence[Knobs]) -> None:
-        """Simulate the capacity of every config the profile covers; the others are
+    def candidates(self, space: Space) -> list[TrialKnobs]:
+        """The configs of ``space`` the predict phase simulates (a pipeline's: a pruned
+        product, :meth:`~analyzer.search.predictors.PipelinePredictor.candidates`)."""
+        return self.predictor.candidates(space, self.goal_p99_ms, self.seed)
+
+    def predict_space(self, configs: Sequence[TrialKnobs]) -> None:
+        """Simulate the capacity of every config the predictor covers; the others are
         :attr:`uncovered`."""
-        covered = [k for k in configs if _covers(self.profile, k)]
-        self.uncovered = [k for k in configs if not _covers(self.profile, k)]
+        self.order = list(configs)
+        covered = [k for k in configs if self.predictor.covers(k)]
+        self.uncovered = [k for k in configs if not self.predictor.covers(k)]
         self._simulate(covered)
 
     def calibrate(self, trials: Iterable[TrialRecord]) -> None:
-        """Set the profile's latency offset from the measured operating points of ``trials``
+        """Set the predictor's latency offset from the measured operating points of ``trials``
         (:func:`~analyzer.predict.fitting.operating_points`): the latency the server does not
         see; forecasts made before are forgotten."""
-        self.profile = self._calibrated(self.profile, trials)
+        self.predictor = self._calibrated(self.predictor, trials)
         self.forecasts.clear()
 
-    def _calibrated(self, profile: Profile, trials: Iterable[TrialRecord]) -> Profile:
-        """``profile`` with the offset of :func:`latency_offset` (unchanged where no point can
-        be simulated)."""
-        points = [(SimConfig.from_knobs(k), rate, p99) for k, rate, p99 in operating_points(trials)]
-        offset = latency_offset(
-            profile, points, requests=SIM_REQUESTS, seed=self.seed, arrival=self.arrival
+    def _calibrated(self, predictor: Predictor, trials: Iterable[TrialRecord]) -> Predictor:
+        return predictor.calibrated(
+            operating_points(trials), requests=SIM_REQUESTS, seed=self.seed, arrival=self.arrival
         )
-        if offset is None:
-            return profile
-        return replace(profile, latency_offset_ms=round(offset, 3))
 
     @classmethod
     def from_record(
         cls,
         saved: Predictions,
-        profile: Profile,
+        predictor: Predictor,
         goal_p99_ms: float,
         half_width: float,
         ceiling_rps: float = math.inf,
         arrival: ArrivalProcess = POISSON,
     ) -> Guide:
         """The guide of a resumed run (its predictions.json; no new simulation)."""
-        guide = cls(profile, goal_p99_ms, half_width, ceiling_rps=ceiling_rps, arrival=arrival)
+        guide = cls(predictor, goal_p99_ms, half_width, ceiling_rps=ceiling_rps, arrival=arrival)
         guide.predictions = {c.config: c.prediction for c in saved.configs}
+        guide.order = [c.config for c in saved.configs]
         return guide
 
-    def _simulate(self, configs: Sequence[Knobs]) -> None:
+    def _simulate(self, configs: Sequence[TrialKnobs]) -> None:
         self.predictions.update(self._capacities(configs))
 
-    def _capacities(self, configs: Sequence[Knobs]) -> dict[Knobs, Prediction]:
+    def _capacities(self, configs: Sequence[TrialKnobs]) -> dict[TrialKnobs, Prediction]:
         if not configs:
             return {}
-        sims = {SimConfig.from_knobs(k): k for k in configs}
-        found = capacities(
-            self.profile,
-            list(sims),
+        found = self.predictor.capacities(
+            configs,
             self.goal_p99_ms,
             requests=SIM_REQUESTS,
             seed=self.seed,
@@ -297,39 +286,36 @@ class Guide:
             ceiling_rps=self.ceiling_rps,
             arrival=self.arrival,
         )
-        return {
-            sims[sim]: band(min(cap.capacity_rps, self.ceiling_rps), self.half_width)
-            for sim, cap in found.items()
-        }
+        return {k: band(min(cap, self.ceiling_rps), self.half_width) for k, cap in found.items()}
 
     # -- queries ----------------------------------------------------------------------------------
 
-    def prediction(self, knobs: Knobs) -> Prediction | None:
+    def prediction(self, knobs: TrialKnobs) -> Prediction | None:
         """The predicted capacity of ``knobs`` (None: not predicted)."""
         return self.predictions.get(knobs)
 
-    def forecast(self, knobs: Knobs) -> Prediction | None:
+    def forecast(self, knobs: TrialKnobs) -> Prediction | None:
         """The predicted capacity of any config, the space's or not (the baseline: the model's
         own config, often without dynamic batching), simulated on first ask and never ranked;
-        None when the profile does not cover its batches."""
+        None when the predictor does not cover it."""
         if knobs in self.predictions:
             return self.predictions[knobs]
         if knobs not in self.forecasts:
-            covered = _covers(self.profile, knobs)
+            covered = self.predictor.covers(knobs)
             self.forecasts[knobs] = self._capacities([knobs])[knobs] if covered else None
         return self.forecasts[knobs]
 
-    def ranked(self) -> list[Knobs]:
+    def ranked(self) -> list[TrialKnobs]:
         """Predicted configs, highest predicted capacity first (ties: the smaller config
         first: fewer instances, smaller batches, shorter delay)."""
         return sorted(self.predictions, key=lambda k: (-self.predictions[k].capacity_rps, _size(k)))
 
-    def best(self) -> tuple[Knobs, Prediction] | None:
+    def best(self) -> tuple[TrialKnobs, Prediction] | None:
         """The predicted best config and its prediction (None: nothing predicted)."""
         ranked = self.ranked()
         return (ranked[0], self.predictions[ranked[0]]) if ranked else None
 
-    def next_config(self, measured: Iterable[Knobs]) -> Knobs | None:
+    def next_config(self, measured: Iterable[TrialKnobs]) -> TrialKnobs | None:
         """The unmeasured config with the highest predicted capacity (None: all measured)."""
         done = set(measured)
         return next((k for k in self.ranked() if k not in done), None)
@@ -360,79 +346,50 @@ class Guide:
     def refit(
         self,
         samples: Sequence[WindowSample] | None,
-        measured: Iterable[Knobs],
+        measured: Iterable[TrialKnobs],
         candidates: int,
         trials: Iterable[TrialRecord] = (),
         where: str = "the run's trials",
     ) -> None:
-        """Rescale the probed profile to the run's own windows (:func:`~analyzer.predict.
-        profile.rescaled`; None or no usable window: keep the execution times), calibrate its
+        """Rescale the probed predictor to the run's own windows (:func:`~analyzer.predict.
+        fitting.rescaled`; None or no usable window: keep the execution times), calibrate its
         latency offset on the operating points of the finished ``trials`` (the latency the
         server does not see), and re-predict the ``candidates`` best unmeasured configs (the
         ones the search may still measure); the rest keep theirs."""
         assert self.probed is not None
-        profile = self.profile
+        predictor = self.predictor
         if samples:
             try:
-                profile = rescaled(self.probed, samples, where)
+                predictor = self.probed.rescaled(samples, where)
             except ProfileError:
-                profile = self.profile
-        profile = self._calibrated(profile, trials)
-        if profile == self.profile:
+                predictor = self.predictor
+        predictor = self._calibrated(predictor, trials)
+        if predictor == self.predictor:
             return  # nothing new: the same simulation would give the same predictions
         done = set(measured)
         top = [k for k in self.ranked() if k not in done][: max(1, candidates)]
-        top = [k for k in top if _covers(profile, k)]
+        top = [k for k in top if predictor.covers(k)]
         if not top:
             return
-        self.profile = profile
+        self.predictor = predictor
         self.refits += 1
         self._simulate(top)
 
-    def record(self, order: Sequence[Knobs]) -> Predictions:
-        """predictions.json: every predicted config (in ``order``, the space's) and the profile."""
+    def record(self, order: Sequence[TrialKnobs] | None = None) -> Predictions:
+        """predictions.json: every predicted config (in ``order``; default: the order they were
+        predicted in, the space's) and the predictor."""
         configs = tuple(
-            ConfigPrediction(k, self.predictions[k]) for k in order if k in self.predictions
+            ConfigPrediction(k, self.predictions[k])
+            for k in (self.order if order is None else order)
+            if k in self.predictions
         )
-        return Predictions(profile_summary(self.profile, self.refits), configs)
+        return Predictions(self.predictor.summary(self.refits), configs)
 
 
-def profile_summary(profile: Profile, refits: int = 0) -> dict[str, object]:
-    """predictions.json's short description of a profile."""
-    return {
-        "model": profile.model,
-        "source": profile.source,
-        "batch_sizes": [profile.min_batch_size, profile.max_batch_size],
-        "jitter": profile.jitter,
-        "instances_profiled": profile.instances_profiled,
-        "interference": {str(k): v for k, v in sorted(profile.interference.items())},
-        "latency_offset_ms": profile.latency_offset_ms,
-        "overlap_ms": profile.overlap_ms,
-        "refits": refits,
-        "provenance": profile.provenance,
-    }
-
-
-def _covers(profile: Profile, knobs: Knobs) -> bool:
-    # A priority or queue policy is not simulated (simulator.check_modelled): such a config is
-    # uncovered, so predict never ranks it as if it were one FIFO. So is one whose instances are
-    # not one group on one device: the simulator shares one device among all instances, and
-    # several groups may sit on several GPUs or be of different kinds, which knobs do not say.
-    sim = SimConfig.from_knobs(knobs)
-    return (
-        not sim.queue_policy
-        and not _spans_groups(knobs)
-        and profile.covers(sim.largest_items(profile.items))
-    )
-
-
-def _spans_groups(knobs: Knobs) -> bool:
-    """Several instance groups, or one group on several GPUs (its count below its instances)."""
-    counts = knobs.group_counts
-    return counts is not None and (len(counts) > 1 or counts[0] != knobs.instance_count)
-
-
-def _size(k: Knobs) -> tuple[int, int, int]:
+def _size(k: TrialKnobs) -> tuple[int, int, int]:
+    if isinstance(k, JointKnobs):
+        sizes = [_size(s) for _, s in k.stages]
+        return (sum(s[0] for s in sizes), sum(s[1] for s in sizes), sum(s[2] for s in sizes))
     return (k.instance_count, k.max_batch_size, k.max_queue_delay_us)
 
 
@@ -441,7 +398,9 @@ def relative_error(predicted: float, measured: float) -> float:
     return abs(predicted - measured) / measured if measured > 0 else math.inf
 
 
-def with_prediction(record: TrialRecord, predictions: Mapping[Knobs, Prediction]) -> TrialRecord:
+def with_prediction(
+    record: TrialRecord, predictions: Mapping[TrialKnobs, Prediction]
+) -> TrialRecord:
     """``record`` with its config's prediction (unchanged when it has none)."""
-    p = predictions.get(record.config) if isinstance(record.config, Knobs) else None
+    p = predictions.get(record.config)
     return record if p is None else replace(record, prediction=p)

@@ -58,7 +58,6 @@ from analyzer.config.pipeline import (
     Tuned,
     ensemble_steps,
     is_ensemble,
-    single,
     stage_refusal,
 )
 from analyzer.config.scenario import Scenario
@@ -547,9 +546,7 @@ def _search_loop(state: _State, clock: Callable[[], float], started: float) -> S
             if done >= grid:
                 return StopReason.GRID
         elif guide is not None:
-            measured = [
-                single(r.config) for r in state.results.values() if r.state != "interrupted"
-            ]
+            measured = [r.config for r in state.results.values() if r.state != "interrupted"]
             best = state.objective.best(state.results.values())
             bracket = state.objective.gain_sample(best) if best else None
             if guide.settled(

@@ -12,17 +12,18 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import Knobs
 from analyzer.config.model_config import knobs_of
-from analyzer.config.pipeline import single
+from analyzer.config.pipeline import JointKnobs, TrialKnobs
 from analyzer.config.scenario import Scenario
 from analyzer.errors import InputError, TargetError
 from analyzer.predict import ProfileError
 from analyzer.predict.fitting import run_dir_samples
-from analyzer.predict.profile import Profile, load_profile, save_profile
+from analyzer.predict.pipeline_sim import PipelineProfile
+from analyzer.predict.profile import Profile
 from analyzer.rundir import records
 from analyzer.rundir.trial_record import TrialRecord
-from analyzer.search.strategy import Guide, grid_configs
+from analyzer.search.predictors import ModelPredictor, PipelinePredictor, Predictor, load_predictor
+from analyzer.search.strategy import Guide
 from analyzer.sweep.state import Profiler, _first_line, _State
 from analyzer.target.protocol import Target
 
@@ -61,8 +62,40 @@ def probe_profile(target: Target, scenario: Scenario) -> Profile:
     # when the space has several, none otherwise.
     several = scenario.space.instance_count[1] > 1
     plan = ProbePlan(instances=2 if several else 1, time_budget_s=scenario.search.profile_time_s)
-    inputs = input_options(scenario.input, scenario.run.seed)  # the load's own request data
+    # The load's own request data, where the load goes; a pipeline's composing model is probed
+    # with requests built from its own inputs.
+    loaded = target.model == scenario.model.name
+    inputs = input_options(scenario.input, scenario.run.seed) if loaded else None
     return probe(_Widened(target, largest), plan, inputs=inputs)
+
+
+class _StageView:
+    """A pipeline's target seen as one of its composing models (what the probe measures)."""
+
+    def __init__(self, target: Target, model: str) -> None:
+        self._target = target
+        self.model = model
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+    def model_config(self) -> mc.ModelConfig:
+        config = self._target.config_of(self.model)
+        if config is None:
+            raise ProfileError(f"the server has no model {self.model!r} to profile")
+        return config
+
+
+def _probed(state: _State, profiler: Profiler) -> Predictor:
+    """The profile phase: the tuned model's profile, or each composing model's."""
+    tuned, target, scenario = state.tuned, state.target, state.scenario
+    if not tuned.pipeline:
+        return ModelPredictor(profiler(target, scenario))
+    stages = []
+    for name in tuned.names:
+        state.observer.on_phase(f"profile phase: composing model {name}")
+        stages.append((name, profiler(_StageView(target, name), scenario)))  # type: ignore[arg-type]
+    return PipelinePredictor(PipelineProfile(tuple(stages)))
 
 
 class _Widened:
@@ -102,7 +135,7 @@ def _profiled(state: _State, profiler: Profiler) -> Guide | None:
         try:
             saved = records.load_predictions(directory.predictions_json)
             return Guide.from_record(
-                saved, load_profile(profile_path), goal, half, ceiling, arrival=arrival
+                saved, load_predictor(profile_path), goal, half, ceiling, arrival=arrival
             )
         except (InputError, OSError) as exc:
             _LOG.warning("predictions of the resumed run unreadable (%s): predicting again", exc)
@@ -113,38 +146,39 @@ def _profiled(state: _State, profiler: Profiler) -> Guide | None:
     try:
         with state.phase("profile"):
             state.touched = True
-            profile = profiler(state.target, scenario)
+            predictor = _probed(state, profiler)
     except (ProfileError, TargetError, InputError, OSError, RuntimeError, ValueError) as exc:
         state.note(
             f"search predict: no profile could be taken ({_first_line(exc)}); searching with tpe"
         )
         return None
-    save_profile(profile, profile_path)
-    return Guide(profile, goal, half, seed=scenario.run.seed, ceiling_rps=ceiling, arrival=arrival)
+    predictor.save(profile_path)
+    return Guide(
+        predictor, goal, half, seed=scenario.run.seed, ceiling_rps=ceiling, arrival=arrival
+    )
 
 
 def _predicted(state: _State, guide: Guide) -> Guide | None:
     """The predict phase: the profile's latency offset calibrated on the baseline's operating
     point, then every config of the space simulated; None when nothing could be predicted."""
     directory = state.run_dir
-    space_configs = _space_configs(state)
-    state.observer.on_phase(f"predicting {len(space_configs)} configs")
     try:
         with state.phase("predict"):
+            space_configs = guide.candidates(state.search.space)
+            state.observer.on_phase(f"predicting {len(space_configs)} configs")
             guide.calibrate(_finished(state))
             guide.predict_space(space_configs)
     except (InputError, ValueError) as exc:
         state.note(f"search predict: the simulator failed ({_first_line(exc)}); searching with tpe")
         return None
-    profile = guide.profile
     if not guide.predictions:
         state.note(
-            f"search predict: the profile covers batch sizes {profile.min_batch_size}-"
-            f"{profile.max_batch_size}, no config of the space; searching with tpe"
+            f"search predict: the profile covers {guide.predictor.coverage()}, no config of the "
+            "space; searching with tpe"
         )
         return None
-    policies = [k for k in guide.uncovered if k.queue_policy is not None]
-    larger = [k for k in guide.uncovered if k.queue_policy is None]
+    policies = [k for k in guide.uncovered if _sets_policy(k)]
+    larger = [k for k in guide.uncovered if not _sets_policy(k)]
     if policies:
         state.note(
             f"search predict: {len(policies)} configs set priorities or a queue policy, which "
@@ -153,10 +187,11 @@ def _predicted(state: _State, guide: Guide) -> Guide | None:
         )
     if larger:
         state.note(
-            f"search predict: {len(larger)} configs need batches above the profiled "
-            f"{profile.max_batch_size}: they are not predicted, and predict does not choose them"
+            f"search predict: {len(larger)} configs need batches beyond the profiled "
+            f"{guide.predictor.coverage()}: they are not predicted, and predict does not choose "
+            "them"
         )
-    records.write_predictions(directory.predictions_json, guide.record(space_configs))
+    records.write_predictions(directory.predictions_json, guide.record())
     best = guide.best()
     if best is not None:
         state.observer.on_phase(
@@ -166,9 +201,9 @@ def _predicted(state: _State, guide: Guide) -> Guide | None:
     return guide
 
 
-def _space_configs(state: _State) -> list[Knobs]:
-    """Every config of the space (predict tunes one model: a pipeline never gets here)."""
-    return [single(k) for k in grid_configs(state.search.space)]
+def _sets_policy(knobs: TrialKnobs) -> bool:
+    stages = [k for _, k in knobs.stages] if isinstance(knobs, JointKnobs) else [knobs]
+    return any(k.queue_policy is not None for k in stages)
 
 
 def _finished(state: _State) -> list[TrialRecord]:
@@ -192,7 +227,7 @@ def _refit(state: _State, guide: Guide, remaining: int) -> None:
     try:
         guide.refit(
             samples,
-            [single(r.config) for r in state.results.values()],
+            [r.config for r in state.results.values()],
             2 * remaining,
             _finished(state),
             where=f"run directory {state.run_dir.root.name}",
@@ -200,4 +235,4 @@ def _refit(state: _State, guide: Guide, remaining: int) -> None:
     except (InputError, ValueError) as exc:
         _LOG.debug("no refit: %s", exc)
         return
-    records.write_predictions(state.run_dir.predictions_json, guide.record(_space_configs(state)))
+    records.write_predictions(state.run_dir.predictions_json, guide.record())

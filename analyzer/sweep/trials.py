@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.pipeline import TrialKnobs, single
+from analyzer.config.pipeline import TrialKnobs
 from analyzer.config.scenario import Scenario
 from analyzer.errors import TargetDiedError, TargetError
 from analyzer.evaluation.plan import NEIGHBOUR_GROWTH, Expected
@@ -75,7 +75,7 @@ def _measure_baseline(state: _State) -> TrialRecord:
     knobs, originals = state.tuned.knobs(), state.tuned.originals()
     state.run_dir.write_config(-1, originals)
     state.observer.on_trial_start(-1, "baseline", knobs, 0, state.scenario.budget.trials)
-    forecast = state.guide.forecast(single(knobs)) if state.guide is not None else None
+    forecast = state.guide.forecast(knobs) if state.guide is not None else None
     expect = None
     if forecast is not None and forecast.capacity_rps > 0 and state.objective.capacity:
         expect = Expected(forecast.capacity_rps, check=True)
@@ -196,7 +196,7 @@ def _expected(state: _State, knobs: TrialKnobs) -> Expected | None:
     if not state.objective.capacity:
         return None
     if state.guide is not None:
-        prediction = state.guide.prediction(single(knobs))
+        prediction = state.guide.prediction(knobs)
         if prediction is not None and prediction.capacity_rps > 0:
             return Expected(prediction.capacity_rps)
     finished = [*state.results.values(), *([state.baseline] if state.baseline else [])]

@@ -143,6 +143,43 @@ def test_a_managed_ensemble_is_tuned_stage_by_stage_in_one_search(tmp_path: Path
     assert header.startswith("number,") and first.count("/") >= 8  # 4 knob columns x 3 stages
 
 
+def test_a_pipeline_is_predicted_stage_by_stage_and_its_predicted_best_measured_first(
+    tmp_path: Path,
+) -> None:
+    """``--search predict`` on an ensemble: each composing model probed with its own inputs, the
+    stages chained in the simulator over a pruned product of their spaces, the predicted best
+    measured first, and every measured config's prediction error reported."""
+    repo = make_repo(tmp_path)
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [
+            *command(tmp_path, run_dir, validate_top=0),
+            *("--model-repository", str(repo), "--device", "sim", "--search", "predict"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "searching with tpe" not in done.stdout
+    profile = json.loads((run_dir / "profile.json").read_text())["pipeline"]
+    assert profile["stages"] == list(STAGES)
+    for stage in STAGES:  # each composing model's own profile, probed on its own
+        probed = json.loads((run_dir / "profile-stages" / f"{stage}.json").read_text())
+        assert probed["model"] == stage
+    predictions = json.loads((run_dir / "predictions.json").read_text())
+    configs = [JointKnobs.from_dict(c["config"]) for c in predictions["configs"]]
+    assert len(configs) == 27 and all(k.names == STAGES for k in configs)
+    assert list(predictions["profile"]["stages"]) == list(STAGES)
+    best = max(predictions["configs"], key=lambda c: c["capacity_rps"])
+    first = load_trial_record(run_dir / "trials" / "000" / "measurement.json")
+    assert first["prediction"]["capacity_rps"] == best["capacity_rps"]
+    assert first["config"] == best["config"]
+    summary = load_summary(run_dir)
+    assert summary["search_strategy"] == "predict"
+    assert summary["best"]["meets_goals"]
+
+
 def test_a_killed_sweep_of_a_shared_server_resumes_and_gives_every_stage_back(
     tmp_path: Path,
 ) -> None:

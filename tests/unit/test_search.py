@@ -171,6 +171,7 @@ def test_strategy_rules_on_predictions() -> None:
     from analyzer.predict.profile import BatchTiming, Profile
     from analyzer.rundir.predictions import Prediction
     from analyzer.rundir.trial_record import TrialRecord
+    from analyzer.search.predictors import ModelPredictor
     from analyzer.search.strategy import (
         Guide,
         band,
@@ -198,7 +199,7 @@ def test_strategy_rules_on_predictions() -> None:
     probed = Profile(
         "m", "probe", "probe", tuple(BatchTiming(s, 0.1, 1.0 * s, 0.1) for s in (1, 2, 4, 8))
     )
-    guide = Guide(probed, 50.0, 0.1, {a: band(200.0, 0.1), b: band(100.0, 0.1)})
+    guide = Guide(ModelPredictor(probed), 50.0, 0.1, {a: band(200.0, 0.1), b: band(100.0, 0.1)})
     assert guide.best() == (a, band(200.0, 0.1))
     assert guide.next_config([a]) == b and guide.next_config([a, b]) is None
     assert not guide.settled(None) and not guide.settled(179.0)
@@ -208,14 +209,14 @@ def test_strategy_rules_on_predictions() -> None:
     # (seen: predicted 434.083, band from 390.675, measured 390.6747 -> one trial wasted).
     from analyzer.evaluation.plan import EXPECTED_START
 
-    odd = Guide(probed, 50.0, 0.1, {a: band(434.08302, 0.1)})
+    odd = Guide(ModelPredictor(probed), 50.0, 0.1, {a: band(434.08302, 0.1)})
     first_rate = EXPECTED_START * odd.predictions[a].capacity_rps
     assert first_rate < odd.predictions[a].low_rps
     assert odd.settled(first_rate)
     # The predicted best inside the measured best's bracket settles the search too (seen on a
     # real Triton: a passed at 491.27, failed at 589.5; after a refit b was predicted 549.869,
     # its band from 494.882, and four more configs were measured, all worse).
-    near = Guide(probed, 50.0, 0.1, {a: band(545.861, 0.1), b: band(549.869, 0.1)})
+    near = Guide(ModelPredictor(probed), 50.0, 0.1, {a: band(545.861, 0.1), b: band(549.869, 0.1)})
     assert not near.settled(491.27)
     assert near.settled(491.27, fails_at_rps=589.5)
     assert not near.settled(491.27, fails_at_rps=549.0)
@@ -225,6 +226,7 @@ def test_a_refit_rescales_the_probed_profile_to_the_runs_windows() -> None:
     from analyzer.predict import ProfileError
     from analyzer.predict.fitting import WindowSample, rescaled
     from analyzer.predict.profile import BatchTiming, Profile
+    from analyzer.search.predictors import ModelPredictor
     from analyzer.search.strategy import Guide, band, grid_configs
 
     probed = Profile(
@@ -256,12 +258,13 @@ def test_a_refit_rescales_the_probed_profile_to_the_runs_windows() -> None:
     # The guide rescales the probe's profile every time: refits do not compound.
     space = small_space()
     a = grid_configs(space)[0]
-    guide = Guide(probed, 50.0, 0.1, {a: band(200.0, 0.1)})
+    guide = Guide(ModelPredictor(probed), 50.0, 0.1, {a: band(200.0, 0.1)})
     guide.refit(samples, [], 1)
-    once = guide.profile
+    once = guide.predictor
     guide.refit(samples, [], 1)
-    assert guide.profile.timings == once.timings == out.timings
-    assert guide.probed is probed
+    assert isinstance(once, ModelPredictor) and isinstance(guide.predictor, ModelPredictor)
+    assert guide.predictor.profile.timings == once.profile.timings == out.timings
+    assert guide.probed == ModelPredictor(probed)
 
 
 def test_the_response_cache_is_a_dimension_only_when_searched() -> None:

@@ -1,0 +1,352 @@
+"""What ``--search predict`` simulates: one model's profile, or a pipeline's.
+
+:class:`ModelPredictor` and :class:`PipelinePredictor` answer the same questions for
+:class:`~analyzer.search.strategy.Guide`, which holds one and never asks which: the configs
+worth predicting in a space, which of them it covers, their simulated capacities at the goal,
+itself with the latency offset calibrated on measured operating points or refitted to a run's
+windows, and predictions.json's description of it.
+
+A pipeline's joint space is the product of its stages' spaces (tens of configs each: tens of
+thousands together), so :meth:`PipelinePredictor.candidates` does not enumerate it: each stage
+is simulated alone at its share of the goal (the goal split evenly, the stages running one
+after another, as the seeds split it), the best :data:`STAGE_KEEP` of each stage are kept, and
+their product is simulated as the pipeline.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Protocol
+
+from analyzer.config.knobs import Knobs
+from analyzer.config.pipeline import JointKnobs, TrialKnobs, single
+from analyzer.errors import InputError
+from analyzer.measure.arrivals import POISSON, ArrivalProcess
+from analyzer.predict.capacity import capacities, latency_offset
+from analyzer.predict.fitting import WindowSample, rescaled
+from analyzer.predict.pipeline_sim import PipelineProfile, pipeline_capacity, pipeline_offset
+from analyzer.predict.profile import Profile, load_profile, save_profile
+from analyzer.predict.sim_records import SimConfig
+from analyzer.search.space import JointSpace, SearchSpace, Space, grid_configs
+
+#: Configs kept per stage before the pipeline's product is simulated (3 stages: 27 joint configs).
+STAGE_KEEP = 3
+
+
+class Predictor(Protocol):
+    """The simulator behind a :class:`~analyzer.search.strategy.Guide`."""
+
+    def candidates(self, space: Space, goal_p99_ms: float, seed: int) -> list[TrialKnobs]:
+        """The configs of ``space`` worth predicting, in the space's order."""
+        ...
+
+    def covers(self, knobs: TrialKnobs) -> bool:
+        """Whether ``knobs`` can be simulated (its batches profiled, its knobs modelled)."""
+        ...
+
+    def capacities(
+        self,
+        configs: Sequence[TrialKnobs],
+        goal_p99_ms: float,
+        *,
+        requests: int,
+        seed: int,
+        resolution: float,
+        workers: int,
+        ceiling_rps: float,
+        arrival: ArrivalProcess,
+    ) -> dict[TrialKnobs, float]:
+        """The simulated capacity at the goal of each config (all covered)."""
+        ...
+
+    def calibrated(
+        self,
+        points: Iterable[tuple[TrialKnobs, float, float]],
+        *,
+        requests: int,
+        seed: int,
+        arrival: ArrivalProcess,
+    ) -> Predictor:
+        """Itself with the latency offset fitted on ``(config, rate, measured p99)`` points
+        (unchanged when none can be simulated)."""
+        ...
+
+    def rescaled(self, samples: Sequence[WindowSample], where: str) -> Predictor:
+        """Itself with execution times rescaled to a run's windows."""
+        ...
+
+    def coverage(self) -> str:
+        """What it covers, for a user told that nothing in the space is covered."""
+        ...
+
+    def summary(self, refits: int) -> dict[str, object]:
+        """predictions.json's description."""
+        ...
+
+    def save(self, path: Path) -> None:
+        """Write it for a resumed run (:func:`load_predictor`)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ModelPredictor:
+    """One model: its :class:`~analyzer.predict.profile.Profile`."""
+
+    profile: Profile
+
+    def candidates(self, space: Space, goal_p99_ms: float, seed: int) -> list[TrialKnobs]:
+        return grid_configs(space)
+
+    def covers(self, knobs: TrialKnobs) -> bool:
+        # A priority or queue policy is not simulated (simulator.check_modelled): such a config
+        # is uncovered, so predict never ranks it as if it were one FIFO. So is one whose
+        # instances are not one group on one device: the simulator shares one device among all
+        # instances, and several groups may sit on several GPUs or be of different kinds, which
+        # knobs do not say.
+        if not isinstance(knobs, Knobs):
+            return False
+        sim = SimConfig.from_knobs(knobs)
+        return (
+            not sim.queue_policy
+            and not _spans_groups(knobs)
+            and self.profile.covers(sim.largest_items(self.profile.items))
+        )
+
+    def capacities(
+        self,
+        configs: Sequence[TrialKnobs],
+        goal_p99_ms: float,
+        *,
+        requests: int,
+        seed: int,
+        resolution: float,
+        workers: int,
+        ceiling_rps: float,
+        arrival: ArrivalProcess,
+    ) -> dict[TrialKnobs, float]:
+        sims = {SimConfig.from_knobs(single(k)): k for k in configs}
+        found = capacities(
+            self.profile,
+            list(sims),
+            goal_p99_ms,
+            requests=requests,
+            seed=seed,
+            resolution=resolution,
+            workers=workers,
+            ceiling_rps=ceiling_rps,
+            arrival=arrival,
+        )
+        return {sims[sim]: cap.capacity_rps for sim, cap in found.items()}
+
+    def calibrated(
+        self,
+        points: Iterable[tuple[TrialKnobs, float, float]],
+        *,
+        requests: int,
+        seed: int,
+        arrival: ArrivalProcess,
+    ) -> ModelPredictor:
+        sims = [(SimConfig.from_knobs(k), r, p) for k, r, p in points if isinstance(k, Knobs)]
+        offset = latency_offset(self.profile, sims, requests=requests, seed=seed, arrival=arrival)
+        if offset is None:
+            return self
+        return ModelPredictor(replace(self.profile, latency_offset_ms=round(offset, 3)))
+
+    def rescaled(self, samples: Sequence[WindowSample], where: str) -> ModelPredictor:
+        return ModelPredictor(rescaled(self.profile, samples, where))
+
+    def coverage(self) -> str:
+        return f"batch sizes {self.profile.min_batch_size}-{self.profile.max_batch_size}"
+
+    def summary(self, refits: int) -> dict[str, object]:
+        return profile_summary(self.profile, refits)
+
+    def save(self, path: Path) -> None:
+        save_profile(self.profile, path)
+
+
+@dataclass(frozen=True)
+class PipelinePredictor:
+    """A pipeline: its stages' profiles, chained (:mod:`analyzer.predict.pipeline_sim`).
+
+    Not refitted to a run's windows: each stage's execution times stay the probe's (the offset
+    is calibrated as one model's is).
+    """
+
+    pipeline: PipelineProfile
+
+    def candidates(self, space: Space, goal_p99_ms: float, seed: int) -> list[TrialKnobs]:
+        if not isinstance(space, JointSpace):
+            raise InputError("a pipeline's predictions need the pipeline's joint space")
+        share = goal_p99_ms / len(space.stages)
+        kept = [
+            self._stage_best(name, stage_space, share, seed) for name, stage_space in space.stages
+        ]
+        names = [name for name, _ in space.stages]
+        return [
+            JointKnobs(tuple(zip(names, combo, strict=True))) for combo in itertools.product(*kept)
+        ]
+
+    def _stage_best(self, name: str, space: SearchSpace, share_ms: float, seed: int) -> list[Knobs]:
+        """The stage's :data:`STAGE_KEEP` configs of the highest capacity alone at its share of
+        the goal (ties: the smaller config), in the space's order."""
+        profile = dict(self.pipeline.stages)[name]
+        alone = ModelPredictor(profile)
+        configs = [k for k in grid_configs(space) if isinstance(k, Knobs) and alone.covers(k)]
+        if not configs:
+            raise InputError(
+                f"the profile of stage {name!r} covers {alone.coverage()}, no config of its space"
+            )
+        caps = alone.capacities(
+            configs,
+            share_ms,
+            requests=1000,
+            seed=seed,
+            resolution=0.05,
+            workers=1,
+            ceiling_rps=math.inf,
+            arrival=POISSON,
+        )
+        best = sorted(
+            configs,
+            key=lambda k: (-caps[k], k.instance_count, k.max_batch_size, k.max_queue_delay_us),
+        )[:STAGE_KEEP]
+        return [k for k in configs if k in best]
+
+    def covers(self, knobs: TrialKnobs) -> bool:
+        if not isinstance(knobs, JointKnobs) or knobs.names != self.pipeline.names:
+            return False
+        return all(
+            ModelPredictor(profile).covers(knobs.stage(name))
+            for name, profile in self.pipeline.stages
+        )
+
+    def capacities(
+        self,
+        configs: Sequence[TrialKnobs],
+        goal_p99_ms: float,
+        *,
+        requests: int,
+        seed: int,
+        resolution: float,
+        workers: int,
+        ceiling_rps: float,
+        arrival: ArrivalProcess,
+    ) -> dict[TrialKnobs, float]:
+        out: dict[TrialKnobs, float] = {}
+        hint: float | None = None
+        for knobs in configs:
+            cap = pipeline_capacity(
+                self.pipeline,
+                _stage_sims(knobs),
+                goal_p99_ms,
+                requests=requests,
+                seed=seed,
+                resolution=resolution,
+                start_rps=hint,
+                ceiling_rps=ceiling_rps,
+                arrival=arrival,
+            )
+            out[knobs] = cap.capacity_rps
+            hint = cap.capacity_rps if cap.capacity_rps > 0 else None
+        return out
+
+    def calibrated(
+        self,
+        points: Iterable[tuple[TrialKnobs, float, float]],
+        *,
+        requests: int,
+        seed: int,
+        arrival: ArrivalProcess,
+    ) -> PipelinePredictor:
+        sims = [(_stage_sims(k), r, p) for k, r, p in points if self.covers(k)]
+        offset = pipeline_offset(self.pipeline, sims, requests=requests, seed=seed, arrival=arrival)
+        if offset is None:
+            return self
+        return PipelinePredictor(replace(self.pipeline, latency_offset_ms=round(offset, 3)))
+
+    def rescaled(self, samples: Sequence[WindowSample], where: str) -> PipelinePredictor:
+        return self
+
+    def coverage(self) -> str:
+        return "; ".join(
+            f"{name}: batch sizes {p.min_batch_size}-{p.max_batch_size}"
+            for name, p in self.pipeline.stages
+        )
+
+    def summary(self, refits: int) -> dict[str, object]:
+        return {
+            "pipeline": [name for name, _ in self.pipeline.stages],
+            "latency_offset_ms": self.pipeline.latency_offset_ms,
+            "refits": refits,
+            "stages": {name: profile_summary(p) for name, p in self.pipeline.stages},
+        }
+
+    def save(self, path: Path) -> None:
+        folder = path.parent / f"{path.stem}-stages"
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, profile in self.pipeline.stages:
+            save_profile(profile, folder / f"{name}.json")
+        doc = {
+            "stages": [name for name, _ in self.pipeline.stages],
+            "latency_offset_ms": self.pipeline.latency_offset_ms,
+        }
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"pipeline": doc}, indent=2))
+        tmp.replace(path)
+
+
+def load_predictor(path: Path) -> Predictor:
+    """What :meth:`Predictor.save` wrote at ``path``."""
+    doc = json.loads(path.read_text())
+    if isinstance(doc, dict) and "pipeline" in doc:
+        folder = path.parent / f"{path.stem}-stages"
+        stages = tuple(
+            (name, load_profile(folder / f"{name}.json")) for name in doc["pipeline"]["stages"]
+        )
+        offset = float(doc["pipeline"].get("latency_offset_ms", 0.0))
+        return PipelinePredictor(PipelineProfile(stages, latency_offset_ms=offset))
+    return ModelPredictor(load_profile(path))
+
+
+def profile_summary(profile: Profile, refits: int = 0) -> dict[str, object]:
+    """predictions.json's short description of a profile."""
+    return {
+        "model": profile.model,
+        "source": profile.source,
+        "batch_sizes": [profile.min_batch_size, profile.max_batch_size],
+        "jitter": profile.jitter,
+        "instances_profiled": profile.instances_profiled,
+        "interference": {str(k): v for k, v in sorted(profile.interference.items())},
+        "latency_offset_ms": profile.latency_offset_ms,
+        "overlap_ms": profile.overlap_ms,
+        "refits": refits,
+        "provenance": profile.provenance,
+    }
+
+
+def _stage_sims(knobs: TrialKnobs) -> dict[str, SimConfig]:
+    if not isinstance(knobs, JointKnobs):
+        raise InputError(f"{knobs.label()!r} is one model's config, not a pipeline's")
+    return {name: SimConfig.from_knobs(k) for name, k in knobs.stages}
+
+
+def _spans_groups(knobs: Knobs) -> bool:
+    """Several instance groups, or one group on several GPUs (its count below its instances)."""
+    counts = knobs.group_counts
+    return counts is not None and (len(counts) > 1 or counts[0] != knobs.instance_count)
+
+
+__all__ = [
+    "STAGE_KEEP",
+    "ModelPredictor",
+    "PipelinePredictor",
+    "Predictor",
+    "load_predictor",
+    "profile_summary",
+]
