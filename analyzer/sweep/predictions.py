@@ -12,7 +12,6 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.model_config import knobs_of
 from analyzer.config.pipeline import JointKnobs, TrialKnobs
 from analyzer.config.scenario import Scenario
 from analyzer.errors import InputError, TargetError
@@ -140,7 +139,7 @@ def _profiled(state: _State, profiler: Profiler) -> Guide | None:
         except (InputError, OSError) as exc:
             _LOG.warning("predictions of the resumed run unreadable (%s): predicting again", exc)
     state.observer.on_trial_start(
-        -1, "profile", knobs_of(state.base_config), 0, scenario.budget.trials
+        -1, "profile", state.tuned.knobs(), 0, scenario.budget.trials
     )
     state.observer.on_phase("profile phase: batches of chosen sizes")
     try:
