@@ -138,9 +138,7 @@ def _profiled(state: _State, profiler: Profiler) -> Guide | None:
             )
         except (InputError, OSError) as exc:
             _LOG.warning("predictions of the resumed run unreadable (%s): predicting again", exc)
-    state.observer.on_trial_start(
-        -1, "profile", state.tuned.knobs(), 0, scenario.budget.trials
-    )
+    state.observer.on_trial_start(-1, "profile", state.tuned.knobs(), 0, scenario.budget.trials)
     state.observer.on_phase("profile phase: batches of chosen sizes")
     try:
         with state.phase("profile"):
