@@ -14,6 +14,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.config.pipeline import JointKnobs, TrialKnobs
 from analyzer.config.scenario import Scenario
+from analyzer.config.sections import InputSection
 from analyzer.errors import InputError, TargetError
 from analyzer.predict import ProfileError
 from analyzer.predict.fitting import run_dir_samples
@@ -61,10 +62,7 @@ def probe_profile(target: Target, scenario: Scenario) -> Profile:
     # when the space has several, none otherwise.
     several = scenario.space.instance_count[1] > 1
     plan = ProbePlan(instances=2 if several else 1, time_budget_s=scenario.search.profile_time_s)
-    # The load's own request data, where the load goes; a pipeline's composing model is probed
-    # with requests built from its own inputs.
-    loaded = target.model == scenario.model.name
-    inputs = input_options(scenario.input, scenario.run.seed) if loaded else None
+    inputs = input_options(scenario.input, scenario.run.seed)  # the load's own request data
     return probe(_Widened(target, largest), plan, inputs=inputs)
 
 
@@ -90,10 +88,13 @@ def _probed(state: _State, profiler: Profiler) -> Predictor:
     tuned, target, scenario = state.tuned, state.target, state.scenario
     if not tuned.pipeline:
         return ModelPredictor(profiler(target, scenario))
+    # The load's request data is the pipeline's: each composing model is probed with requests
+    # built from its own inputs.
+    own_inputs = scenario.model_copy(update={"input": InputSection()})
     stages = []
     for name in tuned.names:
         state.observer.on_phase(f"profile phase: composing model {name}")
-        stages.append((name, profiler(_StageView(target, name), scenario)))  # type: ignore[arg-type]
+        stages.append((name, profiler(_StageView(target, name), own_inputs)))  # type: ignore[arg-type]
     return PipelinePredictor(PipelineProfile(tuple(stages)))
 
 
