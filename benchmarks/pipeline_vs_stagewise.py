@@ -17,7 +17,8 @@ drift of the machine hits both alike. Quality = joint capacity / stagewise capac
 wall time = the ``perfsweep run`` processes (the stagewise one: its three runs together).
 
 Command (repository root): ``.venv/bin/python benchmarks/pipeline_vs_stagewise.py``
-(``--trials 8 --p99-ms 150 --rounds 2``; ``--device-ms 20 --per-item-ms 4 --edge-ms 2``: the
+(``--trials 8 --p99-ms 150 --rounds 2 --search tpe --validate-repeats 1``: every sweep's
+strategy and validation repeats; ``--device-ms 20 --per-item-ms 4 --edge-ms 2``: the
 GPU-like stage's device time and the other two stages' time, chosen so that the pipeline's
 capacity, not this machine's load generator, is what is measured). Writes ``benchmarks/results/pipeline_vs_stagewise-*.json``.
 """
@@ -70,10 +71,10 @@ window_s = 1.0
 min_requests = 100
 capacity_resolution = 0.1
 validate_top = 1
-validate_repeats = 1
+validate_repeats = {validate_repeats}
 validate_window_factor = 1.0
 [search]
-strategy = "tpe"
+strategy = "{search}"
 """
 
 
@@ -89,6 +90,8 @@ def _sweep(
             p99_ms=args.p99_ms,
             max_delay_us=args.max_delay_us,
             trials=args.trials,
+            validate_repeats=args.validate_repeats,
+            search=args.search,
         )
     )
     run_dir = work / f"run-{model}"
@@ -178,6 +181,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "infer_device_ms": [args.device_ms, args.per_item_ms],
         "edge_ms": args.edge_ms,
         "trials": args.trials,
+        "search": args.search,
+        "validate_repeats": args.validate_repeats,
         "joint": {
             "capacity_rps": capacities["joint"],
             "wall_s": round(joint_s, 1),
@@ -221,6 +226,8 @@ def main() -> int:
     parser.add_argument("--edge-ms", type=float, default=2.0, help="pre and post: ms a batch")
     parser.add_argument("--max-delay-us", type=int, default=16000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--search", default="tpe", help="every sweep's --search strategy")
+    parser.add_argument("--validate-repeats", type=int, default=1)
     parser.add_argument("--output", type=Path)
     parser.add_argument("--keep", type=Path, help="copy the work directory here")
     args = parser.parse_args()
