@@ -82,6 +82,11 @@ class _StageView:
             raise ProfileError(f"the server has no model {self.model!r} to profile")
         return config
 
+    def load_config(self, config: mc.ModelConfig) -> None:
+        # A probe config may break the pipeline (a step batching less than the ensemble): wait
+        # for the composing model alone; _probed loads its own config back after the probe.
+        self._target.load_config(config, wait_for_model=False)
+
 
 def _probed(state: _State, profiler: Profiler) -> Predictor:
     """The profile phase: the tuned model's profile, or each composing model's."""
@@ -92,9 +97,13 @@ def _probed(state: _State, profiler: Profiler) -> Predictor:
     # built from its own inputs.
     own_inputs = scenario.model_copy(update={"input": InputSection()})
     stages = []
-    for name in tuned.names:
+    for name, original in zip(tuned.names, tuned.originals(), strict=True):
         state.observer.on_phase(f"profile phase: composing model {name}")
-        stages.append((name, profiler(_StageView(target, name), own_inputs)))  # type: ignore[arg-type]
+        try:
+            stages.append((name, profiler(_StageView(target, name), own_inputs)))  # type: ignore[arg-type]
+        finally:
+            # Its own config back, and the pipeline ready again, before the next stage's probe.
+            target.load_config(original)
     return PipelinePredictor(PipelineProfile(tuple(stages)))
 
 

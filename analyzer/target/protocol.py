@@ -99,10 +99,12 @@ class Target(Protocol):
         """The model's current config as the server reports it."""
         ...
 
-    def load_config(self, config: mc.ModelConfig) -> None:
+    def load_config(self, config: mc.ModelConfig, *, wait_for_model: bool = True) -> None:
         """Reload model ``config.name`` (the tuned model when the config names none, or one of
         the pipeline's composing models) with ``config``, no server restart, and wait until it
-        and :attr:`model` are ready."""
+        and (``wait_for_model``) :attr:`model` are ready. A composing model's probe config may
+        break the pipeline that calls it (Triton refuses an ensemble whose step batches less
+        than the ensemble): that load waits for the composing model alone."""
         ...
 
     def config_of(self, name: str) -> mc.ModelConfig | None:
@@ -238,7 +240,7 @@ class _HttpTarget:
         for config in list((self._last_configs or {}).values()):
             self.load_config(config)
 
-    def load_config(self, config: mc.ModelConfig) -> None:
+    def load_config(self, config: mc.ModelConfig, *, wait_for_model: bool = True) -> None:
         name = config.name or self.model
         body = {"parameters": {"config": config_to_json(config)}}
         path = f"/v2/repository/models/{name}/load"
@@ -265,7 +267,7 @@ class _HttpTarget:
             )
         deadline = self.clock() + self.load_timeout_s
         # A composing model's reload reloads the pipeline that calls it (Triton): both ready.
-        for model in dict.fromkeys((name, self.model)):
+        for model in dict.fromkeys((name, self.model) if wait_for_model else (name,)):
             while not self._is_ready(model):
                 if not self._is_live():
                     raise TargetDiedError(

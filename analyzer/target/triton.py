@@ -407,9 +407,9 @@ class ManagedTriton(ManagedServer):
 
     # -- life cycle additions ------------------------------------------------------------------
 
-    def load_config(self, config: mc.ModelConfig) -> None:
+    def load_config(self, config: mc.ModelConfig, *, wait_for_model: bool = True) -> None:
         with self._watching_regions():  # a reload starts new stubs with new regions
-            super().load_config(config)
+            super().load_config(config, wait_for_model=wait_for_model)
 
     def stop(self) -> None:
         """Stop Triton (SIGTERM: it unloads its models), end its stubs, remove what they left."""

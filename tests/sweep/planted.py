@@ -235,7 +235,7 @@ class FakeTarget:
     def config_of(self, name: str) -> mc.ModelConfig | None:
         return self.model_config() if name == self.model else None
 
-    def load_config(self, config: mc.ModelConfig) -> None:
+    def load_config(self, config: mc.ModelConfig, *, wait_for_model: bool = True) -> None:
         # Round-trip through the JSON override, as the HTTP load API would.
         text = json_format.MessageToJson(config, preserving_proto_field_name=True)
         parsed = json_format.Parse(text, mc.ModelConfig())

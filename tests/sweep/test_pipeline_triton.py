@@ -46,24 +46,28 @@ def sweep(
     return run_dir, done
 
 
-def test_an_ensemble_on_triton_is_tuned_and_its_tree_loads(
+def test_an_ensemble_on_triton_is_predicted_tuned_and_its_tree_loads(
     triton_install: TritonInstall, tmp_path: Path
 ) -> None:
     repo = make_repository(tmp_path)
     before = {s: (repo / s / "config.pbtxt").read_text() for s in STAGES}
-    run_dir, _ = sweep(triton_install, repo, tmp_path, "pipe")
+    # Predicted: each composing model is probed on its own, and a probe config that batches
+    # less than the ensemble (which Triton then refuses to serve) must not stall the sweep.
+    run_dir, _ = sweep(triton_install, repo, tmp_path, "pipe", "--search", "predict")
     summary = load_summary(run_dir)
+    assert summary["search_strategy"] == "predict", summary["search_note"]
     assert list(summary["baseline"]["config"]["stages"]) == list(STAGES)
-    assert summary["best"]["meets_goals"] and summary["trials"]["complete"] == 2
+    assert summary["best"]["meets_goals"] and summary["trials"]["complete"] >= 1
     assert {s: (repo / s / "config.pbtxt").read_text() for s in STAGES} == before
     # The chosen configs as a repository tree: each composing model's config.pbtxt dropped
     # into a copy of the repository, and Triton loads the ensemble (and its steps) from it.
-    tree = run_dir / ("best" if summary["recommendation"]["config"] == "best" else "baseline")
+    kept = "best" if summary["recommendation"]["config"] == "best" else "baseline"
+    tree, knobs = run_dir / kept, summary[kept]["config"]["stages"]
     chosen = tmp_path / "chosen"
     shutil.copytree(repo, chosen)
     for stage in STAGES:
         config = parse_config_text((tree / stage / "config.pbtxt").read_text())
-        assert knobs_of(config).to_dict() == summary["best"]["config"]["stages"][stage]
+        assert knobs_of(config).to_dict() == knobs[stage]
         shutil.copy(tree / stage / "config.pbtxt", chosen / stage / "config.pbtxt")
     check = managed_triton("pipe", chosen, tmp_path / "check", triton_install.server_bin, 120.0)
     check.start()
@@ -71,7 +75,7 @@ def test_an_ensemble_on_triton_is_tuned_and_its_tree_loads(
         for stage in STAGES:
             served = check.config_of(stage)
             assert served is not None
-            assert knobs_of(served).to_dict() == summary["best"]["config"]["stages"][stage]
+            assert knobs_of(served).to_dict() == knobs[stage]
     finally:
         check.stop()
 
