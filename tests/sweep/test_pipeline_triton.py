@@ -89,6 +89,10 @@ def test_a_bls_model_is_tuned_with_its_named_composing_models(
     assert list(summary["baseline"]["config"]["stages"]) == ["pre", "infer"]
     record = load_trial_record(run_dir / "trials" / "000" / "measurement.json")
     point = record["measurement"]["best"]
-    # The load went to the BLS model; its composing models served its calls.
-    assert point is not None and point["server"]["success_count"] >= point["request_count"]
+    # The load went to the BLS model; its composing models served its calls. Triton's Python
+    # backend records a request's statistics after its response is sent, so the window's last
+    # answered requests (at most those in flight at its end) may not be counted yet.
+    assert point is not None and point["max_in_flight"] >= 1
+    counted = point["server"]["success_count"]
+    assert counted >= point["request_count"] - point["max_in_flight"]
     assert "pre: mbs=" in done.stdout and " | infer: mbs=" in done.stdout
