@@ -182,6 +182,38 @@ def pipeline_capacity(
     return search_rate(run, p99_ms, bound, resolution, min_rps, start_rps, ceiling_rps)
 
 
+def pipeline_capacities(
+    profile: PipelineProfile,
+    configs: Sequence[Mapping[str, SimConfig]],
+    p99_ms: float,
+    *,
+    requests: int = 3000,
+    seed: int = 0,
+    resolution: float = 0.02,
+    ceiling_rps: float = math.inf,
+    arrival: ArrivalProcess = POISSON,
+) -> list[CapacityPrediction]:
+    """:func:`pipeline_capacity` of each config set, in order, each search started at the
+    previous answer (as :func:`~analyzer.predict.capacity.capacities` does for one model)."""
+    out: list[CapacityPrediction] = []
+    hint: float | None = None
+    for stages in configs:
+        cap = pipeline_capacity(
+            profile,
+            stages,
+            p99_ms,
+            requests=requests,
+            seed=seed,
+            resolution=resolution,
+            start_rps=hint,
+            ceiling_rps=ceiling_rps,
+            arrival=arrival,
+        )
+        out.append(cap)
+        hint = cap.capacity_rps if cap.capacity_rps > 0 else None
+    return out
+
+
 def pipeline_offset(
     profile: PipelineProfile,
     points: Iterable[tuple[Mapping[str, SimConfig], float, float]],
@@ -208,6 +240,7 @@ def pipeline_offset(
 __all__ = [
     "ASSUMPTIONS",
     "PipelineProfile",
+    "pipeline_capacities",
     "pipeline_capacity",
     "pipeline_offset",
     "simulate_pipeline",

@@ -29,7 +29,7 @@ from analyzer.errors import InputError
 from analyzer.measure.arrivals import POISSON, ArrivalProcess
 from analyzer.predict.capacity import capacities, latency_offset
 from analyzer.predict.fitting import WindowSample, rescaled
-from analyzer.predict.pipeline_sim import PipelineProfile, pipeline_capacity, pipeline_offset
+from analyzer.predict.pipeline_sim import PipelineProfile, pipeline_capacities, pipeline_offset
 from analyzer.predict.profile import Profile, load_profile, save_profile
 from analyzer.predict.sim_records import SimConfig
 from analyzer.search.space import JointSpace, SearchSpace, Space, grid_configs
@@ -214,7 +214,7 @@ class PipelinePredictor:
         )
         best = sorted(
             configs,
-            key=lambda k: (-caps[k], k.instance_count, k.max_batch_size, k.max_queue_delay_us),
+            key=lambda k: (-caps[k], config_size(k)),
         )[:STAGE_KEEP]
         return [k for k in configs if k in best]
 
@@ -238,23 +238,17 @@ class PipelinePredictor:
         ceiling_rps: float,
         arrival: ArrivalProcess,
     ) -> dict[TrialKnobs, float]:
-        out: dict[TrialKnobs, float] = {}
-        hint: float | None = None
-        for knobs in configs:
-            cap = pipeline_capacity(
-                self.pipeline,
-                _stage_sims(knobs),
-                goal_p99_ms,
-                requests=requests,
-                seed=seed,
-                resolution=resolution,
-                start_rps=hint,
-                ceiling_rps=ceiling_rps,
-                arrival=arrival,
-            )
-            out[knobs] = cap.capacity_rps
-            hint = cap.capacity_rps if cap.capacity_rps > 0 else None
-        return out
+        found = pipeline_capacities(
+            self.pipeline,
+            [_stage_sims(k) for k in configs],
+            goal_p99_ms,
+            requests=requests,
+            seed=seed,
+            resolution=resolution,
+            ceiling_rps=ceiling_rps,
+            arrival=arrival,
+        )
+        return {k: cap.capacity_rps for k, cap in zip(configs, found, strict=True)}
 
     def calibrated(
         self,
@@ -330,6 +324,15 @@ def profile_summary(profile: Profile, refits: int = 0) -> dict[str, object]:
     }
 
 
+def config_size(k: TrialKnobs) -> tuple[int, int, int]:
+    """Instances, max batch size, queue delay (a pipeline's: summed over its stages): the tie-break
+    that ranks the smaller config first."""
+    if isinstance(k, JointKnobs):
+        sizes = [config_size(s) for _, s in k.stages]
+        return (sum(s[0] for s in sizes), sum(s[1] for s in sizes), sum(s[2] for s in sizes))
+    return (k.instance_count, k.max_batch_size, k.max_queue_delay_us)
+
+
 def _stage_sims(knobs: TrialKnobs) -> dict[str, SimConfig]:
     if not isinstance(knobs, JointKnobs):
         raise InputError(f"{knobs.label()!r} is one model's config, not a pipeline's")
@@ -347,6 +350,7 @@ __all__ = [
     "ModelPredictor",
     "PipelinePredictor",
     "Predictor",
+    "config_size",
     "load_predictor",
     "profile_summary",
 ]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.config.model_config import group_devices, knobs_of
-from analyzer.config.pipeline import JointKnobs, TrialKnobs
+from analyzer.config.pipeline import TrialKnobs
 from analyzer.config.scenario import Scenario
 from analyzer.config.traffic import TrafficMode
 from analyzer.measure.arrivals import POISSON, ArrivalProcess
@@ -37,7 +37,7 @@ from analyzer.predict.fitting import WindowSample, operating_points
 from analyzer.predict.profile import Profile
 from analyzer.rundir.predictions import ConfigPrediction, Prediction, Predictions
 from analyzer.rundir.trial_record import TrialRecord
-from analyzer.search.predictors import ModelPredictor, Predictor
+from analyzer.search.predictors import ModelPredictor, Predictor, config_size
 from analyzer.search.space import Space, grid_configs
 
 __all__ = [
@@ -308,7 +308,9 @@ class Guide:
     def ranked(self) -> list[TrialKnobs]:
         """Predicted configs, highest predicted capacity first (ties: the smaller config
         first: fewer instances, smaller batches, shorter delay)."""
-        return sorted(self.predictions, key=lambda k: (-self.predictions[k].capacity_rps, _size(k)))
+        return sorted(
+            self.predictions, key=lambda k: (-self.predictions[k].capacity_rps, config_size(k))
+        )
 
     def best(self) -> tuple[TrialKnobs, Prediction] | None:
         """The predicted best config and its prediction (None: nothing predicted)."""
@@ -384,13 +386,6 @@ class Guide:
             if k in self.predictions
         )
         return Predictions(self.predictor.summary(self.refits), configs)
-
-
-def _size(k: TrialKnobs) -> tuple[int, int, int]:
-    if isinstance(k, JointKnobs):
-        sizes = [_size(s) for _, s in k.stages]
-        return (sum(s[0] for s in sizes), sum(s[1] for s in sizes), sum(s[2] for s in sizes))
-    return (k.instance_count, k.max_batch_size, k.max_queue_delay_us)
 
 
 def relative_error(predicted: float, measured: float) -> float:
