@@ -31,7 +31,6 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,140 +41,49 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from analyzer.rundir.results import environment, load_summary  # noqa: E402
-from analyzer.target.triton import managed_triton  # noqa: E402
-from tests.support.pipelines import STAGES, make_pipeline_repository  # noqa: E402
+from tests.support.pipelines import (  # noqa: E402
+    STAGES,
+    Comparison,
+    compare_joint_and_stagewise,
+    make_pipeline_repository,
+)
 from tests.support.real_triton import TritonInstall  # noqa: E402
 
-FORMAT_VERSION = 1
-CLI = (sys.executable, "-c", "from analyzer.cli import main; main()")
-
-SCENARIO = """
-objective = "throughput"
-[traffic]
-min_rate_rps = 5.0
-start_rps = 40.0
-max_rate_rps = {max_rate_rps}
-[goals]
-p99_ms = {p99_ms}
-max_error_rate = 0.01
-[space]
-max_batch_size = [4, 16]
-max_queue_delay_us = [0, {max_delay_us}]
-delay_steps = 4
-instance_count = [1, 2]
-[budget]
-trials = {trials}
-patience = {trials}
-warmup_s = 0.5
-window_s = 1.0
-min_requests = 100
-capacity_resolution = 0.1
-validate_top = 1
-validate_repeats = {validate_repeats}
-validate_window_factor = 1.0
-[search]
-strategy = "{search}"
-"""
-
-
-def _sweep(
-    args: argparse.Namespace, install: TritonInstall, repo: Path, model: str, work: Path
-) -> tuple[Path, float]:
-    """One ``perfsweep run``: its run directory and wall time."""
-    work.mkdir(parents=True, exist_ok=True)
-    scenario = work / "scenario.toml"
-    scenario.write_text(
-        SCENARIO.format(
-            max_rate_rps=args.max_rate_rps,
-            p99_ms=args.p99_ms,
-            max_delay_us=args.max_delay_us,
-            trials=args.trials,
-            validate_repeats=args.validate_repeats,
-            search=args.search,
-        )
-    )
-    run_dir = work / f"run-{model}"
-    t0 = time.monotonic()
-    done = subprocess.run(
-        [
-            *CLI,
-            *("run", "--scenario", str(scenario), "--server", "triton"),
-            *("--triton-server-path", str(install.server_bin), "--no-report"),
-            *("--model-repository", str(repo), "--model", model, "--run-dir", str(run_dir)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
-    if done.returncode != 0:
-        raise SystemExit(
-            f"perfsweep run --model {model} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
-        )
-    return run_dir, time.monotonic() - t0
-
-
-def _chosen(run_dir: Path, stage: str | None = None) -> Path:
-    """The config.pbtxt a run recommends (its best, else the config it kept) for ``stage``."""
-    folder = run_dir / ("best" if (run_dir / "best").exists() else "baseline")
-    return folder / stage / "config.pbtxt" if stage else folder / "config.pbtxt"
-
-
-def _assemble(repo: Path, configs: dict[str, Path], into: Path) -> Path:
-    shutil.copytree(repo, into)
-    for stage, path in configs.items():
-        shutil.copy(path, into / stage / "config.pbtxt")
-    return into
-
-
-def _capacity(args: argparse.Namespace, install: TritonInstall, repo: Path, work: Path) -> float:
-    """The ensemble's capacity at the goal, Triton started on ``repo``."""
-    triton = managed_triton("pipe", repo, work, install.server_bin, 180.0)
-    triton.start()
-    try:
-        out = work / "capacity.json"
-        done = subprocess.run(
-            [
-                *CLI,
-                *("load", "--url", triton.url, "--model", "pipe", "--find-capacity"),
-                *("--p99-ms", str(args.p99_ms), "--max-rps", str(args.max_rate_rps)),
-                *("--resolution", "0.05", "--output", str(out)),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=1800,
-        )
-        if done.returncode not in (0, 1):
-            raise SystemExit(f"perfsweep load failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-        return float(json.loads(out.read_text())["capacity_rps"])
-    finally:
-        triton.stop()
+FORMAT_VERSION = 2  # 2: knobs and recommended keyed by model for both answers
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    install = TritonInstall.locate()
+    comparison = Comparison(
+        p99_ms=args.p99_ms,
+        max_rate_rps=args.max_rate_rps,
+        max_delay_us=args.max_delay_us,
+        trials=args.trials,
+        validate_repeats=args.validate_repeats,
+        search=args.search,
+        rounds=args.rounds,
+    )
     repo = make_pipeline_repository(
         work / "models",
         device_ms=args.device_ms,
         per_item_ms=args.per_item_ms,
         edge_ms=args.edge_ms,
     )
-    joint_dir, joint_s = _sweep(args, install, repo, "pipe", work / "joint")
-    stage_dirs: dict[str, Path] = {}
-    stagewise_s = 0.0
-    for stage in STAGES:
-        stage_dirs[stage], seconds = _sweep(args, install, repo, stage, work / f"alone-{stage}")
-        stagewise_s += seconds
-    trees = {
-        "joint": _assemble(repo, {s: _chosen(joint_dir, s) for s in STAGES}, work / "tree-joint"),
-        "stagewise": _assemble(
-            repo, {s: _chosen(stage_dirs[s]) for s in STAGES}, work / "tree-stagewise"
-        ),
+    answers = compare_joint_and_stagewise(TritonInstall.locate(), repo, work, comparison)
+    joint, stagewise = answers["joint"], answers["stagewise"]
+    summaries = {
+        "joint": {"pipe": load_summary(joint.runs["pipe"])},
+        "stagewise": {s: load_summary(stagewise.runs[s]) for s in STAGES},
     }
-    order = ["joint", "stagewise", "stagewise", "joint"] * ((args.rounds + 1) // 2)
-    capacities: dict[str, list[float]] = {"joint": [], "stagewise": []}
-    for i, which in enumerate(order[: 2 * args.rounds]):
-        capacities[which].append(_capacity(args, install, trees[which], work / f"measure-{i}"))
-    joint, stagewise = (statistics.median(capacities[k]) for k in ("joint", "stagewise"))
+
+    def described(which: str) -> dict[str, Any]:
+        answer, runs = answers[which], summaries[which]
+        return {
+            "capacity_rps": answer.capacity_rps,
+            "wall_s": round(answer.wall_s, 1),
+            "knobs": {m: r["best"]["config"] for m, r in runs.items()},
+            "recommended": {m: r["recommendation"]["config"] for m, r in runs.items()},
+        }
+
     return {
         "p99_ms": args.p99_ms,
         "infer_device_ms": [args.device_ms, args.per_item_ms],
@@ -183,21 +91,11 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "trials": args.trials,
         "search": args.search,
         "validate_repeats": args.validate_repeats,
-        "joint": {
-            "capacity_rps": capacities["joint"],
-            "wall_s": round(joint_s, 1),
-            "knobs": load_summary(joint_dir)["best"]["config"],
-            "recommended": load_summary(joint_dir)["recommendation"]["config"],
-        },
-        "stagewise": {
-            "capacity_rps": capacities["stagewise"],
-            "wall_s": round(stagewise_s, 1),
-            "knobs": {s: load_summary(stage_dirs[s])["best"]["config"] for s in STAGES},
-            "recommended": {
-                s: load_summary(stage_dirs[s])["recommendation"]["config"] for s in STAGES
-            },
-        },
-        "capacity_ratio": round(joint / stagewise, 3) if stagewise > 0 else None,
+        "joint": described("joint"),
+        "stagewise": described("stagewise"),
+        "capacity_ratio": (
+            round(joint.median_rps / stagewise.median_rps, 3) if stagewise.median_rps > 0 else None
+        ),
     }
 
 

@@ -8,9 +8,10 @@ windows, and predictions.json's description of it.
 
 A pipeline's joint space is the product of its stages' spaces (tens of configs each: tens of
 thousands together), so :meth:`PipelinePredictor.candidates` does not enumerate it: each stage
-is simulated alone at its share of the goal (the goal split evenly, the stages running one
-after another, as the seeds split it), the best :data:`STAGE_KEEP` of each stage are kept, and
-their product is simulated as the pipeline.
+is simulated alone at its share of the goal, the best :data:`STAGE_KEEP` of each stage are kept,
+and their product is simulated as the pipeline. A stage's share is proportional to its execution
+time for one request (:func:`goal_shares`): queueing scales with service time, so a 25 ms stage
+beside two 2 ms stages gets most of the budget, and equal stages split it evenly.
 """
 
 from __future__ import annotations
@@ -170,6 +171,20 @@ class ModelPredictor:
         save_profile(self.profile, path)
 
 
+def goal_shares(pipeline: PipelineProfile, goal_p99_ms: float) -> dict[str, float]:
+    """Each stage's share of the pipeline's p99 goal when its configs are ranked alone: in
+    proportion to its execution time for its smallest profiled batch (even when none is
+    timed)."""
+    floors = {
+        name: max(profile.timing(profile.min_batch_size).total_ms, 0.0)
+        for name, profile in pipeline.stages
+    }
+    total = sum(floors.values())
+    if total <= 0:
+        return {name: goal_p99_ms / len(floors) for name in floors}
+    return {name: goal_p99_ms * floor / total for name, floor in floors.items()}
+
+
 @dataclass(frozen=True)
 class PipelinePredictor:
     """A pipeline: its stages' profiles, chained (:mod:`analyzer.predict.pipeline_sim`).
@@ -183,9 +198,10 @@ class PipelinePredictor:
     def candidates(self, space: Space, goal_p99_ms: float, seed: int) -> list[TrialKnobs]:
         if not isinstance(space, JointSpace):
             raise InputError("a pipeline's predictions need the pipeline's joint space")
-        share = goal_p99_ms / len(space.stages)
+        shares = goal_shares(self.pipeline, goal_p99_ms)
         kept = [
-            self._stage_best(name, stage_space, share, seed) for name, stage_space in space.stages
+            self._stage_best(name, stage_space, shares[name], seed)
+            for name, stage_space in space.stages
         ]
         names = [name for name, _ in space.stages]
         return [
@@ -193,8 +209,8 @@ class PipelinePredictor:
         ]
 
     def _stage_best(self, name: str, space: SearchSpace, share_ms: float, seed: int) -> list[Knobs]:
-        """The stage's :data:`STAGE_KEEP` configs of the highest capacity alone at its share of
-        the goal (ties: the smaller config), in the space's order."""
+        """The stage's :data:`STAGE_KEEP` configs of the highest capacity alone at ``share_ms``
+        (ties: the smaller config), in the space's order."""
         profile = dict(self.pipeline.stages)[name]
         alone = ModelPredictor(profile)
         configs = [k for k in grid_configs(space) if isinstance(k, Knobs) and alone.covers(k)]

@@ -25,6 +25,7 @@ from analyzer.search.predictors import (
     STAGE_KEEP,
     ModelPredictor,
     PipelinePredictor,
+    goal_shares,
     load_predictor,
 )
 from analyzer.search.space import JointSpace, SearchSpace
@@ -124,8 +125,8 @@ def test_the_joint_space_is_pruned_stage_by_stage_before_the_pipeline_is_simulat
     candidates = predictor.candidates(space, 150.0, seed=0)
     assert len(candidates) == STAGE_KEEP ** len(STAGES) < space.size()
     assert all(predictor.covers(k) for k in candidates)
-    # The GPU-like stage keeps batching configs: alone at a third of the goal, one request at a
-    # time is its worst.
+    # The GPU-like stage keeps batching configs: alone at its share of the goal, one request at
+    # a time is its worst.
     kept_infer = {k.stage("infer") for k in candidates}
     assert all(k.max_batch_size >= 4 for k in kept_infer)
     guide = Guide.predict(predictor, candidates, 150.0, 0.1)
@@ -133,6 +134,18 @@ def test_the_joint_space_is_pruned_stage_by_stage_before_the_pipeline_is_simulat
     assert isinstance(best, JointKnobs) and prediction is not None
     assert prediction.capacity_rps > 100
     assert guide.record().configs[0].config == candidates[0]
+
+
+def test_the_goal_is_shared_in_proportion_to_each_stages_execution_time() -> None:
+    pipeline = _pipeline()
+    shares = goal_shares(pipeline, 150.0)
+    assert sum(shares.values()) == pytest.approx(150.0)
+    # infer takes 22.6 ms for one request, pre and post 1.22 ms: infer gets most of the budget.
+    assert shares["infer"] == pytest.approx(150.0 * 22.6 / (22.6 + 2 * 1.22), rel=1e-3)
+    assert shares["pre"] == pytest.approx(shares["post"])
+    infer = dict(pipeline.stages)["infer"]
+    even = PipelineProfile((("a", infer), ("b", infer)))
+    assert goal_shares(even, 100.0) == {"a": 50.0, "b": 50.0}
 
 
 def test_a_predictor_covers_only_configs_of_its_own_kind() -> None:
