@@ -99,6 +99,7 @@ def test_a_bls_model_is_tuned_with_its_named_composing_models(
     assert "pre: mbs=" in done.stdout and " | infer: mbs=" in done.stdout
 
 
+@pytest.mark.timeout(1200)  # four sweeps and two capacity searches on Triton: ~10 minutes
 def test_the_pipeline_tuned_as_one_serves_at_least_its_stages_tuned_one_at_a_time(
     triton_install: TritonInstall, tmp_path: Path
 ) -> None:
