@@ -38,6 +38,7 @@ The traffic's shape (``run``, ``gate``, ``load``) maps onto ``[traffic]``::
     --arrival gamma:cv=2                 [traffic] arrival = "gamma:cv=2"
     --trace requests.csv                 [traffic] trace = "requests.csv"
     --trace-unit ms                      [traffic] trace_unit = "ms"
+    --mix a=3,b=1                        [[traffic.classes]] name = model = "a", share = 0.75; ...
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from analyzer.config.scenario import (
     access_overrides,
     generator_overrides,
     input_overrides,
+    mix_overrides,
     parse_shapes,
     traffic_overrides,
 )
@@ -66,6 +68,7 @@ __all__ = [
     "MasterBindHostFlag",
     "MasterPortFlag",
     "MetricsUrlFlag",
+    "MixFlag",
     "ProtocolFlag",
     "RepeatRatioFlag",
     "ShapeFlag",
@@ -81,6 +84,7 @@ __all__ = [
     "access_overrides",
     "generator_overrides",
     "input_overrides",
+    "mix_overrides",
     "parse_shapes",
     "traffic_overrides",
 ]
@@ -167,6 +171,17 @@ TraceUnitFlag = Annotated[
         "--trace-unit",
         help="The trace's time unit (auto: from the column name or the format; "
         "\\[traffic] trace_unit).",
+    ),
+]
+
+#: ``--mix a=3,b=1``.
+MixFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--mix",
+        help="Several models served together: MODEL=WEIGHT pairs (a=3,b=1); each request goes "
+        "to a model drawn by weight, each model judged on its own p99 "
+        "(\\[[traffic.classes]] with model).",
     ),
 ]
 

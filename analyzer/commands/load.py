@@ -12,6 +12,7 @@ Examples::
     perfsweep load --worker --master-host 10.0.0.5      # on each load machine
     perfsweep load ... --input-data data.json --shape IDS:128   # perf_analyzer's --input-data
     perfsweep load ... --unique-payloads 10000 --repeat-ratio 0.3  # exercise a response cache
+    perfsweep load ... --mix a=3,b=1 --find-capacity --p99-ms 50   # two models served together
 
 Exit codes: 0 done, 1 ``--find-capacity`` found no rate meeting the goal, 2 bad input, 3 the target
 failed.
@@ -24,6 +25,7 @@ import os
 import platform
 import socket
 import sys
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any
@@ -40,6 +42,7 @@ from analyzer.commands.input_flags import (
     HeaderFileFlag,
     HeaderFlag,
     InputDataFlag,
+    MixFlag,
     RepeatRatioFlag,
     ShapeFlag,
     SharedMemoryFlag,
@@ -52,6 +55,7 @@ from analyzer.commands.input_flags import (
     UniquePayloadsFlag,
     access_overrides,
     input_overrides,
+    mix_overrides,
     traffic_overrides,
 )
 from analyzer.config.scenario import load_scenario
@@ -61,6 +65,7 @@ from analyzer.load.engine import engine_options, input_options
 from analyzer.measure.arrivals import fit_gaps
 from analyzer.measure.capacity import CapacityResult
 from analyzer.measure.generator import load_output_dict
+from analyzer.measure.goals import classes_text
 from analyzer.measure.measurement import Measurement, WindowStats
 from analyzer.measure.specs import CapacitySpec, Goals, LoadMode, LoadSpec
 
@@ -85,8 +90,10 @@ def environment_record(
     protocol: str,
     workers: int,
     inputs: InputSection | None = None,
+    mix: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """Where the measurement ran, and with which input data (stored in the output JSON)."""
+    """Where the measurement ran, and with which input data (stored in the output JSON); a mix
+    of models: each model's share."""
     versions: dict[str, str | None] = {}
     for pkg in ("perfsweep", "locust", "tritonclient", "gevent", "grpcio"):
         try:
@@ -104,6 +111,7 @@ def environment_record(
         "protocol": protocol,
         "generator_processes": workers,
         "input": _input_record(inputs) if inputs is not None else None,
+        **({"mix": {c["model"]: c["share"] for c in mix}} if mix else {}),
     }
 
 
@@ -227,7 +235,9 @@ def register(app: typer.Typer) -> None:
         url: Annotated[
             str, typer.Option(help="target HOST:PORT (HTTP or gRPC per --protocol)")
         ] = "127.0.0.1:8000",
-        model: Annotated[str, typer.Option(help="model name")] = "",
+        model: Annotated[
+            str, typer.Option(help="model name (with --mix: the first of the mix's by default)")
+        ] = "",
         protocol: Annotated[str, typer.Option(help="http or grpc")] = "http",
         concurrency: Annotated[
             str | None, typer.Option(help="closed-loop levels, e.g. 1,8,32")
@@ -236,6 +246,7 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="open-loop levels in req/s, e.g. 100,200,400")
         ] = None,
         arrival: ArrivalFlag = None,
+        mix: MixFlag = None,
         trace: TraceFlag = None,
         trace_unit: TraceUnitFlag = None,
         trace_scale: Annotated[
@@ -312,6 +323,9 @@ def register(app: typer.Typer) -> None:
 
             run_worker(master_host, master_port)
             return
+        mixed = mix_overrides(mix)
+        if not model and mixed:
+            model = mixed["traffic.classes"][0]["model"]
         if not model:
             raise InputError("--model NAME is required")
         if protocol not in ("http", "grpc"):
@@ -328,6 +342,7 @@ def register(app: typer.Typer) -> None:
                     shape, input_data, batch_size, unique_payloads, repeat_ratio, shared_memory
                 ),
                 **traffic_overrides(arrival, trace, trace_unit),
+                **mixed,
                 "model.url": url,
                 **access_overrides(
                     None, ssl_ca, ssl_cert, ssl_key, ssl_insecure, header, header_file
@@ -439,6 +454,9 @@ def register(app: typer.Typer) -> None:
             out = Console(width=160)
         out.print(results_table(measurements))
         for m in measurements:
+            if m.classes:
+                goals = Goals(p99_ms=p99_ms) if p99_ms is not None else None
+                out.print(f"[dim]{_level(m)}:[/] {classes_text(m, goals)}", highlight=False)
             for message in m.messages:
                 out.print(f"[dim]{m.mode.value} {m.target:g}:[/] {message}", highlight=False)
         if capacity is not None:
@@ -447,7 +465,9 @@ def register(app: typer.Typer) -> None:
             doc = load_output_dict(
                 measurements,
                 capacity,
-                environment_record(url, model, protocol, workers, scenario.input),
+                environment_record(
+                    url, model, protocol, workers, scenario.input, mixed.get("traffic.classes", ())
+                ),
             )
             output.parent.mkdir(parents=True, exist_ok=True)
             tmp = output.with_suffix(output.suffix + ".tmp")

@@ -30,6 +30,7 @@ from analyzer.commands.input_flags import (
     MasterBindHostFlag,
     MasterPortFlag,
     MetricsUrlFlag,
+    MixFlag,
     ProtocolFlag,
     RepeatRatioFlag,
     ShapeFlag,
@@ -45,6 +46,7 @@ from analyzer.commands.input_flags import (
     access_overrides,
     generator_overrides,
     input_overrides,
+    mix_overrides,
     traffic_overrides,
 )
 from analyzer.commands.run_view import (
@@ -201,6 +203,7 @@ def register(app: typer.Typer) -> None:
         master_bind_host: MasterBindHostFlag = None,
         master_port: MasterPortFlag = None,
         arrival: ArrivalFlag = None,
+        mix: MixFlag = None,
         trace: TraceFlag = None,
         trace_unit: TraceUnitFlag = None,
         grpc_url: GrpcUrlFlag = None,
@@ -216,6 +219,9 @@ def register(app: typer.Typer) -> None:
             from analyzer.report.gpu import check_threshold
 
             check_threshold(min_gpu_utilization)
+        mixed = mix_overrides(mix)
+        if model is None and mixed:
+            model = mixed["traffic.classes"][0]["model"]
         overrides: dict[str, Any] = {
             "model.name": model,
             "model.repository": str(model_repository) if model_repository else None,
@@ -239,6 +245,7 @@ def register(app: typer.Typer) -> None:
                 shape, input_data, batch_size, unique_payloads, repeat_ratio, shared_memory
             ),
             **traffic_overrides(arrival, trace, trace_unit),
+            **mixed,
             "budget.trials": trials,
             "budget.time_budget_s": time_budget,
             "budget.patience": patience,

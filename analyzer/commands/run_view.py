@@ -28,8 +28,10 @@ from analyzer.target.server_stats import cache_hit_ratio, cache_hits_text
 
 def start_line(run_dir: Path, scenario: Scenario, target: dict[str, Any]) -> str:
     """The run's first line: model, target, goal, the traffic's shape when not Poisson."""
+    mix = scenario.mix()
+    what = f"models {', '.join(mix)} (served together)" if mix else f"model {scenario.model.name}"
     line = (
-        f"perfsweep run: model {scenario.model.name} on {target.get('device')} at "
+        f"perfsweep run: {what} on {target.get('device')} at "
         f"{target.get('url')}; goal p99 <= {scenario.goals.p99_ms:g} ms"
     )
     traffic = scenario.traffic
@@ -241,16 +243,17 @@ def phases_line(summary: SweepOutcome) -> str:
     return f"search {strategy}; time per phase: " + (", ".join(parts) or "not recorded")
 
 
-def stages_text(stages: Sequence[StageBreakdown]) -> str:
+def stages_text(stages: Sequence[StageBreakdown], limit: str | None = None) -> str:
     """``pre 0.4+1.0 ms x1.0 busy 12% | infer ... ; limits capacity: infer`` (queue + compute
-    per request, mean batch, instances' busy share)."""
+    per request, mean batch, instances' busy share; ``limit``: the stage or model that limits,
+    else the busiest)."""
     parts = [
         f"{s.name} {s.queue_us / 1000:.1f}+{s.compute_us / 1000:.1f} ms "
         f"batch {s.avg_batch_size:.1f} busy "
         + ("-" if s.busy_pct is None else f"{s.busy_pct:.0f}%")
         for s in stages
     ]
-    limit = limiting_stage(stages)
+    limit = limit or limiting_stage(stages)
     return " | ".join(parts) + (f"; limits capacity: {limit}" if limit else "")
 
 
@@ -294,7 +297,10 @@ def summary_table(summary: SweepOutcome, goals: Goals | None = None) -> Table:
         if point is not None and point.server is not None:
             stages = stage_breakdown(r, point.server, point.duration_s)
             if stages:
-                footnotes.append(f"{label} by stage: {stages_text(stages)}")
+                # A mix of models reads each model's statistics as a pipeline reads its stages'.
+                part = "model" if any(c.model for c in point.classes) else "stage"
+                limit = limiting_stage(stages, point, goals)
+                footnotes.append(f"{label} by {part}: {stages_text(stages, limit)}")
         table.add_row(
             label,
             *knob_cells(r.config),

@@ -64,6 +64,19 @@ else:  # pragma: no cover - Python 3.10
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 
 _ENV_PREFIX = "PERFSWEEP_"
+#: Top-level keys that are read as other keys (``[[models]]``: ``[[traffic.classes]]``).
+_READ_AS = ("models",)
+
+
+def _model_of_mix(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``data`` with ``model.name`` the first model of its mix when it names none and every
+    traffic class names its model (a mix of models: the load's own model is one of them)."""
+    classes = (data.get("traffic") or {}).get("classes") or []
+    model = dict(data.get("model") or {})
+    named = [c.get("model") for c in classes if isinstance(c, Mapping)]
+    if "name" in model or not named or not all(named):
+        return data
+    return {**data, "model": {**model, "name": named[0]}}
 
 
 class Scenario(Section):
@@ -92,6 +105,58 @@ class Scenario(Section):
             except InputError as exc:  # names the valid ones
                 raise ValueError(str(exc)) from exc
         return name
+
+    @model_validator(mode="before")
+    @classmethod
+    def _models_as_classes(cls, data: Any) -> Any:
+        """``[[models]]`` (several models served together, each with its share of the requests
+        and its own p99 goal) is read as ``[[traffic.classes]]``, one class per model named
+        after it; the shares are relative weights, made to sum to 1. ``model.name`` defaults
+        to the first model (the load's own; the others are routed by class)."""
+        if not isinstance(data, Mapping):
+            return data
+        if "models" not in data:
+            return _model_of_mix(data)
+        data = dict(data)
+        entries = data.pop("models")
+        traffic = dict(data.get("traffic") or {})
+        if traffic.get("classes"):
+            raise ValueError(
+                "[[models]] and [[traffic.classes]] both given: a mix of models is one class "
+                "per model; give one of them"
+            )
+        if not isinstance(entries, list) or len(entries) < 2:
+            raise ValueError("[[models]] names the models served together: two or more")
+        allowed = {"name", "share", "p99_ms"}
+        for entry in entries:
+            if not isinstance(entry, Mapping) or not entry.get("name"):
+                raise ValueError("each [[models]] entry needs a name")
+            if extra := sorted(set(entry) - allowed):
+                raise ValueError(
+                    f"[[models]] {entry['name']!r}: unknown key(s) {', '.join(extra)} "
+                    f"(known: {', '.join(sorted(allowed))})"
+                )
+        weights = [entry.get("share", 1.0) for entry in entries]
+        if not all(isinstance(w, int | float) and w > 0 for w in weights):
+            raise ValueError(f"[[models]] shares must be positive numbers, got {weights}")
+        total = float(sum(weights))
+        traffic["classes"] = [
+            {
+                "name": entry["name"],
+                "model": entry["name"],
+                "share": weight / total,
+                "p99_ms": entry.get("p99_ms", 0.0),
+            }
+            for entry, weight in zip(entries, weights, strict=True)
+        ]
+        data["traffic"] = traffic
+        return _model_of_mix(data)
+
+    def mix(self) -> tuple[str, ...]:
+        """The models served together (``model.name`` first), or empty: one model."""
+        names = [self.model.name, *(c.model or self.model.name for c in self.traffic.classes)]
+        models = tuple(dict.fromkeys(names))
+        return models if len(models) > 1 else ()
 
     def objective_spec(self) -> Objective:
         """The :class:`~analyzer.config.objective.Objective` that ``objective`` names."""
@@ -131,6 +196,12 @@ class Scenario(Section):
                 raise ValueError(f"model.url: {exc}") from exc
         if self.run.storage is not None and self.run.study_name is None:
             raise ValueError("run.storage needs run.study_name (workers find the study by name)")
+        served = {c.model or self.model.name for c in self.traffic.classes}
+        if len(served) > 1 and self.model.name not in served:
+            raise ValueError(
+                f"model.name {self.model.name!r} gets none of the mix's requests (its models: "
+                f"{', '.join(sorted(served))}): name one of them (--model), or leave it out"
+            )
         for name, goal in self.traffic.class_goals():
             if goal > self.goals.p99_ms:
                 # The overall p99 is what a sequential step tests against goals.p99_ms: it must
@@ -282,6 +353,35 @@ def traffic_overrides(
         "traffic.arrival": "trace" if trace is not None and arrival is None else arrival,
         "traffic.trace": str(Path(trace).expanduser().resolve()) if trace is not None else None,
         "traffic.trace_unit": trace_unit,
+    }
+
+
+def mix_overrides(mix: str | None = None) -> dict[str, Any]:
+    """``--mix a=3,b=1`` (models and their relative weights) as ``[[traffic.classes]]``, one
+    class per model named after it, the weights made shares of 1 (None: not given)."""
+    if mix is None:
+        return {}
+    weights: dict[str, float] = {}
+    for item in (part.strip() for part in mix.split(",")):
+        name, sep, weight = item.partition("=")
+        try:
+            value = float(weight) if sep else math.nan
+        except ValueError:
+            value = math.nan
+        if not name or not math.isfinite(value) or value <= 0 or name in weights:
+            raise InputError(
+                f"--mix takes MODEL=WEIGHT pairs, each model once with a positive weight "
+                f"(e.g. a=3,b=1); got {mix!r}"
+            )
+        weights[name] = value
+    if len(weights) < 2:
+        raise InputError(f"--mix names the models served together: two or more, got {mix!r}")
+    total = sum(weights.values())
+    return {
+        "traffic.classes": [
+            {"name": name, "model": name, "share": weight / total}
+            for name, weight in weights.items()
+        ]
     }
 
 
@@ -438,6 +538,8 @@ def _check_known_keys(
     data: Mapping[str, Any], model: type[BaseModel], prefix: str, where: str
 ) -> None:
     for key, value in data.items():
+        if not prefix and key in _READ_AS:
+            continue  # checked by the validator that rewrites it (Scenario._models_as_classes)
         field = model.model_fields.get(key)
         if field is None:
             known = ", ".join(model.model_fields)

@@ -50,6 +50,19 @@ class TrafficClass(Section):
     """This class's 99th-percentile latency goal, milliseconds; 0 = the run's ``goals.p99_ms``.
     At most ``goals.p99_ms``, the loosest goal (the rest of the traffic): a capacity step's
     sequential test and its fail-fast rule judge the overall p99 against it."""
+    model: Annotated[str, Field(pattern=r"^([A-Za-z0-9_.-]+)?$")] = ""
+    """The model this class's requests go to (built from that model's own inputs); empty: the
+    run's model (``model.name``). Classes of several models are a mix of models served together
+    by one server, each judged on its own goal."""
+
+    @model_serializer(mode="wrap")
+    def _leave_out_no_model(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A class of the run's model dumps as before classes could name a model (records, TOML
+        # and hashes of older scenarios stay as they were).
+        data: dict[str, Any] = handler(self)
+        if not self.model:
+            data.pop("model", None)
+        return data
 
 
 #: Shares of the traffic classes must sum to 1 within this.

@@ -1,6 +1,6 @@
 """Traffic classes of a priority mix: what each class sends, and the seeded draw of a request's class.
 
-Pure (no locust or gevent import). A scenario's ``[[traffic.classes]]`` become
+Pure (no locust or gevent import; the clients a :class:`RoutedClient` routes to are made elsewhere). A scenario's ``[[traffic.classes]]`` become
 :class:`RequestClass` values on ``EngineOptions.classes``; every generator process draws each
 request's class with its own :class:`ClassDraw` (seeded per process, so two processes do not
 draw in lock-step) and sends the class's ``priority`` and ``timeout`` request parameters exactly
@@ -8,6 +8,8 @@ as tritonclient does: only when set (priority 0 and no timeout send nothing, so 
 ``default_priority_level`` and queue policy decide).
 
 No classes is one implicit class (index 0) that sends neither parameter: today's traffic.
+A class may name the model its requests go to (:attr:`RequestClass.model`): classes of several
+models are a mix of models (:func:`mix_models`), each request sent to its class's model.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from analyzer.config.traffic import TrafficSection
+    from analyzer.load.prepared import InferClient
+    from analyzer.load.sequences import SequenceStep
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,8 @@ class RequestClass:
     priority: int = 0
     #: ``timeout`` request parameter, microseconds; 0 sends none: the queue policy's default.
     timeout_us: int = 0
+    #: The model the class's requests go to; "": the load's model (a mix names several).
+    model: str = ""
 
     def infer_kwargs(self) -> dict[str, int]:
         """``priority=``/``timeout=`` for tritonclient's ``infer`` and ``generate_request_body``
@@ -57,7 +63,21 @@ class RequestClass:
 
 def request_classes(traffic: TrafficSection) -> tuple[RequestClass, ...]:
     """The generator's classes of a scenario's ``[traffic]`` (empty without a mix)."""
-    return tuple(RequestClass(c.name, c.share, c.priority, c.timeout_us) for c in traffic.classes)
+    return tuple(
+        RequestClass(c.name, c.share, c.priority, c.timeout_us, c.model) for c in traffic.classes
+    )
+
+
+def mix_models(classes: Sequence[RequestClass], model: str) -> tuple[str, ...]:
+    """The models the classes send to, ``model`` (the load's) first, each once; ``(model,)``
+    without a mix of models."""
+    names = [model, *(c.model or model for c in classes)]
+    return tuple(dict.fromkeys(names))
+
+
+def class_models(classes: Sequence[RequestClass], model: str) -> tuple[str, ...]:
+    """The model of each class, by class index (``(model,)`` without classes)."""
+    return tuple(c.model or model for c in classes) or (model,)
 
 
 class ClassDraw:
@@ -75,3 +95,21 @@ class ClassDraw:
             return 0
         index = bisect.bisect_right(bounds, self._rng.random() * bounds[-1])
         return min(index, len(bounds) - 1)
+
+
+class RoutedClient:
+    """A mix of models' client: each request goes to its traffic class's model, through that
+    model's own client (its requests built from its own inputs)."""
+
+    def __init__(self, by_class: Sequence[InferClient], clients: Sequence[InferClient]) -> None:
+        self._by_class = tuple(by_class)
+        self._clients = tuple(clients)
+
+    def infer(
+        self, payload_index: int, klass: int = 0, sequence: SequenceStep | None = None
+    ) -> None:
+        self._by_class[klass].infer(payload_index, klass, sequence)
+
+    def close(self) -> None:
+        for client in self._clients:
+            client.close()

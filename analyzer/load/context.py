@@ -17,10 +17,17 @@ from locust.env import Environment
 
 from analyzer.config.access import PLAIN, ServerAccess
 from analyzer.errors import InputError
-from analyzer.load.classes import ClassDraw, RequestClass
-from analyzer.load.clients import fetch_model_documents
+from analyzer.load.classes import (
+    ClassDraw,
+    RequestClass,
+    RoutedClient,
+    class_models,
+    mix_models,
+)
+from analyzer.load.clients import fetch_model_documents, make_client
 from analyzer.load.inputs import DataMode, InputOptions, InputSet, build_inputs
 from analyzer.load.prepared import (
+    InferClient,
     PreparedRequests,
     _close_grpc,
     prepare_requests,
@@ -110,6 +117,15 @@ class EngineConfig:
         return replace(self.inputs, seed=self.seed)
 
 
+@dataclass(frozen=True)
+class Lane:
+    """Another model of a mix of models: its request data and the requests built from it, once
+    per process (the load's own model is the context's ``inputs`` and ``requests``)."""
+
+    inputs: InputSet
+    requests: PreparedRequests
+
+
 class ProcessContext:
     """Per-process engine state, attached to the Locust environment."""
 
@@ -122,6 +138,10 @@ class ProcessContext:
         self.recorder = Recorder()
         self.classes: tuple[RequestClass, ...] = ()
         self.next_class = ClassDraw((), 0)
+        #: A mix of models: the other models' lanes, by name (empty: one model).
+        self.lanes: dict[str, Lane] = {}
+        #: The model of each traffic class, by class index.
+        self.class_models: tuple[str, ...] = ()
         #: The model is sequence-batched: every request carries its sequence's parameters.
         self.sequence_model = False
         #: Open loop, a sequence model: the process's live sequences, made by the level's first
@@ -134,6 +154,7 @@ class ProcessContext:
         atexit.register(self.close)
         self._inputs_key: tuple | None = None
         self._requests_key: tuple | None = None
+        self._lanes_key: tuple | None = None
         self._users_started = 0
         self._next_payload = 0
 
@@ -191,8 +212,13 @@ class ProcessContext:
                 headers=config.access.http_headers(),
             )
             self._requests_key = requests_key
+        models = mix_models(classes, config.model)
+        if (requests_key, models) != self._lanes_key:
+            self.lanes = {m: self._lane(config, m, options, classes) for m in models[1:]}
+            self._lanes_key = (requests_key, models)
         self.config = config
         self.classes = classes
+        self.class_models = class_models(classes, config.model)
         # The next request's class: seeded per level and per process, so processes do not
         # draw their classes in lock-step.
         self.next_class = ClassDraw(classes, config.seed * 1_000_003 + 7919 * self.process_index)
@@ -200,6 +226,77 @@ class ProcessContext:
         self._users_started = 0
         # A level's open-loop sequences are made by its first dispatcher (OpenLoopUser.start_with).
         self.open_streams = None
+
+    def _lane(
+        self,
+        config: EngineConfig,
+        model: str,
+        options: InputOptions,
+        classes: tuple[RequestClass, ...],
+    ) -> Lane:
+        """Model ``model`` of a mix: its inputs, built as the load's own model's are."""
+        if self.sequence_model or config.shared_memory != "none":
+            what = "a sequence-batched model" if self.sequence_model else "shared memory"
+            raise InputError(
+                f"a mix of models ({config.model!r}, {model!r}, ...) cannot use {what}: each "
+                "model's requests are built from its own inputs and sent whole"
+            )
+        metadata, model_config = fetch_model_documents(
+            config.protocol, config.url, model, config.access, config.http_tls
+        )
+        if is_sequence_model(model_config):
+            raise InputError(
+                f"model {model!r} of the mix is sequence-batched: a mix of models sends "
+                "stateless requests; tune it on its own"
+            )
+        try:
+            inputs = build_inputs(metadata, model_config, options=options)
+        except InputError as exc:
+            raise InputError(f"model {model!r} of the mix: {exc}") from exc
+        _check_trace_payloads(config, inputs)
+        requests = prepare_requests(
+            config.protocol,
+            config.url,
+            inputs,
+            config.http_client,
+            classes,
+            sequence=False,
+            shm=None,
+            headers=config.access.http_headers(),
+        )
+        return Lane(inputs, requests)
+
+    def client(self, config: EngineConfig, concurrency: int) -> InferClient:
+        """A user's client for ``config`` (the context's own, or the dashboard's form): the
+        load's model's, or a mix's, whose requests go to their class's model."""
+        assert self.inputs is not None
+
+        def of(inputs: InputSet, requests: PreparedRequests | None) -> InferClient:
+            return make_client(
+                config.protocol,
+                config.url,
+                inputs,
+                concurrency,
+                config.http_client,
+                prepared=requests,
+                classes=self.classes,
+                sequence=self.sequence_model,
+                access=config.access,
+                tls=config.http_tls,
+            )
+
+        own = of(self.inputs, self.requests)
+        if not self.lanes:
+            return own
+        clients = {self.inputs.model: own}
+        clients.update({m: of(lane.inputs, lane.requests) for m, lane in self.lanes.items()})
+        return RoutedClient([clients[m] for m in self.class_models], list(clients.values()))
+
+    def model_of(self, klass: int) -> str:
+        """The model a request of class ``klass`` goes to."""
+        if self.class_models:
+            return self.class_models[klass]
+        return self.inputs.model if self.inputs else ""
 
     def _open_shm(self, config: EngineConfig, inputs: InputSet) -> ShmInputs:
         """One registered region holding ``inputs``' distinct payloads (closed by :meth:`close`
@@ -241,7 +338,7 @@ class ProcessContext:
         """Release what the process holds beyond a level: its shared-memory region (unregistered
         and unlinked). Idempotent; also runs at exit."""
         self._close_shm()
-        self._inputs_key = self._requests_key = None
+        self._inputs_key = self._requests_key = self._lanes_key = None
 
     def new_streams(self, sequences: int) -> SequenceStreams:
         """Sequence streams with ids of their own (a block no other stream of this load, in

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from analyzer.config.access import PLAIN, ServerAccess
 from analyzer.config.urls import host_port, is_tls
 from analyzer.errors import InputError
-from analyzer.load.classes import RequestClass, request_classes
+from analyzer.load.classes import RequestClass, mix_models, request_classes
 from analyzer.load.inputs import DataMode, InputOptions, ShapeChoice
 from analyzer.measure.measurement import WindowStats
 from analyzer.measure.specs import LoadSpec
@@ -78,8 +78,8 @@ class EngineOptions:
     #: The HTTP side (``url`` over HTTP, ``stats_url``) speaks TLS: the target's URL is https://.
     http_tls: bool = False
     scrape_server: bool = True
-    #: A pipeline's composing models: their statistics are read with the pipeline's, per window
-    #: (``ServerView.stages``).
+    #: A pipeline's composing models, or a mix's models: their statistics are read with the
+    #: model's, per window (``ServerView.stages``).
     stage_models: tuple[str, ...] = ()
     #: Validity limits: above these the generator, not the server, decided the numbers.
     max_send_lag_ms: float = 10.0
@@ -134,6 +134,8 @@ def engine_options(
         **fields: Any other :class:`EngineOptions` field (``max_send_lag_ms``, ``on_window``...).
     """
     http_address = host_port(url)
+    classes = request_classes(scenario.traffic)
+    models = mix_models(classes, model)
     grpc = scenario.model.protocol == "grpc"
     grpc_url = grpc_url or scenario.model.grpc_url
     options = EngineOptions(
@@ -146,7 +148,9 @@ def engine_options(
         metrics_url=metrics_url,
         access=scenario.model.access(),
         http_tls=is_tls(url),
-        classes=request_classes(scenario.traffic),
+        classes=classes,
+        # A mix of models: every model's statistics, per window.
+        stage_models=models if len(models) > 1 else (),
         sequence_length=scenario.traffic.sequence_length,
         sequence_length_variation_pct=scenario.traffic.sequence_length_variation_pct,
         sequences=scenario.traffic.sequences,

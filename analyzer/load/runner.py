@@ -474,6 +474,7 @@ class LocustLoadGenerator:
                     p50_ms=lat.p50_ms,
                     p90_ms=lat.p90_ms,
                     p99_ms=lat.p99_ms,
+                    model=klass.model,
                 )
             )
         return tuple(out)

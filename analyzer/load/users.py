@@ -37,7 +37,6 @@ from gevent.pool import Pool
 from locust import User, constant, task
 from locust.env import Environment
 
-from analyzer.load.clients import make_client
 from analyzer.load.context import EngineConfig, ProcessContext, context_of
 from analyzer.load.prepared import (
     InferClient,
@@ -139,18 +138,7 @@ class ClosedLoopUser(User):
         """Set the user up on ``ctx`` (the dashboard's users pass a context of their own)."""
         assert ctx.config is not None and ctx.inputs is not None
         self.ctx = ctx
-        self.infer_client: InferClient = make_client(
-            ctx.config.protocol,
-            ctx.config.url,
-            ctx.inputs,
-            1,
-            ctx.config.http_client,
-            prepared=ctx.requests,
-            classes=ctx.classes,
-            sequence=ctx.sequence_model,
-            access=ctx.config.access,
-            tls=ctx.config.http_tls,
-        )
+        self.infer_client: InferClient = ctx.client(ctx.config, 1)
         #: A sequence model: this user's sequence (one at a time, one request in flight).
         self.streams = ctx.new_streams(1) if ctx.sequence_model else None
         self.pending: set[gevent.Greenlet] = set()
@@ -171,9 +159,7 @@ class ClosedLoopUser(User):
             error = exc
         end = time.perf_counter()
         recorder.done(end - start, end - start, _kind(error), klass)
-        _fire(
-            self.environment, self.ctx.inputs.model if self.ctx.inputs else "", end - start, error
-        )
+        _fire(self.environment, self.ctx.model_of(klass), end - start, error)
         if error is not None and isinstance(error, OSError):
             gevent.sleep(0.01)  # a refused connection must not become a CPU-burning spin
 
@@ -205,18 +191,7 @@ class OpenLoopUser(User):
         self.pool = Pool(self.config.pool_size)
         #: Sends waiting for a free slot: (intended time, place in the stream).
         self.backlog: collections.deque[tuple[float, int]] = collections.deque()
-        self.infer_client: InferClient = make_client(
-            self.config.protocol,
-            self.config.url,
-            ctx.inputs,
-            self.config.pool_size,
-            self.config.http_client,
-            prepared=ctx.requests,
-            classes=ctx.classes,
-            sequence=ctx.sequence_model,
-            access=self.config.access,
-            tls=self.config.http_tls,
-        )
+        self.infer_client: InferClient = ctx.client(self.config, self.config.pool_size)
         if ctx.sequence_model and ctx.open_streams is None:
             # The level's first dispatcher makes the process's streams (the others share them).
             ctx.open_streams = ctx.new_streams(self.config.sequences)
@@ -309,7 +284,6 @@ class OpenLoopUser(User):
 
     def _send(self, due: tuple[float, int], step: SequenceStep | None) -> None:
         recorder = self.ctx.recorder
-        model = self.ctx.inputs.model if self.ctx.inputs else ""
         streams = self.streams
         while True:
             intended, send = due
@@ -323,7 +297,7 @@ class OpenLoopUser(User):
                 error = exc
             end = time.perf_counter()
             recorder.done(end - intended, end - start, _kind(error), klass)
-            _fire(self.environment, model, end - intended, error)
+            _fire(self.environment, self.ctx.model_of(klass), end - intended, error)
             if not self.backlog:
                 return
             due = self.backlog.popleft()

@@ -246,15 +246,20 @@ def error_slack(m: Measurement, goals: Goals) -> float:
     return max([overall, *(s["err_slack"] for s in per_class.values())])
 
 
-def classes_text(m: Measurement, goals: Goals) -> str:
+def classes_text(m: Measurement, goals: Goals | None) -> str:
     """One line of ``m``'s traffic classes for the console: each class's p99 against its own
-    goal, and its errors when it had any (``""`` without classes)::
+    goal (no goal: the p99 and its requests), and its errors when it had any (``""`` without
+    classes)::
 
         urgent p99 9.0/12.5 ms, bulk p99 22.0/25 ms (40 errors, 5.0%)
+        a p99 9.0 ms of 1200, b p99 22.0 ms of 400
     """
     parts = []
     for c in m.classes:
-        text = f"{c.name} p99 {c.p99_ms:.1f}/{goals.class_p99_ms(c.name):g} ms"
+        if goals is None:
+            text = f"{c.name} p99 {c.p99_ms:.1f} ms of {c.request_count}"
+        else:
+            text = f"{c.name} p99 {c.p99_ms:.1f}/{goals.class_p99_ms(c.name):g} ms"
         if c.error_count:
             text += f" ({c.error_count} errors, {c.error_rate:.1%})"
         parts.append(text)

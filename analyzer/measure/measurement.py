@@ -200,6 +200,8 @@ class ClassStats:
     p50_ms: float = 0.0
     p90_ms: float = 0.0
     p99_ms: float = 0.0
+    #: The model its requests went to, in a mix of models ("": the level's model).
+    model: str = ""
 
     @property
     def error_rate(self) -> float:
@@ -207,8 +209,11 @@ class ClassStats:
         return self.error_count / self.request_count if self.request_count else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {**dataclasses.asdict(self), "error_rate": self.error_rate}
+        """JSON-ready dict (``model`` only in a mix of models)."""
+        data = {**dataclasses.asdict(self), "error_rate": self.error_rate}
+        if not self.model:
+            data.pop("model")
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ClassStats:

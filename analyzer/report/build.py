@@ -24,7 +24,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from analyzer.config.objective import Objective, objective_for
-from analyzer.report.classes import ClassedReportRecord, class_tables
+from analyzer.report.classes import ClassedReportRecord, class_tables, run_goals
 from analyzer.report.gpu import (
     NO_GPU_METRIC,
     check_threshold,
@@ -91,10 +91,11 @@ def build_record(run: RunData, *, min_gpu_utilization_pct: float | None = None) 
     roles = [("baseline", baseline), ("best", best)]
 
     breakdown = []
+    goals = run_goals(run)
     for role, result in roles:
         if result is None:
             continue
-        view = _server_breakdown(role, by_number.get(result.trial_number))
+        view = _server_breakdown(role, by_number.get(result.trial_number), goals)
         if view is not None:
             breakdown.append(view)
     if not breakdown:

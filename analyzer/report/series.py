@@ -32,7 +32,9 @@ from analyzer.report.rundir import RunData
 from analyzer.rundir.trial_record import TrialRecord
 
 
-def _server_breakdown(role: str, record: TrialRecord | None) -> ServerBreakdown | None:
+def _server_breakdown(
+    role: str, record: TrialRecord | None, goals: Goals | None = None
+) -> ServerBreakdown | None:
     if record is None:
         return None
     op = record.operating_point()
@@ -48,7 +50,7 @@ def _server_breakdown(role: str, record: TrialRecord | None) -> ServerBreakdown 
     )
     return ServerBreakdown(
         stages=stages,
-        limiting_stage=limiting_stage(stages),
+        limiting_stage=limiting_stage(stages, op, goals),
         role=role,
         trial_number=record.number,
         measured_at_rps=float(op.target),
@@ -103,8 +105,15 @@ def stage_breakdown(
     return tuple(rows)
 
 
-def limiting_stage(stages: Sequence[StageBreakdown]) -> str | None:
-    """The stage whose instances were busiest (None: no stage's share is known)."""
+def limiting_stage(
+    stages: Sequence[StageBreakdown], point: Measurement | None = None, goals: Goals | None = None
+) -> str | None:
+    """The stage whose instances were busiest (None: no stage's share is known). A mix of
+    models (``point``'s classes name models, ``goals`` given): the model nearest its own p99
+    goal, whose goal is what a higher rate would break."""
+    mixed = [c for c in point.classes if c.model] if point is not None else []
+    if mixed and goals is not None:
+        return max(mixed, key=lambda c: c.p99_ms / goals.class_p99_ms(c.name)).model
     ranked = [s for s in stages if s.busy_pct is not None]
     return max(ranked, key=lambda s: s.busy_pct or 0.0).name if ranked else None
 

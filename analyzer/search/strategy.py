@@ -71,6 +71,11 @@ def resolve(scenario: Scenario, base: mc.ModelConfig | None = None) -> tuple[str
     asked = scenario.search.strategy
     if asked != "predict":
         return asked, None
+    if mix := scenario.mix():
+        return "tpe", (
+            f"search predict: a mix of models ({', '.join(mix)}) shares the server's devices, "
+            "which the simulator does not model across models; searching with tpe"
+        )
     if base is not None and (why := _unmodelled(scenario, base)) is not None:
         return "tpe", f"search predict: model '{base.name}' {why}; searching with tpe"
     if not scenario.objective_spec().capacity:

@@ -398,8 +398,16 @@ def _tuned(
 def _stage_names(
     scenario: Scenario, base: mc.ModelConfig
 ) -> tuple[tuple[str, ...], Callable[[str], str]]:
-    """The composing models to tune, and who calls each (for messages)."""
+    """The composing models to tune (a mix's models: every one), and who calls each (for
+    messages)."""
     named = scenario.model.composing_models
+    if mix := scenario.mix():
+        if named or is_ensemble(base):
+            raise InputError(
+                f"a mix of models ({', '.join(mix)}) tunes plain models served together; "
+                f"{base.name!r} is a pipeline: tune it on its own"
+            )
+        return mix, lambda name: "the mix of models"
     if not is_ensemble(base):
         return named, lambda name: f"model {base.name!r}"
     steps = ensemble_steps(base)

@@ -41,7 +41,7 @@ def make_target(scenario: Scenario, workdir: Path, url: str | None = None) -> Ta
             workdir,
             m.triton_server_path,
             m.startup_timeout_s,
-            also_load=m.composing_models,
+            also_load=(*m.composing_models, *scenario.mix()[1:]),
         )
     return ManagedServer(
         m.name,
@@ -49,4 +49,5 @@ def make_target(scenario: Scenario, workdir: Path, url: str | None = None) -> Ta
         Path(workdir) / "server" / "server.log",
         repository=m.repository,
         startup_timeout_s=m.startup_timeout_s,
+        also_load=scenario.mix()[1:],
     )

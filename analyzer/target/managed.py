@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,7 @@ class ManagedServer(_HttpTarget):
         startup_timeout_s: How long to wait for the ready line and the model.
         python: Interpreter to run the server with.
         transport: The HTTP seam (default: urllib).
+        also_load: More models to load at startup (a mix of models served together).
     """
 
     shared = False
@@ -128,8 +130,10 @@ class ManagedServer(_HttpTarget):
         startup_timeout_s: float = 180.0,
         python: str = sys.executable,
         transport: Transport | None = None,
+        also_load: Sequence[str] = (),
     ) -> None:
         self.model = model
+        self.also_load = tuple(also_load)
         self.device = device
         # Absolute paths: the server and the repository writer run in other working directories.
         self.log_path = Path(log_path).resolve()
@@ -166,6 +170,8 @@ class ManagedServer(_HttpTarget):
             "--metrics-port",
             str(metrics),
         ]
+        for other in self.also_load:
+            cmd += ["--model", other]
         if self.repository is not None:
             cmd += ["--model-repository", str(self.repository)]
         return cmd

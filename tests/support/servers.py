@@ -169,8 +169,10 @@ def write_sim_model(
     instances: int = 1,
     dynamic_batching: str = "",
     host_ms: float = 0.0,
+    width: int = 16,
 ) -> Path:
-    """A simulated 16-float model with a jitter-free profile: device = device_ms + per_item_ms * b.
+    """A simulated model of ``width`` floats in and out with a jitter-free profile: device =
+    device_ms + per_item_ms * b.
 
     Args:
         repository: model repository root.
@@ -182,6 +184,7 @@ def write_sim_model(
         dynamic_batching: a whole ``dynamic_batching { ... }`` block, or ``""`` for none.
         host_ms: host time before the device part and again after it, per execution (what
             more instances overlap; the device part is serialised across them).
+        width: the input's and the output's one dimension.
     """
     model_dir = repository / name
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
@@ -205,7 +208,7 @@ def write_sim_model(
             """
         )
     )
-    dims = "[ 16 ]"
+    dims = f"[ {width} ]"
     (model_dir / "config.pbtxt").write_text(
         textwrap.dedent(
             f"""\

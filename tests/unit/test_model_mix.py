@@ -1,0 +1,125 @@
+"""A mix of models, the pure parts: ``--mix`` as traffic classes, each class's model, and the
+client that sends each request to its class's model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from analyzer.config.scenario import load_scenario, mix_overrides
+from analyzer.errors import InputError
+from analyzer.load.classes import (
+    RequestClass,
+    RoutedClient,
+    class_models,
+    mix_models,
+    request_classes,
+)
+from analyzer.load.sequences import SequenceStep
+
+
+def test_the_quick_form_is_one_class_per_model_with_its_share() -> None:
+    scenario = load_scenario(None, mix_overrides("a=3, b=1"), env={})
+    classes = request_classes(scenario.traffic)
+    assert [(c.name, c.model, c.share) for c in classes] == [("a", "a", 0.75), ("b", "b", 0.25)]
+    assert mix_overrides(None) == {}
+
+
+@pytest.mark.parametrize("text", ["a", "a=3", "a=0,b=1", "a=1,a=2", "a=x,b=1", "=1,b=1"])
+def test_a_mix_that_names_no_two_weighted_models_is_refused(text: str) -> None:
+    with pytest.raises(InputError, match="--mix"):
+        mix_overrides(text)
+
+
+def test_a_class_without_a_model_dumps_as_before() -> None:
+    plain = {"traffic.classes": [{"name": "urgent", "share": 0.5}, {"name": "bulk", "share": 0.5}]}
+    scenario = load_scenario(None, plain, env={})
+    assert all("model" not in c for c in scenario.to_dict()["traffic"]["classes"])
+    mixed = load_scenario(None, mix_overrides("a=1,b=1"), env={})
+    assert [c["model"] for c in mixed.to_dict()["traffic"]["classes"]] == ["a", "b"]
+    assert mixed.hash() != scenario.hash()
+
+
+def test_the_load_model_comes_first_and_unnamed_classes_are_its_own() -> None:
+    classes = (RequestClass("x", 0.5, model="b"), RequestClass("y", 0.5))
+    assert mix_models(classes, "a") == ("a", "b")
+    assert class_models(classes, "a") == ("b", "a")
+    assert mix_models((), "a") == ("a",) and class_models((), "a") == ("a",)
+
+
+class _Recording:
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, int]] = []
+        self.closed = False
+
+    def infer(
+        self, payload_index: int, klass: int = 0, sequence: SequenceStep | None = None
+    ) -> None:
+        self.sent.append((payload_index, klass))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_routed_client_sends_each_class_to_its_models_client() -> None:
+    a, b = _Recording(), _Recording()
+    routed = RoutedClient([b, a, b], [a, b])
+    for klass in (0, 1, 2, 1):
+        routed.infer(7, klass)
+    assert a.sent == [(7, 1), (7, 1)] and b.sent == [(7, 0), (7, 2)]
+    routed.close()
+    assert a.closed and b.closed
+
+
+MODELS_TOML = """
+[goals]
+p99_ms = 100
+
+[[models]]
+name = "detector"
+share = 3
+p99_ms = 40
+
+[[models]]
+name = "classifier"
+share = 1
+"""
+
+
+def test_models_entries_are_a_class_per_model_with_its_goal(tmp_path: Path) -> None:
+    path = tmp_path / "mix.toml"
+    path.write_text(MODELS_TOML)
+    scenario = load_scenario(path, {}, env={})
+    assert scenario.model.name == "detector"
+    assert scenario.mix() == ("detector", "classifier")
+    assert [(c.name, c.model, c.share, c.p99_ms) for c in scenario.traffic.classes] == [
+        ("detector", "detector", 0.75, 40.0),
+        ("classifier", "classifier", 0.25, 0.0),
+    ]
+    assert scenario.tightest_p99_ms() == 40.0
+    # The dump is the classes it became, and reads back equal.
+    again = tmp_path / "again.toml"
+    again.write_text(scenario.to_toml())
+    assert load_scenario(again, {}, env={}) == scenario
+    assert load_scenario(None, {}, env={}).mix() == ()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ('[[traffic.classes]]\nname = "x"\nshare = 1.0\n', "both given"),
+        ('[[models]]\nname = "third"\nshare = 0\n', "positive"),
+        ('[[models]]\nname = "third"\nrate = 5\n', "unknown key"),
+    ],
+)
+def test_a_bad_models_list_is_refused(tmp_path: Path, extra: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(MODELS_TOML + extra)
+    with pytest.raises(InputError, match=message):
+        load_scenario(path, {}, env={})
+
+
+def test_a_load_model_outside_the_mix_is_refused() -> None:
+    with pytest.raises(InputError, match="gets none of the mix's requests"):
+        load_scenario(None, {"model.name": "c", **mix_overrides("a=1,b=1")}, env={})
