@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 
 from analyzer.config.pipeline import TrialKnobs
 from analyzer.errors import InputError
-from analyzer.search.space import Space
+from analyzer.search.space import JointSpace, Space
 
 __all__ = [  # Knobs: analyzer.config.knobs and .pipeline (no optuna there)
     "DIED_REASON",
@@ -141,7 +141,7 @@ class Search:
                 storage=self._storage,
                 study_name=study_name,
                 directions=list(directions),
-                sampler=_make_sampler(sampler, seed, len(self.directions)),
+                sampler=_make_sampler(sampler, seed, _startup_trials(space)),
                 load_if_exists=True,
             )
         except Exception as exc:  # sqlalchemy / journal errors: translate where they enter
@@ -351,7 +351,17 @@ def _source(user_attrs: Mapping[str, Any]) -> str:
     return "seed" if "seed" in user_attrs else "search"
 
 
-def _make_sampler(name: str, seed: int, n_objectives: int) -> optuna.samplers.BaseSampler:
+def _startup_trials(space: Space) -> int:
+    """TPE's start-up trials (seeds included): 4, and 2 more per further model of a joint space.
+
+    A joint space's seeds set every model alike (zipped), and independent TPE fitted on
+    histories that are alike per model proposes the same value for each: it would search only
+    the configs where all models agree. Random start-up trials draw each model's knobs apart.
+    """
+    return 4 + 2 * (len(space.stages) - 1) if isinstance(space, JointSpace) else 4
+
+
+def _make_sampler(name: str, seed: int, startup: int = 4) -> optuna.samplers.BaseSampler:
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name != "tpe":
@@ -360,7 +370,7 @@ def _make_sampler(name: str, seed: int, n_objectives: int) -> optuna.samplers.Ba
     # constraint slacks come from trial.set_constraint (Optuna >= 5.0).
     return optuna.samplers.TPESampler(
         seed=seed,
-        n_startup_trials=4,
+        n_startup_trials=startup,
         # Measured on planted landscapes (benchmarks/search_efficiency.py): with this few
         # trials, independent TPE finds the optimum's neighbourhood sooner than multivariate.
         multivariate=False,
