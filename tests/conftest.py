@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import analyzer  # noqa: F401  (first: turns gRPC's fork handlers off before grpc is imported)
 from tests.support.folder_times import FolderTimes
 from tests.support.io_guard import IO_FIXTURES, IO_MARKER, IoGuard
 from tests.support.quiet import QUIET_FIXTURE, QUIET_MARKER, QuietMachine
