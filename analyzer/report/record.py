@@ -238,10 +238,13 @@ class ServerBreakdown:
     #: Share of wall time the instances spent executing: executions x compute time per execution
     #: / (duration x instances). Derived from server statistics; None when not derivable.
     instance_busy_pct: float | None
-    #: A pipeline's composing models, in step order (empty for one model).
+    #: A pipeline's composing models, in step order, or a mix's models (empty for one model).
     stages: tuple[StageBreakdown, ...] = ()
-    #: The stage whose instances were busiest: the one that limits the pipeline's capacity.
+    #: The stage whose instances were busiest: the one that limits the pipeline's capacity; in a
+    #: mix of models, the model nearest its own p99 goal.
     limiting_stage: str | None = None
+    #: ``stages`` are a mix's models served together, not a pipeline's steps.
+    mix: bool = False
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ def _server_breakdown(
     return ServerBreakdown(
         stages=stages,
         limiting_stage=limiting_stage(stages, op, goals),
+        mix=any(c.model for c in op.classes),
         role=role,
         trial_number=record.number,
         measured_at_rps=float(op.target),

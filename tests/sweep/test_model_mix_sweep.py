@@ -43,7 +43,15 @@ def test_a_mix_of_models_is_tuned_in_one_search_each_held_to_its_goal(tmp_path: 
         [
             *CLI,
             *("run", "--scenario", str(scenario), "--run-dir", str(run_dir)),
-            *("--model-repository", str(repo), "--device", "sim", "--search", "predict"),
+            *(
+                "--model-repository",
+                str(repo),
+                "--device",
+                "sim",
+                "--search",
+                "predict",
+                "--report",
+            ),
         ],
         capture_output=True,
         text=True,
@@ -79,3 +87,6 @@ def test_a_mix_of_models_is_tuned_in_one_search_each_held_to_its_goal(tmp_path: 
         config = parse_config_text((run_dir / kept / model / "config.pbtxt").read_text())
         assert config.name == model
     assert "classify p99" in done.stdout
+    # The report's per-model table at the operating point names the model nearest its goal.
+    report = (run_dir / "report.html").read_text()
+    assert "The models served together" in report and "limits capacity" in report
