@@ -179,9 +179,9 @@ MixFlag = Annotated[
     str | None,
     typer.Option(
         "--mix",
-        help="Several models served together: MODEL=WEIGHT pairs (a=3,b=1); each request goes "
-        "to a model drawn by weight, each model judged on its own p99 "
-        "(\\[[traffic.classes]] with model).",
+        help="Several models served together: MODEL=WEIGHT pairs (a=3,b=1), each optionally "
+        "with @P99_MS, that model's own p99 goal (a=3,b=1@40); each request goes to a model "
+        "drawn by weight, each model judged on its own p99 (\\[[traffic.classes]] with model).",
     ),
 ]
 

@@ -13,6 +13,7 @@ Examples::
     perfsweep load ... --input-data data.json --shape IDS:128   # perf_analyzer's --input-data
     perfsweep load ... --unique-payloads 10000 --repeat-ratio 0.3  # exercise a response cache
     perfsweep load ... --mix a=3,b=1 --find-capacity --p99-ms 50   # two models served together
+    perfsweep load ... --mix a=3@100,b=1@40 --find-capacity         # each held to its own p99
 
 Exit codes: 0 done, 1 ``--find-capacity`` found no rate meeting the goal, 2 bad input, 3 the target
 failed.
@@ -326,6 +327,9 @@ def register(app: typer.Typer) -> None:
         mixed = mix_overrides(mix)
         if not model and mixed:
             model = mixed["traffic.classes"][0]["model"]
+        own = [c["p99_ms"] for c in mixed.get("traffic.classes", ()) if c["p99_ms"]]
+        if p99_ms is None and own and len(own) == len(mixed["traffic.classes"]):
+            p99_ms = max(own)  # every model has its own goal (--mix a=3@100,b=1@40)
         if not model:
             raise InputError("--model NAME is required")
         if protocol not in ("http", "grpc"):
@@ -343,6 +347,7 @@ def register(app: typer.Typer) -> None:
                 ),
                 **traffic_overrides(arrival, trace, trace_unit),
                 **mixed,
+                **({"goals.p99_ms": p99_ms} if p99_ms is not None else {}),
                 "model.url": url,
                 **access_overrides(
                     None, ssl_ca, ssl_cert, ssl_key, ssl_insecure, header, header_file
@@ -378,7 +383,14 @@ def register(app: typer.Typer) -> None:
         if sum(bool(x) for x in (levels_c, levels_r, find_capacity)) != 1:
             raise InputError("give exactly one of --concurrency, --request-rate or --find-capacity")
         if find_capacity and p99_ms is None:
-            raise InputError("--find-capacity needs a goal: --p99-ms X")
+            raise InputError(
+                "--find-capacity needs a goal: --p99-ms X (or each --mix model's @P99)"
+            )
+        goals = (
+            Goals(p99_ms, max_error_rate, classes=scenario.traffic.class_goals())
+            if p99_ms is not None
+            else None
+        )
 
         if max_windows is None:
             max_windows = 4 if find_capacity else 10
@@ -419,10 +431,10 @@ def register(app: typer.Typer) -> None:
         capacity: CapacityResult | None = None
         with live.live, LocustLoadGenerator(options) as generator:
             if find_capacity:
-                assert p99_ms is not None
+                assert goals is not None
                 capacity = generator.find_capacity(
                     CapacitySpec(
-                        goals=Goals(p99_ms=p99_ms, max_error_rate=max_error_rate),
+                        goals=goals,
                         start_rps=start_rps,
                         max_rps=max_rps,
                         min_rps=min(1.0, start_rps),
@@ -455,7 +467,6 @@ def register(app: typer.Typer) -> None:
         out.print(results_table(measurements))
         for m in measurements:
             if m.classes:
-                goals = Goals(p99_ms=p99_ms) if p99_ms is not None else None
                 out.print(f"[dim]{_level(m)}:[/] {classes_text(m, goals)}", highlight=False)
             for message in m.messages:
                 out.print(f"[dim]{m.mode.value} {m.target:g}:[/] {message}", highlight=False)

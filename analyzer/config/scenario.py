@@ -357,32 +357,42 @@ def traffic_overrides(
 
 
 def mix_overrides(mix: str | None = None) -> dict[str, Any]:
-    """``--mix a=3,b=1`` (models and their relative weights) as ``[[traffic.classes]]``, one
-    class per model named after it, the weights made shares of 1 (None: not given)."""
+    """``--mix a=3,b=1@40`` (models, their relative weights and, after ``@``, a model's own p99
+    goal in ms) as ``[[traffic.classes]]``, one class per model named after it, the weights made
+    shares of 1 (None: not given). A model without ``@`` is held to the run's p99."""
     if mix is None:
         return {}
     weights: dict[str, float] = {}
+    goals: dict[str, float] = {}
     for item in (part.strip() for part in mix.split(",")):
-        name, sep, weight = item.partition("=")
-        try:
-            value = float(weight) if sep else math.nan
-        except ValueError:
-            value = math.nan
-        if not name or not math.isfinite(value) or value <= 0 or name in weights:
+        name, sep, rest = item.partition("=")
+        weight, at, goal = rest.partition("@")
+        value, p99 = _positive(weight) if sep else math.nan, _positive(goal) if at else 0.0
+        if not name or math.isnan(value) or math.isnan(p99) or name in weights:
             raise InputError(
-                f"--mix takes MODEL=WEIGHT pairs, each model once with a positive weight "
-                f"(e.g. a=3,b=1); got {mix!r}"
+                f"--mix takes MODEL=WEIGHT pairs, each model once with a positive weight and "
+                f"optionally @P99_MS, its own p99 goal (e.g. a=3,b=1@40); got {mix!r}"
             )
         weights[name] = value
+        goals[name] = p99
     if len(weights) < 2:
         raise InputError(f"--mix names the models served together: two or more, got {mix!r}")
     total = sum(weights.values())
     return {
         "traffic.classes": [
-            {"name": name, "model": name, "share": weight / total}
+            {"name": name, "model": name, "share": weight / total, "p99_ms": goals[name]}
             for name, weight in weights.items()
         ]
     }
+
+
+def _positive(text: str) -> float:
+    """``text`` as a positive finite number, else NaN."""
+    try:
+        value = float(text)
+    except ValueError:
+        return math.nan
+    return value if math.isfinite(value) and value > 0 else math.nan
 
 
 def generator_overrides(

@@ -137,6 +137,33 @@ def test_memory_is_context_plus_weights_per_instance_plus_peak_activations(
     assert values["nv_gpu_memory_total_bytes"][uid] == 1000 * MIB
 
 
+def test_models_sharing_a_gpu_add_up_on_it(tmp_path: Path, serves: None) -> None:
+    """Two models on one simulated GPU (a mix served together): one context, each instance's
+    weights and arena by its own model's [gpu] figures, all on the one device's series (what
+    goals.max_gpu_memory_mb bounds: the fullest GPU's peak)."""
+    other = PROFILE.replace("weights_mb = 50", "weights_mb = 30").replace(
+        "activation_mb_per_item = 10", "activation_mb_per_item = 4"
+    )
+    write_model(tmp_path, "sim", sim_config("sim"), files={"gpu_test.toml": PROFILE})
+    write_model(
+        tmp_path,
+        "other",
+        sim_config("other", instances=1).replace("gpu_test.toml", "other.toml"),
+        files={"other.toml": other},
+    )
+    options = ServerOptions(model_repositories=(tmp_path,), models=("sim", "other"))
+    uid = simulated_uuid("sim-gpu0")
+    with ServerThread(options) as server:
+        values = gpu_values(metrics_text(server))
+        assert list(values["nv_gpu_memory_used_bytes"]) == [uid]  # one GPU, not one per model
+        assert values["nv_gpu_memory_used_bytes"][uid] == (100 + 2 * 50 + 30) * MIB
+        client = httpclient.InferenceServerClient(server.http_url.split("://")[-1])
+        infer(client, "other", batch=8)
+        infer(client, "sim", batch=4)
+        used = gpu_values(metrics_text(server))["nv_gpu_memory_used_bytes"][uid]
+        assert used == (100 + 2 * 50 + 30 + 8 * 4 + 4 * 10) * MIB
+
+
 def test_utilization_is_the_busy_share_the_statistics_imply(sim_server: ServerThread) -> None:
     """One client in a loop: 20 ms host + 20 ms device per request, so about half busy.
 

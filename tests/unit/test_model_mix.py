@@ -26,7 +26,22 @@ def test_the_quick_form_is_one_class_per_model_with_its_share() -> None:
     assert mix_overrides(None) == {}
 
 
-@pytest.mark.parametrize("text", ["a", "a=3", "a=0,b=1", "a=1,a=2", "a=x,b=1", "=1,b=1"])
+def test_a_model_of_the_quick_form_can_have_its_own_p99_goal() -> None:
+    scenario = load_scenario(
+        None, {"goals.p99_ms": 100.0, **mix_overrides("a=3@100,b=1@40")}, env={}
+    )
+    assert [(c.model, c.p99_ms) for c in scenario.traffic.classes] == [("a", 100.0), ("b", 40.0)]
+    assert scenario.traffic.class_goals() == (("a", 100.0), ("b", 40.0))
+    # Without @ a model is held to the run's goal, as before.
+    assert load_scenario(None, mix_overrides("a=3,b=1@40"), env={}).traffic.class_goals() == (
+        ("b", 40.0),
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a", "a=3", "a=0,b=1", "a=1,a=2", "a=x,b=1", "=1,b=1", "a=1@0,b=1", "a=1@x,b=1", "a=1@,b=1"],
+)
 def test_a_mix_that_names_no_two_weighted_models_is_refused(text: str) -> None:
     with pytest.raises(InputError, match="--mix"):
         mix_overrides(text)
