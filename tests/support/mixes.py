@@ -1,31 +1,46 @@
-"""Three models served together on one simulated device, and the comparison of the mix tuned as
-one against each model tuned alone (tests and benchmarks).
+"""Models served together on one serialised device, and the comparison of the mix tuned as one
+against each model tuned alone (tests and benchmarks), on the reference server or a real Triton.
 
-``rank`` is heavy (a large fixed cost per execution, a little per item) with a loose goal;
-``tag`` is cheap with a tight goal; ``embed`` sits between. Every instance of every model holds
-the same simulated device (``KIND_CPU`` on ``--device sim``) for its device part, so one model's
-batch is every other model's wait. Tuned alone, ``rank`` has the device to itself and its
-largest batches serve the most; served beside ``tag``, a batch of that size holds the device
-longer than ``tag``'s goal.
+``rank`` is heavy (a large fixed cost per execution on the device, a little per item, host work
+before and after it) with a loose goal; ``tag`` is cheap with a tight goal; ``embed`` sits
+between. Every instance of every model holds the same device for its device part (the reference
+server's simulated device on ``--device sim``; on Triton, an exclusive lock on one file that
+every Python-backend instance takes), so one model's executions are every other model's wait.
+Tuned alone, ``rank`` has the device to itself: a second instance overlaps its host work and its
+largest batches serve the most. Served beside the others at a moderate rate, two instances split
+its batches and spend the device on fixed costs, and ``tag`` waits past its goal.
 """
 
 from __future__ import annotations
 
+import abc
 import json
 import subprocess
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from google.protobuf import text_format
+
+from analyzer.target.triton import managed_triton
 from tests.support.pipelines import assemble, recommended
-from tests.support.servers import ReferenceProcess, write_sim_model
+from tests.support.real_triton import (
+    TensorSpec,
+    TritonInstall,
+    locked_device_source,
+    sleep_model_config,
+)
+from tests.support.servers import ReferenceProcess, write_model, write_sim_model
 from tests.support.sweeps import CLI
 
 
 @dataclass(frozen=True)
-class SimModel:
-    """One model of the mix: its simulated device time (``a_ms + b_ms`` per item), its host
-    time before and again after the device part (``host_ms``: what a second instance overlaps),
-    its input width, its relative share of the requests and its own p99 goal."""
+class MixModel:
+    """One model of the mix: its device time (``a_ms + b_ms`` per item), its host time before
+    and again after the device part (``host_ms``: what a second instance overlaps), its input
+    width, its relative share of the requests and its own p99 goal."""
 
     a_ms: float
     b_ms: float
@@ -35,21 +50,23 @@ class SimModel:
     p99_ms: float
 
 
-#: The three models, the order the mix names them.
-MODELS = {
-    "rank": SimModel(a_ms=16.0, b_ms=1.0, host_ms=8.0, width=64, share=3, p99_ms=400.0),
-    "tag": SimModel(a_ms=2.0, b_ms=0.2, host_ms=0.0, width=16, share=4, p99_ms=40.0),
-    "embed": SimModel(a_ms=6.0, b_ms=0.6, host_ms=0.0, width=32, share=2, p99_ms=120.0),
+Models = Mapping[str, MixModel]
+
+#: Three models on the reference server's simulated device, in the order the mix names them.
+THREE = {
+    "rank": MixModel(a_ms=16.0, b_ms=1.0, host_ms=8.0, width=64, share=3, p99_ms=400.0),
+    "tag": MixModel(a_ms=2.0, b_ms=0.2, host_ms=0.0, width=16, share=4, p99_ms=40.0),
+    "embed": MixModel(a_ms=6.0, b_ms=0.6, host_ms=0.0, width=32, share=2, p99_ms=120.0),
 }
 
-#: The loosest goal: the run's p99 (each model is held to its own).
-RUN_P99_MS = max(m.p99_ms for m in MODELS.values())
+#: Two models of Python-backend on a real Triton, sharing one file lock as their device.
+TWO = {name: THREE[name] for name in ("rank", "tag")}
 
 SCENARIO = """
 objective = "throughput"
 [traffic]
 min_rate_rps = 5.0
-start_rps = {start_rps}
+start_rps = 40.0
 max_rate_rps = {max_rate_rps}
 [goals]
 p99_ms = {p99_ms}
@@ -73,30 +90,103 @@ validation = "check"
 """
 
 
-def write_mix_repository(repo: Path) -> Path:
-    """``repo`` with the three models as a user starts from: each request executed alone (no
-    dynamic batching), one instance."""
-    for name, m in MODELS.items():
-        write_sim_model(
-            repo, name, m.a_ms, m.b_ms, max_batch_size=32, host_ms=m.host_ms, width=m.width
+def mix_flag(models: Models) -> str:
+    """``--mix`` of ``models``: each model's share and its own goal."""
+    return ",".join(f"{name}={m.share:g}@{m.p99_ms:g}" for name, m in models.items())
+
+
+def run_p99_ms(models: Models) -> float:
+    """The loosest goal: the run's p99 (each model is held to its own)."""
+    return max(m.p99_ms for m in models.values())
+
+
+class Server(abc.ABC):
+    """Where the mix is served: the models' repository, ``perfsweep run``'s server flags, and a
+    fresh server on a repository tree for one measurement."""
+
+    @abc.abstractmethod
+    def write(self, repo: Path, models: Models) -> Path:
+        """``repo`` with ``models`` as a user starts from: each request executed alone (no
+        dynamic batching), one instance."""
+
+    @abc.abstractmethod
+    def flags(self) -> tuple[str, ...]:
+        """``perfsweep run``'s flags for a managed server of this kind."""
+
+    @abc.abstractmethod
+    @contextmanager
+    def serving(self, tree: Path, models: Models, work: Path) -> Iterator[str]:
+        """A fresh server on ``tree`` with every model loaded: its HTTP URL."""
+
+
+class SimServer(Server):
+    """The reference server, ``--device sim``: every ``KIND_CPU`` instance of every simulated
+    model shares one simulated device."""
+
+    def write(self, repo: Path, models: Models) -> Path:
+        for name, m in models.items():
+            write_sim_model(
+                repo, name, m.a_ms, m.b_ms, max_batch_size=32, host_ms=m.host_ms, width=m.width
+            )
+        return repo
+
+    def flags(self) -> tuple[str, ...]:
+        return ("--device", "sim")
+
+    @contextmanager
+    def serving(self, tree: Path, models: Models, work: Path) -> Iterator[str]:
+        server = ReferenceProcess(
+            work, repository=tree, args=tuple(f"--model={name}" for name in models), device="sim"
         )
-    return repo
+        server.start()
+        try:
+            yield server.http_url
+        finally:
+            server.stop()
 
 
-def mix_flag() -> str:
-    """``--mix`` of the three: each model's share and its own goal."""
-    return ",".join(f"{name}={m.share:g}@{m.p99_ms:g}" for name, m in MODELS.items())
+@dataclass
+class TritonServer(Server):
+    """A real Triton of ``install``: each model a Python-backend model that sleeps its host
+    time, then its device time under an exclusive lock on ``repo/../device.lock`` (one file for
+    every instance of every model: one device)."""
+
+    install: TritonInstall
+
+    def write(self, repo: Path, models: Models) -> Path:
+        lock = repo.parent / "device.lock"
+        for name, m in models.items():
+            config = sleep_model_config(
+                name, max_batch_size=32, inputs=(TensorSpec(dims=(m.width,)),)
+            )
+            # The source sleeps its host time once, before the device part: both halves.
+            source = locked_device_source(lock, 2 * m.host_ms, m.a_ms, m.b_ms)
+            write_model(repo, name, text_format.MessageToString(config), model_source=source)
+        return repo
+
+    def flags(self) -> tuple[str, ...]:
+        return ("--server", "triton", "--triton-server-path", str(self.install.server_bin))
+
+    @contextmanager
+    def serving(self, tree: Path, models: Models, work: Path) -> Iterator[str]:
+        first, *others = models
+        triton = managed_triton(
+            first, tree, work, self.install.server_bin, 180.0, also_load=tuple(others)
+        )
+        triton.start()
+        try:
+            yield triton.url
+        finally:
+            triton.stop()
 
 
-def scenario(trials: int, max_rate_rps: float, *, start_rps: float = 40.0) -> str:
-    return SCENARIO.format(
-        trials=trials, max_rate_rps=max_rate_rps, p99_ms=RUN_P99_MS, start_rps=start_rps
-    )
+def scenario(models: Models, trials: int, max_rate_rps: float) -> str:
+    return SCENARIO.format(trials=trials, max_rate_rps=max_rate_rps, p99_ms=run_p99_ms(models))
 
 
-def sweep(repo: Path, work: Path, text: str, *flags: str) -> Path:
-    """``perfsweep run`` on a managed reference server (``--device sim``) over ``repo``: its run
-    directory (RuntimeError with its output when it fails)."""
+def sweep(server: Server, repo: Path, work: Path, text: str, *flags: str) -> Path:
+    """``perfsweep run`` on a managed ``server`` over ``repo``: its run directory
+    (RuntimeError with its output when it fails)."""
     work.mkdir(parents=True, exist_ok=True)
     (work / "scenario.toml").write_text(text)
     run_dir = work / "run"
@@ -104,11 +194,11 @@ def sweep(repo: Path, work: Path, text: str, *flags: str) -> Path:
         [
             *CLI,
             *("run", "--scenario", str(work / "scenario.toml"), "--run-dir", str(run_dir)),
-            *("--model-repository", str(repo), "--device", "sim", "--no-report", *flags),
+            *("--model-repository", str(repo), *server.flags(), "--no-report", *flags),
         ],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1200,
     )
     if done.returncode != 0:
         raise RuntimeError(
@@ -117,26 +207,32 @@ def sweep(repo: Path, work: Path, text: str, *flags: str) -> Path:
     return run_dir
 
 
-def solo_trees(repo: Path, work: Path, trials: int, max_rate_rps: float) -> Path:
+def solo_tree(
+    server: Server, models: Models, repo: Path, work: Path, trials: int, max_rate_rps: float
+) -> Path:
     """Each model tuned alone (the device to itself, its own goal), the answers assembled into
     one repository tree."""
     configs = {}
-    for name, m in MODELS.items():
+    for name, m in models.items():
         run_dir = sweep(
+            server,
             repo,
             work / f"alone-{name}",
-            scenario(trials, max_rate_rps),
+            scenario(models, trials, max_rate_rps),
             *("--model", name, "--p99-ms", f"{m.p99_ms:g}"),
         )
         configs[name] = recommended(run_dir)
     return assemble(repo, configs, work / "tree-solo")
 
 
-def joint_tree(repo: Path, work: Path, trials: int, max_rate_rps: float) -> tuple[Path, Path]:
-    """The three tuned together (``--mix``): its run directory and its repository tree."""
-    run_dir = sweep(repo, work / "joint", scenario(trials, max_rate_rps), "--mix", mix_flag())
+def joint_tree(
+    server: Server, models: Models, repo: Path, work: Path, trials: int, max_rate_rps: float
+) -> tuple[Path, Path]:
+    """The models tuned together (``--mix``): its run directory and its repository tree."""
+    text = scenario(models, trials, max_rate_rps)
+    run_dir = sweep(server, repo, work / "joint", text, "--mix", mix_flag(models))
     tree = assemble(
-        repo, {name: recommended(run_dir, name) for name in MODELS}, work / "tree-joint"
+        repo, {name: recommended(run_dir, name) for name in models}, work / "tree-joint"
     )
     return run_dir, tree
 
@@ -149,44 +245,39 @@ class MixLevel:
     p99_ms: dict[str, float]
     errors: dict[str, int]
 
-    def misses(self) -> list[str]:
+    def misses(self, models: Models) -> list[str]:
         """The models over their own goal (or with errors)."""
         return [
             name
-            for name, m in MODELS.items()
+            for name, m in models.items()
             if self.p99_ms[name] > m.p99_ms or self.errors[name] > 0
         ]
 
 
-def load_mix(tree: Path, work: Path, rate_rps: float, *, window_s: float = 3.0) -> MixLevel:
-    """The reference server started on ``tree`` (all three models), and ``perfsweep load`` of
-    the mix at ``rate_rps``."""
-    work.mkdir(parents=True, exist_ok=True)
-    server = ReferenceProcess(
-        work, repository=tree, args=tuple(f"--model={name}" for name in MODELS), device="sim"
+def _load(url: str, models: Models, out: Path, *flags: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [*CLI, "load", "--url", url, "--mix", mix_flag(models), "--output", str(out), *flags],
+        capture_output=True,
+        text=True,
+        timeout=1200,
     )
-    server.start()
-    try:
-        out = work / "load.json"
-        done = subprocess.run(
-            [
-                *CLI,
-                *("load", "--url", server.http_url, "--mix", mix_flag(), "--output", str(out)),
-                *("--request-rate", f"{rate_rps:g}", "--warmup-s", "1", "--window-s"),
-                *(f"{window_s:g}", "--max-windows", "3"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
+    if done.returncode not in (0, 1):  # 1: --find-capacity found no rate meeting the goals
+        raise RuntimeError(f"perfsweep load failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return dict(json.loads(out.read_text()))
+
+
+def load_mix(server: Server, models: Models, tree: Path, work: Path, rate_rps: float) -> MixLevel:
+    """A fresh ``server`` on ``tree``, and ``perfsweep load`` of the mix at ``rate_rps``."""
+    work.mkdir(parents=True, exist_ok=True)
+    with server.serving(tree, models, work) as url:
+        doc = _load(
+            url,
+            models,
+            work / "load.json",
+            *("--request-rate", f"{rate_rps:g}", "--warmup-s", "1", "--window-s", "3"),
+            *("--max-windows", "3"),
         )
-        if done.returncode != 0:
-            raise RuntimeError(
-                f"perfsweep load failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
-            )
-    finally:
-        server.stop()
-    level = json.loads(out.read_text())["results"][0]
-    classes = {c["model"]: c for c in level["classes"]}
+    classes = {c["model"]: c for c in doc["results"][0]["classes"]}
     return MixLevel(
         rate_rps,
         {name: float(c["p99_ms"]) for name, c in classes.items()},
@@ -194,14 +285,37 @@ def load_mix(tree: Path, work: Path, rate_rps: float, *, window_s: float = 3.0) 
     )
 
 
+def mix_capacity(
+    server: Server, models: Models, tree: Path, work: Path, *, max_rps: float, resolution: float
+) -> float:
+    """A fresh ``server`` on ``tree``, and the mix's capacity (``perfsweep load
+    --find-capacity``: the largest rate of the whole mix at which every model meets its own
+    goal; 0 when none does)."""
+    work.mkdir(parents=True, exist_ok=True)
+    with server.serving(tree, models, work) as url:
+        doc = _load(
+            url,
+            models,
+            work / "capacity.json",
+            *("--find-capacity", "--start-rps", "20", "--max-rps", f"{max_rps:g}"),
+            *("--resolution", f"{resolution:g}"),
+        )
+    return float(doc.get("capacity_rps") or 0.0)
+
+
 __all__ = [
-    "MODELS",
+    "THREE",
+    "TWO",
     "MixLevel",
-    "SimModel",
+    "MixModel",
+    "Models",
+    "Server",
+    "SimServer",
+    "TritonServer",
     "joint_tree",
     "load_mix",
+    "mix_capacity",
     "mix_flag",
     "scenario",
-    "solo_trees",
-    "write_mix_repository",
+    "solo_tree",
 ]
