@@ -223,6 +223,16 @@ def recommended(run_dir: Path, stage: str | None = None) -> Path:
     return folder / stage / "config.pbtxt" if stage else folder / "config.pbtxt"
 
 
+def found(run_dir: Path, stage: str | None = None) -> Path:
+    """The config.pbtxt a run's search found: its winner whether the run adopted it (``best/``)
+    or kept the model's own config because the validation could not call the gain significant
+    (the winner is then in ``candidate/``); composing model ``stage``'s for a pipeline's run."""
+    if (run_dir / "candidate").exists():
+        folder = run_dir / "candidate"
+        return folder / stage / "config.pbtxt" if stage else folder / "config.pbtxt"
+    return recommended(run_dir, stage)
+
+
 def assemble(repo: Path, configs: dict[str, Path], into: Path) -> Path:
     """A copy of ``repo`` with each model's config.pbtxt replaced by ``configs``'."""
     shutil.copytree(repo, into)
@@ -267,7 +277,10 @@ def compare_joint_and_stagewise(
     """The pipeline ``pipe`` of ``repo`` tuned as one (``joint``: every composing model's knobs
     in one search, the load to the ensemble, the goal its end-to-end p99) and its stages tuned
     one at a time (``stagewise``: each composing model swept alone with the same scenario, the
-    answers assembled); then one instrument measures both trees: Triton started on each,
+    answers assembled); each answer is what its search found (:func:`found`: a winner whose gain
+    a run's few validation repeats could not call significant counts, on either side, since one
+    side keeping its original config by that rule and the other not compares the rule's noise,
+    not the searches); then one instrument measures both trees: Triton started on each,
     :func:`ensemble_capacity`, ``rounds`` times each in the order A B B A ... so that drift of
     the machine hits both alike."""
     scenario = comparison.scenario()
@@ -283,12 +296,12 @@ def compare_joint_and_stagewise(
         "joint": Answer(
             {"pipe": joint_dir},
             joint_s,
-            assemble(repo, {s: recommended(joint_dir, s) for s in STAGES}, work / "tree-joint"),
+            assemble(repo, {s: found(joint_dir, s) for s in STAGES}, work / "tree-joint"),
         ),
         "stagewise": Answer(
             alone,
             stagewise_s,
-            assemble(repo, {s: recommended(alone[s]) for s in STAGES}, work / "tree-stagewise"),
+            assemble(repo, {s: found(alone[s]) for s in STAGES}, work / "tree-stagewise"),
         ),
     }
     order = ["joint", "stagewise", "stagewise", "joint"] * ((comparison.rounds + 1) // 2)
