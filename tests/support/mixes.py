@@ -14,8 +14,6 @@ its batches and spend the device on fixed costs, and ``tag`` waits past its goal
 from __future__ import annotations
 
 import abc
-import json
-import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,7 +23,6 @@ from typing import Any
 from google.protobuf import text_format
 
 from analyzer.target.triton import managed_triton
-from tests.support.pipelines import assemble, recommended
 from tests.support.real_triton import (
     TensorSpec,
     TritonInstall,
@@ -33,7 +30,7 @@ from tests.support.real_triton import (
     sleep_model_config,
 )
 from tests.support.servers import ReferenceProcess, write_model, write_sim_model
-from tests.support.sweeps import CLI
+from tests.support.sweeps import assemble, load, recommended, sweep
 
 
 @dataclass(frozen=True)
@@ -184,29 +181,6 @@ def scenario(models: Models, trials: int, max_rate_rps: float) -> str:
     return SCENARIO.format(trials=trials, max_rate_rps=max_rate_rps, p99_ms=run_p99_ms(models))
 
 
-def sweep(server: Server, repo: Path, work: Path, text: str, *flags: str) -> Path:
-    """``perfsweep run`` on a managed ``server`` over ``repo``: its run directory
-    (RuntimeError with its output when it fails)."""
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "scenario.toml").write_text(text)
-    run_dir = work / "run"
-    done = subprocess.run(
-        [
-            *CLI,
-            *("run", "--scenario", str(work / "scenario.toml"), "--run-dir", str(run_dir)),
-            *("--model-repository", str(repo), *server.flags(), "--no-report", *flags),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"perfsweep run {flags} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
-        )
-    return run_dir
-
-
 def solo_tree(
     server: Server, models: Models, repo: Path, work: Path, trials: int, max_rate_rps: float
 ) -> Path:
@@ -214,11 +188,11 @@ def solo_tree(
     one repository tree."""
     configs = {}
     for name, m in models.items():
-        run_dir = sweep(
-            server,
+        run_dir, _ = sweep(
             repo,
             work / f"alone-{name}",
             scenario(models, trials, max_rate_rps),
+            *server.flags(),
             *("--model", name, "--p99-ms", f"{m.p99_ms:g}"),
         )
         configs[name] = recommended(run_dir)
@@ -230,7 +204,7 @@ def joint_tree(
 ) -> tuple[Path, Path]:
     """The models tuned together (``--mix``): its run directory and its repository tree."""
     text = scenario(models, trials, max_rate_rps)
-    run_dir = sweep(server, repo, work / "joint", text, "--mix", mix_flag(models))
+    run_dir, _ = sweep(repo, work / "joint", text, *server.flags(), "--mix", mix_flag(models))
     tree = assemble(
         repo, {name: recommended(run_dir, name) for name in models}, work / "tree-joint"
     )
@@ -254,29 +228,24 @@ class MixLevel:
         ]
 
 
-def _load(url: str, models: Models, out: Path, *flags: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [*CLI, "load", "--url", url, "--mix", mix_flag(models), "--output", str(out), *flags],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    if done.returncode not in (0, 1):  # 1: --find-capacity found no rate meeting the goals
-        raise RuntimeError(f"perfsweep load failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-    return dict(json.loads(out.read_text()))
+def _load(server: Server, models: Models, tree: Path, work: Path, *flags: str) -> dict[str, Any]:
+    """A fresh ``server`` on ``tree``, and one ``perfsweep load`` of the mix with ``flags``:
+    its output document."""
+    work.mkdir(parents=True, exist_ok=True)
+    with server.serving(tree, models, work) as url:
+        return load(url, work / "load.json", "--mix", mix_flag(models), *flags)
 
 
 def load_mix(server: Server, models: Models, tree: Path, work: Path, rate_rps: float) -> MixLevel:
     """A fresh ``server`` on ``tree``, and ``perfsweep load`` of the mix at ``rate_rps``."""
-    work.mkdir(parents=True, exist_ok=True)
-    with server.serving(tree, models, work) as url:
-        doc = _load(
-            url,
-            models,
-            work / "load.json",
-            *("--request-rate", f"{rate_rps:g}", "--warmup-s", "1", "--window-s", "3"),
-            *("--max-windows", "3"),
-        )
+    doc = _load(
+        server,
+        models,
+        tree,
+        work,
+        *("--request-rate", f"{rate_rps:g}", "--warmup-s", "1", "--window-s", "3"),
+        *("--max-windows", "3"),
+    )
     classes = {c["model"]: c for c in doc["results"][0]["classes"]}
     return MixLevel(
         rate_rps,
@@ -291,15 +260,14 @@ def mix_capacity(
     """A fresh ``server`` on ``tree``, and the mix's capacity (``perfsweep load
     --find-capacity``: the largest rate of the whole mix at which every model meets its own
     goal; 0 when none does)."""
-    work.mkdir(parents=True, exist_ok=True)
-    with server.serving(tree, models, work) as url:
-        doc = _load(
-            url,
-            models,
-            work / "capacity.json",
-            *("--find-capacity", "--start-rps", "20", "--max-rps", f"{max_rps:g}"),
-            *("--resolution", f"{resolution:g}"),
-        )
+    doc = _load(
+        server,
+        models,
+        tree,
+        work,
+        *("--find-capacity", "--start-rps", "20", "--max-rps", f"{max_rps:g}"),
+        *("--resolution", f"{resolution:g}"),
+    )
     return float(doc.get("capacity_rps") or 0.0)
 
 

@@ -6,11 +6,7 @@ one against its stages tuned one at a time (a test and a benchmark), on a real T
 
 from __future__ import annotations
 
-import json
-import shutil
 import statistics
-import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +22,7 @@ from tests.support.real_triton import (
     sleep_model_config,
 )
 from tests.support.servers import write_model
-from tests.support.sweeps import CLI
+from tests.support.sweeps import assemble, found, load, sweep
 
 #: The ensemble's steps, in order.
 STAGES = ("pre", "infer", "post")
@@ -189,56 +185,9 @@ class Answer:
         return statistics.median(self.capacity_rps)
 
 
-def triton_sweep(
-    install: TritonInstall, repo: Path, model: str, work: Path, scenario: str
-) -> tuple[Path, float]:
-    """``perfsweep run --server triton --model <model>`` on ``repo``: its run directory and
-    wall time (RuntimeError with its output when it fails)."""
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "scenario.toml").write_text(scenario)
-    run_dir = work / f"run-{model}"
-    t0 = time.monotonic()
-    done = subprocess.run(
-        [
-            *CLI,
-            *("run", "--scenario", str(work / "scenario.toml"), "--server", "triton"),
-            *("--triton-server-path", str(install.server_bin), "--no-report"),
-            *("--model-repository", str(repo), "--model", model, "--run-dir", str(run_dir)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"perfsweep run --model {model} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
-        )
-    return run_dir, time.monotonic() - t0
-
-
-def recommended(run_dir: Path, stage: str | None = None) -> Path:
-    """The config.pbtxt a run recommends (``best/``: its winner or the config it kept; else
-    ``baseline/``), composing model ``stage``'s for a pipeline's run."""
-    folder = run_dir / ("best" if (run_dir / "best").exists() else "baseline")
-    return folder / stage / "config.pbtxt" if stage else folder / "config.pbtxt"
-
-
-def found(run_dir: Path, stage: str | None = None) -> Path:
-    """The config.pbtxt a run's search found: its winner whether the run adopted it (``best/``)
-    or kept the model's own config because the validation could not call the gain significant
-    (the winner is then in ``candidate/``); composing model ``stage``'s for a pipeline's run."""
-    if (run_dir / "candidate").exists():
-        folder = run_dir / "candidate"
-        return folder / stage / "config.pbtxt" if stage else folder / "config.pbtxt"
-    return recommended(run_dir, stage)
-
-
-def assemble(repo: Path, configs: dict[str, Path], into: Path) -> Path:
-    """A copy of ``repo`` with each model's config.pbtxt replaced by ``configs``'."""
-    shutil.copytree(repo, into)
-    for model, path in configs.items():
-        shutil.copy(path, into / model / "config.pbtxt")
-    return into
+def triton_flags(install: TritonInstall) -> tuple[str, ...]:
+    """``perfsweep run``'s flags for a managed Triton of ``install``."""
+    return ("--server", "triton", "--triton-server-path", str(install.server_bin))
 
 
 def ensemble_capacity(
@@ -249,24 +198,14 @@ def ensemble_capacity(
     triton = managed_triton("pipe", repo, work, install.server_bin, 180.0)
     triton.start()
     try:
-        out = work / "capacity.json"
-        done = subprocess.run(
-            [
-                *CLI,
-                *("load", "--url", triton.url, "--model", "pipe", "--find-capacity"),
-                *("--p99-ms", str(comparison.p99_ms)),
-                *("--max-rps", str(comparison.max_rate_rps)),
-                *("--resolution", str(comparison.resolution), "--output", str(out)),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=1800,
+        doc = load(
+            triton.url,
+            work / "capacity.json",
+            *("--model", "pipe", "--find-capacity", "--p99-ms", str(comparison.p99_ms)),
+            *("--max-rps", str(comparison.max_rate_rps)),
+            *("--resolution", str(comparison.resolution)),
         )
-        if done.returncode not in (0, 1):
-            raise RuntimeError(
-                f"perfsweep load failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
-            )
-        return float(json.loads(out.read_text())["capacity_rps"])
+        return float(doc["capacity_rps"])
     finally:
         triton.stop()
 
@@ -284,12 +223,13 @@ def compare_joint_and_stagewise(
     :func:`ensemble_capacity`, ``rounds`` times each in the order A B B A ... so that drift of
     the machine hits both alike."""
     scenario = comparison.scenario()
-    joint_dir, joint_s = triton_sweep(install, repo, "pipe", work / "joint", scenario)
+    server = triton_flags(install)
+    joint_dir, joint_s = sweep(repo, work / "joint", scenario, *server, "--model", "pipe")
     alone: dict[str, Path] = {}
     stagewise_s = 0.0
     for stage in STAGES:
-        alone[stage], seconds = triton_sweep(
-            install, repo, stage, work / f"alone-{stage}", scenario
+        alone[stage], seconds = sweep(
+            repo, work / f"alone-{stage}", scenario, *server, "--model", stage
         )
         stagewise_s += seconds
     answers = {

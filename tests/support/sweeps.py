@@ -1,9 +1,16 @@
-"""The small sweep that end-to-end tests run against a real server: a scenario whose whole run
-(baseline, a few tpe trials, one validation check) takes well under a minute."""
+"""``perfsweep`` as tests and benchmarks drive it: the small sweep's scenario (its whole run,
+baseline, a few tpe trials and one validation check, takes well under a minute), one ``perfsweep
+run`` or ``perfsweep load`` as a child process, and what a run recommends, as a repository tree."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 import sys
+import time
+from pathlib import Path
+from typing import Any
 
 #: ``perfsweep`` as a child process, from this interpreter.
 CLI = (sys.executable, "-c", "from analyzer.cli import main; main()")
@@ -49,3 +56,70 @@ def small_scenario(
         trials=trials, max_rate_rps=max_rate_rps, p99_ms=p99_ms, validate_top=validate_top
     )
     return f'{text}[model]\nname = "{model}"\n' if model else text
+
+
+def sweep(
+    repo: Path, work: Path, scenario: str, *flags: str, name: str = "run"
+) -> tuple[Path, float]:
+    """``perfsweep run --scenario <scenario> --model-repository <repo> <flags>`` (the server's
+    and the model's flags), its scenario and run directory ``name`` under ``work``: the run
+    directory and the run's wall time (RuntimeError with its output when it fails)."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "scenario.toml").write_text(scenario)
+    run_dir = work / name
+    t0 = time.monotonic()
+    done = subprocess.run(
+        [
+            *CLI,
+            *("run", "--scenario", str(work / "scenario.toml"), "--run-dir", str(run_dir)),
+            *("--model-repository", str(repo), "--no-report", *flags),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"perfsweep run {' '.join(flags)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+        )
+    return run_dir, time.monotonic() - t0
+
+
+def load(url: str, out: Path, *flags: str) -> dict[str, Any]:
+    """``perfsweep load --url <url> <flags>``: its ``--output`` document (RuntimeError with its
+    output when it fails; exit 1, ``--find-capacity`` finding no rate that meets the goals, is
+    a result)."""
+    done = subprocess.run(
+        [*CLI, "load", "--url", url, "--output", str(out), *flags],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"perfsweep load failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return dict(json.loads(out.read_text()))
+
+
+def recommended(run_dir: Path, model: str | None = None) -> Path:
+    """The config.pbtxt a run recommends (``best/``: its winner or the config it kept; else
+    ``baseline/``), model ``model``'s for a run over several (a pipeline's stages, a mix)."""
+    folder = run_dir / ("best" if (run_dir / "best").exists() else "baseline")
+    return folder / model / "config.pbtxt" if model else folder / "config.pbtxt"
+
+
+def found(run_dir: Path, model: str | None = None) -> Path:
+    """The config.pbtxt a run's search found: its winner whether the run adopted it (``best/``)
+    or kept the model's own config because the validation could not call the gain significant
+    (the winner is then in ``candidate/``); model ``model``'s for a run over several."""
+    if (run_dir / "candidate").exists():
+        folder = run_dir / "candidate"
+        return folder / model / "config.pbtxt" if model else folder / "config.pbtxt"
+    return recommended(run_dir, model)
+
+
+def assemble(repo: Path, configs: dict[str, Path], into: Path) -> Path:
+    """A copy of ``repo`` with each model's config.pbtxt replaced by ``configs``'."""
+    shutil.copytree(repo, into)
+    for model, path in configs.items():
+        shutil.copy(path, into / model / "config.pbtxt")
+    return into
