@@ -58,7 +58,8 @@ import itertools
 import math
 import random
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
@@ -89,6 +90,7 @@ class _Batch:
         "arrivals",
         "blocked",
         "key",
+        "lane",
         "oldest",
         "queued",
         "sealed",
@@ -97,7 +99,9 @@ class _Batch:
         "top",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, lane: int) -> None:
+        #: Its lane (model) in :func:`serve_lanes`.
+        self.lane = lane
         self.arrivals: list[int] = []
         self.size = 0
         self.oldest = 0
@@ -142,9 +146,9 @@ def _unit_gaps(seed: int, n: int) -> tuple[float, ...]:
 
 
 @functools.lru_cache(maxsize=16)
-def _kinds(seed: int, n: int, shares: tuple[float, ...]) -> tuple[int, ...]:
-    """The seed's first ``n`` request kinds drawn by ``shares`` (common to every rate and
-    config; one kind: all 0)."""
+def draw_kinds(seed: int, n: int, shares: tuple[float, ...]) -> tuple[int, ...]:
+    """The seed's first ``n`` draws of an index by ``shares`` (a request's kind, or a mix's
+    model; common to every rate and config; one share: all 0)."""
     if len(shares) == 1:
         return (0,) * n
     cumulative = list(accumulate(shares))
@@ -275,11 +279,34 @@ def figures(
     )
 
 
+@dataclass(frozen=True)
+class Lane:
+    """One model's requests into a device that several models may share.
+
+    Attributes:
+        stage: The model's batcher and instances (its profile and config).
+        arrivals: When each request reaches the model (ns, ascending).
+        rows_keys: Each request's table row and batching key (:meth:`Stage.rows`).
+        counted: Which requests the figures measure.
+        too_slow_ns: Stop the whole run once more than 1 % of this lane's counted requests are
+            certain to take longer (from ``origin``); None: never.
+        origin: When each request entered the system (default: its arrival here).
+    """
+
+    stage: Stage
+    arrivals: Sequence[int]
+    rows_keys: tuple[list[int], list[Any] | None]
+    counted: Sequence[bool]
+    too_slow_ns: float | None = None
+    origin: Sequence[int] | None = None
+
+
 class Stage:
     """One model's batcher and instances: the event loop of the module docstring.
 
     :func:`simulate` runs one; :mod:`analyzer.predict.pipeline_sim` chains several, each
-    stage's completions the next one's arrivals.
+    stage's completions the next one's arrivals; :func:`serve_lanes` runs several models side
+    by side on one device.
     """
 
     def __init__(self, profile: Profile, config: SimConfig) -> None:
@@ -290,9 +317,9 @@ class Stage:
         self.config = config
         tables, self._kind_rows = profile.size_tables(config.largest_items(profile.items))
         # Per row (request size, ascending) and batch size: ns of each phase.
-        self._ins = [[round(t.input_ms * 1e6) for t in table] for table in tables]
-        self._dev = [[round(t.infer_ms * 1e6) for t in table] for table in tables]
-        self._outs = [[round(t.output_ms * 1e6) for t in table] for table in tables]
+        self.ins = [[round(t.input_ms * 1e6) for t in table] for table in tables]
+        self.dev = [[round(t.infer_ms * 1e6) for t in table] for table in tables]
+        self.outs = [[round(t.output_ms * 1e6) for t in table] for table in tables]
 
     def rows(self, seed: int, ids: Sequence[int]) -> tuple[list[int], list[Any] | None]:
         """The table row and batching key of each request ``ids`` names (its index in the
@@ -301,7 +328,7 @@ class Stage:
         if mix is None or len(mix.kinds) <= 1:
             return [0] * len(ids), None
         n = max(ids) + 1 if ids else 0
-        drawn = _kinds(seed + 2, n, tuple(k.share for k in mix.kinds))
+        drawn = draw_kinds(seed + 2, n, tuple(k.share for k in mix.kinds))
         rows = [self._kind_rows[drawn[i]] for i in ids]
         keys = [mix.kinds[drawn[i]].key for i in ids] if mix.keyed else None
         return rows, keys
@@ -316,252 +343,334 @@ class Stage:
         too_slow_ns: float | None = None,
         origin: Sequence[int] | None = None,
     ) -> tuple[list[int] | None, dict[int, int]]:
-        """Serve ``arrivals`` (ns, ascending): each request's completion time and the batch
-        sizes executed.
+        """Serve ``arrivals`` (ns, ascending) with the device to itself: each request's
+        completion time and the batch sizes executed.
 
         ``counted`` says which requests the figures measure; ``too_slow_ns`` stops the run
         (completions None) once more than 1 % of them are certain to take longer, counted
         from ``origin`` (when each request entered the system; default: its arrival here).
         """
-        profile, config = self.profile, self.config
-        ins, dev, outs = self._ins, self._dev, self._outs
-        rows, keys = rows_keys
-        requests = len(arrivals)
-        items = profile.items
-        keyed = keys is not None
-        jitter = profile.jitter
-        # Jitter draws, independent of the arrival count: at most three phases per request.
-        normals = _normals(seed + 1, 3 * requests) if jitter > 0 else ()
-        draw = 0
+        lane = Lane(self, arrivals, rows_keys, counted, too_slow_ns, origin)
+        done, histograms = serve_lanes([lane], seed=seed)
+        return (None if done is None else done[0]), histograms[0]
 
-        dynamic = config.dynamic_batching
-        params = config.params()
-        mbs = params.max_batch_size
-        delay_ns = params.max_queue_delay_ns
-        merge = delay_ns > 0 and mbs > 1
-        scan_limit = mbs + 1
-        slots = 2 * config.instance_count
-        open_views = [OpenBatch(s, None) for s in range(mbs + 1)]
-        largest = max(mbs, items)
 
-        # The batcher's queue is always a run of consecutive arrivals: cands[q_head:next_arrival]
-        # (without dynamic batching requests go straight to the instance queue: it stays empty).
-        # A batch holds its members' indices.
-        cands: list[Candidate] = []  # made as requests arrive (a stopped run needs fewer)
-        q_head = 0
-        open_b = _Batch()
-        iq: deque[_Batch] = deque()
-        idle = config.instance_count
-        device_busy = False
-        device_wait: deque[_Batch] = deque()  # batches whose input phase ended, device busy
-        events: list[tuple[int, int, int, _Batch]] = []  # (time, seq, kind, batch)
-        push, pop = heapq.heappush, heapq.heappop
-        seq = 0
-        timer: int | None = None
-        histogram = [0] * (largest + 1)
-        done = [0] * requests
-        measured_needed = sum(counted)
-        too_slow = 0
-        too_slow_limit = measured_needed // 100  # more than 1 % over the goal: p99 over it
-        # The queued-request shortcut below bisects the arrivals, so it needs them to be the
-        # origins (the first stage, or one model alone).
-        queued_check = too_slow_ns is not None and origin is None
-        origin = arrivals if origin is None else origin
-        first_counted = counted.index(True) if measured_needed else requests
-        first_measured = arrivals[first_counted] if measured_needed else 0
-        KIND_INPUT_DONE, KIND_DEVICE_DONE, KIND_DONE = 0, 1, 2
-        NEVER = 1 << 62
-        next_arrival = 0
-        t_arrival = arrivals[0] if requests else NEVER
-        # Scheduler.arrival_wakes: the queued size at which an arrival wakes the batcher (0 for
-        # a new open batch), and its idle timer while a batch waits for an instance.
-        next_preferred = 0
-        idle_wait_ns = round(IDLE_WAIT_S * 1e9)
+# What the event loop hands a lane's batcher.
+_ARRIVAL, _FINISHED, _TIMER = 0, 1, 2
+# Execution events on the heap.
+_INPUT_DONE, _DEVICE_DONE, _DONE = 0, 1, 2
+_NEVER = 1 << 62
 
-        try:
-            while True:
-                # The earliest of: execution event, arrival, batcher timer (ties in that order).
-                t_event = events[0][0] if events else NEVER
-                now = t_event if t_event <= t_arrival else t_arrival
-                if timer is not None and timer < now:
-                    now = timer
-                if now == NEVER:
-                    break
-                woken = True  # does the batcher step now (an instance taking a batch wakes it)
-                if t_event == now:
-                    _, _, kind, batch = pop(events)
-                    if kind == KIND_INPUT_DONE:
-                        if device_busy:
-                            device_wait.append(batch)
-                        else:
-                            device_busy = True
-                            ns = dev[batch.top][batch.size]
-                            if jitter > 0:
-                                ns = round(ns * (1.0 + jitter * normals[draw]))
-                                ns = ns if ns > 0 else 0
-                                draw += 1
-                            seq += 1
-                            push(events, (now + ns, seq, KIND_DEVICE_DONE, batch))
-                        continue
-                    if kind == KIND_DEVICE_DONE:
-                        ns = outs[batch.top][batch.size]
-                        if jitter > 0:
-                            ns = round(ns * (1.0 + jitter * normals[draw]))
-                            ns = ns if ns > 0 else 0
-                            draw += 1
-                        seq += 1
-                        push(events, (now + ns, seq, KIND_DONE, batch))
-                        if device_wait:
-                            waiting = device_wait.popleft()
-                            ns = dev[waiting.top][waiting.size]
-                            if jitter > 0:
-                                ns = round(ns * (1.0 + jitter * normals[draw]))
-                                ns = ns if ns > 0 else 0
-                                draw += 1
-                            seq += 1
-                            push(events, (now + ns, seq, KIND_DEVICE_DONE, waiting))
-                        else:
-                            device_busy = False
-                        continue
-                    # KIND_DONE: responses delivered, the instance is idle again.
-                    for i in batch.arrivals:
-                        done[i] = now
-                    if too_slow_ns is not None:
-                        for i in batch.arrivals:
-                            if counted[i] and now - origin[i] > too_slow_ns:
-                                too_slow += 1
-                        if too_slow > too_slow_limit:
-                            raise _Stopped
-                    idle += 1
-                    woken = False  # a finished execution wakes nobody; taking the next batch does
-                elif t_arrival == now:
-                    if queued_check and next_arrival >= first_counted and q_head < next_arrival:
-                        # Requests still queued that are already older than the goal count as over.
-                        assert too_slow_ns is not None
-                        waited = now - too_slow_ns
-                        oldest = arrivals[q_head]
-                        if oldest < waited and oldest >= first_measured:
-                            end = min(next_arrival, q_head + too_slow_limit + 1)
-                            late = bisect.bisect_left(arrivals, waited, q_head, end) - q_head
-                            if late + too_slow > too_slow_limit:
-                                raise _Stopped
-                    if dynamic:
-                        if keys is None:
-                            cands.append(Candidate(items, now))
-                        else:
-                            cands.append(Candidate(items, now, None, keys[next_arrival]))
+
+def serve_lanes(
+    lanes: Sequence[Lane], *, seed: int
+) -> tuple[list[list[int]] | None, list[dict[int, int]]]:
+    """Serve every lane's arrivals, each lane its model's batcher and instances, every
+    instance of every lane on one device: each lane's completion times (None: a lane's
+    ``too_slow_ns`` stopped the run) and batch sizes executed.
+
+    The device runs the device phases of every lane's executions one at a time, in the order
+    their input phases end (one model's executions are every other model's wait); input and
+    output phases overlap. Jitter draws are consumed in event order from one stream.
+    """
+    count = len(lanes)
+    total = sum(len(lane.arrivals) for lane in lanes)
+    jitters = [lane.stage.profile.jitter for lane in lanes]
+    # Jitter draws, independent of the arrival count: at most three phases per request.
+    normals = iter(_normals(seed + 1, 3 * total) if any(j > 0 for j in jitters) else ())
+    events: list[tuple[int, int, int, _Batch]] = []  # (time, seq, kind, batch)
+    seqs = itertools.count(1)
+    dones = [[0] * len(lane.arrivals) for lane in lanes]
+    histograms = [
+        [0] * (max(lane.stage.config.params().max_batch_size, lane.stage.profile.items) + 1)
+        for lane in lanes
+    ]
+    batchers = [
+        _batcher(lane, k, events, seqs, normals, dones[k], histograms[k])
+        for k, lane in enumerate(lanes)
+    ]
+    for batcher in batchers:
+        next(batcher)
+    # Every lane's arrivals in time order (ties: by lane), and whose each is.
+    if count == 1:
+        times: Sequence[int] = lanes[0].arrivals
+        owners: Sequence[int] = ()
+    else:
+        merged = sorted((t, k) for k, lane in enumerate(lanes) for t in lane.arrivals)
+        times = [t for t, _ in merged]
+        owners = [k for _, k in merged]
+    devs = [lane.stage.dev for lane in lanes]
+    outs = [lane.stage.outs for lane in lanes]
+    push, pop = heapq.heappush, heapq.heappop
+    device_busy = False
+    device_wait: deque[_Batch] = deque()  # batches whose input phase ended, device busy
+    timers: list[int | None] = [None] * count
+    timer: int | None = None  # the earliest lane timer, and its lane
+    timer_lane = 0
+    arrived = 0
+    t_arrival = times[0] if total else _NEVER
+
+    try:
+        while True:
+            # The earliest of: execution event, arrival, batcher timer (ties in that order).
+            t_event = events[0][0] if events else _NEVER
+            now = t_event if t_event <= t_arrival else t_arrival
+            if timer is not None and timer < now:
+                now = timer
+            if now == _NEVER:
+                break
+            if t_event == now:
+                _, _, kind, batch = pop(events)
+                if kind == _INPUT_DONE:
+                    if device_busy:
+                        device_wait.append(batch)
                     else:
-                        single = _Batch()
-                        single.arrivals.append(next_arrival)
-                        single.size = items
-                        single.oldest = now
-                        single.top = rows[next_arrival]
-                        iq.append(single)
-                    next_arrival += 1
-                    t_arrival = arrivals[next_arrival] if next_arrival < requests else NEVER
-                    if dynamic:
-                        woken = (
-                            keyed
-                            or open_b.sealed
-                            or open_b.started
-                            or (next_arrival - q_head) * items >= next_preferred
-                        )
-                else:
-                    # The batcher's timer.
-                    timer = None
-
-                # Everything the server does at one instant, under its lock, until it would wait
-                # (Scheduler._run_steps with prefetching, as the module docstring describes).
-                while True:
-                    # Idle instances take the oldest queued batches, merging those older than the
-                    # delay.
-                    while idle and iq:
-                        woken = True
-                        batch = iq.popleft()
-                        batch.started = True
-                        if merge and not batch.blocked:
-                            while iq:
-                                nxt = iq[0]
-                                if (
-                                    nxt.blocked
-                                    or now - nxt.oldest <= delay_ns
-                                    or batch.size + nxt.size > mbs
-                                    or nxt.key != batch.key
-                                ):
-                                    break
-                                iq.popleft()
-                                batch.arrivals.extend(nxt.arrivals)
-                                batch.size += nxt.size
-                                if nxt.top > batch.top:
-                                    batch.top = nxt.top
-                                nxt.started = True
-                        idle -= 1
-                        b = batch.size
-                        histogram[b] += 1
-                        ns = ins[batch.top][b]
+                        device_busy = True
+                        ns = devs[batch.lane][batch.top][batch.size]
+                        jitter = jitters[batch.lane]
                         if jitter > 0:
-                            ns = round(ns * (1.0 + jitter * normals[draw]))
+                            ns = round(ns * (1.0 + jitter * next(normals)))
                             ns = ns if ns > 0 else 0
-                            draw += 1
-                        seq += 1
-                        push(events, (now + ns, seq, KIND_INPUT_DONE, batch))
-                    if not dynamic or not woken:
-                        break
-                    changed = False
-                    wake: int | None = None
-                    while True:
-                        if open_b.sealed or open_b.started:
-                            open_b = _Batch()
-                            next_preferred = 0
-                        if q_head == next_arrival:
-                            if (
-                                next_preferred > 0 and not keyed
-                            ):  # no arrival may wake it: idle timer
-                                wake = now + idle_wait_ns
+                        push(events, (now + ns, next(seqs), _DEVICE_DONE, batch))
+                    continue
+                if kind == _DEVICE_DONE:
+                    ns = outs[batch.lane][batch.top][batch.size]
+                    jitter = jitters[batch.lane]
+                    if jitter > 0:
+                        ns = round(ns * (1.0 + jitter * next(normals)))
+                        ns = ns if ns > 0 else 0
+                    push(events, (now + ns, next(seqs), _DONE, batch))
+                    if device_wait:
+                        waiting = device_wait.popleft()
+                        ns = devs[waiting.lane][waiting.top][waiting.size]
+                        jitter = jitters[waiting.lane]
+                        if jitter > 0:
+                            ns = round(ns * (1.0 + jitter * next(normals)))
+                            ns = ns if ns > 0 else 0
+                        push(events, (now + ns, next(seqs), _DEVICE_DONE, waiting))
+                    else:
+                        device_busy = False
+                    continue
+                k = batch.lane
+                woke = batchers[k].send((now, _FINISHED, batch))
+            elif t_arrival == now:
+                k = owners[arrived] if count > 1 else 0
+                arrived += 1
+                t_arrival = times[arrived] if arrived < total else _NEVER
+                woke = batchers[k].send((now, _ARRIVAL, None))
+            else:
+                k = timer_lane
+                woke = batchers[k].send((now, _TIMER, None))
+            if count == 1:
+                timer = woke
+                continue
+            timers[k] = woke
+            timer = None
+            for j, t in enumerate(timers):
+                if t is not None and (timer is None or t < timer):
+                    timer, timer_lane = t, j
+    except _Stopped:
+        return None, [_sizes(h) for h in histograms]
+    return dones, [_sizes(h) for h in histograms]
+
+
+def _sizes(histogram: list[int]) -> dict[int, int]:
+    return {b: n for b, n in enumerate(histogram) if n}
+
+
+def _batcher(
+    lane: Lane,
+    index: int,
+    events: list[tuple[int, int, int, _Batch]],
+    seqs: Iterator[int],
+    normals: Iterator[float],
+    done: list[int],
+    histogram: list[int],
+) -> Generator[int | None, tuple[int, int, _Batch | None], None]:
+    """One lane's batcher and instances, as a coroutine of :func:`serve_lanes`: sent each
+    ``(now, what, batch)`` that concerns it (one of its requests arriving, one of its
+    executions finished, its timer), it does everything the server does at that instant and
+    yields its timer (None: none). Its executions go on ``events`` (the input phase)."""
+    stage = lane.stage
+    profile, config = stage.profile, stage.config
+    ins = stage.ins
+    arrivals = lane.arrivals
+    rows, keys = lane.rows_keys
+    counted = lane.counted
+    too_slow_ns = lane.too_slow_ns
+    items = profile.items
+    keyed = keys is not None
+    jitter = profile.jitter
+
+    dynamic = config.dynamic_batching
+    params = config.params()
+    mbs = params.max_batch_size
+    delay_ns = params.max_queue_delay_ns
+    merge = delay_ns > 0 and mbs > 1
+    scan_limit = mbs + 1
+    slots = 2 * config.instance_count
+    open_views = [OpenBatch(s, None) for s in range(mbs + 1)]
+
+    # The batcher's queue is always a run of consecutive arrivals: cands[q_head:next_arrival]
+    # (without dynamic batching requests go straight to the instance queue: it stays empty).
+    # A batch holds its members' indices (in this lane).
+    cands: list[Candidate] = []  # made as requests arrive (a stopped run needs fewer)
+    q_head = 0
+    open_b = _Batch(index)
+    iq: deque[_Batch] = deque()
+    idle = config.instance_count
+    push = heapq.heappush
+    timer: int | None = None
+    measured_needed = sum(counted)
+    too_slow = 0
+    too_slow_limit = measured_needed // 100  # more than 1 % over the goal: p99 over it
+    # The queued-request shortcut below bisects the arrivals, so it needs them to be the
+    # origins (the first stage, or one model alone).
+    queued_check = too_slow_ns is not None and lane.origin is None
+    origin = arrivals if lane.origin is None else lane.origin
+    first_counted = counted.index(True) if measured_needed else len(arrivals)
+    first_measured = arrivals[first_counted] if measured_needed else 0
+    next_arrival = 0
+    # Scheduler.arrival_wakes: the queued size at which an arrival wakes the batcher (0 for
+    # a new open batch), and its idle timer while a batch waits for an instance.
+    next_preferred = 0
+    idle_wait_ns = round(IDLE_WAIT_S * 1e9)
+
+    now, what, finished = yield None
+    while True:
+        woken = True  # does the batcher step now (an instance taking a batch wakes it)
+        if what == _FINISHED:
+            # Responses delivered, the instance is idle again.
+            assert finished is not None
+            for i in finished.arrivals:
+                done[i] = now
+            if too_slow_ns is not None:
+                for i in finished.arrivals:
+                    if counted[i] and now - origin[i] > too_slow_ns:
+                        too_slow += 1
+                if too_slow > too_slow_limit:
+                    raise _Stopped
+            idle += 1
+            woken = False  # a finished execution wakes nobody; taking the next batch does
+        elif what == _ARRIVAL:
+            if queued_check and next_arrival >= first_counted and q_head < next_arrival:
+                # Requests still queued that are already older than the goal count as over.
+                assert too_slow_ns is not None
+                waited = now - too_slow_ns
+                oldest = arrivals[q_head]
+                if oldest < waited and oldest >= first_measured:
+                    end = min(next_arrival, q_head + too_slow_limit + 1)
+                    late = bisect.bisect_left(arrivals, waited, q_head, end) - q_head
+                    if late + too_slow > too_slow_limit:
+                        raise _Stopped
+            if dynamic:
+                if keys is None:
+                    cands.append(Candidate(items, now))
+                else:
+                    cands.append(Candidate(items, now, None, keys[next_arrival]))
+            else:
+                single = _Batch(index)
+                single.arrivals.append(next_arrival)
+                single.size = items
+                single.oldest = now
+                single.top = rows[next_arrival]
+                iq.append(single)
+            next_arrival += 1
+            if dynamic:
+                woken = (
+                    keyed
+                    or open_b.sealed
+                    or open_b.started
+                    or (next_arrival - q_head) * items >= next_preferred
+                )
+        else:
+            # The batcher's timer.
+            timer = None
+
+        # Everything the server does at one instant, under its lock, until it would wait
+        # (Scheduler._run_steps with prefetching, as the module docstring describes).
+        while True:
+            # Idle instances take the oldest queued batches, merging those older than the
+            # delay.
+            while idle and iq:
+                woken = True
+                batch = iq.popleft()
+                batch.started = True
+                if merge and not batch.blocked:
+                    while iq:
+                        nxt = iq[0]
+                        if (
+                            nxt.blocked
+                            or now - nxt.oldest <= delay_ns
+                            or batch.size + nxt.size > mbs
+                            or nxt.key != batch.key
+                        ):
                             break
-                        if len(iq) >= slots:
-                            break
-                        end = q_head + scan_limit
-                        d = decide(
-                            cands[q_head : end if end < next_arrival else next_arrival],
-                            open_views[open_b.size]
-                            if keys is None
-                            else OpenBatch(open_b.size, open_b.key),
-                            params,
-                            now,
-                        )
-                        if d.next_preferred is not None:
-                            next_preferred = d.next_preferred
-                        take = d.take
-                        if take:
-                            if not open_b.size:
-                                open_b.oldest = arrivals[q_head]
-                                if keys is not None:
-                                    open_b.key = keys[q_head]
-                            open_b.arrivals.extend(range(q_head, q_head + take))
-                            open_b.size += take * items
-                            top = max(rows[q_head : q_head + take])
-                            if top > open_b.top:
-                                open_b.top = top
-                            q_head += take
-                            if not open_b.queued:
-                                open_b.queued = True
-                                iq.append(open_b)
-                        if d.merge_blocked:
-                            open_b.blocked = True
-                        if d.seal:
-                            open_b.sealed = True
-                        if take or (d.seal and open_b.size):
-                            changed = True
-                            continue
-                        wake = d.wake_at_ns
-                        break
-                    if not changed:
-                        timer = wake
-                        break
-        except _Stopped:
-            return None, {b: n for b, n in enumerate(histogram) if n}
-        return done, {b: n for b, n in enumerate(histogram) if n}
+                        iq.popleft()
+                        batch.arrivals.extend(nxt.arrivals)
+                        batch.size += nxt.size
+                        if nxt.top > batch.top:
+                            batch.top = nxt.top
+                        nxt.started = True
+                idle -= 1
+                b = batch.size
+                histogram[b] += 1
+                ns = ins[batch.top][b]
+                if jitter > 0:
+                    ns = round(ns * (1.0 + jitter * next(normals)))
+                    ns = ns if ns > 0 else 0
+                push(events, (now + ns, next(seqs), _INPUT_DONE, batch))
+            if not dynamic or not woken:
+                break
+            changed = False
+            wake: int | None = None
+            while True:
+                if open_b.sealed or open_b.started:
+                    open_b = _Batch(index)
+                    next_preferred = 0
+                if q_head == next_arrival:
+                    if next_preferred > 0 and not keyed:  # no arrival may wake it: idle timer
+                        wake = now + idle_wait_ns
+                    break
+                if len(iq) >= slots:
+                    break
+                end = q_head + scan_limit
+                d = decide(
+                    cands[q_head : end if end < next_arrival else next_arrival],
+                    open_views[open_b.size] if keys is None else OpenBatch(open_b.size, open_b.key),
+                    params,
+                    now,
+                )
+                if d.next_preferred is not None:
+                    next_preferred = d.next_preferred
+                take = d.take
+                if take:
+                    if not open_b.size:
+                        open_b.oldest = arrivals[q_head]
+                        if keys is not None:
+                            open_b.key = keys[q_head]
+                    open_b.arrivals.extend(range(q_head, q_head + take))
+                    open_b.size += take * items
+                    top = max(rows[q_head : q_head + take])
+                    if top > open_b.top:
+                        open_b.top = top
+                    q_head += take
+                    if not open_b.queued:
+                        open_b.queued = True
+                        iq.append(open_b)
+                if d.merge_blocked:
+                    open_b.blocked = True
+                if d.seal:
+                    open_b.sealed = True
+                if take or (d.seal and open_b.size):
+                    changed = True
+                    continue
+                wake = d.wake_at_ns
+                break
+            if not changed:
+                timer = wake
+                break
+        now, what, finished = yield timer
 
 
 def _quantile(sorted_ns: list[int], q: float) -> float:
@@ -570,4 +679,14 @@ def _quantile(sorted_ns: list[int], q: float) -> float:
     return float(sorted_ns[k])
 
 
-__all__ = ["ASSUMPTIONS", "Stage", "arrival_stream", "figures", "over_goal_ns", "simulate"]
+__all__ = [
+    "ASSUMPTIONS",
+    "Lane",
+    "Stage",
+    "arrival_stream",
+    "draw_kinds",
+    "figures",
+    "over_goal_ns",
+    "serve_lanes",
+    "simulate",
+]
