@@ -1,0 +1,121 @@
+"""The mix's simulator: several models' batchers and instances on one device."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from analyzer.errors import InputError
+from analyzer.predict.mix_sim import (
+    MixModel,
+    MixProfile,
+    mix_capacities,
+    mix_capacity,
+    mix_offsets,
+    simulate_mix,
+)
+from analyzer.predict.profile import BatchTiming, Profile
+from analyzer.predict.sim_records import SimConfig
+from analyzer.predict.simulator import simulate
+
+
+def planted(name: str, a_ms: float, b_ms: float, host_ms: float = 0.0) -> Profile:
+    """``a_ms + b_ms`` per item on the device, ``host_ms`` before and after it (overlapping)."""
+    return Profile(
+        model=name,
+        provenance="planted test profile",
+        source="test",
+        timings=tuple(BatchTiming(s, host_ms, a_ms + b_ms * s, host_ms) for s in range(1, 33)),
+    )
+
+
+# The mix tests' models (tests/support/mixes.py): rank heavy with a loose goal, tag cheap with a
+# tight one, embed between; 3:4:2.
+RANK = MixModel("rank", planted("rank", 16.0, 1.0, 8.0), 3, 400.0)
+TAG = MixModel("tag", planted("tag", 2.0, 0.2), 4, 40.0)
+EMBED = MixModel("embed", planted("embed", 6.0, 0.6), 2, 120.0)
+THREE = MixProfile((RANK, TAG, EMBED))
+
+# Each model's best alone (rank: its largest batches on two instances, overlapping its host
+# work), and the models' best together (rank on one instance, smaller batches).
+SOLO = {"rank": SimConfig(32, 0, (), 2), "tag": SimConfig(4), "embed": SimConfig(16)}
+JOINT = {"rank": SimConfig(8, 0, (8, 4), 1), "tag": SimConfig(32), "embed": SimConfig(16)}
+
+
+def test_a_mix_of_one_model_simulates_as_the_model_alone() -> None:
+    alone = MixProfile((RANK,))
+    mixed = simulate_mix(alone, {"rank": SOLO["rank"]}, 150.0, requests=3000, seed=3)
+    direct = simulate(RANK.profile, SOLO["rank"], 150.0, requests=3000, seed=3)
+    assert mixed.models["rank"] == direct
+    assert mixed.combined.p99_ms == direct.p99_ms
+
+
+def test_the_device_is_shared_one_models_executions_are_the_others_wait() -> None:
+    # Two unbatched models of 10 ms device time each: alone, 60 req/s uses 60 % of the device;
+    # together at 60 req/s each, the device would need 120 %.
+    a = MixModel("a", planted("a", 10.0, 0.0), 1, 1000.0)
+    b = MixModel("b", planted("b", 10.0, 0.0), 1, 1000.0)
+    unbatched = SimConfig(1, dynamic_batching=False)
+    one = simulate_mix(MixProfile((a,)), {"a": unbatched}, 60.0, requests=4000, seed=1)
+    both = simulate_mix(MixProfile((a, b)), {"a": unbatched, "b": unbatched}, 120.0, requests=8000)
+    assert not one.models["a"].saturated
+    assert both.combined.saturated
+    # The noise-free bound of the pair is the device's: 100 req/s of the mix.
+    assert MixProfile((a, b)).peak_rps({"a": unbatched, "b": unbatched}) == pytest.approx(100.0)
+
+
+def test_each_model_is_drawn_by_its_share_at_its_part_of_the_rate() -> None:
+    predicted = simulate_mix(THREE, JOINT, 90.0, requests=9000, seed=2)
+    assert predicted.models["tag"].rate_rps == pytest.approx(40.0)
+    counted = {name: p.requests for name, p in predicted.models.items()}
+    total = sum(counted.values())
+    assert counted["tag"] / total == pytest.approx(4 / 9, abs=0.02)
+    assert counted["rank"] / total == pytest.approx(3 / 9, abs=0.02)
+
+
+def test_the_solo_answers_together_miss_the_tight_goal_where_the_joint_answer_meets_all() -> None:
+    # What tests/sweep/test_mix_solo_vs_joint.py measured on the reference server at 125 req/s
+    # (solo: tag 51.8 ms against its 40; joint: tag 29.1, embed 30.1, rank 80.5).
+    solo = simulate_mix(THREE, SOLO, 125.0, requests=6000, seed=1)
+    joint = simulate_mix(THREE, JOINT, 125.0, requests=6000, seed=1)
+    assert solo.misses(THREE) == ["tag"]
+    assert joint.misses(THREE) == []
+    assert solo.models["tag"].p99_ms > 45.0
+    assert joint.models["tag"].p99_ms < 35.0
+    # The combined p99 puts the model nearest its goal on the loosest goal's scale.
+    worst = max(joint.models[m.name].p99_ms / m.p99_ms for m in THREE.models)
+    assert joint.combined.p99_ms == pytest.approx(worst * 400.0)
+
+
+def test_the_capacity_of_a_mix_holds_every_model_to_its_own_goal() -> None:
+    solo, joint = mix_capacities(THREE, [SOLO, JOINT], requests=3000, seed=1)
+    assert joint.capacity_rps > 3 * solo.capacity_rps
+    at = simulate_mix(THREE, JOINT, joint.capacity_rps, requests=3000, seed=1)
+    assert at.misses(THREE) == []
+    above = simulate_mix(THREE, JOINT, joint.capacity_rps * 1.1, requests=3000, seed=1)
+    assert above.misses(THREE)
+    # A warm start gives the same answer (to the search's resolution).
+    again = mix_capacity(THREE, JOINT, requests=3000, seed=1, start_rps=solo.capacity_rps)
+    assert again.capacity_rps == pytest.approx(joint.capacity_rps, rel=0.03)
+
+
+def test_a_stop_shortcut_reports_no_figures() -> None:
+    stopped = simulate_mix(THREE, SOLO, 400.0, requests=3000, seed=1, stop=True)
+    assert stopped.combined.stopped_early
+    assert math.isinf(stopped.combined.p99_ms)
+
+
+def test_offsets_are_calibrated_per_model_on_measured_points() -> None:
+    sim = simulate_mix(THREE, JOINT, 125.0, requests=3000, seed=0)
+    measured = {"rank": sim.models["rank"].p99_ms + 5.0, "tag": sim.models["tag"].p99_ms + 1.0}
+    calibrated = mix_offsets(THREE, [(JOINT, 125.0, measured)], requests=3000, seed=0)
+    offsets = {m.name: m.profile.latency_offset_ms for m in calibrated.models}
+    assert offsets == {"rank": pytest.approx(5.0), "tag": pytest.approx(1.0), "embed": 0.0}
+
+
+def test_a_mix_refuses_repeated_models_and_missing_configs() -> None:
+    with pytest.raises(InputError, match="distinct"):
+        MixProfile((RANK, RANK))
+    with pytest.raises(InputError, match="embed"):
+        simulate_mix(THREE, {"rank": SOLO["rank"], "tag": SOLO["tag"]}, 50.0)
