@@ -158,6 +158,18 @@ class Scenario(Section):
         models = tuple(dict.fromkeys(names))
         return models if len(models) > 1 else ()
 
+    def mix_shares_goals(self) -> tuple[tuple[str, float, float], ...]:
+        """``(model, share, p99 goal ms)`` of each model of a mix, in :meth:`mix`'s order: its
+        classes' shares summed, the strictest of their goals (a class without one: the run's
+        ``goals.p99_ms``); empty for one model."""
+        out = []
+        for name in self.mix():
+            classes = [c for c in self.traffic.classes if (c.model or self.model.name) == name]
+            share = sum(c.share for c in classes)
+            goal = min((c.p99_ms or self.goals.p99_ms for c in classes), default=self.goals.p99_ms)
+            out.append((name, share, goal))
+        return tuple(out)
+
     def objective_spec(self) -> Objective:
         """The :class:`~analyzer.config.objective.Objective` that ``objective`` names."""
         return objective_for(self.objective)

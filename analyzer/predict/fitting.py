@@ -312,6 +312,28 @@ def operating_points(
     return points
 
 
+def model_operating_points(
+    trials: Iterable[TrialRecord],
+) -> list[tuple[TrialKnobs, float, dict[str, float]]]:
+    """(config, offered rate, each model's p99) of every trial of a mix of models whose
+    operating point is an open-loop level that met the goals: each model's p99 is its traffic
+    class's (the worst of its classes where it has several); trials whose classes name no
+    model are left out. Where a mix's latency offsets are calibrated
+    (:func:`analyzer.predict.mix_sim.mix_offsets`)."""
+    points = []
+    for r in trials:
+        m = r.operating_point() if r.complete and r.meets_goals else None
+        if m is None or m.mode is not LoadMode.REQUEST_RATE or m.target <= 0:
+            continue
+        p99s: dict[str, float] = {}
+        for c in m.classes:
+            if c.model and c.request_count > 0:
+                p99s[c.model] = max(p99s.get(c.model, 0.0), c.p99_ms)
+        if p99s:
+            points.append((r.config, m.target, p99s))
+    return points
+
+
 def run_operating_points(run_dir: Path) -> list[tuple[TrialKnobs, float, float]]:
     """:func:`operating_points` of ``run_dir``'s readable trial records, the baseline's too."""
     trials = []

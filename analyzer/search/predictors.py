@@ -1,6 +1,6 @@
-"""What ``--search predict`` simulates: one model's profile, or a pipeline's.
+"""What ``--search predict`` simulates: one model's profile, a pipeline's, or a mix's.
 
-:class:`ModelPredictor` and :class:`PipelinePredictor` answer the same questions for
+:class:`ModelPredictor`, :class:`PipelinePredictor` and :class:`MixPredictor` answer the same questions for
 :class:`~analyzer.search.strategy.Guide`, which holds one and never asks which: the configs
 worth predicting in a space, which of them it covers, their simulated capacities at the goal,
 itself with the latency offset calibrated on measured operating points or refitted to a run's
@@ -29,10 +29,17 @@ from analyzer.config.pipeline import JointKnobs, TrialKnobs, single
 from analyzer.errors import InputError
 from analyzer.measure.arrivals import POISSON, ArrivalProcess
 from analyzer.predict.capacity import capacities, latency_offset
-from analyzer.predict.fitting import WindowSample, rescaled
+from analyzer.predict.fitting import (
+    WindowSample,
+    model_operating_points,
+    operating_points,
+    rescaled,
+)
+from analyzer.predict.mix_sim import MixModel, MixProfile, mix_capacities, mix_offsets
 from analyzer.predict.pipeline_sim import PipelineProfile, pipeline_capacities, pipeline_offset
 from analyzer.predict.profile import Profile, load_profile, save_profile
 from analyzer.predict.sim_records import SimConfig
+from analyzer.rundir.trial_record import TrialRecord
 from analyzer.search.space import JointSpace, SearchSpace, Space, grid_configs
 
 #: Configs kept per stage before the pipeline's product is simulated (3 stages: 27 joint configs).
@@ -67,13 +74,13 @@ class Predictor(Protocol):
 
     def calibrated(
         self,
-        points: Iterable[tuple[TrialKnobs, float, float]],
+        trials: Iterable[TrialRecord],
         *,
         requests: int,
         seed: int,
         arrival: ArrivalProcess,
     ) -> Predictor:
-        """Itself with the latency offset fitted on ``(config, rate, measured p99)`` points
+        """Itself with the latency offset fitted on the measured operating points of ``trials``
         (unchanged when none can be simulated)."""
         ...
 
@@ -146,12 +153,13 @@ class ModelPredictor:
 
     def calibrated(
         self,
-        points: Iterable[tuple[TrialKnobs, float, float]],
+        trials: Iterable[TrialRecord],
         *,
         requests: int,
         seed: int,
         arrival: ArrivalProcess,
     ) -> ModelPredictor:
+        points = operating_points(trials)
         sims = [(SimConfig.from_knobs(k), r, p) for k, r, p in points if isinstance(k, Knobs)]
         offset = latency_offset(self.profile, sims, requests=requests, seed=seed, arrival=arrival)
         if offset is None:
@@ -268,12 +276,13 @@ class PipelinePredictor:
 
     def calibrated(
         self,
-        points: Iterable[tuple[TrialKnobs, float, float]],
+        trials: Iterable[TrialRecord],
         *,
         requests: int,
         seed: int,
         arrival: ArrivalProcess,
     ) -> PipelinePredictor:
+        points = operating_points(trials)
         sims = [(_stage_sims(k), r, p) for k, r, p in points if self.covers(k)]
         offset = pipeline_offset(self.pipeline, sims, requests=requests, seed=seed, arrival=arrival)
         if offset is None:
@@ -311,9 +320,181 @@ class PipelinePredictor:
         tmp.replace(path)
 
 
+#: Rounds of the mix's coordinate search (each: every model's configs, the others held).
+MIX_ROUNDS = 2
+
+#: Joint configs a mix's search keeps for the predict phase (its best, in the order found).
+MIX_KEEP = 9
+
+
+@dataclass(frozen=True)
+class MixPredictor:
+    """A mix of models on one device: their profiles side by side (:mod:`analyzer.predict.
+    mix_sim`), each model held to its own goal.
+
+    The joint space is the product of the models' spaces, and the best joint config is not the
+    models' bests alone (that is why they are tuned together), so :meth:`candidates` searches it
+    in the simulator: from each model's best alone, each model in turn takes its config of the
+    highest mix capacity with the others held, for :data:`MIX_ROUNDS` rounds; the
+    :data:`MIX_KEEP` best joint configs met on the way are predicted. Not refitted to a run's
+    windows; each model's latency offset is calibrated on its own measured p99.
+    """
+
+    mix: MixProfile
+
+    def candidates(self, space: Space, goal_p99_ms: float, seed: int) -> list[TrialKnobs]:
+        if not isinstance(space, JointSpace) or tuple(n for n, _ in space.stages) != self.mix.names:
+            raise InputError("a mix's predictions need the mix's joint space")
+        choices: dict[str, list[Knobs]] = {}
+        current: dict[str, Knobs] = {}
+        for (name, stage_space), model in zip(space.stages, self.mix.models, strict=True):
+            alone = ModelPredictor(model.profile)
+            configs = [
+                k for k in grid_configs(stage_space) if isinstance(k, Knobs) and alone.covers(k)
+            ]
+            if not configs:
+                raise InputError(
+                    f"the profile of model {name!r} covers {alone.coverage()}, no config of "
+                    "its space"
+                )
+            choices[name] = configs
+            solo = alone.capacities(
+                configs,
+                model.p99_ms,
+                requests=1000,
+                seed=seed,
+                resolution=0.05,
+                workers=1,
+                ceiling_rps=math.inf,
+                arrival=POISSON,
+            )
+            current[name] = min(configs, key=lambda k: (-solo[k], config_size(k)))
+        found: dict[TrialKnobs, float] = {}
+        for _ in range(MIX_ROUNDS):
+            for name in self.mix.names:
+                tries = [_joint(self.mix.names, {**current, name: k}) for k in choices[name]]
+                caps = self._capacities(tries, seed, requests=1000, resolution=0.05)
+                found.update(caps)
+                best = min(tries, key=lambda k: (-caps[k], config_size(k)))
+                current[name] = best.stage(name)
+        return sorted(found, key=lambda k: (-found[k], config_size(k)))[:MIX_KEEP]
+
+    def _capacities(
+        self,
+        configs: Sequence[TrialKnobs],
+        seed: int,
+        *,
+        requests: int,
+        resolution: float,
+        ceiling_rps: float = math.inf,
+        arrival: ArrivalProcess = POISSON,
+    ) -> dict[TrialKnobs, float]:
+        found = mix_capacities(
+            self.mix,
+            [_stage_sims(k) for k in configs],
+            requests=requests,
+            seed=seed,
+            resolution=resolution,
+            ceiling_rps=ceiling_rps,
+            arrival=arrival,
+        )
+        return {k: cap.capacity_rps for k, cap in zip(configs, found, strict=True)}
+
+    def covers(self, knobs: TrialKnobs) -> bool:
+        if not isinstance(knobs, JointKnobs) or knobs.names != self.mix.names:
+            return False
+        return all(ModelPredictor(m.profile).covers(knobs.stage(m.name)) for m in self.mix.models)
+
+    def capacities(
+        self,
+        configs: Sequence[TrialKnobs],
+        goal_p99_ms: float,
+        *,
+        requests: int,
+        seed: int,
+        resolution: float,
+        workers: int,
+        ceiling_rps: float,
+        arrival: ArrivalProcess,
+    ) -> dict[TrialKnobs, float]:
+        return self._capacities(
+            configs,
+            seed,
+            requests=requests,
+            resolution=resolution,
+            ceiling_rps=ceiling_rps,
+            arrival=arrival,
+        )
+
+    def calibrated(
+        self,
+        trials: Iterable[TrialRecord],
+        *,
+        requests: int,
+        seed: int,
+        arrival: ArrivalProcess,
+    ) -> MixPredictor:
+        points = [
+            (_stage_sims(k), rate, p99s)
+            for k, rate, p99s in model_operating_points(trials)
+            if self.covers(k)
+        ]
+        mix = mix_offsets(self.mix, points, requests=requests, seed=seed, arrival=arrival)
+        return self if mix == self.mix else MixPredictor(mix)
+
+    def rescaled(self, samples: Sequence[WindowSample], where: str) -> MixPredictor:
+        return self
+
+    def coverage(self) -> str:
+        return "; ".join(
+            f"{m.name}: batch sizes {m.profile.min_batch_size}-{m.profile.max_batch_size}"
+            for m in self.mix.models
+        )
+
+    def summary(self, refits: int) -> dict[str, object]:
+        return {
+            "mix": {m.name: {"share": m.share, "p99_ms": m.p99_ms} for m in self.mix.models},
+            "refits": refits,
+            "models": {m.name: profile_summary(m.profile) for m in self.mix.models},
+        }
+
+    def save(self, path: Path) -> None:
+        folder = path.parent / f"{path.stem}-models"
+        folder.mkdir(parents=True, exist_ok=True)
+        for m in self.mix.models:
+            save_profile(m.profile, folder / f"{m.name}.json")
+        doc = {
+            "models": [
+                {"name": m.name, "share": m.share, "p99_ms": m.p99_ms} for m in self.mix.models
+            ]
+        }
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"mix": doc}, indent=2))
+        tmp.replace(path)
+
+
+def _joint(names: Sequence[str], knobs: dict[str, Knobs]) -> JointKnobs:
+    return JointKnobs(tuple((name, knobs[name]) for name in names))
+
+
 def load_predictor(path: Path) -> Predictor:
     """What :meth:`Predictor.save` wrote at ``path``."""
     doc = json.loads(path.read_text())
+    if isinstance(doc, dict) and "mix" in doc:
+        folder = path.parent / f"{path.stem}-models"
+        return MixPredictor(
+            MixProfile(
+                tuple(
+                    MixModel(
+                        m["name"],
+                        load_profile(folder / f"{m['name']}.json"),
+                        float(m["share"]),
+                        float(m["p99_ms"]),
+                    )
+                    for m in doc["mix"]["models"]
+                )
+            )
+        )
     if isinstance(doc, dict) and "pipeline" in doc:
         folder = path.parent / f"{path.stem}-stages"
         stages = tuple(
@@ -363,6 +544,7 @@ def _spans_groups(knobs: Knobs) -> bool:
 
 __all__ = [
     "STAGE_KEEP",
+    "MixPredictor",
     "ModelPredictor",
     "PipelinePredictor",
     "Predictor",

@@ -33,7 +33,7 @@ from analyzer.config.scenario import Scenario
 from analyzer.config.traffic import TrafficMode
 from analyzer.measure.arrivals import POISSON, ArrivalProcess
 from analyzer.predict import ProfileError
-from analyzer.predict.fitting import WindowSample, operating_points
+from analyzer.predict.fitting import WindowSample
 from analyzer.predict.profile import Profile
 from analyzer.rundir.predictions import ConfigPrediction, Prediction, Predictions
 from analyzer.rundir.trial_record import TrialRecord
@@ -71,11 +71,6 @@ def resolve(scenario: Scenario, base: mc.ModelConfig | None = None) -> tuple[str
     asked = scenario.search.strategy
     if asked != "predict":
         return asked, None
-    if mix := scenario.mix():
-        return "tpe", (
-            f"search predict: a mix of models ({', '.join(mix)}) shares the server's devices, "
-            "which the simulator does not model across models; searching with tpe"
-        )
     if base is not None and (why := _unmodelled(scenario, base)) is not None:
         return "tpe", f"search predict: model '{base.name}' {why}; searching with tpe"
     if not scenario.objective_spec().capacity:
@@ -249,14 +244,14 @@ class Guide:
 
     def calibrate(self, trials: Iterable[TrialRecord]) -> None:
         """Set the predictor's latency offset from the measured operating points of ``trials``
-        (:func:`~analyzer.predict.fitting.operating_points`): the latency the server does not
+        (each predictor reads what it needs: :func:`~analyzer.predict.fitting.operating_points`): the latency the server does not
         see; forecasts made before are forgotten."""
         self.predictor = self._calibrated(self.predictor, trials)
         self.forecasts.clear()
 
     def _calibrated(self, predictor: Predictor, trials: Iterable[TrialRecord]) -> Predictor:
         return predictor.calibrated(
-            operating_points(trials), requests=SIM_REQUESTS, seed=self.seed, arrival=self.arrival
+            trials, requests=SIM_REQUESTS, seed=self.seed, arrival=self.arrival
         )
 
     @classmethod

@@ -18,11 +18,18 @@ from analyzer.config.sections import InputSection
 from analyzer.errors import InputError, TargetError
 from analyzer.predict import ProfileError
 from analyzer.predict.fitting import run_dir_samples
+from analyzer.predict.mix_sim import MixModel, MixProfile
 from analyzer.predict.pipeline_sim import PipelineProfile
 from analyzer.predict.profile import Profile
 from analyzer.rundir import records
 from analyzer.rundir.trial_record import TrialRecord
-from analyzer.search.predictors import ModelPredictor, PipelinePredictor, Predictor, load_predictor
+from analyzer.search.predictors import (
+    MixPredictor,
+    ModelPredictor,
+    PipelinePredictor,
+    Predictor,
+    load_predictor,
+)
 from analyzer.search.strategy import Guide
 from analyzer.sweep.state import Profiler, _first_line, _State
 from analyzer.target.protocol import Target
@@ -89,22 +96,31 @@ class _StageView:
 
 
 def _probed(state: _State, profiler: Profiler) -> Predictor:
-    """The profile phase: the tuned model's profile, or each composing model's."""
+    """The profile phase: the tuned model's profile, or each composing model's (a pipeline's
+    stages, a mix's models)."""
     tuned, target, scenario = state.tuned, state.target, state.scenario
     if not tuned.pipeline:
         return ModelPredictor(profiler(target, scenario))
-    # The load's request data is the pipeline's: each composing model is probed with requests
-    # built from its own inputs.
-    own_inputs = scenario.model_copy(update={"input": InputSection()})
-    stages = []
+    mix = scenario.mix()
+    # A pipeline's request data is the pipeline's: each composing model is probed with requests
+    # built from its own inputs. A mix's load builds every model's requests from its own
+    # metadata with the scenario's input options: so is each model probed.
+    inputs = scenario if mix else scenario.model_copy(update={"input": InputSection()})
+    kind = "model" if mix else "composing model"
+    profiles = []
     for name, original in zip(tuned.names, tuned.originals(), strict=True):
-        state.observer.on_phase(f"profile phase: composing model {name}")
+        state.observer.on_phase(f"profile phase: {kind} {name}")
         try:
-            stages.append((name, profiler(_StageView(target, name), own_inputs)))  # type: ignore[arg-type]
+            profiles.append((name, profiler(_StageView(target, name), inputs)))  # type: ignore[arg-type]
         finally:
-            # Its own config back, and the pipeline ready again, before the next stage's probe.
+            # Its own config back (a pipeline ready again) before the next model's probe.
             target.load_config(original)
-    return PipelinePredictor(PipelineProfile(tuple(stages)))
+    if mix:
+        goals = {name: (share, p99) for name, share, p99 in scenario.mix_shares_goals()}
+        return MixPredictor(
+            MixProfile(tuple(MixModel(name, p, *goals[name]) for name, p in profiles))
+        )
+    return PipelinePredictor(PipelineProfile(tuple(profiles)))
 
 
 class _Widened:
