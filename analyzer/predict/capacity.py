@@ -18,7 +18,7 @@ from analyzer.predict.profile import Profile
 from analyzer.predict.sim_records import CapacityPrediction, Prediction, SimConfig, check_modelled
 from analyzer.predict.simulator import simulate
 
-__all__ = ["capacities", "capacity", "latency_offset", "search_rate"]
+__all__ = ["capacities", "capacity", "equivalence_key", "latency_offset", "search_rate"]
 
 
 def capacity(
@@ -185,7 +185,7 @@ def latency_offset(
     return statistics.median(gaps) if gaps else None
 
 
-def _equivalence_key(config: SimConfig) -> tuple[Any, ...]:
+def equivalence_key(config: SimConfig) -> tuple[Any, ...]:
     """Configs with the same key simulate identically (same batches, same timings)."""
     if not config.dynamic_batching:
         return (False, config.instance_count)
@@ -213,7 +213,7 @@ def capacities(
     Configs are grouped by instance count (and dynamic batching or not); within a group they
     are visited in an order where neighbours differ in one knob (max batch size, preferred
     sizes, queue delay), and each search starts from the previous config's capacity. Configs
-    that simulate identically (:func:`_equivalence_key`: e.g. every delay at
+    that simulate identically (:func:`equivalence_key`: e.g. every delay at
     ``max_batch_size`` 1) are simulated once. Groups are independent, so ``workers > 1``
     runs them in that many processes with the same answers. ``ceiling_rps``: as in
     :func:`capacity` (configs at or above it cost one simulated rate each); ``arrival``: the
@@ -263,7 +263,7 @@ def _chain(
     out: dict[SimConfig, CapacityPrediction] = {}
     hint: float | None = None
     for config in chain:
-        key = _equivalence_key(config)
+        key = equivalence_key(config)
         cap = done.get(key)
         if cap is None:
             cap = capacity(

@@ -28,7 +28,7 @@ from analyzer.config.knobs import Knobs
 from analyzer.config.pipeline import JointKnobs, TrialKnobs, single
 from analyzer.errors import InputError
 from analyzer.measure.arrivals import POISSON, ArrivalProcess
-from analyzer.predict.capacity import capacities, latency_offset
+from analyzer.predict.capacity import capacities, equivalence_key, latency_offset
 from analyzer.predict.fitting import (
     WindowSample,
     model_operating_points,
@@ -357,7 +357,7 @@ class MixPredictor:
                     f"the profile of model {name!r} covers {alone.coverage()}, no config of "
                     "its space"
                 )
-            choices[name] = configs
+            choices[name] = _distinct(configs)
             solo = alone.capacities(
                 configs,
                 model.p99_ms,
@@ -471,6 +471,27 @@ class MixPredictor:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"mix": doc}, indent=2))
         tmp.replace(path)
+
+
+def _distinct(configs: Sequence[Knobs]) -> list[Knobs]:
+    """One config of each set that simulates alike (the smallest), in the order a warm-started
+    capacity search moves least between: by instances, then batching, batch size, preferred
+    sizes and delay."""
+    kept: dict[tuple[object, ...], Knobs] = {}
+    for k in sorted(configs, key=config_size):
+        kept.setdefault(equivalence_key(SimConfig.from_knobs(k)), k)
+
+    def order(k: Knobs) -> tuple[object, ...]:
+        sim = SimConfig.from_knobs(k)
+        return (
+            sim.instance_count,
+            sim.dynamic_batching,
+            sim.max_batch_size,
+            sim.preferred_batch_size,
+            sim.max_queue_delay_us,
+        )
+
+    return sorted(kept.values(), key=order)
 
 
 def _joint(names: Sequence[str], knobs: dict[str, Knobs]) -> JointKnobs:
