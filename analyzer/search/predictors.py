@@ -16,11 +16,12 @@ beside two 2 ms stages gets most of the budget, and equal stages split it evenly
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -337,10 +338,12 @@ class MixPredictor:
     in the simulator: from each model's best alone, each model in turn takes its config of the
     highest mix capacity with the others held, for :data:`MIX_ROUNDS` rounds; the
     :data:`MIX_KEEP` best joint configs met on the way are predicted. Not refitted to a run's
-    windows; each model's latency offset is calibrated on its own measured p99.
+    windows; each model's latency offset is calibrated on its own measured p99. ``workers``:
+    processes the search simulates in (its answers are the same with any number).
     """
 
     mix: MixProfile
+    workers: int = field(default=1, compare=False)
 
     def candidates(self, space: Space, goal_p99_ms: float, seed: int) -> list[TrialKnobs]:
         if not isinstance(space, JointSpace) or tuple(n for n, _ in space.stages) != self.mix.names:
@@ -373,7 +376,9 @@ class MixPredictor:
         for _ in range(MIX_ROUNDS):
             for name in self.mix.names:
                 tries = [_joint(self.mix.names, {**current, name: k}) for k in choices[name]]
-                caps = self._capacities(tries, seed, requests=1000, resolution=0.05)
+                caps = self._capacities(
+                    tries, seed, requests=1000, resolution=0.05, workers=self.workers
+                )
                 found.update(caps)
                 best = min(tries, key=lambda k: (-caps[k], config_size(k)))
                 current[name] = best.stage(name)
@@ -388,17 +393,36 @@ class MixPredictor:
         resolution: float,
         ceiling_rps: float = math.inf,
         arrival: ArrivalProcess = POISSON,
+        workers: int = 1,
     ) -> dict[TrialKnobs, float]:
-        found = mix_capacities(
-            self.mix,
-            [_stage_sims(k) for k in configs],
+        sims = [_stage_sims(k) for k in configs]
+        part_of = functools.partial(
+            _mix_part,
+            mix=self.mix,
             requests=requests,
             seed=seed,
             resolution=resolution,
             ceiling_rps=ceiling_rps,
             arrival=arrival,
         )
-        return {k: cap.capacity_rps for k, cap in zip(configs, found, strict=True)}
+        # Runs of configs with the same instances and batching on/off: each run's searches
+        # warm-start along it, from nothing at its start, so any number of workers gives the
+        # same answers (as capacities() does for one model).
+        parts = [
+            list(run)
+            for _, run in itertools.groupby(
+                sims,
+                key=lambda c: tuple((s.instance_count, s.dynamic_batching) for s in c.values()),
+            )
+        ]
+        if workers > 1 and len(parts) > 1:
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(max_workers=min(workers, len(parts))) as pool:
+                found = [rps for part in pool.map(part_of, parts) for rps in part]
+        else:
+            found = [rps for part in parts for rps in part_of(part)]
+        return dict(zip(configs, found, strict=True))
 
     def covers(self, knobs: TrialKnobs) -> bool:
         if not isinstance(knobs, JointKnobs) or knobs.names != self.mix.names:
@@ -424,6 +448,7 @@ class MixPredictor:
             resolution=resolution,
             ceiling_rps=ceiling_rps,
             arrival=arrival,
+            workers=workers,
         )
 
     def calibrated(
@@ -440,7 +465,7 @@ class MixPredictor:
             if self.covers(k)
         ]
         mix = mix_offsets(self.mix, points, requests=requests, seed=seed, arrival=arrival)
-        return self if mix == self.mix else MixPredictor(mix)
+        return self if mix == self.mix else MixPredictor(mix, self.workers)
 
     def rescaled(self, samples: Sequence[WindowSample], where: str) -> MixPredictor:
         return self
@@ -471,6 +496,29 @@ class MixPredictor:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"mix": doc}, indent=2))
         tmp.replace(path)
+
+
+def _mix_part(
+    configs: Sequence[dict[str, SimConfig]],
+    *,
+    mix: MixProfile,
+    requests: int,
+    seed: int,
+    resolution: float,
+    ceiling_rps: float,
+    arrival: ArrivalProcess,
+) -> list[float]:
+    """The mix capacity of each config set, each search warm-started at the previous answer."""
+    found = mix_capacities(
+        mix,
+        configs,
+        requests=requests,
+        seed=seed,
+        resolution=resolution,
+        ceiling_rps=ceiling_rps,
+        arrival=arrival,
+    )
+    return [cap.capacity_rps for cap in found]
 
 
 def _distinct(configs: Sequence[Knobs]) -> list[Knobs]:

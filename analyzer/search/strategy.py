@@ -162,7 +162,8 @@ def nearest_capacity(
     return rps
 
 
-def _workers() -> int:
+def sim_workers() -> int:
+    """Processes a predict phase simulates in."""
     # The predict phase runs alone (no load is offered meanwhile, the server idles): every
     # core simulates. A group per instance count, so more processes than groups idle.
     return max(1, os.cpu_count() or 1)
@@ -282,7 +283,7 @@ class Guide:
             requests=SIM_REQUESTS,
             seed=self.seed,
             resolution=SIM_RESOLUTION,
-            workers=_workers() if len(configs) > 1 else 1,
+            workers=sim_workers() if len(configs) > 1 else 1,
             ceiling_rps=self.ceiling_rps,
             arrival=self.arrival,
         )

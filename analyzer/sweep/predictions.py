@@ -30,7 +30,7 @@ from analyzer.search.predictors import (
     Predictor,
     load_predictor,
 )
-from analyzer.search.strategy import Guide
+from analyzer.search.strategy import Guide, sim_workers
 from analyzer.sweep.state import Profiler, _first_line, _State
 from analyzer.target.protocol import Target
 
@@ -118,7 +118,8 @@ def _probed(state: _State, profiler: Profiler) -> Predictor:
     if mix:
         goals = {name: (share, p99) for name, share, p99 in scenario.mix_shares_goals()}
         return MixPredictor(
-            MixProfile(tuple(MixModel(name, p, *goals[name]) for name, p in profiles))
+            MixProfile(tuple(MixModel(name, p, *goals[name]) for name, p in profiles)),
+            workers=sim_workers(),
         )
     return PipelinePredictor(PipelineProfile(tuple(profiles)))
 

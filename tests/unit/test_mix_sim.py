@@ -186,3 +186,10 @@ def test_a_mix_predictor_covers_only_the_mixs_configs_and_loads_back(tmp_path: P
         "tag": {"share": 4, "p99_ms": 40.0},
         "embed": {"share": 2, "p99_ms": 120.0},
     }
+
+
+@pytest.mark.usefixtures("spawns")
+def test_the_joint_search_gives_the_same_answers_in_worker_processes() -> None:
+    space = _mix_space()
+    serial = MixPredictor(THREE).candidates(space, THREE.goal_p99_ms, seed=0)
+    assert MixPredictor(THREE, workers=2).candidates(space, THREE.goal_p99_ms, seed=0) == serial
