@@ -27,13 +27,9 @@ server is stopped at the end. Writes ``benchmarks/results/mix_simulator-*.json``
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -47,8 +43,8 @@ from analyzer.measure.generator import read_load_output  # noqa: E402
 from analyzer.predict.mix_sim import MixModel, MixProfile, mix_capacity, mix_offsets  # noqa: E402
 from analyzer.predict.planner import probe_live  # noqa: E402
 from analyzer.predict.sim_records import SimConfig  # noqa: E402
-from analyzer.rundir.results import environment  # noqa: E402
 from analyzer.target.remote import RemoteTarget  # noqa: E402
+from benchmarks.record import run_recorded  # noqa: E402
 from tests.support.mixes import THREE, SimServer, mix_flag  # noqa: E402
 from tests.support.servers import ReferenceProcess  # noqa: E402
 from tests.support.sweeps import load  # noqa: E402
@@ -187,27 +183,9 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=0, help="only the first N configs")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="mix_simulator-"))
-    try:
-        started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        load_before = os.getloadavg()
-        result = run(args, work)
-        doc = {
-            "format_version": FORMAT_VERSION,
-            "kind": "perfsweep.benchmark.mix_simulator",
-            "started_at": started,
-            "environment": environment("mix_simulator"),
-            "load_average_before": load_before,
-            "load_average_after": os.getloadavg(),
-            "result": result,
-        }
-        print(table(result))
-        out = args.output or ROOT / "benchmarks" / "results" / f"mix_simulator-{started}.json"
-        out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
-        print(f"wrote {out}")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return run_recorded(
+        "mix_simulator", FORMAT_VERSION, lambda work: run(args, work), table, output=args.output
+    )
 
 
 if __name__ == "__main__":

@@ -40,13 +40,10 @@ import csv
 import io
 import json
 import math
-import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -58,8 +55,9 @@ sys.path.insert(0, str(ROOT))
 from google.protobuf import json_format, text_format  # noqa: E402
 from tritonclient.grpc import model_config_pb2 as mc  # noqa: E402
 
-from analyzer.rundir.results import environment, load_summary  # noqa: E402
+from analyzer.rundir.results import load_summary  # noqa: E402
 from analyzer.target.triton import managed_triton  # noqa: E402
+from benchmarks.record import run_recorded  # noqa: E402
 from benchmarks.time_to_answer import MA_BIN, PERF_ANALYZER, watch_ma  # noqa: E402
 from tests.support.mixes import (  # noqa: E402
     TWO,
@@ -390,31 +388,14 @@ def main() -> int:
     args = parser.parse_args()
     if not MA_BIN.exists():
         raise SystemExit(f"{MA_BIN} missing: bash benchmarks/install_peers.sh")
-    work = Path(tempfile.mkdtemp(prefix="mix_vs_model_analyzer-"))
-    try:
-        started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        load_before = os.getloadavg()
-        result = run(args, work)
-        doc = {
-            "format_version": FORMAT_VERSION,
-            "kind": "perfsweep.benchmark.mix_vs_model_analyzer",
-            "started_at": started,
-            "environment": environment("mix_vs_model_analyzer"),
-            "load_average_before": load_before,
-            "load_average_after": os.getloadavg(),
-            "result": result,
-        }
-        print(table(result))
-        out = (
-            args.output or ROOT / "benchmarks" / "results" / f"mix_vs_model_analyzer-{started}.json"
-        )
-        out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
-        print(f"wrote {out}")
-    finally:
-        if args.keep:
-            shutil.copytree(work, args.keep, dirs_exist_ok=True)
-        shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return run_recorded(
+        "mix_vs_model_analyzer",
+        FORMAT_VERSION,
+        lambda work: run(args, work),
+        table,
+        output=args.output,
+        keep=args.keep,
+    )
 
 
 if __name__ == "__main__":

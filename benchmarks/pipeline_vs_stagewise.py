@@ -26,21 +26,17 @@ capacity, not this machine's load generator, is what is measured). Writes ``benc
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
-import shutil
 import statistics
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analyzer.rundir.results import environment, load_summary  # noqa: E402
+from analyzer.rundir.results import load_summary  # noqa: E402
+from benchmarks.record import run_recorded  # noqa: E402
 from tests.support.pipelines import (  # noqa: E402
     STAGES,
     Comparison,
@@ -129,31 +125,14 @@ def main() -> int:
     parser.add_argument("--output", type=Path)
     parser.add_argument("--keep", type=Path, help="copy the work directory here")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="pipeline_vs_stagewise-"))
-    try:
-        started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        load_before = os.getloadavg()
-        result = run(args, work)
-        doc = {
-            "format_version": FORMAT_VERSION,
-            "kind": "perfsweep.benchmark.pipeline_vs_stagewise",
-            "started_at": started,
-            "environment": environment("pipeline_vs_stagewise"),
-            "load_average_before": load_before,
-            "load_average_after": os.getloadavg(),
-            "result": result,
-        }
-        print(table(result))
-        out = (
-            args.output or ROOT / "benchmarks" / "results" / f"pipeline_vs_stagewise-{started}.json"
-        )
-        out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
-        print(f"wrote {out}")
-    finally:
-        if args.keep:
-            shutil.copytree(work, args.keep, dirs_exist_ok=True)
-        shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return run_recorded(
+        "pipeline_vs_stagewise",
+        FORMAT_VERSION,
+        lambda work: run(args, work),
+        table,
+        output=args.output,
+        keep=args.keep,
+    )
 
 
 if __name__ == "__main__":

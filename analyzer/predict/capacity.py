@@ -11,14 +11,24 @@ import math
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from analyzer.measure.arrivals import POISSON, ArrivalProcess
 from analyzer.predict.profile import Profile
 from analyzer.predict.sim_records import CapacityPrediction, Prediction, SimConfig, check_modelled
 from analyzer.predict.simulator import simulate
 
-__all__ = ["capacities", "capacity", "equivalence_key", "latency_offset", "search_rate"]
+#: A config of any kind (one model's, a pipeline's stages, a mix's models).
+C = TypeVar("C")
+
+__all__ = [
+    "capacities",
+    "capacity",
+    "chained",
+    "equivalence_key",
+    "latency_offset",
+    "search_rate",
+]
 
 
 def capacity(
@@ -183,6 +193,21 @@ def latency_offset(
         if not sim.saturated and math.isfinite(sim.p99_ms):
             gaps.append(p99_ms - sim.p99_ms)
     return statistics.median(gaps) if gaps else None
+
+
+def chained(
+    configs: Iterable[C], search: Callable[[C, float | None], CapacityPrediction]
+) -> list[CapacityPrediction]:
+    """``search(config, start_rps)`` of each config in order, each started at the previous
+    answer (None first, and after a config with no capacity): neighbouring configs' capacities
+    are close, so a warm start needs few simulated rates."""
+    out: list[CapacityPrediction] = []
+    hint: float | None = None
+    for config in configs:
+        cap = search(config, hint)
+        out.append(cap)
+        hint = cap.capacity_rps if cap.capacity_rps > 0 else None
+    return out
 
 
 def equivalence_key(config: SimConfig) -> tuple[Any, ...]:

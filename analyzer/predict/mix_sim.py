@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 from analyzer.errors import InputError
 from analyzer.measure.arrivals import POISSON, ArrivalProcess
-from analyzer.predict.capacity import search_rate
+from analyzer.predict.capacity import chained, search_rate
 from analyzer.predict.profile import Profile
 from analyzer.predict.sim_records import CapacityPrediction, Prediction, SimConfig
 from analyzer.predict.simulator import (
@@ -257,23 +257,20 @@ def mix_capacities(
     arrival: ArrivalProcess = POISSON,
 ) -> list[CapacityPrediction]:
     """:func:`mix_capacity` of each config set, in order, each search started at the previous
-    answer (as :func:`~analyzer.predict.capacity.capacities` does for one model)."""
-    out: list[CapacityPrediction] = []
-    hint: float | None = None
-    for models in configs:
-        cap = mix_capacity(
+    answer (:func:`~analyzer.predict.capacity.chained`)."""
+    return chained(
+        configs,
+        lambda models, start: mix_capacity(
             mix,
             models,
             requests=requests,
             seed=seed,
             resolution=resolution,
-            start_rps=hint,
+            start_rps=start,
             ceiling_rps=ceiling_rps,
             arrival=arrival,
-        )
-        out.append(cap)
-        hint = cap.capacity_rps if cap.capacity_rps > 0 else None
-    return out
+        ),
+    )
 
 
 def mix_offsets(

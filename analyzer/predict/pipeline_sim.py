@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 from analyzer.errors import InputError
 from analyzer.measure.arrivals import POISSON, ArrivalProcess
-from analyzer.predict.capacity import search_rate
+from analyzer.predict.capacity import chained, search_rate
 from analyzer.predict.profile import Profile
 from analyzer.predict.sim_records import CapacityPrediction, Prediction, SimConfig
 from analyzer.predict.simulator import Stage, arrival_stream, figures, over_goal_ns
@@ -194,24 +194,21 @@ def pipeline_capacities(
     arrival: ArrivalProcess = POISSON,
 ) -> list[CapacityPrediction]:
     """:func:`pipeline_capacity` of each config set, in order, each search started at the
-    previous answer (as :func:`~analyzer.predict.capacity.capacities` does for one model)."""
-    out: list[CapacityPrediction] = []
-    hint: float | None = None
-    for stages in configs:
-        cap = pipeline_capacity(
+    previous answer (:func:`~analyzer.predict.capacity.chained`)."""
+    return chained(
+        configs,
+        lambda stages, start: pipeline_capacity(
             profile,
             stages,
             p99_ms,
             requests=requests,
             seed=seed,
             resolution=resolution,
-            start_rps=hint,
+            start_rps=start,
             ceiling_rps=ceiling_rps,
             arrival=arrival,
-        )
-        out.append(cap)
-        hint = cap.capacity_rps if cap.capacity_rps > 0 else None
-    return out
+        ),
+    )
 
 
 def pipeline_offset(
