@@ -193,3 +193,13 @@ def test_the_joint_search_gives_the_same_answers_in_worker_processes() -> None:
     space = _mix_space()
     serial = MixPredictor(THREE).candidates(space, THREE.goal_p99_ms, seed=0)
     assert MixPredictor(THREE, workers=2).candidates(space, THREE.goal_p99_ms, seed=0) == serial
+
+
+def test_a_point_the_simulation_puts_over_a_goal_calibrates_nothing() -> None:
+    # Unbatched, rank is near saturation at 100 req/s of the mix: its simulated p99 is far
+    # above its goal, where a few percent of rate move it by seconds.
+    unbatched = {m.name: SimConfig(32, dynamic_batching=False) for m in THREE.models}
+    sim = simulate_mix(THREE, unbatched, 100.0, requests=3000, seed=0)
+    assert "rank" in sim.misses(THREE)
+    measured = {"rank": 350.0, "tag": 20.0, "embed": 25.0}
+    assert mix_offsets(THREE, [(unbatched, 100.0, measured)], requests=3000, seed=0) == THREE
