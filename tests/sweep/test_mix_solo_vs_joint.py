@@ -10,8 +10,8 @@ and its largest batches serve the most; beside it ``tag`` has a tight goal, and 
 ``rank``'s two instances spend on small batches is ``tag``'s wait.
 
 - On the reference server (``--device sim``: one simulated device for every instance of every
-  model), three models: at the mix's target rate the solo answers miss a goal and the joint one
-  meets all three.
+  model), three models: at the mix's target rate the solo answers miss a goal, and the joint
+  one's capacity of the mix with every model within its goal is at least that rate.
 - On a real Triton 2.51, two Python-backend models sharing one device lock: the joint answer's
   capacity (every model within its goal) is above the solo answers'.
 """
@@ -46,7 +46,7 @@ CAPACITY_MAX_RPS = 600.0
 CAPACITY_RESOLUTION = 0.1
 
 
-@pytest.mark.timeout(1200)  # three solo sweeps, one joint sweep, two loads: ~8 minutes
+@pytest.mark.timeout(1200)  # three solo sweeps, one joint sweep, a load, a capacity: ~8 min
 def test_three_models_tuned_together_meet_every_goal_where_their_solo_answers_miss(
     tmp_path: Path,
 ) -> None:
@@ -55,11 +55,19 @@ def test_three_models_tuned_together_meet_every_goal_where_their_solo_answers_mi
     solo = solo_tree(server, THREE, repo, tmp_path, trials=2, max_rate_rps=1000.0)
     run_dir, joint = joint_tree(server, THREE, repo, tmp_path, trials=8, max_rate_rps=1000.0)
 
+    # The solo answers together miss a goal at the target rate by far (tag 50-56 ms against its
+    # 40 in the runs seen).
     apart = load_mix(server, THREE, solo, tmp_path / "load-solo", TARGET_RPS)
-    together = load_mix(server, THREE, joint, tmp_path / "load-joint", TARGET_RPS)
-
     assert apart.misses(THREE), f"the solo answers met every goal together: {apart}"
-    assert not together.misses(THREE), f"the joint answer missed: {together}"
+    # The joint answer meets every goal at the target rate and above: its capacity of the mix,
+    # each model held to its own goal, by the capacity search's sequential verdicts. (One level
+    # at the target cannot say it: an answer tuned for capacity can hold tag's p99 near its
+    # goal at every rate, flat, where rank's and embed's executions set tag's wait: 38-39 ms
+    # of 40 from 500 samples, seen.)
+    together = mix_capacity(
+        server, THREE, joint, tmp_path / "capacity-joint", max_rps=2 * TARGET_RPS, resolution=0.1
+    )
+    assert together >= TARGET_RPS, f"the joint answer's capacity of the mix: {together} req/s"
     summary = load_summary(run_dir)
     assert summary["recommendation"]["config"] == "best"
     # The joint sweep's own capacity of the mix (every model within its goal) covers the target.
