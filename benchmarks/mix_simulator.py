@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -44,6 +43,8 @@ from analyzer.predict.mix_sim import MixModel, MixProfile, mix_capacity, mix_off
 from analyzer.predict.planner import probe_live  # noqa: E402
 from analyzer.predict.sim_records import SimConfig  # noqa: E402
 from analyzer.target.remote import RemoteTarget  # noqa: E402
+from benchmarks.prediction_error import score  # noqa: E402
+from benchmarks.prediction_error import table as error_table  # noqa: E402
 from benchmarks.record import run_recorded  # noqa: E402
 from tests.support.mixes import THREE, SimServer, mix_flag  # noqa: E402
 from tests.support.servers import ReferenceProcess  # noqa: E402
@@ -136,44 +137,21 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     )
     base = rows[0]
     calibrated = mix_offsets(mix, [(base["sim"], rate, p99s) for rate, p99s in base["points"]])
-    errors: list[float] = []
-    for i, row in enumerate(rows):
-        predicted = mix_capacity(calibrated, row["sim"], ceiling_rps=args.max_rps)
-        row["predicted_rps"] = round(predicted.capacity_rps, 1)
-        measured = row["measured_rps"]
-        row["error"] = (
-            round(abs(predicted.capacity_rps - measured) / measured, 4) if measured > 0 else None
-        )
-        if i > 0 and row["error"] is not None:
-            errors.append(row["error"])
-        row["sim"] = {m: c.describe() for m, c in row["sim"].items()}
+    scored = score(
+        rows, lambda sims: mix_capacity(calibrated, sims, ceiling_rps=args.max_rps).capacity_rps
+    )
     return {
         "mix": mix_flag(THREE),
         "max_rps": args.max_rps,
         "resolution": args.resolution,
         "probe_s": round(probe_s, 1),
         "latency_offsets_ms": {m.name: m.profile.latency_offset_ms for m in calibrated.models},
-        "configs": rows,
-        "errors_counted": len(errors),
-        "median_error": round(statistics.median(errors), 4) if errors else None,
-        "worst_error": round(max(errors), 4) if errors else None,
+        **scored,
     }
 
 
 def table(result: dict[str, Any]) -> str:
-    rows = ["| config | measured (req/s) | predicted (req/s) | error |", "|---|---|---|---|"]
-    for i, r in enumerate(result["configs"]):
-        err = "" if r["error"] is None else f"{100 * r['error']:.1f} %"
-        mark = " (offsets fitted here)" if i == 0 else ""
-        rows.append(
-            f"| {r['config']}{mark} | {r['measured_rps']:.1f} | {r['predicted_rps']:.1f} | {err} |"
-        )
-    rows.append(
-        f"\nprediction error over {result['errors_counted']} configs: median "
-        f"{100 * (result['median_error'] or 0):.1f} %, worst {100 * (result['worst_error'] or 0):.1f} %"
-        f" (offsets {result['latency_offsets_ms']} ms, probe {result['probe_s']} s)"
-    )
-    return "\n".join(rows)
+    return error_table(result, f"offsets {result['latency_offsets_ms']} ms")
 
 
 def main() -> int:
