@@ -94,7 +94,7 @@ def environment_record(
     mix: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """Where the measurement ran, and with which input data (stored in the output JSON); a mix
-    of models: each model's share."""
+    of models: each model's share, and the rates the models that hold one hold."""
     versions: dict[str, str | None] = {}
     for pkg in ("perfsweep", "locust", "tritonclient", "gevent", "grpcio"):
         try:
@@ -112,7 +112,12 @@ def environment_record(
         "protocol": protocol,
         "generator_processes": workers,
         "input": _input_record(inputs) if inputs is not None else None,
-        **({"mix": {c["model"]: c["share"] for c in mix}} if mix else {}),
+        **({"mix": {c["model"]: c.get("share", 0.0) for c in mix}} if mix else {}),
+        **(
+            {"mix_rates_rps": {c["model"]: c["rate_rps"] for c in mix if c.get("rate_rps")}}
+            if any(c.get("rate_rps") for c in mix)
+            else {}
+        ),
     }
 
 

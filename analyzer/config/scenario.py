@@ -127,7 +127,7 @@ class Scenario(Section):
             )
         if not isinstance(entries, list) or len(entries) < 2:
             raise ValueError("[[models]] names the models served together: two or more")
-        allowed = {"name", "share", "p99_ms"}
+        allowed = {"name", "share", "rate_rps", "p99_ms"}
         for entry in entries:
             if not isinstance(entry, Mapping) or not entry.get("name"):
                 raise ValueError("each [[models]] entry needs a name")
@@ -136,19 +136,24 @@ class Scenario(Section):
                     f"[[models]] {entry['name']!r}: unknown key(s) {', '.join(extra)} "
                     f"(known: {', '.join(sorted(allowed))})"
                 )
-        weights = [entry.get("share", 1.0) for entry in entries]
-        if not all(isinstance(w, int | float) and w > 0 for w in weights):
-            raise ValueError(f"[[models]] shares must be positive numbers, got {weights}")
-        total = float(sum(weights))
-        traffic["classes"] = [
-            {
-                "name": entry["name"],
-                "model": entry["name"],
-                "share": weight / total,
-                "p99_ms": entry.get("p99_ms", 0.0),
-            }
-            for entry, weight in zip(entries, weights, strict=True)
-        ]
+            if "share" in entry and "rate_rps" in entry:
+                raise ValueError(
+                    f"[[models]] {entry['name']!r}: a share of the load or a rate of its own "
+                    "(rate_rps), not both"
+                )
+        weights = {
+            entry["name"]: entry.get("share", 1.0) for entry in entries if "rate_rps" not in entry
+        }
+        if not all(isinstance(w, int | float) and w > 0 for w in weights.values()):
+            raise ValueError(
+                f"[[models]] shares must be positive numbers, got {list(weights.values())}"
+            )
+        rates = {entry["name"]: entry["rate_rps"] for entry in entries if "rate_rps" in entry}
+        traffic["classes"] = mix_classes(
+            weights, rates, {entry["name"]: entry.get("p99_ms", 0.0) for entry in entries}
+        )
+        if rates and "min_rate_rps" not in traffic:
+            traffic["min_rate_rps"] = lowest_mix_rate(rates)
         data["traffic"] = traffic
         return _model_of_mix(data)
 
@@ -158,16 +163,17 @@ class Scenario(Section):
         models = tuple(dict.fromkeys(names))
         return models if len(models) > 1 else ()
 
-    def mix_shares_goals(self) -> tuple[tuple[str, float, float], ...]:
-        """``(model, share, p99 goal ms)`` of each model of a mix, in :meth:`mix`'s order: its
-        classes' shares summed, the strictest of their goals (a class without one: the run's
-        ``goals.p99_ms``); empty for one model."""
+    def mix_shares_goals(self) -> tuple[tuple[str, float, float, float], ...]:
+        """``(model, share, p99 goal ms, own rate req/s)`` of each model of a mix, in
+        :meth:`mix`'s order: its classes' shares and own rates summed, the strictest of their
+        goals (a class without one: the run's ``goals.p99_ms``); empty for one model."""
         out = []
         for name in self.mix():
             classes = [c for c in self.traffic.classes if (c.model or self.model.name) == name]
             share = sum(c.share for c in classes)
+            rate = sum(c.rate_rps for c in classes)
             goal = min((c.p99_ms or self.goals.p99_ms for c in classes), default=self.goals.p99_ms)
-            out.append((name, share, goal))
+            out.append((name, share, goal, rate))
         return tuple(out)
 
     def objective_spec(self) -> Objective:
@@ -369,33 +375,66 @@ def traffic_overrides(
 
 
 def mix_overrides(mix: str | None = None) -> dict[str, Any]:
-    """``--mix a=3,b=1@40`` (models, their relative weights and, after ``@``, a model's own p99
-    goal in ms) as ``[[traffic.classes]]``, one class per model named after it, the weights made
-    shares of 1 (None: not given). A model without ``@`` is held to the run's p99."""
+    """``--mix a=3,b=1@40,c=20/s`` (models, their relative weights or, with ``/s``, a rate of
+    their own in req/s, and after ``@`` a model's own p99 goal in ms) as ``[[traffic.classes]]``,
+    one class per model named after it, the weights made shares of 1 (None: not given). A model
+    without ``@`` is held to the run's p99. With rates of their own, the lowest rate a capacity
+    search tries is just above their sum (:func:`lowest_mix_rate`)."""
     if mix is None:
         return {}
     weights: dict[str, float] = {}
+    rates: dict[str, float] = {}
     goals: dict[str, float] = {}
     for item in (part.strip() for part in mix.split(",")):
         name, sep, rest = item.partition("=")
-        weight, at, goal = rest.partition("@")
-        value, p99 = _positive(weight) if sep else math.nan, _positive(goal) if at else 0.0
-        if not name or math.isnan(value) or math.isnan(p99) or name in weights:
+        amount, at, goal = rest.partition("@")
+        is_rate = amount.endswith("/s")
+        value = _positive(amount.removesuffix("/s")) if sep else math.nan
+        p99 = _positive(goal) if at else 0.0
+        if not name or math.isnan(value) or math.isnan(p99) or name in goals:
             raise InputError(
-                f"--mix takes MODEL=WEIGHT pairs, each model once with a positive weight and "
-                f"optionally @P99_MS, its own p99 goal (e.g. a=3,b=1@40); got {mix!r}"
+                f"--mix takes MODEL=WEIGHT pairs (or MODEL=RATE/s, a rate of its own), each "
+                f"model once with a positive number and optionally @P99_MS, its own p99 goal "
+                f"(e.g. a=3,b=1@40,c=20/s); got {mix!r}"
             )
-        weights[name] = value
+        (rates if is_rate else weights)[name] = value
         goals[name] = p99
-    if len(weights) < 2:
+    if len(goals) < 2:
         raise InputError(f"--mix names the models served together: two or more, got {mix!r}")
-    total = sum(weights.values())
-    return {
-        "traffic.classes": [
-            {"name": name, "model": name, "share": weight / total, "p99_ms": goals[name]}
-            for name, weight in weights.items()
-        ]
-    }
+    if not weights:
+        raise InputError(
+            f"--mix: every model has a rate of its own; give at least one a weight (the load a "
+            f"capacity search scales), got {mix!r}"
+        )
+    out: dict[str, Any] = {"traffic.classes": mix_classes(weights, rates, goals)}
+    if rates:
+        out["traffic.min_rate_rps"] = lowest_mix_rate(rates)
+    return out
+
+
+def mix_classes(
+    weights: Mapping[str, float], rates: Mapping[str, float], goals: Mapping[str, float]
+) -> list[dict[str, Any]]:
+    """A mix of models as ``[[traffic.classes]]``, one class per model named after it, in the
+    order of ``goals``: a model of ``weights`` gets its weight as a share of 1 (of the load the
+    rates leave), a model of ``rates`` its own rate; each its p99 goal (0: the run's)."""
+    total = float(sum(weights.values()))
+    out = []
+    for name, p99 in goals.items():
+        amount = {"share": weights[name] / total} if name in weights else {"rate_rps": rates[name]}
+        out.append({"name": name, "model": name, **amount, "p99_ms": p99})
+    return out
+
+
+#: With models at rates of their own, the lowest whole-load rate a capacity search tries leaves
+#: this fraction of their sum to the models with shares.
+MIX_RATE_HEADROOM = 0.05
+
+
+def lowest_mix_rate(rates: Mapping[str, float]) -> float:
+    """The lowest rate of the whole load a capacity search tries when ``rates`` are held: just
+    above their sum (``traffic.min_rate_rps`` unless given)."""
+    return round(sum(rates.values()) * (1 + MIX_RATE_HEADROOM), 3)
 
 
 def _positive(text: str) -> float:

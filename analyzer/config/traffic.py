@@ -37,9 +37,13 @@ class TrafficClass(Section):
 
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
     """What the class is called in results and the report (letters, digits, ``_.-``)."""
-    share: Annotated[float, Field(gt=0, le=1)]
+    share: Annotated[float, Field(ge=0, le=1)] = 0.0
     """Fraction of the offered load (of the requests sent) in this class; the shares of all
-    classes sum to 1."""
+    classes sum to 1 (with classes at rates of their own: of the rest of the load)."""
+    rate_rps: Annotated[float, Field(ge=0)] = 0.0
+    """A rate of its own, requests/second, whatever the level's rate (instead of a share): a
+    model that holds its traffic while the others' is scaled. A level's rate is the whole
+    load's; the classes with shares divide what the fixed rates leave of it. Open loop only."""
     priority: Annotated[int, Field(ge=0)] = 0
     """Priority level sent with each request (1 = highest); 0 sends none: the model's
     ``default_priority_level``."""
@@ -55,13 +59,26 @@ class TrafficClass(Section):
     run's model (``model.name``). Classes of several models are a mix of models served together
     by one server, each judged on its own goal."""
 
+    @model_validator(mode="after")
+    def _share_or_rate(self) -> TrafficClass:
+        if (self.share > 0) == (self.rate_rps > 0):
+            raise ValueError(
+                f"traffic class {self.name!r}: give it a share of the load or a rate of its "
+                f"own (rate_rps), one of them (got share {self.share:g}, rate_rps "
+                f"{self.rate_rps:g})"
+            )
+        return self
+
     @model_serializer(mode="wrap")
     def _leave_out_no_model(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # A class of the run's model dumps as before classes could name a model (records, TOML
-        # and hashes of older scenarios stay as they were).
+        # A class of the run's model, or without a rate of its own, dumps as before classes
+        # could name a model or hold a rate (records, TOML and hashes of older scenarios stay
+        # as they were).
         data: dict[str, Any] = handler(self)
         if not self.model:
             data.pop("model", None)
+        if not self.rate_rps:
+            data.pop("rate_rps", None)
         return data
 
 
@@ -231,11 +248,33 @@ class TrafficSection(Section):
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise ValueError(f"traffic.classes: class name {repeated[0]!r} is used twice")
-        total = sum(c.share for c in self.classes)
-        if self.classes and abs(total - 1.0) > SHARE_TOLERANCE:
-            shares = " + ".join(f"{c.share:g}" for c in self.classes)
+        scaled = [c for c in self.classes if c.share > 0]
+        total = sum(c.share for c in scaled)
+        if self.classes and not scaled:
+            raise ValueError(
+                "traffic.classes: every class has a rate of its own; give at least one a share "
+                "(the load a capacity search scales)"
+            )
+        if scaled and abs(total - 1.0) > SHARE_TOLERANCE:
+            shares = " + ".join(f"{c.share:g}" for c in scaled)
             raise ValueError(f"traffic.classes: the shares must sum to 1, got {shares} = {total:g}")
+        if fixed := self.fixed_rps():
+            if self.mode is not TrafficMode.RATE:
+                raise ValueError(
+                    "traffic.classes: a class with a rate of its own (rate_rps) needs open-loop "
+                    "load (traffic.mode = rate)"
+                )
+            if self.min_rate_rps <= fixed:
+                raise ValueError(
+                    f"traffic.min_rate_rps ({self.min_rate_rps:g}) must be above the classes' "
+                    f"own rates ({fixed:g} req/s in all): a level's rate is the whole load's, "
+                    "and the classes with shares divide what is left of it"
+                )
         return self
+
+    def fixed_rps(self) -> float:
+        """The classes' own rates summed (0: every class has a share)."""
+        return sum(c.rate_rps for c in self.classes)
 
     @model_serializer(mode="wrap")
     def _leave_out_no_classes(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

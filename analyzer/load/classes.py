@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,8 @@ class RequestClass:
     timeout_us: int = 0
     #: The model the class's requests go to; "": the load's model (a mix names several).
     model: str = ""
+    #: A rate of its own, req/s (``share`` is then 0 until :func:`level_classes` sets it).
+    rate_rps: float = 0.0
 
     def infer_kwargs(self) -> dict[str, int]:
         """``priority=``/``timeout=`` for tritonclient's ``infer`` and ``generate_request_body``
@@ -64,7 +66,30 @@ class RequestClass:
 def request_classes(traffic: TrafficSection) -> tuple[RequestClass, ...]:
     """The generator's classes of a scenario's ``[traffic]`` (empty without a mix)."""
     return tuple(
-        RequestClass(c.name, c.share, c.priority, c.timeout_us, c.model) for c in traffic.classes
+        RequestClass(c.name, c.share, c.priority, c.timeout_us, c.model, c.rate_rps)
+        for c in traffic.classes
+    )
+
+
+def level_classes(classes: Sequence[RequestClass], rate_rps: float) -> tuple[RequestClass, ...]:
+    """The classes of one open-loop level at ``rate_rps`` (the whole load's), each ``share`` its
+    part of the level's requests: a class with a rate of its own keeps that rate, the classes
+    with shares divide what is left. Unchanged when no class has a rate of its own.
+
+    Raises:
+        ValueError: the level's rate does not exceed the fixed rates.
+    """
+    fixed = sum(c.rate_rps for c in classes)
+    if not fixed:
+        return tuple(classes)
+    rest = rate_rps - fixed
+    if rest <= 0:
+        raise ValueError(
+            f"a level of {rate_rps:g} req/s leaves nothing for the classes with shares: the "
+            f"classes' own rates take {fixed:g}"
+        )
+    return tuple(
+        replace(c, share=(c.rate_rps if c.rate_rps else c.share * rest) / rate_rps) for c in classes
     )
 
 

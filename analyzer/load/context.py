@@ -194,7 +194,10 @@ class ProcessContext:
             self._next_payload = 0
         _check_trace_payloads(config, self.inputs)
         classes = config.request_classes()
-        requests_key = (key, config.http_client, classes, config.shared_memory, config.access)
+        # A class's share is how often it is drawn, not what its requests carry: a level whose
+        # shares differ (classes at rates of their own) keeps the requests built.
+        carried = tuple(replace(c, share=0.0) for c in classes)
+        requests_key = (key, config.http_client, carried, config.shared_memory, config.access)
         if config.shared_memory not in SHARED_MEMORY:
             raise InputError(
                 f"shared memory must be one of {SHARED_MEMORY}, not {config.shared_memory!r}"

@@ -29,6 +29,7 @@ from dataclasses import replace
 import gevent
 
 from analyzer.load.backends import DistributedBackend, LocalBackend, _Backend
+from analyzer.load.classes import RequestClass, level_classes
 from analyzer.load.clients import fetch_model_documents, stats_source
 from analyzer.load.context import EngineConfig
 from analyzer.load.engine import EngineOptions
@@ -231,7 +232,7 @@ class LocustLoadGenerator:
             inputs=o.inputs,
             http_client=o.http_client,
             precise_timer=o.precise_timer,
-            classes=[c.to_dict() for c in o.classes] or None,
+            classes=[c.to_dict() for c in self._level_classes(spec)] or None,
             sequence_length=o.sequence_length,
             sequence_length_variation_pct=o.sequence_length_variation_pct,
             sequences=o.sequences,
@@ -454,13 +455,20 @@ class LocustLoadGenerator:
             protocol=o.protocol,
             workers=processes,
             step=step,
-            classes=self._class_stats(total),
+            classes=self._class_stats(spec, total),
         )
 
-    def _class_stats(self, total: Tick) -> tuple[ClassStats, ...]:
+    def _level_classes(self, spec: LoadSpec) -> tuple[RequestClass, ...]:
+        """The traffic classes of ``spec``'s level, each share its part of the level's requests
+        (classes at rates of their own: :func:`~analyzer.load.classes.level_classes`)."""
+        if spec.mode is LoadMode.REQUEST_RATE:
+            return level_classes(self.options.classes, spec.target)
+        return tuple(self.options.classes)
+
+    def _class_stats(self, spec: LoadSpec, total: Tick) -> tuple[ClassStats, ...]:
         """Each traffic class's requests and latencies (empty without a priority mix)."""
         out = []
-        for index, klass in enumerate(self.options.classes):
+        for index, klass in enumerate(self._level_classes(spec)):
             tally = total.classes[index] if index < len(total.classes) else None
             lat = LatencySummary.from_histogram(tally.latency) if tally else LatencySummary()
             out.append(

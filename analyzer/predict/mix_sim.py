@@ -54,12 +54,14 @@ _MODEL_SEED_STEP = 4
 
 @dataclass(frozen=True)
 class MixModel:
-    """One model of a mix: its profile, its share of the requests and its own p99 goal."""
+    """One model of a mix: its profile, its share of the requests (or a rate of its own,
+    req/s, with share 0) and its own p99 goal."""
 
     name: str
     profile: Profile
     share: float
     p99_ms: float
+    rate_rps: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -78,8 +80,13 @@ class MixProfile:
         names = [m.name for m in self.models]
         if len(set(names)) != len(names):
             raise InputError(f"a mix's models must be distinct (got {names})")
-        if any(m.share <= 0 or m.p99_ms <= 0 for m in self.models):
-            raise InputError("every model of a mix needs a positive share and p99 goal")
+        if any((m.share > 0) == (m.rate_rps > 0) or m.p99_ms <= 0 for m in self.models):
+            raise InputError(
+                "every model of a mix needs a positive share or a rate of its own, not both, "
+                "and a positive p99 goal"
+            )
+        if self.fixed_rps() and not any(m.share > 0 for m in self.models):
+            raise InputError("a mix needs a model with a share (the load a capacity scales)")
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -89,10 +96,27 @@ class MixProfile:
     def goal_p99_ms(self) -> float:
         return max(m.p99_ms for m in self.models)
 
-    def shares(self) -> tuple[float, ...]:
-        """Each model's fraction of the requests (summing to 1)."""
+    def fixed_rps(self) -> float:
+        """The models' own rates summed (0: every model has a share)."""
+        return sum(m.rate_rps for m in self.models)
+
+    def shares(self, rate_rps: float | None = None) -> tuple[float, ...]:
+        """Each model's fraction of the requests at a mix rate of ``rate_rps`` (summing to 1):
+        a model with a rate of its own keeps it, the others divide the rest by their shares
+        (as the load generator draws them: ``load.classes.level_classes``)."""
         total = sum(m.share for m in self.models)
-        return tuple(m.share / total for m in self.models)
+        fixed = self.fixed_rps()
+        if not fixed:
+            return tuple(m.share / total for m in self.models)
+        if rate_rps is None or rate_rps <= fixed:
+            raise ValueError(
+                f"a mix rate of {rate_rps} req/s leaves nothing for the models with shares: "
+                f"the models' own rates take {fixed:g}"
+            )
+        rest = rate_rps - fixed
+        return tuple(
+            (m.rate_rps if m.rate_rps else m.share / total * rest) / rate_rps for m in self.models
+        )
 
     def stages(self, configs: Mapping[str, SimConfig]) -> list[Stage]:
         """Each model's batcher and instances with its config; every profile must cover it.
@@ -112,16 +136,24 @@ class MixProfile:
         return out
 
     def peak_rps(self, configs: Mapping[str, SimConfig]) -> float:
-        """The noise-free bound of the mix's rate: each model's share of it at its own peak
-        uses that fraction of the device, and the fractions cannot sum above 1."""
-        load = 0.0
-        for m, share in zip(self.models, self.shares(), strict=True):
+        """The noise-free bound of the mix's rate: each model's rate at its own peak uses that
+        fraction of the device, and the fractions cannot sum above 1 (the models' own rates
+        take theirs first; what they leave bounds the rest)."""
+        total = sum(m.share for m in self.models)
+        held = 0.0  # of the device, by the models' own rates
+        scaled = 0.0  # of the device per req/s of the rest
+        for m in self.models:
             config = configs[m.name]
             peak = m.profile.peak_rps(config.largest_items(m.profile.items), config.instance_count)
             if peak <= 0:
                 return math.inf
-            load += share / peak
-        return 1.0 / load if load > 0 else math.inf
+            if m.rate_rps:
+                held += m.rate_rps / peak
+            else:
+                scaled += m.share / total / peak
+        if held >= 1:
+            return self.fixed_rps()
+        return self.fixed_rps() + (1.0 - held) / scaled if scaled > 0 else math.inf
 
 
 @dataclass(frozen=True)
@@ -167,7 +199,8 @@ def simulate_mix(
     stages = mix.stages(configs)
     arrivals, warm = arrival_stream(rate_rps, requests, warmup, seed, arrival)
     first_measured = arrivals[warm]
-    drawn = draw_kinds(seed + _MODEL_SEED_STEP, requests, mix.shares())
+    shares = mix.shares(rate_rps)
+    drawn = draw_kinds(seed + _MODEL_SEED_STEP, requests, shares)
     lanes: list[Lane] = []
     ids: list[list[int]] = []
     for k, (m, stage) in enumerate(zip(mix.models, stages, strict=True)):
@@ -178,7 +211,6 @@ def simulate_mix(
         lanes.append(Lane(stage, times, stage.rows(seed, own), counted, too_slow))
         ids.append(own)
     done, histograms = serve_lanes(lanes, seed=seed)
-    shares = mix.shares()
     models = {}
     for k, (m, lane) in enumerate(zip(mix.models, lanes, strict=True)):
         times = list(lane.arrivals)
@@ -241,6 +273,11 @@ def mix_capacity(
             mix, configs, rate, requests=requests, seed=seed, stop=True, arrival=arrival
         ).combined
 
+    # With models at rates of their own the search starts just above their sum (no lower mix
+    # rate leaves the others any requests).
+    fixed = mix.fixed_rps()
+    if fixed and (min_rps is None or min_rps <= fixed):
+        min_rps = fixed * (1 + 1e-3)
     return search_rate(
         run, mix.goal_p99_ms, mix.peak_rps(configs), resolution, min_rps, start_rps, ceiling_rps
     )

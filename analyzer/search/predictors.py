@@ -478,7 +478,11 @@ class MixPredictor:
 
     def summary(self, refits: int) -> dict[str, object]:
         return {
-            "mix": {m.name: {"share": m.share, "p99_ms": m.p99_ms} for m in self.mix.models},
+            "mix": {
+                m.name: {"share": m.share, "p99_ms": m.p99_ms}
+                | ({"rate_rps": m.rate_rps} if m.rate_rps else {})
+                for m in self.mix.models
+            },
             "refits": refits,
             "models": {m.name: profile_summary(m.profile) for m in self.mix.models},
         }
@@ -490,7 +494,8 @@ class MixPredictor:
             save_profile(m.profile, folder / f"{m.name}.json")
         doc = {
             "models": [
-                {"name": m.name, "share": m.share, "p99_ms": m.p99_ms} for m in self.mix.models
+                {"name": m.name, "share": m.share, "p99_ms": m.p99_ms, "rate_rps": m.rate_rps}
+                for m in self.mix.models
             ]
         }
         tmp = path.with_suffix(".tmp")
@@ -559,6 +564,7 @@ def load_predictor(path: Path) -> Predictor:
                         load_profile(folder / f"{m['name']}.json"),
                         float(m["share"]),
                         float(m["p99_ms"]),
+                        float(m.get("rate_rps", 0.0)),
                     )
                     for m in doc["mix"]["models"]
                 )

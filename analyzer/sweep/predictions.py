@@ -116,7 +116,7 @@ def _probed(state: _State, profiler: Profiler) -> Predictor:
             # Its own config back (a pipeline ready again) before the next model's probe.
             target.load_config(original)
     if mix:
-        goals = {name: (share, p99) for name, share, p99 in scenario.mix_shares_goals()}
+        goals = {name: (share, p99, rate) for name, share, p99, rate in scenario.mix_shares_goals()}
         return MixPredictor(
             MixProfile(tuple(MixModel(name, p, *goals[name]) for name, p in profiles)),
             workers=sim_workers(),

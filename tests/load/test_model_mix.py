@@ -96,3 +96,25 @@ def test_a_mix_has_a_capacity_where_every_model_meets_the_goal(
     assert steps and all({c["model"] for c in p["classes"]} == {"narrow", "wide"} for p in steps)
     assert all(c["request_count"] > 0 for p in steps for c in p["classes"])
     assert "narrow p99" in stdout and "/60 ms" in stdout
+
+
+def test_a_model_at_a_rate_of_its_own_holds_it_at_every_level(
+    server: ReferenceProcess, tmp_path: Path
+) -> None:
+    doc, stdout = _load(
+        server.http_url,
+        tmp_path / "held.json",
+        *("--mix", "narrow=1,wide=30/s", "--find-capacity", "--p99-ms", "60"),
+        *("--start-rps", "60", "--max-rps", "400", "--resolution", "0.2"),
+        *("--warmup-s", "0.3", "--window-s", "1"),
+    )
+    assert doc["environment"]["mix_rates_rps"] == {"wide": 30.0}
+    steps = [p for p in doc["results"] if p["mode"] == "request_rate"]
+    assert len(steps) >= 2 and doc["capacity_rps"] > 30.0
+    for step in steps:
+        classes = {c["model"]: c for c in step["classes"]}
+        # wide's share of each level is its own rate over the level's (the rest is narrow's).
+        assert classes["wide"]["share"] == pytest.approx(30.0 / step["target"])
+        sent = sum(c["request_count"] for c in classes.values())
+        wide_rps = classes["wide"]["request_count"] / sent * step["offered_rps"]
+        assert wide_rps == pytest.approx(30.0, rel=0.35), step["target"]

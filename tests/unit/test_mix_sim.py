@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -203,3 +204,30 @@ def test_a_point_the_simulation_puts_over_a_goal_calibrates_nothing() -> None:
     assert "rank" in sim.misses(THREE)
     measured = {"rank": 350.0, "tag": 20.0, "embed": 25.0}
     assert mix_offsets(THREE, [(unbatched, 100.0, measured)], requests=3000, seed=0) == THREE
+
+
+def test_models_at_rates_of_their_own_hold_them_while_the_rest_is_scaled() -> None:
+    # Maximise rank's rate while tag and embed hold theirs.
+    held = MixProfile(
+        (
+            RANK,
+            replace(TAG, share=0.0, rate_rps=60.0),
+            replace(EMBED, share=0.0, rate_rps=30.0),
+        )
+    )
+    assert held.fixed_rps() == 90.0
+    for rate in (120.0, 200.0):
+        at = simulate_mix(held, JOINT, rate, requests=6000, seed=1)
+        assert at.models["tag"].rate_rps == pytest.approx(60.0)
+        assert at.models["rank"].rate_rps == pytest.approx(rate - 90.0)
+        counted = {name: p.requests for name, p in at.models.items()}
+        assert counted["tag"] / sum(counted.values()) == pytest.approx(60.0 / rate, abs=0.02)
+    capacity = mix_capacity(held, JOINT, requests=3000, seed=1)
+    assert 90.0 < capacity.capacity_rps <= held.peak_rps(JOINT)
+    assert (
+        simulate_mix(held, JOINT, capacity.capacity_rps, requests=3000, seed=1).misses(held) == []
+    )
+    with pytest.raises(ValueError, match="leaves nothing"):
+        simulate_mix(held, JOINT, 80.0)
+    with pytest.raises(InputError, match="share"):
+        MixProfile((replace(RANK, share=0.0, rate_rps=10.0), replace(TAG, share=0.0, rate_rps=5.0)))

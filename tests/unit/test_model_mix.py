@@ -13,6 +13,7 @@ from analyzer.load.classes import (
     RequestClass,
     RoutedClient,
     class_models,
+    level_classes,
     mix_models,
     request_classes,
 )
@@ -126,6 +127,7 @@ def test_models_entries_are_a_class_per_model_with_its_goal(tmp_path: Path) -> N
         ('[[traffic.classes]]\nname = "x"\nshare = 1.0\n', "both given"),
         ('[[models]]\nname = "third"\nshare = 0\n', "positive"),
         ('[[models]]\nname = "third"\nrate = 5\n', "unknown key"),
+        ('[[models]]\nname = "third"\nshare = 1\nrate_rps = 5\n', "not both"),
     ],
 )
 def test_a_bad_models_list_is_refused(tmp_path: Path, extra: str, message: str) -> None:
@@ -138,3 +140,74 @@ def test_a_bad_models_list_is_refused(tmp_path: Path, extra: str, message: str) 
 def test_a_load_model_outside_the_mix_is_refused() -> None:
     with pytest.raises(InputError, match="gets none of the mix's requests"):
         load_scenario(None, {"model.name": "c", **mix_overrides("a=1,b=1")}, env={})
+
+
+def test_a_model_can_hold_a_rate_of_its_own_in_the_quick_form() -> None:
+    scenario = load_scenario(None, mix_overrides("a=3,b=1@40,c=20/s@30"), env={})
+    assert [(c.model, c.share, c.rate_rps, c.p99_ms) for c in scenario.traffic.classes] == [
+        ("a", 0.75, 0.0, 0.0),
+        ("b", 0.25, 0.0, 40.0),
+        ("c", 0.0, 20.0, 30.0),
+    ]
+    # The lowest rate a capacity search tries leaves the shared models some of the load.
+    assert scenario.traffic.min_rate_rps == pytest.approx(21.0)
+    assert scenario.traffic.fixed_rps() == 20.0
+    assert scenario.mix_shares_goals()[2] == ("c", 0.0, 30.0, 20.0)
+
+
+@pytest.mark.parametrize("text", ["a=1/s,b=2/s", "a=1,b=0/s", "a=1,b=x/s", "a=1,b=/s"])
+def test_a_quick_form_with_no_shared_model_or_a_bad_rate_is_refused(text: str) -> None:
+    with pytest.raises(InputError, match="--mix"):
+        mix_overrides(text)
+
+
+def test_models_entries_can_hold_a_rate_of_their_own(tmp_path: Path) -> None:
+    path = tmp_path / "mix.toml"
+    path.write_text(MODELS_TOML + '[[models]]\nname = "ranker"\nrate_rps = 50\np99_ms = 80\n')
+    scenario = load_scenario(path, {}, env={})
+    assert [(c.model, c.share, c.rate_rps) for c in scenario.traffic.classes] == [
+        ("detector", 0.75, 0.0),
+        ("classifier", 0.25, 0.0),
+        ("ranker", 0.0, 50.0),
+    ]
+    assert scenario.traffic.min_rate_rps == pytest.approx(52.5)
+    again = tmp_path / "again.toml"
+    again.write_text(scenario.to_toml())
+    assert load_scenario(again, {}, env={}) == scenario
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"traffic.min_rate_rps": 10.0}, "must be above the classes' own rates"),
+        ({"traffic.mode": "concurrency"}, "needs open-loop load"),
+    ],
+)
+def test_a_rate_of_its_own_needs_open_loop_rates_above_it(overrides: dict, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        load_scenario(None, {**mix_overrides("a=1,b=20/s"), **overrides}, env={})
+
+
+def test_a_class_has_a_share_or_a_rate_not_both_nor_neither() -> None:
+    both = {"traffic.classes": [{"name": "x", "share": 1.0, "rate_rps": 5.0}]}
+    with pytest.raises(InputError, match="one of them"):
+        load_scenario(None, both, env={})
+    neither = {"traffic.classes": [{"name": "x"}, {"name": "y", "share": 1.0}]}
+    with pytest.raises(InputError, match="one of them"):
+        load_scenario(None, neither, env={})
+
+
+def test_at_each_level_the_shared_models_divide_what_the_held_rates_leave() -> None:
+    classes = (
+        RequestClass("a", 0.75, model="a"),
+        RequestClass("b", 0.25, model="b"),
+        RequestClass("c", 0.0, model="c", rate_rps=20.0),
+    )
+    at_100 = level_classes(classes, 100.0)
+    assert [round(c.share * 100.0, 6) for c in at_100] == [60.0, 20.0, 20.0]
+    at_420 = level_classes(classes, 420.0)
+    assert [round(c.share * 420.0, 6) for c in at_420] == [300.0, 100.0, 20.0]
+    plain = (RequestClass("a", 0.5), RequestClass("b", 0.5))
+    assert level_classes(plain, 100.0) == plain
+    with pytest.raises(ValueError, match="leaves nothing"):
+        level_classes(classes, 20.0)
