@@ -101,7 +101,7 @@ def test_a_mix_has_a_capacity_where_every_model_meets_the_goal(
 def test_a_model_at_a_rate_of_its_own_holds_it_at_every_level(
     server: ReferenceProcess, tmp_path: Path
 ) -> None:
-    doc, stdout = _load(
+    doc, _ = _load(
         server.http_url,
         tmp_path / "held.json",
         *("--mix", "narrow=1,wide=30/s", "--find-capacity", "--p99-ms", "60"),

@@ -74,7 +74,7 @@ def test_no_mix_keeps_the_dump_and_the_hash_of_older_scenarios() -> None:
             [{"name": "a", "share": 0.5}, {"name": "a", "share": 0.5}],
             "class name 'a' is used twice",
         ),
-        ([{"name": "a", "share": 0}], "traffic.classes.share"),
+        ([{"name": "a", "share": 0}], "a share of the load or a rate of its own"),
         ([{"name": "a", "share": 1, "priority": -1}], "traffic.classes.priority"),
         ([{"name": "a", "share": 1, "timeout_us": -5}], "traffic.classes.timeout_us"),
         ([{"name": "a", "share": 1, "p99_ms": -1}], "traffic.classes.p99_ms"),
