@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, replace
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
+from analyzer.errors import InputError
+
 if TYPE_CHECKING:
     from analyzer.config.traffic import TrafficSection
     from analyzer.load.prepared import InferClient
@@ -77,16 +79,16 @@ def level_classes(classes: Sequence[RequestClass], rate_rps: float) -> tuple[Req
     with shares divide what is left. Unchanged when no class has a rate of its own.
 
     Raises:
-        ValueError: the level's rate does not exceed the fixed rates.
+        InputError: the level's rate does not exceed the fixed rates.
     """
     fixed = sum(c.rate_rps for c in classes)
     if not fixed:
         return tuple(classes)
     rest = rate_rps - fixed
     if rest <= 0:
-        raise ValueError(
+        raise InputError(
             f"a level of {rate_rps:g} req/s leaves nothing for the classes with shares: the "
-            f"classes' own rates take {fixed:g}"
+            f"classes' own rates take {fixed:g} (a level's rate is the whole load's)"
         )
     return tuple(
         replace(c, share=(c.rate_rps if c.rate_rps else c.share * rest) / rate_rps) for c in classes

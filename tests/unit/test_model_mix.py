@@ -209,5 +209,5 @@ def test_at_each_level_the_shared_models_divide_what_the_held_rates_leave() -> N
     assert [round(c.share * 420.0, 6) for c in at_420] == [300.0, 100.0, 20.0]
     plain = (RequestClass("a", 0.5), RequestClass("b", 0.5))
     assert level_classes(plain, 100.0) == plain
-    with pytest.raises(ValueError, match="leaves nothing"):
+    with pytest.raises(InputError, match="leaves nothing"):
         level_classes(classes, 20.0)
