@@ -3,28 +3,10 @@ profiled together (its table and its checkpoint), its pick, a variant as the mod
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location(
-        "mix_vs_model_analyzer", ROOT / "benchmarks" / "mix_vs_model_analyzer.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("mix_vs_model_analyzer", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load()
+import benchmarks.mix_vs_model_analyzer as bench
 
 MODELS = ("rank", "tag")
 
