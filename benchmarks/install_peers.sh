@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install Triton's own tools as benchmark peers, apart from the project's venv
 # (shared/notes/peers.md): perf_analyzer from the last tritonclient wheel that ships it, and
-# Model Analyzer 1.58 in a venv of its own (it pins packages that fight the project's).
+# Model Analyzer 1.58 in a venv of its own (it pins packages that fight the project's), and Open MPI:
+# Model Analyzer's concurrent mode runs one perf_analyzer per model under mpiexec, and
+# perf_analyzer --enable-mpi dlopens libmpi.so (libopenmpi-dev's link).
 #   /opt/peers/bin/perf_analyzer      wrapper: LD_LIBRARY_PATH for libcudart, then the binary
 #   /opt/peers/ma/bin/model-analyzer  Model Analyzer 1.58
 # Usage: bash benchmarks/install_peers.sh [PREFIX]   (PREFIX defaults to /opt/peers)
@@ -10,8 +12,11 @@ PREFIX=${1:-/opt/peers}
 PYTHON=${PYTHON:-python3}
 mkdir -p "$PREFIX/bin" "$PREFIX/dl"
 
-if command -v apt-get >/dev/null 2>&1 && { ! ldconfig -p | grep -q libb64.so.0d || ! command -v unzip >/dev/null; }; then
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends libb64-0d unzip >/dev/null
+if command -v apt-get >/dev/null 2>&1 && { ! ldconfig -p | grep -q libb64.so.0d \
+  || ! ldconfig -p | grep -q 'libmpi.so ' || ! command -v unzip >/dev/null \
+  || ! command -v mpiexec >/dev/null; }; then
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends libb64-0d unzip \
+    openmpi-bin libopenmpi-dev >/dev/null
 fi
 
 if [ ! -x "$PREFIX/lib/perf_analyzer" ]; then
