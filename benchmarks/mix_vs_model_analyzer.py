@@ -27,7 +27,7 @@ whole mix at which every model meets its own p99), in the order A B B A so drift
 Usage::
 
     bash benchmarks/install_peers.sh                          # Model Analyzer, perf_analyzer
-    .venv/bin/python benchmarks/mix_vs_model_analyzer.py      # ~40 min
+    .venv/bin/python benchmarks/mix_vs_model_analyzer.py      # ~15 min
 
 It prints a markdown table and writes ``benchmarks/results/mix_vs_model_analyzer-<UTC>.json``
 (``format_version`` 1). Loopback only; every process it starts is stopped at the end.
