@@ -13,7 +13,6 @@ layer that runs them (the instance's device is the :class:`Device` protocol, whi
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,15 +32,12 @@ class Device(Protocol):
 
     Attributes:
         name: ``"cpu"``, ``"gpu0"``, ``"sim-gpu0"``...
-        lock: Held for the device part of an execution (serialises device work).
-        meter: Busy time and memory of simulated instances.
+        meter: Busy time (the device's timeline: ``DeviceMeter.book``) and memory of simulated
+            instances.
     """
 
     @property
     def name(self) -> str: ...
-
-    @property
-    def lock(self) -> threading.Lock: ...
 
     @property
     def meter(self) -> DeviceMeter: ...

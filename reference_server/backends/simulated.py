@@ -1,13 +1,13 @@
 """The simulated backend: executes a latency profile instead of a model.
 
 Each execution sleeps the profile's host time before and after the device part, and the device
-time while holding the lock of the instance's :class:`~reference_server.batching.instances.Device`, so
-instances sharing a simulated GPU serialise their device work and more instances give
-diminishing returns. Sleeping (never spinning) keeps simulations free of CPU cost. Outputs are
+time as booked on the timeline of the instance's :class:`~reference_server.batching.instances.Device`
+(``DeviceMeter.book``: it starts when the work booked before it ends), so instances sharing a
+simulated GPU serialise their device work and more instances give diminishing returns. Sleeping (never spinning) keeps simulations free of CPU cost. Outputs are
 real tensors of the configured shapes (zeros).
 
-The device's :class:`~reference_server.core.gpu.DeviceMeter` records the time the device part holds
-the lock (its busy share is ``nv_gpu_utilization``) and the memory each instance holds: the
+The device's :class:`~reference_server.core.gpu.DeviceMeter` records the booked device time
+(its busy share is ``nv_gpu_utilization``) and the memory each instance holds: the
 profile's weights from initialize on, growing with the largest batch executed (``[gpu]`` table).
 
 Config parameters: ``profile`` (bundled name or path relative to the model directory, default
@@ -62,14 +62,8 @@ class SimulatedBackend:
         if profile.gpu is not None and batch > self._peak_batch:
             self._peak_batch = batch
             meter.hold(self, profile.gpu.instance_bytes(batch))
-        with self._args.device.lock:
-            input_end = time.monotonic_ns()
-            meter.busy_begin(input_end)
-            try:
-                _sleep(self._jittered_s(profile.device.ms(batch)))
-            finally:
-                output_start = time.monotonic_ns()
-                meter.busy_end(output_start)
+        input_end, output_start = meter.book(int(self._jittered_s(profile.device.ms(batch)) * 1e9))
+        _sleep((output_start - time.monotonic_ns()) / 1e9)
         _sleep(self._jittered_s(profile.host_post.ms(batch)))
         mark_compute(requests, input_end, output_start)
         cfg = self._args.config

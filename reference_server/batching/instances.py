@@ -2,9 +2,9 @@
 
 Each non-passive instance owns one backend object and one thread that loops: take the next
 batch from the model's scheduler, execute it, hand the responses back. Instances placed on the
-same (simulated or real) GPU share one :class:`Device`: the simulated backend holds its lock for
-the device part of an execution, so device work is serialised across instances (and across
-models on that device) while host work overlaps, as on real hardware.
+same (simulated or real) GPU share one :class:`Device`: the simulated backend books the device
+part of an execution on its meter's timeline, so device work is serialised across instances (and
+across models on that device) while host work overlaps, as on real hardware.
 
 With ``--rate-limit execution_count`` the server has one :class:`RateLimitedDispatch`: the pure
 :class:`~reference_server.batching.rate_limiter.RateLimiter` behind a lock, which every
@@ -39,12 +39,10 @@ class Device:
 
     Attributes:
         name: ``"cpu"``, ``"gpu0"``, ``"sim-gpu0"``...
-        lock: Held for the device part of an execution (serialises device work).
         meter: Busy time and memory of simulated instances (``reference_server.core.gpu``).
     """
 
     name: str
-    lock: threading.Lock = field(default_factory=threading.Lock)
     meter: DeviceMeter = field(default_factory=DeviceMeter)
 
 

@@ -10,8 +10,8 @@ Sources, in the order :func:`default_sources` uses them:
 * :class:`NvmlSource`: the real GPUs through NVML (``nvidia-ml-py``'s ``pynvml``, imported on
   first use; absent or failing NVML means no real GPU series, as on a CPU-only Triton).
 * :class:`SimulatedSource`: every simulated device a ``simulated`` model instance runs on. Its
-  utilisation is the device-busy share over the trailing second (the backend records the time
-  it holds the device), and its memory and power come from the latency profile's
+  utilisation is the device-busy share over the trailing second (the backend books the
+  device's time on the meter's timeline), and its memory and power come from the latency profile's
   ``[gpu]`` table: synthetic figures, which the profile's provenance says.
 
 NVML's utilisation is "the percent of time over the past sample period during which one or more
@@ -157,7 +157,7 @@ class DeviceMeter:
         self.simulated = False
         self._busy_total_ns = 0
         self._intervals: collections.deque[tuple[int, int]] = collections.deque()
-        self._running_since: int | None = None
+        self._free_at_ns = 0
         self._held: dict[object, int] = {}
 
     # ---- written by the simulated backend
@@ -171,23 +171,26 @@ class DeviceMeter:
             if self.spec is None and spec is not None:
                 self.spec = spec
 
-    def busy_begin(self, start_ns: int | None = None) -> None:
-        """The device started a piece of work (callers serialise: one at a time)."""
-        with self._lock:
-            self._running_since = self._clock() if start_ns is None else start_ns
+    def book(self, duration_ns: int) -> tuple[int, int]:
+        """Book the device for ``duration_ns`` from when it is next free: the (start, end) of
+        the piece of work.
 
-    def busy_end(self, end_ns: int | None = None) -> None:
-        """The work begun by :meth:`busy_begin` ended."""
+        The device is a timeline, not a lock: work starts when the work booked before it ends,
+        whether or not the thread that booked that work has woken to collect it, as a GPU runs
+        the next kernel while the CPU thread of the last one waits for the interpreter. A lock
+        held across the sleep would keep the device busy for that wait too (up to the GIL's
+        switch interval, 5 ms, under load), which no latency profile holds.
+        """
         with self._lock:
-            start = self._running_since
-            self._running_since = None
-            if start is None:
-                return
-            end = self._clock() if end_ns is None else end_ns
+            now = self._clock()
+            start = max(now, self._free_at_ns)
+            end = start + max(0, int(duration_ns))
+            self._free_at_ns = end
             if end > start:
                 self._busy_total_ns += end - start
                 self._intervals.append((start, end))
-            self._trim(end)
+            self._trim(now)
+            return start, end
 
     def hold(self, key: object, nbytes: int) -> None:
         """Instance ``key`` holds at least ``nbytes`` (memory never shrinks while held)."""
@@ -215,16 +218,16 @@ class DeviceMeter:
             span = now - since
             if span <= 0:
                 return 0.0
-            busy = sum(min(end, now) - max(start, since) for start, end in self._intervals)
-            if self._running_since is not None:
-                busy += now - max(self._running_since, since)
+            busy = sum(max(0, min(end, now) - max(start, since)) for start, end in self._intervals)
             return min(1.0, max(0.0, busy / span))
 
     def busy_ns(self) -> int:
-        """Total busy time since the device appeared (the running piece included)."""
+        """Total busy time since the device appeared, up to now (booked work not yet done
+        counts as far as it has run)."""
         with self._lock:
-            running = self._clock() - self._running_since if self._running_since else 0
-            return self._busy_total_ns + running
+            now = self._clock()
+            ahead = sum(end - max(start, now) for start, end in self._intervals if end > now)
+            return self._busy_total_ns - ahead
 
     def alive_ns(self) -> int:
         """Time since the device appeared."""

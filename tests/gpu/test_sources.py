@@ -26,26 +26,43 @@ def test_busy_share_covers_the_trailing_interval_only() -> None:
     meter = DeviceMeter(clock_ns=clock, interval_ns=1000 * MS)
     meter.attach(None)
     for start in range(0, 3000, 100):  # 25 ms busy every 100 ms for 3 s
-        meter.busy_begin(start * MS)
-        meter.busy_end((start + 25) * MS)
+        clock.now = start * MS
+        assert meter.book(25 * MS) == (start * MS, (start + 25) * MS)
     clock.now = 3000 * MS
     assert meter.utilization() == pytest.approx(0.25)
     assert meter.busy_ns() == 30 * 25 * MS
-    # An execution still running counts up to now.
-    meter.busy_begin(3000 * MS)
+    # Work booked but still running counts up to now.
+    meter.book(1000 * MS)
     clock.now = 3500 * MS
     assert meter.utilization() == pytest.approx((500 + 5 * 25) / 1000)
-    meter.busy_end(3500 * MS)
+    assert meter.busy_ns() == 30 * 25 * MS + 500 * MS
+    clock.now = 4200 * MS  # it ended at 4000 ms
+    assert meter.utilization() == pytest.approx(0.8)
     clock.now = 5000 * MS
     assert meter.utilization() == 0.0
+
+
+def test_work_booked_on_a_busy_device_starts_when_the_work_before_it_ends() -> None:
+    """The device is a timeline: the next piece starts when the last one ends, not when the
+    thread that booked the last one wakes."""
+    clock = Clock()
+    meter = DeviceMeter(clock_ns=clock, interval_ns=1000 * MS)
+    meter.attach(None)
+    assert meter.book(10 * MS) == (0, 10 * MS)
+    clock.now = 4 * MS
+    assert meter.book(6 * MS) == (10 * MS, 16 * MS)
+    clock.now = 30 * MS  # the device went idle at 16 ms
+    assert meter.book(5 * MS) == (30 * MS, 35 * MS)
+    assert meter.busy_ns() == 16 * MS  # booked, not run yet
+    clock.now = 40 * MS
+    assert meter.busy_ns() == 21 * MS
 
 
 def test_busy_share_of_a_new_device_uses_its_age() -> None:
     clock = Clock()
     meter = DeviceMeter(clock_ns=clock, interval_ns=2000 * MS)
     meter.attach(None)
-    meter.busy_begin(0)
-    meter.busy_end(100 * MS)
+    meter.book(100 * MS)
     clock.now = 200 * MS
     assert meter.utilization() == pytest.approx(0.5)
 
