@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install Triton's own tools as benchmark peers, apart from the project's venv
 # (shared/notes/peers.md): perf_analyzer from the last tritonclient wheel that ships it, and
-# Model Analyzer 1.58 in a venv of its own (it pins packages that fight the project's), and Open MPI:
-# Model Analyzer's concurrent mode runs one perf_analyzer per model under mpiexec, and
+# Model Analyzer 1.58 in a venv of its own (it pins packages that fight the project's), and
+# Open MPI: Model Analyzer's concurrent mode runs one perf_analyzer per model under mpiexec, and
 # perf_analyzer --enable-mpi dlopens libmpi.so (libopenmpi-dev's link).
 #   /opt/peers/bin/perf_analyzer      wrapper: LD_LIBRARY_PATH for libcudart, then the binary
 #   /opt/peers/ma/bin/model-analyzer  Model Analyzer 1.58

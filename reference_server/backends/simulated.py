@@ -1,10 +1,11 @@
 """The simulated backend: executes a latency profile instead of a model.
 
 Each execution sleeps the profile's host time before and after the device part, and the device
-time as booked on the timeline of the instance's :class:`~reference_server.batching.instances.Device`
-(``DeviceMeter.book``: it starts when the work booked before it ends), so instances sharing a
-simulated GPU serialise their device work and more instances give diminishing returns. Sleeping (never spinning) keeps simulations free of CPU cost. Outputs are
-real tensors of the configured shapes (zeros).
+time as booked on the timeline of the instance's
+:class:`~reference_server.batching.instances.Device` (``DeviceMeter.book``: it starts when the
+work booked before it ends), so instances sharing a simulated GPU serialise their device work
+and more instances give diminishing returns. Sleeping (never spinning) keeps simulations free of
+CPU cost. Outputs are real tensors of the configured shapes (zeros).
 
 The device's :class:`~reference_server.core.gpu.DeviceMeter` records the booked device time
 (its busy share is ``nv_gpu_utilization``) and the memory each instance holds: the

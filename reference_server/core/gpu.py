@@ -11,8 +11,8 @@ Sources, in the order :func:`default_sources` uses them:
   first use; absent or failing NVML means no real GPU series, as on a CPU-only Triton).
 * :class:`SimulatedSource`: every simulated device a ``simulated`` model instance runs on. Its
   utilisation is the device-busy share over the trailing second (the backend books the
-  device's time on the meter's timeline), and its memory and power come from the latency profile's
-  ``[gpu]`` table: synthetic figures, which the profile's provenance says.
+  device's time on the meter's timeline), and its memory and power come from the latency
+  profile's ``[gpu]`` table: synthetic figures, which the profile's provenance says.
 
 NVML's utilisation is "the percent of time over the past sample period during which one or more
 kernels was executing", a period of 1/6 s to 1 s by product, and Triton reads it on a timer
