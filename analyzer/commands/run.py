@@ -99,7 +99,9 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(
                 help="Managed server to start: reference (default, the bundled one) | triton "
-                "(a tritonserver binary on the --model-repository). Ignored with --url."
+                "(a tritonserver binary on the --model-repository) | virtual (none: the "
+                "simulated device simulated in virtual time, a 20-trial sweep in seconds, to try "
+                "a space or budget; figures are the simulator's). Ignored with --url."
             ),
         ] = None,
         protocol: ProtocolFlag = None,

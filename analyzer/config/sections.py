@@ -48,10 +48,13 @@ class ModelSection(Section):
     steps call; naming some tunes only those)."""
     url: str | None = None
     """HTTP URL of a running server (real Triton or reference server); no server is started."""
-    server: Literal["reference", "triton"] = "reference"
-    """Which server perfsweep starts and manages: the bundled ``reference`` server or a real
+    server: Literal["reference", "triton", "virtual"] = "reference"
+    """Which server perfsweep starts and manages: the bundled ``reference`` server, a real
     ``triton`` (``tritonserver`` on loopback, explicit model control, the user's
-    ``repository``). Ignored with ``url``: nothing is started then."""
+    ``repository``), or ``virtual``: no server at all, the reference server's simulated device
+    simulated in virtual time (``perfsweep run`` only: each model's simulated-device profile,
+    a sweep of 20 trials in seconds; its figures are the simulator's, not measurements).
+    Ignored with ``url``: nothing is started then."""
     triton_server_path: Path | None = None
     """The ``tritonserver`` binary of ``server = "triton"`` (default: found on ``PATH``). Not
     part of :meth:`Scenario.hash`: where the binary lies changes no measurement."""

@@ -37,14 +37,12 @@ from analyzer.load.level_messages import LevelFacts, level_messages
 from analyzer.load.recorder import Tick, send_gap_cv
 from analyzer.load.users import ClosedLoopUser, OpenLoopUser
 from analyzer.load.windows import _equal_parts, _feed, _TickSample, _Window
-from analyzer.measure.capacity import CapacityResult, CapacitySearch
+from analyzer.measure.capacity import CapacityResult, find_capacity
 from analyzer.measure.goals import (
     GeneratorLimits,
     clearly_fails,
     generator_problems,
     is_stable,
-    meets_goals,
-    sequential_verdict,
 )
 from analyzer.measure.histograms import (
     LatencySummary,
@@ -497,84 +495,6 @@ class LocustLoadGenerator:
         return self._scraper.wait_drained(timeout_s, sleep=gevent.sleep)
 
     def find_capacity(self, spec: CapacitySpec) -> CapacityResult:
-        """Bracket, then bisect, the highest open-loop rate meeting ``spec.goals``.
-
-        With ``spec.step.sequential`` set, every step is a sequential step against
-        ``spec.goals.p99_ms`` (PASS and FAIL as pass and fail; BOUNDARY on its point p99, labelled
-        at the boundary when it passes: :func:`~analyzer.measure.goals.meets_goals`), and only the
-        first step warms up.
-        """
-        search = CapacitySearch(spec)
-        points: list[Measurement] = []
-        template = spec.step
-        if template.sequential is not None:
-            template = replace(
-                template, sequential=replace(template.sequential, goal_ms=spec.goals.p99_ms)
-            )
-        steps_run = 0
-
-        def run(step: LoadSpec) -> tuple[Measurement, bool]:
-            nonlocal steps_run
-            if template.sequential is not None and steps_run > 0:
-                # One warm-up per config load, not per step. The warm-up pays for what a config
-                # load and a cold generator cost (instances, allocations, connections); by the
-                # second step the server is warm, and drain() has emptied it, so no backlog of
-                # the previous rate leaks in. No settle period replaces it: what is left is the
-                # queue filling from empty at the new rate, and a settle of a second or so is no
-                # cure for that near capacity (the queue's relaxation time there is longer than
-                # any warm-up), while far from capacity it is over in a few service times. The
-                # test itself needs >= ~500 requests before it can pass a p99, so those first
-                # requests weigh little, and a step near the goal runs longest of all.
-                step = replace(step, warmup_s=0.0)
-            steps_run += 1
-            m = self.measure(step)
-            points.append(m)
-            self.drain(spec.drain_timeout_s)
-            return m, meets_goals(m, spec.goals)[0]
-
-        def run_valid(step: LoadSpec) -> tuple[Measurement, bool]:
-            m, passed = run(step)
-            if not m.valid:  # the generator, not the server, failed: that says nothing yet
-                m, passed = run(step)
-            return m, passed
-
-        while (rate := search.next_rate()) is not None:
-            step = replace(template, mode=LoadMode.REQUEST_RATE, target=rate, fail_fast=spec.goals)
-            m, passed = run_valid(step)
-            if not passed and spec.confirm_failures:
-                # Real servers have rare outliers: a failure must repeat, in a valid measurement.
-                m, passed = run_valid(step)
-            boundary = passed and sequential_verdict(m, spec.goals) is StepVerdict.BOUNDARY
-            search.record(rate, passed, boundary=boundary)
-        capacity = search.capacity_rps
-        best = None
-        for m in points:
-            if m.target == capacity and meets_goals(m, spec.goals)[0]:
-                best = m
-        invalid = [m for m in points if not m.valid]
-        if capacity == 0:
-            message = (
-                f"no rate from {spec.min_rps:g} req/s up met p99 <= {spec.goals.p99_ms:g} ms; "
-                "check the server or relax the goal"
-            )
-        elif not search.bracketed:
-            message = f"every rate up to the limit {spec.max_rps:g} req/s met the goal; raise it"
-        else:
-            message = f"capacity {capacity:.1f} req/s at p99 <= {spec.goals.p99_ms:g} ms"
-        if capacity > 0 and search.at_boundary:
-            message += (
-                " (at the boundary: at that rate the sequential test could not tell the p99 "
-                "from the goal within its cap)"
-            )
-        if invalid:
-            message += f"; {len(invalid)} step(s) were invalid (generator saturated): add --workers"
-        return CapacityResult(
-            goals=spec.goals,
-            capacity_rps=capacity,
-            points=tuple(points),
-            best=best,
-            bracketed=search.bracketed,
-            message=message,
-            at_boundary=search.at_boundary,
-            fails_at_rps=spec.fails_at_rps,
-        )
+        """Bracket, then bisect, the highest open-loop rate meeting ``spec.goals``
+        (:func:`analyzer.measure.capacity.find_capacity`), draining the server between steps."""
+        return find_capacity(spec, self.measure, lambda: self.drain(spec.drain_timeout_s))

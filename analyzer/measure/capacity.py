@@ -1,19 +1,21 @@
 """The capacity search, a pure state machine, and its result.
 
 :class:`CapacitySearch`: the engine asks for the next rate and reports pass or fail
-(bracketing, then bisection); :class:`CapacityResult`: the highest rate that met the goals
-and every point tried on the way.
+(bracketing, then bisection); :func:`find_capacity`: that search driven by a load generator's
+``measure`` (the Locust one's and the virtual one's alike); :class:`CapacityResult`: the highest
+rate that met the goals and every point tried on the way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
-from analyzer.measure.goals import meets_goals
+from analyzer.measure.goals import meets_goals, sequential_verdict
 from analyzer.measure.measurement import Measurement, goals_dict
-from analyzer.measure.specs import CapacitySpec, Goals
+from analyzer.measure.specs import CapacitySpec, Goals, LoadMode, LoadSpec
+from analyzer.measure.stepping import StepVerdict
 
 
 @dataclass(frozen=True)
@@ -175,3 +177,91 @@ class CapacitySearch:
         if high - low <= spec.resolution * low * (1 + 1e-9):
             return None
         return (low + high) / 2.0
+
+
+def find_capacity(
+    spec: CapacitySpec,
+    measure: Callable[[LoadSpec], Measurement],
+    drain: Callable[[], None] = lambda: None,
+) -> CapacityResult:
+    """Bracket, then bisect, the highest open-loop rate meeting ``spec.goals``.
+
+    With ``spec.step.sequential`` set, every step is a sequential step against
+    ``spec.goals.p99_ms`` (PASS and FAIL as pass and fail; BOUNDARY on its point p99, labelled
+    at the boundary when it passes: :func:`~analyzer.measure.goals.meets_goals`), and only the
+    first step warms up.
+    """
+    search = CapacitySearch(spec)
+    points: list[Measurement] = []
+    template = spec.step
+    if template.sequential is not None:
+        template = replace(
+            template, sequential=replace(template.sequential, goal_ms=spec.goals.p99_ms)
+        )
+    steps_run = 0
+
+    def run(step: LoadSpec) -> tuple[Measurement, bool]:
+        nonlocal steps_run
+        if template.sequential is not None and steps_run > 0:
+            # One warm-up per config load, not per step. The warm-up pays for what a config
+            # load and a cold generator cost (instances, allocations, connections); by the
+            # second step the server is warm, and drain() has emptied it, so no backlog of
+            # the previous rate leaks in. No settle period replaces it: what is left is the
+            # queue filling from empty at the new rate, and a settle of a second or so is no
+            # cure for that near capacity (the queue's relaxation time there is longer than
+            # any warm-up), while far from capacity it is over in a few service times. The
+            # test itself needs >= ~500 requests before it can pass a p99, so those first
+            # requests weigh little, and a step near the goal runs longest of all.
+            step = replace(step, warmup_s=0.0)
+        steps_run += 1
+        m = measure(step)
+        points.append(m)
+        drain()
+        return m, meets_goals(m, spec.goals)[0]
+
+    def run_valid(step: LoadSpec) -> tuple[Measurement, bool]:
+        m, passed = run(step)
+        if not m.valid:  # the generator, not the server, failed: that says nothing yet
+            m, passed = run(step)
+        return m, passed
+
+    while (rate := search.next_rate()) is not None:
+        step = replace(template, mode=LoadMode.REQUEST_RATE, target=rate, fail_fast=spec.goals)
+        m, passed = run_valid(step)
+        if not passed and spec.confirm_failures:
+            # Real servers have rare outliers: a failure must repeat, in a valid measurement.
+            m, passed = run_valid(step)
+        boundary = passed and sequential_verdict(m, spec.goals) is StepVerdict.BOUNDARY
+        search.record(rate, passed, boundary=boundary)
+    capacity = search.capacity_rps
+    best = None
+    for m in points:
+        if m.target == capacity and meets_goals(m, spec.goals)[0]:
+            best = m
+    invalid = [m for m in points if not m.valid]
+    if capacity == 0:
+        message = (
+            f"no rate from {spec.min_rps:g} req/s up met p99 <= {spec.goals.p99_ms:g} ms; "
+            "check the server or relax the goal"
+        )
+    elif not search.bracketed:
+        message = f"every rate up to the limit {spec.max_rps:g} req/s met the goal; raise it"
+    else:
+        message = f"capacity {capacity:.1f} req/s at p99 <= {spec.goals.p99_ms:g} ms"
+    if capacity > 0 and search.at_boundary:
+        message += (
+            " (at the boundary: at that rate the sequential test could not tell the p99 "
+            "from the goal within its cap)"
+        )
+    if invalid:
+        message += f"; {len(invalid)} step(s) were invalid (generator saturated): add --workers"
+    return CapacityResult(
+        goals=spec.goals,
+        capacity_rps=capacity,
+        points=tuple(points),
+        best=best,
+        bracketed=search.bracketed,
+        message=message,
+        at_boundary=search.at_boundary,
+        fails_at_rps=spec.fails_at_rps,
+    )

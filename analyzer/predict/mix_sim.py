@@ -184,12 +184,14 @@ def simulate_mix(
     seed: int = 0,
     stop: bool = False,
     arrival: ArrivalProcess = POISSON,
+    keep_latencies: bool = False,
 ) -> MixPrediction:
     """Simulate ``requests`` arrivals of the mix at ``rate_rps``, each model with its config in
     ``configs`` (by name), all on one device.
 
     ``stop``: stop as soon as more than 1 % of one model's measured requests are certain to miss
     that model's goal (the capacity search's shortcut); every figure is then ``inf``.
+    ``keep_latencies``: each model's prediction keeps its requests' latencies.
 
     The combined prediction's ``p99_ms`` is the model nearest its own goal, on the loosest
     goal's scale (``max(p99 / own goal) * mix.goal_p99_ms``: at most the loosest goal exactly
@@ -225,6 +227,7 @@ def simulate_mix(
             list(lane.counted),
             histograms[k],
             m.profile.latency_offset_ms,
+            keep_latencies,
         )
     return MixPrediction(_combined(mix, rate_rps, models), models)
 

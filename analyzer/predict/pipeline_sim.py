@@ -104,6 +104,7 @@ def simulate_pipeline(
     seed: int = 0,
     stop_above_ms: float | None = None,
     arrival: ArrivalProcess = POISSON,
+    keep_latencies: bool = False,
 ) -> Prediction:
     """Simulate ``requests`` arrivals at ``rate_rps`` through the pipeline, each stage with its
     config in ``configs`` (by composing model). Arguments as
@@ -144,7 +145,9 @@ def simulate_pipeline(
     completed = [0] * requests
     for i, t in zip(ids, times, strict=True):
         completed[i] = t
-    pred = figures(rate_rps, arrivals, completed, counted, {}, profile.latency_offset_ms)
+    pred = figures(
+        rate_rps, arrivals, completed, counted, {}, profile.latency_offset_ms, keep_latencies
+    )
     return replace(pred, stage_batch_sizes=histograms)
 
 

@@ -132,6 +132,9 @@ class Prediction:
         stopped_early: The run stopped once the p99 goal could no longer be met.
         stage_batch_sizes: A pipeline's: each stage's executions per batch size (its
             ``batch_sizes`` is then empty).
+        latencies_ms: Each measured request's latency, in the order they arrived; kept only
+            when asked (``keep_latencies``: a virtual-time load reads its windows from them),
+            never written.
     """
 
     rate_rps: float
@@ -144,6 +147,7 @@ class Prediction:
     saturated: bool = False
     stopped_early: bool = False
     stage_batch_sizes: dict[str, dict[int, int]] = field(default_factory=dict)
+    latencies_ms: tuple[float, ...] = field(default=(), repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (batch sizes keyed by strings)."""

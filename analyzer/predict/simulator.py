@@ -175,6 +175,7 @@ def simulate(
     seed: int = 0,
     stop_above_ms: float | None = None,
     arrival: ArrivalProcess = POISSON,
+    keep_latencies: bool = False,
 ) -> Prediction:
     """Simulate ``requests`` arrivals at ``rate_rps`` through ``config``.
 
@@ -189,6 +190,7 @@ def simulate(
         stop_above_ms: Stop as soon as more than 1 % of the measured requests are certain to
             take longer than this (the capacity search's shortcut); p99 is then ``inf``.
         arrival: The arrival process (Poisson by default), as the load generator draws it.
+        keep_latencies: Keep each measured request's latency (``Prediction.latencies_ms``).
 
     Raises:
         ExtrapolationError: the config can execute batches the profile does not cover.
@@ -206,7 +208,9 @@ def simulate(
         counted=counted,
         too_slow_ns=too_slow_ns,
     )
-    return figures(rate_rps, arrivals, done, counted, histogram, profile.latency_offset_ms)
+    return figures(
+        rate_rps, arrivals, done, counted, histogram, profile.latency_offset_ms, keep_latencies
+    )
 
 
 def arrival_stream(
@@ -238,9 +242,11 @@ def figures(
     counted: list[bool],
     histogram: dict[int, int],
     offset_ms: float,
+    keep_latencies: bool = False,
 ) -> Prediction:
     """The figures of one simulated run: ``done`` holds each request's completion (None: the
-    run stopped early, every figure is then ``inf``)."""
+    run stopped early, every figure is then ``inf``); ``keep_latencies``: with each measured
+    request's latency in arrival order."""
     latencies = (
         []
         if done is None
@@ -259,6 +265,7 @@ def figures(
             saturated=True,
             stopped_early=True,
         )
+    kept = tuple(max(0.0, ns / 1e6 + offset_ms) for ns in latencies) if keep_latencies else ()
     latencies.sort()
     first_measured = arrivals[counted.index(True)]
     span = max(1, max(done) - first_measured)
@@ -276,6 +283,7 @@ def figures(
         # throughput (measured / span until the last completion) well below the rate that
         # arrived (measured / their span: a burst or a lull at the end is not the nominal rate).
         saturated=throughput < 0.9 * offered,
+        latencies_ms=kept,
     )
 
 

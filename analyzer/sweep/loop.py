@@ -170,6 +170,11 @@ def run_sweep(
         InputError: The scenario cannot run (e.g. the storage cannot be opened).
     """
     observer = observer or SweepObserver()
+    if target is None and scenario.model.server == "virtual" and not scenario.model.url:
+        from analyzer.predict.virtual import virtual_seams
+
+        target, virtual_load, clock, virtual_profiler = virtual_seams(scenario)
+        load, profiler = load or virtual_load, profiler or virtual_profiler
     started = clock()
     started_at = utc_now()
     # A new run's run.json and scenario.toml are written once the target is up and its model
@@ -268,6 +273,7 @@ def _sweep(
             Evaluator(scenario, load, observer.on_phase),
             observer,
             strategy=strategy,
+            clock=clock,
         )
         # A resumed run's server history goes on from what the earlier processes saw.
         state.server_events = list(run_state.get("server_events") or [])

@@ -140,6 +140,8 @@ class _State:
     #: Restarts and outages of the processes before a ``--resume`` (run.json).
     earlier_restarts: int = 0
     earlier_outages: list[dict[str, Any]] = field(default_factory=list)
+    #: The sweep's monotonic clock (a virtual one in virtual time): phases and trial durations.
+    clock: Callable[[], float] = time.monotonic
 
     @property
     def base_config(self) -> mc.ModelConfig:
@@ -164,11 +166,11 @@ class _State:
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """Time a phase (added up when it runs more than once)."""
-        t0 = time.monotonic()
+        t0 = self.clock()
         try:
             yield
         finally:
-            self.phases[name] = round(self.phases.get(name, 0.0) + time.monotonic() - t0, 3)
+            self.phases[name] = round(self.phases.get(name, 0.0) + self.clock() - t0, 3)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
@@ -113,7 +112,7 @@ def _run_trial(
     Raises:
         TargetDiedError: The server is dead and cannot be brought back: the sweep stops.
     """
-    started_at, t0 = utc_now(), time.monotonic()
+    started_at, t0 = utc_now(), state.clock()
     failure = ""
     for attempt in (1, 2):
         try:
@@ -175,7 +174,7 @@ def _run_trial(
             constraints=dict(constraints),
             values=evaluation.values,
             started_at=started_at,
-            duration_s=round(time.monotonic() - t0, 3),
+            duration_s=round(state.clock() - t0, 3),
             measurement=evaluation.measurement,
         )
     return TrialRecord(
@@ -185,7 +184,7 @@ def _run_trial(
         config=knobs,
         failure=failure,
         started_at=started_at,
-        duration_s=round(time.monotonic() - t0, 3),
+        duration_s=round(state.clock() - t0, 3),
     )
 
 

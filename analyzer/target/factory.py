@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from analyzer.config.scenario import Scenario
+from analyzer.errors import InputError
 from analyzer.target.managed import ManagedServer
 from analyzer.target.protocol import Target
 from analyzer.target.remote import RemoteTarget
@@ -27,13 +28,19 @@ def make_target(scenario: Scenario, workdir: Path, url: str | None = None) -> Ta
     logging to ``workdir/server/server.log`` (a run directory's ``server_log``).
 
     Raises:
-        InputError: ``--server triton`` without a binary or a repository.
+        InputError: ``--server triton`` without a binary or a repository; ``--server virtual``
+            (a sweep's alone: :mod:`analyzer.predict.virtual`).
     """
     m = scenario.model
     address = url or m.url
     if address:
         access = m.access().check()
         return RemoteTarget(address, m.name, wait_s=scenario.run.server_wait_s, access=access)
+    if m.server == "virtual":
+        raise InputError(
+            "--server virtual simulates a sweep in virtual time: only perfsweep run takes it; "
+            "measure with the reference server (--server reference) or a real Triton"
+        )
     if m.server == "triton":
         return managed_triton(
             m.name,
