@@ -302,9 +302,11 @@ def _run(
     run_dir: Path | None,
     min_gpu_utilization: float | None = None,
 ) -> None:
-    # The engine monkey-patches the process for gevent on import; that must happen before any
-    # thread exists (the live view starts one), or the patch deadlocks on the import lock.
-    import analyzer.load.runner  # noqa: F401
+    if scenario.model.server != "virtual" or scenario.model.url:
+        # The engine monkey-patches the process for gevent on import; that must happen before
+        # any thread exists (the live view starts one), or the patch deadlocks on the import
+        # lock. A sweep in virtual time sends no request: it never imports the engine.
+        import analyzer.load.runner  # noqa: F401
     from analyzer.sweep.loop import run_sweep
 
     # Piped output (CI logs, `| tee`) gets a fixed width instead of rich's 80-column default.

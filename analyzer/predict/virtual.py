@@ -349,16 +349,13 @@ class VirtualLoad:
 
         rate = spec.target
         measured = len(latencies) if latencies is not None else 0
-        histogram = dict(p.batch_sizes) if p.batch_sizes else {}
-        executions = sum(histogram.values())
-        items = sum(size * count for size, count in histogram.items())
-        server = ServerView(
-            success_count=measured,
-            inference_count=items,
-            execution_count=executions,
-            avg_batch_size=items / executions if executions else 0.0,
-            batch_sizes=histogram,
-        )
+        if level.models:  # a mix: each model's statistics, as the server keeps them apart
+            stages = {
+                name: _view(m.batch_sizes, len(m.latencies_ms)) for name, m in level.models.items()
+            }
+        else:  # a pipeline: each stage saw every request
+            stages = {name: _view(h, measured) for name, h in p.stage_batch_sizes.items()}
+        server = replace(_view(p.batch_sizes, measured), stages=stages)
         messages = (
             (
                 "the simulated server could not keep up with this rate (its queue grew without "
@@ -414,6 +411,19 @@ class VirtualLoad:
                 )
             )
         return tuple(out)
+
+
+def _view(histogram: dict[int, int], requests: int) -> ServerView:
+    """What the server's statistics would say of a level: its successes and batches."""
+    executions = sum(histogram.values())
+    items = sum(size * count for size, count in histogram.items())
+    return ServerView(
+        success_count=requests,
+        inference_count=items,
+        execution_count=executions,
+        avg_batch_size=items / executions if executions else 0.0,
+        batch_sizes=dict(histogram),
+    )
 
 
 @dataclass(frozen=True)

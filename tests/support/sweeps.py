@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 #: ``perfsweep`` as a child process, from this interpreter.
 CLI = (sys.executable, "-c", "from analyzer.cli import main; main()")
 
@@ -123,3 +125,18 @@ def assemble(repo: Path, configs: dict[str, Path], into: Path) -> Path:
     for model, path in configs.items():
         shutil.copy(path, into / model / "config.pbtxt")
     return into
+
+
+def virtual_sweep(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> subprocess.CompletedProcess[str]:
+    """``perfsweep run --server virtual ARGS`` in the test process: the whole command (flags,
+    scenario, run directory, records, report, exit status) against the reference server's
+    simulated device simulated in virtual time (:mod:`analyzer.predict.virtual`), in seconds,
+    with no process or socket. Answers as ``subprocess.run(..., capture_output=True)`` would."""
+    from tests.support.cli import perfsweep_in_process
+
+    monkeypatch.setenv("COLUMNS", "200")  # the console's lines unwrapped, as a wide terminal
+    return perfsweep_in_process(
+        monkeypatch, capsys, "run", "--server", "virtual", *args, columns=200
+    )

@@ -1,20 +1,17 @@
-"""A sweep under two arrival shapes on the simulated device (real reference server, real Locust):
-each config's capacity is searched under both, the config stands for the worse one, and the
-report sets each shape's pick beside the worst-case pick.
+"""A sweep under two arrival shapes on the simulated device, in virtual time: each config's
+capacity is searched under both, the config stands for the worse one, and the report sets each
+shape's pick beside the worst-case pick.
 
 Two configs of a simulated model (5 ms host, 10 ms + 1 ms an item on the device, 5 ms host;
 ``max_batch_size`` 8 on one or two instances) under Poisson arrivals and gamma arrivals of CV 2
-(bursty): here 118 and 79 req/s on one instance, 359 and 199 on two. That bursts can reorder
-configs is shown by the simulator given the same arrivals
-(``tests/predict/test_bursts_change_the_pick.py``): on the reference server the reordering
-shape runs at 15-35 req/s, minutes a capacity search.
+(bursty). That bursts can reorder configs is shown by the simulator given the same arrivals
+(``tests/predict/test_bursts_change_the_pick.py``).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,9 +19,9 @@ import pytest
 from analyzer.rundir import records
 from analyzer.rundir.measurements import ShapesMeasurement
 from tests.support.servers import write_sim_model
-from tests.support.sweeps import CLI
+from tests.support.sweeps import virtual_sweep
 
-pytestmark = [pytest.mark.usefixtures("spawns", "quiet_machine"), pytest.mark.slow]
+pytestmark = [pytest.mark.usefixtures("takes_seconds")]
 
 BURSTS = "gamma:cv=2"
 
@@ -59,7 +56,9 @@ strategy = "grid"
 """
 
 
-def test_each_config_stands_for_its_worst_shape(tmp_path: Path) -> None:
+def test_each_config_stands_for_its_worst_shape(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     write_sim_model(
         tmp_path / "repo",
         "shaped",
@@ -72,25 +71,11 @@ def test_each_config_stands_for_its_worst_shape(tmp_path: Path) -> None:
     scenario = tmp_path / "shaped.toml"
     scenario.write_text(SCENARIO)
     run_dir = tmp_path / "run"
-    done = subprocess.run(
-        [
-            *CLI,
-            "run",
-            "--scenario",
-            str(scenario),
-            "--model-repository",
-            str(tmp_path / "repo"),
-            "--model",
-            "shaped",
-            "--report",
-            "--device",
-            "sim",
-            "--run-dir",
-            str(run_dir),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=280,
+    done = virtual_sweep(
+        monkeypatch,
+        capsys,
+        *("--scenario", str(scenario), "--model-repository", str(tmp_path / "repo")),
+        *("--model", "shaped", "--report", "--device", "sim", "--run-dir", str(run_dir)),
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     words = " ".join(done.stdout.split())  # the console wraps its lines
