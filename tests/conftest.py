@@ -13,6 +13,7 @@ import pytest
 import analyzer  # noqa: F401  (first: turns gRPC's fork handlers off before grpc is imported)
 from tests.support.folder_times import FolderTimes
 from tests.support.io_guard import IO_FIXTURES, IO_MARKER, IoGuard
+from tests.support.live_sweeps import LiveSweeps
 from tests.support.quiet import QUIET_FIXTURE, QUIET_MARKER, QuietMachine
 from tests.support.real_triton import (
     RealTriton,
@@ -42,6 +43,9 @@ def pytest_configure(config: pytest.Config) -> None:
     guard.install()
     config.pluginmanager.register(guard, "perfsweep_io_guard")
     config.pluginmanager.register(FolderTimes(), "perfsweep_folder_times")
+    live = LiveSweeps()
+    live.install()
+    config.pluginmanager.register(live, "perfsweep_live_sweeps")
     config.pluginmanager.register(QuietMachine(config), "perfsweep_quiet_machine")
 
 
@@ -57,6 +61,10 @@ def _build_font_cache() -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    # In the reverse order of installing: each puts back what it found.
+    live = config.pluginmanager.get_plugin("perfsweep_live_sweeps")
+    if isinstance(live, LiveSweeps):
+        live.uninstall()
     guard = config.pluginmanager.get_plugin("perfsweep_io_guard")
     if isinstance(guard, IoGuard):
         guard.uninstall()

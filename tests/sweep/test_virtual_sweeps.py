@@ -1,0 +1,222 @@
+"""``perfsweep run`` in virtual time: the whole command against the simulated device, in seconds.
+
+Every test here runs ``perfsweep run --server virtual`` in the test process
+(:func:`tests.support.sweeps.virtual_sweep`): the flags, the scenario, the run directory and its
+records, resume, the console and the exit status are the command's own; the server and the load
+generator are :mod:`analyzer.predict.virtual`'s, and the clock is virtual, so time budgets and
+phase times count the simulated levels' length. What only a real server or process shows (a
+managed server's pid, a kill, what reaches the wire) is pinned by the few live sweeps of
+``test_e2e_sim.py``, ``test_dead_server.py`` and the Triton tests.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from analyzer.rundir.results import load_summary, load_trial_record, parse_config_text
+from reference_server.core.config import validate
+from tests.support.servers import write_sim_model
+from tests.support.sweeps import virtual_sweep
+
+pytestmark = [pytest.mark.usefixtures("takes_seconds")]
+
+SCENARIO = """
+objective = "throughput"
+[model]
+name = "tiny"
+device = "sim"
+[traffic]
+min_rate_rps = 5.0
+start_rps = 40.0
+max_rate_rps = 2000.0
+[goals]
+p99_ms = {p99_ms}
+max_error_rate = 0.01
+[space]
+max_batch_size = [1, 16]
+max_queue_delay_us = [0, 4000]
+delay_steps = 3
+instance_count = [1, 2]
+[budget]
+trials = {trials}
+patience = 10
+warmup_s = 0.3
+window_s = 0.5
+min_requests = 60
+capacity_resolution = 0.2
+validate_top = 1
+validate_repeats = 1
+[search]
+strategy = "{strategy}"
+"""
+
+
+def tiny(tmp_path: Path, trials: int = 4, strategy: str = "tpe", p99_ms: float = 60.0) -> list[str]:
+    """A simulated model (4 ms + 0.5 ms an item on the device, 0.5 ms host each side) and
+    the flags of a sweep of it."""
+    write_sim_model(tmp_path / "repo", "tiny", 4.0, per_item_ms=0.5, host_ms=0.5, max_batch_size=16)
+    scenario = tmp_path / f"tiny-{trials}-{strategy}.toml"
+    scenario.write_text(SCENARIO.format(trials=trials, strategy=strategy, p99_ms=p99_ms))
+    return ["--scenario", str(scenario), "--model-repository", str(tmp_path / "repo")]
+
+
+def test_twenty_trials_of_the_bundled_model_write_a_loadable_best_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    t0 = time.monotonic()
+    done = virtual_sweep(
+        monkeypatch,
+        capsys,
+        *("--model", "resnet50", "--device", "sim", "--search", "tpe", "--trials", "20"),
+        *("--patience", "100", "--time-budget", "100000", "--run-dir", str(run_dir)),
+    )
+    # Reported, never asserted: how long 20 trials take in virtual time on this machine.
+    print(f"20 trials in virtual time: {time.monotonic() - t0:.1f} s of wall time")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = load_summary(run_dir)
+    assert summary["trials"]["complete"] == 20 and summary["stop_reason"] == "trials"
+    target = summary["environment"]["target"]
+    assert target["kind"] == "virtual" and "resnet50_sim" in target["profiles"]["resnet50"]
+    # The clock is the levels' own: 20 capacity searches of seconds each, not the wall time.
+    assert summary["phases"]["search"] > 60 and summary["duration_s"] > 60
+    assert summary["best"]["meets_goals"]
+    assert summary["best"]["throughput_rps"] > 2 * summary["baseline"]["throughput_rps"]
+    best = parse_config_text((run_dir / "best" / "config.pbtxt").read_text())
+    validate(best)  # the reference server's Triton-rule validation accepts it
+    assert best.name == "resnet50" and best.parameters["profile"].string_value == "resnet50_sim"
+    assert best.max_batch_size == summary["best"]["config"]["max_batch_size"]
+    for n in range(20):
+        record = load_trial_record(run_dir / "trials" / f"{n:03d}" / "measurement.json")
+        assert record["duration_s"] > 0 and record["measurement"]["points"]
+        point = record["measurement"]["best"]
+        if point is not None:  # the server's statistics of the operating point: its batches
+            assert point["server"]["execution_count"] > 0
+            assert point["server"]["avg_batch_size"] >= 1.0
+    lines = done.stdout.splitlines()
+    for n in range(20):
+        assert any(re.match(rf"\[ *\d+ s\] trial {n}: .* req/s, p99 ", x) for x in lines), n
+    assert "best config:" in done.stdout and "gain over baseline" in done.stdout
+    assert "(virtual time)" in done.stdout
+
+
+def test_a_time_budget_counts_virtual_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    done = virtual_sweep(
+        monkeypatch,
+        capsys,
+        *tiny(tmp_path, trials=50),
+        *("--time-budget", "30", "--run-dir", str(run_dir)),
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = load_summary(run_dir)
+    assert summary["stop_reason"] == "time_budget"
+    assert 1 <= summary["trials"]["complete"] < 50
+    assert "stopped by: time_budget" in done.stdout
+
+
+def test_patience_stops_a_search_that_no_longer_improves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    done = virtual_sweep(
+        monkeypatch,
+        capsys,
+        *tiny(tmp_path, trials=40),
+        *("--patience", "3", "--run-dir", str(run_dir)),
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = load_summary(run_dir)
+    assert summary["stop_reason"] == "stagnation"
+    assert summary["trials"]["complete"] < 40
+
+
+@pytest.mark.usefixtures("spawns")  # the predict phase simulates the space in worker processes
+def test_predict_measures_the_predicted_best_first_and_stops_in_its_band(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    done = virtual_sweep(
+        monkeypatch,
+        capsys,
+        *tiny(tmp_path, trials=6, strategy="predict"),
+        "--run-dir",
+        str(run_dir),
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = load_summary(run_dir)
+    assert summary["search_strategy"] == "predict", summary.get("search_note")
+    assert {"baseline", "profile", "predict", "search", "validation"} <= set(summary["phases"])
+    # The profile is the simulated device's own: the prediction is right, the first
+    # measurement lands in its band and the search stops there.
+    assert summary["stop_reason"] == "prediction" and summary["trials"]["complete"] == 1
+    predictions = json.loads((run_dir / "predictions.json").read_text())
+    assert predictions["kind"] == "perfsweep.predictions"
+    assert len(predictions["configs"]) >= 40  # every config of the space
+    assert max(c["capacity_rps"] for c in predictions["configs"]) <= 2000.0
+    first = load_trial_record(run_dir / "trials" / "000" / "measurement.json")
+    assert first["source"] == "predict"
+    best = max(predictions["configs"], key=lambda c: c["capacity_rps"])
+    assert first["config"] == best["config"]
+    # In its band (a measured throughput is the requests over the level's span: to rounding).
+    low, high = first["prediction"]["low_rps"], first["prediction"]["high_rps"]
+    assert low * 0.999 <= first["throughput_rps"] <= high * 1.001
+    assert "search predict" in done.stdout and "time per phase" in done.stdout
+
+
+def test_a_resumed_run_keeps_its_trials_and_completes_the_new_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    first = virtual_sweep(monkeypatch, capsys, *tiny(tmp_path, trials=3), "--run-dir", str(run_dir))
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    kept = {
+        n: load_trial_record(run_dir / "trials" / f"{n:03d}" / "measurement.json") for n in range(3)
+    }
+    resumed = virtual_sweep(monkeypatch, capsys, "--resume", str(run_dir), "--trials", "5")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    for n, record in kept.items():  # not measured again
+        assert load_trial_record(run_dir / "trials" / f"{n:03d}" / "measurement.json") == record
+    summary = load_summary(run_dir)
+    assert summary["trials"]["complete"] == 5
+    rows = list(csv.DictReader((run_dir / "trials.csv").open()))
+    assert sorted(int(r["number"]) for r in rows if int(r["number"]) >= 0) == list(range(5))
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+
+
+def test_no_config_meeting_the_goal_exits_1_and_says_what_to_relax(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    done = virtual_sweep(
+        monkeypatch, capsys, *tiny(tmp_path, trials=2, p99_ms=2.0), "--run-dir", str(run_dir)
+    )
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "no config met p99 <= 2 ms" in done.stderr
+    summary = load_summary(run_dir)
+    assert summary["best"] is None and summary["files"]["best_config"] is None
+
+
+def test_what_virtual_time_cannot_simulate_is_refused_with_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A model on a real backend: the virtual server has no profile to execute.
+    done = virtual_sweep(monkeypatch, capsys, "--model", "resnet50", "--device", "cpu")
+    assert done.returncode == 2 and "--device sim" in done.stderr, done.stderr
+    # Closed-loop load: the simulator is open-loop.
+    scenario = tmp_path / "closed.toml"
+    scenario.write_text(
+        '[model]\nname = "resnet50"\ndevice = "sim"\n[traffic]\nmode = "concurrency"\n'
+    )
+    done = virtual_sweep(
+        monkeypatch, capsys, "--scenario", str(scenario), "--run-dir", str(tmp_path / "c")
+    )
+    assert done.returncode == 2 and "open-loop" in done.stderr, done.stderr
