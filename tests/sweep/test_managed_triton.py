@@ -1,7 +1,9 @@
 """`perfsweep run --server triton`: perfsweep starts a real ``tritonserver`` (the nvidia-pytriton
 wheel's), tunes a Python-backend model in the user's repository, and the recommended
 ``config.pbtxt`` loads and answers in that Triton; a Triton killed mid-sweep is restarted and
-its trial retried. The user's ``config.pbtxt`` is never written.
+its trial retried. The user's ``config.pbtxt`` is never written. One live sweep; the managed
+Triton's own behaviour (loads, restarts, ports, shared memory, dying with its owner) is tested on
+the target alone.
 
 The model has two inputs (INT64, FP16) and a BYTES output. Its ``model.py`` reads only the
 inputs' shapes: the wheel's stub is built against numpy 1, and with this project's numpy 2 it
@@ -43,8 +45,6 @@ from tests.support.sweeps import small_scenario
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
 MODEL = "shop"
-#: Triton's log line of a model (re)load starting.
-LOADING = f'"loading: {MODEL}:1"'
 
 #: A Python-backend model: INT64 ``INPUT_IDS`` and FP16 ``SCALE`` in, BYTES ``LABEL`` out.
 MODEL_SOURCE = '''\
@@ -305,43 +305,6 @@ def test_a_missing_model_is_named_with_the_log(
     target.stop()
 
 
-def test_run_server_triton_sweeps_and_the_best_config_loads(
-    triton_install: TritonInstall, tmp_path: Path
-) -> None:
-    repository = make_repository(tmp_path)
-    written = (repository / MODEL / "config.pbtxt").read_bytes()
-    run_dir = tmp_path / "run"
-    done = subprocess.run(
-        sweep_command(triton_install.server_bin, repository, run_dir, tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )
-    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
-    summary = load_summary(run_dir)
-    assert summary["trials"]["total"] == 2
-    target = summary["environment"]["target"]
-    assert target["managed_server"] == "triton" and target["server"] == "triton"
-    assert target["restarts"] == 0
-    assert (run_dir / "server" / "tritonserver.log").exists()
-    measured = trials_of(run_dir)
-    assert measured and all(t["state"] == "complete" for t in measured), measured
-    assert all(served(t) for t in measured), measured
-    assert (repository / MODEL / "config.pbtxt").read_bytes() == written
-    assert summary["best"] is not None, done.stdout[-3000:]
-
-    # The recommended config.pbtxt, as the model's own file, loads in that Triton and answers.
-    best_text = (run_dir / "best" / "config.pbtxt").read_text()
-    check_repo = tmp_path / "check"
-    shutil.copytree(repository, check_repo)
-    (check_repo / MODEL / "config.pbtxt").write_text(best_text)
-    with ManagedTriton(
-        MODEL, check_repo, tmp_path / "check.log", triton_install.server_bin
-    ) as check:
-        assert knobs_of(check.model_config()) == knobs_of(parse_config_text(best_text))
-        infer_once(check)
-
-
 def trials_of(run_dir: Path) -> list[dict[str, Any]]:
     """The measured trials' records (``trials/NNN/measurement.json``), in order."""
     return [
@@ -355,27 +318,41 @@ def served(trial: dict[str, Any]) -> bool:
     return bool(trial["throughput_rps"] > 0 and trial["error_rate"] <= 0.01)
 
 
-def sweep_killing_triton(
-    triton_install: TritonInstall, tmp_path: Path, marker: str, settle_s: float
-) -> tuple[int, str, Path]:
-    """Run the small sweep with ``--server triton`` and SIGKILL its Triton once trial 0 has
-    started and the log shows one more ``marker`` line than then, ``settle_s`` later.
+PA_DATA = {
+    "data": [
+        {"INPUT_IDS": {"content": list(range(16)), "shape": [16]}, "SCALE": [1.0, 0.5, 0.25, 2.0]},
+        {"INPUT_IDS": {"content": list(range(12)), "shape": [12]}, "SCALE": [0.0, 1.0, 2.0, 3.0]},
+    ]
+}
 
-    Without a validation phase: the callers assert how the trials went, and validation would
-    only measure the restarted Triton twice more.
 
-    Returns:
-        The killed pid, the sweep's output (asserted to exit 0 or 1), its run directory.
-    """
-    repository = make_repository(tmp_path)
+def test_run_server_triton_restarts_a_killed_triton_and_its_best_config_loads(
+    triton_install: TritonInstall, tmp_path: Path
+) -> None:
+    """The live sweep of a managed Triton: INT64 [-1] and FP16 [4] in, BYTES out, the requests
+    from a perf_analyzer --input-data file (content + shape for the variable dim, a flat list for
+    the fixed one; two sequence lengths) sent over gRPC by two generator processes. Triton is
+    SIGKILLed while trial 0 is measured (its config loaded, the capacity search running): the
+    step's refused requests and the failed health check say the server died, not that the
+    config missed its goals; Triton is restarted on its ports and the trial measured again. The
+    recommended config.pbtxt, as the model's own file, loads in a Triton and answers; the
+    user's config.pbtxt is never written."""
+    repository = make_repository(tmp_path, ids_dims="[ -1 ]")
+    written = (repository / MODEL / "config.pbtxt").read_bytes()
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps(PA_DATA))
     run_dir = tmp_path / "run"
     log = run_dir / "server" / "tritonserver.log"
-    proc = subprocess.Popen(
-        sweep_command(triton_install.server_bin, repository, run_dir, tmp_path, validate_top=0),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    command = sweep_command(
+        triton_install.server_bin,
+        repository,
+        run_dir,
+        tmp_path,
+        *("--input-data", str(data), "--protocol", "grpc", "--workers", "2"),
+        validate_top=0,  # validation would only measure the restarted Triton twice more
     )
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    loaded = f"successfully loaded '{MODEL}'"
     try:
 
         def trial_started() -> int | None:
@@ -385,9 +362,9 @@ def sweep_killing_triton(
             return supervised_pid(log.read_text())
 
         pid = wait_until(trial_started, 240, "trial 0 to start", poll_s=0.01)
-        before = log.read_text().count(marker)
-        wait_until(lambda: log.read_text().count(marker) > before, 60, marker, poll_s=0.005)
-        time.sleep(settle_s)
+        before = log.read_text().count(loaded)
+        wait_until(lambda: log.read_text().count(loaded) > before, 60, loaded, poll_s=0.005)
+        time.sleep(1.5)  # into the capacity search
         os.kill(pid, signal.SIGKILL)
         output, _ = proc.communicate(timeout=280)
     finally:
@@ -400,90 +377,23 @@ def sweep_killing_triton(
     measured = trials_of(run_dir)
     assert len(measured) == 2 and all(t["state"] == "complete" for t in measured), output[-3000:]
     assert all(served(t) for t in measured), measured
-    return pid, output, run_dir
-
-
-def test_a_triton_killed_mid_sweep_is_restarted_and_the_trial_retried(
-    triton_install: TritonInstall, tmp_path: Path
-) -> None:
-    # Killed while it loads trial 0's config: the load fails, Triton is restarted (on its
-    # ports) and the trial runs again from its load. Triton only; the sweep brings it back.
-    pid, output, run_dir = sweep_killing_triton(triton_install, tmp_path, LOADING, 0.0)
     summary = load_summary(run_dir)
-    assert summary["environment"]["target"]["restarts"] == 1, output[-3000:]
-    text = (run_dir / "server" / "tritonserver.log").read_text()
-    assert f"server pid {pid}" in text and "server died" in text
-    assert text.count("--- perfsweep: starting ") == 2
-    # On the new Triton: the model from disk, the last config that was loaded, the trial's.
-    assert text.split("server died")[1].count(f"successfully loaded '{MODEL}'") >= 3
-
-
-def test_a_triton_killed_while_a_trial_is_measured_is_restarted_and_the_trial_retried(
-    triton_install: TritonInstall, tmp_path: Path
-) -> None:
-    # Killed under load (its config loaded, warm-up done, the capacity search running): the
-    # step's refused requests and the failed health check say the server died, not that the
-    # config missed its goals. Triton is restarted, the trial measured again, one restart.
-    loaded = f"successfully loaded '{MODEL}'"
-    _, output, run_dir = sweep_killing_triton(triton_install, tmp_path, loaded, 1.5)
-    summary = load_summary(run_dir)
-    assert summary["server_restarts"] == 1, output[-3000:]
+    target = summary["environment"]["target"]
+    assert target["managed_server"] == "triton" and target["server"] == "triton"
+    assert summary["server_restarts"] == 1 and target["restarts"] == 1, output[-3000:]
     assert [(e["trial"], e["event"]) for e in summary["server_events"]] == [(0, "died")]
     assert "during a load step" in summary["server_events"][0]["detail"]
     assert "server: trial 0: died:" in output and "restarting it" in output
-
-
-@pytest.mark.parametrize(
-    "transport", [(), ("--protocol", "grpc", "--workers", "2")], ids=["http", "grpc-2-workers"]
-)
-def test_run_server_triton_with_a_variable_dim_from_perf_analyzer_data(
-    triton_install: TritonInstall, tmp_path: Path, transport: tuple[str, ...]
-) -> None:
-    # The issue's "done when": INT64 [-1] and FP16 [4] in, BYTES out, the requests from a
-    # perf_analyzer --input-data file (content + shape for the variable dim, a flat list for
-    # the fixed one), two sequence lengths; over HTTP, and over gRPC from two generator
-    # processes.
-    repository = make_repository(tmp_path, ids_dims="[ -1 ]")
-    data = tmp_path / "data.json"
-    data.write_text(
-        json.dumps(
-            {
-                "data": [
-                    {
-                        "INPUT_IDS": {"content": list(range(16)), "shape": [16]},
-                        "SCALE": [1.0, 0.5, 0.25, 2.0],
-                    },
-                    {
-                        "INPUT_IDS": {"content": list(range(12)), "shape": [12]},
-                        "SCALE": [0.0, 1.0, 2.0, 3.0],
-                    },
-                ]
-            }
-        )
-    )
-    run_dir = tmp_path / "run"
-    command = sweep_command(
-        triton_install.server_bin,
-        repository,
-        run_dir,
-        tmp_path,
-        "--input-data",
-        str(data),
-        *transport,
-    )
-    done = subprocess.run(command, capture_output=True, text=True, timeout=280)
-    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
-    measured = trials_of(run_dir)
-    assert len(measured) == 2 and all(served(t) for t in measured), measured
-    summary = load_summary(run_dir)
-    assert summary["best"] is not None, done.stdout[-3000:]
+    text = log.read_text()
+    assert f"server pid {pid}" in text and "server died" in text
+    assert text.count("--- perfsweep: starting ") == 2
     # The run directory records how the load was sent and from what.
     recorded = summary["scenario"]
-    grpc = "grpc" in transport
-    assert recorded["model"]["protocol"] == ("grpc" if grpc else "http")
-    assert recorded["traffic"]["workers"] == (2 if grpc else 1)
+    assert recorded["model"]["protocol"] == "grpc" and recorded["traffic"]["workers"] == 2
     assert recorded["input"]["data_file"] == str(data)
     assert recorded["input"]["data_sha256"] == hashlib.sha256(data.read_bytes()).hexdigest()
+    assert (repository / MODEL / "config.pbtxt").read_bytes() == written
+    assert summary["best"] is not None, output[-3000:]
     best_text = (run_dir / "best" / "config.pbtxt").read_text()
     check_repo = tmp_path / "check"
     shutil.copytree(repository, check_repo)
@@ -491,33 +401,43 @@ def test_run_server_triton_with_a_variable_dim_from_perf_analyzer_data(
     with ManagedTriton(
         MODEL, check_repo, tmp_path / "check.log", triton_install.server_bin
     ) as check:
+        assert knobs_of(check.model_config()) == knobs_of(parse_config_text(best_text))
         assert list(check.model_config().input[0].dims) == [-1]
         infer_once(check, ids_width=12)
 
 
-def test_kill_9_of_the_sweep_takes_its_managed_triton_down(
+#: A process that holds a started ManagedTriton until it is killed (what perfsweep run does
+#: with its managed Triton, without a sweep).
+HOLDER = """
+import sys, time
+from pathlib import Path
+from analyzer.target.triton import ManagedTriton
+triton = ManagedTriton(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]))
+triton.start()
+print(triton.pid(), flush=True)
+time.sleep(600)
+"""
+
+
+def test_kill_9_of_its_owner_takes_a_managed_triton_and_its_stubs_down(
     triton_install: TritonInstall, tmp_path: Path
 ) -> None:
     repository = make_repository(tmp_path)
-    run_dir = tmp_path / "run"
-    log = run_dir / "server" / "tritonserver.log"
     proc = subprocess.Popen(
-        sweep_command(triton_install.server_bin, repository, run_dir, tmp_path),
-        stdout=subprocess.DEVNULL,
+        [
+            *(sys.executable, "-c", HOLDER, MODEL, str(repository)),
+            *(str(tmp_path / "t.log"), str(triton_install.server_bin)),
+        ],
+        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
+        text=True,
         start_new_session=True,  # one killpg cleans up if the test fails
     )
     try:
-
-        def trial_started() -> int | None:
-            assert proc.poll() is None, "the sweep ended before it could be killed"
-            if not (run_dir / "trials" / "000" / "config.pbtxt").exists():
-                return None
-            return supervised_pid(log.read_text())
-
-        pid = wait_until(trial_started, 240, "trial 0 to start")
+        assert proc.stdout is not None
+        pid = int(proc.stdout.readline())
         assert group_members(pid)  # Triton and its stubs run
-        os.kill(proc.pid, signal.SIGKILL)  # the sweep only: nothing gets to clean up
+        os.kill(proc.pid, signal.SIGKILL)  # the owner only: nothing gets to clean up
         proc.wait(30)
         # Triton gets SIGTERM (PR_SET_PDEATHSIG), unloads its model and ends its stubs.
         wait_until(lambda: not group_members(pid), 60, "Triton and its stubs to be gone")
