@@ -182,6 +182,12 @@ class ServerAccess:
         """The headers as one dict (a later header of the same name wins)."""
         return {h.name: h.value for h in self.headers}
 
+    def grpc_metadata(self) -> dict[str, str]:
+        """The headers as gRPC metadata: names in lower case, as gRPC requires of metadata
+        keys (HTTP/2 header names are lower case; ``Authorization`` is refused as an illegal
+        key, ``authorization`` is the same header)."""
+        return {h.name.lower(): h.value for h in self.headers}
+
     def grpc_options(self) -> dict[str, Any]:
         """Keyword arguments of ``tritonclient.grpc.InferenceServerClient`` for TLS.
 

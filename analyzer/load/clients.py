@@ -83,7 +83,7 @@ class GrpcInferClient:
         access: ServerAccess = PLAIN,
     ) -> None:
         self._client = grpcclient.InferenceServerClient(url, **access.grpc_options())
-        self._headers = access.http_headers() or None
+        self._headers = access.grpc_metadata() or None
         self._model = inputs.model
         self._timeout_s = timeout_s
         self._requests = requests if requests is not None else grpc_requests(inputs)
@@ -200,7 +200,7 @@ def fetch_model_documents(
             handshake), naming the API.
         TargetError: The server cannot be reached or has no such model ready.
     """
-    headers = access.http_headers() or None
+    headers = (access.grpc_metadata() if protocol == "grpc" else access.http_headers()) or None
     if protocol == "grpc":
         client: Any = grpcclient.InferenceServerClient(url, **access.grpc_options())
         close: Callable[[], None] = lambda: _close_grpc(client)  # noqa: E731
@@ -270,7 +270,7 @@ class GrpcStatsSource:
 
     def __init__(self, url: str, model: str, access: ServerAccess = PLAIN) -> None:
         self._client = grpcclient.InferenceServerClient(url, **access.grpc_options())
-        self._headers = access.http_headers() or None
+        self._headers = access.grpc_metadata() or None
         self._model = model
 
     def __call__(self) -> dict[str, Any]:

@@ -321,7 +321,11 @@ class ProcessContext:
             inputs.payloads,
             datatypes=datatypes,
             name_prefix=f"perfsweep_{self.process_index}",
-            headers=config.access.http_headers(),
+            headers=(
+                config.access.grpc_metadata()
+                if config.protocol == "grpc"
+                else config.access.http_headers()
+            ),
         )
 
     def _close_shm(self) -> None:

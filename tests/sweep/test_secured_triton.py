@@ -3,10 +3,11 @@
 One Triton 2.51 for the module: gRPC with mutual TLS (``--grpc-use-ssl-mutual``, certificates
 from a throwaway CA) and the repository API restricted on both protocols to callers with an
 ``admin-key`` header. In front of its HTTP port, a real nginx terminates HTTPS and checks a
-bearer token. The sweeps reach it as a user would: over gRPC with the client certificate and
-the header, and through the proxy with ``--url https://``; every file of their run directories
-is searched for the planted secrets. Without the header, or with a wrong token, the run stops
-before its first trial with exit 2 and a message naming the API and the flag.
+bearer token. The sweep reaches it as a user would, by both paths at once: the HTTP API through
+the proxy with ``--url https://``, the load over gRPC with the client certificate and the header;
+every file of its run directory is searched for the planted secrets. Without the header, or
+with a wrong token, the run stops before its first trial with exit 2 and a message naming the
+API and the flag.
 """
 
 from __future__ import annotations
@@ -126,19 +127,27 @@ def over_grpc(triton: RealTriton, c: Certificates, *, client_cert: bool = True) 
     return flags
 
 
-def test_a_mutual_tls_grpc_sweep_with_the_repository_key(
-    secured_triton: RealTriton, certificates: Certificates, tmp_path: Path
+def test_a_sweep_through_a_tls_proxy_with_a_token_loading_over_mutual_tls_grpc(
+    secured_triton: RealTriton, proxy: TlsProxy, certificates: Certificates, tmp_path: Path
 ) -> None:
+    """The live sweep of a secured Triton, every secured path at once: its HTTP API (health,
+    repository, statistics) through the HTTPS proxy with a bearer token, the repository API's
+    key from a header file, the load over gRPC with mutual TLS. The shared server gets its
+    original config back through the restricted repository API; no secret is written down."""
     original = served_config(secured_triton)
-    run_dir = tmp_path / "run"
     c = certificates
+    headers = tmp_path / "headers.txt"
+    headers.write_text(f"# the repository API's key\nadmin-key: {ADMIN_KEY}\n")
+    run_dir = tmp_path / "run"
     done = perfsweep_run(
         tmp_path,
         run_dir,
-        *over_grpc(secured_triton, c),
-        "--header",
-        "admin-key: ${ADMIN_KEY}",  # the value from the environment, not the command line
-        env={"ADMIN_KEY": ADMIN_KEY},
+        *("--url", proxy.url, "--ssl-ca", str(c.ca), "--header-file", str(headers)),
+        *("--protocol", "grpc", "--grpc-url", secured_triton.grpc_url),
+        *("--ssl-cert", str(c.client_cert), "--ssl-key", str(c.client_key)),
+        # A token given on the command line: recorded as <redacted>.
+        *("--header", "Authorization: Bearer ${TOKEN}"),
+        env={"TOKEN": TOKEN},
     )
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
     summary = load_summary(run_dir)
@@ -146,12 +155,17 @@ def test_a_mutual_tls_grpc_sweep_with_the_repository_key(
     assert summary["best"] is not None
     # The load went over gRPC with TLS: requests were served, none failed.
     assert summary["best"]["throughput_rps"] > 0
-    access = summary["environment"]["target"]["access"]
-    assert access["headers"] == ["admin-key"] and access["client_certificate"] is True
+    assert summary["scenario"]["model"]["protocol"] == "grpc"
+    target = summary["environment"]["target"]
+    assert target["url"] == proxy.url
+    assert sorted(target["access"]["headers"]) == ["Authorization", "admin-key"]
+    assert target["access"]["client_certificate"] is True
     # The shared server got its original config back through the restricted repository API.
     assert served_config(secured_triton) == original
     assert summary["left_on_server"]["config"] == "original"
-    assert files_holding(run_dir, ADMIN_KEY) == []
+    assert files_holding(run_dir, ADMIN_KEY, TOKEN) == []
+    command = " ".join(json.loads((run_dir / "run.json").read_text())["command"])
+    assert "Authorization: <redacted>" in command or "${TOKEN}" in command, command
 
 
 def test_without_the_repository_key_the_run_stops_before_any_trial(
@@ -169,36 +183,6 @@ def test_without_the_repository_key_the_run_stops_before_any_trial(
     assert "refused the model-repository API" in error, error
     assert "expects the header 'admin-key'" in error and "--header" in error, error
     assert not (run_dir / "trials.csv").exists()  # no trial ran
-
-
-def test_a_sweep_through_a_tls_proxy_with_a_bearer_token(
-    secured_triton: RealTriton, proxy: TlsProxy, certificates: Certificates, tmp_path: Path
-) -> None:
-    original = served_config(secured_triton)
-    headers = tmp_path / "headers.txt"
-    headers.write_text(f"# the repository API's key\nadmin-key: {ADMIN_KEY}\n")
-    run_dir = tmp_path / "run"
-    done = perfsweep_run(
-        tmp_path,
-        run_dir,
-        "--url",
-        proxy.url,
-        "--ssl-ca",
-        str(certificates.ca),
-        "--header-file",
-        str(headers),
-        # A token given on the command line: recorded as <redacted>.
-        "--header",
-        f"Authorization: Bearer {TOKEN}",
-    )
-    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
-    summary = load_summary(run_dir)
-    assert summary["trials"]["complete"] == 2 and summary["best"] is not None
-    assert summary["environment"]["target"]["url"] == proxy.url
-    assert served_config(secured_triton) == original
-    assert files_holding(run_dir, ADMIN_KEY, TOKEN) == []
-    command = " ".join(json.loads((run_dir / "run.json").read_text())["command"])
-    assert "Authorization: <redacted>" in command
 
 
 def test_a_wrong_token_stops_the_run_before_any_trial(

@@ -165,3 +165,13 @@ def test_every_transport_request_carries_the_headers() -> None:
         "X-Own": "1",
         "Content-Type": "application/json",
     }
+
+
+def test_grpc_metadata_keys_are_lower_case() -> None:
+    # gRPC refuses "Authorization" as a metadata key ("Illegal header key"); HTTP/2 header
+    # names are lower case, so "authorization" is the same header.
+    from analyzer.config.access import Header, ServerAccess
+
+    access = ServerAccess(headers=(Header("Authorization", "Bearer t"), Header("admin-key", "k")))
+    assert access.grpc_metadata() == {"authorization": "Bearer t", "admin-key": "k"}
+    assert access.http_headers() == {"Authorization": "Bearer t", "admin-key": "k"}
