@@ -16,6 +16,7 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -220,3 +221,45 @@ def test_what_virtual_time_cannot_simulate_is_refused_with_exit_2(
         monkeypatch, capsys, "--scenario", str(scenario), "--run-dir", str(tmp_path / "c")
     )
     assert done.returncode == 2 and "open-loop" in done.stderr, done.stderr
+
+
+def test_ctrl_c_keeps_the_finished_trials_exits_130_and_resume_completes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from analyzer.predict.virtual import VirtualLoad
+
+    searches = {"n": 0}
+    real = VirtualLoad.find_capacity
+
+    def interrupted_at_the_third(self: VirtualLoad, spec: Any) -> Any:
+        searches["n"] += 1
+        if searches["n"] == 3:  # the baseline, trial 0, then Ctrl-C in trial 1
+            raise KeyboardInterrupt
+        return real(self, spec)
+
+    run_dir = tmp_path / "run"
+    with monkeypatch.context() as patched:
+        patched.setattr(VirtualLoad, "find_capacity", interrupted_at_the_third)
+        done = virtual_sweep(
+            monkeypatch, capsys, *tiny(tmp_path, trials=3), "--run-dir", str(run_dir)
+        )
+    assert done.returncode == 130, done.stdout[-3000:] + done.stderr[-3000:]
+    said = " ".join(done.stdout.split())  # the console wraps long lines at 120 columns
+    assert (
+        f"interrupted: finished trials are kept. Resume with: perfsweep run --resume {run_dir}"
+        in said
+    )
+    summary = load_summary(run_dir)
+    assert summary["stop_reason"] == "interrupted" and summary["trials"]["complete"] == 1
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
+    finished = load_trial_record(run_dir / "trials" / "000" / "measurement.json")
+    assert load_trial_record(run_dir / "trials" / "001" / "measurement.json")["state"] == (
+        "interrupted"
+    )
+
+    resumed = virtual_sweep(monkeypatch, capsys, "--resume", str(run_dir))
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert load_trial_record(run_dir / "trials" / "000" / "measurement.json") == finished
+    summary = load_summary(run_dir)
+    assert summary["trials"]["complete"] == 3 and summary["trials"]["interrupted"] == 1
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
