@@ -2,6 +2,7 @@
 #   make run    set up .venv and sweep the bundled ResNet-50
 #   make test   set up .venv (with the test extra) and run lint, types and the whole test suite
 #   make test-fast  the inner loop: pytest without the io and slow tests (under a minute)
+#   make bench  the comparisons (perfsweep beside its peers), recorded under benchmarks/results/
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -40,15 +41,15 @@ lint: setup-test
 typecheck: setup-test
 	$(BIN)/mypy
 
-# The whole suite, serially (~51 min on 2 cores). On every core (-n auto --dist loadfile) with
-# the quiet_machine tests in a pass of their own after it took ~41 min, but a second run of that
-# first pass failed a test whose timing the other core's sweep disturbed: the sweeps are
-# CPU-bound on 2 cores (a second worker bought 1.45x), so the suite stays serial until their CPU
-# is cut. tests/support/quiet.py keeps the quiet tests alone in any xdist run (pytest -n auto).
+# The whole suite in tiers, each timed, a table at the end (tests/tiers.py): lint, types, unit
+# (no process or socket; sweeps in virtual time) on every core, integration (servers, processes,
+# sockets) on every core a file per worker, the quiet timing tests alone, then the few live
+# sweeps alone. `make pytest ARGS=...` runs plain pytest (one file, one -k) for the inner loop.
+test: setup-test
+	$(BIN)/python -m tests.tiers
+
 pytest: setup-test
 	$(BIN)/pytest $(ARGS)
-
-test: lint typecheck pytest
 
 # Tests marked io (they start a server, a process or open a socket) or slow are left out; a guard
 # in tests/support/io_guard.py fails an unmarked test that does I/O, in this tier and in make test.

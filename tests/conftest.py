@@ -13,7 +13,7 @@ import pytest
 import analyzer  # noqa: F401  (first: turns gRPC's fork handlers off before grpc is imported)
 from tests.support.folder_times import FolderTimes
 from tests.support.io_guard import IO_FIXTURES, IO_MARKER, IoGuard
-from tests.support.live_sweeps import LiveSweeps
+from tests.support.live_sweeps import LIVE_FIXTURE, LIVE_MARKER, LiveSweeps
 from tests.support.quiet import QUIET_FIXTURE, QUIET_MARKER, QuietMachine
 from tests.support.real_triton import (
     RealTriton,
@@ -87,6 +87,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker("slow")
         if QUIET_FIXTURE in fixtures:
             item.add_marker(QUIET_MARKER)
+        if LIVE_FIXTURE in fixtures:
+            item.add_marker(LIVE_MARKER)
         uses_io = not IO_FIXTURES.isdisjoint(fixtures)
         if uses_io:
             item.add_marker(IO_MARKER)
@@ -94,10 +96,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             by_hand.append(item.nodeid)
         if QUIET_FIXTURE not in fixtures and item.get_closest_marker(QUIET_MARKER) is not None:
             by_hand.append(item.nodeid)
+        if LIVE_FIXTURE not in fixtures and item.get_closest_marker(LIVE_MARKER) is not None:
+            by_hand.append(item.nodeid)
     if by_hand:
         raise pytest.UsageError(
-            f"marked {IO_MARKER!r} or {QUIET_MARKER!r} by hand, not through a fixture: "
-            f"{', '.join(by_hand)}; request 'spawns', 'serves' or {QUIET_FIXTURE!r} instead"
+            f"marked {IO_MARKER!r}, {QUIET_MARKER!r} or {LIVE_MARKER!r} by hand, not through a "
+            f"fixture: {', '.join(by_hand)}; request 'spawns', 'serves', {QUIET_FIXTURE!r} or "
+            f"{LIVE_FIXTURE!r} instead"
         )
 
 
@@ -128,6 +133,15 @@ def takes_seconds() -> None:
     no process or socket, so the guard never asks for this: it keeps the fast tier under a
     minute, nothing more.
     """
+
+
+@pytest.fixture(scope="session")
+def live_sweep(spawns: None) -> None:
+    """Request this in a test that runs ``perfsweep run`` against a live server (a real reference
+    server or Triton): marks it ``live`` (and ``io``), the tier ``make test`` runs last and
+    alone. Few tests may: a sweep's behaviour is tested in virtual time
+    (``tests/sweep/test_virtual_sweeps.py``); a live sweep is for what only a real server and
+    real processes show."""
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,11 @@ from typing import Any
 
 import pytest
 
+#: The marker of tests that run ``perfsweep run`` against a live server; set by the
+#: ``live_sweep`` fixture (``tests/conftest.py``), never by hand.
+LIVE_MARKER = "live"
+LIVE_FIXTURE = "live_sweep"
+
 
 def is_live_run(args: Any) -> bool:
     """Whether a child's argument list starts ``perfsweep run`` not in virtual time."""

@@ -33,7 +33,7 @@ from tests.support.servers import (
     write_model,
 )
 
-pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.slow]
+pytestmark = [pytest.mark.usefixtures("live_sweep"), pytest.mark.slow]
 
 CLI = [sys.executable, "-c", "from analyzer.cli import main; main()"]
 

@@ -326,6 +326,7 @@ PA_DATA = {
 }
 
 
+@pytest.mark.usefixtures("live_sweep")
 def test_run_server_triton_restarts_a_killed_triton_and_its_best_config_loads(
     triton_install: TritonInstall, tmp_path: Path
 ) -> None:

@@ -127,6 +127,7 @@ def over_grpc(triton: RealTriton, c: Certificates, *, client_cert: bool = True) 
     return flags
 
 
+@pytest.mark.usefixtures("live_sweep")
 def test_a_sweep_through_a_tls_proxy_with_a_token_loading_over_mutual_tls_grpc(
     secured_triton: RealTriton, proxy: TlsProxy, certificates: Certificates, tmp_path: Path
 ) -> None:
