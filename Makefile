@@ -2,6 +2,7 @@
 #   make run    set up .venv and sweep the bundled ResNet-50
 #   make test   set up .venv (with the test extra) and run lint, types and the whole test suite
 #   make test-fast  the inner loop: pytest without the io and slow tests (under a minute)
+#   make bench  the comparison benchmarks, each recorded under benchmarks/results/ (see below)
 #   make bench  the comparisons (perfsweep beside its peers), recorded under benchmarks/results/
 PYTHON ?= python3
 VENV   ?= .venv
@@ -12,7 +13,7 @@ BIN    := $(VENV)/bin
 unexport PYTHONDONTWRITEBYTECODE
 ARGS   ?=
 
-.PHONY: run test test-fast setup setup-test lint typecheck pytest clean gate-dogfood
+.PHONY: run test test-fast setup setup-test lint typecheck pytest clean gate-dogfood bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +57,27 @@ pytest: setup-test
 # These tests share no server or timing, so they run on every core (-n auto: pytest-xdist).
 test-fast: setup-test
 	$(BIN)/pytest -m "not io and not slow" -n auto $(ARGS)
+
+# The comparison benchmarks, in sequence, each with its defaults (benchmarks/README.md): each
+# prints its table and writes its JSON under benchmarks/results/, claims included (whether each
+# held). They measure on live servers, so they want a quiet machine: about 40 minutes in all by
+# the estimates in benchmarks/README.md.
+#   mix_solo_vs_joint.py      three models tuned alone vs together (simulated device), and two
+#                             on a real Triton
+#   pipeline_vs_stagewise.py  a pipeline tuned as one vs its stages tuned alone (real Triton)
+#   priority_sweep.py         only a priority queue policy meets both class goals
+#   cache_capacity.py         repeated payloads raise the capacity, each with its hit ratio
+#   simulator_vs_server.py    the simulator's batch histograms and capacities vs the servers'
+# A benchmark that fails does not stop the ones after it; the target fails at the end. The other
+# benchmarks (mix_simulator.py, mix_vs_model_analyzer.py, ...) run by hand as documented.
+BENCHMARKS ?= mix_solo_vs_joint pipeline_vs_stagewise priority_sweep cache_capacity \
+	simulator_vs_server
+bench: setup-test
+	@failed=""; for b in $(BENCHMARKS); do \
+		echo "== benchmarks/$$b.py"; \
+		$(BIN)/python benchmarks/$$b.py || failed="$$failed $$b"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "failed:$$failed"; exit 1; fi
 
 # Dogfood the CI performance gate (README "CI performance gates"): a small measure-and-gate run
 # on the reference server with the simulated device. The bounds are loose for a shared 2-core CI

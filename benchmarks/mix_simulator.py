@@ -1,6 +1,6 @@
 """The mix simulator's prediction error: a mix of models' capacity, predicted vs measured.
 
-The mix: the mix tests' three models (tests/support/mixes.py ``THREE``: ``rank``, ``tag`` and
+The mix: the mix benchmarks' three models (benchmarks/mixes.py ``THREE``: ``rank``, ``tag`` and
 ``embed``, 3:4:2, each held to its own p99: 400, 40 and 120 ms) on the reference server's
 simulated device (``--device sim``: every instance of every model shares it), started as its own
 process.
@@ -43,10 +43,10 @@ from analyzer.predict.mix_sim import MixModel, MixProfile, mix_capacity, mix_off
 from analyzer.predict.planner import probe_live  # noqa: E402
 from analyzer.predict.sim_records import SimConfig  # noqa: E402
 from analyzer.target.remote import RemoteTarget  # noqa: E402
+from benchmarks.mixes import THREE, SimServer, mix_flag  # noqa: E402
 from benchmarks.prediction_error import score  # noqa: E402
 from benchmarks.prediction_error import table as error_table  # noqa: E402
 from benchmarks.record import run_recorded  # noqa: E402
-from tests.support.mixes import THREE, SimServer, mix_flag  # noqa: E402
 from tests.support.servers import ReferenceProcess  # noqa: E402
 from tests.support.sweeps import load  # noqa: E402
 
@@ -60,7 +60,7 @@ CONFIGS: list[dict[str, Knobs]] = [
     {m: Knobs(8) for m in MODELS},
     {m: Knobs(16) for m in MODELS},
     {m: Knobs(32) for m in MODELS},
-    # Each model's best alone (tests/sweep/test_mix_solo_vs_joint.py), and the mix's together.
+    # Each model's best alone (benchmarks/mix_solo_vs_joint.py), and the mix's together.
     {"rank": Knobs(32, instance_count=2), "tag": Knobs(4), "embed": Knobs(16)},
     {"rank": Knobs(8, 0, (8, 4)), "tag": Knobs(32), "embed": Knobs(16)},
     {"rank": Knobs(16, 4000, instance_count=2), "tag": Knobs(8), "embed": Knobs(8)},

@@ -1,7 +1,7 @@
 """Two models on one device, tuned together: perfsweep's joint sweep beside Model Analyzer 1.58's
 concurrent quick search, on the same real Triton models, judged by one instrument.
 
-The models are the mix tests' ``rank`` and ``tag`` (tests/support/mixes.py): Python-backend
+The models are the mix benchmarks' ``rank`` and ``tag`` (benchmarks/mixes.py): Python-backend
 models on a real Triton 2.51 (nvidia-pytriton's ``tritonserver``) whose device parts share one
 file lock, ``rank`` heavy with a loose goal (400 ms), ``tag`` cheap with a tight one (40 ms), the
 traffic 3:4. Both start unbatched on one instance.
@@ -57,9 +57,7 @@ from tritonclient.grpc import model_config_pb2 as mc  # noqa: E402
 
 from analyzer.rundir.results import load_summary  # noqa: E402
 from analyzer.target.triton import managed_triton  # noqa: E402
-from benchmarks.record import run_recorded  # noqa: E402
-from benchmarks.time_to_answer import MA_BIN, PERF_ANALYZER, watch_ma  # noqa: E402
-from tests.support.mixes import (  # noqa: E402
+from benchmarks.mixes import (  # noqa: E402
     TWO,
     Models,
     TritonServer,
@@ -67,6 +65,8 @@ from tests.support.mixes import (  # noqa: E402
     mix_flag,
     scenario,
 )
+from benchmarks.record import run_recorded  # noqa: E402
+from benchmarks.time_to_answer import MA_BIN, PERF_ANALYZER, watch_ma  # noqa: E402
 from tests.support.real_triton import TritonInstall  # noqa: E402
 from tests.support.sweeps import assemble, recommended, sweep  # noqa: E402
 

@@ -1,5 +1,6 @@
 """Models served together on one serialised device, and the comparison of the mix tuned as one
-against each model tuned alone (tests and benchmarks), on the reference server or a real Triton.
+against each model tuned alone, on the reference server or a real Triton (the mix benchmarks:
+``mix_solo_vs_joint.py``, ``mix_simulator.py``, ``mix_vs_model_analyzer.py``).
 
 ``rank`` is heavy (a large fixed cost per execution on the device, a little per item, host work
 before and after it) with a loose goal; ``tag`` is cheap with a tight goal; ``embed`` sits
@@ -183,20 +184,22 @@ def scenario(models: Models, trials: int, max_rate_rps: float) -> str:
 
 def solo_tree(
     server: Server, models: Models, repo: Path, work: Path, trials: int, max_rate_rps: float
-) -> Path:
-    """Each model tuned alone (the device to itself, its own goal), the answers assembled into
-    one repository tree."""
-    configs = {}
+) -> tuple[dict[str, Path], Path]:
+    """Each model tuned alone (the device to itself, its own goal): each model's run directory,
+    and the answers assembled into one repository tree."""
+    runs = {}
     for name, m in models.items():
-        run_dir, _ = sweep(
+        runs[name], _ = sweep(
             repo,
             work / f"alone-{name}",
             scenario(models, trials, max_rate_rps),
             *server.flags(),
             *("--model", name, "--p99-ms", f"{m.p99_ms:g}"),
         )
-        configs[name] = recommended(run_dir)
-    return assemble(repo, configs, work / "tree-solo")
+    tree = assemble(
+        repo, {name: recommended(run) for name, run in runs.items()}, work / "tree-solo"
+    )
+    return runs, tree
 
 
 def joint_tree(

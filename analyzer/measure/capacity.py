@@ -182,7 +182,7 @@ class CapacitySearch:
 def find_capacity(
     spec: CapacitySpec,
     measure: Callable[[LoadSpec], Measurement],
-    drain: Callable[[], None] = lambda: None,
+    drain: Callable[[], object] = lambda: None,
 ) -> CapacityResult:
     """Bracket, then bisect, the highest open-loop rate meeting ``spec.goals``.
 

@@ -74,6 +74,10 @@ class VirtualClock:
         self.now_s += max(0.0, seconds)
 
 
+def _say_nothing(message: str) -> None:
+    """A target's ``notify`` until the sweep's view sets one."""
+
+
 @dataclass
 class VirtualServer:
     """A Target whose models are configs in memory and whose device is a profile.
@@ -94,9 +98,13 @@ class VirtualServer:
     shared: bool = False
     access: ServerAccess = PLAIN
     clock: VirtualClock = field(default_factory=VirtualClock)
-    notify: Callable[[str], None] = field(default=lambda message: None)
     #: Config loads so far (one per model per trial).
     loads: int = 0
+
+    def __post_init__(self) -> None:
+        # Set here, not as a field: a callable field reads as a method to type checkers, and
+        # the Target protocol needs it settable (the live view sets it).
+        self.notify: Callable[[str], None] = _say_nothing
 
     @classmethod
     def of(cls, scenario: Scenario) -> VirtualServer:
@@ -349,13 +357,26 @@ class VirtualLoad:
 
         rate = spec.target
         measured = len(latencies) if latencies is not None else 0
+        profiles = self.server.profiles
         if level.models:  # a mix: each model's statistics, as the server keeps them apart
             stages = {
-                name: _view(m.batch_sizes, len(m.latencies_ms)) for name, m in level.models.items()
+                name: _view(m.batch_sizes, len(m.latencies_ms), profiles[name])
+                for name, m in level.models.items()
             }
-        else:  # a pipeline: each stage saw every request
-            stages = {name: _view(h, measured) for name, h in p.stage_batch_sizes.items()}
-        server = replace(_view(p.batch_sizes, measured), stages=stages)
+            # The level's own statistics are those of the model the load is addressed to.
+            own = stages.get(self.server.model) or _view({}, measured)
+        elif self.server.stages:  # a pipeline: each stage saw every request
+            stages = {
+                name: _view(h, measured, profiles.get(name))
+                for name, h in p.stage_batch_sizes.items()
+            }
+            # The pipeline's own model (an ensemble, a BLS model) executes each request once,
+            # as the reference server's ensemble records it.
+            own = _view({1: measured} if measured else {}, measured)
+        else:
+            stages = {}
+            own = _view(p.batch_sizes, measured, profiles.get(self.server.model))
+        server = replace(own, stages=stages)
         messages = (
             (
                 "the simulated server could not keep up with this rate (its queue grew without "
@@ -413,16 +434,32 @@ class VirtualLoad:
         return tuple(out)
 
 
-def _view(histogram: dict[int, int], requests: int) -> ServerView:
-    """What the server's statistics would say of a level: its successes and batches."""
+def _view(histogram: dict[int, int], requests: int, profile: Profile | None = None) -> ServerView:
+    """What the server's statistics would say of a level: its successes and batches, and with
+    the model's ``profile`` its compute times (per request, as Triton averages them: each
+    request of a batch counts the batch's time; the queue time is not simulated per request)."""
     executions = sum(histogram.values())
     items = sum(size * count for size, count in histogram.items())
+    times = {"input": 0.0, "infer": 0.0, "output": 0.0}
+    infer_total_us = 0.0
+    if profile is not None and items:
+        for size, count in histogram.items():
+            t = profile.timing(size)
+            times["input"] += size * count * t.input_ms
+            times["infer"] += size * count * t.infer_ms
+            times["output"] += size * count * t.output_ms
+            infer_total_us += 1000.0 * count * t.infer_ms
+        times = {phase: 1000.0 * ms / items for phase, ms in times.items()}
     return ServerView(
         success_count=requests,
         inference_count=items,
         execution_count=executions,
         avg_batch_size=items / executions if executions else 0.0,
+        compute_input_us=times["input"],
+        compute_infer_us=times["infer"],
+        compute_output_us=times["output"],
         batch_sizes=dict(histogram),
+        execution_compute_infer_us=infer_total_us,
     )
 
 

@@ -221,5 +221,5 @@ def measurement_from_dict(raw: Mapping[str, Any] | None) -> TrialMeasurement | N
     )
 
 
-def _measurement_dict(m: TrialMeasurement | None) -> dict[str, Any] | None:
+def measurement_dict(m: TrialMeasurement | None) -> dict[str, Any] | None:
     return None if m is None else m.to_dict()

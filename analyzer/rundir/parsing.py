@@ -1,7 +1,7 @@
 """What every record's ``from_dict`` shares: optional fields, knobs, migration, clear refusals.
 
-``_migrate`` lifts an older version of a kind through :data:`analyzer.documents.FORMATS`;
-``_parsing`` turns a damaged file (a key missing, a value of the wrong type) into a
+``migrate`` lifts an older version of a kind through :data:`analyzer.documents.FORMATS`;
+``parse_guarded`` turns a damaged file (a key missing, a value of the wrong type) into a
 :class:`~analyzer.errors.ResultFormatError` that says what to do.
 """
 
@@ -27,24 +27,24 @@ GPU_FIGURE_KEYS = (
 )
 
 
-def _knobs(data: Mapping[str, Any]) -> TrialKnobs:
+def parse_knobs(data: Mapping[str, Any]) -> TrialKnobs:
     """One model's knobs, or a pipeline's (``{"stages": {...}}``)."""
     return knobs_from_dict(data)
 
 
-def _opt_float(value: Any) -> float | None:
+def opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def _opt_int(value: Any) -> int | None:
+def opt_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def _opt_str(value: Any) -> str | None:
+def opt_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _migrate(kind: str, data: Mapping[str, Any]) -> Mapping[str, Any]:
+def migrate(kind: str, data: Mapping[str, Any]) -> Mapping[str, Any]:
     """``data`` lifted to the current version of ``kind`` (a dict without header: current).
 
     Raises:
@@ -55,7 +55,7 @@ def _migrate(kind: str, data: Mapping[str, Any]) -> Mapping[str, Any]:
     return FORMATS[kind].lift(data, data.get("kind", kind))
 
 
-def _parsing(kind: str, parse: Callable[[], Any]) -> Any:
+def parse_guarded(kind: str, parse: Callable[[], Any]) -> Any:
     """Run ``parse``; a missing key or a value of the wrong type is a damaged ``kind`` file."""
     try:
         return parse()

@@ -8,7 +8,7 @@ from typing import Any
 
 from analyzer.config.pipeline import TrialKnobs, knobs_from_dict
 from analyzer.documents import PREDICTIONS_KIND, header
-from analyzer.rundir.parsing import _migrate, _parsing
+from analyzer.rundir.parsing import migrate, parse_guarded
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class Prediction:
         return cls(float(d["capacity_rps"]), float(d["low_rps"]), float(d["high_rps"]))
 
 
-def _opt_prediction(raw: Mapping[str, Any] | None) -> Prediction | None:
+def opt_prediction(raw: Mapping[str, Any] | None) -> Prediction | None:
     return None if not raw else Prediction.from_dict(raw)
 
 
@@ -88,10 +88,10 @@ class Predictions:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Predictions:
         def parse() -> Predictions:
-            d = _migrate(PREDICTIONS_KIND, data)
+            d = migrate(PREDICTIONS_KIND, data)
             return cls(
                 dict(d.get("profile") or {}),
                 tuple(ConfigPrediction.from_dict(c) for c in d.get("configs") or ()),
             )
 
-        return _parsing(PREDICTIONS_KIND, parse)
+        return parse_guarded(PREDICTIONS_KIND, parse)

@@ -10,7 +10,7 @@ from typing import Any
 from analyzer.config.pipeline import TrialKnobs
 from analyzer.documents import SUMMARY_KIND, header
 from analyzer.measure.gain import LOW_SAMPLE_P99, p99_sample_note
-from analyzer.rundir.parsing import _knobs, _migrate, _opt_float, _opt_int, _opt_str, _parsing
+from analyzer.rundir.parsing import migrate, opt_float, opt_int, opt_str, parse_guarded, parse_knobs
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.rundir.validation import ValidationCandidate
 
@@ -125,20 +125,20 @@ class ConfigEntry:
     def from_dict(cls, d: Mapping[str, Any]) -> ConfigEntry:
         gpus = d.get("gpus")
         return cls(
-            config=_knobs(d["config"]),
+            config=parse_knobs(d["config"]),
             throughput_rps=float(d.get("throughput_rps") or 0.0),
             p50_ms=float(d.get("p50_ms") or 0.0),
             p99_ms=float(d.get("p99_ms") or 0.0),
             meets_goals=bool(d.get("meets_goals", False)),
             trial_number=int(d.get("trial_number", -1)),
-            config_path=_opt_str(d.get("config_path")),
-            p99_n=_opt_int(d.get("p99_n")),
+            config_path=opt_str(d.get("config_path")),
+            p99_n=opt_int(d.get("p99_n")),
             p99_low_sample=None if d.get("p99_low_sample") is None else bool(d["p99_low_sample"]),
-            p99_note=_opt_str(d.get("p99_note")),
+            p99_note=opt_str(d.get("p99_note")),
             gpus=None if gpus is None else tuple(dict(g) for g in gpus),
-            validated_throughput_rps=_opt_float(d.get("validated_throughput_rps")),
-            search_throughput_rps=_opt_float(d.get("search_throughput_rps")),
-            source=_opt_str(d.get("source")),
+            validated_throughput_rps=opt_float(d.get("validated_throughput_rps")),
+            search_throughput_rps=opt_float(d.get("search_throughput_rps")),
+            source=opt_str(d.get("source")),
         )
 
 
@@ -187,11 +187,11 @@ class ParetoEntry:
         return cls(
             rank=int(d["rank"]),
             trial_number=int(d["trial_number"]),
-            config=_knobs(d["config"]),
+            config=parse_knobs(d["config"]),
             throughput_rps=float(d["throughput_rps"]),
             p99_ms=float(d["p99_ms"]),
-            reference_p99_ms=_opt_float(d.get("reference_p99_ms")),
-            config_path=_opt_str(d.get("config_path")),
+            reference_p99_ms=opt_float(d.get("reference_p99_ms")),
+            config_path=opt_str(d.get("config_path")),
         )
 
 
@@ -315,7 +315,7 @@ class RunSummary:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunSummary:
         """Inverse of :meth:`to_dict`; reads every version in the format history."""
-        return _parsing(SUMMARY_KIND, lambda: cls._from_dict(_migrate(SUMMARY_KIND, data)))
+        return parse_guarded(SUMMARY_KIND, lambda: cls._from_dict(migrate(SUMMARY_KIND, data)))
 
     @classmethod
     def _from_dict(cls, d: Mapping[str, Any]) -> RunSummary:
@@ -332,21 +332,21 @@ class RunSummary:
             goals=dict(d.get("goals") or {}),
             baseline=ConfigEntry.from_dict(d["baseline"]) if d.get("baseline") else None,
             best=ConfigEntry.from_dict(d["best"]) if d.get("best") else None,
-            gain=_opt_float(d.get("gain")),
+            gain=opt_float(d.get("gain")),
             trials={str(k): int(v) for k, v in (d.get("trials") or {}).items()},
             stop_reason=StopReason(str(d.get("stop_reason", ""))),
-            target_url=_opt_str(d.get("target_url")),
-            device_requested=_opt_str(d.get("device_requested")),
+            target_url=opt_str(d.get("target_url")),
+            device_requested=opt_str(d.get("device_requested")),
             devices=tuple(dict(x) for x in d.get("devices") or ()),
             server_gpus=tuple(dict(x) for x in d.get("server_gpus") or ()),
-            gain_ci=(_opt_float(ci[0]), _opt_float(ci[1]))
+            gain_ci=(opt_float(ci[0]), opt_float(ci[1]))
             if isinstance(ci, list) and len(ci) == 2
             else None,
             gain_significant=None if significant is None else bool(significant),
             gain_repeats=None if repeats is None else tuple(int(r) for r in repeats),
-            gain_text=_opt_str(d.get("gain_text")),
-            goal_text=_opt_str(d.get("goal_text")),
-            tie_break=_opt_str(d.get("tie_break")),
+            gain_text=opt_str(d.get("gain_text")),
+            goal_text=opt_str(d.get("goal_text")),
+            tie_break=opt_str(d.get("tie_break")),
             left_on_server=None if left is None else dict(left),
             pareto=tuple(ParetoEntry.from_dict(p) for p in d.get("pareto") or ()),
             validation=tuple(ValidationCandidate.from_dict(c) for c in d.get("validation") or ()),
@@ -354,11 +354,11 @@ class RunSummary:
             scenario=dict(d.get("scenario") or {}),
             study=dict(d.get("study") or {}),
             files=dict(d.get("files") or {}),
-            started_at=_opt_str(d.get("started_at")),
-            finished_at=_opt_str(d.get("finished_at")),
+            started_at=opt_str(d.get("started_at")),
+            finished_at=opt_str(d.get("finished_at")),
             duration_s=None if duration is None else float(duration),
-            search_strategy=_opt_str(d.get("search_strategy")),
-            search_note=_opt_str(d.get("search_note")),
+            search_strategy=opt_str(d.get("search_strategy")),
+            search_note=opt_str(d.get("search_note")),
             phases={str(k): float(v) for k, v in (d.get("phases") or {}).items()},
             recommendation=dict(d["recommendation"]) if d.get("recommendation") else None,
             server_events=tuple(dict(e) for e in d.get("server_events") or ()),

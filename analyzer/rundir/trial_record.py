@@ -10,9 +10,9 @@ from analyzer.config.pipeline import TrialKnobs
 from analyzer.documents import TRIAL_KIND, header
 from analyzer.measure.goals import goals_met
 from analyzer.measure.measurement import Measurement
-from analyzer.rundir.measurements import TrialMeasurement, _measurement_dict, measurement_from_dict
-from analyzer.rundir.parsing import _knobs, _migrate, _opt_str, _parsing
-from analyzer.rundir.predictions import Prediction, _opt_prediction
+from analyzer.rundir.measurements import TrialMeasurement, measurement_dict, measurement_from_dict
+from analyzer.rundir.parsing import migrate, opt_str, parse_guarded, parse_knobs
+from analyzer.rundir.predictions import Prediction, opt_prediction
 
 
 @dataclass(frozen=True)
@@ -97,14 +97,14 @@ class TrialRecord:
             "failure": self.failure,
             "started_at": self.started_at,
             "duration_s": self.duration_s,
-            "measurement": _measurement_dict(self.measurement),
+            "measurement": measurement_dict(self.measurement),
             "prediction": None if self.prediction is None else self.prediction.to_dict(),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrialRecord:
         """Inverse of :meth:`to_dict` (also without the version header)."""
-        return _parsing(TRIAL_KIND, lambda: cls._from_dict(_migrate(TRIAL_KIND, data)))
+        return parse_guarded(TRIAL_KIND, lambda: cls._from_dict(migrate(TRIAL_KIND, data)))
 
     @classmethod
     def _from_dict(cls, d: Mapping[str, Any]) -> TrialRecord:
@@ -112,7 +112,7 @@ class TrialRecord:
             number=int(d["number"]),
             source=str(d["source"]),
             state=str(d["state"]),
-            config=_knobs(d["config"]),
+            config=parse_knobs(d["config"]),
             throughput_rps=float(d.get("throughput_rps", 0.0)),
             offered_rps=float(d.get("offered_rps", 0.0)),
             p50_ms=float(d.get("p50_ms", 0.0)),
@@ -122,9 +122,9 @@ class TrialRecord:
             meets_goals=bool(d.get("meets_goals", False)),
             constraints={str(k): float(v) for k, v in (d.get("constraints") or {}).items()},
             values=tuple(float(v) for v in d.get("values") or ()),
-            failure=_opt_str(d.get("failure")),
+            failure=opt_str(d.get("failure")),
             started_at=str(d.get("started_at") or ""),
             duration_s=float(d.get("duration_s") or 0.0),
             measurement=measurement_from_dict(d.get("measurement")),
-            prediction=_opt_prediction(d.get("prediction")),
+            prediction=opt_prediction(d.get("prediction")),
         )

@@ -8,8 +8,8 @@ from typing import Any
 
 from analyzer.config.pipeline import TrialKnobs
 from analyzer.documents import VALIDATION_KIND, header
-from analyzer.rundir.measurements import TrialMeasurement, _measurement_dict, measurement_from_dict
-from analyzer.rundir.parsing import _knobs, _migrate, _opt_float, _opt_int, _parsing
+from analyzer.rundir.measurements import TrialMeasurement, measurement_dict, measurement_from_dict
+from analyzer.rundir.parsing import migrate, opt_float, opt_int, parse_guarded, parse_knobs
 
 
 @dataclass(frozen=True)
@@ -47,30 +47,30 @@ class ValidationCandidate:
             "p99_ms": list(self.p99_ms),
             "p99_n": list(self.p99_n),
             "meets_goals": list(self.meets_goals),
-            "measurements": [_measurement_dict(m) for m in self.measurements],
+            "measurements": [measurement_dict(m) for m in self.measurements],
             "worst_rps": self.worst_rps,
             "worst_p99_ms": self.worst_p99_ms,
             "all_meet_goals": self.all_meet_goals,
             "check_rps": self.check_rps,
             "check_met": self.check_met,
-            "check": _measurement_dict(self.check),
+            "check": measurement_dict(self.check),
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ValidationCandidate:
         return cls(
             trial_number=int(d["trial_number"]),
-            config=_knobs(d["config"]),
+            config=parse_knobs(d["config"]),
             search_throughput_rps=float(d.get("search_throughput_rps") or 0.0),
             throughput_rps=tuple(float(x) for x in d.get("throughput_rps") or ()),
             p99_ms=tuple(float(x) for x in d.get("p99_ms") or ()),
             meets_goals=tuple(bool(x) for x in d.get("meets_goals") or ()),
             worst_rps=float(d.get("worst_rps") or 0.0),
-            worst_p99_ms=_opt_float(d.get("worst_p99_ms")),
+            worst_p99_ms=opt_float(d.get("worst_p99_ms")),
             all_meet_goals=bool(d.get("all_meet_goals", False)),
-            p99_n=tuple(_opt_int(x) for x in d.get("p99_n") or ()),
+            p99_n=tuple(opt_int(x) for x in d.get("p99_n") or ()),
             measurements=tuple(measurement_from_dict(m) for m in d.get("measurements") or ()),
-            check_rps=_opt_float(d.get("check_rps")),
+            check_rps=opt_float(d.get("check_rps")),
             check_met=None if d.get("check_met") is None else bool(d["check_met"]),
             check=measurement_from_dict(d.get("check")),
         )
@@ -91,7 +91,7 @@ class Validation:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Validation:
         def parse() -> Validation:
-            d = _migrate(VALIDATION_KIND, data)
+            d = migrate(VALIDATION_KIND, data)
             return cls(tuple(ValidationCandidate.from_dict(c) for c in d.get("candidates") or ()))
 
-        return _parsing(VALIDATION_KIND, parse)
+        return parse_guarded(VALIDATION_KIND, parse)

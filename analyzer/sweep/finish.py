@@ -1,7 +1,7 @@
 """Finishing a sweep: the winner, the recommendation, the Pareto front, the gain, the report.
 
 What ``best/config.pbtxt`` holds (``_recommend``, the one recommendation rule), the summary,
-the shared server left on a known config (``_leave_server``), and ``report.html``.
+the shared server left on a known config (``leave_server``), and ``report.html``.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from analyzer.rundir.summary import ConfigEntry, ParetoEntry, RunSummary, StopRe
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.rundir.validation import ValidationCandidate
 from analyzer.search.study import FinishedTrial
-from analyzer.sweep.state import SweepOutcome, _State
+from analyzer.sweep.state import SweepOutcome, SweepState
 from analyzer.target.protocol import load_configs, observed_device
 
 _LOG = logging.getLogger(__name__)
 
 
-def _leave_server(state: _State, chosen: TrialRecord | None) -> dict[str, Any]:
+def leave_server(state: SweepState, chosen: TrialRecord | None) -> dict[str, Any]:
     """Put a shared server back on a known config (``run.leave``) and say which; once.
 
     The config is sent explicitly in the load override: an empty load means "the on-disk
@@ -85,7 +85,7 @@ def _whose(tuned: Tuned) -> str:
 
 
 def _choose(
-    state: _State, validation: list[ValidationCandidate]
+    state: SweepState, validation: list[ValidationCandidate]
 ) -> tuple[TrialRecord | None, float | None]:
     """The best worst case among validated configs, else the best search trial."""
     passing = [c for c in validation if c.all_meet_goals]
@@ -100,7 +100,7 @@ def _choose(
     return state.objective.best(state.results.values()), None
 
 
-def _headline(state: _State, result: TrialRecord | None) -> TrialRecord | None:
+def _headline(state: SweepState, result: TrialRecord | None) -> TrialRecord | None:
     """``result`` as its worst validation repeat (numbered like the trial), when it was validated
     and every repeat completed; the search measurement otherwise."""
     if result is None:
@@ -113,8 +113,8 @@ def _headline(state: _State, result: TrialRecord | None) -> TrialRecord | None:
     return replace(state.objective.worst_repeat(runs), number=result.number)
 
 
-def _finish(
-    state: _State,
+def finish_run(
+    state: SweepState,
     stop_reason: StopReason,
     validation: list[ValidationCandidate],
     started_at: str,
@@ -144,7 +144,7 @@ def _finish(
         candidate_path = write_configs(
             directory.root / "candidate", recommendation.withheld, directory.tree
         )
-    left = _leave_server(state, recommendation.trial)
+    left = leave_server(state, recommendation.trial)
     goal_text = f"goal p99 <= {scenario.goals.p99_ms:g} ms" + (
         f": {scenario.goals.note}" if scenario.goals.note else ""
     )
@@ -274,7 +274,7 @@ class _Recommendation:
 
 
 def _recommend(
-    state: _State, chosen: TrialRecord | None, gain: _Gain, died: bool
+    state: SweepState, chosen: TrialRecord | None, gain: _Gain, died: bool
 ) -> _Recommendation:
     """The one recommendation rule: best/config.pbtxt holds the chosen config only when it is
     known to be better than the model's own config.
@@ -313,7 +313,7 @@ def _recommend(
     return _Recommendation("best", f"trial {chosen.number}", config, chosen)
 
 
-def _front(state: _State) -> tuple[list[TrialRecord], tuple[ParetoEntry, ...]]:
+def _front(state: SweepState) -> tuple[list[TrialRecord], tuple[ParetoEntry, ...]]:
     """A front objective's feasible non-dominated trials by throughput, each config written
     to ``pareto/NN/``; nothing for a single-winner objective."""
     if not state.objective.multi:
@@ -352,7 +352,7 @@ class _Gain:
 
 
 def _gain(
-    state: _State,
+    state: SweepState,
     chosen: TrialRecord | None,
     best: TrialRecord | None,
     baseline: TrialRecord | None,

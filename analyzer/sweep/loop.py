@@ -76,18 +76,23 @@ from analyzer.rundir.trial_record import TrialRecord
 from analyzer.search.space import JointSpace, SearchSpace, Space
 from analyzer.search.strategy import grid_configs, grid_note, resolve, sampler_for, with_prediction
 from analyzer.search.study import DIED_REASON, INTERRUPTED_REASON, Search, TrialOutcome
-from analyzer.sweep.finish import _finish, _leave_server
-from analyzer.sweep.predictions import _predicted, _profiled, _refit, probe_profile
+from analyzer.sweep.finish import finish_run, leave_server
+from analyzer.sweep.predictions import (
+    predicted_guide,
+    probe_profile,
+    profile_phase,
+    refit_predictions,
+)
 from analyzer.sweep.state import (
     MAX_TARGET_FAILURES,
     Profiler,
     SweepObserver,
     SweepOutcome,
-    _first_line,
-    _State,
+    SweepState,
+    first_line,
 )
-from analyzer.sweep.trials import _expected, _locust_generator, _measure_baseline, _run_trial
-from analyzer.sweep.validation import _validate
+from analyzer.sweep.trials import expected_capacity, locust_generator, measure_baseline, run_trial
+from analyzer.sweep.validation import validate_winners
 from analyzer.target.factory import make_target
 from analyzer.target.leases import leased, renew_target
 from analyzer.target.protocol import Target, untunable_reason
@@ -250,7 +255,7 @@ def _sweep(
             run_state.update(_create_run(scenario, directory, command))
         if load is None:
             stages = tuned.names if tuned.pipeline else ()
-            load = stack.enter_context(_locust_generator(scenario, target, observer, stages))
+            load = stack.enter_context(locust_generator(scenario, target, observer, stages))
         space = tuned_space(scenario, tuned)
         objective = objective_for(scenario.objective)
         strategy, why = resolve(scenario, base_config)
@@ -263,7 +268,7 @@ def _sweep(
             seed=scenario.run.seed,
             metric_names=objective.metric_names,
         )
-        state = _State(
+        state = SweepState(
             scenario,
             objective,
             directory,
@@ -300,12 +305,12 @@ def _sweep(
             if state.strategy == "predict":
                 # Profile first: the baseline's capacity search then starts at its forecast,
                 # and its operating point calibrates the predictions of the whole space.
-                state.guide = _profiled(state, profiler)
+                state.guide = profile_phase(state, profiler)
             if state.baseline is None:
                 with state.phase("baseline"):
-                    state.baseline = _measure_baseline(state)
+                    state.baseline = measure_baseline(state)
             if state.guide is not None and not state.guide.predictions:
-                state.guide = _predicted(state, state.guide)
+                state.guide = predicted_guide(state, state.guide)
             if state.strategy == "predict" and state.guide is None:
                 state.strategy = "tpe"
             if state.baseline.meets_goals:
@@ -330,7 +335,7 @@ def _sweep(
                 stop_reason = _search_loop(state, clock, started)
             if stop_reason is not StopReason.INTERRUPTED:
                 with state.phase("validation"):
-                    validation = _validate(state)
+                    validation = validate_winners(state)
             else:
                 validation = []
         except KeyboardInterrupt:
@@ -339,15 +344,15 @@ def _sweep(
             # Nothing more is sent to the server: the run so far is written (the best not
             # validated), run.json says failed, and the caller gets the outcome with the error.
             state.dead = True
-            run_state.update(error=_first_line(exc), failed_at=utc_now())
-            exc.outcome = _finish(
+            run_state.update(error=first_line(exc), failed_at=utc_now())
+            exc.outcome = finish_run(
                 state, StopReason.SERVER_DIED, [], started_at, clock() - started, run_state
             )
             raise
         except BaseException:
-            run_state["left_on_server"] = _leave_server(state, None)
+            run_state["left_on_server"] = leave_server(state, None)
             raise
-        return _finish(state, stop_reason, validation, started_at, clock() - started, run_state)
+        return finish_run(state, stop_reason, validation, started_at, clock() - started, run_state)
 
 
 def _resumed(record: TrialRecord) -> TrialRecord:
@@ -451,7 +456,7 @@ def _saved_originals(directory: RunDirectory, tuned: Tuned) -> Tuned | None:
 
 
 def _record_interrupted(
-    state: _State,
+    state: SweepState,
     number: int,
     source: str,
     knobs: TrialKnobs,
@@ -546,7 +551,7 @@ def _stagnant(results: dict[int, TrialRecord], scenario: Scenario, objective: Ob
     return best is not None and since >= b.patience
 
 
-def _search_loop(state: _State, clock: Callable[[], float], started: float) -> StopReason:
+def _search_loop(state: SweepState, clock: Callable[[], float], started: float) -> StopReason:
     scenario, search, guide = state.scenario, state.search, state.guide
     budget = scenario.budget
     grid = len(grid_configs(search.space)) if state.strategy == "grid" else None
@@ -582,13 +587,13 @@ def _search_loop(state: _State, clock: Callable[[], float], started: float) -> S
             asked.number, asked.source, asked.knobs, done + 1, budget.trials
         )
         try:
-            result = _run_trial(
+            result = run_trial(
                 state,
                 asked.number,
                 asked.source,
                 asked.knobs,
                 configs,
-                expect=_expected(state, asked.knobs),
+                expect=expected_capacity(state, asked.knobs),
             )
         except (KeyboardInterrupt, TargetDiedError) as exc:
             # Not a result: the config runs again on --resume.
@@ -625,4 +630,4 @@ def _search_loop(state: _State, clock: Callable[[], float], started: float) -> S
         state.run_dir.write_trial(result)
         state.observer.on_trial_end(result, state.objective.best(state.results.values()))
         if guide is not None and result.state == "complete":
-            _refit(state, guide, budget.trials - search.started_count())
+            refit_predictions(state, guide, budget.trials - search.started_count())

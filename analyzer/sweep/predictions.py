@@ -1,8 +1,8 @@
 """Predict: the profile phase and the predictions (``--search predict``).
 
-:func:`probe_profile` measures the live server's profile; ``_profiled`` and ``_predicted``
+:func:`probe_profile` measures the live server's profile; ``profile_phase`` and ``predicted_guide``
 turn it into every config's simulated capacity (``predictions.json``) and a
-:class:`~analyzer.search.strategy.Guide`; ``_refit`` refits the profile on measured trials.
+:class:`~analyzer.search.strategy.Guide`; ``refit_predictions`` refits the profile on measured trials.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from analyzer.search.predictors import (
     load_predictor,
 )
 from analyzer.search.strategy import Guide, sim_workers
-from analyzer.sweep.state import Profiler, _first_line, _State
+from analyzer.sweep.state import Profiler, SweepState, first_line
 from analyzer.target.protocol import Target
 
 _LOG = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ def probe_profile(target: Target, scenario: Scenario) -> Profile:
     except Exception as exc:  # urllib / socket / JSON errors: translated where they enter
         raise ProfileError(
             f"the server's statistics (/v2/models/{target.model}/stats) cannot be read: "
-            f"{_first_line(exc)}"
+            f"{first_line(exc)}"
         ) from exc
     largest = scenario.space.max_batch_size[1]
     # Interference is information (the simulator serialises the device itself): 2 instances
@@ -95,7 +95,7 @@ class _StageView:
         self._target.load_config(config, wait_for_model=False)
 
 
-def _probed(state: _State, profiler: Profiler) -> Predictor:
+def _probed(state: SweepState, profiler: Profiler) -> Predictor:
     """The profile phase: the tuned model's profile, or each composing model's (a pipeline's
     stages, a mix's models)."""
     tuned, target, scenario = state.tuned, state.target, state.scenario
@@ -142,9 +142,9 @@ class _Widened:
         return config
 
 
-def _profiled(state: _State, profiler: Profiler) -> Guide | None:
+def profile_phase(state: SweepState, profiler: Profiler) -> Guide | None:
     """The profile phase (or a resumed run's predictions): a guide that can forecast single
-    configs (the baseline) before :func:`_predicted` simulates the space; None when no profile
+    configs (the baseline) before :func:`predicted_guide` simulates the space; None when no profile
     can be taken (the sweep then searches with tpe and says why)."""
     scenario, directory = state.scenario, state.run_dir
     goal, half = scenario.goals.p99_ms, scenario.search.band
@@ -173,7 +173,7 @@ def _profiled(state: _State, profiler: Profiler) -> Guide | None:
             predictor = _probed(state, profiler)
     except (ProfileError, TargetError, InputError, OSError, RuntimeError, ValueError) as exc:
         state.note(
-            f"search predict: no profile could be taken ({_first_line(exc)}); searching with tpe"
+            f"search predict: no profile could be taken ({first_line(exc)}); searching with tpe"
         )
         return None
     predictor.save(profile_path)
@@ -182,7 +182,7 @@ def _profiled(state: _State, profiler: Profiler) -> Guide | None:
     )
 
 
-def _predicted(state: _State, guide: Guide) -> Guide | None:
+def predicted_guide(state: SweepState, guide: Guide) -> Guide | None:
     """The predict phase: the profile's latency offset calibrated on the baseline's operating
     point, then every config of the space simulated; None when nothing could be predicted."""
     directory = state.run_dir
@@ -193,7 +193,7 @@ def _predicted(state: _State, guide: Guide) -> Guide | None:
             guide.calibrate(_finished(state))
             guide.predict_space(space_configs)
     except (InputError, ValueError) as exc:
-        state.note(f"search predict: the simulator failed ({_first_line(exc)}); searching with tpe")
+        state.note(f"search predict: the simulator failed ({first_line(exc)}); searching with tpe")
         return None
     if not guide.predictions:
         state.note(
@@ -230,13 +230,13 @@ def _sets_policy(knobs: TrialKnobs) -> bool:
     return any(k.queue_policy is not None for k in stages)
 
 
-def _finished(state: _State) -> list[TrialRecord]:
+def _finished(state: SweepState) -> list[TrialRecord]:
     """Every measurement so far, the baseline's first: where the predictions' latency offset is
     calibrated."""
     return [*([state.baseline] if state.baseline else []), *state.results.values()]
 
 
-def _refit(state: _State, guide: Guide, remaining: int) -> None:
+def refit_predictions(state: SweepState, guide: Guide, remaining: int) -> None:
     """Rescale the probed profile to the run's trial windows, calibrate its latency offset on every
     operating point measured so far (the baseline's included), and re-predict the configs
     still in reach (twice the trials left); a run whose windows carry no statistics keeps its

@@ -1,7 +1,7 @@
 """What one sweep holds while it runs, and what it gives back.
 
 :class:`SweepOutcome` (the result of ``run_sweep``), :class:`SweepObserver` (what a live view
-is told), the sweep's limits, and ``_State``: the scenario, run directory, target, search and
+is told), the sweep's limits, and ``SweepState``: the scenario, run directory, target, search and
 results one sweep shares between its phases (``loop``, ``trials``, ``predictions``,
 ``validation``, ``finish``).
 """
@@ -101,7 +101,7 @@ class SweepObserver:
 
 
 @dataclass
-class _State:
+class SweepState:
     scenario: Scenario
     objective: Objective
     run_dir: RunDirectory
@@ -173,6 +173,6 @@ class _State:
             self.phases[name] = round(self.phases.get(name, 0.0) + self.clock() - t0, 3)
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

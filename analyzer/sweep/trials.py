@@ -1,6 +1,6 @@
 """Running one trial: the load generator, the baseline, one config measured and recorded.
 
-``_run_trial``: knobs -> ModelConfig -> ``trials/NNN/config.pbtxt`` -> repository load (no
+``run_trial``: knobs -> ModelConfig -> ``trials/NNN/config.pbtxt`` -> repository load (no
 restart) -> the evaluator's measurement -> a :class:`~analyzer.rundir.trial_record.TrialRecord`;
 a config that kills the server twice is a finding (``CRASHED_REASON``), not a measurement.
 """
@@ -23,12 +23,12 @@ from analyzer.measure.goals import goals_met
 from analyzer.rundir.results import utc_now
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.search.strategy import nearest_capacity
-from analyzer.sweep.state import CRASHED_REASON, SweepObserver, _first_line, _State
+from analyzer.sweep.state import CRASHED_REASON, SweepObserver, SweepState, first_line
 from analyzer.target.protocol import ConfigRejectedError, Target, load_configs
 
 
 @contextlib.contextmanager
-def _locust_generator(
+def locust_generator(
     scenario: Scenario, target: Target, observer: SweepObserver, stages: tuple[str, ...] = ()
 ) -> Iterator[LoadGenerator]:
     """The sweep's load generator (``stages``: a pipeline's composing models, whose statistics
@@ -66,7 +66,7 @@ def _locust_generator(
         yield generator
 
 
-def _measure_baseline(state: _State) -> TrialRecord:
+def measure_baseline(state: SweepState) -> TrialRecord:
     """The model's own config, measured once. With predictions its forecast capacity is
     checked, not searched for: a step below the forecast that must pass and one above it that
     must fail bracket the capacity (the gain's interval covers that bracket); a full capacity
@@ -78,7 +78,7 @@ def _measure_baseline(state: _State) -> TrialRecord:
     expect = None
     if forecast is not None and forecast.capacity_rps > 0 and state.objective.capacity:
         expect = Expected(forecast.capacity_rps, check=True)
-    result = _run_trial(state, -1, "baseline", knobs, originals, expect=expect)
+    result = run_trial(state, -1, "baseline", knobs, originals, expect=expect)
     if forecast is not None:
         result = replace(result, prediction=forecast)
     state.run_dir.write_trial(result)
@@ -86,8 +86,8 @@ def _measure_baseline(state: _State) -> TrialRecord:
     return result
 
 
-def _run_trial(
-    state: _State,
+def run_trial(
+    state: SweepState,
     number: int,
     source: str,
     knobs: TrialKnobs,
@@ -102,7 +102,7 @@ def _run_trial(
 
     ``check_rps``: one sequential step at that rate instead (validation); else the objective's
     measurement, its capacity search near ``near_rps`` or ``expect`` (an expected capacity and
-    how to bracket it, :func:`_expected`), below ``fails_at_rps`` when a rate is
+    how to bracket it, :func:`expected_capacity`), below ``fails_at_rps`` when a rate is
     known to fail (validation).
 
     A server that dies during the trial (:class:`TargetDiedError`) is brought back by
@@ -118,7 +118,7 @@ def _run_trial(
         try:
             state.target.ensure_alive()
         except TargetDiedError as exc:  # it cannot be brought back: the sweep stops
-            state.server_event(number, source, "lost", _first_line(exc))
+            state.server_event(number, source, "lost", first_line(exc))
             raise
         try:
             state.touched = True
@@ -137,7 +137,7 @@ def _run_trial(
             failure = str(exc)
             break
         except TargetDiedError as exc:
-            failure = _first_line(exc)
+            failure = first_line(exc)
             if attempt == 1:
                 state.server_event(number, source, "died", failure)
                 continue
@@ -188,7 +188,7 @@ def _run_trial(
     )
 
 
-def _expected(state: _State, knobs: TrialKnobs) -> Expected | None:
+def expected_capacity(state: SweepState, knobs: TrialKnobs) -> Expected | None:
     """Where a trial's capacity search starts, and the growth that brackets it: the config's
     predicted capacity (small steps), else the capacity of the nearest finished trial, the
     baseline included (larger steps: a neighbour is a looser guess); None: neither is known."""

@@ -14,11 +14,11 @@ from typing import Any
 from analyzer.config.objective import worst_value
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.rundir.validation import Validation, ValidationCandidate
-from analyzer.sweep.state import _State
-from analyzer.sweep.trials import _run_trial
+from analyzer.sweep.state import SweepState
+from analyzer.sweep.trials import run_trial
 
 
-def _validate(state: _State) -> list[ValidationCandidate]:
+def validate_winners(state: SweepState) -> list[ValidationCandidate]:
     """Re-measure the best configs before one is chosen: at the winner's capacity
     (``budget.validation = "check"``, a capacity objective in open loop:
     :func:`_validate_at_capacity`), else every top config ``budget.validate_repeats`` times
@@ -32,7 +32,7 @@ def _validate(state: _State) -> list[ValidationCandidate]:
     return _validate_repeats(state)
 
 
-def _validate_at_capacity(state: _State) -> list[ValidationCandidate]:
+def _validate_at_capacity(state: SweepState) -> list[ValidationCandidate]:
     """Validation that pays for itself.
 
     The winner and the runner-up (``budget.validate_top`` >= 2) are each measured once at the
@@ -54,7 +54,7 @@ def _validate_at_capacity(state: _State) -> list[ValidationCandidate]:
 
     def measure(r: TrialRecord, index: int, total: int, **how: Any) -> TrialRecord:
         state.observer.on_trial_start(r.number, "validation", r.config, index, total)
-        result = _run_trial(
+        result = run_trial(
             state,
             r.number,
             "validation",
@@ -132,7 +132,7 @@ def _candidate(r: TrialRecord, runs: list[TrialRecord]) -> ValidationCandidate:
     )
 
 
-def _validate_repeats(state: _State) -> list[ValidationCandidate]:
+def _validate_repeats(state: SweepState) -> list[ValidationCandidate]:
     """Re-measure the top feasible configs with longer windows; keep every repeat's numbers."""
     scenario, objective = state.scenario, state.objective
     b = scenario.budget
@@ -149,7 +149,7 @@ def _validate_repeats(state: _State) -> list[ValidationCandidate]:
     for r, i in order:
         state.observer.on_trial_start(r.number, "validation", r.config, i + 1, b.validate_repeats)
         configs = state.tuned.originals() if r.number < 0 else state.tuned.configs(r.config)
-        result = _run_trial(
+        result = run_trial(
             state,
             r.number,
             "validation",

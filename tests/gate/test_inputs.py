@@ -116,7 +116,7 @@ CONFIG = {
 
 
 def candidate(number: int, throughput_rps: list[float], p99_ms: list[float], **extra: Any) -> dict:
-    """A summary.json validation candidate (what ``sweep._validate`` writes)."""
+    """A summary.json validation candidate (what ``sweep.validate_winners`` writes)."""
     return {
         "trial_number": number,
         "config": CONFIG,

@@ -12,7 +12,8 @@ backend with the bundled ``resnet50_sim`` profile (device table 4-32 ms, host ph
    serialised device implies (ratio ~1.4 at batch 8).
 2. The simulator on the *probed* profile against the same server: the batch-size histogram of
    an open-loop Poisson run (two instances, preferred sizes, a queue delay) within the same
-   tolerance as ``test_vs_server.py`` (total-variation distance <= 0.15, mean batch within 15 %).
+   tolerance as ``benchmarks/simulator_vs_server.py`` (total-variation distance <= 0.15, mean
+   batch within 15 %).
 3. The probe's premise on a real Triton (marked ``triton``): the same configs form exactly one
    batch of each size per burst there too (Python-backend sleep model).
 """
@@ -35,7 +36,7 @@ from analyzer.predict.simulator import simulate
 from analyzer.predict.sources import from_toml
 from analyzer.target.remote import RemoteTarget
 from analyzer.target.transport import MockTransport, Request, Response
-from tests.predict.test_vs_server import _mean_batch, _open_loop, _shares, _tv
+from tests.support.batch_histograms import batch_counts, mean_batch, shares, tv_distance
 from tests.support.real_triton import (
     RealTriton,
     dynamic_batching,
@@ -43,6 +44,7 @@ from tests.support.real_triton import (
     sleep_model_config,
 )
 from tests.support.servers import ReferenceProcess
+from tests.support.traffic import fp32_bodies, open_loop_grpc
 
 # Timing against tight bounds: run alone (tests/support/quiet.py).
 pytestmark = pytest.mark.usefixtures("quiet_machine")
@@ -167,22 +169,16 @@ def test_probed_times_match_the_planted_profile(
     run.dynamic_batching.preferred_batch_size.append(16)
     run.dynamic_batching.max_queue_delay_microseconds = config.max_queue_delay_us
     target.load_config(run)
-    before = {
-        int(b["batch_size"]): int(b["compute_infer"]["count"])
-        for b in server.model_stats(MODEL)["batch_stats"]
-    }
-    sent = _open_loop(server.grpc_url, MODEL, RATE_RPS, 4.0, seed=5)
-    after = {
-        int(b["batch_size"]): int(b["compute_infer"]["count"])
-        for b in server.model_stats(MODEL)["batch_stats"]
-    }
+    before = batch_counts(server.model_stats(MODEL))
+    sent = open_loop_grpc(server.grpc_url, MODEL, fp32_bodies(16), RATE_RPS, 4.0, seed=5)
+    after = batch_counts(server.model_stats(MODEL))
     measured = {b: n - before.get(b, 0) for b, n in after.items() if n - before.get(b, 0) > 0}
     assert sum(b * n for b, n in measured.items()) == sent
     predicted = simulate(profile, config, RATE_RPS, requests=20000, seed=1).batch_sizes
-    tv = _tv(measured, predicted)
-    print(f"server {_shares(measured)}\nsimulator {_shares(predicted)}\nTV distance {tv:.3f}")
+    tv = tv_distance(measured, predicted)
+    print(f"server {shares(measured)}\nsimulator {shares(predicted)}\nTV distance {tv:.3f}")
     assert tv <= 0.15
-    assert _mean_batch(measured) == pytest.approx(_mean_batch(predicted), rel=0.15)
+    assert mean_batch(measured) == pytest.approx(mean_batch(predicted), rel=0.15)
 
 
 @pytest.mark.timeout(60)

@@ -62,7 +62,6 @@ __all__ = [
     "dynamic_batching",
     "free_port",
     "identity_model_config",
-    "padded_sequence_model",
     "sleep_model_config",
 ]
 
@@ -235,74 +234,6 @@ def locked_device_source(lock: Path, host_ms: float, device_ms: float, per_item_
         device_ms=float(device_ms),
         per_item_ms=float(per_item_ms),
     )
-
-
-PADDED_SEQUENCE_SOURCE = '''\
-"""Transformer-like model (written by tests/support/real_triton.py): a batch of token sequences
-runs padded to its longest member.
-
-Each execute() sleeps BASE_MS + PER_TOKEN_MS * rows * longest, where rows is the batch's items
-(the requests' batch dims summed) and longest the longest sequence (dim 1) of any request in
-it: what padding a ragged batch to one length costs a transformer. Input k is returned as
-output k.
-"""
-
-import time
-
-import triton_python_backend_utils as pb_utils
-
-BASE_MS = {base_ms!r}
-PER_TOKEN_MS = {per_token_ms!r}
-NAMES = {names!r}
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        rows = 0
-        longest = 0
-        for r in requests:
-            shape = pb_utils.get_input_tensor_by_name(r, NAMES[0][0]).shape()
-            rows += shape[0]
-            longest = max(longest, shape[1])
-        time.sleep((BASE_MS + PER_TOKEN_MS * rows * longest) / 1000.0)
-        return [
-            pb_utils.InferenceResponse(
-                output_tensors=[
-                    pb_utils.Tensor.from_dlpack(out, pb_utils.get_input_tensor_by_name(r, name))
-                    for name, out in NAMES
-                ]
-            )
-            for r in requests
-        ]
-'''
-
-
-def padded_sequence_model(
-    name: str,
-    *,
-    base_ms: float,
-    per_token_ms: float,
-    max_batch_size: int = 8,
-    inputs: Sequence[str] = ("INPUT_IDS", "ATTENTION_MASK"),
-    allow_ragged_batch: bool = True,
-) -> tuple[mc.ModelConfig, str]:
-    """A text-classifier-like Python-backend model and its ``model.py``
-    (:data:`PADDED_SEQUENCE_SOURCE`): INT64 ``[-1]`` inputs (token ids and mask), each echoed
-    as its output, executing ``base_ms + per_token_ms * rows * longest sequence`` per batch.
-    With ``allow_ragged_batch`` requests of different lengths share a batch (the model pads);
-    without it Triton batches only requests of equal shapes. No dynamic batching, one instance:
-    the model's own config, as a sweep's baseline measures it."""
-    specs = [
-        TensorSpec(n, dims=(-1,), data_type="TYPE_INT64", allow_ragged_batch=allow_ragged_batch)
-        for n in inputs
-    ]
-    config = sleep_model_config(name, max_batch_size=max_batch_size, inputs=specs)
-    source = PADDED_SEQUENCE_SOURCE.format(
-        base_ms=float(base_ms),
-        per_token_ms=float(per_token_ms),
-        names=[(s.name, s.output_name) for s in specs],
-    )
-    return config, source
 
 
 SLEEP_MODEL_SOURCE = '''\

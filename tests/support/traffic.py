@@ -1,5 +1,6 @@
-"""Open-loop traffic for tests that compare a server with the simulator: Poisson arrivals sent
-at their due times over gRPC (``tritonclient``'s ``async_infer``), whatever the server's pace."""
+"""Open-loop traffic for comparing a server with the simulator (the probe test and
+``benchmarks/simulator_vs_server.py``): Poisson arrivals sent at their due times over gRPC
+(``tritonclient``'s ``async_infer``), whatever the server's pace."""
 
 from __future__ import annotations
 
@@ -51,3 +52,16 @@ def open_loop_grpc(
     client.close()
     assert not errors, errors[:3]
     return sent
+
+
+def fp32_bodies(*lengths: int) -> list[list[Any]]:
+    """One request body per length: ``INPUT0``, FP32 zeros of shape ``[1, n]``."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    bodies = []
+    for n in lengths:
+        tensor = grpcclient.InferInput("INPUT0", [1, n], "FP32")
+        tensor.set_data_from_numpy(np.zeros((1, n), dtype=np.float32))
+        bodies.append([tensor])
+    return bodies

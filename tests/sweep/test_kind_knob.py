@@ -1,14 +1,13 @@
 """``space.instance_kind``: KIND_CPU vs KIND_GPU as a searched knob.
 
 Pure parts first (rendering, reading back, choices, encoding, the search that cannot predict
-it); then a real grid sweep on this GPU-less host, where the reference server refuses a
-KIND_GPU group as Triton does: that trial fails with the server's message, the KIND_CPU one
-is measured, and the recommended config says KIND_CPU.
+it); then a grid sweep in virtual time on a server without GPUs, which refuses a KIND_GPU group
+with the reference server's own check (Triton's words): that trial fails with the server's
+message, the KIND_CPU one is measured, and the recommended config says KIND_CPU.
 """
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,10 +19,15 @@ from analyzer.config.knobs import Knobs
 from analyzer.config.model_config import apply_knobs
 from analyzer.config.scenario import load_scenario
 from analyzer.errors import InputError
+from analyzer.predict.virtual import VirtualLoad, VirtualServer
 from analyzer.rundir.results import load_summary, parse_config_text
 from analyzer.search.space import SearchSpace
 from analyzer.search.strategy import resolve
-from tests.sweep.test_e2e_sim import CLI, make_repo
+from analyzer.sweep.loop import run_sweep
+from analyzer.target.protocol import ConfigRejectedError
+from reference_server.core.config import normalize, validate_instance_groups
+from reference_server.core.errors import ServerError
+from tests.sweep.test_e2e_sim import make_repo
 
 
 def _config(
@@ -118,22 +122,38 @@ strategy = "grid"
 """
 
 
-@pytest.mark.usefixtures("spawns")
+class WithoutGpus(VirtualServer):
+    """The simulated server on a host without GPUs: a config with a KIND_GPU group is refused
+    by the reference server's load-stage check (its config normalised first, as it loads one),
+    in its words (Triton's)."""
+
+    def load_config(self, config: mc.ModelConfig, *, wait_for_model: bool = True) -> None:
+        try:
+            name = config.name or self.model
+            validate_instance_groups(normalize(config, model_name=name, gpu_ids=()), gpu_ids=())
+        except ServerError as exc:
+            raise ConfigRejectedError(f"load of {config.name!r} failed: {exc}") from exc
+        super().load_config(config, wait_for_model=wait_for_model)
+
+
+@pytest.mark.usefixtures("takes_seconds")
 def test_a_kind_the_host_lacks_fails_its_trial_and_the_other_kind_is_chosen(
     tmp_path: Path,
 ) -> None:
     repo = make_repo(tmp_path)  # the e2e tests' tiny simulated model, one KIND_CPU instance
     (tmp_path / "kinds.toml").write_text(SCENARIO)
+    scenario = load_scenario(
+        tmp_path / "kinds.toml", {"model.repository": str(repo), "model.device": "sim"}, env={}
+    )
+    server = WithoutGpus.of(scenario)
     run_dir = tmp_path / "run"
-    done = subprocess.run(
-        [
-            *CLI, "run", "--scenario", str(tmp_path / "kinds.toml"),
-            "--model-repository", str(repo), "--model", "tiny", "--device", "sim",
-            "--run-dir", str(run_dir),
-        ],
-        capture_output=True, text=True, timeout=280,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_sweep(
+        scenario,
+        target=server,
+        load=VirtualLoad(server, scenario),
+        run_dir=run_dir,
+        clock=server.clock,
+    )
     summary = load_summary(run_dir)
     assert summary["trials"]["failed"] == 1 and summary["trials"]["complete"] == 1, summary
     assert summary["best"]["config"]["instance_kind"] == "KIND_CPU"

@@ -2,15 +2,15 @@
 one search, the load drawn across the models by weight, each model held to its own p99, one
 config.pbtxt per model.
 
-Two simulated models on one managed reference server (``--device sim``: their instances share
-the simulated device), real Locust, a tiny budget, ``--search predict`` (each model probed, the
-mix simulated on one device): this pins the plumbing.
+Two simulated models on the reference server's simulated device (their instances share it), in
+virtual time (``--server virtual``: the command in the test process, the mix simulated on one
+device), a tiny budget, ``--search predict`` (each model's profile taken, the mix simulated over
+the joint space): this pins the plumbing.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,15 +19,25 @@ from analyzer.config.model_config import knobs_of
 from analyzer.config.pipeline import JointKnobs
 from analyzer.rundir.results import load_summary, load_trial_record, parse_config_text
 from tests.support.servers import write_sim_model
-from tests.support.sweeps import CLI, small_scenario
+from tests.support.sweeps import small_scenario, virtual_sweep
 
-pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.slow]
+pytestmark = [pytest.mark.usefixtures("takes_seconds")]
 
 MODELS = ("detect", "classify")
 BATCHING = "dynamic_batching { }"
 
 
-def test_a_mix_of_models_is_tuned_in_one_search_each_held_to_its_goal(tmp_path: Path) -> None:
+@pytest.fixture(autouse=True)
+def _simulate_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The predict phase's simulations in one process, not a pool: no child process, and the
+    same answers (each group of configs is searched alike whatever the number of workers)."""
+    for module in ("analyzer.search.strategy", "analyzer.sweep.predictions"):
+        monkeypatch.setattr(f"{module}.sim_workers", lambda: 1)
+
+
+def test_a_mix_of_models_is_tuned_in_one_search_each_held_to_its_goal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     repo = tmp_path / "repo"
     write_sim_model(repo, "detect", 3.0, 0.3, max_batch_size=8, dynamic_batching=BATCHING)
     write_sim_model(
@@ -41,27 +51,17 @@ def test_a_mix_of_models_is_tuned_in_one_search_each_held_to_its_goal(tmp_path: 
         + '[[models]]\nname = "classify"\nshare = 1\np99_ms = 80\n'
     )
     run_dir = tmp_path / "run"
-    done = subprocess.run(
-        [
-            *CLI,
-            *("run", "--scenario", str(scenario), "--run-dir", str(run_dir)),
-            *(
-                "--model-repository",
-                str(repo),
-                "--device",
-                "sim",
-                "--search",
-                "predict",
-                "--report",
-            ),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=400,
+    done = virtual_sweep(
+        monkeypatch,
+        capsys,
+        *("--scenario", str(scenario), "--run-dir", str(run_dir)),
+        *("--model-repository", str(repo), "--device", "sim", "--search", "predict"),
+        "--report",
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = load_summary(run_dir)
-    # Each model probed, the mix predicted on one device with each model's share and goal.
+    # Each model's profile taken, the mix predicted on one device with each model's share and
+    # goal.
     assert summary["search_strategy"] == "predict", summary.get("search_note")
     predictions = json.loads((run_dir / "predictions.json").read_text())
     assert predictions["profile"]["mix"] == {
@@ -84,8 +84,8 @@ def test_a_mix_of_models_is_tuned_in_one_search_each_held_to_its_goal(tmp_path: 
             assert written.name == model and knobs_of(written) == knobs.stage(model)
         point = record["measurement"]["best"]
         assert point is not None
-        # The load went to both models by weight, each judged on its own goal; the server's
-        # statistics of each model were read in the same windows.
+        # The load went to both models by weight, each judged on its own goal; each model's
+        # statistics were read in the same windows.
         classes = {c["name"]: c for c in point["classes"]}
         assert {c["model"] for c in classes.values()} == set(MODELS)
         assert classes["detect"]["request_count"] > classes["classify"]["request_count"] > 0

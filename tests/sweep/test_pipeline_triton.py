@@ -1,9 +1,9 @@
 """Pipelines on a real Triton 2.51 started by `perfsweep run --server triton`: a three-step
 ensemble of Python-backend models (a cheap preprocess, a GPU-like model whose device work is
-serialised by a lock every instance shares, a cheap postprocess) and a BLS model that calls two of
-them. Every composing model's knobs are searched together while the load goes to the pipeline;
-the recommended repository tree (one config.pbtxt per composing model) loads in Triton and serves
-at least what the stages tuned one at a time serve.
+serialised by a lock every instance shares, a cheap postprocess). Every composing model's knobs
+are searched together while the load goes to the pipeline; the recommended repository tree (one
+config.pbtxt per composing model) loads in Triton. (What it serves beside the stages tuned one at
+a time: benchmarks/pipeline_vs_stagewise.py.)
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from analyzer.config.model_config import knobs_of
-from analyzer.rundir.results import load_summary, load_trial_record, parse_config_text
+from analyzer.rundir.results import load_summary, parse_config_text
 from analyzer.target.triton import managed_triton
-from tests.support.pipelines import STAGES, Comparison, compare_joint_and_stagewise
+from tests.support.pipelines import STAGES
 from tests.support.pipelines import make_pipeline_repository as make_repository
 from tests.support.real_triton import TritonInstall
 from tests.support.sweeps import CLI, small_scenario
@@ -79,41 +79,3 @@ def test_an_ensemble_on_triton_is_predicted_tuned_and_its_tree_loads(
             assert knobs_of(served).to_dict() == knobs[stage]
     finally:
         check.stop()
-
-
-def test_a_bls_model_is_tuned_with_its_named_composing_models(
-    triton_install: TritonInstall, tmp_path: Path
-) -> None:
-    repo = make_repository(tmp_path)
-    run_dir, done = sweep(triton_install, repo, tmp_path, "bls", "--composing-models", "pre,infer")
-    summary = load_summary(run_dir)
-    assert list(summary["baseline"]["config"]["stages"]) == ["pre", "infer"]
-    record = load_trial_record(run_dir / "trials" / "000" / "measurement.json")
-    point = record["measurement"]["best"]
-    # The load went to the BLS model; its composing models served its calls. Triton's Python
-    # backend records a request's statistics after its response is sent, so the window's last
-    # answered requests (at most those in flight at its end) may not be counted yet.
-    assert point is not None and point["max_in_flight"] >= 1
-    counted = point["server"]["success_count"]
-    assert counted >= point["request_count"] - point["max_in_flight"]
-    assert "pre: mbs=" in done.stdout and " | infer: mbs=" in done.stdout
-
-
-@pytest.mark.timeout(1200)  # four sweeps and two capacity searches on Triton: ~10 minutes
-def test_the_pipeline_tuned_as_one_serves_at_least_its_stages_tuned_one_at_a_time(
-    triton_install: TritonInstall, tmp_path: Path
-) -> None:
-    # The GPU-like stage (20 ms + 4 ms an item on the shared device) limits the pipeline well
-    # below this machine's generator ceiling, so the capacities compared are the pipeline's.
-    repo = make_repository(tmp_path / "models", device_ms=20.0, per_item_ms=4.0, edge_ms=2.0)
-    comparison = Comparison(trials=2, validate_repeats=2, search="predict", rounds=1)
-    answers = compare_joint_and_stagewise(triton_install, repo, tmp_path, comparison)
-    joint, stagewise = answers["joint"], answers["stagewise"]
-    assert load_summary(joint.runs["pipe"])["search_strategy"] == "predict"
-    assert all(c > 0 for c in joint.capacity_rps + stagewise.capacity_rps)
-    # "At least", as the one instrument can tell: its capacity search brackets each capacity
-    # within its resolution, so two trees closer than that measure alike or a step apart.
-    assert joint.median_rps >= stagewise.median_rps * (1 - comparison.resolution), (
-        joint.capacity_rps,
-        stagewise.capacity_rps,
-    )

@@ -23,7 +23,6 @@ from tests.support.sweeps import small_scenario
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
 
-
 def served_config(triton: RealTriton, model: str) -> mc.ModelConfig:
     status, payload = triton.http_status("GET", f"/v2/models/{model}/config")
     assert status == 200, payload

@@ -710,8 +710,8 @@ def private_crossings(scanners: list[_Scanner]) -> list[Finding]:
     """Imports of a private name (``_x``, not a dunder) or a private module from another package.
 
     A leading underscore means "this package's business": modules of one package and of the
-    packages inside it may share such names (``sweep/loop.py`` runs ``sweep/trials.py``'s
-    ``_run_trial``; ``load/web/`` uses ``load/_gevent.py``); any other package goes through what
+    packages inside it may share such names (``load/runner.py`` uses ``load/windows.py``'s
+    ``_Window``; ``load/web/`` uses ``load/_gevent.py``); any other package goes through what
     the package's modules export without one.
     """
     packages = {

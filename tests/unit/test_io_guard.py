@@ -239,7 +239,7 @@ def test_an_io_mark_set_by_hand_is_refused(inner: pytest.Pytester) -> None:
     result = inner.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*marked 'io' or 'quiet' by hand, not through a fixture*test_by_hand*"]
+        ["*marked 'io', 'quiet' or 'live' by hand, not through a fixture*test_by_hand*"]
     )
 
 

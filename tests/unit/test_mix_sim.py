@@ -38,7 +38,7 @@ def planted(name: str, a_ms: float, b_ms: float, host_ms: float = 0.0) -> Profil
     )
 
 
-# The mix tests' models (tests/support/mixes.py): rank heavy with a loose goal, tag cheap with a
+# The mix benchmarks' models (benchmarks/mixes.py): rank heavy with a loose goal, tag cheap with a
 # tight one, embed between; 3:4:2.
 RANK = MixModel("rank", planted("rank", 16.0, 1.0, 8.0), 3, 400.0)
 TAG = MixModel("tag", planted("tag", 2.0, 0.2), 4, 40.0)
@@ -83,8 +83,9 @@ def test_each_model_is_drawn_by_its_share_at_its_part_of_the_rate() -> None:
 
 
 def test_the_solo_answers_together_miss_the_tight_goal_where_the_joint_answer_meets_all() -> None:
-    # What tests/sweep/test_mix_solo_vs_joint.py measured on the reference server at 125 req/s
-    # (solo: tag 51.8 ms against its 40; joint: tag 29.1, embed 30.1, rank 80.5).
+    # What the three-model comparison (benchmarks/mix_solo_vs_joint.py) measured on the
+    # reference server at 125 req/s (solo: tag 51.8 ms against its 40; joint: tag 29.1, embed
+    # 30.1, rank 80.5).
     solo = simulate_mix(THREE, SOLO, 125.0, requests=6000, seed=1)
     joint = simulate_mix(THREE, JOINT, 125.0, requests=6000, seed=1)
     assert solo.misses(THREE) == ["tag"]
