@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import math
 import os
 import re
 import signal
@@ -183,6 +184,53 @@ def test_a_grpc_sweep_through_a_remote_worker_predicts_and_writes_its_report(
         assert any(re.match(rf"\[ *\d+ s\] trial {n}: .* req/s, p99 ", x) for x in lines)
     assert any(re.match(r"\[ *\d+ s\] baseline: .* req/s", x) for x in lines), lines[:10]
     assert "time per phase" in done.stdout and "search predict" in done.stdout
+    assert_gpu_figures_match_the_server_statistics(run_dir, summary)
+
+
+def assert_gpu_figures_match_the_server_statistics(run_dir: Path, summary: dict) -> None:
+    """The simulated GPU's utilisation (the server's Prometheus gauge, read per window) reaches
+    summary.json for the baseline and the best, is the busy share the server's own statistics
+    imply at the operating point (compute_infer per execution x executions / time, from
+    batch_stats; the simulated backend holds the device for exactly compute_infer), and the
+    report's GPU part states the summary's figures; every window is in the time series."""
+    from analyzer.report import build_record, load_run
+    from analyzer.rundir.records import load_trial
+
+    base, best = summary["baseline"], summary["best"]
+    assert base["gpus"] and best and best["gpus"], (base, best)
+    (gpu,) = summary["server_gpus"]
+    assert gpu["uuid"].startswith("GPU-") and gpu["name"].startswith("simulated GPU")
+    folders = {"baseline": run_dir / "baseline"}
+    if best["trial_number"] >= 0:
+        folders["best"] = run_dir / "trials" / f"{best['trial_number']:03d}"
+    for role, folder in folders.items():
+        entry = summary[role]
+        point = load_trial(folder / "measurement.json").operating_point()
+        assert point is not None and point.server is not None
+        busy_pct = 100.0 * point.server.execution_compute_infer_us / 1e6 / point.duration_s
+        util = entry["gpus"][0]["utilization_pct_mean"]
+        # The gauge is the busy share of the trailing second, read once per window: each read
+        # of executions arriving at rate r, each d long, varies by sqrt(r) * d (a Poisson count
+        # of them in the second), and the mean of k reads by that over sqrt(k): the bound is
+        # three of those, and never below 5 points.
+        executions = max(point.server.execution_count, 1)
+        rate = executions / point.duration_s
+        length_s = point.server.execution_compute_infer_us / 1e6 / executions
+        reads = max(len(point.windows), 1)
+        sigma_pct = 100.0 * math.sqrt(rate) * length_s / math.sqrt(reads)
+        assert abs(util - busy_pct) < max(5.0, 3 * sigma_pct), (role, util, busy_pct, sigma_pct)
+    record = build_record(load_run(run_dir), min_gpu_utilization_pct=100.0)
+    assert record.gpu is not None and "gpu" not in record.missing
+    sides = {s.role: s for s in record.gpu.sides}
+    assert set(sides) == {"baseline", "best"}
+    for role, side in sides.items():
+        (figures,) = summary[role]["gpus"]
+        assert side.utilization_pct_mean == pytest.approx(figures["utilization_pct_mean"])
+        assert side.memory_used_peak_mb == figures["memory_used_peak_mb"]
+    assert record.gpu.sentences
+    assert record.time_series
+    for series in record.time_series:
+        assert series.points and all(p.throughput_rps >= 0 for p in series.points)
 
 
 def test_kill_9_of_the_sweep_takes_its_managed_server_down_and_resume_loses_nothing(

@@ -47,6 +47,7 @@ def sweep(
     return run_dir, done
 
 
+@pytest.mark.usefixtures("live_sweep")
 def test_an_ensemble_on_triton_is_predicted_tuned_and_its_tree_loads(
     triton_install: TritonInstall, tmp_path: Path
 ) -> None:
