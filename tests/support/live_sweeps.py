@@ -3,9 +3,10 @@
 A live sweep costs minutes; a sweep in virtual time (``--server virtual``, in the test process)
 seconds. This plugin counts every child process that runs ``perfsweep run`` (the console script,
 or ``analyzer.cli`` through ``python -c``) other than a virtual one, by the test that started
-it, so the next live sweep is seen when it lands. Each is either a sweep (it measures) or a run
-refused before its first trial (a few seconds): the count does not tell them apart, the table
-names the tests.
+it, so the next live sweep is seen when it lands. Tests marked ``live`` sweep (they measure);
+any other test's ``perfsweep run`` is refused before its first trial (a few seconds: a bad
+flag, a model that cannot be tuned, a server that refuses the credentials), and the table
+counts them apart.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ class LiveSweeps:
     def __init__(self) -> None:
         self.by_test: Counter[str] = Counter()
         self._current = ""
+        #: The tests marked ``live`` that started one.
+        self.live: set[str] = set()
+        self._current_live = False
         self._original = subprocess.Popen.__init__
 
     def install(self) -> None:
@@ -52,6 +56,8 @@ class LiveSweeps:
         def counting_init(popen: subprocess.Popen[Any], args: Any, *rest: Any, **kw: Any) -> None:
             if is_live_run(args):
                 plugin.by_test[plugin._current or "(outside a test)"] += 1
+                if plugin._current_live:
+                    plugin.live.add(plugin._current)
             original(popen, args, *rest, **kw)
 
         subprocess.Popen.__init__ = counting_init  # type: ignore[method-assign]
@@ -62,15 +68,22 @@ class LiveSweeps:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
         self._current = item.nodeid
+        self._current_live = item.get_closest_marker(LIVE_MARKER) is not None
         try:
             return (yield)
         finally:
-            self._current = ""
+            self._current, self._current_live = "", False
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if not self.by_test:
             return
-        total = sum(self.by_test.values())
-        terminalreporter.write_sep("=", f"perfsweep run against live servers: {total} processes")
+        sweeps = sum(n for test, n in self.by_test.items() if test in self.live)
+        refused = sum(self.by_test.values()) - sweeps
+        terminalreporter.write_sep(
+            "=",
+            f"perfsweep run processes: {sweeps} sweeping a live server, "
+            f"{refused} refused before a trial",
+        )
         for test, count in sorted(self.by_test.items()):
-            terminalreporter.write_line(f"{count:3d}  {test}")
+            kind = "sweep" if test in self.live else "refused"
+            terminalreporter.write_line(f"{count:3d}  {kind:<8} {test}")
