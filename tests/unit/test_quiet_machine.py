@@ -83,4 +83,4 @@ def test_a_quiet_mark_set_by_hand_is_refused(
     pytester.makepyfile("import pytest\n\n@pytest.mark.quiet\ndef test_by_hand(): pass\n")
     result = pytester.runpytest_subprocess()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*'quiet' by hand, not through a fixture*test_by_hand*"])
+    result.stderr.fnmatch_lines(["*'quiet' or 'live' by hand, not through a fixture*test_by_hand*"])
