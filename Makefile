@@ -68,10 +68,11 @@ test-fast: setup-test
 #   priority_sweep.py         only a priority queue policy meets both class goals
 #   cache_capacity.py         repeated payloads raise the capacity, each with its hit ratio
 #   simulator_vs_server.py    the simulator's batch histograms and capacities vs the servers'
+#   capacity_accuracy.py      the capacity search lands within 10 % of a known capacity
 # A benchmark that fails does not stop the ones after it; the target fails at the end. The other
 # benchmarks (mix_simulator.py, mix_vs_model_analyzer.py, ...) run by hand as documented.
 BENCHMARKS ?= mix_solo_vs_joint pipeline_vs_stagewise priority_sweep cache_capacity \
-	simulator_vs_server
+	simulator_vs_server capacity_accuracy
 bench: setup-test
 	@failed=""; for b in $(BENCHMARKS); do \
 		echo "== benchmarks/$$b.py"; \
