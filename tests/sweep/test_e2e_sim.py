@@ -1,16 +1,17 @@
 """`perfsweep run` end to end on a real reference server (simulated device) and real Locust.
 
-The suite's two live sweeps of the reference server: what only real processes show (a probe of
-a real server, gRPC through a remote Locust worker, the server's own statistics, kill -9 and
-resume). A small simulated model (16 floats in, the bundled GPU-like latency profile) keeps
-requests cheap, so the generator on a 2-core machine is not the bottleneck. What the sweep
-decides is tested in virtual time (``test_virtual_sweeps.py``) and on the planted optimum.
+The suite's live sweep of the reference server: what only real processes show (a probe of a
+real server, gRPC through a remote Locust worker, the server's own statistics). A small
+simulated model (16 floats in, the bundled GPU-like latency profile) keeps requests cheap, so
+the generator on a 2-core machine is not the bottleneck. Beside it, without a sweep: a managed
+server dies with the process that started it when that process is killed with SIGKILL. What the
+sweep decides, resuming a sweep killed mid-trial included, is tested in virtual time
+(``test_virtual_sweeps.py``) and on the planted optimum.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 import math
 import os
@@ -24,17 +25,17 @@ import pytest
 
 from analyzer.rundir.results import load_summary, load_trial_record, parse_config_text
 from reference_server.core.config import validate
-from reference_server.ready import last_ready
 from tests.support.servers import (
+    NotYet,
+    children_of,
     free_port,
     process_gone,
     remote_load_worker,
-    supervised_pid,
     wait_until,
     write_model,
 )
 
-pytestmark = [pytest.mark.usefixtures("live_sweep"), pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 CLI = [sys.executable, "-c", "from analyzer.cli import main; main()"]
 
@@ -91,8 +92,7 @@ def command(
     validate_top: int = 1,
     strategy: str = "tpe",
 ) -> list[str]:
-    """The ``perfsweep run`` command line. The plumbing tests search with tpe (a fixed number
-    of trials, resumable mid-trial); ``--search predict`` has its own test below."""
+    """The ``perfsweep run`` command line of a sweep of the tiny model."""
     scenario = tmp_path / f"tiny-{trials}-{strategy}.toml"
     scenario.write_text(
         SCENARIO.format(trials=trials, validate_top=validate_top, strategy=strategy)
@@ -115,6 +115,7 @@ def command(
     ]
 
 
+@pytest.mark.usefixtures("live_sweep")
 def test_a_grpc_sweep_through_a_remote_worker_predicts_and_writes_its_report(
     tmp_path: Path,
 ) -> None:
@@ -233,63 +234,47 @@ def assert_gpu_figures_match_the_server_statistics(run_dir: Path, summary: dict)
         assert series.points and all(p.throughput_rps >= 0 for p in series.points)
 
 
-def test_kill_9_of_the_sweep_takes_its_managed_server_down_and_resume_loses_nothing(
-    tmp_path: Path,
-) -> None:
-    """``kill -9`` of ``perfsweep run`` mid-trial: its managed server ends with it (nothing got
-    to clean up), the finished trial is kept, and ``--resume`` records the killed trial as
-    interrupted, runs its config again and completes the budget."""
-    run_dir = tmp_path / "run"
-    log = run_dir / "server" / "server.log"
-    proc = subprocess.Popen(
-        command(tmp_path, 3, run_dir, validate_top=0),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # cleanup below can take the whole group, whatever happens
-    )
+#: A process that holds a started managed reference server until it is killed (what ``perfsweep
+#: run`` does with its server, without a sweep): the server's pid on stdout once it is ready.
+HOLDER = """
+import sys, time
+from pathlib import Path
+from analyzer.target.managed import ManagedServer
+server = ManagedServer("tiny", "sim", Path(sys.argv[2]), repository=Path(sys.argv[1]))
+server.start()
+print(server.pid(), flush=True)
+time.sleep(600)
+"""
 
-    def trial_1_started() -> int | None:
-        assert proc.poll() is None, "the sweep ended before it could be killed"
-        if not (run_dir / "trials" / "001" / "config.pbtxt").exists():
-            return None
-        text = log.read_text() if log.exists() else ""
-        return supervised_pid(text) if last_ready(text) is not None else None
+
+@pytest.mark.usefixtures("spawns")
+def test_kill_9_of_its_owner_takes_a_managed_reference_server_down(tmp_path: Path) -> None:
+    """``kill -9`` of the process that started a managed reference server (a sweep killed
+    mid-trial): the server ends with it, though nothing got to stop it."""
+    out = tmp_path / "holder.out"
+    with out.open("w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, str(make_repo(tmp_path)), str(tmp_path / "server.log")],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # one killpg below ends the holder and its server
+        )
+
+    def server_pid() -> int:
+        assert proc.poll() is None, f"the holder ended: {out.read_text()[-2000:]}"
+        line = out.read_text().strip()
+        if not line.isdigit():
+            raise NotYet("the holder has not printed the server's pid")
+        return int(line)
 
     try:
-        server_pid = wait_until(trial_1_started, 240, "trial 1 to start on a ready server")
-        assert not process_gone(server_pid)
-        os.kill(proc.pid, signal.SIGKILL)  # the sweep only: nothing gets to clean up
+        pid = wait_until(server_pid, 180, "the managed server to be ready")
+        # The holder's own child, the reference server, runs until the holder is killed.
+        assert "reference_server" in children_of(proc.pid).get(pid, ""), children_of(proc.pid)
+        os.kill(proc.pid, signal.SIGKILL)  # the owner only: nothing gets to clean up
         proc.wait(timeout=30)
-        wait_until(
-            lambda: process_gone(server_pid), 15, f"server {server_pid} to end with its sweep"
-        )
+        wait_until(lambda: process_gone(pid), 15, f"server {pid} to end with its owner")
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-    finished = load_trial_record(run_dir / "trials" / "000" / "measurement.json")
-    killed_config = (run_dir / "trials" / "001" / "config.pbtxt").read_text()
-    assert not (run_dir / "trials" / "001" / "measurement.json").exists()
-    run_state = json.loads((run_dir / "run.json").read_text())
-    assert run_state["status"] == "running"  # killed: nothing got to close the run
-
-    done = subprocess.run(
-        [*CLI, "run", "--resume", str(run_dir)], capture_output=True, text=True, timeout=280
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert load_trial_record(run_dir / "trials" / "000" / "measurement.json") == finished
-    summary = load_summary(run_dir)
-    assert summary["trials"]["complete"] == 3
-    # The killed trial is recorded as interrupted everywhere; its config ran again as a new trial.
-    assert summary["trials"]["interrupted"] == 1 and summary["trials"]["failed"] == 0
-    killed = load_trial_record(run_dir / "trials" / "001" / "measurement.json")
-    assert killed["state"] == "interrupted" and killed["failure"].startswith("interrupted")
-    rows = {int(r["number"]): r for r in csv.DictReader((run_dir / "trials.csv").open())}
-    assert rows[1]["state"] == "interrupted"
-    completed = [n for n, r in rows.items() if n >= 0 and r["state"] == "complete"]
-    assert len(completed) == 3 and 1 not in completed
-    assert any(
-        (run_dir / "trials" / f"{n:03d}" / "config.pbtxt").read_text() == killed_config
-        for n in completed
-    )
-    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"

@@ -4,16 +4,22 @@ Every test here runs ``perfsweep run --server virtual`` in the test process
 (:func:`tests.support.sweeps.virtual_sweep`): the flags, the scenario, the run directory and its
 records, resume, the console and the exit status are the command's own; the server and the load
 generator are :mod:`analyzer.predict.virtual`'s, and the clock is virtual, so time budgets and
-phase times count the simulated levels' length. What only a real server or process shows (a
-managed server's pid, a kill, what reaches the wire) is pinned by the few live sweeps of
-``test_e2e_sim.py``, ``test_dead_server.py`` and the Triton tests.
+phase times count the simulated levels' length; only the sweep killed with SIGKILL runs in a
+child process (a signal nothing can catch needs a process of its own), and its resume runs here.
+What only a real server shows (a managed server's pid, its end with its owner, what reaches the
+wire) is pinned by ``test_e2e_sim.py``, ``test_dead_server.py`` and the Triton tests.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +28,7 @@ import pytest
 
 from analyzer.rundir.results import load_summary, load_trial_record, parse_config_text
 from reference_server.core.config import validate
-from tests.support.servers import write_sim_model
+from tests.support.servers import wait_until, write_sim_model
 from tests.support.sweeps import virtual_sweep
 
 pytestmark = [pytest.mark.usefixtures("takes_seconds")]
@@ -262,4 +268,94 @@ def test_ctrl_c_keeps_the_finished_trials_exits_130_and_resume_completes_them(
     assert load_trial_record(run_dir / "trials" / "000" / "measurement.json") == finished
     summary = load_summary(run_dir)
     assert summary["trials"]["complete"] == 3 and summary["trials"]["interrupted"] == 1
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+
+
+#: ``perfsweep run ARGS`` whose third capacity search (the baseline's, trial 0's, then trial
+#: 1's) writes the file ``$MARKER`` and blocks: a sweep mid-trial, there to be killed.
+BLOCKS_IN_TRIAL_1 = """
+import os, time
+from pathlib import Path
+from analyzer.predict.virtual import VirtualLoad
+searches = []
+real = VirtualLoad.find_capacity
+def find_capacity(self, spec):
+    searches.append(spec)
+    if len(searches) == 3:
+        Path(os.environ["MARKER"]).write_text("trial 1 is measuring")
+        time.sleep(600)
+    return real(self, spec)
+VirtualLoad.find_capacity = find_capacity
+from analyzer.cli import main
+main()
+"""
+
+
+@pytest.mark.usefixtures("spawns")  # the sweep that is killed runs in a child process
+def test_kill_9_mid_trial_keeps_the_finished_trial_and_resume_reruns_the_killed_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``kill -9`` of ``perfsweep run`` in trial 1's capacity search: nothing gets to clean up
+    (run.json says running, trial 1 has its config but no measurement, the study holds it
+    RUNNING). ``--resume`` keeps trial 0 as it was, records trial 1 as interrupted, runs its
+    config again as a new trial and completes the budget."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from analyzer.search.study import journal_storage
+
+    run_dir, marker, out = tmp_path / "run", tmp_path / "blocked", tmp_path / "sweep.out"
+    args = ["run", "--server", "virtual", *tiny(tmp_path, trials=3), "--run-dir", str(run_dir)]
+    with out.open("w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", BLOCKS_IN_TRIAL_1, *args],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "MARKER": str(marker)},
+            start_new_session=True,  # one killpg below ends it, whatever happens
+        )
+
+    def blocked() -> bool:
+        assert proc.poll() is None, f"the sweep ended before trial 1: {out.read_text()[-3000:]}"
+        return marker.exists()
+
+    try:
+        wait_until(blocked, 180, "the sweep to block in trial 1")
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    # What a SIGKILL leaves: nothing closed the run, trial 1 or the study.
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "running"
+    assert load_trial_record(run_dir / "trials" / "000" / "measurement.json")["state"] == (
+        "complete"
+    )
+    finished = {p.name: p.read_bytes() for p in (run_dir / "trials" / "000").iterdir()}
+    killed_config = (run_dir / "trials" / "001" / "config.pbtxt").read_text()
+    assert not (run_dir / "trials" / "001" / "measurement.json").exists()
+    study = optuna.load_study(
+        study_name=None, storage=journal_storage(str(run_dir / "study.journal"))
+    )
+    assert [t.number for t in study.get_trials(states=(TrialState.RUNNING,))] == [1]
+
+    resumed = virtual_sweep(monkeypatch, capsys, "--resume", str(run_dir))
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    # Trial 0's files are those the killed run wrote, byte for byte.
+    assert {p.name: p.read_bytes() for p in (run_dir / "trials" / "000").iterdir()} == finished
+    summary = load_summary(run_dir)
+    assert summary["trials"]["complete"] == 3
+    # The killed trial is recorded as interrupted everywhere; its config ran again as a new trial.
+    assert summary["trials"]["interrupted"] == 1 and summary["trials"]["failed"] == 0
+    killed = load_trial_record(run_dir / "trials" / "001" / "measurement.json")
+    assert killed["state"] == "interrupted" and killed["failure"].startswith("interrupted")
+    rows = {int(r["number"]): r for r in csv.DictReader((run_dir / "trials.csv").open())}
+    assert rows[1]["state"] == "interrupted"
+    completed = [n for n, r in rows.items() if n >= 0 and r["state"] == "complete"]
+    assert len(completed) == 3 and 1 not in completed
+    assert any(
+        (run_dir / "trials" / f"{n:03d}" / "config.pbtxt").read_text() == killed_config
+        for n in completed
+    )
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
