@@ -345,6 +345,10 @@ def _run(
     )
     if summary.data.get("search_note"):
         console.print(f"search: {summary.data['search_note']}", highlight=False, markup=False)
+    if note := (summary.data.get("batching") or {}).get("note"):
+        console.print(f"[bold yellow]{escape(note)}[/]", highlight=False)
+    if summary.data.get("tie_break"):
+        console.print(f"tie: {summary.data['tie_break']}", highlight=False, markup=False)
     console.print(phases_line(summary), highlight=False)
     root = summary.run_dir
     recommendation = summary.data.get("recommendation") or {}

@@ -25,6 +25,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
 
+from analyzer.config.pipeline import config_cost
 from analyzer.config.traffic import TrafficMode
 from analyzer.errors import InputError
 from analyzer.measure.gain import GainSample
@@ -543,34 +544,49 @@ def _gpu_use(candidate: ValidationCandidate) -> tuple[float, float] | None:
 
 
 def prefer_lighter(chosen: C, passing: Sequence[C], tolerance: float) -> tuple[C, str | None]:
-    """At equal throughput, the config that uses less of the GPU.
+    """At equal throughput, the cheapest config.
 
     Candidates whose worst validated capacity is within ``tolerance`` (the capacity search's
-    resolution: it cannot order capacities closer than that) of ``chosen``'s tie; among them the
-    one holding the least GPU memory at its operating point wins, then the least busy GPU, then
-    the higher throughput. The same traffic on less memory and device time leaves room for
-    other models and for bursts. No tie-break unless every tied candidate has GPU figures.
+    resolution: it cannot order capacities closer than that) of ``chosen``'s tie. Among them the
+    cheapest config wins (:func:`~analyzer.config.pipeline.config_cost`: fewest instances, then
+    smallest max batch size, then shortest delay); among equally cheap ones, the one holding the
+    least GPU memory at its operating point, then the least busy GPU (when every tied candidate
+    has GPU figures), then the higher throughput. The same traffic on fewer instances, smaller
+    batches and less device time leaves room for other models and for bursts.
 
     Returns:
         (the winner, a sentence saying why it won over ``chosen``, or None when it is ``chosen``)
     """
     best_rps = chosen.worst_rps
     tied = [c for c in passing if c.worst_rps >= (1.0 - tolerance) * best_rps]
-    known = {c.trial_number: _gpu_use(c) for c in tied}
-    use = {n: u for n, u in known.items() if u is not None}
-    if len(tied) < 2 or len(use) < len(known):
+    if len(tied) < 2:
         return chosen, None
-    winner = min(tied, key=lambda c: (*use[c.trial_number], -c.worst_rps))
+    known = {c.trial_number: _gpu_use(c) for c in tied}
+    gpu = all(u is not None for u in known.values())
+
+    def key(c: C) -> tuple[Any, ...]:
+        use = known[c.trial_number] if gpu else None
+        return (config_cost(c.config), *(use or ()), -c.worst_rps)
+
+    winner = min(tied, key=key)
     if winner is chosen:
         return chosen, None
     name = "the baseline" if winner.trial_number < 0 else f"trial {winner.trial_number}"
     other = "the baseline" if chosen.trial_number < 0 else f"trial {chosen.trial_number}"
-    (w_mem, w_util), (c_mem, c_util) = use[winner.trial_number], use[chosen.trial_number]
+    why = f"their capacities are within the capacity search's resolution ({tolerance:.0%})"
+    if config_cost(winner.config) == config_cost(chosen.config) and gpu:
+        (w_mem, w_util), (c_mem, c_util) = known[winner.trial_number], known[chosen.trial_number]  # type: ignore[misc]
+        return winner, (
+            f"Chose {name} ({winner.worst_rps:.1f} req/s, {w_mem:.0f} MiB, GPU {w_util:.0f} % "
+            f"busy) over {other} ({best_rps:.1f} req/s, {c_mem:.0f} MiB, {c_util:.0f} %): "
+            f"{why}, and at equal throughput the config using less GPU memory and device time "
+            "wins."
+        )
     return winner, (
-        f"Chose {name} ({winner.worst_rps:.1f} req/s, {w_mem:.0f} MiB, GPU {w_util:.0f} % "
-        f"busy) over {other} ({best_rps:.1f} req/s, {c_mem:.0f} MiB, {c_util:.0f} %): their "
-        f"capacities are within the capacity search's resolution ({tolerance:.0%}), and at "
-        "equal throughput the config using less GPU memory and device time wins."
+        f"Chose {name} [{winner.config.label()}] ({winner.worst_rps:.1f} req/s) among "
+        f"{len(tied)} tied configs over {other} [{chosen.config.label()}] ({best_rps:.1f} "
+        f"req/s): {why}, and among tied configs the cheapest wins (fewest instances, then "
+        "smallest max_batch_size, then shortest delay)."
     )
 
 

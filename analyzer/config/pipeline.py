@@ -76,6 +76,16 @@ class JointKnobs:
 TrialKnobs = Knobs | JointKnobs
 
 
+def config_cost(k: TrialKnobs) -> tuple[int, int, int]:
+    """What a config costs to run, the cheapest first: instances, then max batch size, then queue
+    delay (a pipeline's: summed over its stages). Ties in capacity go to the cheapest, and
+    equal predictions rank it first."""
+    if isinstance(k, JointKnobs):
+        costs = [config_cost(s) for _, s in k.stages]
+        return (sum(c[0] for c in costs), sum(c[1] for c in costs), sum(c[2] for c in costs))
+    return (k.instance_count, k.max_batch_size, k.max_queue_delay_us)
+
+
 def knobs_from_dict(data: Mapping[str, Any]) -> TrialKnobs:
     """The knobs a result file's ``config`` object holds (a pipeline's have ``stages``)."""
     return JointKnobs.from_dict(data) if "stages" in data else Knobs.from_dict(data)

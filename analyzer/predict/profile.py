@@ -183,6 +183,17 @@ class RequestMix:
         """Some requests may not share a batch (their kinds carry keys)."""
         return any(k.key is not None for k in self.kinds)
 
+    def same_shape_share(self) -> float | None:
+        """The chance that an arrival has the shape (key) of the request ahead of it, requests
+        drawn independently by share: what lets neighbours share a batch when shapes must match
+        (None: any request may join any batch)."""
+        if not self.keyed:
+            return None
+        shares: dict[int | None, float] = {}
+        for k in self.kinds:
+            shares[k.key] = shares.get(k.key, 0.0) + k.share
+        return sum(s * s for s in shares.values())
+
     @property
     def sizes(self) -> tuple[int, ...]:
         """The distinct sizes, ascending."""

@@ -179,6 +179,10 @@ def build_record(run: RunData, *, min_gpu_utilization_pct: float | None = None) 
         summary_verdict = dataclasses.replace(
             summary_verdict, warnings=(*summary_verdict.warnings, ceiling)
         )
+    if batches := (summary.batching or {}).get("note"):
+        summary_verdict = dataclasses.replace(
+            summary_verdict, warnings=(*summary_verdict.warnings, batches)
+        )
     record = ReportRecord(
         verdict=summary_verdict,
         trials=trials,

@@ -30,6 +30,9 @@ class StopReason(str, enum.Enum):
     STAGNATION = "stagnation"
     #: ``--search predict``: the measured best lies in the predicted best's band.
     PREDICTION = "prediction"
+    #: ``--search predict``: on the record of the configs measured, no unmeasured config is
+    #: expected to beat the best by more than the search's resolution (a plateau).
+    NOTHING_LEFT = "nothing_left_to_gain"
     #: ``--search grid``: every config of the grid was measured.
     GRID = "grid"
     #: Ctrl-C (or a kill): run.json says ``interrupted``; ``--resume`` goes on.
@@ -245,6 +248,10 @@ class RunSummary:
     search_strategy: str | None = None
     #: Why the search that ran is not the one asked for (e.g. predict fell back to tpe).
     search_note: str | None = None
+    #: Batch formation (:class:`analyzer.rundir.batching.BatchFormation`): per trial the mean
+    #: batch and histogram beside its max batch size, whether the batching knobs were inert and
+    #: why; None: no trial that could batch reported the server's statistics.
+    batching: dict[str, Any] | None = None
     #: Seconds per phase (``baseline``, ``profile``, ``predict``, ``search``, ``validation``);
     #: a phase that did not run is absent; empty: not recorded.
     phases: dict[str, float] = field(default_factory=dict)
@@ -305,6 +312,7 @@ class RunSummary:
             "duration_s": self.duration_s,
             "search_strategy": self.search_strategy,
             "search_note": self.search_note,
+            "batching": self.batching,
             "phases": dict(self.phases),
             "recommendation": None if self.recommendation is None else dict(self.recommendation),
             "server_events": [dict(e) for e in self.server_events],
@@ -359,6 +367,7 @@ class RunSummary:
             duration_s=None if duration is None else float(duration),
             search_strategy=opt_str(d.get("search_strategy")),
             search_note=opt_str(d.get("search_note")),
+            batching=d.get("batching") or None,
             phases={str(k): float(v) for k, v in (d.get("phases") or {}).items()},
             recommendation=dict(d["recommendation"]) if d.get("recommendation") else None,
             server_events=tuple(dict(e) for e in d.get("server_events") or ()),

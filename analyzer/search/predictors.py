@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from analyzer.config.knobs import Knobs
-from analyzer.config.pipeline import JointKnobs, TrialKnobs, single
+from analyzer.config.pipeline import JointKnobs, TrialKnobs, config_cost, single
 from analyzer.errors import InputError
 from analyzer.measure.arrivals import POISSON, ArrivalProcess
 from analyzer.predict.capacity import capacities, equivalence_key, latency_offset
@@ -239,7 +239,7 @@ class PipelinePredictor:
         )
         best = sorted(
             configs,
-            key=lambda k: (-caps[k], config_size(k)),
+            key=lambda k: (-caps[k], config_cost(k)),
         )[:STAGE_KEEP]
         return [k for k in configs if k in best]
 
@@ -371,7 +371,7 @@ class MixPredictor:
                 ceiling_rps=math.inf,
                 arrival=POISSON,
             )
-            current[name] = min(configs, key=lambda k: (-solo[k], config_size(k)))
+            current[name] = min(configs, key=lambda k: (-solo[k], config_cost(k)))
         found: dict[TrialKnobs, float] = {}
         for _ in range(MIX_ROUNDS):
             for name in self.mix.names:
@@ -380,9 +380,9 @@ class MixPredictor:
                     tries, seed, requests=1000, resolution=0.05, workers=self.workers
                 )
                 found.update(caps)
-                best = min(tries, key=lambda k: (-caps[k], config_size(k)))
+                best = min(tries, key=lambda k: (-caps[k], config_cost(k)))
                 current[name] = best.stage(name)
-        return sorted(found, key=lambda k: (-found[k], config_size(k)))[:MIX_KEEP]
+        return sorted(found, key=lambda k: (-found[k], config_cost(k)))[:MIX_KEEP]
 
     def _capacities(
         self,
@@ -531,7 +531,7 @@ def _distinct(configs: Sequence[Knobs]) -> list[Knobs]:
     capacity search moves least between: by instances, then batching, batch size, preferred
     sizes and delay."""
     kept: dict[tuple[object, ...], Knobs] = {}
-    for k in sorted(configs, key=config_size):
+    for k in sorted(configs, key=config_cost):
         kept.setdefault(equivalence_key(SimConfig.from_knobs(k)), k)
 
     def order(k: Knobs) -> tuple[object, ...]:
@@ -596,15 +596,6 @@ def profile_summary(profile: Profile, refits: int = 0) -> dict[str, object]:
     }
 
 
-def config_size(k: TrialKnobs) -> tuple[int, int, int]:
-    """Instances, max batch size, queue delay (a pipeline's: summed over its stages): the tie-break
-    that ranks the smaller config first."""
-    if isinstance(k, JointKnobs):
-        sizes = [config_size(s) for _, s in k.stages]
-        return (sum(s[0] for s in sizes), sum(s[1] for s in sizes), sum(s[2] for s in sizes))
-    return (k.instance_count, k.max_batch_size, k.max_queue_delay_us)
-
-
 def _stage_sims(knobs: TrialKnobs) -> dict[str, SimConfig]:
     if not isinstance(knobs, JointKnobs):
         raise InputError(f"{knobs.label()!r} is one model's config, not a pipeline's")
@@ -623,7 +614,6 @@ __all__ = [
     "ModelPredictor",
     "PipelinePredictor",
     "Predictor",
-    "config_size",
     "load_predictor",
     "profile_summary",
 ]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.config.model_config import group_devices, knobs_of
-from analyzer.config.pipeline import TrialKnobs
+from analyzer.config.pipeline import TrialKnobs, config_cost
 from analyzer.config.scenario import Scenario
 from analyzer.config.traffic import TrafficMode
 from analyzer.measure.arrivals import POISSON, ArrivalProcess
@@ -37,7 +37,7 @@ from analyzer.predict.fitting import WindowSample
 from analyzer.predict.profile import Profile
 from analyzer.rundir.predictions import ConfigPrediction, Prediction, Predictions
 from analyzer.rundir.trial_record import TrialRecord
-from analyzer.search.predictors import ModelPredictor, Predictor, config_size
+from analyzer.search.predictors import ModelPredictor, Predictor
 from analyzer.search.space import Space, grid_configs
 
 __all__ = [
@@ -116,6 +116,9 @@ def sampler_for(strategy: str, scenario: Scenario) -> str:
     """The Optuna sampler behind a strategy's own asks (``random`` for ``random``)."""
     return "random" if strategy == "random" else scenario.run.sampler
 
+
+#: Measured configs the "nothing left to gain" verdict needs: a line through fewer is no record.
+FLAT_MIN_MEASURED = 4
 
 #: Predictions and their bands are rounded to this many req/s (3 decimals).
 BAND_ROUNDING_RPS = 1e-3
@@ -310,7 +313,7 @@ class Guide:
         """Predicted configs, highest predicted capacity first (ties: the smaller config
         first: fewer instances, smaller batches, shorter delay)."""
         return sorted(
-            self.predictions, key=lambda k: (-self.predictions[k].capacity_rps, config_size(k))
+            self.predictions, key=lambda k: (-self.predictions[k].capacity_rps, config_cost(k))
         )
 
     def best(self) -> tuple[TrialKnobs, Prediction] | None:
@@ -345,6 +348,60 @@ class Guide:
         if best_measured_rps >= best[1].low_rps - BAND_ROUNDING_RPS:
             return True
         return fails_at_rps is not None and best[1].capacity_rps <= fails_at_rps
+
+    def nothing_left(
+        self, measured: Sequence[tuple[TrialKnobs, float, float]], bar_rps: float
+    ) -> str | None:
+        """Why no unmeasured config has a chance to beat the measured best by more than the
+        measurement resolves, or None while one may.
+
+        The predictions are judged by what they got right: a line through the measured configs'
+        (predicted, measured) capacities says what an unmeasured prediction is worth (its slope
+        held at 0 or above: predictions that rank measurements the wrong way carry no
+        information), and the largest measurement above that line is the luck any config may
+        still have. Every unmeasured config's chance (line + that luck) at or below ``bar_rps``
+        (the best's capacity plus the search's resolution, or the rate it failed at) leaves
+        nothing to gain. On a plateau (measurements flat whatever the predictions said) the line
+        is flat at the plateau; where the predictions are biased but ordered, the line corrects
+        the bias. No verdict on fewer than :data:`FLAT_MIN_MEASURED` measurements, or while an
+        unmeasured config is predicted above every measured one (the line would extrapolate).
+
+        Args:
+            measured: Per complete trial that met the goals: its config, its prediction when it
+                was measured, its measured capacity.
+            bar_rps: What a config must be expected to beat to be worth a trial.
+        """
+        points = [(x, y) for _, x, y in measured if x > 0 and y > 0]
+        if len(points) < FLAT_MIN_MEASURED:
+            return None
+        done = {k for k, _, _ in measured}
+        left = [p.capacity_rps for k, p in self.predictions.items() if k not in done]
+        if not left:
+            return None
+        top = max(left)
+        if top > max(x for x, _ in points):
+            return None
+        n = len(points)
+        mx = sum(x for x, _ in points) / n
+        my = sum(y for _, y in points) / n
+        sxx = sum((x - mx) ** 2 for x, _ in points)
+        slope = max(0.0, sum((x - mx) * (y - my) for x, y in points) / sxx) if sxx > 0 else 0.0
+
+        def line(x: float) -> float:
+            return my + slope * (x - mx)
+
+        luck = max(0.0, max(y - line(x) for x, y in points))
+        chance = line(top) + luck
+        if chance > bar_rps:
+            return None
+        low, high = min(y for _, y in points), max(y for _, y in points)
+        return (
+            f"nothing left to gain: the {n} configs measured served {low:.1f}-{high:.1f} "
+            f"req/s (their predictions {min(x for x, _ in points):.1f}-"
+            f"{max(x for x, _ in points):.1f}), and on that record no unmeasured config is "
+            f"expected above {chance:.1f} req/s, within the resolution of the best "
+            f"({bar_rps:.1f} req/s)"
+        )
 
     def refit(
         self,

@@ -16,6 +16,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 from analyzer.config.pipeline import Tuned
 from analyzer.errors import TargetError
 from analyzer.measure.gain import GainSample, gain_estimate, gain_sentence
+from analyzer.predict.profile import Profile
+from analyzer.rundir.batching import batch_formation
 from analyzer.rundir.results import RunDirectory, environment, utc_now, write_configs
 from analyzer.rundir.summary import ConfigEntry, ParetoEntry, RunSummary, StopReason, server_gpus
 from analyzer.rundir.trial_record import TrialRecord
@@ -212,6 +214,7 @@ def finish_run(
         duration_s=round(duration_s, 1),
         search_strategy=state.strategy,
         search_note="; ".join(state.notes) or None,
+        batching=_batching(state),
         phases={k: round(v, 1) for k, v in state.phases.items()},
         recommendation=recommendation.to_dict(
             directory.relative(candidate_path) if candidate_path else None
@@ -271,6 +274,16 @@ class _Recommendation:
 
     def to_dict(self, candidate_path: str | None) -> dict[str, Any]:
         return {"config": self.which, "detail": self.detail, "candidate_config": candidate_path}
+
+
+def _batching(state: SweepState) -> dict[str, Any] | None:
+    """summary.json's ``batching``: the batches the trials formed, and why none did."""
+    records = [*state.results.values(), *([state.baseline] if state.baseline else [])]
+    profile = getattr(state.guide.predictor, "profile", None) if state.guide else None
+    mix = profile.mix if isinstance(profile, Profile) else None
+    share = mix.same_shape_share() if mix is not None else None
+    found = batch_formation(records, share)
+    return found.to_dict() if found is not None else None
 
 
 def _recommend(

@@ -551,6 +551,16 @@ def _stagnant(results: dict[int, TrialRecord], scenario: Scenario, objective: Ob
     return best is not None and since >= b.patience
 
 
+def _predicted_points(state: SweepState) -> list[tuple[TrialKnobs, float, float]]:
+    """(config, predicted capacity when measured, measured capacity) of every complete trial
+    that met the goals and had a prediction."""
+    return [
+        (r.config, r.prediction.capacity_rps, r.throughput_rps)
+        for r in state.results.values()
+        if r.state == "complete" and r.meets_goals and r.prediction is not None
+    ]
+
+
 def _search_loop(state: SweepState, clock: Callable[[], float], started: float) -> StopReason:
     scenario, search, guide = state.scenario, state.search, state.guide
     budget = scenario.budget
@@ -573,6 +583,15 @@ def _search_loop(state: SweepState, clock: Callable[[], float], started: float) 
                 bracket.high if bracket and bracket.high > bracket.value else None,
             ):
                 return StopReason.PREDICTION
+            if best is not None and bracket is not None:
+                bar = max(
+                    best.throughput_rps * (1 + budget.capacity_resolution),
+                    bracket.high if bracket.high > bracket.value else 0.0,
+                )
+                why = guide.nothing_left(_predicted_points(state), bar)
+                if why is not None:
+                    state.note(why)
+                    return StopReason.NOTHING_LEFT
             upcoming = guide.next_config(measured)
             if upcoming is not None:
                 search.enqueue(upcoming, "predicted capacity", source="predict")

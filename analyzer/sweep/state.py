@@ -90,8 +90,11 @@ class SweepObserver:
     def on_trial_end(self, result: TrialRecord, best: TrialRecord | None) -> None:
         """A trial finished; ``best`` is the best feasible trial so far."""
 
-    def on_validation(self, number: int, repeat: int, result: TrialRecord) -> None:
-        """One validation repeat finished."""
+    def on_validation(
+        self, number: int, repeat: int, result: TrialRecord, check_rps: float | None = None
+    ) -> None:
+        """One validation repeat finished (``check_rps``: it was a check at that one rate, not
+        a capacity search)."""
 
     def on_server_left(self, left: dict[str, Any]) -> None:
         """What the server holds now (``left_on_server`` of summary.json); also on failure."""

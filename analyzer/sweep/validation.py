@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from analyzer.config.objective import worst_value
+from analyzer.config.pipeline import config_cost
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.rundir.validation import Validation, ValidationCandidate
 from analyzer.sweep.state import SweepState
@@ -47,6 +48,7 @@ def _validate_at_capacity(state: SweepState) -> list[ValidationCandidate]:
     b = scenario.budget
     feasible = [r for r in state.results.values() if r.state == "complete" and r.meets_goals]
     top = objective.validation_candidates(feasible, min(b.validate_top, 2))
+    top = with_cheapest_tie(top, feasible, b.capacity_resolution)
     if not top:
         return []
     winner = top[0]
@@ -63,7 +65,7 @@ def _validate_at_capacity(state: SweepState) -> list[ValidationCandidate]:
             factor=b.validate_window_factor,
             **how,
         )
-        state.observer.on_validation(r.number, index, result)
+        state.observer.on_validation(r.number, index, result, how.get("check_rps"))
         return result
 
     checks = {r.number: measure(r, 1, 2, check_rps=rate) for r in top}
@@ -106,6 +108,27 @@ def _validate_at_capacity(state: SweepState) -> list[ValidationCandidate]:
     return candidates
 
 
+def with_cheapest_tie(
+    top: list[TrialRecord], feasible: list[TrialRecord], resolution: float
+) -> list[TrialRecord]:
+    """``top`` with the cheapest config tied with the best in the search in place of its last
+    runner-up, when that config is cheaper than every one of them.
+
+    Capacities within the search's ``resolution`` of the best cannot be told apart, and among
+    tied configs the cheapest wins (:func:`~analyzer.config.objective.prefer_lighter`); the
+    choice is made among validated configs only, so the cheapest tie must be validated. A
+    single validated config (``validate_top`` 1) is kept as it is.
+    """
+    if len(top) < 2:
+        return top
+    floor = (1.0 - resolution) * top[0].throughput_rps
+    tied = [r for r in feasible if r.throughput_rps >= floor]
+    cheapest = min(tied, key=lambda r: (config_cost(r.config), -r.throughput_rps))
+    if config_cost(cheapest.config) >= min(config_cost(t.config) for t in top):
+        return top
+    return [*top[:-1], cheapest]
+
+
 def _candidate(r: TrialRecord, runs: list[TrialRecord]) -> ValidationCandidate:
     """A validated config: every repeat's numbers and the one repeat rule's worst case."""
     ok = [x for x in runs if x.state == "complete"]
@@ -138,6 +161,8 @@ def _validate_repeats(state: SweepState) -> list[ValidationCandidate]:
     b = scenario.budget
     feasible = [r for r in state.results.values() if r.state == "complete" and r.meets_goals]
     top = objective.validation_candidates(feasible, b.validate_top)
+    if objective.capacity:
+        top = with_cheapest_tie(top, feasible, b.capacity_resolution)
     baseline = state.baseline
     if top and baseline and baseline.meets_goals and baseline.config not in [t.config for t in top]:
         # The starting config competes too: a sweep must never recommend a config that is
