@@ -162,6 +162,15 @@ def register(app: typer.Typer) -> None:
                 "predicted best first; tpe where no profile can be taken) | tpe | random | grid.",
             ),
         ] = None,
+        ragged_batch: Annotated[
+            str | None,
+            typer.Option(
+                "--ragged-batch",
+                help="allow_ragged_batch on the inputs with a variable dimension: on | off | "
+                "search (try both). Opt-in: the backend must accept ragged batches (the Python "
+                "backend does; others need a batch_input). Default: as the model's config says.",
+            ),
+        ] = None,
         output_dir: Annotated[
             Path | None, typer.Option(help="Root of run directories (default reports/).")
         ] = None,
@@ -254,6 +263,7 @@ def register(app: typer.Typer) -> None:
             "budget.window_s": window_s,
             "run.seed": seed,
             "search.strategy": search,
+            "space.ragged_batch": ragged_batch,
             "run.output_dir": str(output_dir) if output_dir else None,
             "run.storage": storage,
             "run.study_name": study_name,
@@ -357,6 +367,8 @@ def _run(
         console.print(
             f"[bold yellow]recommended: {escape(recommendation['detail'])}[/]", highlight=False
         )
+    elif recommendation.get("config") == "best":
+        console.print(f"recommended: {recommendation['detail']}", highlight=False, markup=False)
     if summary.best_config_path:
         console.print(f"best config:  {summary.best_config_path}", highlight=False)
     if recommendation.get("candidate_config"):

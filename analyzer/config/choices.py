@@ -3,13 +3,14 @@
 The instance kind (:func:`kind_choices`), the response cache (:func:`response_cache_choices`,
 with what a managed server needs for it), the oldest strategy's candidate sequences
 (:func:`candidate_choices`), and priority levels with queue policies
-(:func:`queue_policy_choices`, :func:`mix_queue_policy_choices`).
+(:func:`queue_policy_choices`, :func:`mix_queue_policy_choices`), and ragged batches
+(:func:`ragged_batch_choices`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Literal, Protocol
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -23,7 +24,7 @@ from analyzer.config.knobs import (
     ResponseCacheSetting,
     TimeoutAction,
 )
-from analyzer.config.model_config import group_devices
+from analyzer.config.model_config import group_devices, variable_inputs
 from analyzer.errors import InputError
 
 
@@ -84,6 +85,34 @@ def response_cache_choices(
                 f"space.response_cache = {setting!r}: model '{base.name}' {reason}, and Triton "
                 "allows the response cache only for other models; set space.response_cache = "
                 "'off' or remove it"
+            )
+    return {"off": (False,), "on": (True,), "search": (False, True)}[setting]
+
+
+def ragged_batch_choices(
+    setting: Literal["off", "on", "search"] | None, base: mc.ModelConfig | None = None
+) -> tuple[bool | None, ...]:
+    """The values of :attr:`Knobs.ragged_batch` a search tries for ``space.ragged_batch``.
+
+    ``None``: (None,) -- the model's own; ``off``: (False,); ``on``: (True,); ``search``:
+    (False, True).
+
+    Raises:
+        InputError: a setting for a model without a variable-dimension input (every request
+            has one shape: nothing to batch raggedly), or a sequence-batched model.
+    """
+    if setting is None:
+        return (None,)
+    if base is not None:
+        if not variable_inputs(base):
+            raise InputError(
+                f"space.ragged_batch = {setting!r}: model '{base.name}' has no input with a "
+                "variable dimension (-1), so its requests all have one shape; remove it"
+            )
+        if base.HasField("sequence_batching"):
+            raise InputError(
+                f"space.ragged_batch = {setting!r}: model '{base.name}' uses the sequence "
+                "batcher; ragged batching is a dynamic-batching search here; remove it"
             )
     return {"off": (False,), "on": (True,), "search": (False, True)}[setting]
 

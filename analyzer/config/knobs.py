@@ -280,6 +280,9 @@ class Knobs:
             is :attr:`instance_count` (what every trial did before groups were searched).
         instance_kind: ``KIND_CPU`` or ``KIND_GPU`` for the instance group (``space.
             instance_kind``); None keeps the base config's kind.
+        ragged_batch: ``allow_ragged_batch`` of every input with a variable dimension: True lets
+            requests of different shapes share a batch (the backend must accept ragged batches),
+            False batches equal shapes only; None keeps the base config's.
     """
 
     max_batch_size: int
@@ -292,6 +295,7 @@ class Knobs:
     max_candidate_sequences: int | None = None
     group_counts: tuple[int, ...] | None = None
     instance_kind: str | None = None
+    ragged_batch: bool | None = None
 
     def __post_init__(self) -> None:
         if self.instance_kind not in (None, *INSTANCE_KINDS):
@@ -331,6 +335,8 @@ class Knobs:
             out["group_counts"] = list(self.group_counts)
         if self.instance_kind is not None:
             out["instance_kind"] = self.instance_kind
+        if self.ragged_batch is not None:
+            out["ragged_batch"] = self.ragged_batch
         return out
 
     @classmethod
@@ -361,6 +367,7 @@ class Knobs:
                 else tuple(int(c) for c in data["group_counts"])
             ),
             instance_kind=data.get("instance_kind"),
+            ragged_batch=None if data.get("ragged_batch") is None else bool(data["ragged_batch"]),
         )
 
     def label(self) -> str:
@@ -371,6 +378,7 @@ class Knobs:
         total is followed by each group's count: ``x5 groups=[2,1]``; a set instance kind follows
         the count: ``x2 gpu`` / ``x2 cpu``."""
         cache = {None: "", True: " cache", False: " no cache"}[self.response_cache]
+        cache += {None: "", True: " ragged", False: " equal shapes"}[self.ragged_batch]
         count = f"x{self.instance_count}"
         if self.group_counts is not None:
             count += f" groups=[{','.join(str(c) for c in self.group_counts)}]"

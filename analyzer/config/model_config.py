@@ -83,6 +83,7 @@ def knobs_of(config: mc.ModelConfig) -> Knobs:
         response_cache=True if config.response_cache.enable else None,
         queue_policy=None if policy is None or policy.fifo else policy,
         group_counts=counts,
+        ragged_batch=True if any(i.allow_ragged_batch for i in variable_inputs(config)) else None,
     )
 
 
@@ -219,4 +220,17 @@ def apply_knobs(base: mc.ModelConfig, knobs: Knobs) -> mc.ModelConfig:
         config.response_cache.enable = True
     elif knobs.response_cache is False:
         config.ClearField("response_cache")
+    if knobs.ragged_batch is not None:
+        variable = variable_inputs(config)
+        if not variable:
+            raise ValueError(
+                f"ragged_batch: model {base.name!r} has no input with a variable dimension"
+            )
+        for entry in variable:
+            entry.allow_ragged_batch = knobs.ragged_batch
     return config
+
+
+def variable_inputs(config: mc.ModelConfig) -> list[mc.ModelInput]:
+    """The inputs with a variable dimension (``-1``): the ones ``allow_ragged_batch`` is about."""
+    return [i for i in config.input if -1 in i.dims]

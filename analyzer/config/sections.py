@@ -294,6 +294,12 @@ class SpaceSection(Section):
     both; unset: as the model's config says. Refused for sequence-batched or decoupled models.
     A run with the cache on and repeated inputs (``[input] repeat_ratio``) states the hit ratio
     next to every throughput."""
+    ragged_batch: Literal["off", "on", "search"] | None = None
+    """``allow_ragged_batch`` of every input with a variable dimension: ``on`` lets requests of
+    different shapes share a batch, ``off`` batches equal shapes only (Triton's default), and
+    ``search`` tries both; unset: as the model's config says. Opt-in: the backend must accept
+    ragged batches (the Python backend gets the requests one by one; other backends need a
+    ``batch_input``), and the recommendation says when it is on."""
     queue_policy: Literal["off", "search"] | None = None
     """Priority levels and queue policies of every trial's dynamic batcher: ``off`` clears them
     (one FIFO queue, no timeouts); ``search`` tries that FIFO, the traffic's priority levels

@@ -218,7 +218,7 @@ def equivalence_key(config: SimConfig) -> tuple[Any, ...]:
     if params.max_batch_size == 1:
         # Every batch is one request: the delay and preferred sizes change nothing.
         return (True, 1, config.instance_count)
-    return (True, params, config.instance_count)
+    return (True, params, config.instance_count, config.ragged_batch)
 
 
 def capacities(

@@ -40,6 +40,10 @@ class SimConfig:
     instance_count: int = 1
     dynamic_batching: bool = True
     queue_policy: bool = False
+    #: Requests of different shapes may share a batch (``allow_ragged_batch``): the mix's
+    #: batching keys are ignored, and a batch is timed at its longest member. False: as the
+    #: profile's mix says (profiled with the model's own config).
+    ragged_batch: bool = False
 
     @property
     def largest_batch(self) -> int:
@@ -67,6 +71,7 @@ class SimConfig:
             instance_count=knobs.instance_count,
             dynamic_batching=knobs.dynamic_batching,
             queue_policy=knobs.queue_policy is not None and not knobs.queue_policy.fifo,
+            ragged_batch=bool(knobs.ragged_batch),
         )
 
     @classmethod

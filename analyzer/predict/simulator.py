@@ -338,7 +338,8 @@ class Stage:
         n = max(ids) + 1 if ids else 0
         drawn = draw_kinds(seed + 2, n, tuple(k.share for k in mix.kinds))
         rows = [self._kind_rows[drawn[i]] for i in ids]
-        keys = [mix.kinds[drawn[i]].key for i in ids] if mix.keyed else None
+        keyed = mix.keyed and not self.config.ragged_batch
+        keys = [mix.kinds[drawn[i]].key for i in ids] if keyed else None
         return rows, keys
 
     def serve(

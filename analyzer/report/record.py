@@ -40,6 +40,7 @@ PARAM_TO_KNOB = {
     "policy_idx": "queue_policy",
     "cand_idx": "max_candidate_sequences",
     "kind_idx": "instance_kind",
+    "ragged_idx": "ragged_batch",
 }
 
 

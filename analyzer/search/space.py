@@ -14,6 +14,7 @@ the sampler sees an ordered space::
     cand_idx    max_candidate_sequences = candidate_choices[cand_idx]  (the same; the oldest
                 strategy of a stateful model)
     kind_idx    instance_kind = kind_choices[kind_idx]         (the same: KIND_CPU vs KIND_GPU)
+    ragged_idx  ragged_batch = ragged_choices[ragged_idx]      (the same: allow_ragged_batch)
 
 Preferred sizes are relative to ``max_batch_size`` because Triton refuses a preferred size above
 the max batch size, and Optuna refuses categorical choices that change between trials.
@@ -112,6 +113,7 @@ class SearchSpace:
     candidate_choices: tuple[int | None, ...] = (None,)
     group_devices: tuple[int, ...] | None = None
     kind_choices: tuple[str | None, ...] = (None,)
+    ragged_choices: tuple[bool | None, ...] = (None,)
 
     def __post_init__(self) -> None:
         if self.group_devices is not None and not self.group_devices:
@@ -141,6 +143,7 @@ class SearchSpace:
         candidate_choices: tuple[int | None, ...] = (None,),
         base: mc.ModelConfig | None = None,
         kind_choices: tuple[str | None, ...] = (None,),
+        ragged_choices: tuple[bool | None, ...] = (None,),
     ) -> SearchSpace:
         """Build the space from the scenario's ``[space]`` bounds (``base``: the model's config,
         whose instance groups are searched one count each when it has several)."""
@@ -162,6 +165,7 @@ class SearchSpace:
             candidate_choices=candidate_choices,
             group_devices=None if base is None else group_devices(base),
             kind_choices=kind_choices,
+            ragged_choices=ragged_choices,
         )
 
     # -- encoding -------------------------------------------------------------------------------
@@ -177,6 +181,7 @@ class SearchSpace:
             "policy_idx": (0, len(self.policy_choices) - 1),
             "cand_idx": (0, len(self.candidate_choices) - 1),
             "kind_idx": (0, len(self.kind_choices) - 1),
+            "ragged_idx": (0, len(self.ragged_choices) - 1),
         }
         return {name: b for name, b in bounds.items() if b[0] < b[1]}
 
@@ -204,6 +209,7 @@ class SearchSpace:
             max_candidate_sequences=self.candidate_choices[int(params.get("cand_idx", 0))],
             group_counts=None if devices is None else counts,
             instance_kind=self.kind_choices[int(params.get("kind_idx", 0))],
+            ragged_batch=self.ragged_choices[int(params.get("ragged_idx", 0))],
         )
 
     def encode(self, knobs: TrialKnobs) -> dict[str, int]:
@@ -233,6 +239,11 @@ class SearchSpace:
             "kind_idx": (
                 self.kind_choices.index(knobs.instance_kind)
                 if knobs.instance_kind in self.kind_choices
+                else 0
+            ),
+            "ragged_idx": (
+                self.ragged_choices.index(knobs.ragged_batch)
+                if knobs.ragged_batch in self.ragged_choices
                 else 0
             ),
         }

@@ -323,7 +323,13 @@ def _recommend(
             state.baseline,
             withheld=config,
         )
-    return _Recommendation("best", f"trial {chosen.number}", config, chosen)
+    detail = f"trial {chosen.number}"
+    if getattr(chosen.config, "ragged_batch", None):
+        detail += (
+            ": it sets allow_ragged_batch on the inputs with a variable dimension, so requests "
+            "of different shapes share a batch; the model's backend must accept ragged batches"
+        )
+    return _Recommendation("best", detail, config, chosen)
 
 
 def _front(state: SweepState) -> tuple[list[TrialRecord], tuple[ParetoEntry, ...]]:

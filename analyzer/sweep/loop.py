@@ -50,6 +50,7 @@ from analyzer.config.choices import (
     candidate_choices,
     kind_choices,
     mix_queue_policy_choices,
+    ragged_batch_choices,
     response_cache_choices,
 )
 from analyzer.config.objective import Objective, objective_for
@@ -129,6 +130,7 @@ def space_for(
         candidate_choices(s.max_candidate_sequences, base),
         base=base,
         kind_choices=kind_choices(s.instance_kind, base),
+        ragged_choices=ragged_batch_choices(s.ragged_batch, base),
     )
 
 
