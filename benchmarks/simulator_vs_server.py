@@ -41,8 +41,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import random
 import re
 import statistics
 import subprocess
@@ -55,7 +53,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tritonclient.grpc import model_config_pb2 as mc  # noqa: E402
 
 from analyzer.predict.profile import RequestKind, RequestMix  # noqa: E402
 from analyzer.predict.sim_records import SimConfig  # noqa: E402
@@ -67,13 +64,16 @@ from benchmarks.record import run_recorded  # noqa: E402
 from tests.support import batch_histograms as hist  # noqa: E402
 from tests.support.real_triton import (  # noqa: E402
     RealTriton,
-    TensorSpec,
     TritonInstall,
     TritonUnavailable,
-    sleep_model_config,
 )
 from tests.support.servers import write_sim_model  # noqa: E402
 from tests.support.sweeps import CLI  # noqa: E402
+from tests.support.text_model import (  # noqa: E402
+    padded_sequence_model,
+    sentence_lengths,
+    write_data_file,
+)
 from tests.support.traffic import fp32_bodies, open_loop_grpc  # noqa: E402
 
 FORMAT_VERSION = 1
@@ -270,74 +270,6 @@ def run_shapes(work: Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 # lengths: predict-then-verify on a real Triton
 
-PADDED_SEQUENCE_SOURCE = '''\
-"""Transformer-like model (written by benchmarks/simulator_vs_server.py): a batch of token
-sequences runs padded to its longest member.
-
-Each execute() sleeps BASE_MS + PER_TOKEN_MS * rows * longest, where rows is the batch's items
-(the requests' batch dims summed) and longest the longest sequence (dim 1) of any request in
-it: what padding a ragged batch to one length costs a transformer. Input k is returned as
-output k.
-"""
-
-import time
-
-import triton_python_backend_utils as pb_utils
-
-BASE_MS = {base_ms!r}
-PER_TOKEN_MS = {per_token_ms!r}
-NAMES = {names!r}
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        rows = 0
-        longest = 0
-        for r in requests:
-            shape = pb_utils.get_input_tensor_by_name(r, NAMES[0][0]).shape()
-            rows += shape[0]
-            longest = max(longest, shape[1])
-        time.sleep((BASE_MS + PER_TOKEN_MS * rows * longest) / 1000.0)
-        return [
-            pb_utils.InferenceResponse(
-                output_tensors=[
-                    pb_utils.Tensor.from_dlpack(out, pb_utils.get_input_tensor_by_name(r, name))
-                    for name, out in NAMES
-                ]
-            )
-            for r in requests
-        ]
-'''
-
-
-def padded_sequence_model(
-    name: str,
-    *,
-    base_ms: float,
-    per_token_ms: float,
-    max_batch_size: int = 8,
-    inputs: Sequence[str] = ("INPUT_IDS", "ATTENTION_MASK"),
-    allow_ragged_batch: bool = True,
-) -> tuple[mc.ModelConfig, str]:
-    """A text-classifier-like Python-backend model and its ``model.py``
-    (:data:`PADDED_SEQUENCE_SOURCE`): INT64 ``[-1]`` inputs (token ids and mask), each echoed
-    as its output, executing ``base_ms + per_token_ms * rows * longest sequence`` per batch.
-    With ``allow_ragged_batch`` requests of different lengths share a batch (the model pads);
-    without it Triton batches only requests of equal shapes. No dynamic batching, one instance:
-    the model's own config, as a sweep's baseline measures it."""
-    specs = [
-        TensorSpec(n, dims=(-1,), data_type="TYPE_INT64", allow_ragged_batch=allow_ragged_batch)
-        for n in inputs
-    ]
-    config = sleep_model_config(name, max_batch_size=max_batch_size, inputs=specs)
-    source = PADDED_SEQUENCE_SOURCE.format(
-        base_ms=float(base_ms),
-        per_token_ms=float(per_token_ms),
-        names=[(s.name, s.output_name) for s in specs],
-    )
-    return config, source
-
-
 LENGTHS_SCENARIO = """
 objective = "throughput"
 [model]
@@ -373,25 +305,6 @@ profile_time_s = 30.0
 #: the second's one config.
 WIDE = {"mbs": [1, 8], "delay": [0, 2000], "delay_steps": 2, "trials": 3}
 NARROW = {"mbs": [2, 2], "delay": [0, 0], "delay_steps": 1, "trials": 1}
-
-
-def sentence_lengths(count: int = 40, seed: int = 7) -> list[int]:
-    """Token counts of a planted corpus: log-normal (median ~45), 12 to 300, both ends present."""
-    rng = random.Random(seed)
-    tail = [int(min(300, max(12, math.exp(rng.gauss(3.8, 0.8))))) for _ in range(count - 2)]
-    lengths = [12, 300, *tail]
-    rng.shuffle(lengths)
-    return lengths
-
-
-def write_data_file(path: Path, lengths: list[int], seed: int = 7) -> None:
-    """A perf_analyzer ``--input-data`` file: one entry per sentence (ids and mask)."""
-    rng = random.Random(seed)
-    entries = [
-        {"INPUT_IDS": [rng.randrange(1000, 30000) for _ in range(n)], "ATTENTION_MASK": [1] * n}
-        for n in lengths
-    ]
-    path.write_text(json.dumps({"data": entries}))
 
 
 def predict_sweep(url: str, work: Path, name: str, space: Mapping[str, object]) -> Path:

@@ -30,7 +30,7 @@ __all__ = ["INERT_MEAN_BATCH", "BatchFormation", "batch_formation"]
 INERT_MEAN_BATCH = 1.2
 
 #: Trials that could batch (max batch >= 2, dynamic batching) an "inert" verdict needs.
-INERT_MIN_TRIALS = 2
+INERT_MIN_TRIALS = 1
 
 
 @dataclass(frozen=True)

@@ -102,8 +102,7 @@ def test_a_flat_landscape_stops_within_six_trials_on_the_cheapest_tied_config(
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = load_summary(run_dir)
     trials = [
-        json.loads(p.read_text())
-        for p in sorted((run_dir / "trials").glob("0*/measurement.json"))
+        json.loads(p.read_text()) for p in sorted((run_dir / "trials").glob("0*/measurement.json"))
     ]
     assert 1 <= len(trials) <= 6, summary["stop_reason"]
     assert summary["stop_reason"] in ("nothing_left_to_gain", "prediction")
@@ -148,9 +147,7 @@ def test_measurements_flat_whatever_the_predictions_leave_nothing_to_gain() -> N
     # The text classifier: predictions 196-240 req/s, every trial 171-187 req/s.
     measured = [(240.0, 180.0), (230.0, 187.0), (215.0, 171.0), (205.0, 183.0)]
     knobs = [Knobs(max_batch_size=2**i) for i in range(8)]
-    guide = _guide(
-        {**{k: p for k, (p, _) in zip(knobs, measured, strict=False)}, knobs[4]: 225.0}
-    )
+    guide = _guide({**{k: p for k, (p, _) in zip(knobs, measured, strict=False)}, knobs[4]: 225.0})
     points = [(k, p, m) for k, (p, m) in zip(knobs, measured, strict=False)]
     why = guide.nothing_left(points, bar_rps=187.0 * 1.1)
     assert why is not None and "nothing left to gain" in why and "171.0-187.0" in why

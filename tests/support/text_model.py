@@ -1,0 +1,165 @@
+"""A text classifier on a real Triton: INT64 ``[-1]`` token ids and mask, a batch padded to its
+longest sentence, and a corpus of sentences of mixed lengths as a perf_analyzer data file.
+
+Shared by the tests and the benchmarks that need a variable-length model whose batches form
+only where Triton lets requests of different shapes share one (``allow_ragged_batch``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Sequence
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from tests.support.real_triton import TensorSpec, sleep_model_config
+
+PADDED_SEQUENCE_SOURCE = '''\
+"""Transformer-like model (written by benchmarks/simulator_vs_server.py): a batch of token
+sequences runs padded to its longest member.
+
+Each execute() sleeps BASE_MS + PER_TOKEN_MS * rows * longest, where rows is the batch's items
+(the requests' batch dims summed) and longest the longest sequence (dim 1) of any request in
+it: what padding a ragged batch to one length costs a transformer. Input k is returned as
+output k.
+"""
+
+import time
+
+import triton_python_backend_utils as pb_utils
+
+BASE_MS = {base_ms!r}
+PER_TOKEN_MS = {per_token_ms!r}
+NAMES = {names!r}
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        rows = 0
+        longest = 0
+        for r in requests:
+            shape = pb_utils.get_input_tensor_by_name(r, NAMES[0][0]).shape()
+            rows += shape[0]
+            longest = max(longest, shape[1])
+        time.sleep((BASE_MS + PER_TOKEN_MS * rows * longest) / 1000.0)
+        return [
+            pb_utils.InferenceResponse(
+                output_tensors=[
+                    pb_utils.Tensor.from_dlpack(out, pb_utils.get_input_tensor_by_name(r, name))
+                    for name, out in NAMES
+                ]
+            )
+            for r in requests
+        ]
+'''
+
+
+def padded_sequence_model(
+    name: str,
+    *,
+    base_ms: float,
+    per_token_ms: float,
+    max_batch_size: int = 8,
+    inputs: Sequence[str] = ("INPUT_IDS", "ATTENTION_MASK"),
+    allow_ragged_batch: bool = True,
+) -> tuple[mc.ModelConfig, str]:
+    """A text-classifier-like Python-backend model and its ``model.py``
+    (:data:`PADDED_SEQUENCE_SOURCE`): INT64 ``[-1]`` inputs (token ids and mask), each echoed
+    as its output, executing ``base_ms + per_token_ms * rows * longest sequence`` per batch.
+    With ``allow_ragged_batch`` requests of different lengths share a batch (the model pads);
+    without it Triton batches only requests of equal shapes. No dynamic batching, one instance:
+    the model's own config, as a sweep's baseline measures it."""
+    specs = [
+        TensorSpec(n, dims=(-1,), data_type="TYPE_INT64", allow_ragged_batch=allow_ragged_batch)
+        for n in inputs
+    ]
+    config = sleep_model_config(name, max_batch_size=max_batch_size, inputs=specs)
+    source = PADDED_SEQUENCE_SOURCE.format(
+        base_ms=float(base_ms),
+        per_token_ms=float(per_token_ms),
+        names=[(s.name, s.output_name) for s in specs],
+    )
+    return config, source
+
+
+def sentence_lengths(count: int = 40, seed: int = 7) -> list[int]:
+    """Token counts of a planted corpus: log-normal (median ~45), 12 to 300, both ends present."""
+    rng = random.Random(seed)
+    tail = [int(min(300, max(12, math.exp(rng.gauss(3.8, 0.8))))) for _ in range(count - 2)]
+    lengths = [12, 300, *tail]
+    rng.shuffle(lengths)
+    return lengths
+
+
+def write_data_file(path: Path, lengths: list[int], seed: int = 7) -> None:
+    """A perf_analyzer ``--input-data`` file: one entry per sentence (ids and mask)."""
+    rng = random.Random(seed)
+    entries = [
+        {"INPUT_IDS": [rng.randrange(1000, 30000) for _ in range(n)], "ATTENTION_MASK": [1] * n}
+        for n in lengths
+    ]
+    path.write_text(json.dumps({"data": entries}))
+
+
+#: A sweep of the text model over its data file (``{data}``): open loop, p99 <= 200 ms, a
+#: space whose every config batches (max batch 8) on two instances, so that what decides the
+#: answer is whether batches can form; ``{extra}`` adds ``[space]`` keys (``ragged_batch``).
+TEXT_SCENARIO = """
+objective = "throughput"
+[model]
+name = "{model}"
+[input]
+data_file = "{data}"
+[traffic]
+min_rate_rps = 5.0
+start_rps = 40.0
+max_rate_rps = 1000.0
+[goals]
+p99_ms = 200.0
+max_error_rate = 0.01
+[space]
+max_batch_size = [{mbs_low}, 8]
+max_queue_delay_us = [0, {delay_high}]
+delay_steps = {delay_steps}
+preferred_batch_size = "none"
+instance_count = [{instances_low}, 2]
+{extra}
+[budget]
+trials = {trials}
+warmup_s = 0.5
+window_s = 0.5
+min_requests = 60
+capacity_resolution = 0.1
+validate_top = {validate_top}
+[search]
+strategy = "predict"
+profile_time_s = 20.0
+"""
+
+
+def text_scenario(
+    data: Path,
+    *,
+    model: str = "textcls",
+    ragged: str | None = None,
+    trials: int = 20,
+    wide: bool = True,
+    validate_top: int = 2,
+) -> str:
+    """:data:`TEXT_SCENARIO` for ``data``. ``wide``: max batch 1-8, delays 0-20 ms, 1-2
+    instances (what a user would search); else the one config max batch 8, no delay, two
+    instances. ``ragged``: ``space.ragged_batch`` (None: the model's own setting)."""
+    return TEXT_SCENARIO.format(
+        model=model,
+        data=data,
+        mbs_low=1 if wide else 8,
+        delay_high=20000 if wide else 0,
+        delay_steps=3 if wide else 1,
+        instances_low=1 if wide else 2,
+        extra=f'ragged_batch = "{ragged}"' if ragged else "",
+        trials=trials,
+        validate_top=validate_top,
+    )
