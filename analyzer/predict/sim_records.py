@@ -88,6 +88,7 @@ class SimConfig:
             # Triton's counting: a KIND_GPU group runs its count on each listed GPU.
             instance_count=sum(instances_of(g) for g in config.instance_group) or 1,
             dynamic_batching=dynamic and config.max_batch_size > 0,
+            ragged_batch=any(i.allow_ragged_batch for i in config.input if -1 in i.dims),
             # A default policy equal to Triton's own serialises to nothing.
             queue_policy=dynamic
             and bool(

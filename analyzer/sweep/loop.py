@@ -65,6 +65,7 @@ from analyzer.config.scenario import Scenario
 from analyzer.errors import InputError, TargetDiedError
 from analyzer.evaluation import Evaluator
 from analyzer.measure.generator import LoadGenerator
+from analyzer.rundir.batching import batch_formation
 from analyzer.rundir.results import (
     RunDirectory,
     new_run_id,
@@ -75,7 +76,14 @@ from analyzer.rundir.results import (
 from analyzer.rundir.summary import StopReason
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.search.space import JointSpace, SearchSpace, Space
-from analyzer.search.strategy import grid_configs, grid_note, resolve, sampler_for, with_prediction
+from analyzer.search.strategy import (
+    FLAT_MIN_MEASURED,
+    grid_configs,
+    grid_note,
+    resolve,
+    sampler_for,
+    with_prediction,
+)
 from analyzer.search.study import DIED_REASON, INTERRUPTED_REASON, Search, TrialOutcome
 from analyzer.sweep.finish import finish_run, leave_server
 from analyzer.sweep.predictions import (
@@ -563,6 +571,34 @@ def _predicted_points(state: SweepState) -> list[tuple[TrialKnobs, float, float]
     ]
 
 
+def _inert_plateau(state: SweepState) -> str | None:
+    """Why the search has nothing left to gain when batches do not form, else None.
+
+    With batches that never form (:func:`~analyzer.rundir.batching.batch_formation`), the delay,
+    preferred sizes and max batch size change nothing; once :data:`FLAT_MIN_MEASURED` trials
+    over more than one instance count (where the space has more than one) all served the same
+    within the capacity search's resolution, the instance count changes nothing either.
+    """
+    feasible = [r for r in state.results.values() if r.state == "complete" and r.meets_goals]
+    if len(feasible) < FLAT_MIN_MEASURED:
+        return None
+    formation = batch_formation(feasible)
+    if formation is None or not formation.inert:
+        return None
+    rates = [r.throughput_rps for r in feasible]
+    if min(rates) < (1 - state.scenario.budget.capacity_resolution) * max(rates):
+        return None
+    counts = {r.config.instance_count for r in feasible}
+    low, high = state.scenario.space.instance_count
+    if len(counts) < 2 and low < high:
+        return None
+    return (
+        f"nothing left to gain: batches do not form, and the {len(feasible)} configs measured "
+        f"(instances {', '.join(str(c) for c in sorted(counts))}) all served "
+        f"{min(rates):.1f}-{max(rates):.1f} req/s, within the capacity search's resolution"
+    )
+
+
 def _search_loop(state: SweepState, clock: Callable[[], float], started: float) -> StopReason:
     scenario, search, guide = state.scenario, state.search, state.guide
     budget = scenario.budget
@@ -601,6 +637,9 @@ def _search_loop(state: SweepState, clock: Callable[[], float], started: float) 
                 return StopReason.STAGNATION  # every prediction measured: the sampler goes on
         elif _stagnant(state.results, scenario, state.objective):
             return StopReason.STAGNATION
+        if (why := _inert_plateau(state)) is not None:
+            state.note(why)
+            return StopReason.NOTHING_LEFT
         asked = search.ask()
         configs = state.tuned.configs(asked.knobs)
         state.run_dir.write_config(asked.number, configs)

@@ -11,6 +11,7 @@ nothing is left to gain, stop within 6 trials, and recommend the cheapest of the
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -18,10 +19,11 @@ import pytest
 
 from analyzer.config.knobs import Knobs
 from analyzer.config.pipeline import config_cost, knobs_from_dict
-from analyzer.predict.profile import Profile
+from analyzer.predict import virtual
+from analyzer.predict.profile import Profile, RequestKind, RequestMix
 from analyzer.predict.sources import from_toml
 from analyzer.predict.virtual import VirtualServer
-from analyzer.rundir.results import load_summary
+from analyzer.rundir.results import load_summary, parse_config_text
 from analyzer.search.strategy import FLAT_MIN_MEASURED, Guide, band
 from tests.support.servers import write_sim_model
 from tests.support.sweeps import virtual_sweep
@@ -170,3 +172,92 @@ def test_a_prediction_that_ranks_measurements_keeps_the_search_going() -> None:
     # A near-best prediction with a bar the line's estimate clears keeps searching.
     guide.predictions.pop(knobs[4])
     assert guide.nothing_left(points, bar_rps=300.0) is None
+
+
+TEXT = """
+objective = "throughput"
+[model]
+name = "text"
+device = "sim"
+[traffic]
+min_rate_rps = 5.0
+start_rps = 40.0
+max_rate_rps = 5000.0
+[goals]
+p99_ms = 100.0
+max_error_rate = 0.01
+[space]
+max_batch_size = [1, 8]
+max_queue_delay_us = [0, 4000]
+delay_steps = 2
+preferred_batch_size = "none"
+instance_count = [1, 2]
+{extra}
+[budget]
+trials = 20
+patience = 20
+warmup_s = 0.3
+window_s = 0.5
+min_requests = 60
+capacity_resolution = 0.1
+[search]
+strategy = "{strategy}"
+"""
+
+
+def text_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, strategy: str, extra: str = ""
+) -> list[str]:
+    """A simulated text model: variable-length inputs, ten lengths in random order, each its
+    own shape; 10 ms a batch + 0.5 ms an item on a device every instance shares. Requests of
+    different shapes never share a batch unless the inputs allow ragged batches."""
+    repo = tmp_path / "repo"
+    model = write_sim_model(repo, "text", 10.0, per_item_ms=0.5, max_batch_size=8)
+    config = model / "config.pbtxt"
+    config.write_text(config.read_text().replace("[ 16 ]", "[ -1 ]"))
+    mix = RequestMix("tokens", tuple(RequestKind(10 * (i + 1), 0.1, i) for i in range(10)))
+    plain = virtual._profile
+
+    def keyed(config: Any, repository: Any, largest: int) -> Profile:
+        return replace(plain(config, repository, largest), mix=mix)
+
+    monkeypatch.setattr(virtual, "_profile", keyed)
+    monkeypatch.setattr("analyzer.search.strategy.sim_workers", lambda: 1)
+    scenario = tmp_path / "text.toml"
+    scenario.write_text(TEXT.format(strategy=strategy, extra=extra))
+    return ["--scenario", str(scenario), "--model-repository", str(repo)]
+
+
+def test_batches_that_never_form_end_a_tpe_search_and_the_run_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    done = virtual_sweep(
+        monkeypatch, capsys, *text_model(tmp_path, monkeypatch, "tpe"), "--run-dir", str(run_dir)
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = load_summary(run_dir)
+    assert summary["stop_reason"] == "nothing_left_to_gain"
+    assert summary["trials"]["complete"] <= 6
+    batching = summary["batching"]
+    assert batching["inert"] and all(t["mean_batch_size"] < 1.2 for t in batching["trials"])
+    assert all(t["max_batch_size"] >= 2 for t in batching["trials"])
+    assert "batches did not form" in done.stdout and "batches do not form" in done.stdout
+    assert "batches did not form" in (run_dir / "report.html").read_text()
+
+
+def test_ragged_batches_searched_make_batches_form_and_the_answer_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    flags = text_model(tmp_path, monkeypatch, "predict", 'ragged_batch = "search"')
+    done = virtual_sweep(monkeypatch, capsys, *flags, "--run-dir", str(run_dir))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = load_summary(run_dir)
+    best = summary["best"]["config"]
+    assert best["ragged_batch"] is True and best["max_batch_size"] >= 4
+    assert summary["best"]["throughput_rps"] > 2 * summary["baseline"]["throughput_rps"]
+    assert "allow_ragged_batch" in summary["recommendation"]["detail"]
+    assert "recommended: trial" in done.stdout and "allow_ragged_batch" in done.stdout
+    written = parse_config_text((run_dir / "best" / "config.pbtxt").read_text())
+    assert [i.allow_ragged_batch for i in written.input] == [True]
