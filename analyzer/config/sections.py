@@ -149,6 +149,14 @@ class InputSection(Section):
     distribution: tuple[ShapeWeight, ...] = ()
     """Variable-length mix: each random payload takes one entry's shapes, drawn by weight
     (sequence-length mixes decide the batching gain of NLP models). Random data only."""
+    pad_buckets: tuple[Annotated[int, Field(ge=1)], ...] | Literal["auto"] | None = None
+    """Pad every request's variable dims up to the nearest of these lengths, as a client that
+    buckets its requests does (``[64, 128, 256]``; ``"auto"``: four buckets at the quartiles of
+    the data's lengths): requests of one bucket share a shape, so Triton can batch them without
+    ``allow_ragged_batch``. The sweep measures, and the recommendation names, that traffic."""
+    pad_values: dict[str, float] | None = None
+    """The value padding fills each variable input with (``{IDS = 0, MASK = 0}``); one per
+    variable input when ``pad_buckets`` is set."""
     shared_memory: Literal["none", "system"] = "none"
     """Where request tensors travel: ``none``, in every request; ``system``, written once per
     generator process into a registered system shared-memory region that each request names

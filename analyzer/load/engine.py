@@ -206,4 +206,6 @@ def input_options(section: InputSection, seed: int = 0) -> InputOptions:
         repeat_ratio=section.repeat_ratio,
         distribution=tuple(ShapeChoice.of(d.shapes, d.weight) for d in section.distribution),
         seed=seed,
+        pad_buckets=section.pad_buckets,
+        pad_values=section.pad_values,
     )

@@ -46,6 +46,7 @@ import numpy as np
 from tritonclient.utils import triton_to_np_dtype
 
 from analyzer.errors import InputError
+from analyzer.load.buckets import pad_to_buckets
 from analyzer.load.data_file import (
     MAX_ELEMENTS,
     ModelTensor,
@@ -108,6 +109,10 @@ class InputOptions:
         distribution: Variable-length mix: each random payload takes one choice's shapes,
             drawn by weight (seeded).
         seed: Seed of random data and of the draws.
+        pad_buckets: Pad every request's variable dims up to the nearest of these lengths, as a
+            client that buckets its requests would (:mod:`analyzer.load.buckets`); ``"auto"``:
+            buckets from the data's own lengths; None: send each request at its own length.
+        pad_values: Input name -> the value padding fills with (one per variable input).
     """
 
     mode: DataMode = DataMode.RANDOM
@@ -118,8 +123,12 @@ class InputOptions:
     repeat_ratio: float = 0.0
     distribution: tuple[ShapeChoice, ...] = ()
     seed: int = 0
+    pad_buckets: tuple[int, ...] | str | None = None
+    pad_values: Mapping[str, float] | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.pad_buckets, str) and self.pad_buckets != "auto":
+            raise InputError(f"pad buckets: a list of lengths or 'auto', got {self.pad_buckets!r}")
         if self.batch_size < 1:
             raise InputError(f"batch size must be >= 1, got {self.batch_size}")
         if self.mode is DataMode.FILE and self.data_file is None:
@@ -155,6 +164,10 @@ class InputOptions:
                 for c in self.distribution
             ],
             "seed": self.seed,
+            "pad_buckets": (
+                list(self.pad_buckets) if isinstance(self.pad_buckets, tuple) else self.pad_buckets
+            ),
+            "pad_values": dict(self.pad_values) if self.pad_values else None,
         }
 
     @classmethod
@@ -172,6 +185,12 @@ class InputOptions:
                 for c in data.get("distribution", ())
             ),
             seed=int(data.get("seed", 0)),
+            pad_buckets=(
+                tuple(int(b) for b in data["pad_buckets"])
+                if isinstance(data.get("pad_buckets"), list)
+                else data.get("pad_buckets")
+            ),
+            pad_values=data.get("pad_values"),
         )
 
 
@@ -539,6 +558,18 @@ def build_inputs(
         order, source = [0], "zeros"
     else:
         specs, payloads, order, source = _random_payloads(metadata, max_batch_size, options)
+    if options.pad_buckets is not None:
+        if expected or streams:
+            raise InputError(
+                "pad_buckets: the data file gives expected outputs or sequences, which padded "
+                "requests would no longer match; remove one or the other"
+            )
+        variable = _variable_axes(metadata, max_batch_size, {s.name for s in specs})
+        padded, used = pad_to_buckets(
+            payloads, variable, options.pad_buckets, options.pad_values or {}
+        )
+        payloads = padded
+        source += f"; padded to length buckets {','.join(str(b) for b in used)}"
     outputs = tuple(o["name"] for o in metadata.get("outputs", []))
     return InputSet(
         model=str(metadata.get("name", "")),
@@ -552,6 +583,21 @@ def build_inputs(
         expected=tuple(expected),
         source=source,
     )
+
+
+def _variable_axes(
+    metadata: Mapping[str, Any], max_batch_size: int, sent: set[str]
+) -> dict[str, list[int]]:
+    """Input name -> the axes of its request array that vary (-1), the batch axis excluded."""
+    offset = 1 if max_batch_size > 0 else 0
+    variable = {}
+    for entry in metadata.get("inputs", []):
+        if entry["name"] not in sent:
+            continue
+        axes = [i + offset for i, d in enumerate(_inner_dims(entry, max_batch_size)) if d == -1]
+        if axes:
+            variable[str(entry["name"])] = axes
+    return variable
 
 
 def _check_batch(metadata: Mapping[str, Any], max_batch_size: int, batch_size: int) -> None:

@@ -135,7 +135,8 @@ def _note(seen: list[TrialBatches], inert: bool, share: float | None) -> str | N
             f"variable dimension only at equal shapes; {share:.0%} of arrivals have the shape "
             "of the request ahead of them. What would let them batch: allow_ragged_batch on "
             "the variable inputs (--ragged-batch search; the backend must accept ragged "
-            "batches) or padding requests to a few lengths on the client"
+            "batches), or padding requests to a few lengths on the client ([input] "
+            'pad_buckets = "auto" with pad_values)'
         )
     return (
         f"{head}. Why: either the requests' shapes differ (inputs with a variable dimension "

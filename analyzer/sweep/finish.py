@@ -329,7 +329,28 @@ def _recommend(
             ": it sets allow_ragged_batch on the inputs with a variable dimension, so requests "
             "of different shapes share a batch; the model's backend must accept ragged batches"
         )
+    if (traffic := _padding(state)) is not None:
+        detail += f"; {traffic}"
     return _Recommendation("best", detail, config, chosen)
+
+
+def _padding(state: SweepState) -> str | None:
+    """The client-side padding the measurements rest on, as the recommendation states it (None:
+    requests went at their own lengths)."""
+    section = state.scenario.input
+    if section.pad_buckets is None:
+        return None
+    buckets = section.pad_buckets
+    if buckets == "auto":
+        profile = getattr(state.guide.predictor, "profile", None) if state.guide else None
+        mix = profile.mix if isinstance(profile, Profile) else None
+        buckets = mix.sizes if mix is not None else "auto"
+    named = buckets if isinstance(buckets, str) else ",".join(str(b) for b in buckets)
+    values = ", ".join(f"{k}={v:g}" for k, v in sorted((section.pad_values or {}).items()))
+    return (
+        f"measured with requests padded to length buckets {named} (pad values {values}): the "
+        "client must pad its requests the same way"
+    )
 
 
 def _front(state: SweepState) -> tuple[list[TrialRecord], tuple[ParetoEntry, ...]]:

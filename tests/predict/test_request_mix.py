@@ -14,6 +14,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.errors import InputError
+from analyzer.load.buckets import auto_buckets
 from analyzer.load.inputs import DataMode, InputOptions, InputSet, TensorSpec, build_inputs
 from analyzer.load.payloads import RequestSizes, binary_request, request_sizes
 from analyzer.predict import ExtrapolationError, ProfileError
@@ -370,3 +371,66 @@ def test_requests_of_several_items_batch_in_multiples_of_them() -> None:
     assert alone.batch_sizes.keys() == {2}
     with pytest.raises(ExtrapolationError, match="cannot hold one request"):
         profile.check_covers(1)
+
+
+# ------------------------------------------------------------------------------ length buckets
+
+
+def test_auto_buckets_sit_at_the_quartiles_of_the_lengths_rounded_up_to_eight() -> None:
+    assert auto_buckets([12, 40, 12, 300, 57, 33, 20, 90]) == (16, 40, 64, 304)
+    assert auto_buckets([5]) == (8,)
+
+
+def test_padding_to_buckets_sends_a_few_shapes_and_the_profile_keys_them(tmp_path: Path) -> None:
+    lengths = [12, 40, 12, 300, 57, 33, 20, 90]
+    path = data_file(tmp_path / "d.json", lengths)
+    options = InputOptions(
+        mode=DataMode.FILE,
+        data_file=path,
+        pad_buckets=(32, 64, 320),
+        pad_values={"IDS": 0, "MASK": 0},
+    )
+    inputs, sizes = sized(text_model(ragged=False), options)
+    assert "padded to length buckets 32,64,320" in inputs.source
+    # Each request at its bucket, the padding filled with the input's pad value.
+    assert [p["IDS"].shape for p in inputs.payloads] == [
+        (1, 32),
+        (1, 64),
+        (1, 32),
+        (1, 320),
+        (1, 64),
+        (1, 64),
+        (1, 32),
+        (1, 320),
+    ]
+    first = inputs.payloads[0]["IDS"][0]
+    assert first[:12].tolist() == list(range(1, 13)) and not first[12:].any()
+    # The simulator sees three sizes, each its own batching key (a bucket shares a shape).
+    assert sorted(set(sizes.sizes)) == [32, 64, 320] and len(set(sizes.keys)) == 3
+    mix = RequestMix.of(sizes.measure, sizes.sizes, sizes.keys)
+    assert mix.same_shape_share() == pytest.approx((3 / 8) ** 2 + (3 / 8) ** 2 + (2 / 8) ** 2)
+
+
+def test_padding_refuses_what_a_client_could_not_send(tmp_path: Path) -> None:
+    path = data_file(tmp_path / "d.json", [12, 300])
+    with pytest.raises(InputError, match="300 long, above the largest bucket 64"):
+        sized(
+            text_model(ragged=False),
+            InputOptions(
+                mode=DataMode.FILE,
+                data_file=path,
+                pad_buckets=(64,),
+                pad_values={"IDS": 0, "MASK": 0},
+            ),
+        )
+    with pytest.raises(InputError, match="pad value for every variable input: add MASK=<value>"):
+        sized(
+            text_model(ragged=False),
+            InputOptions(
+                mode=DataMode.FILE, data_file=path, pad_buckets="auto", pad_values={"IDS": 0}
+            ),
+        )
+    config = mc.ModelConfig(name="img", backend="python", max_batch_size=8)
+    config.input.add(name="INPUT0", data_type=mc.TYPE_FP32, dims=[16])
+    with pytest.raises(InputError, match="no input with a variable dimension"):
+        sized(config, InputOptions(pad_buckets="auto", pad_values={}))
