@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from analyzer.config.knobs import Knobs
 from analyzer.config.pipeline import TrialKnobs, knob_cells, knobs_from_dict
 from analyzer.config.scenario import Scenario
 from analyzer.config.traffic import TrafficMode
@@ -57,6 +58,19 @@ def ceiling_note(summary: SweepOutcome, scenario: Scenario) -> str | None:
         "limit is the load this host offers, not the server (raise traffic.max_rate_rps, or add "
         "generator processes with --workers)"
     )
+
+
+def _batches(r: TrialRecord) -> str:
+    """``, mean batch 1.03 of 8``: the batches the trial's config formed at its operating point
+    (empty when it cannot batch or the server reported no statistics)."""
+    knobs = r.config
+    point = r.operating_point()
+    server = point.server if point is not None else None
+    if not isinstance(knobs, Knobs) or server is None or server.execution_count <= 0:
+        return ""
+    if not knobs.dynamic_batching or knobs.max_batch_size < 2:
+        return ""
+    return f", mean batch {server.avg_batch_size:.2f} of {knobs.max_batch_size}"
 
 
 def _rps(r: TrialRecord, unit: str = "") -> str:
@@ -206,7 +220,9 @@ class PlainView(LiveView):
         label = "baseline" if result.number < 0 else f"trial {result.number}"
         if result.state == "complete":
             verdict = "met the goals" if result.meets_goals else "missed the goals"
-            text = f"{_rps(result, ' req/s')}, p99 {result.p99_ms:.1f} ms: {verdict}"
+            text = (
+                f"{_rps(result, ' req/s')}, p99 {result.p99_ms:.1f} ms{_batches(result)}: {verdict}"
+            )
         else:
             text = f"{result.state}: {result.failure or ''}"
         done = f"{int(self.progress.tasks[0].completed)}/{self.progress.tasks[0].total:.0f}"
