@@ -225,8 +225,8 @@ ProtocolFlag = Annotated[
     Protocol | None,
     typer.Option(
         "--protocol",
-        help="What the load speaks (default http): grpc sends it to --grpc-url, while "
-        "statistics and configs still go over HTTP to --url.",
+        help="What the load speaks (default http): grpc sends it to --grpc-url; everything "
+        "else still goes over HTTP to --url.",
         rich_help_panel=SERVER,
     ),
 ]
@@ -338,7 +338,8 @@ SslInsecureFlag = Annotated[
     bool,
     typer.Option(
         "--ssl-insecure",
-        help="Do not verify the server's certificate (self-signed test servers; warned).",
+        help="Do not verify the server's certificate (self-signed test servers; warned): "
+        "https:// only, gRPC always checks it.",
         rich_help_panel=SECURED,
     ),
 ]
@@ -349,9 +350,9 @@ HeaderFlag = Annotated[
         "--header",
         "-H",
         metavar="<'Name: value'>",
-        help="Sent with every request (inference, statistics, metrics, repository; gRPC "
-        "metadata too); ${VAR} in the value reads the environment. Repeatable. Never written "
-        "to the run directory.",
+        help="Sent with every request to the server (inference, statistics, metrics, "
+        "repository; as metadata over gRPC); ${VAR} in the value reads the environment. "
+        "Repeatable. Never written down (records, results, reports).",
         rich_help_panel=SECURED,
     ),
 ]

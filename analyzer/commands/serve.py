@@ -55,6 +55,7 @@ def register(app: typer.Typer) -> None:
             list[Path] | None,
             typer.Option(
                 "--model-repository",
+                metavar="<DIR>",
                 help="Model repository directory (repeatable); omit for a bundled --model.",
                 rich_help_panel=MODELS,
             ),
@@ -63,6 +64,7 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option(
                 "--model",
+                metavar="<NAME>",
                 help="Model to load at startup (repeatable).",
                 show_default="all",
                 rich_help_panel=MODELS,
@@ -94,6 +96,7 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option(
                 "--cache-config",
+                metavar="<local,size=BYTES>",
                 help="Response cache setting as tritonserver takes it: local,size=BYTES "
                 "(repeatable, one setting each; not with --cache-size).",
                 rich_help_panel=BEHAVIOUR,
@@ -111,6 +114,7 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option(
                 "--rate-limit-resource",
+                metavar="<NAME:COUNT[:DEVICE]>",
                 help="NAME:COUNT[:DEVICE] copies of a rate-limiter resource "
                 "(repeatable; no DEVICE = every device).",
                 rich_help_panel=BEHAVIOUR,
@@ -165,6 +169,7 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option(
                 "--http-restricted-api",
+                metavar="<GROUPS:KEY=VALUE>",
                 help="GROUP[,GROUP]:KEY=VALUE: these APIs answer 403 without the header "
                 "(Triton's groups: health, metadata, inference, shared-memory, model-config, "
                 "model-repository, statistics, trace, logging); repeatable.",
@@ -175,6 +180,7 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option(
                 "--grpc-restricted-protocol",
+                metavar="<GROUPS:KEY=VALUE>",
                 help="GROUP[,GROUP]:KEY=VALUE for gRPC (the metadata is "
                 "triton-grpc-protocol-KEY); repeatable.",
                 rich_help_panel=SECURED,
