@@ -87,7 +87,7 @@ bench: setup-test
 GATE_DIR ?= reports/gate-dogfood
 gate-dogfood: setup
 	$(BIN)/perfsweep gate --model resnet50 --device sim \
-		--rate-rps 25 --min-throughput 20 --p99-ms 150 --max-error-rate 0 \
+		--rate-rps 25 --min-throughput-rps 20 --p99-ms 150 --max-error-rate 0 \
 		--repeats 3 --warmup-s 1 --window-s 1.5 --windows 2 \
 		--junit $(GATE_DIR)/junit.xml --markdown $(GATE_DIR)/summary.md \
 		--output $(GATE_DIR)/result.json

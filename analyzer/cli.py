@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
+from analyzer.commands.names import Group
 from analyzer.errors import PerfsweepError
 
 #: Sub-command modules under ``analyzer.commands``, in the order ``--help`` lists them.
@@ -24,12 +26,47 @@ COMMANDS = ("run", "serve", "load", "report", "gate", "ui", "predict")
 app = typer.Typer(
     name="perfsweep",
     help="Find the dynamic-batching config that serves the most traffic within a latency goal.",
+    epilog="Start with: perfsweep run --model resnet50 --device sim --server virtual (a sweep "
+    "in seconds, no server), then perfsweep COMMAND --help. Flags renamed for one name per "
+    "concept still read their old names: docs/cli-names.md.",
+    cls=Group,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 
 err_console = Console(stderr=True)
+
+
+def _print_version(given: bool) -> None:
+    if given:
+        typer.echo(f"perfsweep {version()}")
+        raise typer.Exit()
+
+
+def version() -> str:
+    """perfsweep's version, from the installed package's metadata."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("perfsweep")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print perfsweep's version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Find the dynamic-batching config that serves the most traffic within a latency goal."""
 
 
 def _register_commands() -> None:

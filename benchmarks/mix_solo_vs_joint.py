@@ -14,7 +14,7 @@ Cases (``--case``, default ``both``):
 * ``three``: ``rank``, ``tag`` and ``embed`` on the reference server's simulated device
   (``--device sim``: one simulated device for every instance of every model); each model swept
   alone with 2 trials, the mix with 8. The solo tree is loaded at the mix's target rate
-  (125 req/s, ``perfsweep load --mix ... --request-rate 125``); the joint tree's capacity of the
+  (125 req/s, ``perfsweep load --mix ... --rate-rps 125``); the joint tree's capacity of the
   mix (``--find-capacity``, every model within its own goal, up to 250 req/s by 10 % steps).
   Claims: the solo answers together miss a goal at the target rate, and ``joint_capacity >=
   target``.

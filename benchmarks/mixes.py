@@ -246,7 +246,7 @@ def load_mix(server: Server, models: Models, tree: Path, work: Path, rate_rps: f
         models,
         tree,
         work,
-        *("--request-rate", f"{rate_rps:g}", "--warmup-s", "1", "--window-s", "3"),
+        *("--rate-rps", f"{rate_rps:g}", "--warmup-s", "1", "--window-s", "3"),
         *("--max-windows", "3"),
     )
     classes = {c["model"]: c for c in doc["results"][0]["classes"]}

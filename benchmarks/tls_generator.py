@@ -115,7 +115,7 @@ def main() -> None:
                     print(f"round {round_index + 1}: {name}", file=sys.stderr)
                     level = ["--concurrency", str(args.concurrency)]
                     closed[name] += perfsweep_load(url, level, extra, work)
-                    level = ["--request-rate", rates]
+                    level = ["--rate-rps", rates]
                     ladder[name].append(perfsweep_load(url, level, extra, work))
 
     rows = []

@@ -304,9 +304,15 @@ def _check_startup_models(
     problems = []
     for entry in core.repository_index():
         if entry.get("state") == "UNAVAILABLE" and entry.get("reason"):
+            name = entry["name"]
+            missing = _missing_version_folder(core, name)
+            if missing is not None:
+                # Triton's reason blames the version policy; the usual cause is a model
+                # directory without any version folder (git keeps no empty folder).
+                problems.append(f"model '{name}' has no version folder: create {missing}/")
+                continue
             problems.append(
-                f"model '{entry['name']}' failed to load: {entry['reason'].rstrip()}; fix its "
-                "config.pbtxt"
+                f"model '{name}' failed to load: {entry['reason'].rstrip()}; fix its config.pbtxt"
             )
     known = {entry["name"] for entry in core.repository_index()}
     for name in options.models:
@@ -318,6 +324,18 @@ def _check_startup_models(
             )
     if problems:
         raise ServerError("; ".join(problems), Code.INVALID_ARG)
+
+
+def _missing_version_folder(core: InferenceServer, name: str) -> Path | None:
+    """``<model dir>/1`` when model ``name``'s directory has no version folder at all, else None
+    (one it cannot place: None too)."""
+    from reference_server.core.repository import version_numbers
+
+    try:
+        directory = core.repository.locate(name)
+    except ServerError:
+        return None
+    return None if version_numbers(directory) else directory / "1"
 
 
 async def _bind(what: str, flag: str, host: str, port: int, frontend: _Frontend) -> int:

@@ -1,4 +1,4 @@
-"""The request-data and generator flags, defined once for ``run``, ``gate`` and ``load``.
+"""The flags several commands share, defined once: request data, traffic, generator, access.
 
 Each command declares the same parameters with these types and hands them to
 :func:`analyzer.config.scenario.input_overrides`, which maps them onto the scenario's ``[input]``
@@ -48,6 +48,16 @@ from typing import Annotated
 
 import typer
 
+from analyzer.commands.help import (
+    DATA,
+    DISTRIBUTED,
+    SECURED,
+    SERVER,
+    TRAFFIC,
+    Protocol,
+    SharedMemory,
+    TraceUnit,
+)
 from analyzer.config.scenario import (
     access_overrides,
     generator_overrides,
@@ -74,6 +84,8 @@ __all__ = [
     "ShapeFlag",
     "SharedMemoryFlag",
     "SslCaFlag",
+    "SslCaHttpFlag",
+    "SslCaUiFlag",
     "SslCertFlag",
     "SslInsecureFlag",
     "SslKeyFlag",
@@ -94,8 +106,10 @@ ShapeFlag = Annotated[
     list[str] | None,
     typer.Option(
         "--shape",
-        help="NAME:D1,D2: dims of an input with a variable (-1) dim, batch dim left out "
+        metavar="<NAME:D1,D2>",
+        help="Dims of an input with a variable (-1) dim, batch dim left out "
         "(repeatable; \\[input] shapes).",
+        rich_help_panel=DATA,
     ),
 ]
 #: ``--input-data random | zeros | FILE``.
@@ -103,13 +117,20 @@ InputDataFlag = Annotated[
     str | None,
     typer.Option(
         "--input-data",
+        metavar="<random|zeros|FILE>",
         help="random (default), zeros, a perf_analyzer --input-data .json, an .npz (leading "
         "axis = entries), or a directory with one raw file per input (\\[input] data_file).",
+        rich_help_panel=DATA,
     ),
 ]
 #: ``--batch-size N``.
 BatchSizeFlag = Annotated[
-    int | None, typer.Option("--batch-size", help="Samples per request (\\[input] batch_size).")
+    int | None,
+    typer.Option(
+        "--batch-size",
+        help="Samples per request (default 1; \\[input] batch_size).",
+        rich_help_panel=DATA,
+    ),
 ]
 #: ``--unique-payloads N``.
 UniquePayloadsFlag = Annotated[
@@ -118,6 +139,7 @@ UniquePayloadsFlag = Annotated[
         "--unique-payloads",
         help="Distinct random payloads per generator process (default 8192, fewer for large "
         "inputs; \\[input] unique_payloads).",
+        rich_help_panel=DATA,
     ),
 ]
 #: ``--repeat-ratio R``.
@@ -126,17 +148,19 @@ RepeatRatioFlag = Annotated[
     typer.Option(
         "--repeat-ratio",
         help="Share of random requests that repeat an earlier payload, 0..<1: the hit ratio "
-        "a response cache sees (\\[input] repeat_ratio).",
+        "a response cache sees (default 0; \\[input] repeat_ratio).",
+        rich_help_panel=DATA,
     ),
 ]
 #: ``--shared-memory none | system``.
 SharedMemoryFlag = Annotated[
-    str | None,
+    SharedMemory | None,
     typer.Option(
         "--shared-memory",
-        help="none (default) or system: inputs written once into a registered system "
-        "shared-memory region that each request names (the server must run on this host; "
-        "\\[input] shared_memory).",
+        help="system: inputs written once into a registered system shared-memory region that "
+        "each request names (the server must run on this host); default none "
+        "(\\[input] shared_memory).",
+        rich_help_panel=DATA,
     ),
 ]
 
@@ -148,10 +172,12 @@ ArrivalFlag = Annotated[
     str | None,
     typer.Option(
         "--arrival",
+        metavar="<PROCESS>",
         help="Open-loop arrival process: poisson (default), constant, gamma:cv=2, "
         "mmpp:4@0.5,0.25@2 (relative rate @ mean sojourn s, states in turn), "
         "ramp:start=0.5,end=1.5,period_s=60, diurnal:amplitude=0.5,period_s=60 "
         "(\\[traffic] arrival).",
+        rich_help_panel=TRAFFIC,
     ),
 ]
 #: ``--trace FILE``.
@@ -159,18 +185,21 @@ TraceFlag = Annotated[
     str | None,
     typer.Option(
         "--trace",
+        metavar="<FILE>",
         help="Replay a recorded trace: .csv or .jsonl timestamps (a timestamp/time/ts/t "
         "column, _ms/_us suffix for its unit), else perf_analyzer's --request-intervals "
         "(one gap a line, microseconds); scaled to each rate, looped (\\[traffic] trace).",
+        rich_help_panel=TRAFFIC,
     ),
 ]
 #: ``--trace-unit auto | s | ms | us``.
 TraceUnitFlag = Annotated[
-    str | None,
+    TraceUnit | None,
     typer.Option(
         "--trace-unit",
-        help="The trace's time unit (auto: from the column name or the format; "
+        help="The trace's time unit (default auto: from the column name or the format; "
         "\\[traffic] trace_unit).",
+        rich_help_panel=TRAFFIC,
     ),
 ]
 
@@ -179,9 +208,12 @@ MixFlag = Annotated[
     str | None,
     typer.Option(
         "--mix",
-        help="Several models served together: MODEL=WEIGHT pairs (a=3,b=1), each optionally "
-        "with @P99_MS, that model's own p99 goal (a=3,b=1@40); each request goes to a model "
-        "drawn by weight, each model judged on its own p99 (\\[[traffic.classes]] with model).",
+        metavar="<MODEL=WEIGHT,...>",
+        help="Several models served together, each request sent to a model drawn by weight: "
+        "MODEL=WEIGHT pairs (a=3,b=1), or MODEL=RATE/s for a model held at a rate of its own "
+        "(c=20/s); each optionally with @P99_MS, that model's own p99 goal (a=3,b=1@40), "
+        "else the run's (\\[\\[traffic.classes]] with model).",
+        rich_help_panel=TRAFFIC,
     ),
 ]
 
@@ -190,11 +222,12 @@ MixFlag = Annotated[
 
 #: ``--protocol http | grpc``.
 ProtocolFlag = Annotated[
-    str | None,
+    Protocol | None,
     typer.Option(
         "--protocol",
-        help="http (default) | grpc: the protocol the load speaks (a --url server's gRPC "
-        "port: its HTTP port + 1, as Triton lays them out).",
+        help="What the load speaks (default http): grpc sends it to --grpc-url; everything "
+        "else still goes over HTTP to --url.",
+        rich_help_panel=SERVER,
     ),
 ]
 #: ``--metrics-url URL``.
@@ -204,6 +237,7 @@ MetricsUrlFlag = Annotated[
         "--metrics-url",
         help="Prometheus /metrics URL of the --url server (Triton: HTTP port + 2), for GPU "
         "utilisation, memory and power; the managed server's is found by itself.",
+        rich_help_panel=SERVER,
     ),
 ]
 #: ``--workers N | auto``.
@@ -211,8 +245,11 @@ WorkersFlag = Annotated[
     str | None,
     typer.Option(
         "--workers",
+        metavar="<N|auto>",
         help="Local Locust generator processes: N, or auto (start with 1, add processes up to "
-        "one per core while the generator's self-check finds it saturated; \\[traffic] workers).",
+        "one per core while the generator's self-check finds it saturated); default 1 "
+        "(\\[traffic] workers).",
+        rich_help_panel=DISTRIBUTED,
     ),
 ]
 #: ``--expect-workers N``.
@@ -222,50 +259,88 @@ ExpectWorkersFlag = Annotated[
         "--expect-workers",
         help="Be the Locust master of this many remote workers "
         "(perfsweep load --worker --master-host H) instead of generating load here.",
+        rich_help_panel=DISTRIBUTED,
     ),
 ]
 #: ``--master-bind-host H``.
 MasterBindHostFlag = Annotated[
     str | None,
-    typer.Option("--master-bind-host", help="--expect-workers: address the master listens on."),
+    typer.Option(
+        "--master-bind-host",
+        help="--expect-workers: address the master listens on (default 127.0.0.1).",
+        rich_help_panel=DISTRIBUTED,
+    ),
 ]
 #: ``--master-port P``.
 MasterPortFlag = Annotated[
     int | None,
-    typer.Option("--master-port", help="--expect-workers: the master's port (default 5557)."),
+    typer.Option(
+        "--master-port",
+        help="--expect-workers: the master's port (default 5557).",
+        rich_help_panel=DISTRIBUTED,
+    ),
 ]
 #: ``--grpc-url HOST:PORT``.
 GrpcUrlFlag = Annotated[
     str | None,
     typer.Option(
         "--grpc-url",
-        help="gRPC host:port of the --url server (default: its HTTP port + 1, Triton's layout).",
+        metavar="<HOST:PORT>",
+        help="The server's gRPC address (default: its HTTP port + 1, Triton's layout).",
+        rich_help_panel=SERVER,
     ),
 ]
-#: ``--ssl-ca FILE``.
+
+
+# ---- a secured server ------------------------------------------------------------------------
+
+_SSL_CA = "CA (PEM) that signs the server's certificate, for an https:// --url"
+#: ``--ssl-ca FILE`` of a command with ``--protocol``.
 SslCaFlag = Annotated[
     Path | None,
     typer.Option(
         "--ssl-ca",
-        help="CA (PEM) that signs the server's certificate, for https:// URLs and gRPC over TLS "
-        "(with --protocol grpc any --ssl-* flag turns TLS on).",
+        help=f"{_SSL_CA} and for gRPC (--protocol grpc: any --ssl-* flag turns TLS on).",
+        rich_help_panel=SECURED,
     ),
+]
+#: ``--ssl-ca FILE`` of ``perfsweep ui``, whose gRPC users are picked in the dashboard.
+SslCaUiFlag = Annotated[
+    Path | None,
+    typer.Option(
+        "--ssl-ca",
+        help=f"{_SSL_CA} and for the dashboard's gRPC users (any --ssl-* flag turns TLS on).",
+        rich_help_panel=SECURED,
+    ),
+]
+#: ``--ssl-ca FILE`` of a command that speaks HTTP only (``perfsweep predict``).
+SslCaHttpFlag = Annotated[
+    Path | None, typer.Option("--ssl-ca", help=f"{_SSL_CA}.", rich_help_panel=SECURED)
 ]
 #: ``--ssl-cert FILE``.
 SslCertFlag = Annotated[
-    Path | None, typer.Option("--ssl-cert", help="Client certificate (PEM) for mutual TLS.")
+    Path | None,
+    typer.Option(
+        "--ssl-cert", help="Client certificate (PEM) for mutual TLS.", rich_help_panel=SECURED
+    ),
 ]
 #: ``--ssl-key FILE``.
 SslKeyFlag = Annotated[
     Path | None,
-    typer.Option("--ssl-key", help="The client certificate's key (PEM; default: in --ssl-cert)."),
+    typer.Option(
+        "--ssl-key",
+        help="The client certificate's key (PEM; default: in --ssl-cert).",
+        rich_help_panel=SECURED,
+    ),
 ]
 #: ``--ssl-insecure``.
 SslInsecureFlag = Annotated[
     bool,
     typer.Option(
         "--ssl-insecure",
-        help="Do not verify the server's certificate (self-signed test servers; warned).",
+        help="Do not verify the server's certificate (self-signed test servers; warned): "
+        "https:// only, gRPC always checks it.",
+        rich_help_panel=SECURED,
     ),
 ]
 #: ``--header 'Name: value'``.
@@ -274,9 +349,11 @@ HeaderFlag = Annotated[
     typer.Option(
         "--header",
         "-H",
-        help="'Name: value' sent with every request (inference, statistics, metrics, "
-        "repository; gRPC metadata too); ${VAR} in the value reads the environment. Repeatable. "
-        "Never written to the run directory.",
+        metavar="<'Name: value'>",
+        help="Sent with every request to the server (inference, statistics, metrics, "
+        "repository; as metadata over gRPC); ${VAR} in the value reads the environment. "
+        "Repeatable. Never written down (records, results, reports).",
+        rich_help_panel=SECURED,
     ),
 ]
 #: ``--header-file FILE``.
@@ -284,6 +361,8 @@ HeaderFileFlag = Annotated[
     list[Path] | None,
     typer.Option(
         "--header-file",
+        metavar="<FILE>",
         help="A file of 'Name: value' lines, sent as --header (keeps tokens off the command line).",
+        rich_help_panel=SECURED,
     ),
 ]

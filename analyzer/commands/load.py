@@ -3,10 +3,10 @@
 Examples::
 
     perfsweep load --url 127.0.0.1:8000 --model m --concurrency 1,8,32
-    perfsweep load --url 127.0.0.1:8000 --model m --request-rate 100,200,400 --arrival constant
+    perfsweep load --url 127.0.0.1:8000 --model m --rate-rps 100,200,400 --arrival constant
     perfsweep load --url 127.0.0.1:8000 --model m --find-capacity --p99-ms 100 --output cap.json
-    perfsweep load ... --request-rate 200 --arrival mmpp:4@0.5,0.25@2   # on/off bursts
-    perfsweep load ... --trace requests.csv --trace-scale 0.5,1,2       # replay, scaled in rate
+    perfsweep load ... --rate-rps 200 --arrival mmpp:4@0.5,0.25@2   # on/off bursts
+    perfsweep load ... --trace requests.csv --trace-scale 0.5,1,2   # replay, scaled in rate
     perfsweep load ... --workers 2                      # Locust master + 2 local worker processes
     perfsweep load ... --master --expect-workers 4 --master-bind-host 0.0.0.0   # across machines
     perfsweep load --worker --master-host 10.0.0.5      # on each load machine
@@ -14,6 +14,12 @@ Examples::
     perfsweep load ... --unique-payloads 10000 --repeat-ratio 0.3  # exercise a response cache
     perfsweep load ... --mix a=3,b=1 --find-capacity --p99-ms 50   # two models served together
     perfsweep load ... --mix a=3@100,b=1@40 --find-capacity         # each held to its own p99
+    perfsweep load --url H:8000 --grpc-url H:8001 --protocol grpc ...   # the load over gRPC
+
+``--url`` is the server's HTTP address; with ``--protocol grpc`` the load goes to ``--grpc-url``
+(default: the HTTP port + 1) and statistics still come over HTTP. The form from before
+``--grpc-url`` still works: ``--url HOST:PORT --protocol grpc`` sends the load to ``--url``
+(statistics from the hidden ``--stats-url``).
 
 Exit codes: 0 done, 1 ``--find-capacity`` found no rate meeting the goal, 2 bad input, 3 the target
 failed.
@@ -37,9 +43,21 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from analyzer.commands.help import (
+    DISTRIBUTED,
+    GOALS,
+    MEASUREMENT,
+    OUTPUT,
+    SERVER,
+    TRAFFIC,
+    Protocol,
+    epilog,
+    value,
+)
 from analyzer.commands.input_flags import (
     ArrivalFlag,
     BatchSizeFlag,
+    GrpcUrlFlag,
     HeaderFileFlag,
     HeaderFlag,
     InputDataFlag,
@@ -59,6 +77,7 @@ from analyzer.commands.input_flags import (
     mix_overrides,
     traffic_overrides,
 )
+from analyzer.commands.names import command_class
 from analyzer.config.scenario import load_scenario
 from analyzer.config.sections import InputSection
 from analyzer.errors import GoalNotMetError, InputError
@@ -233,89 +252,235 @@ class _LiveWindows:
         self.live.update(self._render(), refresh=True)
 
 
+EXAMPLES = epilog(
+    [
+        ("perfsweep load --url 127.0.0.1:8000 --model m --concurrency 1,8,32", "closed loop"),
+        (
+            "perfsweep load --url 127.0.0.1:8000 --model m --rate-rps 100,200,400 "
+            "--arrival constant",
+            "open loop at three rates",
+        ),
+        (
+            "perfsweep load --url 127.0.0.1:8000 --model m --find-capacity --p99-ms 100 "
+            "-o cap.json",
+            "the highest rate within a p99 goal, written as JSON",
+        ),
+        (
+            "perfsweep load --url 127.0.0.1:8000 --grpc-url 127.0.0.1:8001 --protocol grpc "
+            "--model m --rate-rps 200",
+            "the load over gRPC, statistics over HTTP",
+        ),
+        (
+            "perfsweep load --url 127.0.0.1:8000 --model m --trace requests.csv "
+            "--trace-scale 0.5,1,2",
+            "replay a recorded trace at half, once and twice its rate",
+        ),
+        (
+            "perfsweep load --url 127.0.0.1:8000 --mix a=3@100,b=1@40 --find-capacity",
+            "two models served together, each held to its own p99",
+        ),
+        (
+            "perfsweep load --url 127.0.0.1:8000 --model m --find-capacity --p99-ms 100 "
+            "--master --expect-workers 4 --master-bind-host 0.0.0.0",
+            "the load from four machines, each running: perfsweep load --worker --master-host H",
+        ),
+    ],
+    "Exit status: 0 done, 1 --find-capacity found no rate meeting the goal, 2 bad input, "
+    "3 the server failed.",
+)
+
+
 def register(app: typer.Typer) -> None:
     """Add ``perfsweep load`` to ``app``."""
 
-    @app.command("load")
+    @app.command("load", cls=command_class("load"), epilog=EXAMPLES)
     def load(
         url: Annotated[
-            str, typer.Option(help="target HOST:PORT (HTTP or gRPC per --protocol)")
+            str,
+            typer.Option(
+                metavar="<URL|HOST:PORT>",
+                help="The server's HTTP address. (As before --grpc-url: with --protocol grpc "
+                "and no --grpc-url, a HOST:PORT here is where the gRPC load goes.)",
+                rich_help_panel=SERVER,
+            ),
         ] = "127.0.0.1:8000",
+        grpc_url: GrpcUrlFlag = None,
+        protocol: Annotated[
+            Protocol,
+            typer.Option(
+                help="What the load speaks: grpc sends it to --grpc-url, while statistics "
+                "still come over HTTP from --url.",
+                rich_help_panel=SERVER,
+            ),
+        ] = Protocol.http,
         model: Annotated[
-            str, typer.Option(help="model name (with --mix: the first of the mix's by default)")
+            str,
+            typer.Option(
+                help="Model name (with --mix: the first of the mix's by default).",
+                rich_help_panel=SERVER,
+            ),
         ] = "",
-        protocol: Annotated[str, typer.Option(help="http or grpc")] = "http",
-        concurrency: Annotated[
-            str | None, typer.Option(help="closed-loop levels, e.g. 1,8,32")
+        metrics_url: Annotated[
+            str | None,
+            typer.Option(
+                help="Prometheus /metrics URL of the server (Triton: HTTP port + 2), for GPU "
+                "figures per window.",
+                show_default="<url>/metrics, if it answers",
+                rich_help_panel=SERVER,
+            ),
         ] = None,
-        request_rate: Annotated[
-            str | None, typer.Option(help="open-loop levels in req/s, e.g. 100,200,400")
+        stats_url: Annotated[
+            str | None,
+            # The form before --grpc-url: --url names the gRPC address, this the HTTP one.
+            typer.Option(hidden=True),
+        ] = None,
+        concurrency: Annotated[
+            str | None,
+            typer.Option(
+                metavar="<N,...>",
+                help="Closed-loop levels: users, e.g. 1,8,32.",
+                rich_help_panel=TRAFFIC,
+            ),
+        ] = None,
+        rate_rps: Annotated[
+            str | None,
+            typer.Option(
+                metavar="<RPS,...>",
+                help="Open-loop levels, req/s, e.g. 100,200,400.",
+                rich_help_panel=TRAFFIC,
+            ),
         ] = None,
         arrival: ArrivalFlag = None,
-        mix: MixFlag = None,
         trace: TraceFlag = None,
         trace_unit: TraceUnitFlag = None,
         trace_scale: Annotated[
             str | None,
             typer.Option(
-                help="--trace: levels as multiples of the trace's recorded rate, e.g. 0.5,1,2 "
-                "(default 1: as recorded)"
+                metavar="<X,...>",
+                help="--trace: levels as multiples of the trace's recorded rate, e.g. 0.5,1,2.",
+                show_default="1: as recorded",
+                rich_help_panel=TRAFFIC,
             ),
         ] = None,
+        mix: MixFlag = None,
+        pool_size: Annotated[
+            int,
+            typer.Option(
+                help="Open loop: in-flight requests per process.", rich_help_panel=TRAFFIC
+            ),
+        ] = 512,
         find_capacity: Annotated[
-            bool, typer.Option("--find-capacity", help="search the highest rate meeting --p99-ms")
+            bool,
+            typer.Option(
+                "--find-capacity",
+                help="Search the highest rate meeting --p99-ms (instead of fixed levels).",
+                rich_help_panel=GOALS,
+            ),
         ] = False,
-        p99_ms: Annotated[float | None, typer.Option(help="p99 goal in ms")] = None,
-        max_error_rate: Annotated[float, typer.Option(help="error-rate goal (fraction)")] = 0.0,
-        start_rps: Annotated[float, typer.Option(help="capacity search: first rate")] = 10.0,
-        max_rps: Annotated[float, typer.Option(help="capacity search: highest rate")] = 100_000.0,
+        p99_ms: Annotated[
+            float | None, typer.Option(help="P99 latency goal, ms.", rich_help_panel=GOALS)
+        ] = None,
+        max_error_rate: Annotated[
+            float,
+            typer.Option(help="Error-rate goal (a fraction).", rich_help_panel=GOALS),
+        ] = 0.0,
+        start_rps: Annotated[
+            float, typer.Option(help="Capacity search: first rate, req/s.", rich_help_panel=GOALS)
+        ] = 10.0,
+        max_rps: Annotated[
+            float,
+            typer.Option(help="Capacity search: highest rate, req/s.", rich_help_panel=GOALS),
+        ] = 100_000.0,
         resolution: Annotated[
-            float, typer.Option(help="capacity search: relative precision")
+            float,
+            typer.Option(help="Capacity search: relative precision.", rich_help_panel=GOALS),
         ] = 0.05,
         confirm_failures: Annotated[
             bool,
-            typer.Option(help="capacity search: repeat a failing step before it counts"),
+            typer.Option(
+                help="Capacity search: repeat a failing step before it counts.",
+                rich_help_panel=GOALS,
+            ),
         ] = True,
-        window_s: Annotated[float, typer.Option(help="window length, seconds")] = 3.0,
+        window_s: Annotated[
+            float, typer.Option(help="Window length, seconds.", rich_help_panel=MEASUREMENT)
+        ] = 3.0,
         window_requests: Annotated[
-            int | None, typer.Option(help="window length in requests (instead of --window-s)")
+            int | None,
+            typer.Option(
+                help="Window length in requests (instead of --window-s).",
+                rich_help_panel=MEASUREMENT,
+            ),
         ] = None,
-        warmup_s: Annotated[float, typer.Option(help="warm-up per level, seconds")] = 1.0,
+        warmup_s: Annotated[
+            float, typer.Option(help="Warm-up per level, seconds.", rich_help_panel=MEASUREMENT)
+        ] = 1.0,
         max_windows: Annotated[
             int | None,
-            typer.Option(help="windows per level at most [default: 10, capacity steps 4]"),
+            typer.Option(
+                help="Windows per level at most.",
+                show_default="10; capacity steps 4",
+                rich_help_panel=MEASUREMENT,
+            ),
         ] = None,
-        stability_pct: Annotated[float, typer.Option(help="stability tolerance, percent")] = 10.0,
-        workers: Annotated[int, typer.Option(help="local generator processes")] = 1,
-        master: Annotated[
-            bool, typer.Option("--master", help="be a Locust master for remote workers")
-        ] = False,
-        expect_workers: Annotated[
-            int, typer.Option(help="--master: remote workers to wait for")
-        ] = 1,
-        master_bind_host: Annotated[str, typer.Option(help="--master: bind address")] = "127.0.0.1",
-        master_port: Annotated[int, typer.Option(help="master port (0 = free port)")] = 5557,
-        worker: Annotated[
-            bool, typer.Option("--worker", help="be a Locust worker of a --master")
-        ] = False,
-        master_host: Annotated[str, typer.Option(help="--worker: master address")] = "127.0.0.1",
+        stability_pct: Annotated[
+            float,
+            typer.Option(
+                help="Windows agree within this many percent: the level is stable.",
+                rich_help_panel=MEASUREMENT,
+            ),
+        ] = 10.0,
+        seed: Annotated[
+            int,
+            typer.Option(help="Seed of arrivals and random inputs.", rich_help_panel=MEASUREMENT),
+        ] = 0,
         input_data: InputDataFlag = None,
         batch_size: BatchSizeFlag = None,
         shape: ShapeFlag = None,
         unique_payloads: UniquePayloadsFlag = None,
         repeat_ratio: RepeatRatioFlag = None,
         shared_memory: SharedMemoryFlag = None,
-        seed: Annotated[int, typer.Option(help="seed of arrivals and random inputs")] = 0,
-        pool_size: Annotated[
-            int, typer.Option(help="open loop: in-flight requests per process")
-        ] = 512,
-        metrics_url: Annotated[
-            str | None, typer.Option(help="Prometheus URL (default: http://URL/metrics if any)")
+        output: Annotated[
+            Path | None,
+            typer.Option(
+                "--output", "-o", help="Write the results as JSON here.", rich_help_panel=OUTPUT
+            ),
         ] = None,
-        stats_url: Annotated[
-            str | None, typer.Option(help="HTTP HOST:PORT for statistics when --protocol grpc")
-        ] = None,
-        output: Annotated[Path | None, typer.Option(help="write results JSON here")] = None,
+        workers: Annotated[
+            int,
+            typer.Option(help="Local generator processes.", rich_help_panel=DISTRIBUTED),
+        ] = 1,
+        master: Annotated[
+            bool,
+            typer.Option(
+                "--master",
+                help="Be a Locust master: the load comes from remote --worker processes.",
+                rich_help_panel=DISTRIBUTED,
+            ),
+        ] = False,
+        expect_workers: Annotated[
+            int,
+            typer.Option(help="--master: remote workers to wait for.", rich_help_panel=DISTRIBUTED),
+        ] = 1,
+        master_bind_host: Annotated[
+            str,
+            typer.Option(help="--master: the address to listen on.", rich_help_panel=DISTRIBUTED),
+        ] = "127.0.0.1",
+        master_port: Annotated[
+            int,
+            typer.Option(help="The master's port (0 = a free port).", rich_help_panel=DISTRIBUTED),
+        ] = 5557,
+        worker: Annotated[
+            bool,
+            typer.Option(
+                "--worker",
+                help="Be a Locust worker of a --master (its flags decide the load).",
+                rich_help_panel=DISTRIBUTED,
+            ),
+        ] = False,
+        master_host: Annotated[
+            str, typer.Option(help="--worker: the master's address.", rich_help_panel=DISTRIBUTED)
+        ] = "127.0.0.1",
         ssl_ca: SslCaFlag = None,
         ssl_cert: SslCertFlag = None,
         ssl_key: SslKeyFlag = None,
@@ -323,7 +488,7 @@ def register(app: typer.Typer) -> None:
         header: HeaderFlag = None,
         header_file: HeaderFileFlag = None,
     ) -> None:
-        """Measure throughput and exact latency percentiles of a KServe v2 / Triton model."""
+        """Measure a running server's throughput and exact latency percentiles, or its capacity."""
         if worker:
             from analyzer.load.worker import run_worker
 
@@ -337,10 +502,20 @@ def register(app: typer.Typer) -> None:
             p99_ms = max(own)  # every model has its own goal (--mix a=3@100,b=1@40)
         if not model:
             raise InputError("--model NAME is required")
-        if protocol not in ("http", "grpc"):
-            raise InputError(f"--protocol must be http or grpc, got {protocol!r}")
         from analyzer.config.urls import http_url
 
+        # The form from before --grpc-url (`--url HOST:PORT --protocol grpc`, statistics from
+        # --stats-url): --url names the gRPC address. An http:// URL is the HTTP address.
+        legacy_grpc = (
+            protocol is Protocol.grpc
+            and grpc_url is None
+            and (stats_url is not None or "://" not in url)
+        )
+        if stats_url is not None and not legacy_grpc:
+            raise InputError(
+                "--stats-url goes with --url HOST:PORT --protocol grpc; with --grpc-url, "
+                "--url is the HTTP address statistics come from"
+            )
         url = http_url(url)  # the one check of every URL; https:// is spoken over TLS
         # The same [input] and [traffic] keys as a scenario's, checked the same way (bad values
         # end here, before any load); load reads no scenario file and no PERFSWEEP_* variables.
@@ -348,14 +523,20 @@ def register(app: typer.Typer) -> None:
             None,
             {
                 **input_overrides(
-                    shape, input_data, batch_size, unique_payloads, repeat_ratio, shared_memory
+                    shape,
+                    input_data,
+                    batch_size,
+                    unique_payloads,
+                    repeat_ratio,
+                    value(shared_memory),
                 ),
-                **traffic_overrides(arrival, trace, trace_unit),
+                **traffic_overrides(arrival, trace, value(trace_unit)),
                 **mixed,
                 **({"goals.p99_ms": p99_ms} if p99_ms is not None else {}),
                 "model.url": url,
+                "model.protocol": None if legacy_grpc else protocol.value,
                 **access_overrides(
-                    None, ssl_ca, ssl_cert, ssl_key, ssl_insecure, header, header_file
+                    grpc_url, ssl_ca, ssl_cert, ssl_key, ssl_insecure, header, header_file
                 ),
             },
             env={},
@@ -368,7 +549,7 @@ def register(app: typer.Typer) -> None:
         input_options(scenario.input, seed)  # the generator's own checks, before any load
         process = scenario.traffic.arrival_process()
         levels_c = _numbers(concurrency, "--concurrency")
-        levels_r = _numbers(request_rate, "--request-rate")
+        levels_r = _numbers(rate_rps, "--rate-rps")
         if trace_scale is not None and process.trace is None:
             raise InputError("--trace-scale scales a --trace; give the trace too")
         if process.trace is not None:
@@ -377,16 +558,14 @@ def register(app: typer.Typer) -> None:
             if trace_scale is not None or not (levels_r or find_capacity):
                 scales = _numbers(trace_scale or "1", "--trace-scale")
                 if levels_r or find_capacity:
-                    raise InputError(
-                        "give --trace-scale or --request-rate / --find-capacity, not both"
-                    )
+                    raise InputError("give --trace-scale or --rate-rps / --find-capacity, not both")
                 levels_r = [s * process.trace.rate_rps for s in scales]
             fit = fit_gaps(process.trace.gaps_s)
             Console(stderr=True).print(
                 f"trace {process.trace.source}: {fit.describe()}", highlight=False
             )
         if sum(bool(x) for x in (levels_c, levels_r, find_capacity)) != 1:
-            raise InputError("give exactly one of --concurrency, --request-rate or --find-capacity")
+            raise InputError("give exactly one of --concurrency, --rate-rps or --find-capacity")
         if find_capacity and p99_ms is None:
             raise InputError(
                 "--find-capacity needs a goal: --p99-ms X (or each --mix model's @P99)"
@@ -418,19 +597,20 @@ def register(app: typer.Typer) -> None:
 
         from analyzer.load import LocustLoadGenerator  # gevent: only from here on
 
+        # The old form: the load goes to --url as it is, statistics come from --stats-url.
+        legacy: dict[str, Any] = {"protocol": "grpc", "stats_url": stats_url} if legacy_grpc else {}
         options = engine_options(
             scenario,
             url,
             model,
             metrics_url=metrics_url,
-            protocol=protocol,
             workers=workers,
             expect_remote_workers=expect_workers if master else 0,
             master_bind_host=master_bind_host,
             master_port=master_port if master else 0,
             pool_size=pool_size,
-            stats_url=stats_url,
             on_window=live,
+            **legacy,
         )
         measurements: list[Measurement] = []
         capacity: CapacityResult | None = None
@@ -482,7 +662,12 @@ def register(app: typer.Typer) -> None:
                 measurements,
                 capacity,
                 environment_record(
-                    url, model, protocol, workers, scenario.input, mixed.get("traffic.classes", ())
+                    url,
+                    model,
+                    protocol.value,
+                    workers,
+                    scenario.input,
+                    mixed.get("traffic.classes", ()),
                 ),
             )
             output.parent.mkdir(parents=True, exist_ok=True)

@@ -11,11 +11,26 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from analyzer.commands.help import epilog
+from analyzer.commands.names import command_class
+
+EXAMPLES = epilog(
+    [
+        ("perfsweep report reports/run-1", "render RUN_DIR/report.html again"),
+        (
+            "perfsweep report reports/run-2 --compare reports/run-1",
+            "both runs side by side, differences called out",
+        ),
+        ("perfsweep report reports/run-1 -o /tmp/run-1.html", "written elsewhere"),
+    ],
+    "Exit status: 0 written, 2 the run directory is missing, damaged or of another format version.",
+)
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``report`` command to ``app``."""
 
-    @app.command("report")
+    @app.command("report", cls=command_class("report"), epilog=EXAMPLES)
     def report(
         run_dir: Annotated[Path, typer.Argument(help="Run directory written by `perfsweep run`.")],
         compare: Annotated[

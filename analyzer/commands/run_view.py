@@ -1,10 +1,15 @@
 """What ``perfsweep run`` shows: the live view of the trials while it runs (a terminal's
-progress display, or a plain line per event for a log) and the lines and table it ends with."""
+progress display, or a plain line per event for a log) and the lines and table it ends with.
+
+How much it shows is the run's :class:`Verbosity`: ``--quiet`` nothing while it runs (only the
+answer at the end), ``--verbose`` also each step of each measurement as it starts and every
+trial at the end."""
 
 from __future__ import annotations
 
+import enum
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,11 +87,58 @@ def _rps(r: TrialRecord, unit: str = "") -> str:
     return f"{r.throughput_rps:.1f}{unit}" + (f" ({hits})" if hits else "")
 
 
-class LiveView(SweepObserver):
-    """Progress with ETA, the current trial, a table of finished trials and the best so far."""
+class Verbosity(enum.Enum):
+    """How much ``perfsweep run`` prints (``--quiet``, default, ``--verbose``)."""
 
-    def __init__(self, console: Console, budget: int) -> None:
+    QUIET = "quiet"
+    NORMAL = "normal"
+    VERBOSE = "verbose"
+
+
+class QuietView(SweepObserver):
+    """The live view of ``--quiet``: nothing while the run goes (errors still reach stderr)."""
+
+    def __enter__(self) -> QuietView:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
+def trials_table(rows: Sequence[TrialRecord], title: str = "finished trials") -> Table:
+    """One row per trial: its number, where its config came from, the config, its rate, p99 and
+    whether it met the goals (or why it failed)."""
+    table = Table(title=title, expand=False, show_lines=False)
+    for name in ("#", "source", "config", "rps", "p99 ms", "goals"):
+        table.add_column(name, justify="right" if name in ("#", "rps", "p99 ms") else "left")
+    for r in rows:
+        table.add_row(
+            "base" if r.number < 0 else str(r.number),
+            r.source,
+            escape(r.config.label()),
+            _rps(r) if r.state == "complete" else "-",
+            f"{r.p99_ms:.1f}" if r.state == "complete" else "-",
+            ("[green]met" if r.meets_goals else "[red]missed")
+            if r.state == "complete"
+            else f"[red]{r.state}: {escape((r.failure or '')[:60])}",
+        )
+    return table
+
+
+def trials_text(counts: Mapping[str, int]) -> str:
+    """``8 complete, 1 failed`` from a summary's trial counts (the kinds with none left out)."""
+    parts = [f"{counts.get(k, 0)} {k}" for k in ("complete", "failed", "interrupted")]
+    shown = [part for part in parts if not part.startswith("0 ")] or ["none"]
+    return ", ".join(shown)
+
+
+class LiveView(SweepObserver):
+    """Progress with ETA, the current trial, a table of finished trials and the best so far;
+    ``verbose``: each step of a measurement (capacity search, warm-up...) printed as it starts."""
+
+    def __init__(self, console: Console, budget: int, *, verbose: bool = False) -> None:
         self.console = console
+        self.verbose = verbose
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -114,20 +166,7 @@ class LiveView(SweepObserver):
             self.console.line()  # the display leaves its cursor at the end of its last line
 
     def _render(self) -> Group:
-        table = Table(title="finished trials", expand=False, show_lines=False)
-        for name in ("#", "source", "config", "rps", "p99 ms", "goals"):
-            table.add_column(name, justify="right" if name in ("#", "rps", "p99 ms") else "left")
-        for r in self.rows[-12:]:
-            table.add_row(
-                "base" if r.number < 0 else str(r.number),
-                r.source,
-                r.config.label(),
-                _rps(r) if r.state == "complete" else "-",
-                f"{r.p99_ms:.1f}" if r.state == "complete" else "-",
-                ("[green]met" if r.meets_goals else "[red]missed")
-                if r.state == "complete"
-                else f"[red]{r.state}: {escape((r.failure or '')[:60])}",
-            )
+        table = trials_table(self.rows[-12:])
         best = (
             f"best so far: trial {self.best.number}  {escape(self.best.config.label())}  "
             f"{_rps(self.best, ' req/s')}  p99 {self.best.p99_ms:.1f} ms"
@@ -162,7 +201,13 @@ class LiveView(SweepObserver):
 
     def on_phase(self, text: str) -> None:
         self.phase = text
+        if self.verbose:
+            self._step(text)
         self._refresh()
+
+    def _step(self, text: str) -> None:
+        """A step of the measurement under way, as a line of its own (``--verbose``)."""
+        self.console.print(f"  {self.current}: {text}", highlight=False, markup=False)
 
     def on_note(self, text: str) -> None:
         self.console.print(f"note: {text}", highlight=False, markup=False)
@@ -191,8 +236,8 @@ class PlainView(LiveView):
     plain line per trial started and finished, per validation repeat, each with the time since
     the run started, so a CI log shows the run as it goes."""
 
-    def __init__(self, console: Console, budget: int) -> None:
-        super().__init__(console, budget)
+    def __init__(self, console: Console, budget: int, *, verbose: bool = False) -> None:
+        super().__init__(console, budget, verbose=verbose)
         self.t0 = time.monotonic()
 
     def _line(self, text: str) -> None:
@@ -206,6 +251,9 @@ class PlainView(LiveView):
 
     def _refresh(self) -> None:
         """Nothing is redrawn in a log."""
+
+    def _step(self, text: str) -> None:
+        self._line(f"  {self.current}: {text}")
 
     def on_trial_start(
         self, number: int, source: str, knobs: TrialKnobs, index: int, budget: int

@@ -19,96 +19,171 @@ from typing import Annotated
 
 import typer
 
+from analyzer.commands.help import SECURED, Device, RateLimit, epilog
+from analyzer.commands.names import command_class
 from analyzer.errors import InputError, PerfsweepError, TargetError
+
+#: The panels of serve's help.
+MODELS = "Models"
+LISTEN = "Listening"
+BEHAVIOUR = "Server behaviour"
+
+EXAMPLES = epilog(
+    [
+        ("perfsweep serve --model resnet50 --device cpu", "the bundled ResNet-50"),
+        (
+            "perfsweep serve --model-repository examples/mix --device sim --http-port 0",
+            "a repository of simulated models, the HTTP port a free one",
+        ),
+        (
+            "perfsweep serve --model-repository models/ --cache-config local,size=1048576",
+            "with a response cache of 1 MiB",
+        ),
+    ],
+    "It prints one line with the bound ports once everything listens, and stops on Ctrl-C or "
+    "SIGTERM. Exit status: 0 after a clean shutdown, 2 bad input (repository path, model "
+    "config), 3 the server could not start (e.g. a port in use).",
+)
 
 
 def register(app: typer.Typer) -> None:
     """Add ``perfsweep serve`` to ``app``."""
 
-    @app.command("serve")
+    @app.command("serve", cls=command_class("serve"), epilog=EXAMPLES)
     def serve(
         model_repository: Annotated[
             list[Path] | None,
             typer.Option(
                 "--model-repository",
-                help="model repository directory (repeatable); omit for a bundled --model",
+                metavar="<DIR>",
+                help="Model repository directory (repeatable); omit for a bundled --model.",
+                rich_help_panel=MODELS,
             ),
         ] = None,
         model: Annotated[
             list[str] | None,
-            typer.Option("--model", help="model to load at startup (repeatable; default: all)"),
+            typer.Option(
+                "--model",
+                metavar="<NAME>",
+                help="Model to load at startup (repeatable).",
+                show_default="all",
+                rich_help_panel=MODELS,
+            ),
         ] = None,
-        host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
-        http_port: Annotated[int, typer.Option(help="HTTP/REST port, 0 = free port")] = 8000,
-        grpc_port: Annotated[int, typer.Option(help="gRPC port, 0 = free port")] = 8001,
-        metrics_port: Annotated[int, typer.Option(help="Prometheus port, 0 = free port")] = 8002,
-        device: Annotated[str, typer.Option(help="auto, cpu, cuda or sim")] = "auto",
-        cache_size: Annotated[int, typer.Option(help="response cache size in bytes, 0 = off")] = 0,
+        device: Annotated[
+            Device,
+            typer.Option(
+                help="The device models run on (sim: a simulated GPU).", rich_help_panel=MODELS
+            ),
+        ] = Device.auto,
+        host: Annotated[str, typer.Option(help="Address to bind.", rich_help_panel=LISTEN)] = (
+            "127.0.0.1"
+        ),
+        http_port: Annotated[
+            int, typer.Option(help="HTTP/REST port, 0 = a free port.", rich_help_panel=LISTEN)
+        ] = 8000,
+        grpc_port: Annotated[
+            int, typer.Option(help="gRPC port, 0 = a free port.", rich_help_panel=LISTEN)
+        ] = 8001,
+        metrics_port: Annotated[
+            int, typer.Option(help="Prometheus port, 0 = a free port.", rich_help_panel=LISTEN)
+        ] = 8002,
+        cache_size: Annotated[
+            int,
+            typer.Option(help="Response cache size in bytes, 0 = off.", rich_help_panel=BEHAVIOUR),
+        ] = 0,
         cache_config: Annotated[
             list[str] | None,
             typer.Option(
                 "--cache-config",
-                help="response cache setting as tritonserver takes it: local,size=BYTES "
-                "(repeatable, one setting each; not with --cache-size)",
+                metavar="<local,size=BYTES>",
+                help="Response cache setting as tritonserver takes it: local,size=BYTES "
+                "(repeatable, one setting each; not with --cache-size).",
+                rich_help_panel=BEHAVIOUR,
             ),
         ] = None,
         rate_limit: Annotated[
-            str,
+            RateLimit,
             typer.Option(
-                help="off (default, as Triton) or execution_count: honour instance rate_limiter sections"
+                help="execution_count: honour instance rate_limiter sections (off: Triton's "
+                "default).",
+                rich_help_panel=BEHAVIOUR,
             ),
-        ] = "off",
+        ] = RateLimit.off,
         rate_limit_resource: Annotated[
             list[str] | None,
             typer.Option(
                 "--rate-limit-resource",
+                metavar="<NAME:COUNT[:DEVICE]>",
                 help="NAME:COUNT[:DEVICE] copies of a rate-limiter resource "
-                "(repeatable; no DEVICE = every device)",
+                "(repeatable; no DEVICE = every device).",
+                rich_help_panel=BEHAVIOUR,
             ),
         ] = None,
         http_max_input_size: Annotated[
-            int, typer.Option(help="largest JSON request header or raw body, bytes")
+            int,
+            typer.Option(
+                help="Largest JSON request header or raw body, bytes.", rich_help_panel=BEHAVIOUR
+            ),
         ] = 2**26,
         http_read_timeout: Annotated[
             float | None,
             typer.Option(
-                help="seconds a request body may stall before the server answers 408 "
-                "(default 60; Triton has no such timeout)"
+                help="Seconds a request body may stall before the server answers 408 "
+                "(Triton has no such timeout).",
+                show_default="60",
+                rich_help_panel=BEHAVIOUR,
             ),
         ] = None,
-        log_verbose: Annotated[int, typer.Option(help="0 warnings, 1 info, 2 debug")] = 0,
+        log_verbose: Annotated[
+            int, typer.Option(help="0 warnings, 1 info, 2 debug.", rich_help_panel=BEHAVIOUR)
+        ] = 0,
         grpc_use_ssl: Annotated[
-            bool, typer.Option("--grpc-use-ssl", help="gRPC over TLS (Triton's flag)")
+            bool,
+            typer.Option(
+                "--grpc-use-ssl", help="gRPC over TLS (Triton's flag).", rich_help_panel=SECURED
+            ),
         ] = False,
         grpc_use_ssl_mutual: Annotated[
             bool,
             typer.Option(
                 "--grpc-use-ssl-mutual",
-                help="gRPC over TLS with client certificates signed by --grpc-root-cert",
+                help="gRPC over TLS with client certificates signed by --grpc-root-cert.",
+                rich_help_panel=SECURED,
             ),
         ] = False,
         grpc_server_cert: Annotated[
-            Path | None, typer.Option(help="PEM certificate of the gRPC server")
+            Path | None,
+            typer.Option(help="PEM certificate of the gRPC server.", rich_help_panel=SECURED),
         ] = None,
-        grpc_server_key: Annotated[Path | None, typer.Option(help="its PEM private key")] = None,
+        grpc_server_key: Annotated[
+            Path | None, typer.Option(help="Its PEM private key.", rich_help_panel=SECURED)
+        ] = None,
         grpc_root_cert: Annotated[
-            Path | None, typer.Option(help="PEM CA of client certificates (mutual TLS)")
+            Path | None,
+            typer.Option(
+                help="PEM CA of client certificates (mutual TLS).", rich_help_panel=SECURED
+            ),
         ] = None,
         http_restricted_api: Annotated[
             list[str] | None,
             typer.Option(
                 "--http-restricted-api",
+                metavar="<GROUPS:KEY=VALUE>",
                 help="GROUP[,GROUP]:KEY=VALUE: these APIs answer 403 without the header "
                 "(Triton's groups: health, metadata, inference, shared-memory, model-config, "
-                "model-repository, statistics, trace, logging); repeatable",
+                "model-repository, statistics, trace, logging); repeatable.",
+                rich_help_panel=SECURED,
             ),
         ] = None,
         grpc_restricted_protocol: Annotated[
             list[str] | None,
             typer.Option(
                 "--grpc-restricted-protocol",
+                metavar="<GROUPS:KEY=VALUE>",
                 help="GROUP[,GROUP]:KEY=VALUE for gRPC (the metadata is "
-                "triton-grpc-protocol-KEY); repeatable",
+                "triton-grpc-protocol-KEY); repeatable.",
+                rich_help_panel=SECURED,
             ),
         ] = None,
     ) -> None:
@@ -126,10 +201,10 @@ def register(app: typer.Typer) -> None:
                 http_port=http_port,
                 grpc_port=grpc_port,
                 metrics_port=metrics_port,
-                device=device,
+                device=device.value,
                 cache_size_bytes=cache_size,
                 cache_config=tuple(cache_config or ()),
-                rate_limit=rate_limit,
+                rate_limit=rate_limit.value,
                 rate_limit_resources=tuple(rate_limit_resource or ()),
                 max_input_size_bytes=http_max_input_size,
                 log_verbosity=log_verbose,

@@ -16,15 +16,24 @@ from typing import Annotated, Any
 
 import typer
 
+from analyzer.commands.help import (
+    OUTPUT,
+    SERVER,
+    TRAFFIC,
+    Device,
+    epilog,
+    value,
+)
 from analyzer.commands.input_flags import (
     BatchSizeFlag,
+    GrpcUrlFlag,
     HeaderFileFlag,
     HeaderFlag,
     InputDataFlag,
     RepeatRatioFlag,
     ShapeFlag,
     SharedMemoryFlag,
-    SslCaFlag,
+    SslCaUiFlag,
     SslCertFlag,
     SslInsecureFlag,
     SslKeyFlag,
@@ -32,77 +41,139 @@ from analyzer.commands.input_flags import (
     access_overrides,
     input_overrides,
 )
+from analyzer.commands.names import command_class
+
+#: The panel of the dashboard's own options.
+DASHBOARD = "Dashboard"
+
+
+EXAMPLES = epilog(
+    [
+        ("perfsweep ui --model resnet50 --device sim", "starts the reference server, then the UI"),
+        (
+            "perfsweep ui --url 127.0.0.1:8000 --model resnet50",
+            "a running Triton or reference server",
+        ),
+        (
+            "PERFSWEEP_UI_PASSWORD=... perfsweep ui --web-host 0.0.0.0 --web-login "
+            "--url 127.0.0.1:8000 --model m",
+            "reachable from other machines, behind a login",
+        ),
+    ],
+    "Exit status: 0 Locust exited normally, 2 bad or unsafe options, 3 the server failed, "
+    "130 Ctrl-C.",
+)
 
 
 def register(app: typer.Typer) -> None:
     """Add ``perfsweep ui`` to ``app``."""
 
-    @app.command("ui")
+    @app.command("ui", cls=command_class("ui"), epilog=EXAMPLES)
     def ui(
         url: Annotated[
             str | None,
             typer.Option(
-                help="HTTP HOST:PORT of a running server (default: start the reference server)"
+                metavar="<URL|HOST:PORT>",
+                help="The HTTP address of a running server.",
+                show_default="start the reference server",
+                rich_help_panel=SERVER,
             ),
         ] = None,
-        model: Annotated[str, typer.Option(help="model to load-test")] = "resnet50",
-        device: Annotated[
-            str, typer.Option(help="reference server device: auto, cpu, cuda or sim")
-        ] = "auto",
-        model_repository: Annotated[
-            Path | None, typer.Option(help="reference server model repository (default: bundled)")
-        ] = None,
-        grpc_url: Annotated[
-            str | None, typer.Option(help="gRPC HOST:PORT for the gRPC users (default: derived)")
-        ] = None,
+        grpc_url: GrpcUrlFlag = None,
         metrics_url: Annotated[
-            str | None, typer.Option(help="Prometheus URL of the target (default: derived)")
+            str | None,
+            typer.Option(
+                help="Prometheus /metrics URL of the server (Triton: HTTP port + 2).",
+                show_default="the HTTP port + 2",
+                rich_help_panel=SERVER,
+            ),
+        ] = None,
+        model: Annotated[
+            str, typer.Option(help="The model to load-test.", rich_help_panel=SERVER)
+        ] = "resnet50",
+        device: Annotated[
+            Device,
+            typer.Option(
+                help="The reference server's device (sim: a simulated GPU).",
+                rich_help_panel=SERVER,
+            ),
+        ] = Device.auto,
+        model_repository: Annotated[
+            Path | None,
+            typer.Option(
+                help="The reference server's model repository.",
+                show_default="the bundled model's",
+                rich_help_panel=SERVER,
+            ),
         ] = None,
         web_host: Annotated[
-            str, typer.Option(help="dashboard address (other than loopback needs --web-login)")
+            str,
+            typer.Option(
+                help="The dashboard's address (other than loopback needs --web-login).",
+                rich_help_panel=DASHBOARD,
+            ),
         ] = "127.0.0.1",
-        web_port: Annotated[int, typer.Option(help="dashboard port (0 = a free port)")] = 8089,
+        web_port: Annotated[
+            int,
+            typer.Option(help="The dashboard's port (0 = a free port).", rich_help_panel=DASHBOARD),
+        ] = 8089,
         web_login: Annotated[
             bool,
             typer.Option(
-                "--web-login", help="require a login (PERFSWEEP_UI_USER / PERFSWEEP_UI_PASSWORD)"
+                "--web-login",
+                help="Require a login (PERFSWEEP_UI_USER / PERFSWEEP_UI_PASSWORD).",
+                rich_help_panel=DASHBOARD,
             ),
         ] = False,
-        workers: Annotated[int, typer.Option(help="Locust worker processes")] = 1,
-        rate_per_user: Annotated[
-            float, typer.Option(help="open-loop users: requests/second per user (default in form)")
+        workers: Annotated[
+            int, typer.Option(help="Locust worker processes.", rich_help_panel=TRAFFIC)
+        ] = 1,
+        user_rate_rps: Annotated[
+            float,
+            typer.Option(
+                help="Open-loop users: requests per second each user offers (the form's "
+                "starting value).",
+                rich_help_panel=TRAFFIC,
+            ),
         ] = 10.0,
         arrival: Annotated[
             str,
             typer.Option(
-                help="open-loop users: arrival process, default in the form (poisson, constant, "
-                "gamma:cv=2, mmpp:4@0.5,0.25@2, ramp:..., diurnal:...; each user its own stream)"
+                metavar="<PROCESS>",
+                help="Open-loop users: arrival process, the form's starting value (poisson, "
+                "constant, gamma:cv=2, mmpp:4@0.5,0.25@2, ramp:..., diurnal:...; each user its "
+                "own stream).",
+                rich_help_panel=TRAFFIC,
             ),
         ] = "poisson",
-        log_dir: Annotated[
-            Path, typer.Option(help="managed server log and repository directory")
-        ] = Path("reports/ui"),
         shape: ShapeFlag = None,
         input_data: InputDataFlag = None,
         batch_size: BatchSizeFlag = None,
         unique_payloads: UniquePayloadsFlag = None,
         repeat_ratio: RepeatRatioFlag = None,
         shared_memory: SharedMemoryFlag = None,
-        ssl_ca: SslCaFlag = None,
+        output_dir: Annotated[
+            Path,
+            typer.Option(
+                help="Where the managed server's log and repository are written.",
+                rich_help_panel=OUTPUT,
+            ),
+        ] = Path("reports/ui"),
+        ssl_ca: SslCaUiFlag = None,
         ssl_cert: SslCertFlag = None,
         ssl_key: SslKeyFlag = None,
         ssl_insecure: SslInsecureFlag = False,
         header: HeaderFlag = None,
         header_file: HeaderFileFlag = None,
     ) -> None:
-        """Open Locust's web UI on a Triton target, with live server metrics and config changes."""
+        """Open Locust's web dashboard on a server, with its live metrics and config changes."""
         from analyzer.config.scenario import load_scenario
         from analyzer.load.engine import input_fields
         from analyzer.load.web.launcher import UiOptions, run_ui
 
         # The same request-data flags as run, gate and load, checked the same way.
         flags = input_overrides(
-            shape, input_data, batch_size, unique_payloads, repeat_ratio, shared_memory
+            shape, input_data, batch_size, unique_payloads, repeat_ratio, value(shared_memory)
         )
         given = any(v is not None for v in flags.values())
         reach = {
@@ -120,15 +191,11 @@ def register(app: typer.Typer) -> None:
                 "shared_memory": fields["shared_memory"],
             }
 
-        if device not in ("auto", "cpu", "cuda", "sim"):
-            from analyzer.errors import InputError
-
-            raise InputError(f"--device must be auto, cpu, cuda or sim, got {device!r}")
         code = run_ui(
             UiOptions(
                 url=url,
                 model=model,
-                device=device,
+                device=device.value,
                 model_repository=model_repository,
                 grpc_url=grpc_url,
                 metrics_url=metrics_url,
@@ -136,9 +203,9 @@ def register(app: typer.Typer) -> None:
                 web_port=web_port,
                 web_login=web_login,
                 workers=workers,
-                rate_per_user=rate_per_user,
+                rate_per_user=user_rate_rps,
                 arrival=arrival,
-                log_dir=log_dir,
+                log_dir=output_dir,
                 inputs=inputs,
                 access=access,
             ),

@@ -206,7 +206,7 @@ def plan_measurement(
         if rate is None:
             raise InputError(
                 "measure-and-gate needs a load level: --rate-rps R (or traffic.rate_rps, or "
-                "--min-throughput, which offers 10% above the floor)"
+                "--min-throughput-rps, which offers 10% above the floor)"
             )
         mode, target = LoadMode.REQUEST_RATE, float(rate)
     # Constant arrivals unless the scenario asks otherwise: a throughput floor then does not

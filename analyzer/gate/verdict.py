@@ -101,7 +101,7 @@ class Criteria:
         if self.p99_ms is not None and not self.p99_ms > 0:
             raise InputError(f"--p99-ms must be positive, got {self.p99_ms}")
         if self.min_throughput_rps is not None and self.min_throughput_rps < 0:
-            raise InputError(f"--min-throughput must be >= 0, got {self.min_throughput_rps}")
+            raise InputError(f"--min-throughput-rps must be >= 0, got {self.min_throughput_rps}")
         if self.max_error_rate is not None and not 0 <= self.max_error_rate < 1:
             raise InputError(f"--max-error-rate is a fraction in [0, 1), got {self.max_error_rate}")
         if self.max_regression is not None and not 0 < self.max_regression < 1:
@@ -328,7 +328,7 @@ def evaluate(
     """
     if not criteria.absolute and criteria.max_regression is None:
         raise InputError(
-            "nothing to gate on: give --p99-ms, --min-throughput, --max-error-rate and/or "
+            "nothing to gate on: give --p99-ms, --min-throughput-rps, --max-error-rate and/or "
             "--baseline with --max-regression (or a [gate] table)"
         )
     if (baseline is None) != (criteria.max_regression is None):

@@ -101,7 +101,7 @@ def level_messages(spec: LoadSpec, facts: LevelFacts) -> list[str]:
         messages.append(
             "closed loop: latency is timed from the actual send, so a server stall delays the "
             "next request instead of showing in the tail (coordinated omission); use "
-            "--request-rate for trustworthy tail latency."
+            "--rate-rps for trustworthy tail latency."
         )
     if facts.backlog_max > 0:
         messages.append(

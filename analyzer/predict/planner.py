@@ -162,9 +162,11 @@ def plan(request: PlanRequest) -> PlanReport:
         ProfileError: no profile can be built from what was given.
     """
     if (request.rate_rps is None) == (request.p99_ms is None):
-        raise InputError("give exactly one of --rate (latency at a rate) or --p99-ms (capacity)")
+        raise InputError(
+            "give exactly one of --rate-rps (latency at a rate) or --p99-ms (capacity)"
+        )
     if request.rate_rps is not None and request.rate_rps <= 0:
-        raise InputError("--rate must be positive")
+        raise InputError("--rate-rps must be positive")
     if request.p99_ms is not None and request.p99_ms <= 0:
         raise InputError("--p99-ms must be positive")
     if request.run_dir is None and request.profile_path is None and request.url is None:
@@ -287,11 +289,11 @@ def _check_knobs(config: SimConfig) -> None:
     if config.max_queue_delay_us < 0:
         raise InputError("--max-queue-delay-us must be >= 0")
     if config.instance_count < 1:
-        raise InputError("--instances must be >= 1")
+        raise InputError("--instance-count must be >= 1")
     bad = [p for p in config.preferred_batch_size if p < 1 or p > config.max_batch_size]
     if bad:
         raise InputError(
-            f"--preferred sizes must be between 1 and max_batch_size {config.max_batch_size} "
+            f"--preferred-batch-size: each size must be between 1 and max_batch_size {config.max_batch_size} "
             f"(got {', '.join(map(str, bad))})"
         )
 

@@ -144,7 +144,7 @@ class RemoteTarget(_HttpTarget):
         if waited is None:
             raise TargetDiedError(
                 f"the server at {self.url} stopped answering and did not return within "
-                f"{self.wait_s:g} s (run.server_wait_s, --server-wait)",
+                f"{self.wait_s:g} s (run.server_wait_s, --server-wait-s)",
                 self.url,
             )
         self._metadata = self.server_metadata()

@@ -80,7 +80,9 @@ def measure(
             *PERFSWEEP,
             "load",
             "--url",
-            addr[protocol],
+            addr["http"],
+            "--grpc-url",
+            addr["grpc"],
             "--model",
             model,
             "--protocol",
@@ -98,8 +100,6 @@ def measure(
             "--output",
             str(out),
         ]
-        if protocol == "grpc":
-            cmd += ["--stats-url", addr["http"]]
         print("$ perfsweep", " ".join(cmd[1:]), flush=True)
         subprocess.run(cmd, check=False, timeout=120, stdout=subprocess.DEVNULL)
         result: dict[str, Any] = json.loads(out.read_text())["results"][0]

@@ -254,17 +254,20 @@ def fingerprint(directory: Path) -> tuple[tuple[str, int, int], ...]:
     return tuple(sorted(entries))
 
 
+def version_numbers(directory: Path) -> list[int]:
+    """The version folders of a model directory (``1/``, ``2/``...) as numbers, ascending."""
+    if not directory.is_dir():
+        return []
+    return sorted(int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit())
+
+
 def select_versions(config: mc.ModelConfig, directory: Path) -> list[tuple[str, Path]]:
     """The versions to load under the config's version policy, ascending.
 
     Raises:
         ModelConfigError: no version directory matches the policy.
     """
-    present = (
-        sorted(int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit())
-        if directory.is_dir()
-        else []
-    )
+    present = version_numbers(directory)
     policy = config.version_policy
     which = policy.WhichOneof("policy_choice")
     if which == "all":

@@ -35,7 +35,7 @@ def _load(*args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str
         (["--model", "m", "--concurrency", "1", "--request-rate", "5"], "exactly one of"),
         (["--model", "m", "--find-capacity"], "--p99-ms"),
         (["--model", "m", "--concurrency", "two"], "comma-separated"),
-        (["--model", "m", "--request-rate", "5", "--protocol", "udp"], "http or grpc"),
+        (["--model", "m", "--request-rate", "5", "--protocol", "udp"], "is not one of"),
         (["--concurrency", "1"], "--model"),
         (["--model", "m", "--concurrency", "1", "--repeat-ratio", "1"], "repeat ratio"),
         (["--model", "m", "--concurrency", "1", "--unique-payloads", "0"], "unique payloads"),

@@ -38,9 +38,9 @@ def server(tmp_path_factory: pytest.TempPathFactory, spawns: None) -> Any:
         proc.stop()
 
 
-def _load(url: str, out: Path, *flags: str) -> tuple[dict[str, Any], str]:
+def _load(out: Path, *flags: str) -> tuple[dict[str, Any], str]:
     done = subprocess.run(
-        [*CLI, "load", "--url", url, "--output", str(out), *flags],
+        [*CLI, "load", "--output", str(out), *flags],
         capture_output=True,
         text=True,
         timeout=300,
@@ -49,18 +49,27 @@ def _load(url: str, out: Path, *flags: str) -> tuple[dict[str, Any], str]:
     return json.loads(out.read_text()), done.stdout
 
 
-@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def _reach(server: ReferenceProcess, form: str) -> tuple[str, ...]:
+    """The flags that name the server and the protocol, in each form load takes."""
+    if form == "http":
+        return ("--url", server.http_url)
+    if form == "grpc":  # statistics over HTTP from --url, the load to --grpc-url
+        return ("--url", server.http_url, "--grpc-url", server.grpc_url, "--protocol", "grpc")
+    # The form from before --grpc-url: the load to --url, statistics from --stats-url.
+    return ("--url", server.grpc_url, "--protocol", "grpc", "--stats-url", server.http_url)
+
+
+@pytest.mark.parametrize("form", ["http", "grpc", "grpc-old-form"])
 def test_each_model_gets_its_share_with_its_own_inputs(
-    server: ReferenceProcess, tmp_path: Path, protocol: str
+    server: ReferenceProcess, tmp_path: Path, form: str
 ) -> None:
-    url = server.http_url if protocol == "http" else server.grpc_url
     doc, stdout = _load(
-        url,
         tmp_path / "mix.json",
-        *("--protocol", protocol, "--mix", "narrow=3,wide=1", "--request-rate", "120"),
+        *_reach(server, form),
+        *("--mix", "narrow=3,wide=1", "--rate-rps", "120"),
         *("--warmup-s", "0.5", "--window-s", "1", "--max-windows", "3"),
-        *(("--stats-url", server.http_url) if protocol == "grpc" else ()),
     )
+    assert doc["environment"]["protocol"] == ("http" if form == "http" else "grpc")
     assert doc["environment"]["mix"] == {"narrow": 0.75, "wide": 0.25}
     level = doc["results"][0]
     classes = {c["name"]: c for c in level["classes"]}
@@ -84,8 +93,8 @@ def test_a_mix_has_a_capacity_where_every_model_meets_the_goal(
     server: ReferenceProcess, tmp_path: Path
 ) -> None:
     doc, stdout = _load(
-        server.http_url,
         tmp_path / "capacity.json",
+        *("--url", server.http_url),
         *("--mix", "narrow=1,wide=1", "--find-capacity", "--p99-ms", "60"),
         *("--start-rps", "50", "--max-rps", "600", "--resolution", "0.2"),
         *("--warmup-s", "0.3", "--window-s", "0.5"),
@@ -102,8 +111,8 @@ def test_a_model_at_a_rate_of_its_own_holds_it_at_every_level(
     server: ReferenceProcess, tmp_path: Path
 ) -> None:
     doc, _ = _load(
-        server.http_url,
         tmp_path / "held.json",
+        *("--url", server.http_url),
         *("--mix", "narrow=1,wide=30/s", "--find-capacity", "--p99-ms", "60"),
         *("--start-rps", "60", "--max-rps", "400", "--resolution", "0.2"),
         *("--warmup-s", "0.3", "--window-s", "1"),

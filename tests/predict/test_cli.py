@@ -106,7 +106,10 @@ def test_usage_errors_exit_2(perfsweep: Perfsweep) -> None:
         "--preferred",
         "16",
     )
-    assert bad.returncode == 2 and "--preferred sizes must be between 1 and" in bad.stderr
+    assert (
+        bad.returncode == 2
+        and "--preferred-batch-size: each size must be between 1 and" in bad.stderr
+    )
 
 
 def test_bursty_arrivals_are_simulated_and_the_run_calibrates_with_its_own(

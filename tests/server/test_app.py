@@ -131,6 +131,22 @@ def test_a_model_that_fails_to_load_fails_startup(tmp_path: Path) -> None:
         ServerThread(ServerOptions(model_repositories=(tmp_path,), models=("ghost",))).start()
 
 
+@pytest.mark.usefixtures("serves")
+def test_a_model_without_a_version_folder_names_the_folder_to_create(tmp_path: Path) -> None:
+    config = (
+        'backend: "identity" max_batch_size: 2\n'
+        'input { name: "I" data_type: TYPE_FP32 dims: [1] }\n'
+        'output { name: "O" data_type: TYPE_FP32 dims: [1] }'
+    )
+    model_dir = write_model(tmp_path, "bare", config, versions=(), add_name=True)
+    with pytest.raises(ServerError) as info:
+        ServerThread(ServerOptions(model_repositories=(tmp_path,))).start()
+    assert info.value.code is Code.INVALID_ARG
+    assert info.value.message == (
+        f"model 'bare' has no version folder: create {model_dir / '1'}/"
+    ), info.value.message
+
+
 def test_no_repository_and_no_bundled_model_is_refused() -> None:
     with pytest.raises(ServerError, match="not a bundled model"):
         ServerThread(ServerOptions(models=("mine",))).start()

@@ -268,6 +268,7 @@ class ChildProcess:
         log: file for the child's stderr; ``None``: this process's stderr (shown by pytest).
         env: its environment (default :func:`child_env`).
         stdin_pipe: give it a pipe on stdin (:meth:`send`); otherwise ``/dev/null``.
+        cwd: its working directory (default: the repository's root).
     """
 
     def __init__(
@@ -277,6 +278,7 @@ class ChildProcess:
         env: Mapping[str, str] | None = None,
         *,
         stdin_pipe: bool = False,
+        cwd: Path | None = None,
     ) -> None:
         self.log = log
         self._stderr = None
@@ -290,7 +292,7 @@ class ChildProcess:
             stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
             text=True,
             env=dict(env) if env is not None else child_env(),
-            cwd=REPO_ROOT,
+            cwd=cwd or REPO_ROOT,
             start_new_session=True,
         )
         self.lines: queue.Queue[str] = queue.Queue()

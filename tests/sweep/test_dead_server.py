@@ -370,7 +370,7 @@ class FlakyServer(VirtualServer):
         if waited is None:
             raise TargetDiedError(
                 f"the server at {self.url} stopped answering and did not return within "
-                f"{self.wait_s:g} s (run.server_wait_s, --server-wait)",
+                f"{self.wait_s:g} s (run.server_wait_s, --server-wait-s)",
                 self.url,
             )
 

@@ -359,3 +359,32 @@ def test_kill_9_mid_trial_keeps_the_finished_trial_and_resume_reruns_the_killed_
         for n in completed
     )
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+
+
+def test_quiet_prints_only_the_answer_and_verbose_each_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = tiny(tmp_path, trials=2)
+    quiet = virtual_sweep(monkeypatch, capsys, *flags, "-q", "--run-dir", str(tmp_path / "quiet"))
+    assert quiet.returncode == 0, quiet.stdout[-3000:] + quiet.stderr[-3000:]
+    best = tmp_path / "quiet" / "best" / "config.pbtxt"
+    lines = " ".join(quiet.stdout.split())  # the gain sentence may wrap
+    assert lines.startswith("gain over baseline: ") and lines.endswith(f"best config: {best}")
+    assert quiet.stdout.count("\n") <= 3, quiet.stdout  # no live lines, no table, no paths
+    verbose = virtual_sweep(
+        monkeypatch, capsys, *flags, "--verbose", "--run-dir", str(tmp_path / "verbose")
+    )
+    assert verbose.returncode == 0, verbose.stdout[-3000:] + verbose.stderr[-3000:]
+    # Each step of a measurement as it starts, then every trial in a table.
+    assert re.search(r"\] +trial 0 \(\w+\): .*: capacity search from", verbose.stdout)
+    assert "every trial" in verbose.stdout
+    normal = virtual_sweep(monkeypatch, capsys, *flags, "--run-dir", str(tmp_path / "normal"))
+    assert "capacity search from" not in normal.stdout and "every trial" not in normal.stdout
+    assert f"best config:  {tmp_path / 'normal'}" in normal.stdout
+
+
+def test_quiet_and_verbose_together_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    done = virtual_sweep(monkeypatch, capsys, *tiny(tmp_path), "-q", "-v")
+    assert done.returncode == 2 and "--quiet or --verbose, not both" in done.stderr

@@ -85,7 +85,7 @@ class UiOptions:
         if not 0 <= self.web_port <= 65535:
             raise InputError(f"--web-port must be 0..65535, got {self.web_port}")
         if self.rate_per_user <= 0:
-            raise InputError(f"--rate-per-user must be positive, got {self.rate_per_user}")
+            raise InputError(f"--user-rate-rps must be positive, got {self.rate_per_user}")
         if self.arrival.partition(":")[0] == "trace":
             raise InputError("--arrival trace: the dashboard's users draw streams of their own")
         parse_arrival(self.arrival)
