@@ -129,9 +129,10 @@ def cli_commands() -> Any:
     return typer.main.get_command(app)
 
 
-def cli_reference() -> str:
-    """The CLI reference page: every command, its arguments and its visible options."""
-    group = cli_commands()
+def cli_reference(group: Any = None) -> str:
+    """The CLI reference page: every command of ``group`` (default: ``perfsweep``'s), its
+    arguments and its visible options."""
+    group = cli_commands() if group is None else group
     lines = [
         "# Command line",
         "",
