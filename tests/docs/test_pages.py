@@ -73,7 +73,11 @@ def test_readme_fits_one_sitting() -> None:
     lines = README.read_text(encoding="utf-8").splitlines()
     assert len(lines) <= MAX_README_LINES, f"README.md has {len(lines)} lines"
     first = next(
-        (n for n, line in enumerate(lines, 1) if "perfsweep run --url" in line and "--model" in line),
+        (
+            n
+            for n, line in enumerate(lines, 1)
+            if "perfsweep run --url" in line and "--model" in line
+        ),
         None,
     )
     assert first is not None and first <= OWN_MODEL_BY_LINE, first
