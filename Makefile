@@ -1,9 +1,9 @@
 # perfsweep: two commands on a fresh machine.
 #   make run    set up .venv and sweep the bundled ResNet-50
-#   make test   set up .venv (with the test extra) and run lint, types and the whole test suite
+#   make test   set up .venv (with the test extra) and run lint, types, the docs build and every test
 #   make test-fast  the inner loop: pytest without the io and slow tests (under a minute)
 #   make bench  the comparison benchmarks, each recorded under benchmarks/results/ (see below)
-#   make bench  the comparisons (perfsweep beside its peers), recorded under benchmarks/results/
+#   make docs   the documentation site, built --strict into site/ (a broken link fails it)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -13,7 +13,7 @@ BIN    := $(VENV)/bin
 unexport PYTHONDONTWRITEBYTECODE
 ARGS   ?=
 
-.PHONY: run test test-fast setup setup-test lint typecheck pytest clean gate-dogfood bench
+.PHONY: run test test-fast setup setup-test lint typecheck docs pytest clean gate-dogfood bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,7 +42,14 @@ lint: setup-test
 typecheck: setup-test
 	$(BIN)/mypy
 
-# The whole suite in tiers, each timed, a table at the end (tests/tiers.py): lint, types, unit
+# The site (mkdocs.yml, pages under docs/; the CLI and scenario reference pages generated from
+# the code by docs/hooks.py) into the git-ignored site/. --strict turns every warning into a
+# failure: a broken link or anchor, a page left out of the nav. make test runs it as a tier.
+# NO_MKDOCS_2_WARNING silences Material's banner about MkDocs 2, which is not a warning of ours.
+docs: setup-test
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# The whole suite in tiers, each timed, a table at the end (tests/tiers.py): lint, types, docs, unit
 # (no process or socket; sweeps in virtual time) on every core, integration (servers, processes,
 # sockets) on every core a file per worker, the quiet timing tests alone, then the few live
 # sweeps alone. `make pytest ARGS=...` runs plain pytest (one file, one -k) for the inner loop.
@@ -93,4 +100,4 @@ gate-dogfood: setup
 		--output $(GATE_DIR)/result.json
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

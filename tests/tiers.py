@@ -6,7 +6,8 @@ the first failure's. The tiers, cheapest first:
 
 =========== ==================================================================================
 lint        ``ruff check`` and ``ruff format --check``
-types       ``mypy`` (the packages of ``[tool.mypy]``)
+types       ``mypy`` (the files of ``[tool.mypy]``)
+docs        ``mkdocs build --strict`` (``make docs``): a broken link or anchor fails it
 unit        tests that start no process and open no socket (``not io``): pure logic, planted
             fakes, sweeps in virtual time; on every core (pytest-xdist)
 integration real servers, processes and sockets (``io``), neither ``quiet`` nor ``live``;
@@ -40,6 +41,8 @@ class Tier:
     command: tuple[str, ...]
     #: A pytest tier: its counts are read from its JUnit XML.
     pytest: bool = False
+    #: Environment variables set for this tier's command, on top of the tiers' own.
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def tiers(workers: str) -> list[Tier]:
@@ -50,6 +53,12 @@ def tiers(workers: str) -> list[Tier]:
         Tier("lint", (str(BIN / "ruff"), "check", ".")),
         Tier("format", (str(BIN / "ruff"), "format", "--check", ".")),
         Tier("types", (str(BIN / "mypy"),)),
+        # Material prints a banner about MkDocs 2 on every build; it is no warning of the site's.
+        Tier(
+            "docs",
+            (str(BIN / "mkdocs"), "build", "--strict"),
+            env=(("NO_MKDOCS_2_WARNING", "1"),),
+        ),
         Tier("unit", pytest("not io and not quiet", "-n", workers), True),
         Tier(
             "integration",
@@ -90,7 +99,7 @@ def run(tier: Tier, scratch: Path) -> Outcome:
         command.append(f"--junitxml={junit}")
     print(f"\n=== tier {tier.name}: {' '.join(command)}", flush=True)
     t0 = time.monotonic()
-    code = subprocess.call(command)
+    code = subprocess.call(command, env={**os.environ, **dict(tier.env)})
     outcome = Outcome(tier, code, time.monotonic() - t0)
     if tier.pytest:
         outcome.passed, outcome.failed, outcome.skipped = counts(junit)

@@ -13,7 +13,7 @@ overrides try to reach. After every case, and between batches, these must hold:
 
 Our status for every case is pinned in :data:`EXPECTED`. The ``triton`` test sends the same
 cases (except those that crash Triton 2.51 or would harm its host) to the wheel's real Triton and checks that every
-difference is the one listed in :data:`DIFFERENCES` (the table in ``docs/internals.md``).
+difference is the one listed in :data:`DIFFERENCES` (the table in ``docs/concepts/reference-server.md``).
 """
 
 from __future__ import annotations
@@ -394,8 +394,8 @@ def test_grpc_corpus(hostile: Hostile, caplog: pytest.LogCaptureFixture) -> None
 
 #: case -> (Triton 2.51's answer, ours, why the difference stays). A case not sent to Triton
 #: shows the reason instead of a status (see ``Case.not_for_triton``); None = no answer
-#: (connection closed, reset, or left waiting until the client gave up). docs/internals.md
-#: ("Status codes against Triton 2.51") has the same table.
+#: (connection closed, reset, or left waiting until the client gave up).
+#: docs/concepts/reference-server.md ("Broken and hostile clients") has the same table.
 DIFFERENCES: dict[str, tuple[int | str | None, int | str | None, str]] = {
     "http:json-nested-10MB": (CRASH, 400, "Triton never answers; a client error, with a message"),
     "http:shape-huge": (CRASH, 500, "Triton throws std::bad_alloc; here the data/shape check"),
