@@ -79,6 +79,8 @@ __all__ = [
     "MasterPortFlag",
     "MetricsUrlFlag",
     "MixFlag",
+    "PadBucketsFlag",
+    "PadValuesFlag",
     "ProtocolFlag",
     "RepeatRatioFlag",
     "ShapeFlag",
@@ -160,6 +162,29 @@ SharedMemoryFlag = Annotated[
         help="system: inputs written once into a registered system shared-memory region that "
         "each request names (the server must run on this host); default none "
         "(\\[input] shared_memory).",
+        rich_help_panel=DATA,
+    ),
+]
+#: ``--pad-buckets auto | 64,128,256``.
+PadBucketsFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--pad-buckets",
+        metavar="auto|L1,L2,...",
+        help="Pad every request's variable dims up to the nearest of these lengths, as a client "
+        "that buckets its requests does (auto: four buckets at the quartiles of the data's "
+        "lengths); needs --pad-values (\\[input] pad_buckets).",
+        rich_help_panel=DATA,
+    ),
+]
+#: ``--pad-values IDS=0,MASK=0``.
+PadValuesFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--pad-values",
+        metavar="NAME=V,...",
+        help="The value padding fills each variable input with, e.g. INPUT_IDS=0,"
+        "ATTENTION_MASK=0 (\\[input] pad_values).",
         rich_help_panel=DATA,
     ),
 ]

@@ -62,6 +62,8 @@ from analyzer.commands.input_flags import (
     HeaderFlag,
     InputDataFlag,
     MixFlag,
+    PadBucketsFlag,
+    PadValuesFlag,
     RepeatRatioFlag,
     ShapeFlag,
     SharedMemoryFlag,
@@ -440,6 +442,8 @@ def register(app: typer.Typer) -> None:
         unique_payloads: UniquePayloadsFlag = None,
         repeat_ratio: RepeatRatioFlag = None,
         shared_memory: SharedMemoryFlag = None,
+        pad_buckets: PadBucketsFlag = None,
+        pad_values: PadValuesFlag = None,
         output: Annotated[
             Path | None,
             typer.Option(
@@ -529,6 +533,8 @@ def register(app: typer.Typer) -> None:
                     unique_payloads,
                     repeat_ratio,
                     value(shared_memory),
+                    pad_buckets,
+                    pad_values,
                 ),
                 **traffic_overrides(arrival, trace, value(trace_unit)),
                 **mixed,

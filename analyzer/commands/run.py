@@ -47,6 +47,8 @@ from analyzer.commands.input_flags import (
     MasterPortFlag,
     MetricsUrlFlag,
     MixFlag,
+    PadBucketsFlag,
+    PadValuesFlag,
     ProtocolFlag,
     RepeatRatioFlag,
     ShapeFlag,
@@ -259,6 +261,8 @@ def register(app: typer.Typer) -> None:
         unique_payloads: UniquePayloadsFlag = None,
         repeat_ratio: RepeatRatioFlag = None,
         shared_memory: SharedMemoryFlag = None,
+        pad_buckets: PadBucketsFlag = None,
+        pad_values: PadValuesFlag = None,
         search: Annotated[
             SearchStrategy | None,
             typer.Option(
@@ -434,7 +438,14 @@ def register(app: typer.Typer) -> None:
             "goals.min_throughput_rps": min_throughput_rps,
             "traffic.rate_rps": rate_rps,
             **input_overrides(
-                shape, input_data, batch_size, unique_payloads, repeat_ratio, value(shared_memory)
+                shape,
+                input_data,
+                batch_size,
+                unique_payloads,
+                repeat_ratio,
+                value(shared_memory),
+                pad_buckets,
+                pad_values,
             ),
             **traffic_overrides(arrival, trace, value(trace_unit)),
             **mixed,

@@ -341,10 +341,12 @@ def input_overrides(
     unique_payloads: int | None = None,
     repeat_ratio: float | None = None,
     shared_memory: str | None = None,
+    pad_buckets: str | None = None,
+    pad_values: str | None = None,
 ) -> dict[str, Any]:
     """The request-data flags of ``run``, ``gate`` and ``load`` as dotted ``[input]`` keys for
     :func:`load_scenario` (None: not given). A file given by flag is relative to the working
-    directory."""
+    directory. ``pad_buckets``: ``auto`` or ``64,128,256``; ``pad_values``: ``IDS=0,MASK=0``."""
     data = data_file = None
     if input_data in ("random", "zeros"):
         data = input_data
@@ -358,7 +360,39 @@ def input_overrides(
         "input.unique_payloads": unique_payloads,
         "input.repeat_ratio": repeat_ratio,
         "input.shared_memory": shared_memory,
+        "input.pad_buckets": _pad_buckets(pad_buckets),
+        "input.pad_values": _pad_values(pad_values),
     }
+
+
+def _pad_buckets(text: str | None) -> str | list[int] | None:
+    """``--pad-buckets auto`` or ``64,128,256``."""
+    if text is None or text == "auto":
+        return text
+    try:
+        return [int(b) for b in text.split(",") if b.strip()]
+    except ValueError as exc:
+        raise InputError(
+            f"--pad-buckets takes auto or lengths like 64,128,256, got {text!r}"
+        ) from exc
+
+
+def _pad_values(text: str | None) -> dict[str, float] | None:
+    """``--pad-values IDS=0,MASK=0``."""
+    if text is None:
+        return None
+    out: dict[str, float] = {}
+    for item in (i.strip() for i in text.split(",") if i.strip()):
+        name, eq, number = item.partition("=")
+        try:
+            if not eq or not name:
+                raise ValueError(item)
+            out[name.strip()] = float(number)
+        except ValueError as exc:
+            raise InputError(
+                f"--pad-values takes NAME=VALUE,... (e.g. IDS=0,MASK=0), got {item!r}"
+            ) from exc
+    return out
 
 
 def traffic_overrides(

@@ -124,8 +124,9 @@ def _note(seen: list[TrialBatches], inert: bool, share: float | None) -> str | N
         return None
     largest = max(t.max_batch_size for t in seen)
     mean = max(t.mean_batch_size for t in seen)
+    trials = "the one trial" if len(seen) == 1 else f"all {len(seen)} trials"
     head = (
-        f"batches did not form: in all {len(seen)} trials that allowed batches (max batch up "
+        f"batches did not form: in {trials} that allowed batches (max batch up "
         f"to {largest}) the mean batch was at most {mean:.2f}, so the queue delay, preferred "
         "sizes and max batch size made no difference"
     )
@@ -135,8 +136,8 @@ def _note(seen: list[TrialBatches], inert: bool, share: float | None) -> str | N
             f"variable dimension only at equal shapes; {share:.0%} of arrivals have the shape "
             "of the request ahead of them. What would let them batch: allow_ragged_batch on "
             "the variable inputs (--ragged-batch search; the backend must accept ragged "
-            "batches), or padding requests to a few lengths on the client ([input] "
-            'pad_buckets = "auto" with pad_values)'
+            "batches), or padding requests to a few lengths on the client (--pad-buckets auto "
+            "--pad-values NAME=0,...)"
         )
     return (
         f"{head}. Why: either the requests' shapes differ (inputs with a variable dimension "

@@ -21,7 +21,7 @@ PADDED_SEQUENCE_SOURCE = '''\
 """Transformer-like model (written by benchmarks/simulator_vs_server.py): a batch of token
 sequences runs padded to its longest member.
 
-Each execute() sleeps BASE_MS + PER_TOKEN_MS * rows * longest, where rows is the batch's items
+Each execute() sleeps (or, with BURN, spins) BASE_MS + PER_TOKEN_MS * rows * longest, where rows is the batch's items
 (the requests' batch dims summed) and longest the longest sequence (dim 1) of any request in
 it: what padding a ragged batch to one length costs a transformer. Input k is returned as
 output k.
@@ -34,6 +34,7 @@ import triton_python_backend_utils as pb_utils
 BASE_MS = {base_ms!r}
 PER_TOKEN_MS = {per_token_ms!r}
 NAMES = {names!r}
+BURN = {burn!r}
 
 
 class TritonPythonModel:
@@ -44,7 +45,13 @@ class TritonPythonModel:
             shape = pb_utils.get_input_tensor_by_name(r, NAMES[0][0]).shape()
             rows += shape[0]
             longest = max(longest, shape[1])
-        time.sleep((BASE_MS + PER_TOKEN_MS * rows * longest) / 1000.0)
+        seconds = (BASE_MS + PER_TOKEN_MS * rows * longest) / 1000.0
+        if BURN:  # the work keeps a core busy, as a model on the CPU does
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                pass
+        else:
+            time.sleep(seconds)
         return [
             pb_utils.InferenceResponse(
                 output_tensors=[
@@ -65,13 +72,16 @@ def padded_sequence_model(
     max_batch_size: int = 8,
     inputs: Sequence[str] = ("INPUT_IDS", "ATTENTION_MASK"),
     allow_ragged_batch: bool = True,
+    burn: bool = False,
 ) -> tuple[mc.ModelConfig, str]:
     """A text-classifier-like Python-backend model and its ``model.py``
     (:data:`PADDED_SEQUENCE_SOURCE`): INT64 ``[-1]`` inputs (token ids and mask), each echoed
     as its output, executing ``base_ms + per_token_ms * rows * longest sequence`` per batch.
     With ``allow_ragged_batch`` requests of different lengths share a batch (the model pads);
     without it Triton batches only requests of equal shapes. No dynamic batching, one instance:
-    the model's own config, as a sweep's baseline measures it."""
+    the model's own config, as a sweep's baseline measures it. ``burn``: the execution keeps a
+    core busy for its time (a model on the CPU: instances beyond the free cores add nothing)
+    instead of sleeping (a device the instances queue for)."""
     specs = [
         TensorSpec(n, dims=(-1,), data_type="TYPE_INT64", allow_ragged_batch=allow_ragged_batch)
         for n in inputs
@@ -81,6 +91,7 @@ def padded_sequence_model(
         base_ms=float(base_ms),
         per_token_ms=float(per_token_ms),
         names=[(s.name, s.output_name) for s in specs],
+        burn=burn,
     )
     return config, source
 
