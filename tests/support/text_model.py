@@ -115,9 +115,8 @@ def write_data_file(path: Path, lengths: list[int], seed: int = 7) -> None:
     path.write_text(json.dumps({"data": entries}))
 
 
-#: A sweep of the text model over its data file (``{data}``): open loop, p99 <= 200 ms, a
-#: space whose every config batches (max batch 8) on two instances, so that what decides the
-#: answer is whether batches can form; ``{extra}`` adds ``[space]`` keys (``ragged_batch``).
+#: A sweep of the text model over its data file (``{data}``): open loop, p99 <= 200 ms, the
+#: space :func:`text_scenario` bounds; ``{extra}`` adds ``[space]`` keys (``ragged_batch``).
 TEXT_SCENARIO = """
 objective = "throughput"
 [model]

@@ -33,14 +33,14 @@ pytestmark = [pytest.mark.usefixtures("takes_seconds")]
 SCENARIO = """
 objective = "throughput"
 [model]
-name = "flat"
+name = "{model}"
 device = "sim"
 [traffic]
 min_rate_rps = 5.0
 start_rps = 40.0
 max_rate_rps = 5000.0
 [goals]
-p99_ms = 80.0
+p99_ms = {p99_ms}
 max_error_rate = 0.01
 [space]
 max_batch_size = [1, 8]
@@ -48,6 +48,7 @@ max_queue_delay_us = [0, 4000]
 delay_steps = 2
 preferred_batch_size = "none"
 instance_count = [1, 2]
+{extra}
 [budget]
 trials = 20
 patience = 20
@@ -56,7 +57,7 @@ window_s = 0.5
 min_requests = 60
 capacity_resolution = 0.1
 [search]
-strategy = "predict"
+strategy = "{strategy}"
 """
 
 #: What the planted profile believes: 8 ms a batch + 0.1 ms an item, the host part overlapped.
@@ -93,7 +94,7 @@ def test_a_flat_landscape_stops_within_six_trials_on_the_cheapest_tied_config(
     # The predict phase simulates in this process: a unit test starts none.
     monkeypatch.setattr("analyzer.search.strategy.sim_workers", lambda: 1)
     scenario = tmp_path / "flat.toml"
-    scenario.write_text(SCENARIO)
+    scenario.write_text(SCENARIO.format(model="flat", p99_ms=80.0, extra="", strategy="predict"))
     run_dir = tmp_path / "run"
     done = virtual_sweep(
         monkeypatch,
@@ -174,37 +175,6 @@ def test_a_prediction_that_ranks_measurements_keeps_the_search_going() -> None:
     assert guide.nothing_left(points, bar_rps=300.0) is None
 
 
-TEXT = """
-objective = "throughput"
-[model]
-name = "text"
-device = "sim"
-[traffic]
-min_rate_rps = 5.0
-start_rps = 40.0
-max_rate_rps = 5000.0
-[goals]
-p99_ms = 100.0
-max_error_rate = 0.01
-[space]
-max_batch_size = [1, 8]
-max_queue_delay_us = [0, 4000]
-delay_steps = 2
-preferred_batch_size = "none"
-instance_count = [1, 2]
-{extra}
-[budget]
-trials = 20
-patience = 20
-warmup_s = 0.3
-window_s = 0.5
-min_requests = 60
-capacity_resolution = 0.1
-[search]
-strategy = "{strategy}"
-"""
-
-
 def text_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, strategy: str, extra: str = ""
 ) -> list[str]:
@@ -224,7 +194,7 @@ def text_model(
     monkeypatch.setattr(virtual, "_profile", keyed)
     monkeypatch.setattr("analyzer.search.strategy.sim_workers", lambda: 1)
     scenario = tmp_path / "text.toml"
-    scenario.write_text(TEXT.format(strategy=strategy, extra=extra))
+    scenario.write_text(SCENARIO.format(model="text", p99_ms=100.0, extra=extra, strategy=strategy))
     return ["--scenario", str(scenario), "--model-repository", str(repo)]
 
 
