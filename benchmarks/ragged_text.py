@@ -15,7 +15,10 @@ batch 1-8, delays 0-20 ms, 1-2 instances, 20 trials, ``--search predict``):
 * ``after``: this perfsweep, the same flags;
 * ``ragged``: this perfsweep with ``--ragged-batch search``;
 * ``buckets``: this perfsweep with ``[input] pad_buckets = "auto"`` (pad value 0 for both
-  inputs): the client pads each request to the quartile bucket of its length.
+  inputs): the client pads each request to the quartile bucket of its length;
+* ``before-tpe``, ``after-tpe``: ``--search tpe`` with the instance count fixed at 2, so that
+  only the knobs batches would need are searched (the plateau of the issue's report: every trial
+  within noise of the others), by ``before``'s perfsweep and by this one.
 
 Every sweep leaves its answer loaded (``--leave best``); the answer's capacity is then measured
 by ``perfsweep load --find-capacity`` (this perfsweep) with the traffic that answer names (the
@@ -152,17 +155,21 @@ def run(work: Path, before: str, rows: list[str], cpu: bool) -> dict[str, Any]:
         MODEL, base_ms=BASE_MS, per_token_ms=PER_TOKEN_MS, allow_ragged_batch=False, burn=cpu
     )
     plain = text_scenario(data, model=MODEL)
+    # The user's instance count fixed at 2 and TPE choosing: only knobs that cannot matter left.
+    fixed = text_scenario(data, model=MODEL, instances=(2, 2), strategy="tpe")
     cases: dict[str, tuple[str, Path | None, tuple[str, ...], tuple[str, ...]]] = {
         "before": (plain, archive(before, work) if before else None, (), ()),
         "after": (plain, None, (), ()),
         "ragged": (plain, None, ("--ragged-batch", "search"), ()),
         "buckets": (plain.replace("[traffic]", PADDING + "[traffic]"), None, (), PADDING_FLAGS),
+        "before-tpe": (fixed, archive(before, work) if before else None, (), ()),
+        "after-tpe": (fixed, None, (), ()),
     }
     results: dict[str, Any] = {}
     with RealTriton(TritonInstall.locate(), work / "triton") as triton:
         triton.add_model(config, source)
         for name in rows:
-            if name == "before" and not before:
+            if name.startswith("before") and not before:
                 continue
             scenario, cwd, flags, load_flags = cases[name]
             triton.load_model(MODEL, config)  # the model's own config before every row

@@ -135,7 +135,7 @@ max_batch_size = [{mbs_low}, 8]
 max_queue_delay_us = [0, {delay_high}]
 delay_steps = {delay_steps}
 preferred_batch_size = "none"
-instance_count = [{instances_low}, 2]
+instance_count = [{instances_low}, {instances_high}]
 {extra}
 [budget]
 trials = {trials}
@@ -145,7 +145,7 @@ min_requests = 60
 capacity_resolution = 0.1
 validate_top = {validate_top}
 [search]
-strategy = "predict"
+strategy = "{strategy}"
 profile_time_s = 20.0
 """
 
@@ -158,18 +158,24 @@ def text_scenario(
     trials: int = 20,
     wide: bool = True,
     validate_top: int = 2,
+    instances: tuple[int, int] | None = None,
+    strategy: str = "predict",
 ) -> str:
     """:data:`TEXT_SCENARIO` for ``data``. ``wide``: max batch 1-8, delays 0-20 ms, 1-2
     instances (what a user would search); else the one config max batch 8, no delay, two
-    instances. ``ragged``: ``space.ragged_batch`` (None: the model's own setting)."""
+    instances. ``instances``: other instance bounds; ``ragged``: ``space.ragged_batch`` (None:
+    the model's own setting); ``strategy``: ``search.strategy``."""
+    low, high = instances or ((1, 2) if wide else (2, 2))
     return TEXT_SCENARIO.format(
         model=model,
         data=data,
         mbs_low=1 if wide else 8,
         delay_high=20000 if wide else 0,
         delay_steps=3 if wide else 1,
-        instances_low=1 if wide else 2,
+        instances_low=low,
+        instances_high=high,
         extra=f'ragged_batch = "{ragged}"' if ragged else "",
         trials=trials,
         validate_top=validate_top,
+        strategy=strategy,
     )
