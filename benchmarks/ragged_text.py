@@ -178,10 +178,15 @@ def run(work: Path, before: str, rows: list[str], cpu: bool) -> dict[str, Any]:
             row["capacity_rps"] = capacity(triton, work, name, *load_flags)
             results[name] = row
             print(f"{name}: {row['wall_s']} s, {row['trials']} trials, {row['capacity_rps']} req/s")
-    base = results.get("before") or results.get("after")
-    for row in results.values():
+    # Quality against before's answer (this perfsweep's when before did not run; a tpe row
+    # against its own before).
+    for name, row in results.items():
+        base = results.get("before-tpe" if name.endswith("tpe") else "before") or results.get(
+            "after"
+        )
         row["quality"] = round(row["capacity_rps"] / base["capacity_rps"], 3) if base else None
     return {
+        "claims": claims(results),
         "model": {
             "base_ms": BASE_MS,
             "per_token_ms": PER_TOKEN_MS,
@@ -193,14 +198,37 @@ def run(work: Path, before: str, rows: list[str], cpu: bool) -> dict[str, Any]:
     }
 
 
+def claims(rows: dict[str, Any]) -> dict[str, Any]:
+    """What the issue asked of each way, checked on this run's rows (a row missing: None)."""
+
+    def ratio(a: str, b: str, key: str) -> float | None:
+        if a not in rows or b not in rows or not rows[b][key]:
+            return None
+        return round(rows[a][key] / rows[b][key], 3)
+
+    ragged = ratio("ragged", "after", "capacity_rps")
+    plateau = rows.get("after-tpe")
+    same = ratio("after-tpe", "before-tpe", "capacity_rps")
+    return {
+        "ragged_capacity_ratio": ragged,
+        "ragged_at_least_2x": None if ragged is None else ragged >= 2.0,
+        "buckets_capacity_ratio": ratio("buckets", "after", "capacity_rps"),
+        "plateau_trials": None if plateau is None else plateau["trials"],
+        "plateau_within_6_trials": None if plateau is None else plateau["trials"] <= 6,
+        "plateau_time_ratio": ratio("after-tpe", "before-tpe", "wall_s"),
+        "plateau_capacity_ratio": same,
+        "plateau_answer_as_good": None if same is None else same >= 0.9,
+    }
+
+
 def table(result: dict[str, Any]) -> str:
     rows = result["rows"]
-    base = rows.get("before") or rows.get("after")
     lines = [
         "| run | time to answer | trials | stopped by | answer | capacity (load) | vs before |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, row in rows.items():
+        base = rows.get("before-tpe" if name.endswith("tpe") else "before") or row
         a = row["answer"]
         label = (
             f"mbs={a['max_batch_size']} delay={a['max_queue_delay_us']}us x{a['instance_count']}"
@@ -209,9 +237,9 @@ def table(result: dict[str, Any]) -> str:
         lines.append(
             f"| {name} | {row['wall_s']:.0f} s ({row['wall_s'] / base['wall_s']:.2f}x) | "
             f"{row['trials']} | {row['stop_reason']} | {label} | {row['capacity_rps']:.0f} req/s "
-            f"| {row['quality']:.2f}x |"
+            f"| {row['quality'] or 1.0:.2f}x |"
         )
-    return "\n".join(lines)
+    return "\n".join([*lines, "", f"claims: {json.dumps(result.get('claims', {}))}"])
 
 
 def main() -> int:
