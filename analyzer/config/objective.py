@@ -547,26 +547,33 @@ def prefer_lighter(chosen: C, passing: Sequence[C], tolerance: float) -> tuple[C
     """At equal throughput, the cheapest config.
 
     Candidates whose worst validated capacity is within ``tolerance`` (the capacity search's
-    resolution: it cannot order capacities closer than that) of ``chosen``'s tie. Among them the
-    cheapest config wins (:func:`~analyzer.config.pipeline.config_cost`: fewest instances, then
-    smallest max batch size, then shortest delay); among equally cheap ones, the one holding the
-    least GPU memory at its operating point, then the least busy GPU (when every tied candidate
-    has GPU figures), then the higher throughput. The same traffic on fewer instances, smaller
-    batches and less device time leaves room for other models and for bursts.
+    resolution: it cannot order capacities closer than that) of ``chosen``'s tie. Where every
+    tied candidate has GPU figures, the one holding the least GPU memory at its operating point
+    wins, then the least busy GPU; otherwise (the model's own config then only when it is
+    ``chosen``), and among equals, the cheapest config
+    (:func:`~analyzer.config.pipeline.config_cost`: fewest instances, then smallest max batch
+    size, then shortest delay), then the higher throughput. The same traffic on less memory,
+    fewer instances and smaller batches leaves room for other models and for bursts.
 
     Returns:
         (the winner, a sentence saying why it won over ``chosen``, or None when it is ``chosen``)
     """
     best_rps = chosen.worst_rps
     tied = [c for c in passing if c.worst_rps >= (1.0 - tolerance) * best_rps]
-    if len(tied) < 2:
-        return chosen, None
     known = {c.trial_number: _gpu_use(c) for c in tied}
     gpu = all(u is not None for u in known.values())
+    if not gpu:
+        # The model's own config is not chosen for its size alone: whether a searched config
+        # is better than it is the recommendation rule's question (the gain and its interval).
+        tied = [c for c in tied if c.trial_number >= 0 or c is chosen]
+    if len(tied) < 2:
+        return chosen, None
 
     def key(c: C) -> tuple[Any, ...]:
+        # Measured GPU use, where every tied config has it, is the cost itself; the config's
+        # size stands in for it where it was not measured.
         use = known[c.trial_number] if gpu else None
-        return (config_cost(c.config), *(use or ()), -c.worst_rps)
+        return (*(use or ()), config_cost(c.config), -c.worst_rps)
 
     winner = min(tied, key=key)
     if winner is chosen:
@@ -574,7 +581,7 @@ def prefer_lighter(chosen: C, passing: Sequence[C], tolerance: float) -> tuple[C
     name = "the baseline" if winner.trial_number < 0 else f"trial {winner.trial_number}"
     other = "the baseline" if chosen.trial_number < 0 else f"trial {chosen.trial_number}"
     why = f"their capacities are within the capacity search's resolution ({tolerance:.0%})"
-    if config_cost(winner.config) == config_cost(chosen.config) and gpu:
+    if gpu:
         (w_mem, w_util), (c_mem, c_util) = known[winner.trial_number], known[chosen.trial_number]  # type: ignore[misc]
         return winner, (
             f"Chose {name} ({winner.worst_rps:.1f} req/s, {w_mem:.0f} MiB, GPU {w_util:.0f} % "
