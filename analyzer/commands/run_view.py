@@ -19,7 +19,6 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from analyzer.config.knobs import Knobs
 from analyzer.config.pipeline import TrialKnobs, knob_cells, knobs_from_dict
 from analyzer.config.scenario import Scenario
 from analyzer.config.traffic import TrafficMode
@@ -27,6 +26,7 @@ from analyzer.measure.goals import classes_text
 from analyzer.measure.specs import Goals
 from analyzer.report.record import StageBreakdown
 from analyzer.report.series import limiting_stage, stage_breakdown
+from analyzer.rundir.batching import trial_batches
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.sweep.state import SweepObserver, SweepOutcome
 from analyzer.target.server_stats import cache_hit_ratio, cache_hits_text
@@ -68,14 +68,8 @@ def ceiling_note(summary: SweepOutcome, scenario: Scenario) -> str | None:
 def _batches(r: TrialRecord) -> str:
     """``, mean batch 1.03 of 8``: the batches the trial's config formed at its operating point
     (empty when it cannot batch or the server reported no statistics)."""
-    knobs = r.config
-    point = r.operating_point()
-    server = point.server if point is not None else None
-    if not isinstance(knobs, Knobs) or server is None or server.execution_count <= 0:
-        return ""
-    if not knobs.dynamic_batching or knobs.max_batch_size < 2:
-        return ""
-    return f", mean batch {server.avg_batch_size:.2f} of {knobs.max_batch_size}"
+    t = trial_batches(r)
+    return "" if t is None else f", mean batch {t.mean_batch_size:.2f} of {t.max_batch_size}"
 
 
 def _rps(r: TrialRecord, unit: str = "") -> str:

@@ -24,7 +24,7 @@ from typing import Any
 from analyzer.config.knobs import Knobs
 from analyzer.rundir.trial_record import TrialRecord
 
-__all__ = ["INERT_MEAN_BATCH", "BatchFormation", "batch_formation"]
+__all__ = ["INERT_MEAN_BATCH", "BatchFormation", "TrialBatches", "batch_formation", "trial_batches"]
 
 #: A trial whose mean batch is below this formed no batches to speak of.
 INERT_MEAN_BATCH = 1.2
@@ -79,6 +79,22 @@ class BatchFormation:
         }
 
 
+def trial_batches(record: TrialRecord) -> TrialBatches | None:
+    """The batches one trial's config formed at its operating point; None when the config
+    cannot batch (no dynamic batcher, max batch 1, a pipeline's knobs) or the server reported
+    no statistics."""
+    knobs = record.config
+    if not isinstance(knobs, Knobs) or not knobs.dynamic_batching or knobs.max_batch_size < 2:
+        return None
+    point = record.operating_point()
+    server = point.server if point is not None else None
+    if server is None or server.execution_count <= 0:
+        return None
+    return TrialBatches(
+        record.number, knobs.max_batch_size, server.avg_batch_size, dict(server.batch_sizes)
+    )
+
+
 def batch_formation(
     records: Iterable[TrialRecord], same_shape_share: float | None = None
 ) -> BatchFormation | None:
@@ -93,22 +109,11 @@ def batch_formation(
     Returns:
         None when no trial that could batch reported the server's statistics.
     """
-    seen = []
-    for r in sorted(records, key=lambda r: r.number):
-        knobs = r.config
-        if r.state != "complete" or not isinstance(knobs, Knobs):
-            continue
-        if not knobs.dynamic_batching or knobs.max_batch_size < 2:
-            continue
-        point = r.operating_point()
-        server = point.server if point is not None else None
-        if server is None or server.execution_count <= 0:
-            continue
-        seen.append(
-            TrialBatches(
-                r.number, knobs.max_batch_size, server.avg_batch_size, dict(server.batch_sizes)
-            )
-        )
+    seen = [
+        t
+        for r in sorted(records, key=lambda r: r.number)
+        if r.state == "complete" and (t := trial_batches(r)) is not None
+    ]
     if not seen:
         return None
     inert = len(seen) >= INERT_MIN_TRIALS and all(

@@ -16,7 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from analyzer.config.pipeline import Tuned
 from analyzer.errors import TargetError
 from analyzer.measure.gain import GainSample, gain_estimate, gain_sentence
-from analyzer.predict.profile import Profile
+from analyzer.predict.profile import Profile, RequestMix
 from analyzer.rundir.batching import batch_formation
 from analyzer.rundir.results import RunDirectory, environment, utc_now, write_configs
 from analyzer.rundir.summary import ConfigEntry, ParetoEntry, RunSummary, StopReason, server_gpus
@@ -276,11 +276,17 @@ class _Recommendation:
         return {"config": self.which, "detail": self.detail, "candidate_config": candidate_path}
 
 
+def _request_mix(state: SweepState) -> RequestMix | None:
+    """The requests the load sends as the probe sized them (one model's profile under
+    ``--search predict``); None when no profile was taken or it is a pipeline's or a mix's."""
+    profile = getattr(state.guide.predictor, "profile", None) if state.guide else None
+    return profile.mix if isinstance(profile, Profile) else None
+
+
 def _batching(state: SweepState) -> dict[str, Any] | None:
     """summary.json's ``batching``: the batches the trials formed, and why none did."""
     records = [*state.results.values(), *([state.baseline] if state.baseline else [])]
-    profile = getattr(state.guide.predictor, "profile", None) if state.guide else None
-    mix = profile.mix if isinstance(profile, Profile) else None
+    mix = _request_mix(state)
     share = mix.same_shape_share() if mix is not None else None
     found = batch_formation(records, share)
     return found.to_dict() if found is not None else None
@@ -341,10 +347,8 @@ def _padding(state: SweepState) -> str | None:
     if section.pad_buckets is None:
         return None
     buckets = section.pad_buckets
-    if buckets == "auto":
-        profile = getattr(state.guide.predictor, "profile", None) if state.guide else None
-        mix = profile.mix if isinstance(profile, Profile) else None
-        buckets = mix.sizes if mix is not None else "auto"
+    if buckets == "auto" and (mix := _request_mix(state)) is not None:
+        buckets = mix.sizes
     named = buckets if isinstance(buckets, str) else ",".join(str(b) for b in buckets)
     values = ", ".join(f"{k}={v:g}" for k, v in sorted((section.pad_values or {}).items()))
     return (
