@@ -637,7 +637,8 @@ def _search_loop(state: SweepState, clock: Callable[[], float], started: float) 
                 return StopReason.STAGNATION  # every prediction measured: the sampler goes on
         elif _stagnant(state.results, scenario, state.objective):
             return StopReason.STAGNATION
-        if (why := _inert_plateau(state)) is not None:
+        # A grid measures every config by design (the brute force others are judged by).
+        if grid is None and (why := _inert_plateau(state)) is not None:
             state.note(why)
             return StopReason.NOTHING_LEFT
         asked = search.ask()
