@@ -230,7 +230,9 @@ def parse_request(request: InferRequest) -> GenerateParams:
         min_tokens=min_tokens,
         ignore_eos=bool_param(params.get("ignore_eos", False), "ignore_eos"),
         stream=bool_param(stream, "stream"),
-        exclude_input=bool_param(exclude if exclude is not None else False, "exclude_input_in_output"),
+        exclude_input=bool_param(
+            exclude if exclude is not None else False, "exclude_input_in_output"
+        ),
     )
 
 
@@ -294,7 +296,9 @@ class _Engine:
 
     def snapshot(self) -> EngineStats:
         with self._cond:
-            stats = EngineStats(**{f.name: getattr(self.stats, f.name) for f in fields(EngineStats)})
+            stats = EngineStats(
+                **{f.name: getattr(self.stats, f.name) for f in fields(EngineStats)}
+            )
             stats.finished = dict(stats.finished)
             return stats
 

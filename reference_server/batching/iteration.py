@@ -271,9 +271,7 @@ def decide_step(limits: EngineLimits, state: EngineState) -> Step:
             running.append(seq)
             admitted.append(seq.id)
             scheduled.append(Scheduled(seq.id, tokens, False, need))
-            updated[seq.id] = replace(
-                seq, computed=seq.computed + tokens, blocks=seq.blocks + need
-            )
+            updated[seq.id] = replace(seq, computed=seq.computed + tokens, blocks=seq.blocks + need)
             budget -= tokens
 
     new_running = tuple(updated.get(s.id, s) for s in running)

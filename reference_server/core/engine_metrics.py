@@ -44,14 +44,26 @@ class EngineCollector:
             return
         labels = ["engine", "model_name"]
         gauges = [
-            ("vllm:num_requests_running", "Number of requests in model execution batches.",
-             lambda s: s.stats.running),
-            ("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-             lambda s: s.stats.waiting),
-            ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-             lambda s: s.stats.kv_cache_usage),
-            ("vllm:num_kv_cache_blocks_total", "KV-cache blocks of the engine.",
-             lambda s: s.num_blocks),
+            (
+                "vllm:num_requests_running",
+                "Number of requests in model execution batches.",
+                lambda s: s.stats.running,
+            ),
+            (
+                "vllm:num_requests_waiting",
+                "Number of requests waiting to be processed.",
+                lambda s: s.stats.waiting,
+            ),
+            (
+                "vllm:kv_cache_usage_perc",
+                "KV-cache usage. 1 means 100 percent usage.",
+                lambda s: s.stats.kv_cache_usage,
+            ),
+            (
+                "vllm:num_kv_cache_blocks_total",
+                "KV-cache blocks of the engine.",
+                lambda s: s.num_blocks,
+            ),
         ]
         for name, doc, value in gauges:
             gauge = GaugeMetricFamily(name, doc, labels=labels)
@@ -59,12 +71,21 @@ class EngineCollector:
                 gauge.add_metric([str(s.engine), s.model_name], float(value(s)))
             yield gauge
         counters = [
-            ("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
-             lambda s: s.stats.preemptions),
-            ("vllm:prompt_tokens", "Number of prefill tokens processed.",
-             lambda s: s.stats.prompt_tokens),
-            ("vllm:generation_tokens", "Number of generation tokens processed.",
-             lambda s: s.stats.generation_tokens),
+            (
+                "vllm:num_preemptions",
+                "Cumulative number of preemption from the engine.",
+                lambda s: s.stats.preemptions,
+            ),
+            (
+                "vllm:prompt_tokens",
+                "Number of prefill tokens processed.",
+                lambda s: s.stats.prompt_tokens,
+            ),
+            (
+                "vllm:generation_tokens",
+                "Number of generation tokens processed.",
+                lambda s: s.stats.generation_tokens,
+            ),
         ]
         for name, doc, value in counters:
             counter = CounterMetricFamily(name, doc, labels=labels)

@@ -362,9 +362,7 @@ class ModelRuntime:
                 done.set()
                 req.compute_end_ns = time.monotonic_ns()
                 if isinstance(result, ServerError):
-                    self.stats.record_failure(
-                        "BACKEND", req.request_start_ns, req.compute_end_ns
-                    )
+                    self.stats.record_failure("BACKEND", req.request_start_ns, req.compute_end_ns)
                 else:
                     self.stats.record_success(
                         RequestTiming(

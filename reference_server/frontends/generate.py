@@ -63,9 +63,7 @@ def _tensor(name: str, value: Any, spec: mc.ModelInput) -> tuple[np.ndarray, str
     return array, datatype
 
 
-def generate_request(
-    name: str, version: str, body: Any, config: mc.ModelConfig
-) -> InferRequest:
+def generate_request(name: str, version: str, body: Any, config: mc.ModelConfig) -> InferRequest:
     """The core request for a generate body (see the module docstring for the mapping).
 
     Raises:
@@ -98,8 +96,10 @@ def generate_response(response: InferResponse) -> dict[str, Any]:
         "model_version": response.model_version,
     }
     for key, array in response.outputs.items():
-        values = [v.decode("utf-8", errors="replace") if isinstance(v, bytes) else v for v in
-                  array.reshape(-1).tolist()]
+        values = [
+            v.decode("utf-8", errors="replace") if isinstance(v, bytes) else v
+            for v in array.reshape(-1).tolist()
+        ]
         out[key] = values[0] if len(values) == 1 else values
     return out
 
@@ -115,16 +115,14 @@ async def _first(stream: AsyncIterator[InferResponse]) -> InferResponse:
     raise ServerError("the model sent no response", Code.INTERNAL)
 
 
-async def generate(
-    core: InferenceServer, name: str, version: str, body: Any
-) -> dict[str, Any]:
+async def generate(core: InferenceServer, name: str, version: str, body: Any) -> dict[str, Any]:
     """``/generate``: exactly one response."""
     request = generate_request(name, version, body, core.model_config(name, version))
     responses = [r async for r in core.infer_stream(request)]
     if len(responses) != 1:
         raise ServerError(
             f"generate expects exactly one response, the model sent {len(responses)}: use "
-            "generate_stream (or set \"stream\": false)",
+            'generate_stream (or set "stream": false)',
             Code.UNSUPPORTED,
         )
     return generate_response(responses[0])
@@ -161,7 +159,9 @@ class OpenAIError(Exception):
         self.status = status
 
     def response(self) -> web.Response:
-        kind = {400: "BadRequestError", 404: "NotFoundError"}.get(self.status, "InternalServerError")
+        kind = {400: "BadRequestError", 404: "NotFoundError"}.get(
+            self.status, "InternalServerError"
+        )
         body = {"error": {"message": str(self), "type": kind, "param": None, "code": self.status}}
         return web.json_response(body, status=self.status)
 
@@ -209,9 +209,7 @@ def _prompt_text(body: dict[str, Any], chat: bool) -> str:
         for message in messages:
             content = message.get("content") if isinstance(message, dict) else None
             if isinstance(content, list):
-                content = " ".join(
-                    str(p.get("text", "")) for p in content if isinstance(p, dict)
-                )
+                content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
             if not isinstance(content, str):
                 raise OpenAIError("each message needs a 'content' string")
             parts.append(content)
@@ -221,8 +219,10 @@ def _prompt_text(body: dict[str, Any], chat: bool) -> str:
         prompt = prompt[0]
     if isinstance(prompt, str):
         return prompt
-    if isinstance(prompt, list) and prompt and all(
-        isinstance(t, int) and not isinstance(t, bool) for t in prompt
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
     ):
         # Token ids: each is one token of the reference engine's count (one word each).
         return " ".join(f"t{t}" for t in prompt)
@@ -360,8 +360,18 @@ async def completions(
     reply = web.StreamResponse(headers=_SSE_HEADERS)
     await reply.prepare(http)
     if chat:
-        await reply.write(chunk([{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                  "logprobs": None, "finish_reason": None}]))
+        await reply.write(
+            chunk(
+                [
+                    {
+                        "index": 0,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ]
+            )
+        )
     done = first.final
     await reply.write(chunk([choice(pieces[0], _finish(done, 1, max_tokens))]))
     try:
@@ -371,8 +381,18 @@ async def completions(
                 chunk([choice(pieces[-1], _finish(response.final, len(pieces), max_tokens))])
             )
     except ServerError as exc:
-        await reply.write(_event({"error": {"message": exc.message, "type": "InternalServerError",
-                                            "param": None, "code": 500}}))
+        await reply.write(
+            _event(
+                {
+                    "error": {
+                        "message": exc.message,
+                        "type": "InternalServerError",
+                        "param": None,
+                        "code": 500,
+                    }
+                }
+            )
+        )
     if include_usage:
         await reply.write(chunk([], _usage(prompt_tokens, len(pieces))))
     await reply.write(b"data: [DONE]\n\n")

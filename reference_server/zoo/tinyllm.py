@@ -54,9 +54,7 @@ def tinyllm_config() -> mc.ModelConfig:
     return cfg
 
 
-def make_repository(
-    root: Path, device: str = "sim", engine: dict[str, Any] | None = None
-) -> Path:
+def make_repository(root: Path, device: str = "sim", engine: dict[str, Any] | None = None) -> Path:
     """Write ``root/tinyllm`` (config.pbtxt and ``1/model.json``) and return ``root``.
 
     Raises:
