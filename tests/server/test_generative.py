@@ -283,7 +283,7 @@ def _metric(text: str, name: str) -> float:
     return float(match.group(1))
 
 
-def _scrape(llm: ServerThread) -> str:
+def _scrape(llm: Any) -> str:
     with urllib.request.urlopen(llm.metrics_url, timeout=10) as reply:
         return str(reply.read().decode())
 
@@ -327,3 +327,22 @@ def test_a_vllm_model_that_is_not_decoupled_is_refused_at_load(
     config.write_text(config.read_text().replace("decoupled: true", "decoupled: false"))
     with pytest.raises(ServerError, match="must be configured to use decoupled model"):
         start_server(tmp_path, device="sim")
+
+
+def test_a_tight_kv_cache_preempts_and_every_stream_still_completes(
+    tmp_path: Path, start_server: Any
+) -> None:
+    # 0.5767 of 24 GiB leaves 20 blocks of 16 tokens after the weights: 6 requests of 20 + 40
+    # tokens (4 blocks each at the end) cannot all hold their KV at once.
+    tinyllm.make_repository(tmp_path, engine={"gpu_memory_utilization": 0.5767})
+    running = start_server(tmp_path, (MODEL,), device="sim")
+    with urllib.request.urlopen(running.metrics_url, timeout=10) as reply:
+        assert _metric(reply.read().decode(), "vllm:num_kv_cache_blocks_total") == 20
+    sampling = {"max_tokens": 40, "min_tokens": 40, "ignore_eos": True}
+    got = _stream(running.grpc_url, [(f"p{i}", "w " * 20, sampling) for i in range(6)], 120)
+    for rid, responses in got.items():
+        assert [text for text, _ in responses] == [f" tok{i}" for i in range(40)], rid
+    text = _scrape(running)
+    assert _metric(text, "vllm:num_preemptions_total") > 0
+    # recomputed prompts count again as prefill tokens: more than the 6 x 20 prompt tokens
+    assert _metric(text, "vllm:prompt_tokens_total") > 120
