@@ -346,3 +346,20 @@ def test_a_tight_kv_cache_preempts_and_every_stream_still_completes(
     assert _metric(text, "vllm:num_preemptions_total") > 0
     # recomputed prompts count again as prefill tokens: more than the 6 x 20 prompt tokens
     assert _metric(text, "vllm:prompt_tokens_total") > 120
+
+
+def test_a_client_that_leaves_mid_stream_frees_the_engine(llm: ServerThread) -> None:
+    import http.client
+
+    host, port = llm.http_url.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    body = {"model": MODEL, "prompt": "go", "max_tokens": 3000, "ignore_eos": True, "stream": True}
+    connection.request("POST", "/v1/completions", json.dumps(body))
+    reply = connection.getresponse()
+    assert reply.status == 200
+    assert reply.readline().startswith(b"data: ")  # streaming has begun
+    wait_until(lambda: _metric(_scrape(llm), "vllm:num_requests_running") == 1, 10, "running")
+    connection.close()
+    # 3000 tokens would take 30 s; the engine drops the request as soon as the client is gone.
+    wait_until(lambda: _metric(_scrape(llm), "vllm:num_requests_running") == 0, 10, "dropped")
+    assert _metric(_scrape(llm), "vllm:kv_cache_usage_perc") == 0
