@@ -121,9 +121,9 @@ async def generate(core: InferenceServer, name: str, version: str, body: Any) ->
     responses = [r async for r in core.infer_stream(request)]
     if len(responses) != 1:
         raise ServerError(
-            f"generate expects exactly one response, the model sent {len(responses)}: use "
-            'generate_stream (or set "stream": false)',
-            Code.UNSUPPORTED,
+            "generate expects model to produce exactly 1 response, use generate stream for "
+            "model that generates various number of responses",
+            Code.INVALID_ARG,
         )
     return generate_response(responses[0])
 

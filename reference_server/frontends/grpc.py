@@ -302,15 +302,12 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return to_infer_response(response, request)
 
     async def _stream_one(self, message: Any, results: asyncio.Queue[Any]) -> None:
-        """Every response of one stream request; a decoupled model's carry
-        ``triton_final_response`` (true on the last), as Triton marks them."""
+        """Every response of one stream request, each carrying ``triton_final_response`` (true
+        on the last; a model that is not decoupled sends one, flagged true), as Triton 2.51
+        marks them."""
         request = to_infer_request(message, self._core.shared_memory)
-        decoupled: bool | None = None
         async for response in self._core.infer_stream(request):
-            if decoupled is None:
-                decoupled = self._core.is_decoupled(request.model_name, request.model_version)
-            if decoupled:
-                response.parameters["triton_final_response"] = response.final
+            response.parameters["triton_final_response"] = response.final
             await results.put(
                 pb.ModelStreamInferResponse(infer_response=to_infer_response(response, request))
             )

@@ -153,7 +153,7 @@ def test_decoupled_models_are_refused_on_single_response_endpoints(llm: ServerTh
         http_client.infer(MODEL, [text])
 
 
-def test_a_non_decoupled_model_answers_a_stream_once_without_a_final_flag(
+def test_a_non_decoupled_model_answers_a_stream_once_flagged_final(
     llm: ServerThread,
 ) -> None:
     results: queue.Queue[tuple[Any, Any]] = queue.Queue()
@@ -165,7 +165,9 @@ def test_a_non_decoupled_model_answers_a_stream_once_without_a_final_flag(
         client.async_stream_infer("plain", [tensor])
         result, error = results.get(timeout=30)
         assert error is None
-        assert "triton_final_response" not in result.get_response().parameters
+        # as Triton 2.51 answers a stream request to a model that is not decoupled
+        assert result.get_response().parameters["triton_final_response"].bool_param
+        assert results.empty()
     finally:
         client.stop_stream()
         client.close()
@@ -363,3 +365,12 @@ def test_a_client_that_leaves_mid_stream_frees_the_engine(llm: ServerThread) -> 
     # 3000 tokens would take 30 s; the engine drops the request as soon as the client is gone.
     wait_until(lambda: _metric(_scrape(llm), "vllm:num_requests_running") == 0, 10, "dropped")
     assert _metric(_scrape(llm), "vllm:kv_cache_usage_perc") == 0
+
+
+def test_generate_refuses_a_stream_of_responses_with_tritons_message(llm: ServerThread) -> None:
+    body = {"text_input": "a", "parameters": {"stream": True, "max_tokens": 3}}
+    status, _, raw = raw_request(
+        llm.http_url, "POST", f"/v2/models/{MODEL}/generate", json.dumps(body).encode()
+    )
+    assert status == 400
+    assert json.loads(raw)["error"].startswith("generate expects model to produce exactly 1")
