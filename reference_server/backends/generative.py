@@ -394,9 +394,10 @@ class GenerativeBackend:
                 "(model_transaction_policy { decoupled: true })",
                 Code.INVALID_ARG,
             )
-        if cfg.max_batch_size != 0:
+        if cfg.max_batch_size != 0 or cfg.HasField("dynamic_batching"):
             raise BackendError(
-                "the vllm backend batches per iteration itself: set max_batch_size: 0",
+                "the vllm backend batches per iteration itself: set max_batch_size: 0 and "
+                "remove dynamic_batching",
                 Code.INVALID_ARG,
             )
         path = args.version_dir / ENGINE_FILE

@@ -321,13 +321,25 @@ def test_vllm_metrics_move_with_the_load(llm: ServerThread) -> None:
     assert "vllm:num_preemptions_total" in after and "vllm:num_requests_waiting" in after
 
 
-def test_a_vllm_model_that_is_not_decoupled_is_refused_at_load(
-    tmp_path: Path, start_server: Any
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("decoupled: true", "decoupled: false"), "must be configured to use decoupled model"),
+        (("backend:", "max_batch_size: 4\nbackend:"), "set max_batch_size: 0"),
+        (("backend:", "dynamic_batching { }\nbackend:"), "remove dynamic_batching"),
+        (("", ""), "model.json' containing vllm engine args must be provided"),
+    ],
+)
+def test_a_vllm_model_triton_would_refuse_does_not_load(
+    tmp_path: Path, start_server: Any, edit: tuple[str, str], message: str
 ) -> None:
     tinyllm.make_repository(tmp_path)
     config = tmp_path / MODEL / "config.pbtxt"
-    config.write_text(config.read_text().replace("decoupled: true", "decoupled: false"))
-    with pytest.raises(ServerError, match="must be configured to use decoupled model"):
+    assert edit[0] in config.read_text()
+    config.write_text(config.read_text().replace(*edit, 1))
+    if not edit[0]:
+        (tmp_path / MODEL / "1" / "model.json").unlink()
+    with pytest.raises(ServerError, match=message):
         start_server(tmp_path, device="sim")
 
 
