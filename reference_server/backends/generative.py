@@ -319,10 +319,12 @@ class _Engine:
         return [self._jobs.pop(k) for k in gone]
 
     def _run(self) -> None:
+        last_end: int | None = None  # when the previous step ended, if the engine kept busy
         while True:
             with self._cond:
                 while not self._stopping and not self._inbox and self._state.idle:
                     self._publish()
+                    last_end = None
                     self._cond.wait()
                 if self._stopping:
                     cancelled = [*self._jobs.values(), *self._inbox]
@@ -339,10 +341,11 @@ class _Engine:
             for job in cancelled:
                 job.send(ServerError("Request was cancelled", Code.CANCELLED), True)
             if step.empty:
+                last_end = None
                 with self._cond:
                     self._cond.wait(0.01)
                 continue
-            self._backend.run_step(step.prefill_tokens, step.decode_seqs)
+            last_end = self._backend.run_step(step.prefill_tokens, step.decode_seqs, last_end)
             with self._cond:
                 eos = frozenset(
                     s.id
@@ -476,16 +479,27 @@ class GenerativeBackend:
             results.append(None)
         return results
 
-    def run_step(self, prefill_tokens: int, decode_seqs: int) -> None:
-        """Spend one step's time on the simulated device."""
+    def run_step(self, prefill_tokens: int, decode_seqs: int, after_ns: int | None) -> int:
+        """Spend one step's time on the simulated device; returns when the step ended.
+
+        Args:
+            after_ns: When the previous step ended, if this one follows it at once. The
+                engine's own work since then (sending tokens, scheduling, a late wake-up) is
+                part of the step's modelled time, as a real engine's host work is part of its
+                fixed cost, so steps keep the profile's pace.
+        """
         assert self._args is not None and self.profile is not None and self.profile.step
         ms = self.profile.step.ms(prefill_tokens, decode_seqs)
         if self.profile.jitter > 0:
             ms *= max(0.0, 1.0 + self.profile.jitter * float(self._rng.standard_normal()))
-        _, end_ns = self._args.device.meter.book(int(ms * 1e6))
+        duration_ns = int(ms * 1e6)
+        if after_ns is not None:
+            duration_ns = max(0, duration_ns - (time.monotonic_ns() - after_ns))
+        _, end_ns = self._args.device.meter.book(duration_ns)
         delay = (end_ns - time.monotonic_ns()) / 1e9
         if delay > 0:
             time.sleep(delay)
+        return end_ns
 
     def emit(self, job: _Job, final: bool) -> None:
         """Send a sampled token (streaming) or, at the end, the whole text."""
