@@ -277,8 +277,11 @@ class _Engine:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, drain_s: float = 30.0) -> None:
+        """Finish the requests under way (at most ``drain_s``), then end the thread; requests
+        still unfinished then are answered UNAVAILABLE."""
         with self._cond:
+            self._cond.wait_for(lambda: not self._jobs and not self._inbox, timeout=drain_s)
             self._stopping = True
             self._cond.notify_all()
         self._thread.join(timeout=30)
@@ -316,6 +319,7 @@ class _Engine:
         if not gone:
             return []
         self._state, _ = abort(self._state, gone)
+        self._cond.notify_all()  # a draining stop waits for the last job
         return [self._jobs.pop(k) for k in gone]
 
     def _run(self) -> None:
@@ -357,6 +361,8 @@ class _Engine:
                 self.stats.generation_tokens += len(done.sampled)
                 emitted = [(self._jobs[i], i) for i in done.sampled if i in self._jobs]
                 finished = {s.id for s in done.finished}
+                if done.finished:
+                    self._cond.notify_all()  # a draining stop waits for the last job
                 for seq in done.finished:
                     self._jobs.pop(seq.id, None)
                     reason = "length" if seq.generated >= seq.max_tokens else "stop"

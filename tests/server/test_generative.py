@@ -386,3 +386,27 @@ def test_generate_refuses_a_stream_of_responses_with_tritons_message(llm: Server
     )
     assert status == 400
     assert json.loads(raw)["error"].startswith("generate expects model to produce exactly 1")
+
+
+def test_unloading_lets_the_streams_under_way_finish(tmp_path: Path, start_server: Any) -> None:
+    tinyllm.make_repository(tmp_path)
+    running = start_server(tmp_path, (MODEL,), device="sim")
+    results: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client = grpcclient.InferenceServerClient(running.grpc_url)
+    try:
+        client.start_stream(callback=lambda result, error: results.put((result, error)))
+        client.async_stream_infer(MODEL, _inputs("a b", {"max_tokens": 30, "ignore_eos": True}))
+        first, error = results.get(timeout=30)
+        assert error is None
+        httpclient.InferenceServerClient(running.http_url).unload_model(MODEL)
+        texts = [first.as_numpy("text_output")[0].decode()]
+        while True:
+            result, error = results.get(timeout=30)
+            assert error is None, error
+            texts.append(result.as_numpy("text_output")[0].decode())
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                break
+        assert texts == [f" tok{i}" for i in range(30)]
+    finally:
+        client.stop_stream()
+        client.close()

@@ -13,6 +13,13 @@ from reference_server.backends.generative import (
     parse_request,
     prompt_tokens_of,
 )
+from reference_server.batching.iteration import (
+    EngineLimits,
+    EngineState,
+    Seq,
+    complete_step,
+    decide_step,
+)
 from reference_server.core.errors import ModelConfigError, ServerError
 from reference_server.core.types import InferRequest
 from reference_server.zoo.profiles import StepCost, resolve_profile
@@ -93,3 +100,43 @@ def test_requests_are_read_as_triton_vllm_backend_reads_them() -> None:
             _request(text_input="x", sampling_parameters='{"max_tokens": 2, "min_tokens": 3}')
         )
     assert prompt_tokens_of("  one two\tthree\n") == 3
+
+
+def _virtual_run(
+    limits: EngineLimits, cost: StepCost, requests: list[tuple[float, int, int]]
+) -> dict[str, list[float]]:
+    """Step the engine's scheduler in virtual time: per request, the time of each token (ms)."""
+    state = EngineState.empty(limits)
+    clock = 0.0
+    times: dict[str, list[float]] = {str(i): [] for i in range(len(requests))}
+    pending = sorted(range(len(requests)), key=lambda i: requests[i][0])
+    while pending or not state.idle:
+        while pending and requests[pending[0]][0] <= clock:
+            i = pending.pop(0)
+            state = state.add(Seq(str(i), requests[i][1], requests[i][2]))
+        if state.idle:
+            clock = requests[pending[0]][0]
+            continue
+        step = decide_step(limits, state)
+        clock += cost.ms(step.prefill_tokens, step.decode_seqs)
+        done = complete_step(step)
+        for seq_id in done.sampled:
+            times[seq_id].append(clock)
+        state = done.state
+    return times
+
+
+def test_the_scheduler_steps_in_virtual_time_with_the_profiles_costs() -> None:
+    cost = resolve_profile("tinyllm_sim").step
+    assert cost is not None
+    lim = EngineLimits(1, 2048, True, num_blocks=1013, block_size=16)
+    # max_num_seqs 1: the second request waits for the first to finish
+    times = _virtual_run(lim, cost, [(0.0, 100, 3), (0.0, 100, 2)])
+    assert times["0"] == pytest.approx([15.0, 25.25, 35.5])  # 10 + 100 x 0.05, then decodes
+    assert times["1"] == pytest.approx([50.5, 60.75])
+    # max_num_seqs 2: both prefill in one step, then decode together
+    lim2 = EngineLimits(2, 2048, True, num_blocks=1013, block_size=16)
+    times = _virtual_run(lim2, cost, [(0.0, 100, 3), (0.0, 100, 2)])
+    assert times["0"] == pytest.approx([20.0, 30.5, 40.75]) and times["1"] == pytest.approx(
+        [20.0, 30.5]
+    )
