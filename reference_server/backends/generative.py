@@ -293,10 +293,6 @@ class _Engine:
             self._inbox.append(job)
             self._cond.notify_all()
 
-    def wake(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
-
     def snapshot(self) -> EngineStats:
         with self._cond:
             stats = EngineStats(
@@ -351,10 +347,14 @@ class _Engine:
                 continue
             last_end = self._backend.run_step(step.prefill_tokens, step.decode_seqs, last_end)
             with self._cond:
+                scheduled = {s.id for s in step.scheduled}
                 eos = frozenset(
                     s.id
                     for s in step.state.running
-                    if s.id in self._jobs and self._draws_eos(self._jobs[s.id], s.generated + 1)
+                    if s.id in scheduled
+                    and s.computed == s.num_tokens  # it samples in this step
+                    and s.id in self._jobs
+                    and self._draws_eos(self._jobs[s.id], s.generated + 1)
                 )
                 done = complete_step(step, eos)
                 self._state = done.state
