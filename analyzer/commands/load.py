@@ -15,6 +15,10 @@ Examples::
     perfsweep load ... --mix a=3,b=1 --find-capacity --p99-ms 50   # two models served together
     perfsweep load ... --mix a=3@100,b=1@40 --find-capacity         # each held to its own p99
     perfsweep load --url H:8000 --grpc-url H:8001 --protocol grpc ...   # the load over gRPC
+    perfsweep load --url H:8000 --model llm --protocol generate-stream --rate-rps 2 \
+        --input-tokens 512 --output-tokens lognormal:mean=128,sd=64   # TTFT, ITL, tokens/s
+    perfsweep load --url H:8000 --model m --protocol openai --find-capacity \
+        --ttft-p99-ms 500 --itl-p99-ms 50          # the highest rate meeting both
 
 ``--url`` is the server's HTTP address; with ``--protocol grpc`` the load goes to ``--grpc-url``
 (default: the HTTP port + 1) and statistics still come over HTTP. The form from before
@@ -28,6 +32,7 @@ failed.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import socket
@@ -50,18 +55,22 @@ from analyzer.commands.help import (
     OUTPUT,
     SERVER,
     TRAFFIC,
-    Protocol,
+    LoadProtocol,
     epilog,
     value,
 )
 from analyzer.commands.input_flags import (
     ArrivalFlag,
     BatchSizeFlag,
+    DatasetFlag,
     GrpcUrlFlag,
     HeaderFileFlag,
     HeaderFlag,
     InputDataFlag,
+    InputTokensFlag,
+    ItlP99Flag,
     MixFlag,
+    OutputTokensFlag,
     PadBucketsFlag,
     PadValuesFlag,
     RepeatRatioFlag,
@@ -73,8 +82,10 @@ from analyzer.commands.input_flags import (
     SslKeyFlag,
     TraceFlag,
     TraceUnitFlag,
+    TtftP99Flag,
     UniquePayloadsFlag,
     access_overrides,
+    generative_lengths,
     input_overrides,
     mix_overrides,
     traffic_overrides,
@@ -211,6 +222,46 @@ def results_table(measurements: list[Measurement], title: str = "perfsweep load"
     return table
 
 
+def tokens_table(measurements: list[Measurement]) -> Table:
+    """The token streams of each level (ms; fits 80 columns): TTFT and ITL p50/p99, each
+    request's mean ITL at p99, output tokens/s, req/s, goodput (req/s meeting every goal)."""
+    table = Table(
+        title="token streams (ms)", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False
+    )
+    for name in (
+        "level",
+        "ttft50",
+        "ttft99",
+        "itl50",
+        "itl99",
+        "mitl99",
+        "tok/s",
+        "req/s",
+        "goodput",
+        "tokens",
+        "failed",
+    ):
+        table.add_column(name, justify="left" if name == "level" else "right")
+    for m in measurements:
+        t = m.tokens
+        if t is None:
+            continue
+        table.add_row(
+            _level(m),
+            _num(t.ttft_p50_ms),
+            _num(t.ttft_p99_ms),
+            _num(t.itl_p50_ms),
+            _num(t.itl_p99_ms),
+            _num(t.mean_itl_p99_ms),
+            _num(t.output_tokens_per_s),
+            _num(m.throughput_rps),
+            _num(t.goodput_rps) if t.goodput_rps is not None else "-",
+            str(t.output_tokens),
+            str(t.failed_streams),
+        )
+    return table
+
+
 class _LiveWindows:
     """A live table of the windows of the level being measured."""
 
@@ -308,13 +359,16 @@ def register(app: typer.Typer) -> None:
         ] = "127.0.0.1:8000",
         grpc_url: GrpcUrlFlag = None,
         protocol: Annotated[
-            Protocol,
+            LoadProtocol,
             typer.Option(
                 help="What the load speaks: grpc sends it to --grpc-url, while statistics "
-                "still come over HTTP from --url.",
+                "still come over HTTP from --url. A generative model's token streams: "
+                "grpc-stream (Triton's ModelStreamInfer, to --grpc-url), generate-stream "
+                "(Triton's generate_stream SSE), openai (/v1/completions), openai-chat "
+                "(/v1/chat/completions); these report TTFT, ITL, tokens/s and goodput.",
                 rich_help_panel=SERVER,
             ),
-        ] = Protocol.http,
+        ] = LoadProtocol.http,
         model: Annotated[
             str,
             typer.Option(
@@ -380,8 +434,11 @@ def register(app: typer.Typer) -> None:
             ),
         ] = False,
         p99_ms: Annotated[
-            float | None, typer.Option(help="P99 latency goal, ms.", rich_help_panel=GOALS)
+            float | None,
+            typer.Option(help="P99 latency goal (end to end), ms.", rich_help_panel=GOALS),
         ] = None,
+        ttft_p99_ms: TtftP99Flag = None,
+        itl_p99_ms: ItlP99Flag = None,
         max_error_rate: Annotated[
             float,
             typer.Option(help="Error-rate goal (a fraction).", rich_help_panel=GOALS),
@@ -444,6 +501,9 @@ def register(app: typer.Typer) -> None:
         shared_memory: SharedMemoryFlag = None,
         pad_buckets: PadBucketsFlag = None,
         pad_values: PadValuesFlag = None,
+        input_tokens: InputTokensFlag = None,
+        output_tokens: OutputTokensFlag = None,
+        dataset: DatasetFlag = None,
         output: Annotated[
             Path | None,
             typer.Option(
@@ -506,12 +566,29 @@ def register(app: typer.Typer) -> None:
             p99_ms = max(own)  # every model has its own goal (--mix a=3@100,b=1@40)
         if not model:
             raise InputError("--model NAME is required")
+        stream = "" if protocol in (LoadProtocol.http, LoadProtocol.grpc) else protocol.value
+        token_goals = ttft_p99_ms is not None or itl_p99_ms is not None
+        lengths = None
+        if stream:
+            lengths = generative_lengths(input_tokens, output_tokens, dataset)
+            if mixed:
+                raise InputError("--mix sends tensors to several models; a token stream is one")
+        elif token_goals or any(v is not None for v in (input_tokens, output_tokens, dataset)):
+            raise InputError(
+                "--ttft-p99-ms, --itl-p99-ms, --input-tokens, --output-tokens and --dataset "
+                "measure a generative model's token streams: give --protocol grpc-stream, "
+                "generate-stream, openai or openai-chat"
+            )
+        # The transport: grpc-stream speaks gRPC (its statistics over HTTP), the rest HTTP.
+        transport = LoadProtocol.grpc if protocol is LoadProtocol.grpc_stream else protocol
+        if stream and transport is not LoadProtocol.grpc:
+            transport = LoadProtocol.http
         from analyzer.config.urls import http_url
 
         # The form from before --grpc-url (`--url HOST:PORT --protocol grpc`, statistics from
         # --stats-url): --url names the gRPC address. An http:// URL is the HTTP address.
         legacy_grpc = (
-            protocol is Protocol.grpc
+            protocol is LoadProtocol.grpc
             and grpc_url is None
             and (stats_url is not None or "://" not in url)
         )
@@ -540,7 +617,7 @@ def register(app: typer.Typer) -> None:
                 **mixed,
                 **({"goals.p99_ms": p99_ms} if p99_ms is not None else {}),
                 "model.url": url,
-                "model.protocol": None if legacy_grpc else protocol.value,
+                "model.protocol": None if legacy_grpc else transport.value,
                 **access_overrides(
                     grpc_url, ssl_ca, ssl_cert, ssl_key, ssl_insecure, header, header_file
                 ),
@@ -572,15 +649,24 @@ def register(app: typer.Typer) -> None:
             )
         if sum(bool(x) for x in (levels_c, levels_r, find_capacity)) != 1:
             raise InputError("give exactly one of --concurrency, --rate-rps or --find-capacity")
-        if find_capacity and p99_ms is None:
+        if find_capacity and p99_ms is None and not token_goals:
             raise InputError(
-                "--find-capacity needs a goal: --p99-ms X (or each --mix model's @P99)"
+                "--find-capacity needs a goal: --p99-ms X (or each --mix model's @P99; for a "
+                "token stream --ttft-p99-ms / --itl-p99-ms)"
             )
         goals = (
-            Goals(p99_ms, max_error_rate, classes=scenario.traffic.class_goals())
-            if p99_ms is not None
+            Goals(
+                p99_ms if p99_ms is not None else math.inf,
+                max_error_rate,
+                classes=scenario.traffic.class_goals(),
+                ttft_p99_ms=ttft_p99_ms,
+                itl_p99_ms=itl_p99_ms,
+            )
+            if p99_ms is not None or token_goals
             else None
         )
+        if lengths is not None:
+            Console(stderr=True).print(f"requests: {lengths.describe()}", highlight=False)
 
         if max_windows is None:
             max_windows = 4 if find_capacity else 10
@@ -605,6 +691,17 @@ def register(app: typer.Typer) -> None:
 
         # The old form: the load goes to --url as it is, statistics come from --stats-url.
         legacy: dict[str, Any] = {"protocol": "grpc", "stats_url": stats_url} if legacy_grpc else {}
+        generative: dict[str, Any] = (
+            {
+                "stream": stream,
+                "lengths": lengths,
+                "goals": goals,
+                # An OpenAI-compatible server has no Triton statistics to read.
+                "scrape_server": not stream.startswith("openai"),
+            }
+            if stream and lengths is not None
+            else {}
+        )
         options = engine_options(
             scenario,
             url,
@@ -617,6 +714,7 @@ def register(app: typer.Typer) -> None:
             pool_size=pool_size,
             on_window=live,
             **legacy,
+            **generative,
         )
         measurements: list[Measurement] = []
         capacity: CapacityResult | None = None
@@ -656,6 +754,8 @@ def register(app: typer.Typer) -> None:
         if not out.is_terminal:  # piped or captured: never truncate the numbers to 80 columns
             out = Console(width=160)
         out.print(results_table(measurements))
+        if any(m.tokens is not None for m in measurements):
+            out.print(tokens_table(measurements))
         for m in measurements:
             if m.classes:
                 out.print(f"[dim]{_level(m)}:[/] {classes_text(m, goals)}", highlight=False)

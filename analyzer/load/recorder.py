@@ -38,6 +38,7 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from analyzer.measure.histograms import merge_encoded, new_histogram, record_us
+from analyzer.measure.tokens import StreamRecord, TokenTally
 
 #: Error kinds are truncated to this many characters so a flood of unique messages stays small.
 ERROR_KIND_CHARS = 120
@@ -93,6 +94,7 @@ class Recorder:
         self.max_in_flight = 0
         self.backlog_max = 0
         self.classes = [ClassTally() for _ in range(self.class_count)]
+        self.tokens = TokenTally()
 
     def dispatched_one(self, lag_s: float, sent_at: float | None = None) -> None:
         """The scheduler handed one request to the pool ``lag_s`` after its intended time;
@@ -131,6 +133,18 @@ class Recorder:
             kind = kind.splitlines()[0][:ERROR_KIND_CHARS] if kind else "error"
             self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
 
+    def stream_done(
+        self,
+        record: StreamRecord,
+        latency_s: float,
+        service_s: float,
+        error: BaseException | str | None,
+    ) -> None:
+        """One generative request finished: its whole-request figures as :meth:`done`, its
+        tokens (TTFT, gaps, counts) into ``tokens``."""
+        self.done(latency_s, service_s, error)
+        self.tokens.add_record(record, latency_s)
+
     def backlog(self, size: int) -> None:
         """The open-loop pool was full and ``size`` requests waited for a free slot."""
         self.backlog_max = max(self.backlog_max, size)
@@ -161,6 +175,7 @@ class Recorder:
             "sequence": self.sequence.tobytes(),
             "sends": self.sends.tobytes(),
             "classes": [c.encode() for c in self.classes],
+            "tokens": self.tokens.encode() if self.tokens.streams else {},
             **self._counters(),
         }
         self._reset()
@@ -191,6 +206,7 @@ class Recorder:
             cpu_pct=100.0 * c["cpu_s"] / c["wall_s"] if c["wall_s"] > 0 else 0.0,
             intervals=1,
             classes=self.classes,
+            tokens=self.tokens,
         )
         self._reset()
         self.max_in_flight = self.in_flight
@@ -221,6 +237,8 @@ class Tick:
     intervals: int = 0
     #: Per traffic class, by index (empty without classes).
     classes: list[ClassTally] = field(default_factory=list)
+    #: Generative requests' token streams (empty for requests answered once).
+    tokens: TokenTally = field(default_factory=TokenTally)
 
     @classmethod
     def merge(cls, raw_ticks: Iterable[dict[str, Any]]) -> Tick:
@@ -231,6 +249,7 @@ class Tick:
             service=merge_encoded(t["service"] for t in ticks),
             lag=merge_encoded(t["lag"] for t in ticks),
             intervals=1,
+            tokens=TokenTally.merge(t.get("tokens") or {} for t in ticks),
         )
         for t in ticks:
             for index, raw in enumerate(t.get("classes", ())):
@@ -262,6 +281,7 @@ class Tick:
         self.lag.add(other.lag)
         self.sequence.extend(other.sequence)
         self.sends.extend(other.sends)
+        self.tokens.add(other.tokens)
         for index, tally in enumerate(other.classes):
             while len(self.classes) <= index:
                 self.classes.append(ClassTally())

@@ -39,10 +39,17 @@ class Goals:
     #: ``(class name, p99 goal ms)`` of the traffic classes with a goal of their own
     #: (``TrafficSection.class_goals()``); any other class is held to ``p99_ms``.
     classes: tuple[tuple[str, float], ...] = ()
+    #: Generative models: p99 limit of the time to first token, milliseconds (None: no goal).
+    ttft_p99_ms: float | None = None
+    #: Generative models: p99 limit of the inter-token latency over tokens, milliseconds.
+    itl_p99_ms: float | None = None
 
     def __post_init__(self) -> None:
         if not self.p99_ms > 0:
             raise InputError(f"p99 goal must be positive, got {self.p99_ms} ms")
+        for name, goal in (("TTFT", self.ttft_p99_ms), ("ITL", self.itl_p99_ms)):
+            if goal is not None and not goal > 0:
+                raise InputError(f"{name} p99 goal must be positive, got {goal} ms")
         if not 0 <= self.max_error_rate < 1:
             raise InputError(
                 f"error-rate goal must be in [0, 1), got {self.max_error_rate}; pass a fraction"
@@ -62,6 +69,21 @@ class Goals:
                     f"({self.p99_ms:g} ms): make goals.p99_ms the loosest goal (the rest of "
                     "the traffic) and give the stricter classes their own p99_ms"
                 )
+
+    @property
+    def token_goals(self) -> bool:
+        """A TTFT or ITL goal is set (the level must be a token stream)."""
+        return self.ttft_p99_ms is not None or self.itl_p99_ms is not None
+
+    def describe(self) -> str:
+        """The goals in one phrase: ``p99 <= 100 ms``, ``TTFT p99 <= 500 ms, ITL p99 <= 50 ms``
+        (an end-to-end goal of infinity, the token goals' companion, is left out)."""
+        parts = [f"p99 <= {self.p99_ms:g} ms"] if math.isfinite(self.p99_ms) else []
+        if self.ttft_p99_ms is not None:
+            parts.append(f"TTFT p99 <= {self.ttft_p99_ms:g} ms")
+        if self.itl_p99_ms is not None:
+            parts.append(f"ITL p99 <= {self.itl_p99_ms:g} ms")
+        return ", ".join(parts) or "no latency goal"
 
     def class_p99_ms(self, name: str) -> float:
         """The p99 goal of traffic class ``name``: its own, else ``p99_ms``."""

@@ -460,6 +460,10 @@ class RealTriton(ServerHandle):
     delay_scheduler: int | None = None
     extra_args: Sequence[str] = ()
     startup_timeout_s: float = 60.0
+    #: The server's working directory (None: ``workdir``). The stub ignores ``PYTHONPATH``, but
+    #: its ``sys.path`` starts with its working directory: one holding numpy 1
+    #: (:func:`tests.support.stream_model.stub_numpy1`) lets models take BYTES tensors.
+    cwd: Path | None = None
     http_port: int = 0
     grpc_port: int = 0
     metrics_port: int = 0
@@ -562,7 +566,7 @@ class RealTriton(ServerHandle):
             # A new session: stop() kills the server and its stub processes as one group.
             self._process = subprocess.Popen(
                 args,
-                cwd=self.workdir,
+                cwd=self.cwd or self.workdir,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
