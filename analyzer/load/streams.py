@@ -322,13 +322,16 @@ class SseClient:
         try:
             while True:
                 line = response.readline()
-                if not line:  # the end of the body
+                if not line:  # the end of the body, or of the connection
+                    # readline hides a connection cut mid-body (its peek swallows the
+                    # IncompleteRead); read() raises it.
+                    response.read()
                     if data:
                         error = self._event("\n".join(data), record)
                         if error is not None:
                             return error, True
                     if openai:
-                        return "stream closed before data: [DONE]", True
+                        return "stream closed before data: [DONE]", False
                     return None, True
                 text = line.decode(errors="replace").rstrip("\r\n")
                 if text.startswith("data:"):

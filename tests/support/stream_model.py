@@ -14,7 +14,9 @@ are counted (``prompt_tokens`` in the log line ``ignored``). The wheel's stub is
 numpy 1: under numpy 2 it aborts on any BYTES input (it reads garbage lengths), so the server
 that runs this model puts a numpy 1 first on the stub's path (:func:`stub_numpy1`).
 
-With the config parameter ``fail_after`` = k, each request gets ``k`` tokens and then an error
+With the config parameter ``max_num_seqs`` = n, at most n requests generate at once (the rest
+wait, so time to first token grows with the load, as on an engine at its limit). With the
+config parameter ``fail_after`` = k, each request gets ``k`` tokens and then an error
 response (the stream ends early): the client must count a failed request and keep its tokens.
 """
 
@@ -93,6 +95,8 @@ class TritonPythonModel:
         self.token_s = _param(config, "token_ms", 10.0) / 1000.0
         fail_after = _param(config, "fail_after", -1.0)
         self.fail_after = int(fail_after) if fail_after >= 0 else None
+        seqs = int(_param(config, "max_num_seqs", 0.0))
+        self.slots = threading.Semaphore(seqs) if seqs else None
         self.threads = []
 
     def execute(self, requests):
@@ -111,6 +115,13 @@ class TritonPythonModel:
         return None
 
     def stream(self, sender, max_tokens, fail_after):
+        if self.slots is None:
+            self.generate(sender, max_tokens, fail_after)
+            return
+        with self.slots:  # a request waits for a free sequence slot: TTFT grows with load
+            self.generate(sender, max_tokens, fail_after)
+
+    def generate(self, sender, max_tokens, fail_after):
         time.sleep(self.first_s)
         for i in range(max_tokens):
             if fail_after is not None and i >= fail_after:
@@ -140,6 +151,7 @@ def stream_model_config(
     token_ms: float = 10.0,
     decoupled: bool = True,
     fail_after: int | None = None,
+    max_num_seqs: int = 0,
 ) -> mc.ModelConfig:
     """The config of :data:`STREAM_MODEL_SOURCE` (``decoupled=False``: the same interface on a
     model that is not decoupled, which a TTFT measurement must refuse)."""
@@ -157,5 +169,7 @@ def stream_model_config(
     config.parameters["token_ms"].string_value = f"{token_ms:g}"
     if fail_after is not None:
         config.parameters["fail_after"].string_value = str(fail_after)
+    if max_num_seqs:
+        config.parameters["max_num_seqs"].string_value = str(max_num_seqs)
     config.instance_group.add(count=1, kind=mc.ModelInstanceGroup.KIND_CPU)
     return config
