@@ -15,6 +15,10 @@ from analyzer.errors import InputError
 from analyzer.measure.arrivals import POISSON, ArrivalProcess
 from analyzer.measure.stepping import StepTest
 
+#: The end-to-end latency a level with only token goals (TTFT, ITL) is bounded by when it
+#: counts requests in flight (:meth:`LoadSpec.in_flight_bound`), milliseconds.
+TOKEN_STREAM_BOUND_MS = 30_000.0
+
 
 class LoadMode(str, enum.Enum):
     """How load is offered."""
@@ -148,8 +152,12 @@ class LoadSpec:
         """
         if self.max_in_flight is not None:
             return self.max_in_flight
-        p99_s = (self.fail_fast.p99_ms if self.fail_fast else 1000.0) / 1000.0
-        return max(64, math.ceil(4 * self.target * p99_s))
+        p99_ms = self.fail_fast.p99_ms if self.fail_fast else 1000.0
+        if not math.isfinite(p99_ms):
+            # Token goals alone: a generative request lasts its whole stream, seconds at most
+            # as a rule; the bound only catches a backlog that grows without end.
+            p99_ms = TOKEN_STREAM_BOUND_MS
+        return max(64, math.ceil(4 * self.target * p99_ms / 1000.0))
 
 
 @dataclass(frozen=True)

@@ -271,3 +271,39 @@ def test_token_goals_round_trip_and_old_goals_read_as_before() -> None:
 def test_bad_token_goal_is_refused() -> None:
     with pytest.raises(InputError, match="TTFT p99 goal must be positive"):
         Goals(math.inf, ttft_p99_ms=0.0)
+
+
+def test_a_sweep_refuses_a_decoupled_model_and_names_perfsweep_load() -> None:
+    from analyzer.target.protocol import untunable_reason
+    from tests.support.stream_model import stream_model_config
+
+    reason = untunable_reason(stream_model_config("llm"))
+    assert reason is not None and "is decoupled" in reason and "perfsweep load" in reason
+    assert untunable_reason(stream_model_config("llm", decoupled=False)) is None
+
+
+def test_capacity_search_finds_the_highest_rate_meeting_ttft_and_itl() -> None:
+    """A planted engine: TTFT p99 grows with the rate (queueing), ITL with the sequences
+    running; the goals bind at 40 req/s (TTFT) and 60 req/s (ITL): the search finds ~40."""
+    import dataclasses
+
+    from analyzer.measure.capacity import find_capacity
+    from analyzer.measure.specs import CapacitySpec, LoadSpec
+
+    def measure(step: LoadSpec) -> Measurement:
+        rate = step.target
+        m = _measurement(ttft_p99=2.5 * rate, itl_p99=rate / 3)
+        assert m.tokens is not None
+        tokens = dataclasses.replace(m.tokens, ttft_p99_ms=2.5 * rate, itl_p99_ms=rate / 3)
+        return dataclasses.replace(m, target=rate, tokens=tokens)
+
+    goals = Goals(math.inf, ttft_p99_ms=100.0, itl_p99_ms=20.0)
+    result = find_capacity(CapacitySpec(goals, start_rps=5, max_rps=1000, resolution=0.02), measure)
+    assert 39.0 <= result.capacity_rps <= 40.0
+    assert "TTFT p99 <= 100 ms, ITL p99 <= 20 ms" in result.message
+    # With the ITL goal stricter, ITL binds instead.
+    strict = Goals(math.inf, ttft_p99_ms=100.0, itl_p99_ms=10.0)
+    result = find_capacity(
+        CapacitySpec(strict, start_rps=5, max_rps=1000, resolution=0.02), measure
+    )
+    assert 29.0 <= result.capacity_rps <= 30.0
