@@ -764,18 +764,22 @@ def register(app: typer.Typer) -> None:
         if capacity is not None:
             out.print(f"[bold]{capacity.message}[/]", highlight=False)
         if output is not None:
-            doc = load_output_dict(
-                measurements,
-                capacity,
-                environment_record(
-                    url,
-                    model,
-                    protocol.value,
-                    workers,
-                    scenario.input,
-                    mixed.get("traffic.classes", ()),
-                ),
+            environment = environment_record(
+                url,
+                model,
+                protocol.value,
+                workers,
+                scenario.input,
+                mixed.get("traffic.classes", ()),
             )
+            if lengths is not None:  # a generative load: what its requests asked for
+                environment["requests"] = {
+                    "lengths": lengths.describe(),
+                    "input_tokens": lengths.input.to_text(),
+                    "output_tokens": lengths.output.to_text(),
+                    "dataset": lengths.source or None,
+                }
+            doc = load_output_dict(measurements, capacity, environment)
             output.parent.mkdir(parents=True, exist_ok=True)
             tmp = output.with_suffix(output.suffix + ".tmp")
             tmp.write_text(json.dumps(doc, indent=2))

@@ -43,7 +43,7 @@ import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from analyzer.config.access import PLAIN, ServerAccess
-from analyzer.errors import InputError, TargetError
+from analyzer.errors import InputError
 from analyzer.load.prepared import InferError, _split_url
 from analyzer.measure.lengths import GenRequest, prompt_ids, prompt_words
 from analyzer.measure.tokens import StreamRecord
@@ -399,8 +399,3 @@ def check_streaming_model(model_config: Any, model: str, protocol: str) -> None:
             f"{protocol} has no tokens to time (TTFT, ITL). Measure it with --protocol http or "
             "grpc, or serve it decoupled (model_transaction_policy { decoupled: true })"
         )
-
-
-def target_error(exc: BaseException, url: str) -> TargetError:
-    """A streaming target that cannot be reached, as the CLI reports it."""
-    return TargetError(f"cannot reach the streaming server at {url}: {exc}")
