@@ -17,6 +17,7 @@ Examples::
     perfsweep load --url H:8000 --grpc-url H:8001 --protocol grpc ...   # the load over gRPC
     perfsweep load --url H:8000 --model llm --protocol generate-stream --rate-rps 2 \
         --input-tokens 512 --output-tokens lognormal:mean=128,sd=64   # TTFT, ITL, tokens/s
+    perfsweep load --model resnet50 --device sim --rate-rps 50  # starts the reference server
     perfsweep load --url H:8000 --model m --protocol openai --find-capacity \
         --ttft-p99-ms 500 --itl-p99-ms 50          # the highest rate meeting both
 
@@ -37,6 +38,7 @@ import os
 import platform
 import socket
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -55,6 +57,7 @@ from analyzer.commands.help import (
     OUTPUT,
     SERVER,
     TRAFFIC,
+    Device,
     LoadProtocol,
     epilog,
     value,
@@ -349,14 +352,23 @@ def register(app: typer.Typer) -> None:
     @app.command("load", cls=command_class("load"), epilog=EXAMPLES)
     def load(
         url: Annotated[
-            str,
+            str | None,
             typer.Option(
                 metavar="<URL|HOST:PORT>",
                 help="The server's HTTP address. (As before --grpc-url: with --protocol grpc "
                 "and no --grpc-url, a HOST:PORT here is where the gRPC load goes.)",
+                show_default="127.0.0.1:8000",
                 rich_help_panel=SERVER,
             ),
-        ] = "127.0.0.1:8000",
+        ] = None,
+        device: Annotated[
+            Device | None,
+            typer.Option(
+                help="Start the reference server with --model on this device (sim: a "
+                "simulated GPU) instead of loading a running one at --url; it stops at the end.",
+                rich_help_panel=SERVER,
+            ),
+        ] = None,
         grpc_url: GrpcUrlFlag = None,
         protocol: Annotated[
             LoadProtocol,
@@ -583,207 +595,236 @@ def register(app: typer.Typer) -> None:
         transport = LoadProtocol.grpc if protocol is LoadProtocol.grpc_stream else protocol
         if stream and transport is not LoadProtocol.grpc:
             transport = LoadProtocol.http
-        from analyzer.config.urls import http_url
-
-        # The form from before --grpc-url (`--url HOST:PORT --protocol grpc`, statistics from
-        # --stats-url): --url names the gRPC address. An http:// URL is the HTTP address.
-        legacy_grpc = (
-            protocol is LoadProtocol.grpc
-            and grpc_url is None
-            and (stats_url is not None or "://" not in url)
-        )
-        if stats_url is not None and not legacy_grpc:
-            raise InputError(
-                "--stats-url goes with --url HOST:PORT --protocol grpc; with --grpc-url, "
-                "--url is the HTTP address statistics come from"
-            )
-        url = http_url(url)  # the one check of every URL; https:// is spoken over TLS
-        # The same [input] and [traffic] keys as a scenario's, checked the same way (bad values
-        # end here, before any load); load reads no scenario file and no PERFSWEEP_* variables.
-        scenario = load_scenario(
-            None,
-            {
-                **input_overrides(
-                    shape,
-                    input_data,
-                    batch_size,
-                    unique_payloads,
-                    repeat_ratio,
-                    value(shared_memory),
-                    pad_buckets,
-                    pad_values,
-                ),
-                **traffic_overrides(arrival, trace, value(trace_unit)),
-                **mixed,
-                **({"goals.p99_ms": p99_ms} if p99_ms is not None else {}),
-                "model.url": url,
-                "model.protocol": None if legacy_grpc else transport.value,
-                **access_overrides(
-                    grpc_url, ssl_ca, ssl_cert, ssl_key, ssl_insecure, header, header_file
-                ),
-            },
-            env={},
-        )
-        scenario.model.access().check()
-        if scenario.model.ssl_insecure:
-            Console(stderr=True).print(
-                f"--ssl-insecure: the certificate of {url} is not verified", highlight=False
-            )
-        input_options(scenario.input, seed)  # the generator's own checks, before any load
-        process = scenario.traffic.arrival_process()
-        levels_c = _numbers(concurrency, "--concurrency")
-        levels_r = _numbers(rate_rps, "--rate-rps")
-        if trace_scale is not None and process.trace is None:
-            raise InputError("--trace-scale scales a --trace; give the trace too")
-        if process.trace is not None:
-            if levels_c:
-                raise InputError("--trace replays open-loop sends; it cannot go with --concurrency")
-            if trace_scale is not None or not (levels_r or find_capacity):
-                scales = _numbers(trace_scale or "1", "--trace-scale")
-                if levels_r or find_capacity:
-                    raise InputError("give --trace-scale or --rate-rps / --find-capacity, not both")
-                levels_r = [s * process.trace.rate_rps for s in scales]
-            fit = fit_gaps(process.trace.gaps_s)
-            Console(stderr=True).print(
-                f"trace {process.trace.source}: {fit.describe()}", highlight=False
-            )
-        if sum(bool(x) for x in (levels_c, levels_r, find_capacity)) != 1:
-            raise InputError("give exactly one of --concurrency, --rate-rps or --find-capacity")
-        if find_capacity and p99_ms is None and not token_goals:
-            raise InputError(
-                "--find-capacity needs a goal: --p99-ms X (or each --mix model's @P99; for a "
-                "token stream --ttft-p99-ms / --itl-p99-ms)"
-            )
-        goals = (
-            Goals(
-                p99_ms if p99_ms is not None else math.inf,
-                max_error_rate,
-                classes=scenario.traffic.class_goals(),
-                ttft_p99_ms=ttft_p99_ms,
-                itl_p99_ms=itl_p99_ms,
-            )
-            if p99_ms is not None or token_goals
-            else None
-        )
-        if lengths is not None:
-            Console(stderr=True).print(f"requests: {lengths.describe()}", highlight=False)
-
-        if max_windows is None:
-            max_windows = 4 if find_capacity else 10
-        step = LoadSpec(
-            LoadMode.REQUEST_RATE,
-            1.0,
-            arrival=process,
-            warmup_s=warmup_s,
-            window_s=window_s,
-            window_requests=window_requests,
-            max_windows=max_windows,
-            stability_pct=stability_pct,
-            seed=seed,
-        )
-        console = Console(stderr=True)
-        live = _LiveWindows(console)
-
-        metrics_url = http_url(metrics_url) if metrics_url else metrics_url
-        stats_url = http_url(stats_url) if stats_url else stats_url
-
-        from analyzer.load import LocustLoadGenerator  # gevent: only from here on
-
-        # The old form: the load goes to --url as it is, statistics come from --stats-url.
-        legacy: dict[str, Any] = {"protocol": "grpc", "stats_url": stats_url} if legacy_grpc else {}
-        generative: dict[str, Any] = (
-            {
-                "stream": stream,
-                "lengths": lengths,
-                "goals": goals,
-                # An OpenAI-compatible server has no Triton statistics to read.
-                "scrape_server": not stream.startswith("openai"),
-            }
-            if stream and lengths is not None
-            else {}
-        )
-        options = engine_options(
-            scenario,
-            url,
-            model,
-            metrics_url=metrics_url,
-            workers=workers,
-            expect_remote_workers=expect_workers if master else 0,
-            master_bind_host=master_bind_host,
-            master_port=master_port if master else 0,
-            pool_size=pool_size,
-            on_window=live,
-            **legacy,
-            **generative,
-        )
-        measurements: list[Measurement] = []
-        capacity: CapacityResult | None = None
-        with live.live, LocustLoadGenerator(options) as generator:
-            if find_capacity:
-                assert goals is not None
-                capacity = generator.find_capacity(
-                    CapacitySpec(
-                        goals=goals,
-                        start_rps=start_rps,
-                        max_rps=max_rps,
-                        min_rps=min(1.0, start_rps),
-                        resolution=resolution,
-                        step=step,
-                        confirm_failures=confirm_failures,
-                    )
+        server = None
+        if device is not None:
+            if url is not None:
+                raise InputError(
+                    "--device starts a reference server and --url names a running one: give one"
                 )
-                measurements = list(capacity.points)
-            else:
-                mode = LoadMode.CONCURRENCY if levels_c else LoadMode.REQUEST_RATE
-                for target in levels_c or levels_r:
-                    spec = LoadSpec(
-                        mode,
-                        target,
-                        arrival=step.arrival,
-                        warmup_s=warmup_s,
-                        window_s=window_s,
-                        window_requests=window_requests,
-                        max_windows=max_windows,
-                        stability_pct=stability_pct,
-                        seed=seed,
-                    )
-                    measurements.append(generator.measure(spec))
-                    generator.drain(30.0)
+            from analyzer.target.managed import ManagedServer
 
-        out = Console()
-        if not out.is_terminal:  # piped or captured: never truncate the numbers to 80 columns
-            out = Console(width=160)
-        out.print(results_table(measurements))
-        if any(m.tokens is not None for m in measurements):
-            out.print(tokens_table(measurements))
-        for m in measurements:
-            if m.classes:
-                out.print(f"[dim]{_level(m)}:[/] {classes_text(m, goals)}", highlight=False)
-            for message in m.messages:
-                out.print(f"[dim]{m.mode.value} {m.target:g}:[/] {message}", highlight=False)
-        if capacity is not None:
-            out.print(f"[bold]{capacity.message}[/]", highlight=False)
-        if output is not None:
-            environment = environment_record(
+            log_path = Path(tempfile.mkdtemp(prefix="perfsweep-load-")) / "server.log"
+            server = ManagedServer(model, device.value, log_path)
+            Console(stderr=True).print(
+                f"starting the reference server ({device.value}); log: {log_path}", highlight=False
+            )
+            server.start()
+            assert server.addresses is not None  # set by start()
+            url = server.url
+            grpc_url = grpc_url or server.addresses.grpc_url
+            metrics_url = metrics_url or server.addresses.metrics_url
+        url = url or "127.0.0.1:8000"
+        try:
+            from analyzer.config.urls import http_url
+
+            # The form from before --grpc-url (`--url HOST:PORT --protocol grpc`, statistics from
+            # --stats-url): --url names the gRPC address. An http:// URL is the HTTP address.
+            legacy_grpc = (
+                protocol is LoadProtocol.grpc
+                and grpc_url is None
+                and (stats_url is not None or "://" not in url)
+            )
+            if stats_url is not None and not legacy_grpc:
+                raise InputError(
+                    "--stats-url goes with --url HOST:PORT --protocol grpc; with --grpc-url, "
+                    "--url is the HTTP address statistics come from"
+                )
+            url = http_url(url)  # the one check of every URL; https:// is spoken over TLS
+            # The same [input] and [traffic] keys as a scenario's, checked the same way (bad values
+            # end here, before any load); load reads no scenario file and no PERFSWEEP_* variables.
+            scenario = load_scenario(
+                None,
+                {
+                    **input_overrides(
+                        shape,
+                        input_data,
+                        batch_size,
+                        unique_payloads,
+                        repeat_ratio,
+                        value(shared_memory),
+                        pad_buckets,
+                        pad_values,
+                    ),
+                    **traffic_overrides(arrival, trace, value(trace_unit)),
+                    **mixed,
+                    **({"goals.p99_ms": p99_ms} if p99_ms is not None else {}),
+                    "model.url": url,
+                    "model.protocol": None if legacy_grpc else transport.value,
+                    **access_overrides(
+                        grpc_url, ssl_ca, ssl_cert, ssl_key, ssl_insecure, header, header_file
+                    ),
+                },
+                env={},
+            )
+            scenario.model.access().check()
+            if scenario.model.ssl_insecure:
+                Console(stderr=True).print(
+                    f"--ssl-insecure: the certificate of {url} is not verified", highlight=False
+                )
+            input_options(scenario.input, seed)  # the generator's own checks, before any load
+            process = scenario.traffic.arrival_process()
+            levels_c = _numbers(concurrency, "--concurrency")
+            levels_r = _numbers(rate_rps, "--rate-rps")
+            if trace_scale is not None and process.trace is None:
+                raise InputError("--trace-scale scales a --trace; give the trace too")
+            if process.trace is not None:
+                if levels_c:
+                    raise InputError(
+                        "--trace replays open-loop sends; it cannot go with --concurrency"
+                    )
+                if trace_scale is not None or not (levels_r or find_capacity):
+                    scales = _numbers(trace_scale or "1", "--trace-scale")
+                    if levels_r or find_capacity:
+                        raise InputError(
+                            "give --trace-scale or --rate-rps / --find-capacity, not both"
+                        )
+                    levels_r = [s * process.trace.rate_rps for s in scales]
+                fit = fit_gaps(process.trace.gaps_s)
+                Console(stderr=True).print(
+                    f"trace {process.trace.source}: {fit.describe()}", highlight=False
+                )
+            if sum(bool(x) for x in (levels_c, levels_r, find_capacity)) != 1:
+                raise InputError("give exactly one of --concurrency, --rate-rps or --find-capacity")
+            if find_capacity and p99_ms is None and not token_goals:
+                raise InputError(
+                    "--find-capacity needs a goal: --p99-ms X (or each --mix model's @P99; for a "
+                    "token stream --ttft-p99-ms / --itl-p99-ms)"
+                )
+            goals = (
+                Goals(
+                    p99_ms if p99_ms is not None else math.inf,
+                    max_error_rate,
+                    classes=scenario.traffic.class_goals(),
+                    ttft_p99_ms=ttft_p99_ms,
+                    itl_p99_ms=itl_p99_ms,
+                )
+                if p99_ms is not None or token_goals
+                else None
+            )
+            if lengths is not None:
+                Console(stderr=True).print(f"requests: {lengths.describe()}", highlight=False)
+
+            if max_windows is None:
+                max_windows = 4 if find_capacity else 10
+            step = LoadSpec(
+                LoadMode.REQUEST_RATE,
+                1.0,
+                arrival=process,
+                warmup_s=warmup_s,
+                window_s=window_s,
+                window_requests=window_requests,
+                max_windows=max_windows,
+                stability_pct=stability_pct,
+                seed=seed,
+            )
+            console = Console(stderr=True)
+            live = _LiveWindows(console)
+
+            metrics_url = http_url(metrics_url) if metrics_url else metrics_url
+            stats_url = http_url(stats_url) if stats_url else stats_url
+
+            from analyzer.load import LocustLoadGenerator  # gevent: only from here on
+
+            # The old form: the load goes to --url as it is, statistics come from --stats-url.
+            legacy: dict[str, Any] = (
+                {"protocol": "grpc", "stats_url": stats_url} if legacy_grpc else {}
+            )
+            generative: dict[str, Any] = (
+                {
+                    "stream": stream,
+                    "lengths": lengths,
+                    "goals": goals,
+                    # An OpenAI-compatible server has no Triton statistics to read.
+                    "scrape_server": not stream.startswith("openai"),
+                }
+                if stream and lengths is not None
+                else {}
+            )
+            options = engine_options(
+                scenario,
                 url,
                 model,
-                protocol.value,
-                workers,
-                scenario.input,
-                mixed.get("traffic.classes", ()),
+                metrics_url=metrics_url,
+                workers=workers,
+                expect_remote_workers=expect_workers if master else 0,
+                master_bind_host=master_bind_host,
+                master_port=master_port if master else 0,
+                pool_size=pool_size,
+                on_window=live,
+                **legacy,
+                **generative,
             )
-            if lengths is not None:  # a generative load: what its requests asked for
-                environment["requests"] = {
-                    "lengths": lengths.describe(),
-                    "input_tokens": lengths.input.to_text(),
-                    "output_tokens": lengths.output.to_text(),
-                    "dataset": lengths.source or None,
-                }
-            doc = load_output_dict(measurements, capacity, environment)
-            output.parent.mkdir(parents=True, exist_ok=True)
-            tmp = output.with_suffix(output.suffix + ".tmp")
-            tmp.write_text(json.dumps(doc, indent=2))
-            tmp.replace(output)
-            out.print(f"results written to {output}")
-        if capacity is not None and capacity.capacity_rps == 0:
-            raise GoalNotMetError(capacity.message)
+            measurements: list[Measurement] = []
+            capacity: CapacityResult | None = None
+            with live.live, LocustLoadGenerator(options) as generator:
+                if find_capacity:
+                    assert goals is not None
+                    capacity = generator.find_capacity(
+                        CapacitySpec(
+                            goals=goals,
+                            start_rps=start_rps,
+                            max_rps=max_rps,
+                            min_rps=min(1.0, start_rps),
+                            resolution=resolution,
+                            step=step,
+                            confirm_failures=confirm_failures,
+                        )
+                    )
+                    measurements = list(capacity.points)
+                else:
+                    mode = LoadMode.CONCURRENCY if levels_c else LoadMode.REQUEST_RATE
+                    for target in levels_c or levels_r:
+                        spec = LoadSpec(
+                            mode,
+                            target,
+                            arrival=step.arrival,
+                            warmup_s=warmup_s,
+                            window_s=window_s,
+                            window_requests=window_requests,
+                            max_windows=max_windows,
+                            stability_pct=stability_pct,
+                            seed=seed,
+                        )
+                        measurements.append(generator.measure(spec))
+                        generator.drain(30.0)
+
+            out = Console()
+            if not out.is_terminal:  # piped or captured: never truncate the numbers to 80 columns
+                out = Console(width=160)
+            out.print(results_table(measurements))
+            if any(m.tokens is not None for m in measurements):
+                out.print(tokens_table(measurements))
+            for m in measurements:
+                if m.classes:
+                    out.print(f"[dim]{_level(m)}:[/] {classes_text(m, goals)}", highlight=False)
+                for message in m.messages:
+                    out.print(f"[dim]{m.mode.value} {m.target:g}:[/] {message}", highlight=False)
+            if capacity is not None:
+                out.print(f"[bold]{capacity.message}[/]", highlight=False)
+            if output is not None:
+                environment = environment_record(
+                    url,
+                    model,
+                    protocol.value,
+                    workers,
+                    scenario.input,
+                    mixed.get("traffic.classes", ()),
+                )
+                if lengths is not None:  # a generative load: what its requests asked for
+                    environment["requests"] = {
+                        "lengths": lengths.describe(),
+                        "input_tokens": lengths.input.to_text(),
+                        "output_tokens": lengths.output.to_text(),
+                        "dataset": lengths.source or None,
+                    }
+                doc = load_output_dict(measurements, capacity, environment)
+                output.parent.mkdir(parents=True, exist_ok=True)
+                tmp = output.with_suffix(output.suffix + ".tmp")
+                tmp.write_text(json.dumps(doc, indent=2))
+                tmp.replace(output)
+                out.print(f"results written to {output}")
+            if capacity is not None and capacity.capacity_rps == 0:
+                raise GoalNotMetError(capacity.message)
+        finally:
+            if server is not None:
+                server.stop()

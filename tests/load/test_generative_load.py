@@ -272,9 +272,3 @@ def test_openai_stream_cut_before_done_is_a_failed_request(
     t = m["tokens"]
     assert m["request_count"] > 0 and t["failed_streams"] == m["error_count"] == m["request_count"]
     assert t["output_tokens"] == 2 * t["streams"]
-
-
-def test_token_flags_without_a_streaming_protocol_are_refused(spawns: None) -> None:
-    done = _perfsweep("--model", "m", "--rate-rps", "1", "--ttft-p99-ms", "100")
-    assert done.returncode == 2
-    assert "give --protocol grpc-stream" in done.stderr

@@ -307,3 +307,60 @@ def test_capacity_search_finds_the_highest_rate_meeting_ttft_and_itl() -> None:
         CapacitySpec(strict, start_rps=5, max_rps=1000, resolution=0.02), measure
     )
     assert 29.0 <= result.capacity_rps <= 30.0
+
+
+# ---- perfsweep load's usage errors (in process: they end before any load) ---------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--rate-rps", "1", "--ttft-p99-ms", "100"], "give --protocol grpc-stream"),
+        (["--rate-rps", "1", "--input-tokens", "64"], "give --protocol grpc-stream"),
+        (
+            ["--protocol", "openai", "--rate-rps", "1", "--input-tokens", "lognormal:mean=5"],
+            "--input-tokens takes N, uniform:LO,HI or lognormal:mean=M,sd=S",
+        ),
+        (
+            ["--protocol", "openai", "--find-capacity"],
+            "--find-capacity needs a goal",
+        ),
+        (["--device", "sim", "--url", "127.0.0.1:9", "--rate-rps", "1"], "give one"),
+    ],
+)
+def test_load_usage_errors_name_the_fix(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    match: str,
+) -> None:
+    from tests.support.cli import perfsweep_in_process
+
+    done = perfsweep_in_process(monkeypatch, capsys, "load", "--model", "m", *args, columns=200)
+    assert done.returncode == 2, done.stderr
+    assert match in " ".join(done.stderr.split())
+
+
+def test_a_dataset_line_without_lengths_stops_load_with_its_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from tests.support.cli import perfsweep_in_process
+
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "a b", "output_tokens": 3}\n{"prompt": "c"}\n')
+    done = perfsweep_in_process(
+        monkeypatch,
+        capsys,
+        "load",
+        "--model",
+        "m",
+        "--protocol",
+        "openai",
+        "--rate-rps",
+        "1",
+        "--dataset",
+        str(data),
+        columns=200,
+    )
+    assert done.returncode == 2
+    assert "d.jsonl:2: no 'output_tokens'" in " ".join(done.stderr.split())
