@@ -289,6 +289,9 @@ class LocustLoadGenerator:
                     spec.fail_fast,
                     bound,
                     latency_rule=rule is None,
+                    ttft_p90_ms=percentiles_us(t.tokens.ttft, [90])[90] / 1000.0
+                    if t.tokens.streams
+                    else None,
                 )
                 if reason is not None:
                     stats, _ = self._close_window(len(windows), current, elapsed, spec)

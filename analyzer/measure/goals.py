@@ -362,6 +362,7 @@ def clearly_fails(
     min_requests: int = 50,
     *,
     latency_rule: bool = True,
+    ttft_p90_ms: float | None = None,
 ) -> str | None:
     """Whether a level in progress has already failed its goals, so it can stop early.
 
@@ -370,6 +371,9 @@ def clearly_fails(
     systematic: the backlog passed its bound, or at least 10 % of the requests so far (p90) are
     beyond the p99 goal. A p99 over the goal alone is not enough, since with a few hundred
     samples it is one or two outliers (a machine hiccup), which the full level may absorb.
+
+    A generative level (``ttft_p90_ms``: its time to first token so far) fails the same way
+    when 10 % of its first tokens came later than the TTFT goal.
 
     ``latency_rule=False`` (a sequential step) leaves out the p90 rule: the step's sequential
     test owns the latency verdict (and, unlike a p90 over 50 requests, accounts for a burst
@@ -380,6 +384,11 @@ def clearly_fails(
     if request_count >= min_requests:
         if latency_rule and latency_p90_ms > goals.p99_ms:
             return f"p90 {latency_p90_ms:.1f} ms already beyond the p99 goal {goals.p99_ms:g} ms"
+        ttft_goal = goals.ttft_p99_ms
+        if ttft_goal is not None and ttft_p90_ms is not None and ttft_p90_ms > ttft_goal:
+            return (
+                f"TTFT p90 {ttft_p90_ms:.1f} ms already beyond the TTFT p99 goal {ttft_goal:g} ms"
+            )
         if goals.max_error_rate < 1 and error_count / request_count > max(
             goals.max_error_rate * 2, 0.05
         ):

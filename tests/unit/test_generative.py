@@ -364,3 +364,12 @@ def test_a_dataset_line_without_lengths_stops_load_with_its_line(
     )
     assert done.returncode == 2
     assert "d.jsonl:2: no 'output_tokens'" in " ".join(done.stderr.split())
+
+
+def test_a_step_whose_first_tokens_are_late_fails_fast() -> None:
+    from analyzer.measure.goals import clearly_fails
+
+    goals = Goals(math.inf, ttft_p99_ms=100.0)
+    assert clearly_fails(0.0, 60, 0, 5, goals, 64, ttft_p90_ms=150.0) is not None
+    assert clearly_fails(0.0, 60, 0, 5, goals, 64, ttft_p90_ms=90.0) is None
+    assert clearly_fails(0.0, 10, 0, 5, goals, 64, ttft_p90_ms=150.0) is None  # too few yet
