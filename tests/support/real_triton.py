@@ -29,7 +29,10 @@ that server, so scenarios needing different N need different servers.
 
 Caveat: the wheel's stub is built against numpy 1. With numpy 2 (this project's), building an
 output with ``pb_utils.Tensor(name, ndarray)`` yields zeros and BYTES inputs crash the stub, so
-the model hands outputs over with DLPack and :func:`sleep_model_config` refuses BYTES.
+the model hands outputs over with DLPack and :func:`sleep_model_config` refuses BYTES. The stub
+ignores ``PYTHONPATH``, but its ``sys.path`` starts with its working directory: a server started
+with ``cwd`` holding numpy 1 (``tests/support/stream_model.py``'s ``stub_numpy1``) gives its
+models working BYTES tensors.
 """
 
 from __future__ import annotations
