@@ -94,7 +94,9 @@ class Recorder:
         self.max_in_flight = 0
         self.backlog_max = 0
         self.classes = [ClassTally() for _ in range(self.class_count)]
-        self.tokens = TokenTally()
+        #: Generative requests' token streams; None until one is recorded (no histograms to
+        #: build and add every tick for requests answered once).
+        self.tokens: TokenTally | None = None
 
     def dispatched_one(self, lag_s: float, sent_at: float | None = None) -> None:
         """The scheduler handed one request to the pool ``lag_s`` after its intended time;
@@ -143,6 +145,8 @@ class Recorder:
         """One generative request finished: its whole-request figures as :meth:`done`, its
         tokens (TTFT, gaps, counts) into ``tokens``."""
         self.done(latency_s, service_s, error)
+        if self.tokens is None:
+            self.tokens = TokenTally()
         self.tokens.add_record(record, latency_s)
 
     def backlog(self, size: int) -> None:
@@ -175,7 +179,7 @@ class Recorder:
             "sequence": self.sequence.tobytes(),
             "sends": self.sends.tobytes(),
             "classes": [c.encode() for c in self.classes],
-            "tokens": self.tokens.encode() if self.tokens.streams else {},
+            "tokens": self.tokens.encode() if self.tokens is not None else {},
             **self._counters(),
         }
         self._reset()
@@ -237,8 +241,8 @@ class Tick:
     intervals: int = 0
     #: Per traffic class, by index (empty without classes).
     classes: list[ClassTally] = field(default_factory=list)
-    #: Generative requests' token streams (empty for requests answered once).
-    tokens: TokenTally = field(default_factory=TokenTally)
+    #: Generative requests' token streams (None for requests answered once).
+    tokens: TokenTally | None = None
 
     @classmethod
     def merge(cls, raw_ticks: Iterable[dict[str, Any]]) -> Tick:
@@ -249,8 +253,9 @@ class Tick:
             service=merge_encoded(t["service"] for t in ticks),
             lag=merge_encoded(t["lag"] for t in ticks),
             intervals=1,
-            tokens=TokenTally.merge(t.get("tokens") or {} for t in ticks),
         )
+        if any(t.get("tokens") for t in ticks):
+            out.tokens = TokenTally.merge(t.get("tokens") or {} for t in ticks)
         for t in ticks:
             for index, raw in enumerate(t.get("classes", ())):
                 while len(out.classes) <= index:
@@ -281,7 +286,10 @@ class Tick:
         self.lag.add(other.lag)
         self.sequence.extend(other.sequence)
         self.sends.extend(other.sends)
-        self.tokens.add(other.tokens)
+        if other.tokens is not None:
+            if self.tokens is None:
+                self.tokens = TokenTally()
+            self.tokens.add(other.tokens)
         for index, tally in enumerate(other.classes):
             while len(self.classes) <= index:
                 self.classes.append(ClassTally())

@@ -290,7 +290,7 @@ class LocustLoadGenerator:
                     bound,
                     latency_rule=rule is None,
                     ttft_p90_ms=percentiles_us(t.tokens.ttft, [90])[90] / 1000.0
-                    if t.tokens.streams
+                    if t.tokens is not None and t.tokens.streams
                     else None,
                 )
                 if reason is not None:
@@ -467,7 +467,7 @@ class LocustLoadGenerator:
     def _token_stats(self, spec: LoadSpec, total: Tick, duration: float) -> TokenStats | None:
         """A generative level's token figures; goodput against the step's goals (a capacity
         step) or the load's (None without streams)."""
-        if not total.tokens.streams:
+        if total.tokens is None or not total.tokens.streams:
             return None
         goals = spec.fail_fast or self.options.goals
         if goals is None:
