@@ -347,6 +347,8 @@ def goals_dict(goals: Goals) -> dict[str, Any]:
     """``goals`` as JSON-ready data (``Goals(**goals_dict(g)) == g``); without class goals, the
     dict of records written before classes existed."""
     out = dataclasses.asdict(goals)
+    if not math.isfinite(goals.p99_ms):
+        out["p99_ms"] = None  # JSON has no infinity: token goals alone (Goals reads None back)
     for key in ("ttft_p99_ms", "itl_p99_ms"):
         if out[key] is None:  # no token goal: the dict of records written before them
             del out[key]

@@ -260,8 +260,13 @@ def test_token_goals_judge_ttft_and_itl() -> None:
 
 
 def test_token_goals_round_trip_and_old_goals_read_as_before() -> None:
+    import json
+
     goals = Goals(math.inf, ttft_p99_ms=100.0, itl_p99_ms=20.0)
     assert Goals(**goals_dict(goals)) == goals
+    # Strict JSON (no Infinity) and back.
+    text = json.dumps(goals_dict(goals), allow_nan=False)
+    assert Goals(**json.loads(text)) == goals
     assert "ttft_p99_ms" not in goals_dict(Goals(50.0))
     m = _measurement(50, 10)
     assert Measurement.from_dict(m.to_dict()) == m
