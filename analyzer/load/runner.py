@@ -295,9 +295,16 @@ class LocustLoadGenerator:
                     return windows, ticks, reason, record
             decided = record is not None and record.verdict.final
             if spec.window_requests is not None:
+                completed = current.tick.completed
                 done = (
-                    current.tick.completed >= spec.window_requests and elapsed >= spec.min_window_s
-                ) or elapsed >= MAX_COUNT_WINDOW_S
+                    (completed >= spec.window_requests and elapsed >= spec.min_window_s)
+                    or (
+                        spec.max_window_s is not None
+                        and elapsed >= spec.max_window_s
+                        and completed >= spec.min_window_requests
+                    )
+                    or elapsed >= MAX_COUNT_WINDOW_S
+                )
             else:
                 done = elapsed >= spec.window_s
             if not done and not decided:

@@ -84,6 +84,11 @@ class LoadSpec:
     #: Window length in completed requests (count windows); each window also lasts >= ``min_window_s``.
     window_requests: int | None = None
     min_window_s: float = 1.0
+    #: A count window closes after this many seconds even short of ``window_requests`` (at a low
+    #: rate the seconds bound it), once it holds ``min_window_requests``. None: the load
+    #: engine's own ceiling.
+    max_window_s: float | None = None
+    min_window_requests: int = 1
     #: Stability rule: the last ``stable_windows`` windows agree within this percentage.
     stability_pct: float = 10.0
     stable_windows: int = 3
@@ -113,10 +118,24 @@ class LoadSpec:
             raise InputError(f"--window-s must be positive, got {self.window_s}")
         if self.window_requests is not None and self.window_requests < 1:
             raise InputError(f"--window-requests must be >= 1, got {self.window_requests}")
+        if self.max_window_s is not None and not self.max_window_s >= self.min_window_s:
+            raise InputError(
+                f"max_window_s ({self.max_window_s}) must be >= min_window_s ({self.min_window_s})"
+            )
         if self.stable_windows < 1 or self.max_windows < self.stable_windows:
             raise InputError(
                 f"max_windows ({self.max_windows}) must be >= stable_windows ({self.stable_windows}) >= 1"
             )
+
+    def window_requests_at(self, rate_rps: float) -> int:
+        """Requests a window holds at ``rate_rps`` (open loop): ``window_requests`` bounded by
+        ``min_window_s`` and ``max_window_s`` (with ``min_window_requests``), or the rate times ``window_s`` for time windows."""
+        if self.window_requests is None:
+            return max(1, round(rate_rps * self.window_s))
+        count = max(self.window_requests, round(rate_rps * self.min_window_s))
+        if self.max_window_s is not None:
+            count = min(count, max(self.min_window_requests, round(rate_rps * self.max_window_s)))
+        return max(1, count)
 
     def in_flight_bound(self) -> int:
         """Requests allowed in flight before an open-loop level counts as overloaded.
