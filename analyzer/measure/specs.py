@@ -127,6 +127,23 @@ class LoadSpec:
                 f"max_windows ({self.max_windows}) must be >= stable_windows ({self.stable_windows}) >= 1"
             )
 
+    def window_closes(self, completed: int, elapsed_s: float, ceiling_s: float) -> bool:
+        """Whether a window of ``completed`` requests after ``elapsed_s`` seconds is over: a
+        time window at ``window_s``; a count window at ``window_requests`` (and at least
+        ``min_window_s``), at ``max_window_s`` once it holds ``min_window_requests``, and at
+        the engine's ``ceiling_s`` whatever it holds."""
+        if self.window_requests is None:
+            return elapsed_s >= self.window_s
+        return (
+            (completed >= self.window_requests and elapsed_s >= self.min_window_s)
+            or (
+                self.max_window_s is not None
+                and elapsed_s >= self.max_window_s
+                and completed >= self.min_window_requests
+            )
+            or elapsed_s >= ceiling_s
+        )
+
     def window_requests_at(self, rate_rps: float) -> int:
         """Requests a window holds at ``rate_rps`` (open loop): ``window_requests`` bounded by
         ``min_window_s`` and ``max_window_s`` (with ``min_window_requests``), or the rate times ``window_s`` for time windows."""

@@ -213,6 +213,19 @@ def test_sequential_windows_hold_the_percentiles_samples_or_window_s_at_low_rate
         assert step.window_requests_at(rate) <= old
 
 
+def test_a_sequential_window_closes_at_its_samples_or_at_window_s_once_it_holds_enough() -> None:
+    step = _plan().capacity_step()
+    ceiling = 30.0
+    assert not step.window_closes(999, 3.0, ceiling)
+    assert step.window_closes(1000, 2.0, ceiling)  # the samples: 2 s at 500 req/s
+    assert not step.window_closes(5000, 0.5, ceiling)  # but at least a second
+    assert step.window_closes(400, 4.0, ceiling)  # window_s at 100 req/s
+    assert not step.window_closes(150, 7.5, ceiling)  # below min_requests: not yet
+    assert step.window_closes(150, 30.0, ceiling)  # the engine's ceiling ends it anyway
+    timed = LoadSpec(LoadMode.REQUEST_RATE, 1.0, window_s=3.0)
+    assert not timed.window_closes(10**6, 2.9, ceiling) and timed.window_closes(0, 3.0, ceiling)
+
+
 def test_a_window_cap_below_its_floor_is_refused() -> None:
     with pytest.raises(InputError, match="max_window_s"):
         replace(LoadSpec(LoadMode.REQUEST_RATE, 1.0, window_requests=10), max_window_s=0.5)
