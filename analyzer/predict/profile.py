@@ -292,12 +292,14 @@ class Profile:
             None: alike requests of one item.
         serial_share: The share of an execution the device serialises across instances, as
             the interference probe measured it (:attr:`Overlap.serial_share
-            <analyzer.predict.interference.Overlap>`, at one batch size and the data's median
-            request size); None: not measured. Above 0 it says the instances share one
-            device. With size classes it is a floor on every execution's device part:
-            ``overlap_ms``, measured at one size, is not extrapolated to other sizes (or
-            batch sizes) into less device time than that share, so no config is simulated
-            above the device's serial throughput at the data's sizes (:meth:`device_rps`).
+            <analyzer.predict.interference.Overlap>`); None: not measured. Above 0 it says
+            the instances share one device (:attr:`shares_device`, :meth:`device_rps`).
+        overlap_batch: The batch size ``overlap_ms`` was measured at (the interference
+            probe's); None: not known. With size classes the host work inside
+            ``compute_infer`` is taken per request, as a Python backend handles each request
+            of a batch: ``overlap_ms x b / overlap_batch`` at batch size ``b`` (a constant
+            measured at a batch of 8 would erase a batch of 1's device time and predict
+            configs above what the device serves).
     """
 
     model: str
@@ -312,6 +314,7 @@ class Profile:
     classes: tuple[SizeClass, ...] = ()
     mix: RequestMix | None = None
     serial_share: float | None = None
+    overlap_batch: int | None = None
 
     def __post_init__(self) -> None:
         if self.classes:
@@ -464,14 +467,13 @@ class Profile:
         return self.serial_share is not None and self.serial_share > 0
 
     def _host_in_infer(self, t: BatchTiming) -> float:
-        """The host work the simulator moves out of ``t``'s device phase: ``overlap_ms``, but
-        with size classes never so much that the device part falls below the measured
-        serialised share of the execution (the overlap was measured at one request size and
-        batch size; a short request's device time is not erased by a long one's host work)."""
-        moved = min(self.overlap_ms, t.infer_ms)
-        if self.classes and self.serial_share is not None:
-            moved = min(moved, max(0.0, t.infer_ms - self.serial_share * t.total_ms))
-        return moved
+        """The host work the simulator moves out of ``t``'s device phase (it overlaps across
+        instances): ``overlap_ms``; with size classes and a known :attr:`overlap_batch`, per
+        request, so in proportion to ``t``'s batch size. Never more than ``compute_infer``."""
+        moved = self.overlap_ms
+        if self.classes and self.overlap_batch:
+            moved = self.overlap_ms * t.batch_size / self.overlap_batch
+        return min(moved, t.infer_ms)
 
     def table(self, largest: int) -> list[BatchTiming]:
         """Timings for sizes ``0..largest`` as the simulator runs them (index = size; entry 0
@@ -548,6 +550,7 @@ class Profile:
             "latency_offset_ms": self.latency_offset_ms,
             "overlap_ms": self.overlap_ms,
             **({"serial_share": self.serial_share} if self.serial_share is not None else {}),
+            **({"overlap_batch": self.overlap_batch} if self.overlap_batch is not None else {}),
             "timings": [t.to_dict() for t in self.timings],
             **({"mix": self.mix.to_dict()} if self.mix is not None else {}),
             **(
@@ -587,6 +590,9 @@ class Profile:
                 # Absent in a profile written before it was kept: not measured.
                 serial_share=(
                     None if data.get("serial_share") is None else float(data["serial_share"])
+                ),
+                overlap_batch=(
+                    None if data.get("overlap_batch") is None else int(data["overlap_batch"])
                 ),
                 # Both absent in a profile written before size classes: one class.
                 classes=tuple(
