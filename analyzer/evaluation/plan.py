@@ -22,14 +22,19 @@ from analyzer.config.scenario import Scenario
 from analyzer.config.traffic import TrafficMode
 from analyzer.measure.arrivals import ArrivalProcess
 from analyzer.measure.specs import CapacitySpec, Goals, LoadMode, LoadSpec
-from analyzer.measure.stepping import StepTest
+from analyzer.measure.stepping import StepTest, window_samples
 
 #: Windows a sequential step may take: the window is the unit of the stability check and of the
 #: batch means, not the stopping rule. An undecided step usually ends here, not at its request
-#: cap (``budget.sequential_max_requests``): with short windows (the sim scenario's 1 s of at
-#: least 100 requests) three windows hold ~300-1,300 requests, and such a BOUNDARY step is
-#: judged on its point p99.
+#: cap (``budget.sequential_max_requests``), and such a BOUNDARY step is judged on its point p99.
+#: A window holds the samples its percentile needs (:func:`~analyzer.measure.stepping.
+#: window_samples`: 1,000 for a p99) or ``budget.window_s`` of requests where the rate is too
+#: low for that, whichever comes first, so a step at a high rate is not held for seconds its
+#: evidence does not need.
 SEQUENTIAL_WINDOWS = 3
+
+#: The shortest window of a sequential step, seconds: its throughput spans at least this long.
+SEQUENTIAL_MIN_WINDOW_S = 1.0
 
 #: Growth of a capacity search that starts at a predicted capacity: small steps bracket it.
 EXPECTED_GROWTH = 1.2
@@ -176,31 +181,41 @@ class LoadPlan:
             max_requests=b.sequential_max_requests,
         )
 
-    def capacity_step(self, factor: float = 1.0, arrival: ArrivalProcess | None = None) -> LoadSpec:
-        """The template of a capacity search's levels: :meth:`step`, sequential when
-        :attr:`sequential`."""
+    def sequential_step(
+        self, factor: float = 1.0, arrival: ArrivalProcess | None = None
+    ) -> LoadSpec:
+        """:meth:`step` as a sequential step: its test, and windows of the samples the
+        percentile needs (``factor`` times as many when validating), at most ``window_s``
+        seconds long, at least :data:`SEQUENTIAL_MIN_WINDOW_S`."""
         step = self.step(factor, arrival)
-        if not self.sequential:
-            return step
+        test = self.step_test()
+        fewest = step.window_requests or 1
+        longest = step.min_window_s
         return replace(
             step,
-            sequential=self.step_test(),
+            sequential=test,
+            window_requests=max(round(window_samples(test.quantile) * factor), fewest),
+            min_window_s=min(SEQUENTIAL_MIN_WINDOW_S * factor, longest),
+            # At a low rate the window ends at window_s, as a time window would, once it holds
+            # budget.min_requests (as every window does).
+            max_window_s=longest,
+            min_window_requests=fewest,
             max_windows=max(step.max_windows, SEQUENTIAL_WINDOWS),
         )
+
+    def capacity_step(self, factor: float = 1.0, arrival: ArrivalProcess | None = None) -> LoadSpec:
+        """The template of a capacity search's levels: :meth:`step`, sequential
+        (:meth:`sequential_step`) when :attr:`sequential`."""
+        if not self.sequential:
+            return self.step(factor, arrival)
+        return self.sequential_step(factor, arrival)
 
     def check(
         self, rate_rps: float, factor: float = 1.0, arrival: ArrivalProcess | None = None
     ) -> LoadSpec:
         """One sequential step at ``rate_rps`` (validation at the winner's capacity): it ends
         as soon as p99 <= goal is decided, or at the boundary."""
-        step = self.step(factor, arrival)
-        return replace(
-            step,
-            target=rate_rps,
-            sequential=self.step_test(),
-            max_windows=max(step.max_windows, SEQUENTIAL_WINDOWS),
-            fail_fast=None,
-        )
+        return replace(self.sequential_step(factor, arrival), target=rate_rps, fail_fast=None)
 
     def capacity_spec(
         self,

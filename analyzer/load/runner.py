@@ -301,12 +301,7 @@ class LocustLoadGenerator:
                         record = rule.stop(StepVerdict.FAIL, f"stopped early: {reason}")
                     return windows, ticks, reason, record
             decided = record is not None and record.verdict.final
-            if spec.window_requests is not None:
-                done = (
-                    current.tick.completed >= spec.window_requests and elapsed >= spec.min_window_s
-                ) or elapsed >= MAX_COUNT_WINDOW_S
-            else:
-                done = elapsed >= spec.window_s
+            done = spec.window_closes(current.tick.completed, elapsed, MAX_COUNT_WINDOW_S)
             if not done and not decided:
                 continue
             # A decided step closes its window where it stands (the last window is short).

@@ -179,6 +179,28 @@ class CapacitySearch:
         return (low + high) / 2.0
 
 
+def needs_confirmation(spec: CapacitySpec, search: CapacitySearch, failed: Measurement) -> bool:
+    """Whether a failing step must repeat before it counts (with ``spec.confirm_failures``).
+
+    A repeat guards against a latency spike failing a rate the config serves; it is skipped
+    where the evidence is in already:
+
+    * the step's sequential test decided FAIL far beyond the goal
+      (:attr:`~analyzer.measure.stepping.StepRecord.far_beyond`): the test's estimate of the
+      autocorrelation already discounts a burst of slow requests, and a spike leaves a share
+      over the goal near the allowed one, not twice it;
+    * the upper step of a forecast check (``spec.forecast_check``: a pass at the start, then
+      this failure): the failure the forecast predicted, so two sources agree. It is the top
+      of the bracket the gain's interval covers (the baseline is measured no finer than that
+      interval needs); a step undecided at its cap failed on a p99 near the goal, i.e. near
+      the capacity, which the bracket holds.
+    """
+    step = failed.step
+    if failed.valid and step is not None and step.far_beyond:
+        return False
+    return not (spec.forecast_check and [p for _, p in search.history] == [True])
+
+
 def find_capacity(
     spec: CapacitySpec,
     measure: Callable[[LoadSpec], Measurement],
@@ -228,7 +250,7 @@ def find_capacity(
     while (rate := search.next_rate()) is not None:
         step = replace(template, mode=LoadMode.REQUEST_RATE, target=rate, fail_fast=spec.goals)
         m, passed = run_valid(step)
-        if not passed and spec.confirm_failures:
+        if not passed and spec.confirm_failures and needs_confirmation(spec, search, m):
             # Real servers have rare outliers: a failure must repeat, in a valid measurement.
             m, passed = run_valid(step)
         boundary = passed and sequential_verdict(m, spec.goals) is StepVerdict.BOUNDARY

@@ -113,6 +113,11 @@ class LoadSpec:
     #: Window length in completed requests (count windows); each window also lasts >= ``min_window_s``.
     window_requests: int | None = None
     min_window_s: float = 1.0
+    #: A count window closes after this many seconds even short of ``window_requests`` (at a low
+    #: rate the seconds bound it), once it holds ``min_window_requests``. None: the load
+    #: engine's own ceiling.
+    max_window_s: float | None = None
+    min_window_requests: int = 1
     #: Stability rule: the last ``stable_windows`` windows agree within this percentage.
     stability_pct: float = 10.0
     stable_windows: int = 3
@@ -142,10 +147,41 @@ class LoadSpec:
             raise InputError(f"--window-s must be positive, got {self.window_s}")
         if self.window_requests is not None and self.window_requests < 1:
             raise InputError(f"--window-requests must be >= 1, got {self.window_requests}")
+        if self.max_window_s is not None and not self.max_window_s >= self.min_window_s:
+            raise InputError(
+                f"max_window_s ({self.max_window_s}) must be >= min_window_s ({self.min_window_s})"
+            )
         if self.stable_windows < 1 or self.max_windows < self.stable_windows:
             raise InputError(
                 f"max_windows ({self.max_windows}) must be >= stable_windows ({self.stable_windows}) >= 1"
             )
+
+    def window_closes(self, completed: int, elapsed_s: float, ceiling_s: float) -> bool:
+        """Whether a window of ``completed`` requests after ``elapsed_s`` seconds is over: a
+        time window at ``window_s``; a count window at ``window_requests`` (and at least
+        ``min_window_s``), at ``max_window_s`` once it holds ``min_window_requests``, and at
+        the engine's ``ceiling_s`` whatever it holds."""
+        if self.window_requests is None:
+            return elapsed_s >= self.window_s
+        return (
+            (completed >= self.window_requests and elapsed_s >= self.min_window_s)
+            or (
+                self.max_window_s is not None
+                and elapsed_s >= self.max_window_s
+                and completed >= self.min_window_requests
+            )
+            or elapsed_s >= ceiling_s
+        )
+
+    def window_requests_at(self, rate_rps: float) -> int:
+        """Requests a window holds at ``rate_rps`` (open loop): ``window_requests`` bounded by
+        ``min_window_s`` and ``max_window_s`` (with ``min_window_requests``), or the rate times ``window_s`` for time windows."""
+        if self.window_requests is None:
+            return max(1, round(rate_rps * self.window_s))
+        count = max(self.window_requests, round(rate_rps * self.min_window_s))
+        if self.max_window_s is not None:
+            count = min(count, max(self.min_window_requests, round(rate_rps * self.max_window_s)))
+        return max(1, count)
 
     def in_flight_bound(self) -> int:
         """Requests allowed in flight before an open-loop level counts as overloaded.

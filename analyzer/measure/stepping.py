@@ -49,6 +49,17 @@ Looking repeatedly (why the confidence is split)
     By the union bound the probability that a step ends with a wrong PASS (or a wrong FAIL) is at
     most ``alpha``. A step still undecided at ``max_requests`` is reported as BOUNDARY.
 
+How long a step needs to be (what the callers build on the verdict)
+    A window of a sequential step holds :func:`window_samples` requests (1,000 for a p99: ten
+    expected over the goal at the goal itself), not a number of seconds: the window is the unit
+    of the stability check and of the step's cap, and a p99 of fewer samples rests on its last
+    few values. A FAIL the test decided with its lower bound at least :data:`FAR_SHARE_FACTOR`
+    times the allowed share (:attr:`StepRecord.far_beyond`: with the test's confidence, more
+    than twice the allowed tail is over the goal) is far beyond the goal: a capacity search
+    takes it as it stands. A FAIL closer than that, or one not decided by the test (a cap, a
+    guard), is the kind a latency spike can cause, and is confirmed by a repeat. Neither
+    changes the test's own error rates: both read a verdict the test has already given.
+
 What the guarantee rests on: ``tau`` is estimated, not known; the grid, not the window size,
 fixes the looks; and the step's requests are one stationary regime (warm-up excluded). With
 time windows the window's request count depends on throughput; the grid bounds the number of
@@ -73,6 +84,19 @@ MIN_OVER_FOR_INDICATOR_TAU = 5
 SOKAL_C = 5.0
 #: The tail proxy's share is this many times the goal's (p95 for a p99 goal), capped at one half.
 TAIL_PROXY_FACTOR = 5.0
+#: A decided FAIL whose lower bound on the share over the goal is at least this many times the
+#: allowed share is far beyond the goal (:attr:`StepRecord.far_beyond`): no repeat confirms it.
+FAR_SHARE_FACTOR = 2.0
+#: Requests over the goal a window holds at the goal itself (:func:`window_samples`).
+WINDOW_TAIL_SAMPLES = 10
+
+
+def window_samples(quantile: float) -> int:
+    """Requests a window needs for its ``p{quantile}`` to rest on :data:`WINDOW_TAIL_SAMPLES`
+    requests above it (1,000 for a p99, 200 for a p95)."""
+    if not 0 < quantile < 1:
+        raise InputError(f"quantile must be in (0, 1), got {quantile} (p99 is 0.99)")
+    return math.ceil(round(WINDOW_TAIL_SAMPLES / (1.0 - quantile), 6))
 
 
 class StepVerdict(str, enum.Enum):
@@ -197,6 +221,17 @@ class StepRecord:
     def share(self) -> float:
         """Observed share of requests over the goal."""
         return self.over / self.n if self.n else 0.0
+
+    @property
+    def far_beyond(self) -> bool:
+        """A FAIL the test decided (at a look, not a stop) with its lower bound on the share
+        over the goal at least :data:`FAR_SHARE_FACTOR` times the allowed share: the failure
+        stands without a repeat."""
+        return (
+            self.verdict is StepVerdict.FAIL
+            and self.alpha_look > 0
+            and self.lower_share >= FAR_SHARE_FACTOR * self.target_share
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

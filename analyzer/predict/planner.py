@@ -346,6 +346,13 @@ def render_text(report: PlanReport) -> str:
             f"host work inside compute_infer: {prof.overlap_ms:.2f} ms of every execution "
             "overlaps across instances (simulated as input-phase work)"
         )
+    device = prof.device_rps(prof.max_batch_size) if prof.shares_device else None
+    if device is not None:
+        lines.append(
+            f"instances share one device (serialised share {prof.serial_share:.2f}): its serial "
+            f"throughput at the data's sizes is {device:.1f} req/s with batches up to "
+            f"{prof.max_batch_size}, which no config is predicted above"
+        )
     lines.append("assumptions:")
     lines.extend(f"  - {a}" for a in report.assumptions)
     return "\n".join(lines)

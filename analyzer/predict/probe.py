@@ -30,7 +30,9 @@ items (``N`` batches of ``b`` at once, requests of the median size class); the m
 time there over the one at 1 instance is ``Profile.interference[N]``. It says how much of an
 execution the device serialises (:class:`~analyzer.predict.interference.Overlap`): where that is
 less than ``compute_infer`` (a backend that reports its host work inside it, as Triton's Python
-backend does), the difference is ``Profile.overlap_ms``, which the simulator runs as host work.
+backend does), the difference is ``Profile.overlap_ms``, which the simulator runs as host work;
+the serialised share itself is ``Profile.serial_share``, and the batch size it was measured at
+``Profile.overlap_batch`` (with several request sizes the host work is taken per request).
 Jitter is the mean relative standard deviation of one execution's time over a size's bursts
 (each burst at 1 instance is one execution).
 
@@ -482,6 +484,8 @@ def probe(
         jitter,
         interference,
         overlap.ms if overlap is not None else 0.0,
+        overlap.serial_share if overlap is not None else None,
+        overlap.batch_size if overlap is not None else None,
     )
     classes = tuple(
         SizeClass(size, _profile(model, "", per_size, 0.0, {}).timings)
@@ -516,6 +520,8 @@ def _profile(
     jitter: float,
     interference: Mapping[int, float],
     overlap_ms: float = 0.0,
+    serial_share: float | None = None,
+    overlap_batch: int | None = None,
 ) -> Profile:
     """The profile of the sizes measured at one instance (means per execution)."""
     timings = tuple(
@@ -537,6 +543,8 @@ def _profile(
         instances_profiled=1,
         interference=dict(interference),
         overlap_ms=overlap_ms,
+        serial_share=serial_share,
+        overlap_batch=overlap_batch,
     )
 
 

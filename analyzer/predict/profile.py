@@ -290,6 +290,16 @@ class Profile:
             time per batch size (whatever was passed is replaced).
         mix: The requests the load sends (sizes, shares, batching keys, items per request);
             None: alike requests of one item.
+        serial_share: The share of an execution the device serialises across instances, as
+            the interference probe measured it (:attr:`Overlap.serial_share
+            <analyzer.predict.interference.Overlap>`); None: not measured. Above 0 it says
+            the instances share one device (:attr:`shares_device`, :meth:`device_rps`).
+        overlap_batch: The batch size ``overlap_ms`` was measured at (the interference
+            probe's); None: not known. With size classes the host work inside
+            ``compute_infer`` is taken per request, as a Python backend handles each request
+            of a batch: ``overlap_ms x b / overlap_batch`` at batch size ``b`` (a constant
+            measured at a batch of 8 would erase a batch of 1's device time and predict
+            configs above what the device serves).
     """
 
     model: str
@@ -303,6 +313,8 @@ class Profile:
     overlap_ms: float = 0.0
     classes: tuple[SizeClass, ...] = ()
     mix: RequestMix | None = None
+    serial_share: float | None = None
+    overlap_batch: int | None = None
 
     def __post_init__(self) -> None:
         if self.classes:
@@ -444,13 +456,24 @@ class Profile:
         if self.overlap_ms <= 0:
             return rows
         return [
-            replace(
-                t,
-                input_ms=t.input_ms + min(self.overlap_ms, t.infer_ms),
-                infer_ms=max(0.0, t.infer_ms - self.overlap_ms),
-            )
+            replace(t, input_ms=t.input_ms + moved, infer_ms=t.infer_ms - moved)
             for t in rows
+            for moved in (self._host_in_infer(t),)
         ]
+
+    @property
+    def shares_device(self) -> bool:
+        """The interference probe measured instances that serialise on one device."""
+        return self.serial_share is not None and self.serial_share > 0
+
+    def _host_in_infer(self, t: BatchTiming) -> float:
+        """The host work the simulator moves out of ``t``'s device phase (it overlaps across
+        instances): ``overlap_ms``; with size classes and a known :attr:`overlap_batch`, per
+        request, so in proportion to ``t``'s batch size. Never more than ``compute_infer``."""
+        moved = self.overlap_ms
+        if self.classes and self.overlap_batch:
+            moved = self.overlap_ms * t.batch_size / self.overlap_batch
+        return min(moved, t.infer_ms)
 
     def table(self, largest: int) -> list[BatchTiming]:
         """Timings for sizes ``0..largest`` as the simulator runs them (index = size; entry 0
@@ -479,13 +502,40 @@ class Profile:
 
     def peak_rps(self, largest: int, instances: int = 1) -> float:
         """Noise-free upper bound on throughput with batches up to ``largest`` (device-bound
-        unless host work per instance dominates)."""
+        unless host work per instance dominates); never above :meth:`device_rps` when the
+        instances share one device."""
         best = 0.0
         for t in self.table(largest)[1:]:
             cycle = max(t.infer_ms, t.total_ms / max(1, instances))
             if cycle > 0:
                 best = max(best, 1000.0 * t.batch_size / cycle)
-        return best
+        device = self.device_rps(largest)
+        return best if device is None else min(best, device)
+
+    def device_rps(self, largest: int) -> float | None:
+        """The device's serial throughput at the data's sizes with batches up to ``largest``:
+        requests per second when the device does nothing but the serialised part of every
+        execution, back to back (each batch size's mean over the sizes its batches are timed
+        at, as the simulator draws them; the best batch size). None unless the instances share
+        one device (:attr:`shares_device`): then no config serves more, however many
+        instances it has."""
+        if not self.shares_device:
+            return None
+        tables, _ = self.size_tables(largest)
+        sizes = sorted({k.size for k in self.mix.kinds}) if self.mix is not None else []
+        items = self.items
+        best = 0.0
+        for b in range(items, largest // items * items + 1, items):
+            if self.classes:
+                device = sum(
+                    share * tables[sizes.index(size)][b].infer_ms
+                    for size, share in self._largest_shares(b)
+                )
+            else:
+                device = tables[0][b].infer_ms
+            if device > 0:
+                best = max(best, 1000.0 * b / device)
+        return best if best > 0 else None
 
     def to_dict(self) -> dict[str, Any]:
         """The versioned JSON document (``perfsweep predict --profile`` reads it back)."""
@@ -499,6 +549,8 @@ class Profile:
             "interference": {str(k): v for k, v in sorted(self.interference.items())},
             "latency_offset_ms": self.latency_offset_ms,
             "overlap_ms": self.overlap_ms,
+            **({"serial_share": self.serial_share} if self.serial_share is not None else {}),
+            **({"overlap_batch": self.overlap_batch} if self.overlap_batch is not None else {}),
             "timings": [t.to_dict() for t in self.timings],
             **({"mix": self.mix.to_dict()} if self.mix is not None else {}),
             **(
@@ -535,6 +587,13 @@ class Profile:
                 interference={int(k): float(v) for k, v in data.get("interference", {}).items()},
                 latency_offset_ms=float(data.get("latency_offset_ms", 0.0)),
                 overlap_ms=float(data.get("overlap_ms", 0.0)),
+                # Absent in a profile written before it was kept: not measured.
+                serial_share=(
+                    None if data.get("serial_share") is None else float(data["serial_share"])
+                ),
+                overlap_batch=(
+                    None if data.get("overlap_batch") is None else int(data["overlap_batch"])
+                ),
                 # Both absent in a profile written before size classes: one class.
                 classes=tuple(
                     SizeClass(int(c["size"]), tuple(BatchTiming.from_dict(t) for t in c["timings"]))

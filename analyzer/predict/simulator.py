@@ -81,7 +81,9 @@ ASSUMPTIONS = (
     "wakes the batcher",
     "execution: compute_input and compute_output overlap across instances; compute_infer is "
     "serialised on one device shared by all instances, except the profile's overlap_ms (host "
-    "work the backend reports inside compute_infer, measured by the interference probe)",
+    "work the backend reports inside compute_infer, measured by the interference probe), which "
+    "overlaps; with several request sizes that host work is taken per request of a batch, so "
+    "no config is predicted above the device's serial throughput at the data's sizes",
 )
 
 

@@ -54,7 +54,7 @@ __all__ = ["VirtualClock", "VirtualLoad", "VirtualServer", "virtual_seams"]
 #: what its test needs, up to the test's cap).
 MIN_LEVEL_REQUESTS = 500
 MAX_LEVEL_REQUESTS = 20_000
-#: A sequential step's windows: half a second of requests, at least this many.
+#: A sequential step's windows: the step's own window at its rate, at least this many requests.
 MIN_WINDOW_REQUESTS = 50
 #: Latency a level that could not keep up reports (the simulation stopped: the p99 is unbounded).
 OVERLOADED_MS = 60_000.0
@@ -322,7 +322,7 @@ class VirtualLoad:
         level's ``max_windows`` windows (BOUNDARY), as the Locust engine stops a step."""
         assert spec.sequential is not None
         test = spec.sequential
-        window = max(MIN_WINDOW_REQUESTS, round(spec.target * (spec.window_s or 1.0)))
+        window = max(MIN_WINDOW_REQUESTS, spec.window_requests_at(spec.target))
         cap = min(test.max_requests, window * max(1, spec.max_windows))
         n = min(cap, max(4 * test.min_requests, 4 * window))
         while True:

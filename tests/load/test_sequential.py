@@ -8,9 +8,10 @@ far from the goal:
   and the generator's overheads, far below the goal. The step must PASS long before its cap of
   ``MAX_REQUESTS`` (``max_rps = start_rps``: the search ends there, unbracketed).
 * ``HIGH_RPS``, twice that: the queue, and with it every latency, grows without bound. The step
-  must FAIL at its first looks (or by the backlog guard), after a few hundred requests, and the
-  failure is confirmed by one repeat (``confirm_failures``) before the search gives up
-  (``min_rps = start_rps``: nothing below it is tried).
+  must FAIL at its first looks (or by the backlog guard), after a few hundred requests. A FAIL
+  the test decided far beyond the goal stands at once; one the guard stopped is confirmed by one
+  repeat (``confirm_failures``) before the search gives up (``min_rps = start_rps``: nothing
+  below it is tried).
 
 How many requests a PASS takes depends on how correlated the latencies are: about 530 effective
 requests with none over the goal, times ``tau`` (2-4 on this shared 2-core machine at a quarter of
@@ -89,7 +90,10 @@ def test_far_from_goal_steps_end_early_with_their_verdict_in_the_measurement() -
     assert low["capacity_rps"] == LOW_RPS and not low["bracketed"], low["message"]
     assert low["best"]["step"]["verdict"] == "pass" and low["at_boundary"] is False
     failing = [p for p in high["points"] if p["valid"]]
-    assert len(failing) >= 2, brief  # the failure was confirmed by a repeat
+    first = failing[0]["step"]
+    far = first["alpha_look"] > 0 and first["lower_share"] >= 2 * first["target_share"]
+    # Far beyond the goal by the test: no repeat; stopped by a guard: confirmed by a repeat.
+    assert len(failing) == 1 if far else len(failing) >= 2, brief
     for p in failing:
         assert p["step"]["verdict"] == "fail", brief
         assert p["step"]["n"] <= 1_000, brief  # a few hundred requests

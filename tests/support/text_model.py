@@ -25,8 +25,14 @@ Each execute() sleeps (or, with BURN, spins) BASE_MS + PER_TOKEN_MS * rows * lon
 (the requests' batch dims summed) and longest the longest sequence (dim 1) of any request in
 it: what padding a ragged batch to one length costs a transformer. Input k is returned as
 output k.
+
+With DEVICE_LOCK (a file every instance opens), that device part runs holding an exclusive
+flock on it, so the instances (separate stub processes) queue for one device; HOST_MS per
+request of the batch is slept before it, outside the lock: host work that overlaps across
+instances.
 """
 
+import fcntl
 import time
 
 import triton_python_backend_utils as pb_utils
@@ -35,9 +41,26 @@ BASE_MS = {base_ms!r}
 PER_TOKEN_MS = {per_token_ms!r}
 NAMES = {names!r}
 BURN = {burn!r}
+HOST_MS = {host_ms!r}
+DEVICE_LOCK = {device_lock!r}
 
 
 class TritonPythonModel:
+    def initialize(self, args):
+        self.device = open(DEVICE_LOCK, "a+") if DEVICE_LOCK else None
+
+    def finalize(self):
+        if self.device is not None:
+            self.device.close()
+
+    def _device(self, seconds):
+        if BURN:  # the work keeps a core busy, as a model on the CPU does
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                pass
+        else:
+            time.sleep(seconds)
+
     def execute(self, requests):
         rows = 0
         longest = 0
@@ -46,12 +69,16 @@ class TritonPythonModel:
             rows += shape[0]
             longest = max(longest, shape[1])
         seconds = (BASE_MS + PER_TOKEN_MS * rows * longest) / 1000.0
-        if BURN:  # the work keeps a core busy, as a model on the CPU does
-            end = time.perf_counter() + seconds
-            while time.perf_counter() < end:
-                pass
+        if HOST_MS:
+            time.sleep(HOST_MS * len(requests) / 1000.0)
+        if self.device is None:
+            self._device(seconds)
         else:
-            time.sleep(seconds)
+            fcntl.flock(self.device, fcntl.LOCK_EX)
+            try:
+                self._device(seconds)
+            finally:
+                fcntl.flock(self.device, fcntl.LOCK_UN)
         return [
             pb_utils.InferenceResponse(
                 output_tensors=[
@@ -73,6 +100,8 @@ def padded_sequence_model(
     inputs: Sequence[str] = ("INPUT_IDS", "ATTENTION_MASK"),
     allow_ragged_batch: bool = True,
     burn: bool = False,
+    host_ms: float = 0.0,
+    device_lock: str | None = None,
 ) -> tuple[mc.ModelConfig, str]:
     """A text-classifier-like Python-backend model and its ``model.py``
     (:data:`PADDED_SEQUENCE_SOURCE`): INT64 ``[-1]`` inputs (token ids and mask), each echoed
@@ -81,7 +110,9 @@ def padded_sequence_model(
     without it Triton batches only requests of equal shapes. No dynamic batching, one instance:
     the model's own config, as a sweep's baseline measures it. ``burn``: the execution keeps a
     core busy for its time (a model on the CPU: instances beyond the free cores add nothing)
-    instead of sleeping (a device the instances queue for)."""
+    instead of sleeping (a device the instances queue for). ``device_lock``: a file whose
+    exclusive lock the device part holds, so the instances share one device; ``host_ms``: host
+    work per request before it, which overlaps across instances."""
     specs = [
         TensorSpec(n, dims=(-1,), data_type="TYPE_INT64", allow_ragged_batch=allow_ragged_batch)
         for n in inputs
@@ -92,6 +123,8 @@ def padded_sequence_model(
         per_token_ms=float(per_token_ms),
         names=[(s.name, s.output_name) for s in specs],
         burn=burn,
+        host_ms=float(host_ms),
+        device_lock=device_lock,
     )
     return config, source
 
