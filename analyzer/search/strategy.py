@@ -435,6 +435,19 @@ class Guide:
         self.refits += 1
         self._simulate(top)
 
+    def one_per_instance_count(self) -> None:
+        """Keep the cheapest predicted config of each instance count (:func:`config_cost`) and
+        forget the rest: where batches cannot form, the batching knobs change nothing, and one
+        config stands for every config of its instance count."""
+        kept: dict[int, TrialKnobs] = {}
+        for k in self.predictions:
+            count = getattr(k, "instance_count", None)
+            if count is None:
+                return  # a pipeline's or a mix's configs: each stage batches on its own
+            if count not in kept or config_cost(k) < config_cost(kept[count]):
+                kept[count] = k
+        self.predictions = {k: self.predictions[k] for k in kept.values()}
+
     def record(self, order: Sequence[TrialKnobs] | None = None) -> Predictions:
         """predictions.json: every predicted config (in ``order``; default: the order they were
         predicted in, the space's) and the predictor."""

@@ -65,7 +65,7 @@ from analyzer.config.scenario import Scenario
 from analyzer.errors import InputError, TargetDiedError
 from analyzer.evaluation import Evaluator
 from analyzer.measure.generator import LoadGenerator
-from analyzer.rundir.batching import batch_formation
+from analyzer.rundir.batching import batch_formation, batches_cannot_form, inert_before_trials
 from analyzer.rundir.results import (
     RunDirectory,
     new_run_id,
@@ -85,7 +85,7 @@ from analyzer.search.strategy import (
     with_prediction,
 )
 from analyzer.search.study import DIED_REASON, INTERRUPTED_REASON, Search, TrialOutcome
-from analyzer.sweep.finish import finish_run, leave_server
+from analyzer.sweep.finish import finish_run, leave_server, request_mix
 from analyzer.sweep.predictions import (
     predicted_guide,
     probe_profile,
@@ -323,6 +323,10 @@ def _sweep(
                 state.guide = predicted_guide(state, state.guide)
             if state.strategy == "predict" and state.guide is None:
                 state.strategy = "tpe"
+            if state.guide is not None and (share := _unbatchable_share(state)) is not None:
+                state.note(inert_before_trials(share))
+                state.guide.one_per_instance_count()
+                state.batches_inert = True
             if state.baseline.meets_goals:
                 state.evaluator.hint_rps = state.baseline.throughput_rps
             state.evaluator.reference_rps = objective.reference_rps(
@@ -571,6 +575,24 @@ def _predicted_points(state: SweepState) -> list[tuple[TrialKnobs, float, float]
     ]
 
 
+def _unbatchable_share(state: SweepState) -> float | None:
+    """The share of arrivals with the shape of the request ahead when the profile's data shows
+    that batches cannot form in any config of the space
+    (:func:`~analyzer.rundir.batching.batches_cannot_form`: shapes differ and no config allows
+    ragged batches); None otherwise."""
+    mix = request_mix(state)
+    share = mix.same_shape_share() if mix is not None else None
+    if not batches_cannot_form(share) or state.guide is None:
+        return None
+    base = state.tuned.base
+    own_ragged = any(i.allow_ragged_batch for i in base.input if -1 in i.dims)
+    for knobs in state.guide.predictions:
+        ragged = getattr(knobs, "ragged_batch", True)
+        if ragged or (ragged is None and own_ragged):
+            return None
+    return share
+
+
 def _inert_plateau(state: SweepState) -> str | None:
     """Why the search has nothing left to gain when batches do not form, else None.
 
@@ -599,6 +621,32 @@ def _inert_plateau(state: SweepState) -> str | None:
     )
 
 
+def _budget_spent(state: SweepState, budget_s: float) -> str:
+    """What the time budget's end leaves: how far the search got, where the time went, what the
+    baseline says, and the budget to raise."""
+    trials = [r for r in state.results.values() if r.state != "interrupted"]
+    met = [r for r in trials if r.state == "complete" and r.meets_goals]
+    spent = ", ".join(f"{name} {s:.0f} s" for name, s in state.phases.items() if s >= 0.5)
+    where = f" ({spent})" if spent else ""
+    if not trials:
+        head = f"the time budget ({budget_s:g} s) ran out before trial 0{where}"
+    elif not met:
+        head = (
+            f"the time budget ({budget_s:g} s) ran out after {len(trials)} "
+            f"trial{'s' if len(trials) != 1 else ''}, none of which met the goals{where}"
+        )
+    else:
+        return f"the time budget ({budget_s:g} s) ran out after {len(trials)} trials"
+    baseline = state.baseline
+    if baseline is not None and baseline.meets_goals:
+        head += (
+            f"; the baseline (the model's own config) meets the goals at "
+            f"{baseline.throughput_rps:.1f} req/s, so it is the answer until a searched config "
+            "beats it"
+        )
+    return f"{head}: raise --time-budget-s (budget.time_budget_s) to search"
+
+
 def _search_loop(state: SweepState, clock: Callable[[], float], started: float) -> StopReason:
     scenario, search, guide = state.scenario, state.search, state.guide
     budget = scenario.budget
@@ -608,6 +656,7 @@ def _search_loop(state: SweepState, clock: Callable[[], float], started: float) 
         if done >= budget.trials:
             return StopReason.TRIALS
         if budget.time_budget_s is not None and clock() - started >= budget.time_budget_s:
+            state.note(_budget_spent(state, budget.time_budget_s))
             return StopReason.TIME_BUDGET
         if grid is not None:
             if done >= grid:
@@ -633,6 +682,12 @@ def _search_loop(state: SweepState, clock: Callable[[], float], started: float) 
             upcoming = guide.next_config(measured)
             if upcoming is not None:
                 search.enqueue(upcoming, "predicted capacity", source="predict")
+            elif state.batches_inert:
+                state.note(
+                    "nothing left to gain: batches cannot form, and every instance count was "
+                    "measured"
+                )
+                return StopReason.NOTHING_LEFT
             elif _stagnant(state.results, scenario, state.objective):
                 return StopReason.STAGNATION  # every prediction measured: the sampler goes on
         elif _stagnant(state.results, scenario, state.objective):
