@@ -378,6 +378,7 @@ def test_a_budget_spent_before_trial_0_says_so_and_the_baseline_meets_the_goals(
     assert "the time budget (1 s) ran out before trial 0" in out
     assert "raise --time-budget-s" in out and "meets the goals at" in out
     assert "no trial ran" in summary["gain_text"]
+    assert "The time budget ran out before trial 0" in (run_dir / "report.html").read_text()
     assert "none met" not in out and "no config met" not in out + done.stderr
     # A baseline that misses the goals too: the error names the budget, the cause measured.
     missed = virtual_sweep(
