@@ -165,6 +165,32 @@ def nearest_capacity(
     return rps
 
 
+def next_instance_count(
+    counts: Iterable[int], served: Mapping[int, float], resolution: float
+) -> int | None:
+    """The next instance count worth a trial where batches cannot form; None when none is left.
+
+    Without batches, more instances serve at least as much until a shared resource (the
+    device, the host) saturates, and no more after: capacity rises with the instance count,
+    then stays flat. So the largest count is measured first (the most any config serves), then
+    a bisection finds the fewest instances tied with the best (within ``resolution``): a count
+    below one that missed the tie serves less, a count above a tied one only costs more.
+
+    Args:
+        counts: The instance counts the space holds.
+        served: Capacity per measured count (0: it missed the goals).
+        resolution: The capacity search's resolution (what a tie is).
+    """
+    pending = sorted(set(counts) - set(served))
+    if not served:
+        return pending[-1] if pending else None
+    floor = (1.0 - resolution) * max(served.values())
+    fewest_tied = min(c for c, rps in served.items() if rps >= floor)
+    below = max((c for c, rps in served.items() if rps < floor and c < fewest_tied), default=0)
+    left = [c for c in pending if below < c < fewest_tied]
+    return left[len(left) // 2] if left else None
+
+
 def sim_workers() -> int:
     """Processes a predict phase simulates in."""
     # The predict phase runs alone (no load is offered meanwhile, the server idles): every

@@ -81,6 +81,7 @@ from analyzer.search.strategy import (
     FLAT_MIN_MEASURED,
     grid_configs,
     grid_note,
+    next_instance_count,
     resolve,
     sampler_for,
     with_prediction,
@@ -583,7 +584,7 @@ def _unbatchable_share(state: SweepState) -> float | None:
     ragged batches); None otherwise."""
     mix = request_mix(state)
     share = mix.same_shape_share() if mix is not None else None
-    if not batches_cannot_form(share) or state.guide is None:
+    if not batches_cannot_form(share) or state.guide is None or not state.guide.predictions:
         return None
     base = state.tuned.base
     own_ragged = any(i.allow_ragged_batch for i in base.input if -1 in i.dims)
@@ -592,6 +593,21 @@ def _unbatchable_share(state: SweepState) -> float | None:
         if ragged or (ragged is None and own_ragged):
             return None
     return share
+
+
+def _next_instance_count(state: SweepState) -> TrialKnobs | None:
+    """Where batches cannot form, the next config of the guide (one per instance count) worth a
+    trial (:func:`~analyzer.search.strategy.next_instance_count`); None when none is left."""
+    assert state.guide is not None
+    by_count = {getattr(k, "instance_count", 1): k for k in state.guide.predictions}
+    served: dict[int, float] = {}
+    for r in state.results.values():
+        if r.state == "complete":
+            count = getattr(r.config, "instance_count", 1)
+            rps = r.throughput_rps if r.meets_goals else 0.0
+            served[count] = max(served.get(count, 0.0), rps)
+    count = next_instance_count(by_count, served, state.scenario.budget.capacity_resolution)
+    return None if count is None else by_count[count]
 
 
 def _inert_plateau(state: SweepState) -> str | None:
@@ -680,15 +696,16 @@ def _search_loop(state: SweepState, clock: Callable[[], float], started: float) 
                 if why is not None:
                     state.note(why)
                     return StopReason.NOTHING_LEFT
-            upcoming = guide.next_config(measured)
-            if upcoming is not None:
-                search.enqueue(upcoming, "predicted capacity", source="predict")
-            elif state.batches_inert:
+            if not state.batches_inert:
+                upcoming = guide.next_config(measured)
+            elif (upcoming := _next_instance_count(state)) is None:
                 state.note(
-                    "nothing left to gain: batches cannot form, and every instance count was "
-                    "measured"
+                    "nothing left to gain: batches cannot form, and no instance count left "
+                    "unmeasured can serve more, or as much for less"
                 )
                 return StopReason.NOTHING_LEFT
+            if upcoming is not None:
+                search.enqueue(upcoming, "predicted capacity", source="predict")
             elif _stagnant(state.results, scenario, state.objective):
                 return StopReason.STAGNATION  # every prediction measured: the sampler goes on
         elif _stagnant(state.results, scenario, state.objective):
