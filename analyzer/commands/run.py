@@ -574,9 +574,20 @@ def _run(
         )
         raise typer.Exit(130)
     if summary.best is None:
-        raise GoalNotMetError(
-            f"no config met p99 <= {scenario.goals.p99_ms:g} ms; relax --p99-ms or widen the space ({root})"
+        raise GoalNotMetError(f"{_not_met(summary, scenario)} ({root})")
+
+
+def _not_met(summary: SweepOutcome, scenario: Scenario) -> str:
+    """Why no config is recommended, naming what to change: the cause the run measured."""
+    goal = f"p99 <= {scenario.goals.p99_ms:g} ms"
+    measured = summary.trials.get("complete", 0) + summary.trials.get("failed", 0)
+    if summary.stop_reason is StopReason.TIME_BUDGET:
+        ran = "before trial 0" if measured == 0 else f"after {measured} trials"
+        return (
+            f"the time budget ran out {ran} and neither the baseline nor any trial met {goal}; "
+            "raise --time-budget-s, or relax --p99-ms"
         )
+    return f"no config met {goal}; relax --p99-ms or widen the space"
 
 
 def _print_summary(

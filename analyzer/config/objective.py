@@ -127,7 +127,8 @@ class Objective(abc.ABC):
             or the reference level).
         checks_at_capacity: Validation measures the winner and the runner-up at the winner's
             capacity with the sequential test, and whole capacities only when the two are
-            within noise (open loop); else every top config ``validate_repeats`` times.
+            within noise (open loop); a runner-up tied and cheaper, once, alone; else every
+            top config ``validate_repeats`` times.
     """
 
     name: ClassVar[str]

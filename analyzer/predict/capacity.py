@@ -17,6 +17,7 @@ from analyzer.measure.arrivals import POISSON, ArrivalProcess
 from analyzer.predict.profile import Profile
 from analyzer.predict.sim_records import CapacityPrediction, Prediction, SimConfig, check_modelled
 from analyzer.predict.simulator import simulate
+from analyzer.target.supervise import worker_pool
 
 #: A config of any kind (one model's, a pipeline's stages, a mix's models).
 C = TypeVar("C")
@@ -262,9 +263,7 @@ def capacities(
     args = (profile, p99_ms, requests, seed, resolution, ceiling_rps, arrival)
     out: dict[SimConfig, CapacityPrediction] = {}
     if workers > 1 and len(chains) > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=min(workers, len(chains))) as pool:
+        with worker_pool(min(workers, len(chains))) as pool:
             for part in pool.map(_chain, chains, *zip(*[args] * len(chains), strict=True)):
                 out.update(part)
     else:

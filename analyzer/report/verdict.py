@@ -137,12 +137,19 @@ def build_verdict(
         gain_text = gain_sentence(gain, gain_ci, significant, summary.gain_repeats)
     goal_text = summary.goal_text or f"goal p99 <= {p99_goal} ms"
 
-    if best is None:
+    searched_met = any(t.number >= 0 and t.state == "complete" and t.meets_goals for t in trials)
+    if best is None or (best.trial_number < 0 and not searched_met):
+        # The baseline is the answer only because no searched config met the goals: say so.
         headline = f"No config met the goals (p99 ≤ {p99_goal} ms)."
         if baseline is not None and baseline.meets_goals:
+            searched = (
+                "The time budget ran out before trial 0"
+                if stop_reason is StopReason.TIME_BUDGET and not any(t.number >= 0 for t in trials)
+                else f"No searched config met the goals (p99 ≤ {p99_goal} ms)"
+            )
             headline = (
-                f"No searched config met the goals (p99 ≤ {p99_goal} ms); the baseline does, "
-                f"at {baseline.throughput_rps:.1f} req/s: keep the model's own config."
+                f"{searched}; the baseline does, at {baseline.throughput_rps:.1f} req/s: keep "
+                "the model's own config."
             )
     else:
         headline = objective.headline(

@@ -12,7 +12,8 @@ one batch only when their variable-dim inputs have the same shape (unless the in
 says how rarely.
 
 summary.json's ``batching`` is :meth:`BatchFormation.to_dict`; the console and the report print
-its ``note``.
+its ``note``. Before any trial, the load's data alone can say it (:func:`batches_cannot_form`): a
+batch is a run of equal shapes at the head of the queue, whose mean length is ``1 / (1 - share)``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,15 @@ from typing import Any
 from analyzer.config.knobs import Knobs
 from analyzer.rundir.trial_record import TrialRecord
 
-__all__ = ["INERT_MEAN_BATCH", "BatchFormation", "TrialBatches", "batch_formation", "trial_batches"]
+__all__ = [
+    "INERT_MEAN_BATCH",
+    "BatchFormation",
+    "TrialBatches",
+    "batch_formation",
+    "batches_cannot_form",
+    "inert_before_trials",
+    "trial_batches",
+]
 
 #: A trial whose mean batch is below this formed no batches to speak of.
 INERT_MEAN_BATCH = 1.2
@@ -136,16 +145,44 @@ def _note(seen: list[TrialBatches], inert: bool, share: float | None) -> str | N
         "sizes and max batch size made no difference"
     )
     if share is not None:
-        return (
-            f"{head}. Why: the requests' shapes differ, and Triton batches inputs with a "
-            f"variable dimension only at equal shapes; {share:.0%} of arrivals have the shape "
-            "of the request ahead of them. What would let them batch: allow_ragged_batch on "
-            "the variable inputs (--ragged-batch search; the backend must accept ragged "
-            "batches), or padding requests to a few lengths on the client (--pad-buckets auto "
-            "--pad-values NAME=0,...)"
-        )
+        return f"{head}. {_why_and_ways_out(share)}"
     return (
         f"{head}. Why: either the requests' shapes differ (inputs with a variable dimension "
         "batch only at equal shapes, unless allow_ragged_batch) or requests never waited "
         "together in the queue"
+    )
+
+
+def _why_and_ways_out(share: float) -> str:
+    """Why requests of a variable-length load do not batch, and the two ways out."""
+    return (
+        "Why: the requests' shapes differ, and Triton batches inputs with a variable dimension "
+        f"only at equal shapes; {share:.0%} of arrivals have the shape of the request ahead of "
+        "them. What would let them batch: allow_ragged_batch on the variable inputs "
+        "(--ragged-batch search; the backend must accept ragged batches), or padding requests "
+        "to a few lengths on the client (--pad-buckets auto --pad-values NAME=0,...)"
+    )
+
+
+def batches_cannot_form(same_shape_share: float | None) -> bool:
+    """The load's data alone says batches cannot form: requests of different shapes never
+    share a batch, and a run of equal shapes at the head of the queue (``1 / (1 - share)``
+    long on average, arrivals drawn independently) is below :data:`INERT_MEAN_BATCH`.
+
+    Args:
+        same_shape_share: :meth:`~analyzer.predict.profile.RequestMix.same_shape_share` (None:
+            any request may join any batch).
+    """
+    if same_shape_share is None or same_shape_share >= 1.0:
+        return False
+    return 1.0 / (1.0 - same_shape_share) < INERT_MEAN_BATCH
+
+
+def inert_before_trials(same_shape_share: float) -> str:
+    """What the console says before trial 0 when :func:`batches_cannot_form`."""
+    mean = 1.0 / (1.0 - same_shape_share)
+    return (
+        f"batches cannot form (a mean batch of about {mean:.2f} at any load), so the queue "
+        "delay, preferred sizes and max batch size cannot matter: the search measures the "
+        f"instance count only. {_why_and_ways_out(same_shape_share)}"
     )

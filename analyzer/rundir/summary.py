@@ -31,7 +31,8 @@ class StopReason(str, enum.Enum):
     #: ``--search predict``: the measured best lies in the predicted best's band.
     PREDICTION = "prediction"
     #: ``--search predict``: on the record of the configs measured, no unmeasured config is
-    #: expected to beat the best by more than the search's resolution (a plateau).
+    #: expected to beat the best by more than the search's resolution (a plateau), or batches
+    #: cannot form and no unmeasured instance count can serve more, or as much for less.
     NOTHING_LEFT = "nothing_left_to_gain"
     #: ``--search grid``: every config of the grid was measured.
     GRID = "grid"

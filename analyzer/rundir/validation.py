@@ -31,7 +31,8 @@ class ValidationCandidate:
     #: Each repeat's measurement (empty: not recorded; an entry is None for a failed repeat).
     measurements: tuple[TrialMeasurement | None, ...] = ()
     #: ``budget.validation = "check"``: the rate of the sequential check (the winner's
-    #: capacity), whether the config served it, and the check's measurement. The check is the
+    #: capacity; for a cheaper tie checked alone, that less the capacity search's resolution),
+    #: whether the config served it, and the check's measurement. The check is the
     #: one repeat unless the whole capacity was re-measured (the two best within noise): the
     #: repeats are then the re-measurements. None: no check (repeats validation, older files).
     check_rps: float | None = None

@@ -42,6 +42,7 @@ from analyzer.predict.profile import Profile, load_profile, save_profile
 from analyzer.predict.sim_records import SimConfig
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.search.space import JointSpace, SearchSpace, Space, grid_configs
+from analyzer.target.supervise import worker_pool
 
 #: Configs kept per stage before the pipeline's product is simulated (3 stages: 27 joint configs).
 STAGE_KEEP = 3
@@ -416,9 +417,7 @@ class MixPredictor:
             )
         ]
         if workers > 1 and len(parts) > 1:
-            from concurrent.futures import ProcessPoolExecutor
-
-            with ProcessPoolExecutor(max_workers=min(workers, len(parts))) as pool:
+            with worker_pool(min(workers, len(parts))) as pool:
                 found = [rps for part in pool.map(part_of, parts) for rps in part]
         else:
             found = [rps for part in parts for rps in part_of(part)]

@@ -165,6 +165,32 @@ def nearest_capacity(
     return rps
 
 
+def next_instance_count(
+    counts: Iterable[int], served: Mapping[int, float], resolution: float
+) -> int | None:
+    """The next instance count worth a trial where batches cannot form; None when none is left.
+
+    Without batches, more instances serve at least as much until a shared resource (the
+    device, the host) saturates, and no more after: capacity rises with the instance count,
+    then stays flat. So the largest count is measured first (the most any config serves), then
+    a bisection finds the fewest instances tied with the best (within ``resolution``): a count
+    below one that missed the tie serves less, a count above a tied one only costs more.
+
+    Args:
+        counts: The instance counts the space holds.
+        served: Capacity per measured count (0: it missed the goals).
+        resolution: The capacity search's resolution (what a tie is).
+    """
+    pending = sorted(set(counts) - set(served))
+    if not served:
+        return pending[-1] if pending else None
+    floor = (1.0 - resolution) * max(served.values())
+    fewest_tied = min(c for c, rps in served.items() if rps >= floor)
+    below = max((c for c, rps in served.items() if rps < floor and c < fewest_tied), default=0)
+    left = [c for c in pending if below < c < fewest_tied]
+    return left[len(left) // 2] if left else None
+
+
 def sim_workers() -> int:
     """Processes a predict phase simulates in."""
     # The predict phase runs alone (no load is offered meanwhile, the server idles): every
@@ -434,6 +460,19 @@ class Guide:
         self.predictor = predictor
         self.refits += 1
         self._simulate(top)
+
+    def one_per_instance_count(self) -> None:
+        """Keep the cheapest predicted config of each instance count (:func:`config_cost`) and
+        forget the rest: where batches cannot form, the batching knobs change nothing, and one
+        config stands for every config of its instance count."""
+        kept: dict[int, TrialKnobs] = {}
+        for k in self.predictions:
+            count = getattr(k, "instance_count", None)
+            if count is None:
+                return  # a pipeline's or a mix's configs: each stage batches on its own
+            if count not in kept or config_cost(k) < config_cost(kept[count]):
+                kept[count] = k
+        self.predictions = {k: self.predictions[k] for k in kept.values()}
 
     def record(self, order: Sequence[TrialKnobs] | None = None) -> Predictions:
         """predictions.json: every predicted config (in ``order``; default: the order they were

@@ -92,14 +92,29 @@ def _choose(
     """The best worst case among validated configs, else the best search trial."""
     passing = [c for c in validation if c.all_meet_goals]
     if passing:
-        chosen, state.tie_break = state.objective.choose(
-            passing, state.scenario.budget.capacity_resolution
-        )
+        chosen, why = state.objective.choose(passing, state.scenario.budget.capacity_resolution)
         number = chosen.trial_number
+        # A tie validation decided by cost (one check of the cheaper config) left its sentence:
+        # it stands when that config, the one searched config then validated, is chosen.
+        if why is not None or number < 0:
+            state.tie_break = why
         if number < 0 and state.baseline is not None:
             return state.baseline, chosen.worst_rps
         return state.results[number], chosen.worst_rps
-    return state.objective.best(state.results.values()), None
+    best = state.objective.best(state.results.values())
+    if best is None and _baseline_only(state):
+        # No searched config met the goals (or none ran): the model's own config did.
+        return state.baseline, None
+    return best, None
+
+
+def _baseline_only(state: SweepState) -> bool:
+    """The baseline met the goals and no searched config did (or none was measured)."""
+    return (
+        state.baseline is not None
+        and state.baseline.meets_goals
+        and not any(r.state == "complete" and r.meets_goals for r in state.results.values())
+    )
 
 
 def _headline(state: SweepState, result: TrialRecord | None) -> TrialRecord | None:
@@ -276,7 +291,7 @@ class _Recommendation:
         return {"config": self.which, "detail": self.detail, "candidate_config": candidate_path}
 
 
-def _request_mix(state: SweepState) -> RequestMix | None:
+def request_mix(state: SweepState) -> RequestMix | None:
     """The requests the load sends as the probe sized them (one model's profile under
     ``--search predict``); None when no profile was taken or it is a pipeline's or a mix's."""
     profile = getattr(state.guide.predictor, "profile", None) if state.guide else None
@@ -286,7 +301,7 @@ def _request_mix(state: SweepState) -> RequestMix | None:
 def _batching(state: SweepState) -> dict[str, Any] | None:
     """summary.json's ``batching``: the batches the trials formed, and why none did."""
     records = [*state.results.values(), *([state.baseline] if state.baseline else [])]
-    mix = _request_mix(state)
+    mix = request_mix(state)
     share = mix.same_shape_share() if mix is not None else None
     found = batch_formation(records, share)
     return found.to_dict() if found is not None else None
@@ -315,7 +330,10 @@ def _recommend(
     if chosen.number < 0:
         return _Recommendation(
             "original",
-            "the model's own config: no searched config did better",
+            "the model's own config: it meets the goals and no searched config did"
+            + (" (none was measured)" if not state.results else "")
+            if _baseline_only(state)
+            else "the model's own config: no searched config did better",
             state.tuned.originals(),
             chosen,
         )
@@ -347,7 +365,7 @@ def _padding(state: SweepState) -> str | None:
     if section.pad_buckets is None:
         return None
     buckets = section.pad_buckets
-    if buckets == "auto" and (mix := _request_mix(state)) is not None:
+    if buckets == "auto" and (mix := request_mix(state)) is not None:
         buckets = mix.sizes
     named = buckets if isinstance(buckets, str) else ",".join(str(b) for b in buckets)
     values = ", ".join(f"{k}={v:g}" for k, v in sorted((section.pad_values or {}).items()))
@@ -409,6 +427,9 @@ def _gain(
         return _Gain(None, "gain over baseline: n/a (no config met the goals)")
     if baseline is None or not objective.has_gain(baseline, best):
         return _Gain(None, "gain over baseline: n/a (the baseline missed the goals)")
+    if chosen is not None and chosen.number < 0 and _baseline_only(state):
+        measured = "no searched config met the goals" if state.results else "no trial ran"
+        return _Gain(1.0, f"gain over baseline: 1.00x (the baseline is the answer: {measured})")
     gain = round(objective.gain(objective.value(baseline), objective.value(best)), 3)
     if chosen is None or state.baseline is None:
         return _Gain(gain, gain_sentence(gain, None, None, None))

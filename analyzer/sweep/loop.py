@@ -11,8 +11,9 @@
         -> measurement (capacity search started near the expected capacity, sequential steps;
            or fixed load, per objective) -> values + slacks -> tell [-> predict: refit]
     -> stop (trials, time budget, stagnation, the predicted best's band, the grid, Ctrl-C)
-    -> validate: winner and runner-up at the winner's capacity (sequential), whole capacities
-       re-measured only when the two are within noise -> best/config.pbtxt, summary.json
+    -> validate: a cheaper tie once at the winner's capacity less the resolution; else winner
+       and runner-up at the winner's capacity (sequential), whole capacities re-measured only
+       when the two are within noise -> best/config.pbtxt, summary.json
        (time per phase), report.html
 
 A failed load or measurement is a failed trial with its reason kept; the sweep goes on. A
@@ -65,7 +66,7 @@ from analyzer.config.scenario import Scenario
 from analyzer.errors import InputError, TargetDiedError
 from analyzer.evaluation import Evaluator
 from analyzer.measure.generator import LoadGenerator
-from analyzer.rundir.batching import batch_formation
+from analyzer.rundir.batching import batch_formation, batches_cannot_form, inert_before_trials
 from analyzer.rundir.results import (
     RunDirectory,
     new_run_id,
@@ -80,12 +81,13 @@ from analyzer.search.strategy import (
     FLAT_MIN_MEASURED,
     grid_configs,
     grid_note,
+    next_instance_count,
     resolve,
     sampler_for,
     with_prediction,
 )
 from analyzer.search.study import DIED_REASON, INTERRUPTED_REASON, Search, TrialOutcome
-from analyzer.sweep.finish import finish_run, leave_server
+from analyzer.sweep.finish import finish_run, leave_server, request_mix
 from analyzer.sweep.predictions import (
     predicted_guide,
     probe_profile,
@@ -323,6 +325,10 @@ def _sweep(
                 state.guide = predicted_guide(state, state.guide)
             if state.strategy == "predict" and state.guide is None:
                 state.strategy = "tpe"
+            if state.guide is not None and (share := _unbatchable_share(state)) is not None:
+                state.note(inert_before_trials(share))
+                state.guide.one_per_instance_count()
+                state.batches_inert = True
             if state.baseline.meets_goals:
                 state.evaluator.hint_rps = state.baseline.throughput_rps
             state.evaluator.reference_rps = objective.reference_rps(
@@ -571,6 +577,39 @@ def _predicted_points(state: SweepState) -> list[tuple[TrialKnobs, float, float]
     ]
 
 
+def _unbatchable_share(state: SweepState) -> float | None:
+    """The share of arrivals with the shape of the request ahead when the profile's data shows
+    that batches cannot form in any config of the space
+    (:func:`~analyzer.rundir.batching.batches_cannot_form`: shapes differ and no config allows
+    ragged batches); None otherwise."""
+    mix = request_mix(state)
+    share = mix.same_shape_share() if mix is not None else None
+    if not batches_cannot_form(share) or state.guide is None or not state.guide.predictions:
+        return None
+    base = state.tuned.base
+    own_ragged = any(i.allow_ragged_batch for i in base.input if -1 in i.dims)
+    for knobs in state.guide.predictions:
+        ragged = getattr(knobs, "ragged_batch", True)
+        if ragged or (ragged is None and own_ragged):
+            return None
+    return share
+
+
+def _next_instance_count(state: SweepState) -> TrialKnobs | None:
+    """Where batches cannot form, the next config of the guide (one per instance count) worth a
+    trial (:func:`~analyzer.search.strategy.next_instance_count`); None when none is left."""
+    assert state.guide is not None
+    by_count = {getattr(k, "instance_count", 1): k for k in state.guide.predictions}
+    served: dict[int, float] = {}
+    for r in state.results.values():
+        if r.state == "complete":
+            count = getattr(r.config, "instance_count", 1)
+            rps = r.throughput_rps if r.meets_goals else 0.0
+            served[count] = max(served.get(count, 0.0), rps)
+    count = next_instance_count(by_count, served, state.scenario.budget.capacity_resolution)
+    return None if count is None else by_count[count]
+
+
 def _inert_plateau(state: SweepState) -> str | None:
     """Why the search has nothing left to gain when batches do not form, else None.
 
@@ -599,6 +638,32 @@ def _inert_plateau(state: SweepState) -> str | None:
     )
 
 
+def _budget_spent(state: SweepState, budget_s: float) -> str:
+    """What the time budget's end leaves: how far the search got, where the time went, what the
+    baseline says, and the budget to raise."""
+    trials = [r for r in state.results.values() if r.state != "interrupted"]
+    met = [r for r in trials if r.state == "complete" and r.meets_goals]
+    spent = ", ".join(f"{name} {s:.0f} s" for name, s in state.phases.items() if s >= 0.5)
+    where = f" ({spent})" if spent else ""
+    if not trials:
+        head = f"the time budget ({budget_s:g} s) ran out before trial 0{where}"
+    elif not met:
+        head = (
+            f"the time budget ({budget_s:g} s) ran out after {len(trials)} "
+            f"trial{'s' if len(trials) != 1 else ''}, none of which met the goals{where}"
+        )
+    else:
+        return f"the time budget ({budget_s:g} s) ran out after {len(trials)} trials"
+    baseline = state.baseline
+    if baseline is not None and baseline.meets_goals:
+        head += (
+            f"; the baseline (the model's own config) meets the goals at "
+            f"{baseline.throughput_rps:.1f} req/s, so it is the answer until a searched config "
+            "beats it"
+        )
+    return f"{head}: raise --time-budget-s (budget.time_budget_s) to search"
+
+
 def _search_loop(state: SweepState, clock: Callable[[], float], started: float) -> StopReason:
     scenario, search, guide = state.scenario, state.search, state.guide
     budget = scenario.budget
@@ -608,6 +673,7 @@ def _search_loop(state: SweepState, clock: Callable[[], float], started: float) 
         if done >= budget.trials:
             return StopReason.TRIALS
         if budget.time_budget_s is not None and clock() - started >= budget.time_budget_s:
+            state.note(_budget_spent(state, budget.time_budget_s))
             return StopReason.TIME_BUDGET
         if grid is not None:
             if done >= grid:
@@ -630,7 +696,14 @@ def _search_loop(state: SweepState, clock: Callable[[], float], started: float) 
                 if why is not None:
                     state.note(why)
                     return StopReason.NOTHING_LEFT
-            upcoming = guide.next_config(measured)
+            if not state.batches_inert:
+                upcoming = guide.next_config(measured)
+            elif (upcoming := _next_instance_count(state)) is None:
+                state.note(
+                    "nothing left to gain: batches cannot form, and no instance count left "
+                    "unmeasured can serve more, or as much for less"
+                )
+                return StopReason.NOTHING_LEFT
             if upcoming is not None:
                 search.enqueue(upcoming, "predicted capacity", source="predict")
             elif _stagnant(state.results, scenario, state.objective):

@@ -129,6 +129,8 @@ class SweepState:
     #: one asked for (summary ``search_strategy``, ``search_note``).
     strategy: str = "tpe"
     notes: list[str] = field(default_factory=list)
+    #: The load's data shows that batches cannot form: the search measures instance counts only.
+    batches_inert: bool = False
     #: ``--search predict``: the predictions and the rules on them.
     guide: Guide | None = None
     #: Seconds per phase (summary ``phases``).

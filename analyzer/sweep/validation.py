@@ -34,15 +34,26 @@ def validate_winners(state: SweepState) -> list[ValidationCandidate]:
 
 
 def _validate_at_capacity(state: SweepState) -> list[ValidationCandidate]:
-    """Validation that pays for itself.
+    """Validation proportionate to the doubt: a capacity is re-measured only where the choice
+    depends on it.
 
-    The winner and the runner-up (``budget.validate_top`` >= 2) are each measured once at the
-    winner's capacity with the sequential test (:meth:`Evaluator.check`, longer windows): a
-    step far from the goal ends after a few hundred requests. Their whole capacities are
-    re-measured (a capacity search near each) only when the two are within noise: the
-    runner-up serves the winner's capacity too, or the winner does not. The baseline is
-    measured once (its baseline measurement); it competes only when its capacity beat the
-    winner's in the search.
+    * A tie decided by cost. When the runner-up is tied with the winner in the search (within
+      the capacity search's resolution) and the tie rule (:meth:`Objective.choose`) prefers it
+      (the cheaper config), the choice rests on one question: does it hold the winner's rate,
+      within the resolution that defines a tie? It gets one sequential check there, at the
+      winner's capacity less the resolution (:meth:`Evaluator.check`, longer windows). It held:
+      it is the choice, and nothing else is measured. Its headline is the rate it held, measured
+      again, not a search figure (the winner's curse: the best of several noisy searches reads
+      high). It missed: the steps below.
+    * Otherwise the winner and the runner-up (``budget.validate_top`` >= 2) are each checked
+      once at the winner's capacity: a step far from the goal ends after a few hundred
+      requests. Their whole capacities are re-measured (a capacity search near each) only when
+      the two are within noise: the runner-up serves the winner's capacity too (it may have
+      missed the search's best by luck), or the winner does not (its search capacity was luck).
+
+    The baseline is measured once (its baseline measurement); it competes only when its capacity
+    beat the winner's in the search. The gain's interval rests on these measurements: each
+    side's capacity within its search bracket, and a check's rate as its lower end.
     """
     scenario, objective = state.scenario, state.objective
     b = scenario.budget
@@ -68,8 +79,30 @@ def _validate_at_capacity(state: SweepState) -> list[ValidationCandidate]:
         state.observer.on_validation(r.number, index, result, how.get("check_rps"))
         return result
 
-    checks = {r.number: measure(r, 1, 2, check_rps=rate) for r in top}
-    winner_held = checks[winner.number].meets_goals
+    checks: dict[int, TrialRecord] = {}
+    check_rps = {r.number: rate for r in top}
+    if (tie := _tie_by_cost(state, top)) is not None:
+        tie_record, why = tie
+        resolution = b.capacity_resolution
+        edge = check_rps[tie_record.number] = (1.0 - resolution) * rate
+        checks[tie_record.number] = measure(tie_record, 1, 1, check_rps=edge)
+        if checks[tie_record.number].meets_goals:
+            held = (
+                f"held {edge:.1f} req/s (trial {winner.number}'s {rate:.1f} req/s less the "
+                f"capacity search's resolution, {resolution:.0%})"
+            )
+            state.observer.on_phase(
+                f"trial {tie_record.number} {held}: the tie is decided by cost, no capacity "
+                "re-measured"
+            )
+            state.tie_break = (
+                f"{why} Validation: it {held} in one check, so no capacity was re-measured."
+            )
+            top = [tie_record]
+    for r in top:
+        if r.number not in checks:
+            checks[r.number] = measure(r, 1, 2, check_rps=rate)
+    winner_held = winner.number not in [r.number for r in top] or checks[winner.number].meets_goals
     # A runner-up whose check did not complete is not known to be slower: within noise too.
     close = [
         r for r in top[1:] if checks[r.number].state != "complete" or checks[r.number].meets_goals
@@ -80,8 +113,9 @@ def _validate_at_capacity(state: SweepState) -> list[ValidationCandidate]:
         for r in top:
             # A failed check bounds the re-measurement: it need not climb past that rate again.
             failed = checks[r.number].state == "complete" and not checks[r.number].meets_goals
+            fails_at = check_rps[r.number] if failed else None
             remeasured[r.number] = [
-                measure(r, 2, 2, near_rps=r.throughput_rps, fails_at_rps=rate if failed else None)
+                measure(r, 2, 2, near_rps=r.throughput_rps, fails_at_rps=fails_at)
             ]
     candidates = []
     for r in top:
@@ -93,7 +127,7 @@ def _validate_at_capacity(state: SweepState) -> list[ValidationCandidate]:
         candidates.append(
             replace(
                 _candidate(r, runs),
-                check_rps=rate,
+                check_rps=check_rps[r.number],
                 check_met=check.meets_goals if check.state == "complete" else None,
                 check=check.measurement,
             )
@@ -106,6 +140,26 @@ def _validate_at_capacity(state: SweepState) -> list[ValidationCandidate]:
         candidates.append(_candidate(baseline, [baseline]))
     state.run_dir.write_validation(Validation(tuple(candidates)))
     return candidates
+
+
+def _tie_by_cost(state: SweepState, top: list[TrialRecord]) -> tuple[TrialRecord, str] | None:
+    """The runner-up the tie rule would choose over the winner on the search's numbers (tied
+    within the capacity search's resolution, and cheaper), with the rule's sentence; None when
+    the winner would stay the choice or there is no runner-up."""
+    if len(top) < 2:
+        return None
+    winner = top[0]
+    resolution = state.scenario.budget.capacity_resolution
+    floor = (1.0 - resolution) * winner.throughput_rps
+    for r in top[1:]:
+        if r.throughput_rps < floor:
+            continue
+        chosen, why = state.objective.choose(
+            [_candidate(winner, [winner]), _candidate(r, [r])], resolution
+        )
+        if chosen.trial_number == r.number and why is not None:
+            return r, why
+    return None
 
 
 def with_cheapest_tie(

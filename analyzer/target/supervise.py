@@ -6,7 +6,9 @@ it executes, and everywhere it gets ``PERFSWEEP_PARENT_PID`` (``python -m refere
 itself once that parent is gone). :func:`die_with_parent` is the one mechanism; the managed
 servers (:class:`analyzer.target.managed.ManagedServer`: the reference server, or a real Triton from
 :mod:`analyzer.target.triton`) and ``perfsweep ui``'s Locust processes are started through
-:func:`child_process_options`.
+:func:`child_process_options`; the predict phase's simulation workers are :func:`worker_pool`'s
+(each also watches its parent, as the reference server does: a worker waiting for work would
+otherwise sleep on after a ``kill -9`` of the run).
 
 :class:`Supervisor` knows nothing about servers or HTTP: it runs a command with its output
 appended to a log file, waits until a caller-given parser finds what it needs in the new part of
@@ -25,6 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,6 +57,31 @@ def die_with_parent(parent_pid: int) -> None:
         return
     if os.getppid() != parent_pid:
         os._exit(1)
+
+
+def _pool_worker_start(parent_pid: int) -> None:
+    """A pool worker's initializer: it ends once ``parent_pid`` is no longer its parent.
+
+    SIGTERM ends it (a handler the parent had is not inherited here): ``PR_SET_PDEATHSIG``
+    sends it at once on Linux, and a watchdog thread covers the rest (another platform, or the
+    signal lost): the worker is re-parented when its parent dies.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    die_with_parent(parent_pid)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def worker_pool(workers: int) -> ProcessPoolExecutor:
+    """A process pool whose workers die with this process, even after its ``kill -9``."""
+    return ProcessPoolExecutor(
+        max_workers=workers, initializer=_pool_worker_start, initargs=(os.getpid(),)
+    )
 
 
 def child_process_options(env: Mapping[str, str] | None = None) -> dict[str, Any]:

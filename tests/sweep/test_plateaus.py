@@ -150,6 +150,19 @@ def test_a_flat_landscape_stops_within_six_trials_on_the_cheapest_tied_config(
     assert f"stopped by: {summary['stop_reason']}" in done.stdout
     # The validation checks at one rate say the rate they checked, never a capacity of 0.
     assert "0.0 req/s" not in done.stdout
+    # The tie is decided by cost: validation is one check of the cheapest tie, at the best
+    # search capacity less the resolution, and no capacity is re-measured.
+    [checked] = [c for c in validation if c["trial_number"] >= 0]
+    assert knobs_from_dict(checked["config"]) == min(
+        (knobs_from_dict(t["config"]) for t in trials if t["meets_goals"]), key=config_cost
+    )
+    assert checked["check_met"] is True and len(checked["measurements"]) == 1
+    assert checked["check_rps"] == pytest.approx(0.9 * max(served))
+    assert checked["measurements"][0] == checked["check"]
+    assert "points" not in checked["measurements"][0]  # one step, no capacity search
+    assert "re-measuring the whole capacities" not in done.stdout
+    assert summary["best"]["trial_number"] == checked["trial_number"]
+    assert "no capacity was re-measured" in summary["tie_break"]
 
 
 def _guide(predictions: dict[Knobs, float]) -> Guide:
@@ -244,3 +257,31 @@ def test_ragged_batches_searched_make_batches_form_and_the_answer_says_so(
     assert "recommended: trial" in done.stdout and "allow_ragged_batch" in done.stdout
     written = parse_config_text((run_dir / "best" / "config.pbtxt").read_text())
     assert [i.allow_ragged_batch for i in written.input] == [True]
+
+
+def test_batches_that_cannot_form_are_said_before_trial_0_and_only_instance_counts_are_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The probe's data says it: one request in ten has the shape of the one ahead, and the
+    space never allows ragged batches. The console says so before trial 0, with the two ways
+    out, and the search measures one config per instance count at most."""
+    run_dir = tmp_path / "run"
+    flags = text_model(tmp_path, monkeypatch, "predict")
+    done = virtual_sweep(monkeypatch, capsys, *flags, "--run-dir", str(run_dir))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = " ".join(done.stdout.split())  # the note may wrap
+    said = out.index("note: batches cannot form")
+    assert said < out.index("trial 0 (predict)")
+    note = out[said : out.index("[", said)]
+    assert "10% of arrivals have the shape of the request ahead" in note
+    assert "--ragged-batch search" in note and "--pad-buckets auto" in note
+    summary = load_summary(run_dir)
+    trials = [
+        json.loads(p.read_text()) for p in sorted((run_dir / "trials").glob("0*/measurement.json"))
+    ]
+    counts = [t["config"]["instance_count"] for t in trials]
+    assert 1 <= len(trials) <= 2 and len(set(counts)) == len(counts)
+    assert summary["stop_reason"] in ("prediction", "nothing_left_to_gain")
+    # The search predicted (and so could choose) one config per instance count only.
+    predicted = json.loads((run_dir / "predictions.json").read_text())["configs"]
+    assert sorted(c["config"]["instance_count"] for c in predicted) == [1, 2]

@@ -245,7 +245,10 @@ def test_random_is_seeded_and_reproducible(tmp_path: Path) -> None:
 
 @pytest.mark.usefixtures("spawns")
 def test_validation_checks_winner_and_runner_up_at_the_winners_capacity(tmp_path: Path) -> None:
-    outcome, _, _ = sweep(tmp_path, scale=WRONG, **{"budget.trials": 3})
+    # A resolution fine enough that the tie rule does not prefer the runner-up (a tie decided
+    # by cost is one check of the cheaper config: tests/sweep/test_plateaus.py).
+    overrides = {"budget.trials": 3, "budget.capacity_resolution": 0.02}
+    outcome, _, _ = sweep(tmp_path, scale=WRONG, **overrides)
     validation = records.load_validation(outcome.run_dir / "validation.json")
     winner, runner_up = validation.candidates[:2]
     assert winner.search_throughput_rps >= runner_up.search_throughput_rps

@@ -361,6 +361,99 @@ def test_kill_9_mid_trial_keeps_the_finished_trial_and_resume_reruns_the_killed_
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
 
 
+def test_a_budget_spent_before_trial_0_says_so_and_the_baseline_meets_the_goals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The baseline alone outlasts the time budget: the run says the budget ended it, names the
+    budget to raise, and reports the baseline as the config that meets the goals (exit 0)."""
+    flags = [*tiny(tmp_path, trials=4), "--time-budget-s", "1"]
+    run_dir = tmp_path / "met"
+    done = virtual_sweep(monkeypatch, capsys, *flags, "--run-dir", str(run_dir))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = " ".join(done.stdout.split())
+    summary = load_summary(run_dir)
+    assert summary["stop_reason"] == "time_budget" and summary["trials"]["total"] == 0
+    assert summary["baseline"]["meets_goals"] and summary["best"]["trial_number"] == -1
+    assert summary["recommendation"]["config"] == "original"
+    assert "the time budget (1 s) ran out before trial 0" in out
+    assert "raise --time-budget-s" in out and "meets the goals at" in out
+    assert "no trial ran" in summary["gain_text"]
+    assert "The time budget ran out before trial 0" in (run_dir / "report.html").read_text()
+    assert "none met" not in out and "no config met" not in out + done.stderr
+    # A baseline that misses the goals too: the error names the budget, the cause measured.
+    missed = virtual_sweep(
+        monkeypatch,
+        capsys,
+        *tiny(tmp_path, trials=4, p99_ms=1.0),
+        *("--time-budget-s", "1", "--run-dir", str(tmp_path / "missed")),
+    )
+    assert missed.returncode == 1, missed.stdout[-3000:] + missed.stderr[-3000:]
+    error = " ".join(missed.stderr.split())
+    assert "the time budget ran out before trial 0" in error and "raise --time-budget-s" in error
+
+
+#: ``perfsweep run`` whose predict phase blocks: every simulation worker process writes its pid
+#: to ``$MARKERS/<pid>`` and sleeps, as a long simulation would (the run's own process, which
+#: simulates one config at a time, simulates as usual).
+BLOCKS_IN_PREDICT = """
+import os, time
+from pathlib import Path
+import analyzer.predict.capacity as capacity
+run, real = os.getpid(), capacity._chain
+def blocked_chain(*args, **kwargs):
+    if os.getpid() == run:
+        return real(*args, **kwargs)
+    Path(os.environ["MARKERS"], str(os.getpid())).write_text("simulating")
+    time.sleep(600)
+capacity._chain = blocked_chain
+from analyzer.cli import main
+main()
+"""
+
+
+@pytest.mark.usefixtures("spawns")  # the sweep that is killed runs in a child process
+def test_kill_9_in_the_predict_phase_leaves_no_simulation_worker_behind(tmp_path: Path) -> None:
+    """``kill -9`` of ``perfsweep run`` while its workers simulate: each worker notices that
+    its parent is gone and exits, within a bounded wait."""
+    import psutil
+
+    markers, out = tmp_path / "workers", tmp_path / "sweep.out"
+    markers.mkdir()
+    args = ["run", "--server", "virtual", *tiny(tmp_path, strategy="predict")]
+    with out.open("w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", BLOCKS_IN_PREDICT, *args, "--run-dir", str(tmp_path / "run")],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "MARKERS": str(markers)},
+            start_new_session=True,  # one killpg below ends it, whatever happens
+        )
+
+    def simulating() -> bool:
+        assert proc.poll() is None, f"the sweep ended before predicting: {out.read_text()[-3000:]}"
+        return len(list(markers.iterdir())) >= 2
+
+    def alive(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    workers: list[int] = []
+    try:
+        wait_until(simulating, 180, "two simulation workers")
+        workers = [int(p.name) for p in markers.iterdir()]
+        assert all(psutil.Process(w).ppid() == proc.pid for w in workers)
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+        wait_until(lambda: not any(alive(w) for w in workers), 30, "the workers to exit")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert not [w for w in workers if alive(w)]
+
+
 def test_quiet_prints_only_the_answer_and_verbose_each_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

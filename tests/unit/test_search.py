@@ -302,3 +302,32 @@ def test_a_joint_spaces_search_does_not_move_its_models_in_lock_step(tmp_path: P
         differ += asked.knobs.stage("a") != asked.knobs.stage("b")
         search.tell(asked.number, TrialOutcome((100.0 + i,), {"p99_slack": -0.1}, {}))
     assert differ >= 3
+
+
+@pytest.mark.parametrize(
+    ("capacities", "measured", "answer"),
+    [
+        # Capacity rises with instances, then saturates: the fewest tied is 2.
+        ({1: 100.0, 2: 190.0, 3: 200.0, 4: 200.0}, [4, 2, 1], 2),
+        # Flat from one instance: the largest, then halving down to 1.
+        ({1: 185.0, 2: 185.0, 3: 185.0, 4: 185.0}, [4, 2, 1], 1),
+        # Still rising at the largest: nothing below ties.
+        ({1: 50.0, 2: 100.0, 3: 150.0, 4: 200.0}, [4, 2, 3], 4),
+        ({1: 80.0, 2: 80.0}, [2, 1], 1),
+        ({1: 80.0}, [1], 1),
+    ],
+)
+def test_instance_counts_without_batches_are_bisected_to_the_fewest_tied(
+    capacities: dict[int, float], measured: list[int], answer: int
+) -> None:
+    from analyzer.search.strategy import next_instance_count
+
+    served: dict[int, float] = {}
+    while (count := next_instance_count(capacities, served, 0.1)) is not None:
+        assert count not in served
+        served[count] = capacities[count]
+    assert list(served) == measured
+    # The brute force's answer: the fewest instances within the resolution of the best.
+    best = max(capacities.values())
+    assert min(c for c, rps in capacities.items() if rps >= 0.9 * best) == answer
+    assert min(c for c, rps in served.items() if rps >= 0.9 * max(served.values())) == answer
