@@ -61,6 +61,7 @@ from analyzer.commands.input_flags import (
     HeaderFileFlag,
     HeaderFlag,
     InputDataFlag,
+    MetricsUrlFlag,
     MixFlag,
     PadBucketsFlag,
     PadValuesFlag,
@@ -322,15 +323,7 @@ def register(app: typer.Typer) -> None:
                 rich_help_panel=SERVER,
             ),
         ] = "",
-        metrics_url: Annotated[
-            str | None,
-            typer.Option(
-                help="Prometheus /metrics URL of the server (Triton: HTTP port + 2), for GPU "
-                "figures per window.",
-                show_default="<url>/metrics, if it answers",
-                rich_help_panel=SERVER,
-            ),
-        ] = None,
+        metrics_url: MetricsUrlFlag = None,
         stats_url: Annotated[
             str | None,
             # The form before --grpc-url: --url names the gRPC address, this the HTTP one.

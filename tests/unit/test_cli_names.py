@@ -244,3 +244,30 @@ def test_mix_help_names_every_form_mix_accepts(
     flat = " ".join(out.split())
     assert "MODEL=RATE/s" in flat and "@P99_MS" in flat and "[[traffic.classes]]" in flat
     assert mix_overrides("a=3,b=1@40,c=20/s")["traffic.classes"][2]["rate_rps"] == 20.0
+
+
+def test_one_metrics_url_rule_on_every_command() -> None:
+    """``--metrics-url`` is one flag with one default on run, load, gate and ui: the ``--url``
+    host's HTTP port + 2 (Triton's layout), as the generator and the dashboard compute it."""
+    from analyzer.config.urls import metrics_url_of
+    from analyzer.load.web.options import TargetSettings
+
+    shown = {
+        (param.help, param.show_default)
+        for name in ("run", "load", "gate", "ui")
+        for param in GROUP.commands[name].params
+        if param.name == "metrics_url"
+    }
+    assert len(shown) == 1, shown
+    assert [
+        metrics_url_of(u)
+        for u in ("http://h:8000", "127.0.0.1:9000/", "https://h:8443", "http://[::1]:8000", "h")
+    ] == [
+        "http://h:8002/metrics",
+        "http://127.0.0.1:9002/metrics",
+        "http://h:8445/metrics",
+        "http://[::1]:8002/metrics",
+        "http://h/metrics",
+    ]
+    settings = TargetSettings.from_locust("http://h:7000", None)
+    assert settings.metrics_url == metrics_url_of("http://h:7000")
