@@ -8,6 +8,7 @@ Examples::
     perfsweep load ... --rate-rps 200 --arrival mmpp:4@0.5,0.25@2   # on/off bursts
     perfsweep load ... --trace requests.csv --trace-scale 0.5,1,2   # replay, scaled in rate
     perfsweep load ... --workers 2                      # Locust master + 2 local worker processes
+    perfsweep load ... --workers auto                   # 1, more while the generator is saturated
     perfsweep load ... --master --expect-workers 4 --master-bind-host 0.0.0.0   # across machines
     perfsweep load --worker --master-host 10.0.0.5      # on each load machine
     perfsweep load ... --input-data data.json --shape IDS:128   # perf_analyzer's --input-data
@@ -75,7 +76,9 @@ from analyzer.commands.input_flags import (
     TraceFlag,
     TraceUnitFlag,
     UniquePayloadsFlag,
+    WorkersFlag,
     access_overrides,
+    generator_overrides,
     input_overrides,
     mix_overrides,
     traffic_overrides,
@@ -111,7 +114,7 @@ def environment_record(
     url: str,
     model: str,
     protocol: str,
-    workers: int,
+    workers: int | str,
     inputs: InputSection | None = None,
     mix: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
@@ -443,10 +446,7 @@ def register(app: typer.Typer) -> None:
                 "--output", "-o", help="Write the results as JSON here.", rich_help_panel=OUTPUT
             ),
         ] = None,
-        workers: Annotated[
-            int,
-            typer.Option(help="Local generator processes.", rich_help_panel=DISTRIBUTED),
-        ] = 1,
+        workers: WorkersFlag = None,
         master: Annotated[
             bool,
             typer.Option(
@@ -532,6 +532,7 @@ def register(app: typer.Typer) -> None:
                 **traffic_overrides(arrival, trace, value(trace_unit)),
                 **mixed,
                 **({"goals.p99_ms": p99_ms} if p99_ms is not None else {}),
+                **generator_overrides(workers=workers),
                 "model.url": url,
                 "model.protocol": None if legacy_grpc else protocol.value,
                 **access_overrides(
@@ -603,7 +604,8 @@ def register(app: typer.Typer) -> None:
             url,
             model,
             metrics_url=metrics_url,
-            workers=workers,
+            # --workers N or auto, as run and gate take it ([traffic] workers).
+            distributed=True,
             expect_remote_workers=expect_workers if master else 0,
             master_bind_host=master_bind_host,
             master_port=master_port if master else 0,
@@ -664,7 +666,7 @@ def register(app: typer.Typer) -> None:
                     url,
                     model,
                     protocol.value,
-                    workers,
+                    scenario.traffic.workers,
                     scenario.input,
                     mixed.get("traffic.classes", ()),
                 ),

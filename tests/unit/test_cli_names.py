@@ -271,3 +271,15 @@ def test_one_metrics_url_rule_on_every_command() -> None:
     ]
     settings = TargetSettings.from_locust("http://h:7000", None)
     assert settings.metrics_url == metrics_url_of("http://h:7000")
+
+
+def test_workers_is_one_flag_that_takes_auto_on_run_and_load() -> None:
+    """The dashboard's ``--workers`` is its Locust worker count, not a generator that grows."""
+    having = {
+        name: (param.help, param.metavar)
+        for name in ("run", "load")
+        for param in GROUP.commands[name].params
+        if param.name == "workers"
+    }
+    assert set(having) == {"run", "load"} and len(set(having.values())) == 1, having
+    assert parse("load", "--url", "h:1", "--model", "m", "--workers", "auto")["workers"] == "auto"
