@@ -85,7 +85,7 @@ from analyzer.commands.input_flags import (
 )
 from analyzer.commands.names import command_class
 from analyzer.config.scenario import load_scenario
-from analyzer.config.sections import InputSection
+from analyzer.config.sections import BudgetSection, InputSection
 from analyzer.errors import GoalNotMetError, InputError
 from analyzer.load.engine import engine_options, input_options
 from analyzer.measure.arrivals import fit_gaps
@@ -305,8 +305,8 @@ def register(app: typer.Typer) -> None:
             str,
             typer.Option(
                 metavar="<URL|HOST:PORT>",
-                help="The server's HTTP address. (As before --grpc-url: with --protocol grpc "
-                "and no --grpc-url, a HOST:PORT here is where the gRPC load goes.)",
+                help="The server's HTTP address. With --protocol grpc and no --grpc-url, a "
+                "HOST:PORT here is the gRPC address the load goes to.",
                 rich_help_panel=SERVER,
             ),
         ] = "127.0.0.1:8000",
@@ -387,12 +387,20 @@ def register(app: typer.Typer) -> None:
         ] = 10.0,
         max_rps: Annotated[
             float,
-            typer.Option(help="Capacity search: highest rate, req/s.", rich_help_panel=GOALS),
+            typer.Option(
+                "--max-rate-rps",
+                help="Capacity search: highest rate, req/s.",
+                rich_help_panel=GOALS,
+            ),
         ] = 100_000.0,
         resolution: Annotated[
             float,
-            typer.Option(help="Capacity search: relative precision.", rich_help_panel=GOALS),
-        ] = 0.05,
+            typer.Option(
+                "--capacity-resolution",
+                help="Capacity search: relative precision (as [budget] capacity_resolution).",
+                rich_help_panel=GOALS,
+            ),
+        ] = BudgetSection().capacity_resolution,
         confirm_failures: Annotated[
             bool,
             typer.Option(
@@ -401,8 +409,11 @@ def register(app: typer.Typer) -> None:
             ),
         ] = True,
         window_s: Annotated[
-            float, typer.Option(help="Window length, seconds.", rich_help_panel=MEASUREMENT)
-        ] = 3.0,
+            float,
+            typer.Option(
+                help="Window length, seconds (as [budget] window_s).", rich_help_panel=MEASUREMENT
+            ),
+        ] = BudgetSection().window_s,
         window_requests: Annotated[
             int | None,
             typer.Option(
