@@ -283,3 +283,13 @@ def test_workers_is_one_flag_that_takes_auto_on_run_and_load() -> None:
     }
     assert set(having) == {"run", "load"} and len(set(having.values())) == 1, having
     assert parse("load", "--url", "h:1", "--model", "m", "--workers", "auto")["workers"] == "auto"
+
+
+def test_load_defaults_are_the_scenarios() -> None:
+    """A concept has one default: load's capacity search and windows start where a scenario
+    does (``[budget] capacity_resolution`` and ``window_s``)."""
+    from analyzer.config.sections import BudgetSection
+
+    params = parse("load", "--url", "h:1", "--model", "m")
+    assert params["resolution"] == BudgetSection().capacity_resolution
+    assert params["window_s"] == BudgetSection().window_s
