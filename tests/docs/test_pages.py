@@ -269,3 +269,41 @@ def test_a_choice_type_and_a_pipe_in_a_default_stay_in_their_cells() -> None:
     assert rows["--flag"][2] == "`--no-flag`"
     # The check itself: an unescaped choice list splits the row.
     assert len(table_cells("| `--mode` | fast|slow | `fast` | How. |")) == 5
+
+
+# -- figures made by one command ---------------------------------------------------------------
+
+
+def _figures() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("docs_figures", REPO_ROOT / "docs" / "figures.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_figures_block_is_one_make_docs_figures_fills() -> None:
+    """``make docs-figures`` rewrites each marked block from a current run: a marker it does
+    not know would stay stale, and each block it knows is quoted somewhere."""
+    figures = _figures()
+    named = {
+        name
+        for path in pages()
+        for name in re.findall(r"<!-- figures: (\S+) -->", path.read_text(encoding="utf-8"))
+    }
+    assert named == set(figures.BLOCKS), (named, set(figures.BLOCKS))
+    for path in pages():
+        text = path.read_text(encoding="utf-8")
+        opened = re.findall(r"<!-- figures: (\S+) -->", text)
+        closed = re.findall(r"<!-- /figures: (\S+) -->", text)
+        assert opened == closed, path
+
+
+def test_a_figures_block_keeps_the_lines_asked_for() -> None:
+    figures = _figures()
+    output = "config: c\npredicted capacity at p99 <= 60 ms: 1 req/s\nprofile: p"
+    assert figures.kept(output, r"^predicted", last=False) == (
+        "predicted capacity at p99 <= 60 ms: 1 req/s"
+    )
+    assert figures.kept(output, r"^predicted", last=True).endswith("\n...")
+    assert figures.kept(output, None, last=True) == output
