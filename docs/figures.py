@@ -3,8 +3,9 @@ demo run, so none of them can describe an older perfsweep.
 
 It runs, in order (a few minutes on a 2-core machine):
 
-1. ``docs/examples/sim-before``: the demo with one instance only (the bundled
-   ``scenarios/resnet50.sim.toml`` with ``[space] instance_count = [1, 1]``);
+1. ``docs/examples/sim-before``: the demo with one instance only
+   (``docs/examples/one-instance.toml``: the bundled ``scenarios/resnet50.sim.toml`` with
+   ``[space] instance_count = [1, 1]``);
 2. ``docs/examples/sim-after``: the demo as bundled (``perfsweep run --model resnet50 --device
    sim``), with ``compare-sim-before.html`` (``perfsweep report --compare``);
 3. ``docs/report.png``: the top of ``sim-after/report.html`` in headless Chromium (left as it
@@ -36,6 +37,8 @@ PERFSWEEP = [sys.executable, "-c", "from analyzer.cli import main; main()"]
 #: Console width of the quoted output (rich wraps at the terminal's width).
 COLUMNS = "200"
 CHROMIUM = Path("/usr/bin/chromium")
+#: The before run's scenario: the bundled demo's with one instance at most.
+ONE_INSTANCE = "one-instance.toml"
 #: The demo run's console, kept in its run directory (``--keep-runs`` quotes it again).
 CONSOLE = "console.txt"
 
@@ -115,13 +118,16 @@ def demo_runs() -> str:
             if run.exists():
                 shutil.move(str(run), str(kept / run.name))
         try:
-            scenario = Path(tmp) / "one-instance.toml"
+            # Written beside the runs, so the before run's recorded command can be run again.
             bundled = (REPO / "scenarios" / "resnet50.sim.toml").read_text(encoding="utf-8")
-            scenario.write_text(
+            (EXAMPLES / ONE_INSTANCE).write_text(
                 re.sub(r"(?m)^instance_count = .*$", "instance_count = [1, 1]", bundled),
                 encoding="utf-8",
             )
-            perfsweep(f"perfsweep run --scenario {scenario} --run-dir docs/examples/sim-before")
+            perfsweep(
+                f"perfsweep run --scenario docs/examples/{ONE_INSTANCE} "
+                "--run-dir docs/examples/sim-before"
+            )
             console = perfsweep(RUN)
             (AFTER / CONSOLE).write_text(console + "\n", encoding="utf-8")
             return console
