@@ -12,7 +12,7 @@ It runs, in order (a few minutes on a 2-core machine):
    is, with a note, where ``/usr/bin/chromium`` or playwright is missing);
 4. every block of the README or a page between ``<!-- figures: NAME -->`` and
    ``<!-- /figures: NAME -->``: the commands of :data:`BLOCKS` and what they printed (the demo
-   run's own console for ``run`` and ``readme``).
+   run's own console for ``run``, ``readme`` and ``gain``).
 
 The old example runs are kept aside until the new ones are written; a failed run puts them back.
 The demo run's console is kept as ``sim-after/console.txt``: ``python docs/figures.py
@@ -61,6 +61,8 @@ BLOCKS: dict[str, list[tuple[str | None, str, str | None]]] = {
             r"^\[.*\] (baseline: \d|trial \d)|^gain over baseline|^trials:|^best config:|^report:",
         )
     ],
+    # The demo run's gain sentence, as the console wraps it.
+    "gain": [(None, RUN, r"^gain over baseline|^measurement's resolution only")],
     # The comparison page's differences (the command prints only where it wrote the page).
     "compare": [(None, COMPARE, None)],
     "predict": [(PREDICT, PREDICT, r"^(config:|predicted capacity)")],
@@ -211,7 +213,7 @@ def main() -> None:
         console = (AFTER / CONSOLE).read_text(encoding="utf-8").rstrip()
     else:
         console = demo_runs()
-    outputs = {"run": [console], "readme": [console]}
+    outputs = {"run": [console], "readme": [console], "gain": [console]}
     perfsweep(COMPARE)
     outputs["compare"] = [differences(AFTER / "compare-sim-before.html")]
     for name in ("predict", "shapes"):
