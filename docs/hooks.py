@@ -3,9 +3,10 @@
 ``mkdocs.yml`` loads this file as a hook. :func:`on_files` adds two pages that exist only in
 the built site:
 
-- ``reference/cli.md``: every ``perfsweep`` command and its options (name, type, default,
-  help), read from the typer app's click command tree (``typer.main.get_command``). Hidden
-  options are left out.
+- ``reference/cli.md``: every ``perfsweep`` command and its options (name, type, the default
+  ``--help`` shows, help), read from the typer app's click command tree
+  (``typer.main.get_command``). Hidden options are left out; every cell is escaped, so a
+  choice list (``a|b``) stays in its cell.
 - ``reference/scenario.md``: every scenario key (type, default, unit, flag, environment
   variable, meaning), read from the scenario's pydantic models and their field docstrings.
   The flags that set a key are found in the source: the dotted keys (``"goals.p99_ms"``) of
