@@ -13,7 +13,7 @@ BIN    := $(VENV)/bin
 unexport PYTHONDONTWRITEBYTECODE
 ARGS   ?=
 
-.PHONY: run test test-fast setup setup-test lint typecheck docs pytest clean gate-dogfood bench
+.PHONY: run test test-fast setup setup-test lint typecheck docs docs-figures pytest clean gate-dogfood bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,12 @@ typecheck: setup-test
 # NO_MKDOCS_2_WARNING silences Material's banner about MkDocs 2, which is not a warning of ours.
 docs: setup-test
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# The docs' example runs (docs/examples/), the report screenshot (docs/report.png, with Debian's
+# chromium) and every command output the README and the pages quote between figures markers,
+# made again from one current demo run (docs/figures.py; a few minutes). Review the diff.
+docs-figures: setup-test
+	$(BIN)/python docs/figures.py
 
 # The whole suite in tiers, each timed, a table at the end (tests/tiers.py): lint, types, docs, unit
 # (no process or socket; sweeps in virtual time) on every core, integration (servers, processes,

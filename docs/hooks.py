@@ -3,9 +3,10 @@
 ``mkdocs.yml`` loads this file as a hook. :func:`on_files` adds two pages that exist only in
 the built site:
 
-- ``reference/cli.md``: every ``perfsweep`` command and its options (name, type, default,
-  help), read from the typer app's click command tree (``typer.main.get_command``). Hidden
-  options are left out.
+- ``reference/cli.md``: every ``perfsweep`` command and its options (name, type, the default
+  ``--help`` shows, help), read from the typer app's click command tree
+  (``typer.main.get_command``). Hidden options are left out; every cell is escaped, so a
+  choice list (``a|b``) stays in its cell.
 - ``reference/scenario.md``: every scenario key (type, default, unit, flag, environment
   variable, meaning), read from the scenario's pydantic models and their field docstrings.
   The flags that set a key are found in the source: the dotted keys (``"goals.p99_ms"``) of
@@ -99,15 +100,27 @@ def _type_name(param: Any, ctx: Any) -> str:
     return f"{text}, repeatable" if repeatable else text
 
 
-def _default(param: Any) -> str:
-    value = param.default
-    if callable(value) or value is None or value == () or value == []:
-        return ""
-    if isinstance(value, bool):
-        if getattr(param, "secondary_opts", None):
-            return param.opts[0] if value else param.secondary_opts[0]
-        return "on" if value else "off"
-    return f"`{value}`"
+def _default(param: Any, ctx: Any) -> str:
+    """The default ``--help`` shows beside an option, by the help's own rule; empty where help
+    shows none.
+
+    A typer option's help reads its ``show_default`` text where it has one (``100, or the
+    scenario's goals.p99_ms``), else its value; a plain click option's, click's help extra.
+    """
+    extract = getattr(param, "_extract_default_help_str", None)
+    if extract is None:  # plain click
+        text = str(param.get_help_extra(ctx).get("default", ""))
+    else:
+        value = extract(ctx=ctx)
+        as_text = isinstance(param.show_default, str)
+        if not (as_text or (value is not None and (param.show_default or ctx.show_default))):
+            return ""
+        text = param._get_default_string(ctx=ctx, show_default_is_str=as_text, default_value=value)
+        if as_text:  # words, not a value: "(100, or the scenario's goals.p99_ms)"
+            return cell(text.removeprefix("(").removesuffix(")"))
+        if getattr(param, "secondary_opts", None):  # help names the flag without its dashes
+            text = param.opts[0] if param.default else param.secondary_opts[0]
+    return cell(f"`{text}`") if text else ""
 
 
 def _help(text: str | None) -> str:
@@ -154,7 +167,7 @@ def cli_reference(group: Any = None) -> str:
             for p in arguments:
                 required = "yes" if p.required else "no"
                 lines.append(
-                    f"| `{(p.metavar or p.name).upper()}` | {_type_name(p, ctx)} | {required} "
+                    f"| `{(p.metavar or p.name).upper()}` | {cell(_type_name(p, ctx))} | {required} "
                     f"| {_help(getattr(p, 'help', None))} |"
                 )
             lines.append("")
@@ -166,7 +179,8 @@ def cli_reference(group: Any = None) -> str:
         lines += ["| option | type | default | what it does |", "|---|---|---|---|"]
         for p in options:
             lines.append(
-                f"| {_option_names(p)} | {_type_name(p, ctx)} | {_default(p)} | {_help(p.help)} |"
+                f"| {_option_names(p)} | {cell(_type_name(p, ctx))} | {_default(p, ctx)} "
+                f"| {_help(p.help)} |"
             )
         lines.append("")
     return "\n".join(lines)

@@ -353,8 +353,10 @@ MetricsUrlFlag = Annotated[
     str | None,
     typer.Option(
         "--metrics-url",
-        help="Prometheus /metrics URL of the --url server (Triton: HTTP port + 2), for GPU "
-        "utilisation, memory and power; the managed server's is found by itself.",
+        help="Prometheus /metrics URL of the --url server, for GPU utilisation, memory and "
+        "power (a server perfsweep starts: found by itself). Not given, the --url host's HTTP "
+        "port + 2 is tried (Triton's layout) and left out if it does not answer.",
+        show_default="http://<url host>:<url port + 2>/metrics",
         rich_help_panel=SERVER,
     ),
 ]

@@ -8,6 +8,7 @@ Examples::
     perfsweep load ... --rate-rps 200 --arrival mmpp:4@0.5,0.25@2   # on/off bursts
     perfsweep load ... --trace requests.csv --trace-scale 0.5,1,2   # replay, scaled in rate
     perfsweep load ... --workers 2                      # Locust master + 2 local worker processes
+    perfsweep load ... --workers auto                   # 1, more while the generator is saturated
     perfsweep load ... --master --expect-workers 4 --master-bind-host 0.0.0.0   # across machines
     perfsweep load --worker --master-host 10.0.0.5      # on each load machine
     perfsweep load ... --input-data data.json --shape IDS:128   # perf_analyzer's --input-data
@@ -72,6 +73,7 @@ from analyzer.commands.input_flags import (
     InputDataFlag,
     InputTokensFlag,
     ItlP99Flag,
+    MetricsUrlFlag,
     MixFlag,
     OutputTokensFlag,
     PadBucketsFlag,
@@ -87,15 +89,17 @@ from analyzer.commands.input_flags import (
     TraceUnitFlag,
     TtftP99Flag,
     UniquePayloadsFlag,
+    WorkersFlag,
     access_overrides,
     generative_lengths,
+    generator_overrides,
     input_overrides,
     mix_overrides,
     traffic_overrides,
 )
 from analyzer.commands.names import command_class
 from analyzer.config.scenario import load_scenario
-from analyzer.config.sections import InputSection
+from analyzer.config.sections import BudgetSection, InputSection
 from analyzer.errors import GoalNotMetError, InputError
 from analyzer.load.engine import engine_options, input_options
 from analyzer.measure.arrivals import fit_gaps
@@ -124,7 +128,7 @@ def environment_record(
     url: str,
     model: str,
     protocol: str,
-    workers: int,
+    workers: int | str,
     inputs: InputSection | None = None,
     mix: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
@@ -355,8 +359,8 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(
                 metavar="<URL|HOST:PORT>",
-                help="The server's HTTP address. (As before --grpc-url: with --protocol grpc "
-                "and no --grpc-url, a HOST:PORT here is where the gRPC load goes.)",
+                help="The server's HTTP address. With --protocol grpc and no --grpc-url, a "
+                "HOST:PORT here is the gRPC address the load goes to.",
                 show_default="127.0.0.1:8000",
                 rich_help_panel=SERVER,
             ),
@@ -388,15 +392,7 @@ def register(app: typer.Typer) -> None:
                 rich_help_panel=SERVER,
             ),
         ] = "",
-        metrics_url: Annotated[
-            str | None,
-            typer.Option(
-                help="Prometheus /metrics URL of the server (Triton: HTTP port + 2), for GPU "
-                "figures per window.",
-                show_default="<url>/metrics, if it answers",
-                rich_help_panel=SERVER,
-            ),
-        ] = None,
+        metrics_url: MetricsUrlFlag = None,
         stats_url: Annotated[
             str | None,
             # The form before --grpc-url: --url names the gRPC address, this the HTTP one.
@@ -460,12 +456,20 @@ def register(app: typer.Typer) -> None:
         ] = 10.0,
         max_rps: Annotated[
             float,
-            typer.Option(help="Capacity search: highest rate, req/s.", rich_help_panel=GOALS),
+            typer.Option(
+                "--max-rate-rps",
+                help="Capacity search: highest rate, req/s.",
+                rich_help_panel=GOALS,
+            ),
         ] = 100_000.0,
         resolution: Annotated[
             float,
-            typer.Option(help="Capacity search: relative precision.", rich_help_panel=GOALS),
-        ] = 0.05,
+            typer.Option(
+                "--capacity-resolution",
+                help="Capacity search: relative precision (as [budget] capacity_resolution).",
+                rich_help_panel=GOALS,
+            ),
+        ] = BudgetSection().capacity_resolution,
         confirm_failures: Annotated[
             bool,
             typer.Option(
@@ -474,8 +478,11 @@ def register(app: typer.Typer) -> None:
             ),
         ] = True,
         window_s: Annotated[
-            float, typer.Option(help="Window length, seconds.", rich_help_panel=MEASUREMENT)
-        ] = 3.0,
+            float,
+            typer.Option(
+                help="Window length, seconds (as [budget] window_s).", rich_help_panel=MEASUREMENT
+            ),
+        ] = BudgetSection().window_s,
         window_requests: Annotated[
             int | None,
             typer.Option(
@@ -522,10 +529,7 @@ def register(app: typer.Typer) -> None:
                 "--output", "-o", help="Write the results as JSON here.", rich_help_panel=OUTPUT
             ),
         ] = None,
-        workers: Annotated[
-            int,
-            typer.Option(help="Local generator processes.", rich_help_panel=DISTRIBUTED),
-        ] = 1,
+        workers: WorkersFlag = None,
         master: Annotated[
             bool,
             typer.Option(
@@ -648,6 +652,7 @@ def register(app: typer.Typer) -> None:
                     **traffic_overrides(arrival, trace, value(trace_unit)),
                     **mixed,
                     **({"goals.p99_ms": p99_ms} if p99_ms is not None else {}),
+                    **generator_overrides(workers=workers),
                     "model.url": url,
                     "model.protocol": None if legacy_grpc else transport.value,
                     **access_overrides(
@@ -745,7 +750,8 @@ def register(app: typer.Typer) -> None:
                 url,
                 model,
                 metrics_url=metrics_url,
-                workers=workers,
+                # --workers N or auto, as run and gate take it ([traffic] workers).
+                distributed=True,
                 expect_remote_workers=expect_workers if master else 0,
                 master_bind_host=master_bind_host,
                 master_port=master_port if master else 0,
@@ -806,7 +812,7 @@ def register(app: typer.Typer) -> None:
                     url,
                     model,
                     protocol.value,
-                    workers,
+                    scenario.traffic.workers,
                     scenario.input,
                     mixed.get("traffic.classes", ()),
                 )

@@ -1,13 +1,13 @@
-"""One flag name per concept across the commands, and the old names each command still reads.
+"""One flag name per concept across the commands, and the other names each command reads.
 
-:data:`NAMES` is the table: a concept, its one flag, the commands that have it, and the names a
-command used before (hidden aliases: no help shows them, a command line that uses one works as
-before). :class:`Command` is the class of every perfsweep command: it reads an old name as the
+:data:`NAMES` is the table: a concept, its one flag, the commands that have it, and the other
+names a command reads as the flag (hidden aliases: no help shows them, a command line that uses
+one works). :class:`Command` is the class of every perfsweep command: it reads an old name as the
 new one before click parses, and shows a flag without a value type. ``docs/cli-names.md`` is the
 same table for readers; ``tests/unit/test_cli_names.py`` keeps the two and the app in step.
 
-The scenario keys (``[traffic] rate_rps``...) and their ``PERFSWEEP_*`` variables already spell
-the concepts this way; only flags were renamed.
+The scenario keys (``[traffic] rate_rps``...) and their ``PERFSWEEP_*`` variables spell the
+concepts the same way.
 """
 
 from __future__ import annotations
@@ -50,6 +50,10 @@ NAMES: tuple[Name, ...] = (
          (("load", "--request-rate"), ("predict", "--rate"))),
     Name("requests per second each dashboard user offers", "--user-rate-rps", ("ui",),
          (("ui", "--rate-per-user"),)),
+    Name("a capacity search's highest rate, req/s", "--max-rate-rps", ("load",),
+         (("load", "--max-rps"),)),
+    Name("a capacity search's relative precision", "--capacity-resolution", ("load",),
+         (("load", "--resolution"),)),
     Name("time budget of a sweep, s", "--time-budget-s", ("run",), (("run", "--time-budget"),)),
     Name("how long a --url server that stopped answering is awaited, s", "--server-wait-s",
          ("run",), (("run", "--server-wait"),)),

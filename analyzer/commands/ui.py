@@ -30,6 +30,7 @@ from analyzer.commands.input_flags import (
     HeaderFileFlag,
     HeaderFlag,
     InputDataFlag,
+    MetricsUrlFlag,
     RepeatRatioFlag,
     ShapeFlag,
     SharedMemoryFlag,
@@ -80,14 +81,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         grpc_url: GrpcUrlFlag = None,
-        metrics_url: Annotated[
-            str | None,
-            typer.Option(
-                help="Prometheus /metrics URL of the server (Triton: HTTP port + 2).",
-                show_default="the HTTP port + 2",
-                rich_help_panel=SERVER,
-            ),
-        ] = None,
+        metrics_url: MetricsUrlFlag = None,
         model: Annotated[
             str, typer.Option(help="The model to load-test.", rich_help_panel=SERVER)
         ] = "resnet50",

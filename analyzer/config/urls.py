@@ -7,6 +7,8 @@ loaded, and the targets and the load commands normalise every URL they are given
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from analyzer.errors import InputError
 
 
@@ -34,3 +36,24 @@ def is_tls(url: str) -> bool:
 def host_port(url: str) -> str:
     """``host:port`` of ``url`` (its scheme and trailing / dropped)."""
     return url.strip().rstrip("/").split("://", 1)[-1]
+
+
+def metrics_url_of(url: str) -> str:
+    """Where the server at HTTP address ``url`` serves its Prometheus metrics by Triton's port
+    layout: the same host, the HTTP port + 2, ``/metrics`` (``http://h:8000`` ->
+    ``http://h:8002/metrics``; Triton's metrics port speaks plain HTTP). Without a port in
+    ``url``: ``<url>/metrics``.
+
+    Every command not told ``--metrics-url`` tries this address and goes on without the
+    server's GPU figures where it does not answer.
+    """
+    base = url.strip().rstrip("/")
+    parts = urlsplit(base if "://" in base else f"http://{base}")
+    try:
+        port = parts.port
+    except ValueError:  # not a number: the URL's problem shows where it is used
+        port = None
+    if port is None or not parts.hostname:
+        return f"{http_url(base)}/metrics"
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"http://{host}:{port + 2}/metrics"

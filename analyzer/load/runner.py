@@ -29,6 +29,7 @@ from dataclasses import replace
 
 import gevent
 
+from analyzer.config.urls import metrics_url_of
 from analyzer.load.backends import DistributedBackend, LocalBackend, _Backend
 from analyzer.load.classes import RequestClass, level_classes
 from analyzer.load.clients import fetch_model_documents, stats_source
@@ -109,8 +110,8 @@ class LocustLoadGenerator:
         metrics_url = o.metrics_url
         optional = False
         if metrics_url is None and o.protocol == "http":
-            # A guess (some servers serve metrics on the HTTP port); Triton uses a separate port.
-            metrics_url, optional = f"{o.http_base(o.url)}/metrics", True
+            # A guess by Triton's port layout (HTTP port + 2), dropped if it does not answer.
+            metrics_url, optional = metrics_url_of(o.http_base(o.url)), True
         return ServerScraper(
             o.model,
             source,

@@ -142,7 +142,7 @@ def gain_sentence(
     if min(n_best, n_base) < 2:
         text += (
             "; with one repeat the interval covers the measurement's resolution only, not "
-            "run-to-run noise: raise budget.validate_repeats"
+            'run-to-run noise: set budget.validation = "repeats" (budget.validate_repeats >= 2)'
         )
     return text
 

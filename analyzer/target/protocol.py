@@ -20,7 +20,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.config.access import PLAIN, ServerAccess
 from analyzer.config.pipeline import is_ensemble
-from analyzer.errors import TargetDiedError, TargetError
+from analyzer.errors import InputError, TargetDiedError, TargetError
 from analyzer.target.liveness import live
 from analyzer.target.server_stats import parse_device_info
 from analyzer.target.transport import Request, Transport, UrllibTransport
@@ -28,6 +28,21 @@ from analyzer.target.transport import Request, Transport, UrllibTransport
 
 class ConfigRejectedError(TargetError):
     """The server refused a config (the trial fails; the sweep goes on)."""
+
+
+#: What Triton answers a load request with when its model control mode is not explicit.
+CONTROL_MODE_REFUSAL = "explicit model load / unload is not allowed"
+
+
+def control_mode_error(url: str, said: str) -> InputError:
+    """A server that loads no model on request (Triton not in explicit mode): no trial can run,
+    and the fix is how the server is started, so the run stops (exit 2) rather than fail
+    every trial."""
+    return InputError(
+        f"the server at {url} does not load models on request ({said}): start tritonserver "
+        "with --model-control-mode=explicit (and --load-model=MODEL) for perfsweep to load "
+        "each trial's config"
+    )
 
 
 def load_configs(target: Target, configs: Sequence[mc.ModelConfig]) -> None:
@@ -265,6 +280,8 @@ class _HttpTarget:
             # A server that still answers refused this config (Triton reports a refused override
             # as 400 or as a 500 "failed to load"): the trial fails, the sweep goes on. A server
             # that went away died (restart or wait, and retry).
+            if CONTROL_MODE_REFUSAL in _error_text(payload):
+                raise control_mode_error(self.url, _error_text(payload))
             if self._is_live():
                 raise ConfigRejectedError(
                     f"the server refused the config ({status}): {_error_text(payload)}"

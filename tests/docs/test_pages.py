@@ -14,15 +14,19 @@ Pure: reads the pages and the source, imports the CLI and the scenario models.
 
 from __future__ import annotations
 
+import enum
 import importlib.util
 import re
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 import typer
 import typer.main
+from rich.console import Console
+from typer import rich_utils
 
 from tests.docs.commands import REPO_ROOT, pages
 
@@ -136,7 +140,7 @@ def test_the_cli_page_leaves_hidden_options_out() -> None:
     page = HOOKS.cli_reference(typer.main.get_command(planted))
     assert "| `--rate-rps` | number | `2.5` | Offered load, req/s \\| per second. |" in page
     assert "--request-rate" not in page
-    assert "| `--report` / `--no-report` | flag | --report |" in page
+    assert "| `--report` / `--no-report` | flag | `--report` |" in page
 
 
 def test_the_scenario_page_lists_every_key_with_its_variable_and_flags() -> None:
@@ -171,3 +175,135 @@ def test_units_and_variables_follow_the_names() -> None:
     ]
     assert HOOKS.env_name("goals.p99_ms") == "PERFSWEEP_GOALS_P99_MS"
     assert HOOKS.rst_to_markdown(":meth:`~a.b.Scenario.hash` and ``x``") == "`hash` and `x`"
+
+
+# -- the CLI page as a table: every row whole ---------------------------------------------------
+
+_UNESCAPED_PIPE = re.compile(r"(?<!\\)\|")
+
+
+def table_cells(row: str) -> list[str]:
+    """The cells of a Markdown table row, as a Markdown reader splits it: at each ``|`` not
+    escaped (``a|b`` in a cell makes two cells; ``a\\|b`` stays one)."""
+    return [c.strip() for c in _UNESCAPED_PIPE.split(row.strip().strip("|"))]
+
+
+def help_default(param: Any, ctx: Any) -> str:
+    """The ``[default: ...]`` that ``--help`` prints beside ``param`` (typer's own help renderer,
+    to plain text on a wide console), parentheses and a flag's dashes left out; empty if none."""
+    console = Console(width=10_000, color_system=None)
+    with console.capture() as out:
+        console.print(rich_utils._get_parameter_help(param=param, ctx=ctx, markup_mode="rich"))
+    found = re.search(r"\[default: (.*?)\]\s*$", out.get().strip())
+    return found.group(1).removeprefix("(").removesuffix(")") if found else ""
+
+
+def _plain(text: str) -> str:
+    """A cell's text as it reads: code marks, escapes and entities taken out."""
+    return (
+        text.replace("`", "").replace("\\|", "|").replace("&lt;", "<").replace("&gt;", ">")
+        .replace("&amp;", "&")
+    )  # fmt: skip
+
+
+def option_rows(page: str, command: str) -> dict[str, list[str]]:
+    """``{first option name: cells}`` of the option table under ``## perfsweep COMMAND``."""
+    section = page.split(f"## perfsweep {command}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `-")]
+    return {re.match(r"\| `([^`]+)`", row).group(1): table_cells(row) for row in rows}  # type: ignore[union-attr]
+
+
+def test_every_option_row_has_four_cells_its_help_and_the_default_help_shows() -> None:
+    from analyzer.cli import app
+
+    group = typer.main.get_command(app)
+    page = HOOKS.cli_reference()
+    checked = defaults = 0
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        ctx = command.context_class(command, info_name=name)
+        rows = option_rows(page, name)
+        for param in command.params:
+            if param.param_type_name != "option" or param.hidden:
+                continue
+            first = sorted(param.opts, key=lambda o: (not o.startswith("--"), o))[0]
+            cells = rows[first]
+            assert len(cells) == 4, f"perfsweep {name} {first}: {len(cells)} cells: {cells}"
+            _, _, default, what = cells
+            assert what, f"perfsweep {name} {first} lost its description"
+            words = " ".join((param.help or "").split()).replace("\\[", "[")
+            assert _plain(what).startswith(words[:40]), (name, first, what)
+            shown = help_default(param, ctx)
+            assert _plain(default).lstrip("-") == shown.lstrip("-"), (name, first, default, shown)
+            checked += 1
+            defaults += bool(shown)
+    # Most options show a default in --help, and so on the page.
+    assert checked > 150 and defaults > checked // 3, (checked, defaults)
+
+
+class Mode(str, enum.Enum):
+    """A planted choice flag's values."""
+
+    fast = "fast"
+    slow = "slow"
+
+
+def test_a_choice_type_and_a_pipe_in_a_default_stay_in_their_cells() -> None:
+    planted = typer.Typer()
+
+    @planted.command("run")
+    def run(
+        mode: Mode = typer.Option(Mode.fast, help="How | when."),
+        where: str = typer.Option("a|b", help="Where."),
+        scale: float = typer.Option(None, show_default="x|y, or the scenario's s", help="S."),
+        flag: bool = typer.Option(False, "--flag/--no-flag", help="F."),
+    ) -> None: ...
+
+    @planted.command("other")
+    def other() -> None: ...
+
+    group = typer.main.get_command(planted)
+    rows = option_rows(HOOKS.cli_reference(group), "run")
+    assert rows["--mode"] == ["`--mode`", "fast\\|slow", "`fast`", "How \\| when."]
+    assert rows["--where"][2:] == ["`a\\|b`", "Where."]
+    assert rows["--scale"][2] == "x\\|y, or the scenario's s"
+    assert rows["--flag"][2] == "`--no-flag`"
+    # The check itself: an unescaped choice list splits the row.
+    assert len(table_cells("| `--mode` | fast|slow | `fast` | How. |")) == 5
+
+
+# -- figures made by one command ---------------------------------------------------------------
+
+
+def _figures() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("docs_figures", REPO_ROOT / "docs" / "figures.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_figures_block_is_one_make_docs_figures_fills() -> None:
+    """``make docs-figures`` rewrites each marked block from a current run: a marker it does
+    not know would stay stale, and each block it knows is quoted somewhere."""
+    figures = _figures()
+    named = {
+        name
+        for path in pages()
+        for name in re.findall(r"<!-- figures: (\S+) -->", path.read_text(encoding="utf-8"))
+    }
+    assert named == set(figures.BLOCKS), (named, set(figures.BLOCKS))
+    for path in pages():
+        text = path.read_text(encoding="utf-8")
+        opened = re.findall(r"<!-- figures: (\S+) -->", text)
+        closed = re.findall(r"<!-- /figures: (\S+) -->", text)
+        assert opened == closed, path
+
+
+def test_a_figures_block_keeps_the_lines_asked_for() -> None:
+    figures = _figures()
+    output = "config: c\npredicted capacity at p99 <= 60 ms: 1 req/s\nprofile: p"
+    assert figures.kept(output, r"^predicted", last=False) == (
+        "predicted capacity at p99 <= 60 ms: 1 req/s"
+    )
+    assert figures.kept(output, r"^predicted", last=True).endswith("\n...")
+    assert figures.kept(output, None, last=True) == output

@@ -40,7 +40,8 @@ FACTORS = {0: 1.05, 1: 0.92, 2: 1.30, 3: 1.0, 4: 0.97, 5: 1.08, 6: 0.85, 7: 1.02
 #: Each trial's planted band: +-12 % around its prediction.
 BAND = 0.12
 PHASES = {"search": 40.0, "baseline": 10.0, "validation": 25.0, "profile": 5.0, "predict": 20.0}
-EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+#: Two run directories written in format version 1, without predictions or phase times.
+EXAMPLES = Path(__file__).resolve().parents[2] / "tests" / "data" / "format-1-runs"
 
 
 def planted_capacity(k: Knobs) -> float:

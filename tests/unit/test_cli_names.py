@@ -95,7 +95,7 @@ def test_an_old_name_is_read_only_where_an_option_may_stand() -> None:
         "--",
         "--request-rate",
     ]
-    assert aliases_of("load") == {"--request-rate": "--rate-rps"}
+    assert aliases_of("load")["--request-rate"] == "--rate-rps"
 
 
 def test_the_old_grpc_form_of_load_still_parses() -> None:
@@ -244,3 +244,52 @@ def test_mix_help_names_every_form_mix_accepts(
     flat = " ".join(out.split())
     assert "MODEL=RATE/s" in flat and "@P99_MS" in flat and "[[traffic.classes]]" in flat
     assert mix_overrides("a=3,b=1@40,c=20/s")["traffic.classes"][2]["rate_rps"] == 20.0
+
+
+def test_one_metrics_url_rule_on_every_command() -> None:
+    """``--metrics-url`` is one flag with one default on run, load, gate and ui: the ``--url``
+    host's HTTP port + 2 (Triton's layout), as the generator and the dashboard compute it."""
+    from analyzer.config.urls import metrics_url_of
+    from analyzer.load.web.options import TargetSettings
+
+    shown = {
+        (param.help, param.show_default)
+        for name in ("run", "load", "gate", "ui")
+        for param in GROUP.commands[name].params
+        if param.name == "metrics_url"
+    }
+    assert len(shown) == 1, shown
+    assert [
+        metrics_url_of(u)
+        for u in ("http://h:8000", "127.0.0.1:9000/", "https://h:8443", "http://[::1]:8000", "h")
+    ] == [
+        "http://h:8002/metrics",
+        "http://127.0.0.1:9002/metrics",
+        "http://h:8445/metrics",
+        "http://[::1]:8002/metrics",
+        "http://h/metrics",
+    ]
+    settings = TargetSettings.from_locust("http://h:7000", None)
+    assert settings.metrics_url == metrics_url_of("http://h:7000")
+
+
+def test_workers_is_one_flag_that_takes_auto_on_run_and_load() -> None:
+    """The dashboard's ``--workers`` is its Locust worker count, not a generator that grows."""
+    having = {
+        name: (param.help, param.metavar)
+        for name in ("run", "load")
+        for param in GROUP.commands[name].params
+        if param.name == "workers"
+    }
+    assert set(having) == {"run", "load"} and len(set(having.values())) == 1, having
+    assert parse("load", "--url", "h:1", "--model", "m", "--workers", "auto")["workers"] == "auto"
+
+
+def test_load_defaults_are_the_scenarios() -> None:
+    """A concept has one default: load's capacity search and windows start where a scenario
+    does (``[budget] capacity_resolution`` and ``window_s``)."""
+    from analyzer.config.sections import BudgetSection
+
+    params = parse("load", "--url", "h:1", "--model", "m")
+    assert params["resolution"] == BudgetSection().capacity_resolution
+    assert params["window_s"] == BudgetSection().window_s

@@ -92,3 +92,16 @@ def test_the_sentence_of_a_censored_winner_is_a_lower_bound() -> None:
     # A bound that does not clear 1.0 says so.
     weak = gain_sentence(1.1, [0.9, None], False, [1, 1])
     assert weak.startswith("gain over baseline: at least 0.90x, not significantly different")
+
+
+def test_one_repeat_advises_the_setting_that_repeats_both_sides() -> None:
+    """The advice names what changes the repeats: ``budget.validation = "repeats"`` (under the
+    default ``check`` validation, ``validate_repeats`` alone changes nothing), a value the
+    scenario accepts, with ``validate_repeats`` at its default of at least 2."""
+    from analyzer.config.scenario import load_scenario
+
+    text = gain_sentence(2.0, [1.8, 2.2], True, [1, 1])
+    assert text.endswith('set budget.validation = "repeats" (budget.validate_repeats >= 2)')
+    budget = load_scenario(None, {"budget.validation": "repeats"}, env={}).budget
+    assert budget.validation == "repeats" and budget.validate_repeats >= 2
+    assert "set budget" not in gain_sentence(2.0, [1.8, 2.2], True, [2, 2])

@@ -31,7 +31,8 @@ from analyzer.rundir.summary import ConfigEntry, ParetoEntry, RunSummary, StopRe
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.rundir.validation import Validation, ValidationCandidate
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+#: Two run directories written in format version 1, before several keys existed.
+EXAMPLES = Path(__file__).resolve().parents[2] / "tests" / "data" / "format-1-runs"
 KNOBS = Knobs(16, 500, (16, 8), 2)
 GOALS = Goals(p99_ms=50.0, max_error_rate=0.01)
 
@@ -262,7 +263,7 @@ def test_config_entry_from_a_trial_result() -> None:
     assert ConfigEntry.from_dict(entry.to_dict()) == entry
 
 
-def test_version_1_run_directories_from_docs_examples_load() -> None:
+def test_version_1_run_directories_load() -> None:
     after = load_summary(EXAMPLES / "sim-after")
     assert (after.run_id, after.objective, after.gain, after.device) == (
         "sim4",

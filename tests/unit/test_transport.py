@@ -19,7 +19,7 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.config.scenario import load_scenario
-from analyzer.errors import TargetDiedError, TargetError
+from analyzer.errors import InputError, TargetDiedError, TargetError
 from analyzer.target.factory import make_target
 from analyzer.target.managed import ManagedServer
 from analyzer.target.protocol import ConfigRejectedError, read_device_info
@@ -85,6 +85,16 @@ def test_a_config_refused_by_a_live_server_is_a_rejection() -> None:
         target = remote({LOAD: Response.of_json(status, {"error": "bad preferred"}), LIVE: OK})
         with pytest.raises(ConfigRejectedError, match=rf"refused the config \({status}\): bad"):
             target.load_config(mc.ModelConfig(name="m"))
+
+
+def test_a_triton_that_loads_no_model_on_request_stops_the_run_with_the_flag_to_use() -> None:
+    """Triton's answer outside explicit mode (its words, measured on Triton 2.51): no trial
+    could run, so it is an input error naming the server flag, not a failed trial."""
+    said = "explicit model load / unload is not allowed if polling is enabled"
+    target = remote({LOAD: Response.of_json(503, {"error": said}), LIVE: OK})
+    with pytest.raises(InputError, match="--model-control-mode=explicit") as caught:
+        target.load_config(mc.ModelConfig(name="m"))
+    assert not isinstance(caught.value, TargetError) and said in str(caught.value)
 
 
 def test_an_error_from_a_server_that_went_away_is_a_death() -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from analyzer.config.access import ServerAccess
+from analyzer.config.urls import metrics_url_of
 
 #: Environment variables holding the dashboard login (never on the command line: ``ps`` shows it).
 USER_ENV = "PERFSWEEP_UI_USER"
@@ -137,7 +138,7 @@ class TargetSettings:
             http_url=http_url,
             model=str(opt("triton_model", "")),
             grpc_url=str(opt("grpc_url", f"{shown}:{port + 1}")),
-            metrics_url=str(opt("metrics_url", f"http://{shown}:{port + 2}/metrics")),
+            metrics_url=str(opt("metrics_url", metrics_url_of(http_url))),
             rate_per_user=float(opt("rate_per_user", 10.0)),
             arrival=str(opt("arrival", "poisson")),
             inputs=tuple(sorted(json.loads(opt("perfsweep_input", "{}")).items())),
