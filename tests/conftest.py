@@ -198,9 +198,13 @@ def vllm_server(
 ) -> Iterator[VllmServer]:
     """One vLLM CPU server for the session (``tests/support/llm_model.py``): the random-weight
     test model as ``rand-llama``, ``--max-num-seqs 8``, on loopback. Marks its tests ``live``:
-    it starts in up to a minute and holds about 3 GB, so they run in the last tier, alone."""
+    it starts in about a minute and holds about 3.5 GB, so they run in the last tier, alone.
+    ``--enforce-eager``: no torch.compile warm-up, which would add half a minute to the start
+    and change nothing the tests look at."""
     model = ensure_model(vllm_install)  # a failure here is an error, not a reason to skip
-    with VllmServer(vllm_install, model, tmp_path_factory.mktemp("vllm")) as server:
+    with VllmServer(
+        vllm_install, model, tmp_path_factory.mktemp("vllm"), extra_args=("--enforce-eager",)
+    ) as server:
         yield server
 
 

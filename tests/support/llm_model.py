@@ -13,10 +13,11 @@ nothing from a model hub) and starts vLLM's OpenAI-compatible server on 127.0.0.
         requests.post(vllm.base_url + "/v1/completions", ...)
 
 The model's size is chosen for streaming, not for its text: a 1.4 MB model delivers 64 tokens in
-one or two chunks (an inter-token latency of 0), this one (hidden 1024, intermediate 2816, 4
-layers, 16 heads of 64, 8 KV heads, vocabulary 512) in about 60 on a 2-core machine. The CPU
-attention kernels take head sizes 32, 64, 80, ...: 16 loads, then the first request kills the
-server.
+one or two chunks (an inter-token latency of 0), this one (about 200 MB: hidden 1024,
+intermediate 2816, 4 layers, 16 heads of 64, 8 KV heads) in about 60 on a 2-core machine. The
+CPU attention kernels take head sizes 32, 64, 80, ...: 16 loads, then the first request kills the
+server. Its vocabulary is 1024 tokens: vLLM refuses a prompt of token ids at or above the
+vocabulary's size, and the load generator's token-id prompts draw ids below 1000.
 
 The server and the engine-core process it starts end together: on exit of the context, and when
 the process that started them dies (``PR_SET_PDEATHSIG`` and a process group of their own, as
@@ -69,7 +70,7 @@ SPEC: Mapping[str, int] = {
     "num_hidden_layers": 4,
     "num_attention_heads": 16,
     "num_key_value_heads": 8,
-    "vocab_size": 512,
+    "vocab_size": 1024,
     "max_position_embeddings": 2048,
     "seed": 0,
 }
