@@ -84,6 +84,8 @@ AIPERF_VENV = Path(os.environ.get("PERFSWEEP_AIPERF_VENV") or ROOT / ".venv-aipe
 #: How close perfsweep's figure must be to AIPerf's, relative.
 TOLERANCES = {"ttft_p99_ms": 0.10, "itl_p99_ms": 0.10, "output_tokens_per_s": 0.05}
 NAMES = {"ttft_p99_ms": "TTFT p99", "itl_p99_ms": "ITL p99", "output_tokens_per_s": "tokens/s"}
+#: Each tool's warm-up at each rate, seconds (AIPerf: that many seconds' requests).
+WARMUP_S = 2.0
 #: The most one tool's run at one rate may take, seconds (beyond its planned time).
 RUN_SLACK_S = 240.0
 
@@ -101,6 +103,8 @@ class Figures:
     gap_p99_ms: float | None = None
     ttft_p50_ms: float | None = None
     itl_p50_ms: float | None = None
+    #: Requests that failed (a stream closed early, an error).
+    failed: int = 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,6 +146,7 @@ def aiperf_figures(doc: Mapping[str, Any]) -> Figures:
         gap_p99_ms=_stat(doc, "inter_chunk_latency", "p99"),
         ttft_p50_ms=_stat(doc, "time_to_first_token", "p50"),
         itl_p50_ms=_stat(doc, "inter_token_latency", "p50"),
+        failed=sum(int(e.get("count", 0)) for e in doc.get("error_summary") or ()),
     )
 
 
@@ -165,6 +170,7 @@ def perfsweep_figures(doc: Mapping[str, Any]) -> Figures:
         gap_p99_ms=tokens.itl_p99_ms,
         ttft_p50_ms=tokens.ttft_p50_ms,
         itl_p50_ms=tokens.mean_itl_p50_ms,
+        failed=tokens.failed_streams,
     )
 
 
@@ -227,6 +233,9 @@ def aiperf_command(
         "constant",
         "--request-count",
         str(requests),
+        # Warm-up requests, left out of the figures, as perfsweep's --warmup-s is.
+        "--warmup-request-count",
+        str(math.ceil(WARMUP_S * rate)),
         "--prompt-input-tokens-mean",
         str(input_tokens),
         "--prompt-input-tokens-stddev",
@@ -279,7 +288,7 @@ def perfsweep_command(
         "--output-tokens",
         str(output_tokens),
         "--warmup-s",
-        "2",
+        f"{WARMUP_S:g}",
         "--window-s",
         f"{seconds / windows:g}",
         "--max-windows",
@@ -293,9 +302,9 @@ def perfsweep_command(
 # Running
 
 
-def counters(base_url: str, model: str) -> dict[str, float]:
+def counters(metrics_url: str, model: str) -> dict[str, float]:
     """The engine's token counters for ``model`` (vLLM's names), from ``/metrics``."""
-    status, payload = http_request(base_url, "GET", "/metrics", timeout_s=10)
+    status, payload = http_request(metrics_url, "GET", "/metrics", timeout_s=10)
     out = {"prompt": 0.0, "generation": 0.0}
     if status != 200:
         return out
@@ -337,6 +346,7 @@ def measure_level(
     *,
     engine: str,
     base_url: str,
+    metrics_url: str,
     perfsweep_url: str,
     model: str,
     tokenizer: Path,
@@ -362,9 +372,9 @@ def measure_level(
             output_tokens=args.output_tokens,
             artifacts=artifacts,
         )
-        before = counters(base_url, model)
+        before = counters(metrics_url, model)
         ran = run_tool(command, requests / rate + RUN_SLACK_S, work / f"aiperf-{tag}.log")
-        ran["engine_tokens"] = _delta(before, counters(base_url, model))
+        ran["engine_tokens"] = _delta(before, counters(metrics_url, model))
         export = next(iter(sorted(artifacts.rglob("profile_export_aiperf.json"))), None)
         try:
             if export is None:
@@ -385,9 +395,9 @@ def measure_level(
             output_tokens=args.output_tokens,
             output=output,
         )
-        before = counters(base_url, model)
+        before = counters(metrics_url, model)
         ran = run_tool(command, args.seconds + RUN_SLACK_S, work / f"perfsweep-{tag}.log")
-        ran["engine_tokens"] = _delta(before, counters(base_url, model))
+        ran["engine_tokens"] = _delta(before, counters(metrics_url, model))
         try:
             if not output.is_file():
                 raise ValueError("perfsweep load wrote no --output")
@@ -437,6 +447,7 @@ def run_reference(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             measure_level(
                 engine="reference",
                 base_url=base_url,
+                metrics_url=f"http://{addresses.metrics_url}",
                 perfsweep_url=addresses.http_url,
                 model=REFERENCE_MODEL,
                 tokenizer=tokenizer,
@@ -469,6 +480,7 @@ def run_vllm(args: argparse.Namespace, work: Path, install: VllmInstall) -> dict
                 measure_level(
                     engine="vllm",
                     base_url=server.base_url,
+                    metrics_url=server.base_url,
                     perfsweep_url=server.base_url.removeprefix("http://"),
                     model=MODEL_NAME,
                     tokenizer=model,
@@ -528,6 +540,13 @@ def _version(command: list[str]) -> str:
 # Output
 
 
+def _count(figures: Mapping[str, Any]) -> str:
+    if not figures:
+        return "-"
+    failed = figures.get("failed", 0)
+    return f"{figures['requests']}" + (f" ({failed})" if failed else "")
+
+
 def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -535,11 +554,11 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 def table(result: Mapping[str, Any]) -> str:
     out = [
         f"input {result['input_tokens']} tokens, output {result['output_tokens']} tokens, "
-        f"about {result['seconds_per_level']:g} s per tool and rate; {result['aiperf']}",
+        f"about {result['seconds_per_level']:g} s per tool and rate; AIPerf {result['aiperf']}",
         "",
         "| engine | rate (req/s) | TTFT p99 perfsweep / AIPerf (ms) | ratio "
         "| ITL p99 perfsweep / AIPerf (ms) | ratio | tokens/s perfsweep / AIPerf | ratio "
-        "| requests perfsweep / AIPerf | prompt tokens/request perfsweep / AIPerf |",
+        "| requests (failed) perfsweep / AIPerf | prompt tokens/request perfsweep / AIPerf |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for engine, res in result["engines"].items():
@@ -553,14 +572,16 @@ def table(result: Mapping[str, Any]) -> str:
                 cells.append(_fmt(ratios.get(key), 3))
 
             def per_request(run: Mapping[str, Any]) -> str:
-                figures = run.get("figures") or {}
-                prompt = (run.get("engine_tokens") or {}).get("prompt")
-                n = figures.get("requests")
-                return _fmt(prompt / n, 1) if prompt and n else "-"
+                # Warm-up included: the requests the engine took in, by the tokens it generated.
+                engine_tokens = run.get("engine_tokens") or {}
+                prompt, generated = engine_tokens.get("prompt"), engine_tokens.get("generation")
+                if not prompt or not generated:
+                    return "-"
+                return _fmt(prompt * result["output_tokens"] / generated, 1)
 
             out.append(
                 f"| {engine} | {level['rate_rps']:g} | {' | '.join(cells)} "
-                f"| {ours.get('requests', '-')} / {theirs.get('requests', '-')} "
+                f"| {_count(ours)} / {_count(theirs)} "
                 f"| {per_request(level['perfsweep'])} / {per_request(level['aiperf'])} |"
             )
     for engine, reason in result["skipped"].items():

@@ -189,7 +189,7 @@ class VllmServer:
     max_model_len: int = 512
     kv_cache_gib: int = 1
     extra_args: Sequence[str] = ()
-    startup_timeout_s: float = 180.0
+    startup_timeout_s: float = 300.0
     port: int = 0
     #: Seconds from the start to the first ``/health`` 200 (the last start).
     startup_s: float = 0.0
