@@ -303,15 +303,22 @@ def perfsweep_command(
 
 
 def counters(metrics_url: str, model: str) -> dict[str, float]:
-    """The engine's token counters for ``model`` (vLLM's names), from ``/metrics``."""
+    """The engine's token counters for ``model`` (vLLM's names), from ``/metrics``: prompt
+    tokens taken in, tokens generated, and prompt tokens served from the prefix cache (vLLM
+    caches prefixes by default: prompts that repeat would be cheaper to prefill)."""
     status, payload = http_request(metrics_url, "GET", "/metrics", timeout_s=10)
-    out = {"prompt": 0.0, "generation": 0.0}
+    names = {
+        "prompt_tokens_total": "prompt",
+        "generation_tokens_total": "generation",
+        "prefix_cache_hits_total": "prefix_cache_hits",
+    }
+    out = dict.fromkeys(names.values(), 0.0)
     if status != 200:
         return out
     for line in payload.decode().splitlines():
-        m = re.match(r"^vllm:(prompt|generation)_tokens_total\{([^}]*)\} (\S+)$", line)
-        if m and f'model_name="{model}"' in m.group(2):
-            out[m.group(1)] += float(m.group(3))
+        m = re.match(r"^vllm:(\w+)\{([^}]*)\} (\S+)$", line)
+        if m and m.group(1) in names and f'model_name="{model}"' in m.group(2):
+            out[names[m.group(1)]] += float(m.group(3))
     return out
 
 
@@ -558,8 +565,9 @@ def table(result: Mapping[str, Any]) -> str:
         "",
         "| engine | rate (req/s) | TTFT p99 perfsweep / AIPerf (ms) | ratio "
         "| ITL p99 perfsweep / AIPerf (ms) | ratio | tokens/s perfsweep / AIPerf | ratio "
-        "| requests (failed) perfsweep / AIPerf | prompt tokens/request perfsweep / AIPerf |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| requests (failed) perfsweep / AIPerf | prompt tokens/request perfsweep / AIPerf "
+        "| prompt tokens from the prefix cache perfsweep / AIPerf |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for engine, res in result["engines"].items():
         for level in res["levels"]:
@@ -579,13 +587,20 @@ def table(result: Mapping[str, Any]) -> str:
                     return "-"
                 return _fmt(prompt * result["output_tokens"] / generated, 1)
 
+            def cached(run: Mapping[str, Any]) -> str:
+                engine_tokens = run.get("engine_tokens") or {}
+                prompt = engine_tokens.get("prompt")
+                hits = engine_tokens.get("prefix_cache_hits", 0.0)
+                return f"{100 * hits / prompt:.0f} %" if prompt else "-"
+
             out.append(
                 f"| {engine} | {level['rate_rps']:g} | {' | '.join(cells)} "
                 f"| {_count(ours)} / {_count(theirs)} "
-                f"| {per_request(level['perfsweep'])} / {per_request(level['aiperf'])} |"
+                f"| {per_request(level['perfsweep'])} / {per_request(level['aiperf'])} "
+                f"| {cached(level['perfsweep'])} / {cached(level['aiperf'])} |"
             )
     for engine, reason in result["skipped"].items():
-        out.append(f"| {engine} | skipped: {reason} | | | | | | | | |")
+        out.append(f"| {engine} | skipped: {reason} | | | | | | | | | |")
     out += [
         "",
         *(
