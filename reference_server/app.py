@@ -248,18 +248,32 @@ class _Running:
 
     def _bundled_repository(self) -> Path:
         """Materialise the bundled models asked for (no ``--model-repository`` given)."""
-        from reference_server.zoo.resnet50 import MODEL_NAME, make_repository
+        from reference_server.zoo import tinyllm
+        from reference_server.zoo.resnet50 import MODEL_NAME
 
-        unknown = [name for name in self.options.models if name != MODEL_NAME]
+        bundled = (MODEL_NAME, tinyllm.MODEL_NAME)
+        unknown = [name for name in self.options.models if name not in bundled]
         if not self.options.models or unknown:
             raise ServerError(
                 f"no model repository given and {unknown or 'no model'} is not a bundled "
                 f"model: pass --model-repository DIR, or --model {MODEL_NAME} for the bundled "
-                "ResNet-50",
+                f"ResNet-50 (--model {tinyllm.MODEL_NAME} --device sim for the generative demo)",
+                Code.INVALID_ARG,
+            )
+        if tinyllm.MODEL_NAME in self.options.models and self.options.device != "sim":
+            raise ServerError(
+                f"the bundled model {tinyllm.MODEL_NAME!r} is a simulation: run it with "
+                f"--device sim (got {self.options.device!r})",
                 Code.INVALID_ARG,
             )
         self._scratch = Path(tempfile.mkdtemp(prefix="perfsweep-zoo-"))
-        return make_repository(self._scratch, device=self.options.device)
+        if tinyllm.MODEL_NAME in self.options.models:
+            tinyllm.make_repository(self._scratch, device=self.options.device)
+        if MODEL_NAME in self.options.models:
+            from reference_server.zoo.resnet50 import make_repository
+
+            make_repository(self._scratch, device=self.options.device)
+        return self._scratch
 
     async def stop(self) -> None:
         loop = asyncio.get_running_loop()

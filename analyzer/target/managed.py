@@ -38,6 +38,7 @@ from reference_server.ready import ServerAddresses, last_ready
 #: the resnet50 writer, which says that they are not bundled.
 _BUNDLED_WRITERS: dict[str, list[str]] = {
     "resnet50": ["-m", "reference_server.zoo.resnet50"],
+    "tinyllm": ["-m", "reference_server.zoo.tinyllm"],
     "accumulator": [
         "-c",
         "import sys; from pathlib import Path; "
@@ -47,7 +48,7 @@ _BUNDLED_WRITERS: dict[str, list[str]] = {
 }
 
 #: Bundled models that run only on the simulated device (their backend is a simulation).
-_SIM_ONLY = frozenset({"accumulator"})
+_SIM_ONLY = frozenset({"accumulator", "tinyllm"})
 
 
 def bundled_repository(
@@ -55,9 +56,10 @@ def bundled_repository(
 ) -> Path:
     """Write the repository of bundled model ``model`` under ``root`` (kept when already there).
 
-    The bundled models are ``resnet50`` and the stateful ``accumulator``
+    The bundled models are ``resnet50``, the stateful ``accumulator``
     (:mod:`reference_server.zoo.accumulator`, sequence batching with the oldest strategy, on the
-    simulated device only). Runs the zoo in a child process (``python -m
+    simulated device only) and the generative ``tinyllm`` (:mod:`reference_server.zoo.tinyllm`,
+    the reference engine, simulated device only). Runs the zoo in a child process (``python -m
     reference_server.zoo.resnet50``, or the accumulator's ``make_repository``) rather than
     calling ``make_repository`` here: the zoo imports onnx (and builds a 100 MB graph on first
     use), which the analyzer process must not import.

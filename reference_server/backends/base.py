@@ -3,7 +3,8 @@
 A backend object serves one model instance. ``execute`` receives a batch as a list of whole
 requests and returns one response per request, in the same order; an entry may be a
 :class:`~reference_server.core.errors.ServerError` to fail just that request. An exception fails
-every request of the batch (failure reason ``BACKEND``).
+every request of the batch (failure reason ``BACKEND``). A decoupled model's backend (the
+generative one) answers later instead, through each request's ``response_sender``.
 
 This is the lowest layer of the backends: it imports no backend and nothing from the batching
 layer that runs them (the instance's device is the :class:`Device` protocol, which
@@ -77,8 +78,14 @@ class Backend(Protocol):
     def initialize(self, args: BackendArgs) -> None:
         """Prepare to execute (load weights, create sessions); raise BackendError to refuse."""
 
-    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | ServerError]:
-        """Run a batch; one response (or error) per request, same order."""
+    def execute(
+        self, requests: Sequence[InferRequest]
+    ) -> Sequence[InferResponse | ServerError | None]:
+        """Run a batch; one response (or error) per request, same order.
+
+        A decoupled model's backend returns None for a request it answers through the
+        request's ``response_sender`` instead (any number of responses, the last ``final``).
+        """
         ...
 
     def finalize(self) -> None:

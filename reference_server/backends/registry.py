@@ -24,6 +24,8 @@ BACKENDS: dict[str, str] = {
     "accumulator": "reference_server.zoo.accumulator:AccumulatorBackend",
     "onnxruntime": "reference_server.backends.onnxruntime:OnnxRuntimeBackend",
     "onnxruntime_onnx": "reference_server.backends.onnxruntime:OnnxRuntimeBackend",
+    # Triton's vLLM backend, played by the reference engine (iteration-level batching).
+    "vllm": "reference_server.backends.generative:GenerativeBackend",
 }
 
 

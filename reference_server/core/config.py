@@ -221,8 +221,8 @@ def normalize(
         if not out.optimization.HasField("output_pinned_memory"):
             out.optimization.output_pinned_memory.enable = True
     if is_ensemble(out):
-        # Triton records whether a step's model is decoupled; every model of this server
-        # answers each request once, so an ensemble of them never is.
+        # Triton records whether a step's model is decoupled; an ensemble here never streams
+        # (a decoupled step's model refuses the single-response call the ensemble makes).
         out.model_transaction_policy.decoupled = False
         return out  # no instances of its own: its steps run on their models' instances
     if not out.instance_group:

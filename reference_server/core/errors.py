@@ -5,7 +5,9 @@ the HTTP status and gRPC code that Triton would use::
 
     ServerError            root; ``code`` is a :class:`Code`
     ├── ModelConfigError   an invalid config.pbtxt or config override (INVALID_ARG)
-    └── BackendError       a backend failed to load or to execute (INTERNAL unless stated)
+    ├── BackendError       a backend failed to load or to execute (INTERNAL unless stated)
+    └── DecoupledRefusal   a decoupled model asked for one response (UNSUPPORTED; each
+                           frontend words it as Triton does)
 """
 
 from __future__ import annotations
@@ -67,3 +69,12 @@ class BackendError(ServerError):
 
     def __init__(self, message: str, code: Code = Code.INTERNAL) -> None:
         super().__init__(message, code)
+
+
+class DecoupledRefusal(ServerError):
+    """A decoupled model asked for a single response (each frontend words it as Triton does)."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__(
+            f"model '{model}' is decoupled: it answers through a stream", Code.UNSUPPORTED
+        )

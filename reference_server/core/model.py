@@ -34,7 +34,7 @@ from reference_server.batching.scheduler import Batch, Entry, Scheduler
 from reference_server.batching.sequence import Controls, SequenceParams, SequenceScheduler
 from reference_server.batching.sequence import unsupported as sequence_unsupported
 from reference_server.core.cache import ResponseCache, cache_key
-from reference_server.core.errors import BackendError, Code, ServerError
+from reference_server.core.errors import BackendError, Code, DecoupledRefusal, ServerError
 from reference_server.core.repository import inside
 from reference_server.core.signature import RequestCheck, datatype_of, metadata_of
 from reference_server.core.stats import ModelMetrics, ModelStats, RequestTiming
@@ -131,6 +131,9 @@ class ModelRuntime:
         self._check = RequestCheck(config)
         self._labels: dict[str, list[str]] = {}
         self.scheduler = self._make_scheduler()
+        #: Decoupled: the backend answers through each request's response sender, any number
+        #: of times, the last flagged final (a stream), instead of once from ``execute``.
+        self.decoupled = bool(config.model_transaction_policy.decoupled)
 
     # ------------------------------------------------------------------ life cycle
 
@@ -315,6 +318,10 @@ class ModelRuntime:
         Raises:
             ServerError: validation or enqueue failure (not counted in statistics).
         """
+        if self.decoupled:
+            if not req.stream_responses:
+                raise DecoupledRefusal(self.name)
+            req.response_sender = self._sender(req, callback)
         batch_size, key = self._check.check(req)
         req.batch_size = batch_size
         req.model_version = self.version
@@ -337,6 +344,47 @@ class ModelRuntime:
         except ServerError:
             self.stats.pending_add(-1)
             raise
+
+    def _sender(
+        self, req: InferRequest, callback: Callback
+    ) -> Callable[[InferResponse | ServerError, bool], None]:
+        """The response sender of a decoupled model's request: each response goes to the
+        callback as it comes; the final one (or an error, which ends the stream) is counted in
+        the statistics once."""
+        done = threading.Event()
+
+        def send(result: InferResponse | ServerError, final: bool) -> None:
+            if done.is_set():
+                return  # a response after the final one is dropped, as Triton drops it
+            if isinstance(result, ServerError):
+                final = True
+            if final:
+                done.set()
+                req.compute_end_ns = time.monotonic_ns()
+                if isinstance(result, ServerError):
+                    self.stats.record_failure("BACKEND", req.request_start_ns, req.compute_end_ns)
+                else:
+                    self.stats.record_success(
+                        RequestTiming(
+                            req.request_start_ns,
+                            req.queue_start_ns,
+                            req.compute_start_ns,
+                            req.compute_input_end_ns or req.compute_start_ns,
+                            req.compute_output_start_ns or req.compute_end_ns,
+                            req.compute_end_ns,
+                            time.monotonic_ns(),
+                        ),
+                        1,
+                        0,
+                    )
+            if not isinstance(result, ServerError):
+                result.model_name = self.name
+                result.model_version = self.version
+                result.id = req.id
+                result.final = final
+            _deliver(callback, result)
+
+        return send
 
     def _answer_from_cache(
         self, entry: Entry, outputs: dict[str, np.ndarray], datatypes: dict[str, str]
@@ -380,7 +428,7 @@ class ModelRuntime:
             req.compute_start_ns = start
             req.compute_input_end_ns = 0
             req.compute_output_start_ns = 0
-        results: list[InferResponse | ServerError]
+        results: list[InferResponse | ServerError | None]
         try:
             results = list(instance.backend.execute(requests))
             if len(results) != len(requests):
@@ -404,6 +452,15 @@ class ModelRuntime:
             )
         for entry, result in zip(entries, results, strict=True):
             if entry.context is None:
+                continue
+            if result is None or (self.decoupled and isinstance(result, ServerError)):
+                # A decoupled model answers through the request's response sender; an error
+                # from execute ends that stream.
+                req = entry.request
+                req.compute_input_end_ns = input_end
+                req.compute_output_start_ns = output_start
+                if result is not None and req.response_sender is not None:
+                    req.response_sender(result, True)
                 continue
             req = entry.request
             req.compute_input_end_ns = input_end

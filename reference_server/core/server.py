@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +38,7 @@ from reference_server.core.config import (
     validate,
     validate_instance_groups,
 )
+from reference_server.core.engine_metrics import EngineCollector, EngineSource
 from reference_server.core.ensemble import EnsembleRuntime
 from reference_server.core.ensemble_config import check_steps, composing_models, is_ensemble
 from reference_server.core.errors import Code, ServerError
@@ -294,6 +295,7 @@ class InferenceServer:
             )
         )
         self.registry.register(GpuCollector(default_sources(self.devices.devices)))
+        self.registry.register(EngineCollector(self._engine_sources))
 
     # ------------------------------------------------------------------ life cycle
 
@@ -758,6 +760,21 @@ class InferenceServer:
             for rt in sorted(runtimes, key=lambda r: (r.name, int(r.version)))
         ]
 
+    def _engine_sources(self) -> list[EngineSource]:
+        with self._lock:
+            runtimes = [rt for st in self._models.values() for rt in st.runtimes.values()]
+        sources = []
+        for rt in sorted(runtimes, key=lambda r: (r.name, int(r.version))):
+            if not isinstance(rt, ModelRuntime):
+                continue
+            for index, instance in enumerate(rt.instances):
+                # A generative backend (one vLLM engine per instance) reports its figures.
+                report = getattr(instance.backend, "engine_figures", None)
+                figures = report() if report is not None else None
+                if figures is not None:
+                    sources.append(EngineSource(rt.name, index, *figures))
+        return sources
+
     def metrics_text(self) -> str:
         """The ``/metrics`` body: Triton's names, no ``_total`` suffix on counters.
 
@@ -806,6 +823,42 @@ class InferenceServer:
         except asyncio.CancelledError:
             request.cancel()
             raise
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        """Every response of one request, from an asyncio loop: a decoupled model's stream
+        (``response.final`` on the last), or the single response of any other model.
+
+        Raises:
+            ServerError: with Triton's code and message (before or during the stream).
+        """
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[InferResponse | ServerError] = asyncio.Queue()
+
+        def callback(result: InferResponse | ServerError) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, result)
+            except RuntimeError:
+                pass  # the loop closed: nobody is listening any more
+
+        request.stream_responses = True
+        self.submit(request, callback)
+        complete = False
+        try:
+            while not complete:
+                result = await queue.get()
+                if isinstance(result, ServerError):
+                    complete = True
+                    raise result
+                complete = result.final
+                yield result
+        finally:
+            if not complete:
+                # Left early (client gone): stop generating for nobody.
+                request.cancel()
+
+    def is_decoupled(self, name: str, version: str = "") -> bool:
+        """Whether the model answers through a stream (raises per §1 when unknown)."""
+        return bool(self._lookup(name, version).config.model_transaction_policy.decoupled)
 
     def infer_sync(self, request: InferRequest, timeout_s: float | None = None) -> InferResponse:
         """Blocking inference for threads and tests.

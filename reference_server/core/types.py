@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from reference_server.core.shm import RegionSlice
+
+if TYPE_CHECKING:
+    from reference_server.core.errors import ServerError
 
 ParamValue = bool | int | float | str
 
@@ -71,6 +75,13 @@ class InferRequest:
     compute_end_ns: int = 0
     #: Set by the core while the request is queued: wakes its scheduler on :meth:`cancel`.
     cancel_hook: Callable[[], None] | None = field(default=None, repr=False)
+    #: Set by the frontend when it takes every response of a decoupled model (a stream).
+    stream_responses: bool = False
+    #: Set by the core for a decoupled model: a backend sends each response through it,
+    #: ``final`` on the last (Triton's response sender and its COMPLETE_FINAL flag).
+    response_sender: Callable[[InferResponse | ServerError, bool], None] | None = field(
+        default=None, repr=False
+    )
 
     def cancel(self) -> None:
         """Mark the request cancelled (the client went away).
@@ -98,3 +109,5 @@ class InferResponse:
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
     output_datatypes: dict[str, str] = field(default_factory=dict)
     parameters: dict[str, ParamValue] = field(default_factory=dict)
+    #: False on every response of a decoupled model but its last.
+    final: bool = True

@@ -28,7 +28,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from reference_server.batching.sequence import SequenceInfo, set_sequence
-from reference_server.core.errors import Code, ServerError
+from reference_server.core.errors import Code, DecoupledRefusal, ServerError
 from reference_server.core.shm import SharedMemoryRegistry
 from reference_server.core.types import InferRequest, InferResponse, ParamValue, RequestedOutput
 from reference_server.frontends import wire
@@ -238,8 +238,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
         async def run_one(message: Any) -> None:
             try:
-                response = await self._infer(message)
-                await results.put(pb.ModelStreamInferResponse(infer_response=response))
+                await self._stream_one(message, results)
             except ServerError as exc:
                 await results.put(
                     pb.ModelStreamInferResponse(
@@ -295,7 +294,23 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             # The RPC was cancelled (client deadline or disconnect): let the batcher drop it.
             request.cancel()
             raise
+        except DecoupledRefusal:
+            raise ServerError(
+                "ModelInfer RPC doesn't support models with decoupled transaction policy",
+                Code.UNSUPPORTED,
+            ) from None
         return to_infer_response(response, request)
+
+    async def _stream_one(self, message: Any, results: asyncio.Queue[Any]) -> None:
+        """Every response of one stream request, each carrying ``triton_final_response`` (true
+        on the last; a model that is not decoupled sends one, flagged true), as Triton 2.51
+        marks them."""
+        request = to_infer_request(message, self._core.shared_memory)
+        async for response in self._core.infer_stream(request):
+            response.parameters["triton_final_response"] = response.final
+            await results.put(
+                pb.ModelStreamInferResponse(infer_response=to_infer_response(response, request))
+            )
 
     # -- shared-memory extensions -------------------------------------------------------------
 

@@ -36,8 +36,8 @@ from aiohttp import web
 from aiohttp.http_exceptions import LineTooLong
 from aiohttp.web_protocol import RequestHandler
 
-from reference_server.core.errors import Code, ServerError
-from reference_server.frontends import http_codec
+from reference_server.core.errors import Code, DecoupledRefusal, ServerError
+from reference_server.frontends import generate, http_codec
 from reference_server.frontends.restricted import (
     Restrictions,
     http_allows,
@@ -101,6 +101,15 @@ class HttpFrontend:
             "config": ("GET", self._model_config),
             "infer": ("POST", self._infer),
             "stats": ("GET", self._model_stats),
+            "generate": ("POST", self._generate),
+            "generate_stream": ("POST", self._generate_stream),
+        }
+        # The OpenAI-compatible API (for generative models) and vLLM's health route.
+        self._openai: dict[str, tuple[str, Handler]] = {
+            "/v1/models": ("GET", self._openai_models),
+            "/v1/completions": ("POST", self._openai_completions),
+            "/v1/chat/completions": ("POST", self._openai_chat),
+            "/health": ("GET", self._health),
         }
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -161,8 +170,11 @@ class HttpFrontend:
         """``(allowed method, handler, handler args)`` for a path; raises 404 if none."""
         path = raw_path.split("?", 1)[0]
         parts = path.split("/")
-        # parts[0] is "" (leading slash); everything lives under /v2.
+        # parts[0] is "" (leading slash); everything lives under /v2 but the OpenAI routes.
         if len(parts) < 2 or parts[0] or parts[1] != "v2":
+            route = self._openai.get(path.rstrip("/"))
+            if route is not None:
+                return route[0], route[1], ()
             raise _not_found()
         rest = parts[2:]
         if not rest:
@@ -412,6 +424,11 @@ class HttpFrontend:
             # The client went away (aiohttp cancels the handler): let the batcher drop it.
             infer_request.cancel()
             raise
+        except DecoupledRefusal:
+            raise ServerError(
+                "HTTP end point doesn't support models with decoupled transaction policy",
+                Code.UNSUPPORTED,
+            ) from None
         parts, json_length = http_codec.render_infer_response(infer_request, response)
         headers = {}
         if json_length is not None:
@@ -420,6 +437,49 @@ class HttpFrontend:
         else:
             content_type = _JSON
         return _compressed(request, parts, content_type, headers)
+
+    async def _generate(
+        self, request: web.BaseRequest, args: tuple[str, ...]
+    ) -> web.StreamResponse:
+        body = await self._read_json_body(request)
+        return _json(await generate.generate(self._core, args[0], args[1], body))
+
+    async def _generate_stream(
+        self, request: web.BaseRequest, args: tuple[str, ...]
+    ) -> web.StreamResponse:
+        body = await self._read_json_body(request)
+        return await generate.generate_stream(self._core, request, args[0], args[1], body)
+
+    async def _read_json_body(self, request: web.BaseRequest) -> Any:
+        return http_codec.parse_json(await self._read_body(request, self._max_input_size))
+
+    async def _health(self, request: web.BaseRequest, args: tuple[str, ...]) -> web.StreamResponse:
+        return web.Response(status=200 if self._core.is_ready() else 503)
+
+    async def _openai_models(
+        self, request: web.BaseRequest, args: tuple[str, ...]
+    ) -> web.StreamResponse:
+        return web.json_response(generate.list_models(self._core))
+
+    async def _openai_completions(
+        self, request: web.BaseRequest, args: tuple[str, ...]
+    ) -> web.StreamResponse:
+        return await self._openai_call(request, chat=False)
+
+    async def _openai_chat(
+        self, request: web.BaseRequest, args: tuple[str, ...]
+    ) -> web.StreamResponse:
+        return await self._openai_call(request, chat=True)
+
+    async def _openai_call(self, request: web.BaseRequest, chat: bool) -> web.StreamResponse:
+        try:
+            try:
+                body = await self._read_json_body(request)
+            except ServerError as exc:
+                raise generate.OpenAIError(exc.message) from exc
+            return await generate.completions(self._core, request, body, chat)
+        except generate.OpenAIError as exc:
+            return exc.response()
 
     async def _parse_infer(self, request: web.BaseRequest, name: str, version: str) -> InferRequest:
         """The core request for an infer call's headers and body."""

@@ -8,6 +8,12 @@ profile states its ``provenance``; a synthetic one says it is synthetic.
 An optional ``[gpu]`` table gives what the simulated GPU reports on ``/metrics`` besides its
 busy share: memory (total, context, weights and activations per instance) and power
 (:class:`~reference_server.core.gpu.SimulatedGpuSpec`), with a ``provenance`` of its own.
+
+A generative engine's profile (:mod:`reference_server.backends.generative`) has a ``[step]``
+table instead of ``[device]``: the time of one engine step, ``fixed_ms + prefill_ms_per_token *
+prefill tokens + decode_ms_per_seq * decoding sequences`` (:class:`StepCost`), and a ``[kv]``
+table with the KV-cache bytes one token takes (:class:`KvCacheSpec`); its ``[gpu]`` table gives
+the device memory and the weights that the KV cache shares it with.
 """
 
 from __future__ import annotations
@@ -71,6 +77,70 @@ class LatencyCurve:
 
 
 @dataclass(frozen=True)
+class StepCost:
+    """Milliseconds of one step of a generative engine.
+
+    Attributes:
+        fixed_ms: Every step (kernel launches, sampling, scheduling).
+        prefill_ms_per_token: Per prompt token computed in the step (prefill and recompute).
+        decode_ms_per_seq: Per sequence decoding one token in the step (its KV reads).
+    """
+
+    fixed_ms: float = 0.0
+    prefill_ms_per_token: float = 0.0
+    decode_ms_per_seq: float = 0.0
+
+    def ms(self, prefill_tokens: int, decode_seqs: int) -> float:
+        """Noise-free duration of a step carrying these tokens (0 for an empty step)."""
+        if prefill_tokens <= 0 and decode_seqs <= 0:
+            return 0.0
+        return (
+            self.fixed_ms
+            + self.prefill_ms_per_token * prefill_tokens
+            + self.decode_ms_per_seq * decode_seqs
+        )
+
+    @classmethod
+    def from_toml(cls, data: Any, where: str) -> StepCost:
+        if not isinstance(data, dict):
+            raise ModelConfigError(f"{where}: [step] must be a table")
+        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ModelConfigError(
+                f"{where} [step]: unknown keys {unknown}; known: {sorted(cls.__dataclass_fields__)}"
+            )
+        try:
+            cost = cls(**{k: float(v) for k, v in data.items()})
+        except (TypeError, ValueError) as exc:
+            raise ModelConfigError(f"{where} [step]: values must be numbers") from exc
+        if min(cost.fixed_ms, cost.prefill_ms_per_token, cost.decode_ms_per_seq) < 0:
+            raise ModelConfigError(f"{where} [step]: times must not be negative")
+        return cost
+
+
+@dataclass(frozen=True)
+class KvCacheSpec:
+    """The KV cache of a simulated generative model.
+
+    Attributes:
+        bytes_per_token: KV bytes one token takes over all layers (``2 * layers * kv_heads *
+            head_dim * dtype bytes``).
+    """
+
+    bytes_per_token: float
+
+    @classmethod
+    def from_toml(cls, data: Any, where: str) -> KvCacheSpec:
+        try:
+            value = float(data["bytes_per_token"])
+        except (TypeError, KeyError, ValueError) as exc:
+            raise ModelConfigError(f"{where} [kv]: needs a number 'bytes_per_token'") from exc
+        if value <= 0:
+            raise ModelConfigError(f"{where} [kv]: bytes_per_token must be positive")
+        return cls(value)
+
+
+@dataclass(frozen=True)
 class LatencyProfile:
     """A simulated device.
 
@@ -84,6 +154,8 @@ class LatencyProfile:
         seed: RNG seed (each instance adds its index).
         gpu: Memory and power of the simulated GPU (None: it reports utilisation only).
         gpu_provenance: Where the ``[gpu]`` figures come from.
+        step: A generative engine's step time (None for other models).
+        kv: A generative engine's KV cache (None for other models).
     """
 
     name: str
@@ -95,6 +167,8 @@ class LatencyProfile:
     seed: int = 0
     gpu: SimulatedGpuSpec | None = None
     gpu_provenance: str = ""
+    step: StepCost | None = None
+    kv: KvCacheSpec | None = None
 
     def throughput_per_s(self, batch_size: int, instances: int = 1) -> float:
         """Noise-free peak inferences per second at a fixed batch size.
@@ -125,16 +199,21 @@ def load_profile(path: Path, shown: str | None = None) -> LatencyProfile:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else exc
         raise ModelConfigError(f"cannot read latency profile {shown or path}: {reason}") from exc
-    if "device" not in data or not data.get("provenance"):
+    if ("device" not in data and "step" not in data) or not data.get("provenance"):
         raise ModelConfigError(
-            f"latency profile {shown or path} needs a [device] table and a 'provenance' string"
+            f"latency profile {shown or path} needs a [device] (or, for a generative engine, "
+            "[step]) table and a 'provenance' string"
         )
     label = shown or path
     gpu, gpu_provenance = _gpu_table(data.get("gpu"), label)
+    step = StepCost.from_toml(data["step"], str(label)) if "step" in data else None
+    kv = KvCacheSpec.from_toml(data.get("kv"), str(label)) if "step" in data else None
     return LatencyProfile(
         name=str(data.get("name", Path(path).stem)),
         provenance=str(data["provenance"]),
-        device=LatencyCurve.from_toml(data["device"], f"{label} [device]"),
+        device=LatencyCurve.from_toml(data.get("device"), f"{label} [device]"),
+        step=step,
+        kv=kv,
         host_pre=LatencyCurve.from_toml(data.get("host_pre"), f"{label} [host_pre]"),
         host_post=LatencyCurve.from_toml(data.get("host_post"), f"{label} [host_post]"),
         jitter=float(data.get("jitter", 0.0)),

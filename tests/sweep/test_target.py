@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections.abc import Iterator
@@ -110,3 +111,15 @@ def test_bundled_repository_is_written_by_a_child_and_refuses_other_names(tmp_pa
     assert (root / "resnet50" / "config.pbtxt").exists()
     with pytest.raises(TargetError, match=r"not a bundled model: nope.*--model-repository"):
         bundled_repository("nope", tmp_path / "other", "sim")
+
+
+def test_bundled_tinyllm_is_written_with_its_engine_file_and_runs_on_sim_only(
+    tmp_path: Path,
+) -> None:
+    root = bundled_repository("tinyllm", tmp_path / "repository", "sim")
+    engine = json.loads((root / "tinyllm" / "1" / "model.json").read_text())
+    assert engine["max_num_seqs"] == 8 and engine["enable_chunked_prefill"] is True
+    config = (root / "tinyllm" / "config.pbtxt").read_text()
+    assert 'backend: "vllm"' in config and "decoupled: true" in config
+    with pytest.raises(TargetError, match="--device sim"):
+        bundled_repository("tinyllm", tmp_path / "other", "cpu")
