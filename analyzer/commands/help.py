@@ -27,6 +27,7 @@ __all__ = [
     "Choice",
     "Device",
     "Leave",
+    "LoadProtocol",
     "ObjectiveName",
     "Protocol",
     "RateLimit",
@@ -73,6 +74,18 @@ class Protocol(Choice):
 
     http = "http"
     grpc = "grpc"
+
+
+class LoadProtocol(Choice):
+    """``perfsweep load --protocol``: ``[model] protocol``'s two, and the streaming protocols of
+    generative models (``analyzer.load.streams.STREAM_PROTOCOLS``)."""
+
+    http = "http"
+    grpc = "grpc"
+    grpc_stream = "grpc-stream"
+    generate_stream = "generate-stream"
+    openai = "openai"
+    openai_chat = "openai-chat"
 
 
 class ServerKind(Choice):

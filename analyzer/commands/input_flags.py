@@ -39,6 +39,10 @@ The traffic's shape (``run``, ``gate``, ``load``) maps onto ``[traffic]``::
     --trace requests.csv                 [traffic] trace = "requests.csv"
     --trace-unit ms                      [traffic] trace_unit = "ms"
     --mix a=3,b=1                        [[traffic.classes]] name = model = "a", share = 0.75; ...
+
+A generative model's requests (``load`` only, not in the scenario file): ``--input-tokens``,
+``--output-tokens`` (a length or a distribution), or ``--dataset FILE.jsonl``; its goals
+``--ttft-p99-ms`` and ``--itl-p99-ms``.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ import typer
 from analyzer.commands.help import (
     DATA,
     DISTRIBUTED,
+    GOALS,
     SECURED,
     SERVER,
     TRAFFIC,
@@ -66,19 +71,25 @@ from analyzer.config.scenario import (
     parse_shapes,
     traffic_overrides,
 )
+from analyzer.errors import InputError
+from analyzer.measure.lengths import Lengths, parse_dataset, parse_length
 
 __all__ = [
     "ArrivalFlag",
     "BatchSizeFlag",
+    "DatasetFlag",
     "ExpectWorkersFlag",
     "GrpcUrlFlag",
     "HeaderFileFlag",
     "HeaderFlag",
     "InputDataFlag",
+    "InputTokensFlag",
+    "ItlP99Flag",
     "MasterBindHostFlag",
     "MasterPortFlag",
     "MetricsUrlFlag",
     "MixFlag",
+    "OutputTokensFlag",
     "PadBucketsFlag",
     "PadValuesFlag",
     "ProtocolFlag",
@@ -93,9 +104,11 @@ __all__ = [
     "SslKeyFlag",
     "TraceFlag",
     "TraceUnitFlag",
+    "TtftP99Flag",
     "UniquePayloadsFlag",
     "WorkersFlag",
     "access_overrides",
+    "generative_lengths",
     "generator_overrides",
     "input_overrides",
     "mix_overrides",
@@ -241,6 +254,86 @@ MixFlag = Annotated[
         rich_help_panel=TRAFFIC,
     ),
 ]
+
+
+# ---- generative requests: lengths and token goals -------------------------------------------
+
+#: ``--input-tokens N | uniform:LO,HI | lognormal:mean=M,sd=S``.
+InputTokensFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--input-tokens",
+        metavar="<N|DIST>",
+        help="Generative models: prompt length in tokens, N or a distribution "
+        "(uniform:LO,HI, lognormal:mean=M,sd=S); default 128.",
+        rich_help_panel=DATA,
+    ),
+]
+#: ``--output-tokens N | DIST``.
+OutputTokensFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--output-tokens",
+        metavar="<N|DIST>",
+        help="Generative models: tokens to generate per request, N or a distribution "
+        "(as --input-tokens); default 64.",
+        rich_help_panel=DATA,
+    ),
+]
+#: ``--dataset FILE.jsonl``.
+DatasetFlag = Annotated[
+    Path | None,
+    typer.Option(
+        "--dataset",
+        metavar="<FILE.jsonl>",
+        help="Generative models: requests from a JSONL file, one a line: prompt (text) or "
+        "input_tokens, and output_tokens (instead of --input-tokens/--output-tokens).",
+        rich_help_panel=DATA,
+    ),
+]
+#: ``--ttft-p99-ms X``.
+TtftP99Flag = Annotated[
+    float | None,
+    typer.Option(
+        "--ttft-p99-ms",
+        help="Generative models: p99 time-to-first-token goal, ms.",
+        rich_help_panel=GOALS,
+    ),
+]
+#: ``--itl-p99-ms X``.
+ItlP99Flag = Annotated[
+    float | None,
+    typer.Option(
+        "--itl-p99-ms",
+        help="Generative models: p99 inter-token-latency goal (over tokens), ms.",
+        rich_help_panel=GOALS,
+    ),
+]
+
+
+def generative_lengths(
+    input_tokens: str | None, output_tokens: str | None, dataset: Path | None
+) -> Lengths:
+    """The requests' lengths the flags describe (checked: bad values end here, before any load).
+
+    Raises:
+        InputError: a distribution that does not parse, a dataset line without lengths, or a
+            dataset given with length flags.
+    """
+    if dataset is not None:
+        if input_tokens is not None or output_tokens is not None:
+            raise InputError(
+                "--dataset gives each request's lengths; leave out --input-tokens/--output-tokens"
+            )
+        try:
+            text = dataset.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"cannot read dataset {dataset}: {exc.strerror or exc}") from None
+        return Lengths(dataset=parse_dataset(text, str(dataset)), source=dataset.name)
+    return Lengths(
+        parse_length(input_tokens or "128", "--input-tokens"),
+        parse_length(output_tokens or "64", "--output-tokens"),
+    )
 
 
 # ---- the generator ---------------------------------------------------------------------------

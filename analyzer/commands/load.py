@@ -15,6 +15,11 @@ Examples::
     perfsweep load ... --mix a=3,b=1 --find-capacity --p99-ms 50   # two models served together
     perfsweep load ... --mix a=3@100,b=1@40 --find-capacity         # each held to its own p99
     perfsweep load --url H:8000 --grpc-url H:8001 --protocol grpc ...   # the load over gRPC
+    perfsweep load --url H:8000 --model llm --protocol generate-stream --rate-rps 2 \
+        --input-tokens 512 --output-tokens lognormal:mean=128,sd=64   # TTFT, ITL, tokens/s
+    perfsweep load --model resnet50 --device sim --rate-rps 50  # starts the reference server
+    perfsweep load --url H:8000 --model m --protocol openai --find-capacity \
+        --ttft-p99-ms 500 --itl-p99-ms 50          # the highest rate meeting both
 
 ``--url`` is the server's HTTP address; with ``--protocol grpc`` the load goes to ``--grpc-url``
 (default: the HTTP port + 1) and statistics still come over HTTP. The form from before
@@ -28,10 +33,12 @@ failed.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import socket
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -50,18 +57,23 @@ from analyzer.commands.help import (
     OUTPUT,
     SERVER,
     TRAFFIC,
-    Protocol,
+    Device,
+    LoadProtocol,
     epilog,
     value,
 )
 from analyzer.commands.input_flags import (
     ArrivalFlag,
     BatchSizeFlag,
+    DatasetFlag,
     GrpcUrlFlag,
     HeaderFileFlag,
     HeaderFlag,
     InputDataFlag,
+    InputTokensFlag,
+    ItlP99Flag,
     MixFlag,
+    OutputTokensFlag,
     PadBucketsFlag,
     PadValuesFlag,
     RepeatRatioFlag,
@@ -73,8 +85,10 @@ from analyzer.commands.input_flags import (
     SslKeyFlag,
     TraceFlag,
     TraceUnitFlag,
+    TtftP99Flag,
     UniquePayloadsFlag,
     access_overrides,
+    generative_lengths,
     input_overrides,
     mix_overrides,
     traffic_overrides,
@@ -211,6 +225,46 @@ def results_table(measurements: list[Measurement], title: str = "perfsweep load"
     return table
 
 
+def tokens_table(measurements: list[Measurement]) -> Table:
+    """The token streams of each level (ms; fits 80 columns): TTFT and ITL p50/p99, each
+    request's mean ITL at p99, output tokens/s, req/s, goodput (req/s meeting every goal)."""
+    table = Table(
+        title="token streams (ms)", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False
+    )
+    for name in (
+        "level",
+        "ttft50",
+        "ttft99",
+        "itl50",
+        "itl99",
+        "mitl99",
+        "tok/s",
+        "req/s",
+        "goodput",
+        "tokens",
+        "failed",
+    ):
+        table.add_column(name, justify="left" if name == "level" else "right")
+    for m in measurements:
+        t = m.tokens
+        if t is None:
+            continue
+        table.add_row(
+            _level(m),
+            _num(t.ttft_p50_ms),
+            _num(t.ttft_p99_ms),
+            _num(t.itl_p50_ms),
+            _num(t.itl_p99_ms),
+            _num(t.mean_itl_p99_ms),
+            _num(t.output_tokens_per_s),
+            _num(m.throughput_rps),
+            _num(t.goodput_rps) if t.goodput_rps is not None else "-",
+            str(t.output_tokens),
+            str(t.failed_streams),
+        )
+    return table
+
+
 class _LiveWindows:
     """A live table of the windows of the level being measured."""
 
@@ -298,23 +352,35 @@ def register(app: typer.Typer) -> None:
     @app.command("load", cls=command_class("load"), epilog=EXAMPLES)
     def load(
         url: Annotated[
-            str,
+            str | None,
             typer.Option(
                 metavar="<URL|HOST:PORT>",
                 help="The server's HTTP address. (As before --grpc-url: with --protocol grpc "
                 "and no --grpc-url, a HOST:PORT here is where the gRPC load goes.)",
+                show_default="127.0.0.1:8000",
                 rich_help_panel=SERVER,
             ),
-        ] = "127.0.0.1:8000",
+        ] = None,
+        device: Annotated[
+            Device | None,
+            typer.Option(
+                help="Start the reference server with --model on this device (sim: a "
+                "simulated GPU) instead of loading a running one at --url; it stops at the end.",
+                rich_help_panel=SERVER,
+            ),
+        ] = None,
         grpc_url: GrpcUrlFlag = None,
         protocol: Annotated[
-            Protocol,
+            LoadProtocol,
             typer.Option(
                 help="What the load speaks: grpc sends it to --grpc-url, while statistics "
-                "still come over HTTP from --url.",
+                "still come over HTTP from --url. A generative model's token streams: "
+                "grpc-stream (Triton's ModelStreamInfer, to --grpc-url), generate-stream "
+                "(Triton's generate_stream SSE), openai (/v1/completions), openai-chat "
+                "(/v1/chat/completions); these report TTFT, ITL, tokens/s and goodput.",
                 rich_help_panel=SERVER,
             ),
-        ] = Protocol.http,
+        ] = LoadProtocol.http,
         model: Annotated[
             str,
             typer.Option(
@@ -380,8 +446,11 @@ def register(app: typer.Typer) -> None:
             ),
         ] = False,
         p99_ms: Annotated[
-            float | None, typer.Option(help="P99 latency goal, ms.", rich_help_panel=GOALS)
+            float | None,
+            typer.Option(help="P99 latency goal (end to end), ms.", rich_help_panel=GOALS),
         ] = None,
+        ttft_p99_ms: TtftP99Flag = None,
+        itl_p99_ms: ItlP99Flag = None,
         max_error_rate: Annotated[
             float,
             typer.Option(help="Error-rate goal (a fraction).", rich_help_panel=GOALS),
@@ -444,6 +513,9 @@ def register(app: typer.Typer) -> None:
         shared_memory: SharedMemoryFlag = None,
         pad_buckets: PadBucketsFlag = None,
         pad_values: PadValuesFlag = None,
+        input_tokens: InputTokensFlag = None,
+        output_tokens: OutputTokensFlag = None,
+        dataset: DatasetFlag = None,
         output: Annotated[
             Path | None,
             typer.Option(
@@ -506,180 +578,253 @@ def register(app: typer.Typer) -> None:
             p99_ms = max(own)  # every model has its own goal (--mix a=3@100,b=1@40)
         if not model:
             raise InputError("--model NAME is required")
-        from analyzer.config.urls import http_url
-
-        # The form from before --grpc-url (`--url HOST:PORT --protocol grpc`, statistics from
-        # --stats-url): --url names the gRPC address. An http:// URL is the HTTP address.
-        legacy_grpc = (
-            protocol is Protocol.grpc
-            and grpc_url is None
-            and (stats_url is not None or "://" not in url)
-        )
-        if stats_url is not None and not legacy_grpc:
+        stream = "" if protocol in (LoadProtocol.http, LoadProtocol.grpc) else protocol.value
+        token_goals = ttft_p99_ms is not None or itl_p99_ms is not None
+        lengths = None
+        if stream:
+            lengths = generative_lengths(input_tokens, output_tokens, dataset)
+            if mixed:
+                raise InputError("--mix sends tensors to several models; a token stream is one")
+        elif token_goals or any(v is not None for v in (input_tokens, output_tokens, dataset)):
             raise InputError(
-                "--stats-url goes with --url HOST:PORT --protocol grpc; with --grpc-url, "
-                "--url is the HTTP address statistics come from"
+                "--ttft-p99-ms, --itl-p99-ms, --input-tokens, --output-tokens and --dataset "
+                "measure a generative model's token streams: give --protocol grpc-stream, "
+                "generate-stream, openai or openai-chat"
             )
-        url = http_url(url)  # the one check of every URL; https:// is spoken over TLS
-        # The same [input] and [traffic] keys as a scenario's, checked the same way (bad values
-        # end here, before any load); load reads no scenario file and no PERFSWEEP_* variables.
-        scenario = load_scenario(
-            None,
-            {
-                **input_overrides(
-                    shape,
-                    input_data,
-                    batch_size,
-                    unique_payloads,
-                    repeat_ratio,
-                    value(shared_memory),
-                    pad_buckets,
-                    pad_values,
-                ),
-                **traffic_overrides(arrival, trace, value(trace_unit)),
-                **mixed,
-                **({"goals.p99_ms": p99_ms} if p99_ms is not None else {}),
-                "model.url": url,
-                "model.protocol": None if legacy_grpc else protocol.value,
-                **access_overrides(
-                    grpc_url, ssl_ca, ssl_cert, ssl_key, ssl_insecure, header, header_file
-                ),
-            },
-            env={},
-        )
-        scenario.model.access().check()
-        if scenario.model.ssl_insecure:
-            Console(stderr=True).print(
-                f"--ssl-insecure: the certificate of {url} is not verified", highlight=False
-            )
-        input_options(scenario.input, seed)  # the generator's own checks, before any load
-        process = scenario.traffic.arrival_process()
-        levels_c = _numbers(concurrency, "--concurrency")
-        levels_r = _numbers(rate_rps, "--rate-rps")
-        if trace_scale is not None and process.trace is None:
-            raise InputError("--trace-scale scales a --trace; give the trace too")
-        if process.trace is not None:
-            if levels_c:
-                raise InputError("--trace replays open-loop sends; it cannot go with --concurrency")
-            if trace_scale is not None or not (levels_r or find_capacity):
-                scales = _numbers(trace_scale or "1", "--trace-scale")
-                if levels_r or find_capacity:
-                    raise InputError("give --trace-scale or --rate-rps / --find-capacity, not both")
-                levels_r = [s * process.trace.rate_rps for s in scales]
-            fit = fit_gaps(process.trace.gaps_s)
-            Console(stderr=True).print(
-                f"trace {process.trace.source}: {fit.describe()}", highlight=False
-            )
-        if sum(bool(x) for x in (levels_c, levels_r, find_capacity)) != 1:
-            raise InputError("give exactly one of --concurrency, --rate-rps or --find-capacity")
-        if find_capacity and p99_ms is None:
-            raise InputError(
-                "--find-capacity needs a goal: --p99-ms X (or each --mix model's @P99)"
-            )
-        goals = (
-            Goals(p99_ms, max_error_rate, classes=scenario.traffic.class_goals())
-            if p99_ms is not None
-            else None
-        )
-
-        if max_windows is None:
-            max_windows = 4 if find_capacity else 10
-        step = LoadSpec(
-            LoadMode.REQUEST_RATE,
-            1.0,
-            arrival=process,
-            warmup_s=warmup_s,
-            window_s=window_s,
-            window_requests=window_requests,
-            max_windows=max_windows,
-            stability_pct=stability_pct,
-            seed=seed,
-        )
-        console = Console(stderr=True)
-        live = _LiveWindows(console)
-
-        metrics_url = http_url(metrics_url) if metrics_url else metrics_url
-        stats_url = http_url(stats_url) if stats_url else stats_url
-
-        from analyzer.load import LocustLoadGenerator  # gevent: only from here on
-
-        # The old form: the load goes to --url as it is, statistics come from --stats-url.
-        legacy: dict[str, Any] = {"protocol": "grpc", "stats_url": stats_url} if legacy_grpc else {}
-        options = engine_options(
-            scenario,
-            url,
-            model,
-            metrics_url=metrics_url,
-            workers=workers,
-            expect_remote_workers=expect_workers if master else 0,
-            master_bind_host=master_bind_host,
-            master_port=master_port if master else 0,
-            pool_size=pool_size,
-            on_window=live,
-            **legacy,
-        )
-        measurements: list[Measurement] = []
-        capacity: CapacityResult | None = None
-        with live.live, LocustLoadGenerator(options) as generator:
-            if find_capacity:
-                assert goals is not None
-                capacity = generator.find_capacity(
-                    CapacitySpec(
-                        goals=goals,
-                        start_rps=start_rps,
-                        max_rps=max_rps,
-                        min_rps=min(1.0, start_rps),
-                        resolution=resolution,
-                        step=step,
-                        confirm_failures=confirm_failures,
-                    )
+        # The transport: grpc-stream speaks gRPC (its statistics over HTTP), the rest HTTP.
+        transport = LoadProtocol.grpc if protocol is LoadProtocol.grpc_stream else protocol
+        if stream and transport is not LoadProtocol.grpc:
+            transport = LoadProtocol.http
+        server = None
+        if device is not None:
+            if url is not None:
+                raise InputError(
+                    "--device starts a reference server and --url names a running one: give one"
                 )
-                measurements = list(capacity.points)
-            else:
-                mode = LoadMode.CONCURRENCY if levels_c else LoadMode.REQUEST_RATE
-                for target in levels_c or levels_r:
-                    spec = LoadSpec(
-                        mode,
-                        target,
-                        arrival=step.arrival,
-                        warmup_s=warmup_s,
-                        window_s=window_s,
-                        window_requests=window_requests,
-                        max_windows=max_windows,
-                        stability_pct=stability_pct,
-                        seed=seed,
-                    )
-                    measurements.append(generator.measure(spec))
-                    generator.drain(30.0)
+            from analyzer.target.managed import ManagedServer
 
-        out = Console()
-        if not out.is_terminal:  # piped or captured: never truncate the numbers to 80 columns
-            out = Console(width=160)
-        out.print(results_table(measurements))
-        for m in measurements:
-            if m.classes:
-                out.print(f"[dim]{_level(m)}:[/] {classes_text(m, goals)}", highlight=False)
-            for message in m.messages:
-                out.print(f"[dim]{m.mode.value} {m.target:g}:[/] {message}", highlight=False)
-        if capacity is not None:
-            out.print(f"[bold]{capacity.message}[/]", highlight=False)
-        if output is not None:
-            doc = load_output_dict(
-                measurements,
-                capacity,
-                environment_record(
+            log_path = Path(tempfile.mkdtemp(prefix="perfsweep-load-")) / "server.log"
+            server = ManagedServer(model, device.value, log_path)
+            Console(stderr=True).print(
+                f"starting the reference server ({device.value}); log: {log_path}", highlight=False
+            )
+            server.start()
+            assert server.addresses is not None  # set by start()
+            url = server.url
+            grpc_url = grpc_url or server.addresses.grpc_url
+            metrics_url = metrics_url or server.addresses.metrics_url
+        url = url or "127.0.0.1:8000"
+        try:
+            from analyzer.config.urls import http_url
+
+            # The form from before --grpc-url (`--url HOST:PORT --protocol grpc`, statistics from
+            # --stats-url): --url names the gRPC address. An http:// URL is the HTTP address.
+            legacy_grpc = (
+                protocol is LoadProtocol.grpc
+                and grpc_url is None
+                and (stats_url is not None or "://" not in url)
+            )
+            if stats_url is not None and not legacy_grpc:
+                raise InputError(
+                    "--stats-url goes with --url HOST:PORT --protocol grpc; with --grpc-url, "
+                    "--url is the HTTP address statistics come from"
+                )
+            url = http_url(url)  # the one check of every URL; https:// is spoken over TLS
+            # The same [input] and [traffic] keys as a scenario's, checked the same way (bad values
+            # end here, before any load); load reads no scenario file and no PERFSWEEP_* variables.
+            scenario = load_scenario(
+                None,
+                {
+                    **input_overrides(
+                        shape,
+                        input_data,
+                        batch_size,
+                        unique_payloads,
+                        repeat_ratio,
+                        value(shared_memory),
+                        pad_buckets,
+                        pad_values,
+                    ),
+                    **traffic_overrides(arrival, trace, value(trace_unit)),
+                    **mixed,
+                    **({"goals.p99_ms": p99_ms} if p99_ms is not None else {}),
+                    "model.url": url,
+                    "model.protocol": None if legacy_grpc else transport.value,
+                    **access_overrides(
+                        grpc_url, ssl_ca, ssl_cert, ssl_key, ssl_insecure, header, header_file
+                    ),
+                },
+                env={},
+            )
+            scenario.model.access().check()
+            if scenario.model.ssl_insecure:
+                Console(stderr=True).print(
+                    f"--ssl-insecure: the certificate of {url} is not verified", highlight=False
+                )
+            input_options(scenario.input, seed)  # the generator's own checks, before any load
+            process = scenario.traffic.arrival_process()
+            levels_c = _numbers(concurrency, "--concurrency")
+            levels_r = _numbers(rate_rps, "--rate-rps")
+            if trace_scale is not None and process.trace is None:
+                raise InputError("--trace-scale scales a --trace; give the trace too")
+            if process.trace is not None:
+                if levels_c:
+                    raise InputError(
+                        "--trace replays open-loop sends; it cannot go with --concurrency"
+                    )
+                if trace_scale is not None or not (levels_r or find_capacity):
+                    scales = _numbers(trace_scale or "1", "--trace-scale")
+                    if levels_r or find_capacity:
+                        raise InputError(
+                            "give --trace-scale or --rate-rps / --find-capacity, not both"
+                        )
+                    levels_r = [s * process.trace.rate_rps for s in scales]
+                fit = fit_gaps(process.trace.gaps_s)
+                Console(stderr=True).print(
+                    f"trace {process.trace.source}: {fit.describe()}", highlight=False
+                )
+            if sum(bool(x) for x in (levels_c, levels_r, find_capacity)) != 1:
+                raise InputError("give exactly one of --concurrency, --rate-rps or --find-capacity")
+            if find_capacity and p99_ms is None and not token_goals:
+                raise InputError(
+                    "--find-capacity needs a goal: --p99-ms X (or each --mix model's @P99; for a "
+                    "token stream --ttft-p99-ms / --itl-p99-ms)"
+                )
+            goals = (
+                Goals(
+                    p99_ms if p99_ms is not None else math.inf,
+                    max_error_rate,
+                    classes=scenario.traffic.class_goals(),
+                    ttft_p99_ms=ttft_p99_ms,
+                    itl_p99_ms=itl_p99_ms,
+                )
+                if p99_ms is not None or token_goals
+                else None
+            )
+            if lengths is not None:
+                Console(stderr=True).print(f"requests: {lengths.describe()}", highlight=False)
+
+            if max_windows is None:
+                max_windows = 4 if find_capacity else 10
+            step = LoadSpec(
+                LoadMode.REQUEST_RATE,
+                1.0,
+                arrival=process,
+                warmup_s=warmup_s,
+                window_s=window_s,
+                window_requests=window_requests,
+                max_windows=max_windows,
+                stability_pct=stability_pct,
+                seed=seed,
+            )
+            console = Console(stderr=True)
+            live = _LiveWindows(console)
+
+            metrics_url = http_url(metrics_url) if metrics_url else metrics_url
+            stats_url = http_url(stats_url) if stats_url else stats_url
+
+            from analyzer.load import LocustLoadGenerator  # gevent: only from here on
+
+            # The old form: the load goes to --url as it is, statistics come from --stats-url.
+            legacy: dict[str, Any] = (
+                {"protocol": "grpc", "stats_url": stats_url} if legacy_grpc else {}
+            )
+            generative: dict[str, Any] = (
+                {
+                    "stream": stream,
+                    "lengths": lengths,
+                    "goals": goals,
+                    # An OpenAI-compatible server has no Triton statistics to read.
+                    "scrape_server": not stream.startswith("openai"),
+                }
+                if stream and lengths is not None
+                else {}
+            )
+            options = engine_options(
+                scenario,
+                url,
+                model,
+                metrics_url=metrics_url,
+                workers=workers,
+                expect_remote_workers=expect_workers if master else 0,
+                master_bind_host=master_bind_host,
+                master_port=master_port if master else 0,
+                pool_size=pool_size,
+                on_window=live,
+                **legacy,
+                **generative,
+            )
+            measurements: list[Measurement] = []
+            capacity: CapacityResult | None = None
+            with live.live, LocustLoadGenerator(options) as generator:
+                if find_capacity:
+                    assert goals is not None
+                    capacity = generator.find_capacity(
+                        CapacitySpec(
+                            goals=goals,
+                            start_rps=start_rps,
+                            max_rps=max_rps,
+                            min_rps=min(1.0, start_rps),
+                            resolution=resolution,
+                            step=step,
+                            confirm_failures=confirm_failures,
+                        )
+                    )
+                    measurements = list(capacity.points)
+                else:
+                    mode = LoadMode.CONCURRENCY if levels_c else LoadMode.REQUEST_RATE
+                    for target in levels_c or levels_r:
+                        spec = LoadSpec(
+                            mode,
+                            target,
+                            arrival=step.arrival,
+                            warmup_s=warmup_s,
+                            window_s=window_s,
+                            window_requests=window_requests,
+                            max_windows=max_windows,
+                            stability_pct=stability_pct,
+                            seed=seed,
+                        )
+                        measurements.append(generator.measure(spec))
+                        generator.drain(30.0)
+
+            out = Console()
+            if not out.is_terminal:  # piped or captured: never truncate the numbers to 80 columns
+                out = Console(width=160)
+            out.print(results_table(measurements))
+            if any(m.tokens is not None for m in measurements):
+                out.print(tokens_table(measurements))
+            for m in measurements:
+                if m.classes:
+                    out.print(f"[dim]{_level(m)}:[/] {classes_text(m, goals)}", highlight=False)
+                for message in m.messages:
+                    out.print(f"[dim]{m.mode.value} {m.target:g}:[/] {message}", highlight=False)
+            if capacity is not None:
+                out.print(f"[bold]{capacity.message}[/]", highlight=False)
+            if output is not None:
+                environment = environment_record(
                     url,
                     model,
                     protocol.value,
                     workers,
                     scenario.input,
                     mixed.get("traffic.classes", ()),
-                ),
-            )
-            output.parent.mkdir(parents=True, exist_ok=True)
-            tmp = output.with_suffix(output.suffix + ".tmp")
-            tmp.write_text(json.dumps(doc, indent=2))
-            tmp.replace(output)
-            out.print(f"results written to {output}")
-        if capacity is not None and capacity.capacity_rps == 0:
-            raise GoalNotMetError(capacity.message)
+                )
+                if lengths is not None:  # a generative load: what its requests asked for
+                    environment["requests"] = {
+                        "lengths": lengths.describe(),
+                        "input_tokens": lengths.input.to_text(),
+                        "output_tokens": lengths.output.to_text(),
+                        "dataset": lengths.source or None,
+                    }
+                doc = load_output_dict(measurements, capacity, environment)
+                output.parent.mkdir(parents=True, exist_ok=True)
+                tmp = output.with_suffix(output.suffix + ".tmp")
+                tmp.write_text(json.dumps(doc, indent=2))
+                tmp.replace(output)
+                out.print(f"results written to {output}")
+            if capacity is not None and capacity.capacity_rps == 0:
+                raise GoalNotMetError(capacity.message)
+        finally:
+            if server is not None:
+                server.stop()

@@ -15,6 +15,11 @@ A CSV or JSONL trace may also say which request data each request sent: a ``payl
 (or key) holding the index of an entry of the request data (``--input-data``, in its order).
 The replay then sends, at each recorded request's time, that request's entry; without it the
 generator walks the data in rotation as for any other shape.
+
+A trace of a generative load also gives each request's lengths: ``input_length`` and
+``output_length`` (mooncake's trace: ``timestamp`` in ms, so ``--trace-unit ms``) or
+``input_tokens`` and ``output_tokens``, both or neither. The replay then sends each request
+with its recorded lengths.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 TIME_KEYS = ("timestamp", "time", "ts", "t")
 #: The name of the column (or JSONL key) holding each request's payload index.
 PAYLOAD_KEY = "payload"
+#: Names of a generative trace's length columns: (input, output), in order of preference.
+LENGTH_KEYS = (("input_length", "output_length"), ("input_tokens", "output_tokens"))
 
 
 def read_trace(path: Path | str, unit: str = "auto") -> Trace:
@@ -51,10 +58,11 @@ def read_trace(path: Path | str, unit: str = "auto") -> Trace:
         raise InputError(f"cannot read trace {path}: {exc.strerror or exc}") from None
     suffix = path.suffix.lower()
     payloads: list[int] = []
+    lengths: list[tuple[int, int]] = []
     if suffix == ".csv":
-        times, implied, payloads = _csv_times(text, path)
+        times, implied, payloads, lengths = _csv_times(text, path)
     elif suffix == ".jsonl":
-        times, implied, payloads = _jsonl_times(text, path)
+        times, implied, payloads, lengths = _jsonl_times(text, path)
     else:
         gaps, implied = _intervals(text, path), "us"
         scale = UNITS[implied if unit == "auto" else unit]
@@ -68,7 +76,36 @@ def read_trace(path: Path | str, unit: str = "auto") -> Trace:
     # on from the last request with the first gap. The replay's k-th send falls at request
     # k + 1's time, so it carries request k + 1's payload.
     sent = tuple(payloads[i] for i in order[1:]) if payloads else ()
-    return Trace(tuple((b - a) * scale for a, b in itertools.pairwise(times)), path.name, sent)
+    sized = tuple(lengths[i] for i in order[1:]) if lengths else ()
+    spans = tuple((b - a) * scale for a, b in itertools.pairwise(times))
+    return Trace(spans, path.name, sent, sized)
+
+
+def _length_keys(keys: list[str], path: Path) -> tuple[str, str] | None:
+    """The (input, output) length columns among ``keys``; None when there are none."""
+    names = {k.strip().lower(): k for k in keys}
+    for pair in LENGTH_KEYS:
+        present = [k in names for k in pair]
+        if all(present):
+            return names[pair[0]], names[pair[1]]
+        if any(present):
+            raise InputError(
+                f"trace {path}: {pair[0]} and {pair[1]} go together; give both columns"
+            )
+    return None
+
+
+def _length(value: object, key: str, path: Path, line: int) -> int:
+    """A token count as written in a trace (a whole number >= 1)."""
+    try:
+        if isinstance(value, bool) or float(str(value)) != int(float(str(value))):
+            raise ValueError
+        count = int(float(str(value)))
+    except (ValueError, OverflowError):
+        count = 0
+    if count < 1:
+        raise InputError(f"trace {path}:{line}: {key} must be a whole number >= 1, not {value!r}")
+    return count
 
 
 def _time_key(keys: list[str], path: Path) -> tuple[str, str]:
@@ -103,11 +140,12 @@ def _payload(value: object, path: Path, line: int) -> int:
     return index
 
 
-def _csv_times(text: str, path: Path) -> tuple[list[float], str, list[int]]:
+def _csv_times(text: str, path: Path) -> tuple[list[float], str, list[int], list[tuple[int, int]]]:
     rows = [r for r in csv.reader(text.splitlines()) if r and any(c.strip() for c in r)]
     if not rows:
         raise InputError(f"trace {path} is empty")
     payload_column = None
+    length_columns: tuple[int, int] | None = None
     try:
         float(rows[0][0])
         column, unit, body = 0, "s", rows  # no header: the first column, in seconds
@@ -116,7 +154,11 @@ def _csv_times(text: str, path: Path) -> tuple[list[float], str, list[int]]:
         column, body = rows[0].index(key), rows[1:]
         names = [k.strip().lower() for k in rows[0]]
         payload_column = names.index(PAYLOAD_KEY) if PAYLOAD_KEY in names else None
+        keys = _length_keys(rows[0], path)
+        if keys is not None:
+            length_columns = (rows[0].index(keys[0]), rows[0].index(keys[1]))
     times, payloads = [], []
+    lengths: list[tuple[int, int]] = []
     for line, row in enumerate(body, 2 if body is not rows else 1):
         try:
             times.append(float(row[column]))
@@ -125,12 +167,25 @@ def _csv_times(text: str, path: Path) -> tuple[list[float], str, list[int]]:
         if payload_column is not None:
             cell = row[payload_column] if payload_column < len(row) else ""
             payloads.append(_payload(cell.strip(), path, line))
-    return times, unit, payloads
+        if length_columns is not None:
+            cells = [row[c].strip() if c < len(row) else "" for c in length_columns]
+            header = [rows[0][c].strip() for c in length_columns]
+            lengths.append(
+                (
+                    _length(cells[0], header[0], path, line),
+                    _length(cells[1], header[1], path, line),
+                )
+            )
+    return times, unit, payloads, lengths
 
 
-def _jsonl_times(text: str, path: Path) -> tuple[list[float], str, list[int]]:
+def _jsonl_times(
+    text: str, path: Path
+) -> tuple[list[float], str, list[int], list[tuple[int, int]]]:
     times: list[float] = []
     payloads: list[int] = []
+    lengths: list[tuple[int, int]] = []
+    length_keys: tuple[str, str] | None = None
     key = unit = ""
     for line, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():
@@ -143,15 +198,21 @@ def _jsonl_times(text: str, path: Path) -> tuple[list[float], str, list[int]]:
             raise InputError(f"trace {path}:{line}: each line must be a JSON object")
         if not key:
             key, unit = _time_key(list(record), path)
+            length_keys = _length_keys(list(record), path)
         value = record.get(key)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise InputError(f"trace {path}:{line}: {key!r} must be a number")
         times.append(float(value))
         if (len(times) == 1 and PAYLOAD_KEY in record) or payloads:
             payloads.append(_payload(record.get(PAYLOAD_KEY), path, line))
+        if length_keys is not None:
+            a, b = length_keys
+            lengths.append(
+                (_length(record.get(a), a, path, line), _length(record.get(b), b, path, line))
+            )
     if not times:
         raise InputError(f"trace {path} is empty")
-    return times, unit, payloads
+    return times, unit, payloads, lengths
 
 
 def _intervals(text: str, path: Path) -> list[float]:

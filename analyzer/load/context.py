@@ -40,7 +40,9 @@ from analyzer.load.sequences import (
     stream_first_id,
 )
 from analyzer.load.shm import ShmInputs
+from analyzer.load.streams import StreamClient, check_streaming_model, make_stream_client
 from analyzer.measure.arrivals import POISSON, ArrivalProcess
+from analyzer.measure.lengths import GenRequest, Lengths
 from analyzer.measure.specs import LoadMode
 
 _CONTEXT_ATTR = "perfsweep_context"
@@ -88,6 +90,11 @@ class EngineConfig:
     access: ServerAccess = PLAIN
     #: HTTP over TLS (the target's URL is ``https://``).
     http_tls: bool = False
+    #: A generative model's streaming protocol (``analyzer.load.streams.STREAM_PROTOCOLS``);
+    #: "": requests answered once, with tensors from ``inputs``.
+    stream: str = ""
+    #: A generative load: the requests' lengths (:meth:`Lengths.to_dict`).
+    lengths: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values (msgpack/JSON): enums as their values, the inputs as
@@ -157,10 +164,17 @@ class ProcessContext:
         self._lanes_key: tuple | None = None
         self._users_started = 0
         self._next_payload = 0
+        #: A generative level (``EngineConfig.stream``): the requests' lengths, drawn once.
+        self.generative = False
+        self.gen_requests: list[GenRequest] = []
 
     def configure(self, config: EngineConfig) -> None:
         """Adopt a new level's config; rebuild inputs and requests only when they change;
         reset recording."""
+        if config.stream:
+            self._configure_stream(config)
+            return
+        self.generative = False
         options = config.input_options()
         if options.mode is DataMode.RANDOM and self.process_index:
             # Each process draws payloads of its own: with the same seed every worker would send
@@ -229,6 +243,47 @@ class ProcessContext:
         self._users_started = 0
         # A level's open-loop sequences are made by its first dispatcher (OpenLoopUser.start_with).
         self.open_streams = None
+
+    def _configure_stream(self, config: EngineConfig) -> None:
+        """A generative level: check the model streams (a Triton model must be decoupled),
+        draw the requests' lengths once per load (seeded)."""
+        key = (config.stream, config.url, config.model, repr(config.lengths), config.seed)
+        if key != self._inputs_key:
+            if config.stream in ("grpc-stream", "generate-stream"):
+                _, model_config = fetch_model_documents(
+                    config.protocol, config.url, config.model, config.access, config.http_tls
+                )
+                check_streaming_model(model_config, config.model, config.stream)
+            lengths = Lengths.from_dict(config.lengths or {})
+            self.gen_requests = lengths.draw(config.seed)
+            self._inputs_key = key
+            self._requests_key = None
+            self._next_payload = 0
+        self.generative = True
+        self.config = config
+        self.classes = ()
+        self.class_models = ()
+        self.next_class = ClassDraw((), 0)
+        self.recorder = Recorder()
+        self._users_started = 0
+        self.open_streams = None
+
+    def stream_client(self, config: EngineConfig) -> StreamClient:
+        """A user's streaming client for a generative level."""
+        return make_stream_client(
+            config.stream, config.url, config.model, config.access, config.http_tls
+        )
+
+    def gen_request(self, send: int) -> tuple[GenRequest, int]:
+        """The ``send``-th generative request and its prompt's salt: a replayed trace's own
+        lengths where it recorded them, else the load's drawn requests in rotation."""
+        assert self.config is not None
+        trace = self.config.arrival.trace
+        recorded = trace.length(send) if trace is not None else None
+        salt = self.config.seed * 1_000_003 + 7_919 * self.process_index + send
+        if recorded is not None:
+            return GenRequest(*recorded), salt
+        return self.gen_requests[send % len(self.gen_requests)], salt
 
     def _lane(
         self,
@@ -405,7 +460,7 @@ def attach_context(env: Environment, ctx: ProcessContext) -> None:
 def context_of(env: Environment) -> ProcessContext:
     """The engine context of ``env`` (set by the runner or worker before users start)."""
     ctx = getattr(env, _CONTEXT_ATTR, None)
-    if ctx is None or ctx.config is None or ctx.inputs is None:
+    if ctx is None or ctx.config is None or (ctx.inputs is None and not ctx.generative):
         raise RuntimeError("perfsweep users started before the engine was configured")
     assert isinstance(ctx, ProcessContext)
     return ctx

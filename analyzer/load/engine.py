@@ -18,8 +18,9 @@ from analyzer.config.urls import host_port, is_tls
 from analyzer.errors import InputError
 from analyzer.load.classes import RequestClass, mix_models, request_classes
 from analyzer.load.inputs import DataMode, InputOptions, ShapeChoice
+from analyzer.measure.lengths import Lengths
 from analyzer.measure.measurement import WindowStats
-from analyzer.measure.specs import LoadSpec
+from analyzer.measure.specs import Goals, LoadSpec
 
 if TYPE_CHECKING:
     from analyzer.config.scenario import Scenario
@@ -87,13 +88,24 @@ class EngineOptions:
     #: Open loop: offered rate below this fraction of the target makes a result invalid.
     min_offered_ratio: float = 0.95
     tick_s: float = TICK_S
+    #: A generative model: the streaming protocol (``grpc-stream``, ``generate-stream``,
+    #: ``openai``, ``openai-chat``; ``protocol`` is then the transport its statistics use) and
+    #: the requests' lengths. "": requests answered once.
+    stream: str = ""
+    lengths: Lengths = field(default_factory=Lengths)
+    #: What goodput counts (requests meeting every goal); None: no goodput. A capacity step's
+    #: own goals take its place.
+    goals: Goals | None = None
     #: Called after each window (live view); must not block.
     on_window: Callable[[LoadSpec, WindowStats], None] | None = field(default=None, compare=False)
 
     @property
     def http_address(self) -> str | None:
         """The server's HTTP ``host:port`` (its health check, its statistics); None when the
-        load speaks gRPC to an address with no HTTP side known."""
+        load speaks gRPC to an address with no HTTP side known, or OpenAI's protocol (no
+        Triton health check to ask)."""
+        if self.stream.startswith("openai"):
+            return None
         return self.url if self.protocol == "http" else self.stats_url
 
     def http_base(self, address: str) -> str:

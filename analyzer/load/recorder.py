@@ -38,6 +38,7 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from analyzer.measure.histograms import merge_encoded, new_histogram, record_us
+from analyzer.measure.tokens import StreamRecord, TokenTally
 
 #: Error kinds are truncated to this many characters so a flood of unique messages stays small.
 ERROR_KIND_CHARS = 120
@@ -93,6 +94,9 @@ class Recorder:
         self.max_in_flight = 0
         self.backlog_max = 0
         self.classes = [ClassTally() for _ in range(self.class_count)]
+        #: Generative requests' token streams; None until one is recorded (no histograms to
+        #: build and add every tick for requests answered once).
+        self.tokens: TokenTally | None = None
 
     def dispatched_one(self, lag_s: float, sent_at: float | None = None) -> None:
         """The scheduler handed one request to the pool ``lag_s`` after its intended time;
@@ -131,6 +135,20 @@ class Recorder:
             kind = kind.splitlines()[0][:ERROR_KIND_CHARS] if kind else "error"
             self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
 
+    def stream_done(
+        self,
+        record: StreamRecord,
+        latency_s: float,
+        service_s: float,
+        error: BaseException | str | None,
+    ) -> None:
+        """One generative request finished: its whole-request figures as :meth:`done`, its
+        tokens (TTFT, gaps, counts) into ``tokens``."""
+        self.done(latency_s, service_s, error)
+        if self.tokens is None:
+            self.tokens = TokenTally()
+        self.tokens.add_record(record, latency_s)
+
     def backlog(self, size: int) -> None:
         """The open-loop pool was full and ``size`` requests waited for a free slot."""
         self.backlog_max = max(self.backlog_max, size)
@@ -161,6 +179,7 @@ class Recorder:
             "sequence": self.sequence.tobytes(),
             "sends": self.sends.tobytes(),
             "classes": [c.encode() for c in self.classes],
+            "tokens": self.tokens.encode() if self.tokens is not None else {},
             **self._counters(),
         }
         self._reset()
@@ -191,6 +210,7 @@ class Recorder:
             cpu_pct=100.0 * c["cpu_s"] / c["wall_s"] if c["wall_s"] > 0 else 0.0,
             intervals=1,
             classes=self.classes,
+            tokens=self.tokens,
         )
         self._reset()
         self.max_in_flight = self.in_flight
@@ -221,6 +241,8 @@ class Tick:
     intervals: int = 0
     #: Per traffic class, by index (empty without classes).
     classes: list[ClassTally] = field(default_factory=list)
+    #: Generative requests' token streams (None for requests answered once).
+    tokens: TokenTally | None = None
 
     @classmethod
     def merge(cls, raw_ticks: Iterable[dict[str, Any]]) -> Tick:
@@ -232,6 +254,8 @@ class Tick:
             lag=merge_encoded(t["lag"] for t in ticks),
             intervals=1,
         )
+        if any(t.get("tokens") for t in ticks):
+            out.tokens = TokenTally.merge(t.get("tokens") or {} for t in ticks)
         for t in ticks:
             for index, raw in enumerate(t.get("classes", ())):
                 while len(out.classes) <= index:
@@ -262,6 +286,10 @@ class Tick:
         self.lag.add(other.lag)
         self.sequence.extend(other.sequence)
         self.sends.extend(other.sends)
+        if other.tokens is not None:
+            if self.tokens is None:
+                self.tokens = TokenTally()
+            self.tokens.add(other.tokens)
         for index, tally in enumerate(other.classes):
             while len(self.classes) <= index:
                 self.classes.append(ClassTally())

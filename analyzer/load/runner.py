@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import analyzer.load._gevent  # noqa: F401  (isort: skip) patch first
 import logging
+import math
 import time
 from dataclasses import replace
 
@@ -54,6 +55,7 @@ from analyzer.measure.histograms import (
 from analyzer.measure.measurement import ClassStats, Measurement, WindowStats
 from analyzer.measure.specs import CapacitySpec, LoadMode, LoadSpec
 from analyzer.measure.stepping import SequentialRule, StepRecord, StepVerdict
+from analyzer.measure.tokens import TokenStats
 from analyzer.target.liveness import check_step
 from analyzer.target.server_stats import (
     ServerScraper,
@@ -237,6 +239,8 @@ class LocustLoadGenerator:
             shared_memory=o.shared_memory,
             access=o.access,
             http_tls=o.http_tls,
+            stream=o.stream,
+            lengths=o.lengths.to_dict() if o.stream else None,
         )
         backend.configure(config)
         backend.start(OpenLoopUser if open_loop else ClosedLoopUser, users)
@@ -285,6 +289,9 @@ class LocustLoadGenerator:
                     spec.fail_fast,
                     bound,
                     latency_rule=rule is None,
+                    ttft_p90_ms=percentiles_us(t.tokens.ttft, [90])[90] / 1000.0
+                    if t.tokens is not None and t.tokens.streams
+                    else None,
                 )
                 if reason is not None:
                     stats, _ = self._close_window(len(windows), current, elapsed, spec)
@@ -454,6 +461,22 @@ class LocustLoadGenerator:
             workers=processes,
             step=step,
             classes=self._class_stats(spec, total),
+            tokens=self._token_stats(spec, total, duration),
+        )
+
+    def _token_stats(self, spec: LoadSpec, total: Tick, duration: float) -> TokenStats | None:
+        """A generative level's token figures; goodput against the step's goals (a capacity
+        step) or the load's (None without streams)."""
+        if total.tokens is None or not total.tokens.streams:
+            return None
+        goals = spec.fail_fast or self.options.goals
+        if goals is None:
+            return total.tokens.summary(duration)
+        return total.tokens.summary(
+            duration,
+            goals.ttft_p99_ms,
+            goals.itl_p99_ms,
+            goals.p99_ms if math.isfinite(goals.p99_ms) else None,
         )
 
     def _level_classes(self, spec: LoadSpec) -> tuple[RequestClass, ...]:

@@ -46,7 +46,9 @@ from analyzer.load.sequences import (
     SequenceStep,
     SequenceStreams,
 )
+from analyzer.load.streams import StreamClient
 from analyzer.load.timing import DeadlineSleeper
+from analyzer.measure.tokens import StreamRecord
 
 
 def _kind(error: BaseException | None) -> BaseException | str | None:
@@ -125,6 +127,48 @@ def _fire(env: Environment, name: str, seconds: float, error: BaseException | No
     )
 
 
+def _stream_one(
+    env: Environment, ctx: ProcessContext, client: StreamClient, send: int, intended: float
+) -> None:
+    """Send the ``send``-th generative request, time its tokens from ``intended`` (open loop:
+    the schedule's time; closed loop: the actual send) and record it.
+
+    Locust's own statistics see each request twice: ``stream`` (end to end, its tokens as the
+    response length) and ``ttft`` (time to first token), so its dashboard shows both.
+    """
+    request, salt = ctx.gen_request(send)
+    record = StreamRecord(intended, intended, request.input_tokens)
+    error: BaseException | None = None
+    try:
+        client.stream(request, salt, record)
+    except Exception as exc:  # any failure is a failed request (its tokens kept)
+        error = exc
+        record.failed = True
+    end = record.end or time.perf_counter()
+    ctx.recorder.stream_done(record, end - intended, end - record.sent, _kind(error))
+    name = ctx.config.model if ctx.config is not None else ""
+    env.events.request.fire(
+        request_type="stream",
+        name=name,
+        response_time=(end - intended) * 1000.0,
+        response_length=record.output_tokens,
+        exception=error,
+        context={},
+    )
+    ttft = record.ttft_s
+    if ttft is not None:
+        env.events.request.fire(
+            request_type="ttft",
+            name=name,
+            response_time=ttft * 1000.0,
+            response_length=record.output_tokens,
+            exception=None,
+            context={},
+        )
+    if error is not None and isinstance(error, OSError):
+        gevent.sleep(0.01)  # a refused connection must not become a CPU-burning spin
+
+
 class ClosedLoopUser(User):
     """One request outstanding, back to back: concurrency = number of users."""
 
@@ -136,18 +180,27 @@ class ClosedLoopUser(User):
 
     def start_with(self, ctx: ProcessContext) -> None:
         """Set the user up on ``ctx`` (the dashboard's users pass a context of their own)."""
-        assert ctx.config is not None and ctx.inputs is not None
+        assert ctx.config is not None
         self.ctx = ctx
+        self.pending: set[gevent.Greenlet] = set()
+        if ctx.generative:
+            self.stream_client: StreamClient = ctx.stream_client(ctx.config)
+            self.streams = None
+            return
+        assert ctx.inputs is not None
         self.infer_client: InferClient = ctx.client(ctx.config, 1)
         #: A sequence model: this user's sequence (one at a time, one request in flight).
         self.streams = ctx.new_streams(1) if ctx.sequence_model else None
-        self.pending: set[gevent.Greenlet] = set()
 
     @task
     def infer(self) -> None:
         """Send one request and record it."""
         recorder = self.ctx.recorder
         recorder.dispatched_one(0.0)
+        if self.ctx.generative:
+            send = self.ctx.next_payload()
+            _stream_one(self.environment, self.ctx, self.stream_client, send, time.perf_counter())
+            return
         payload = self.ctx.next_payload()
         klass = self.ctx.next_class()
         step = self.streams.next() if self.streams is not None else None
@@ -165,6 +218,9 @@ class ClosedLoopUser(User):
 
     def on_stop(self) -> None:
         """Close connections (a sequence model's after ending its sequence)."""
+        stream_client = getattr(self, "stream_client", None)
+        if stream_client is not None:
+            stream_client.close()
         client = getattr(self, "infer_client", None)
         streams = getattr(self, "streams", None)
         if client is not None and streams is not None:
@@ -185,21 +241,26 @@ class OpenLoopUser(User):
     def start_with(self, ctx: ProcessContext, config: EngineConfig | None = None) -> None:
         """Set the dispatcher up on ``ctx``, with ``config`` in place of the context's own (the
         dashboard's users take the rate and arrival process from Locust's form)."""
-        assert ctx.config is not None and ctx.inputs is not None
+        assert ctx.config is not None
         self.ctx = ctx
         self.config = config or ctx.config
         self.pool = Pool(self.config.pool_size)
         #: Sends waiting for a free slot: (intended time, place in the stream).
         self.backlog: collections.deque[tuple[float, int]] = collections.deque()
+        index = ctx.next_user_index()
+        self.rng = random.Random(self.config.seed * 1_000_003 + index)
+        self.pending: set[gevent.Greenlet] = set()
+        if ctx.generative:
+            self.stream_client: StreamClient = ctx.stream_client(self.config)
+            self.streams = None
+            return
+        assert ctx.inputs is not None
         self.infer_client: InferClient = ctx.client(self.config, self.config.pool_size)
         if ctx.sequence_model and ctx.open_streams is None:
             # The level's first dispatcher makes the process's streams (the others share them).
             ctx.open_streams = ctx.new_streams(self.config.sequences)
         #: A sequence model: the process's live sequences (shared by its dispatchers).
         self.streams = ctx.open_streams
-        self.pending: set[gevent.Greenlet] = set()
-        index = ctx.next_user_index()
-        self.rng = random.Random(self.config.seed * 1_000_003 + index)
 
     def _send_times(self) -> Iterator[tuple[int, float]]:
         """This dispatcher's sends: each one's place in its stream and its intended time,
@@ -287,6 +348,12 @@ class OpenLoopUser(User):
         streams = self.streams
         while True:
             intended, send = due
+            if self.ctx.generative:
+                _stream_one(self.environment, self.ctx, self.stream_client, send, intended)
+                if not self.backlog:
+                    return
+                due = self.backlog.popleft()
+                continue
             payload = self._payload(send)
             klass = self.ctx.next_class()
             error: BaseException | None = None
@@ -313,6 +380,9 @@ class OpenLoopUser(User):
         pool = getattr(self, "pool", None)
         if pool is not None:
             pool.kill(block=False)
+        stream_client = getattr(self, "stream_client", None)
+        if stream_client is not None:
+            stream_client.close()
         client = getattr(self, "infer_client", None)
         streams = getattr(self, "streams", None)
         if client is not None and streams is not None:

@@ -70,16 +70,27 @@ class Trace:
     #: The request data entry each send carries (its index), aligned with ``gaps_s``: the k-th
     #: send of the replay (at the end of gap k) sends ``payloads[k]``; empty: not recorded.
     payloads: tuple[int, ...] = ()
+    #: A generative trace (mooncake's ``timestamp,input_length,output_length``): each send's
+    #: (input tokens, output tokens), aligned as ``payloads``; empty: not recorded.
+    lengths: tuple[tuple[int, int], ...] = ()
 
     def payload(self, send: int) -> int | None:
         """The entry the ``send``-th send of the (looped) replay carries; None: not recorded."""
         return self.payloads[send % len(self.payloads)] if self.payloads else None
+
+    def length(self, send: int) -> tuple[int, int] | None:
+        """The (input, output) tokens of the ``send``-th send; None: not recorded."""
+        return self.lengths[send % len(self.lengths)] if self.lengths else None
 
     def __post_init__(self) -> None:
         if self.payloads and len(self.payloads) != len(self.gaps_s):
             raise InputError(
                 f"trace {self.source!r}: {len(self.payloads)} payload indices for "
                 f"{len(self.gaps_s)} sends"
+            )
+        if self.lengths and len(self.lengths) != len(self.gaps_s):
+            raise InputError(
+                f"trace {self.source!r}: {len(self.lengths)} lengths for {len(self.gaps_s)} sends"
             )
         if not self.gaps_s:
             raise InputError(f"trace {self.source!r}: needs at least one gap to have a rate")
@@ -249,6 +260,8 @@ class ArrivalProcess:
             out["trace_gaps_s"] = list(self.trace.gaps_s)
             if self.trace.payloads:
                 out["trace_payloads"] = list(self.trace.payloads)
+            if self.trace.lengths:
+                out["trace_lengths"] = [list(pair) for pair in self.trace.lengths]
         return out
 
     @classmethod
@@ -259,7 +272,8 @@ class ArrivalProcess:
         text = str(data["process"])
         if text.startswith("trace:"):
             payloads = tuple(int(p) for p in data.get("trace_payloads", ()))
-            trace = Trace(tuple(data["trace_gaps_s"]), text[6:], payloads)
+            lengths = tuple((int(a), int(b)) for a, b in data.get("trace_lengths", ()))
+            trace = Trace(tuple(data["trace_gaps_s"]), text[6:], payloads, lengths)
             return cls(Arrival.TRACE, trace=trace)
         return parse_arrival(text)
 

@@ -241,13 +241,13 @@ def find_capacity(
     invalid = [m for m in points if not m.valid]
     if capacity == 0:
         message = (
-            f"no rate from {spec.min_rps:g} req/s up met p99 <= {spec.goals.p99_ms:g} ms; "
+            f"no rate from {spec.min_rps:g} req/s up met {spec.goals.describe()}; "
             "check the server or relax the goal"
         )
     elif not search.bracketed:
         message = f"every rate up to the limit {spec.max_rps:g} req/s met the goal; raise it"
     else:
-        message = f"capacity {capacity:.1f} req/s at p99 <= {spec.goals.p99_ms:g} ms"
+        message = f"capacity {capacity:.1f} req/s at {spec.goals.describe()}"
     if capacity > 0 and search.at_boundary:
         message += (
             " (at the boundary: at that rate the sequential test could not tell the p99 "

@@ -121,11 +121,36 @@ def goals_met(problem: str | None, slacks: Mapping[str, float]) -> bool:
 
 
 def goal_slacks(p99_ms: float, error_rate: float, goals: Goals) -> dict[str, float]:
-    """Continuous slacks of one level against ``goals`` (<= 0: satisfied)."""
+    """Continuous slacks of one level against ``goals`` (<= 0: satisfied; an infinite p99
+    goal, token goals alone, is met by any p99)."""
     return {
-        "p99_slack": (p99_ms - goals.p99_ms) / goals.p99_ms,
+        "p99_slack": _relative(p99_ms, goals.p99_ms),
         "err_slack": error_rate - goals.max_error_rate,
     }
+
+
+def _relative(value: float, goal: float) -> float:
+    return (value - goal) / goal if math.isfinite(goal) else -1.0
+
+
+def token_slacks(m: Measurement, goals: Goals) -> dict[str, float]:
+    """A generative level's slacks against the TTFT and ITL goals (<= 0: satisfied); a level
+    without token streams misses them (slack 1). Empty without token goals."""
+    out: dict[str, float] = {}
+    for key, goal, value in (
+        ("ttft_slack", goals.ttft_p99_ms, m.tokens.ttft_p99_ms if m.tokens else None),
+        ("itl_slack", goals.itl_p99_ms, m.tokens.itl_p99_ms if m.tokens else None),
+    ):
+        if goal is not None:
+            out[key] = _relative(value, goal) if value is not None else 1.0
+    return out
+
+
+def _token_text(m: Measurement, goals: Goals) -> str:
+    """``, TTFT p99 120.00 ms, ITL p99 9.50 ms`` for a level with token goals (else "")."""
+    if not goals.token_goals or m.tokens is None:
+        return ""
+    return f", TTFT p99 {m.tokens.ttft_p99_ms:.2f} ms, ITL p99 {m.tokens.itl_p99_ms:.2f} ms"
 
 
 def meets_goals(m: Measurement, goals: Goals) -> tuple[bool, str]:
@@ -176,10 +201,27 @@ def meets_goals(m: Measurement, goals: Goals) -> tuple[bool, str]:
                 "its cap: judged on the point p99)"
             )
         return False, f"error rate {m.error_rate:.2%} > goal {goals.max_error_rate:.2%}"
-    if goals_met(problem, goal_slacks(m.p99_ms, m.error_rate, goals)):
-        return True, f"p99 {m.p99_ms:.2f} ms <= {goals.p99_ms:g} ms, error rate {m.error_rate:.2%}"
+    tokens = token_slacks(m, goals)
+    if goals_met(problem, {**goal_slacks(m.p99_ms, m.error_rate, goals), **tokens}):
+        if not tokens:
+            return True, (
+                f"p99 {m.p99_ms:.2f} ms <= {goals.p99_ms:g} ms, error rate {m.error_rate:.2%}"
+            )
+        return True, (
+            f"p99 {m.p99_ms:.2f} ms{_token_text(m, goals)} within {goals.describe()}, "
+            f"error rate {m.error_rate:.2%}"
+        )
     if problem is not None:
         return False, problem
+    if tokens and m.tokens is None:
+        return False, "TTFT/ITL goals need a token stream; this level measured none"
+    for key, name, goal in (
+        ("ttft_slack", "TTFT", goals.ttft_p99_ms),
+        ("itl_slack", "ITL", goals.itl_p99_ms),
+    ):
+        if tokens.get(key, 0.0) > 0 and m.tokens is not None:
+            value = m.tokens.ttft_p99_ms if key == "ttft_slack" else m.tokens.itl_p99_ms
+            return False, f"{name} p99 {value:.2f} ms > goal {goal:g} ms"
     if m.p99_ms > goals.p99_ms:
         return False, f"p99 {m.p99_ms:.2f} ms > goal {goals.p99_ms:g} ms"
     return False, f"error rate {m.error_rate:.2%} > goal {goals.max_error_rate:.2%}"
@@ -286,7 +328,7 @@ def p99_slack(m: Measurement, goals: Goals) -> float:
     if per_class:
         worst = max(s["p99_slack"] for s in per_class.values())
         return max(worst, FAIL_SLACK_FLOOR) if verdict is StepVerdict.FAIL else worst
-    raw = (m.p99_ms - goals.p99_ms) / goals.p99_ms
+    raw = _relative(m.p99_ms, goals.p99_ms)
     if verdict is None:
         return raw
     if verdict is StepVerdict.FAIL:
@@ -320,6 +362,7 @@ def clearly_fails(
     min_requests: int = 50,
     *,
     latency_rule: bool = True,
+    ttft_p90_ms: float | None = None,
 ) -> str | None:
     """Whether a level in progress has already failed its goals, so it can stop early.
 
@@ -328,6 +371,9 @@ def clearly_fails(
     systematic: the backlog passed its bound, or at least 10 % of the requests so far (p90) are
     beyond the p99 goal. A p99 over the goal alone is not enough, since with a few hundred
     samples it is one or two outliers (a machine hiccup), which the full level may absorb.
+
+    A generative level (``ttft_p90_ms``: its time to first token so far) fails the same way
+    when 10 % of its first tokens came later than the TTFT goal.
 
     ``latency_rule=False`` (a sequential step) leaves out the p90 rule: the step's sequential
     test owns the latency verdict (and, unlike a p90 over 50 requests, accounts for a burst
@@ -338,6 +384,11 @@ def clearly_fails(
     if request_count >= min_requests:
         if latency_rule and latency_p90_ms > goals.p99_ms:
             return f"p90 {latency_p90_ms:.1f} ms already beyond the p99 goal {goals.p99_ms:g} ms"
+        ttft_goal = goals.ttft_p99_ms
+        if ttft_goal is not None and ttft_p90_ms is not None and ttft_p90_ms > ttft_goal:
+            return (
+                f"TTFT p90 {ttft_p90_ms:.1f} ms already beyond the TTFT p99 goal {ttft_goal:g} ms"
+            )
         if goals.max_error_rate < 1 and error_count / request_count > max(
             goals.max_error_rate * 2, 0.05
         ):

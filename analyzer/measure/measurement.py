@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 from analyzer.measure.specs import Goals, LoadMode
 from analyzer.measure.stepping import StepRecord
+from analyzer.measure.tokens import TokenStats
 
 
 @dataclass(frozen=True)
@@ -276,6 +277,9 @@ class Measurement:
     #: Per traffic class (``[[traffic.classes]]``), in the scenario's order; empty without a
     #: priority mix (and in records written before classes existed).
     classes: tuple[ClassStats, ...] = ()
+    #: A generative model's token streams (TTFT, ITL, tokens/s, goodput); None for requests
+    #: answered once (and in records written before streams were measured).
+    tokens: TokenStats | None = None
 
     @property
     def error_rate(self) -> float:
@@ -300,6 +304,10 @@ class Measurement:
             out["classes"] = [c.to_dict() for c in self.classes]
         else:  # no mix: the record reads as before classes existed
             out.pop("classes")
+        if self.tokens is not None:
+            out["tokens"] = self.tokens.to_dict()
+        else:
+            out.pop("tokens")
         return out
 
     @classmethod
@@ -314,6 +322,7 @@ class Measurement:
         kwargs["errors"] = dict(data.get("errors", {}))
         kwargs["step"] = StepRecord.from_dict(data["step"]) if data.get("step") else None
         kwargs["classes"] = tuple(ClassStats.from_dict(c) for c in data.get("classes") or ())
+        kwargs["tokens"] = TokenStats.from_dict(data["tokens"]) if data.get("tokens") else None
         return cls(**kwargs)
 
 
@@ -338,6 +347,11 @@ def goals_dict(goals: Goals) -> dict[str, Any]:
     """``goals`` as JSON-ready data (``Goals(**goals_dict(g)) == g``); without class goals, the
     dict of records written before classes existed."""
     out = dataclasses.asdict(goals)
+    if not math.isfinite(goals.p99_ms):
+        out["p99_ms"] = None  # JSON has no infinity: token goals alone (Goals reads None back)
+    for key in ("ttft_p99_ms", "itl_p99_ms"):
+        if out[key] is None:  # no token goal: the dict of records written before them
+            del out[key]
     if not goals.classes:
         out.pop("classes")
     else:

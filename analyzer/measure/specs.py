@@ -15,6 +15,10 @@ from analyzer.errors import InputError
 from analyzer.measure.arrivals import POISSON, ArrivalProcess
 from analyzer.measure.stepping import StepTest
 
+#: The end-to-end latency a level with only token goals (TTFT, ITL) is bounded by when it
+#: counts requests in flight (:meth:`LoadSpec.in_flight_bound`), milliseconds.
+TOKEN_STREAM_BOUND_MS = 30_000.0
+
 
 class LoadMode(str, enum.Enum):
     """How load is offered."""
@@ -39,10 +43,20 @@ class Goals:
     #: ``(class name, p99 goal ms)`` of the traffic classes with a goal of their own
     #: (``TrafficSection.class_goals()``); any other class is held to ``p99_ms``.
     classes: tuple[tuple[str, float], ...] = ()
+    #: Generative models: p99 limit of the time to first token, milliseconds (None: no goal).
+    ttft_p99_ms: float | None = None
+    #: Generative models: p99 limit of the inter-token latency over tokens, milliseconds.
+    itl_p99_ms: float | None = None
 
     def __post_init__(self) -> None:
+        if self.p99_ms is None:  # type: ignore[comparison-overlap]
+            # JSON has no infinity: a record writes token goals' open end-to-end goal as null.
+            object.__setattr__(self, "p99_ms", math.inf)
         if not self.p99_ms > 0:
             raise InputError(f"p99 goal must be positive, got {self.p99_ms} ms")
+        for name, goal in (("TTFT", self.ttft_p99_ms), ("ITL", self.itl_p99_ms)):
+            if goal is not None and not goal > 0:
+                raise InputError(f"{name} p99 goal must be positive, got {goal} ms")
         if not 0 <= self.max_error_rate < 1:
             raise InputError(
                 f"error-rate goal must be in [0, 1), got {self.max_error_rate}; pass a fraction"
@@ -62,6 +76,21 @@ class Goals:
                     f"({self.p99_ms:g} ms): make goals.p99_ms the loosest goal (the rest of "
                     "the traffic) and give the stricter classes their own p99_ms"
                 )
+
+    @property
+    def token_goals(self) -> bool:
+        """A TTFT or ITL goal is set (the level must be a token stream)."""
+        return self.ttft_p99_ms is not None or self.itl_p99_ms is not None
+
+    def describe(self) -> str:
+        """The goals in one phrase: ``p99 <= 100 ms``, ``TTFT p99 <= 500 ms, ITL p99 <= 50 ms``
+        (an end-to-end goal of infinity, the token goals' companion, is left out)."""
+        parts = [f"p99 <= {self.p99_ms:g} ms"] if math.isfinite(self.p99_ms) else []
+        if self.ttft_p99_ms is not None:
+            parts.append(f"TTFT p99 <= {self.ttft_p99_ms:g} ms")
+        if self.itl_p99_ms is not None:
+            parts.append(f"ITL p99 <= {self.itl_p99_ms:g} ms")
+        return ", ".join(parts) or "no latency goal"
 
     def class_p99_ms(self, name: str) -> float:
         """The p99 goal of traffic class ``name``: its own, else ``p99_ms``."""
@@ -126,8 +155,12 @@ class LoadSpec:
         """
         if self.max_in_flight is not None:
             return self.max_in_flight
-        p99_s = (self.fail_fast.p99_ms if self.fail_fast else 1000.0) / 1000.0
-        return max(64, math.ceil(4 * self.target * p99_s))
+        p99_ms = self.fail_fast.p99_ms if self.fail_fast else 1000.0
+        if not math.isfinite(p99_ms):
+            # Token goals alone: a generative request lasts its whole stream, seconds at most
+            # as a rule; the bound only catches a backlog that grows without end.
+            p99_ms = TOKEN_STREAM_BOUND_MS
+        return max(64, math.ceil(4 * self.target * p99_ms / 1000.0))
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,15 @@ def untunable_reason(config: mc.ModelConfig) -> str | None:
             f"batching. `perfsweep run --model {config.name}` tunes them together; here, tune "
             "a composing model by name"
         )
+    if config.model_transaction_policy.decoupled:
+        return (
+            f"model {config.name!r} is decoupled (model_transaction_policy "
+            "{ decoupled: true }): it answers a request with a stream of responses, as a "
+            "generative model's engine does, so a dynamic-batching sweep cannot tune it. "
+            f"`perfsweep load --model {config.name} --protocol grpc-stream` (or "
+            "generate-stream, openai) measures its time to first token, inter-token latency, "
+            "tokens/s and goodput"
+        )
     if kind == "sequence_batching" and not config.sequence_batching.HasField("oldest"):
         return (
             f"model {config.name!r} is sequence-batched with the direct strategy (a stateful "

@@ -29,7 +29,10 @@ that server, so scenarios needing different N need different servers.
 
 Caveat: the wheel's stub is built against numpy 1. With numpy 2 (this project's), building an
 output with ``pb_utils.Tensor(name, ndarray)`` yields zeros and BYTES inputs crash the stub, so
-the model hands outputs over with DLPack and :func:`sleep_model_config` refuses BYTES.
+the model hands outputs over with DLPack and :func:`sleep_model_config` refuses BYTES. The stub
+ignores ``PYTHONPATH``, but its ``sys.path`` starts with its working directory: a server started
+with ``cwd`` holding numpy 1 (``tests/support/stream_model.py``'s ``stub_numpy1``) gives its
+models working BYTES tensors.
 """
 
 from __future__ import annotations
@@ -460,6 +463,10 @@ class RealTriton(ServerHandle):
     delay_scheduler: int | None = None
     extra_args: Sequence[str] = ()
     startup_timeout_s: float = 60.0
+    #: The server's working directory (None: ``workdir``). The stub ignores ``PYTHONPATH``, but
+    #: its ``sys.path`` starts with its working directory: one holding numpy 1
+    #: (:func:`tests.support.stream_model.stub_numpy1`) lets models take BYTES tensors.
+    cwd: Path | None = None
     http_port: int = 0
     grpc_port: int = 0
     metrics_port: int = 0
@@ -562,7 +569,7 @@ class RealTriton(ServerHandle):
             # A new session: stop() kills the server and its stub processes as one group.
             self._process = subprocess.Popen(
                 args,
-                cwd=self.workdir,
+                cwd=self.cwd or self.workdir,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
