@@ -105,6 +105,9 @@ class Figures:
     itl_p50_ms: float | None = None
     #: Requests that failed (a stream closed early, an error).
     failed: int = 0
+    #: perfsweep: p99 of how late requests left after their intended send time (its TTFT
+    #: counts from the intended time; AIPerf's from the send).
+    send_lag_p99_ms: float | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,6 +174,7 @@ def perfsweep_figures(doc: Mapping[str, Any]) -> Figures:
         ttft_p50_ms=tokens.ttft_p50_ms,
         itl_p50_ms=tokens.mean_itl_p50_ms,
         failed=tokens.failed_streams,
+        send_lag_p99_ms=measurements[0].send_lag_p99_ms,
     )
 
 
@@ -566,8 +570,8 @@ def table(result: Mapping[str, Any]) -> str:
         "| engine | rate (req/s) | TTFT p99 perfsweep / AIPerf (ms) | ratio "
         "| ITL p99 perfsweep / AIPerf (ms) | ratio | tokens/s perfsweep / AIPerf | ratio "
         "| requests (failed) perfsweep / AIPerf | prompt tokens/request perfsweep / AIPerf "
-        "| prompt tokens from the prefix cache perfsweep / AIPerf |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| prompt tokens from the prefix cache perfsweep / AIPerf | perfsweep send lag p99 (ms) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for engine, res in result["engines"].items():
         for level in res["levels"]:
@@ -597,10 +601,11 @@ def table(result: Mapping[str, Any]) -> str:
                 f"| {engine} | {level['rate_rps']:g} | {' | '.join(cells)} "
                 f"| {_count(ours)} / {_count(theirs)} "
                 f"| {per_request(level['perfsweep'])} / {per_request(level['aiperf'])} "
-                f"| {cached(level['perfsweep'])} / {cached(level['aiperf'])} |"
+                f"| {cached(level['perfsweep'])} / {cached(level['aiperf'])} "
+                f"| {_fmt(ours.get('send_lag_p99_ms'))} |"
             )
     for engine, reason in result["skipped"].items():
-        out.append(f"| {engine} | skipped: {reason} | | | | | | | | | |")
+        out.append(f"| {engine} | skipped: {reason} | | | | | | | | | | |")
     out += [
         "",
         *(
