@@ -307,14 +307,16 @@ def perfsweep_command(
 
 
 def counters(metrics_url: str, model: str) -> dict[str, float]:
-    """The engine's token counters for ``model`` (vLLM's names), from ``/metrics``: prompt
-    tokens taken in, tokens generated, and prompt tokens served from the prefix cache (vLLM
-    caches prefixes by default: prompts that repeat would be cheaper to prefill)."""
+    """The engine's counters for ``model`` (vLLM's names), from ``/metrics``: prompt tokens
+    taken in, tokens generated, requests finished (every reason: a length, a stop, an abort),
+    and prompt tokens served from the prefix cache (vLLM caches prefixes by default: prompts
+    that repeat would be cheaper to prefill)."""
     status, payload = http_request(metrics_url, "GET", "/metrics", timeout_s=10)
     names = {
         "prompt_tokens_total": "prompt",
         "generation_tokens_total": "generation",
         "prefix_cache_hits_total": "prefix_cache_hits",
+        "request_success_total": "requests",
     }
     out = dict.fromkeys(names.values(), 0.0)
     if status != 200:
@@ -584,12 +586,10 @@ def table(result: Mapping[str, Any]) -> str:
                 cells.append(_fmt(ratios.get(key), 3))
 
             def per_request(run: Mapping[str, Any]) -> str:
-                # Warm-up included: the requests the engine took in, by the tokens it generated.
+                # Warm-up included: every request the engine finished.
                 engine_tokens = run.get("engine_tokens") or {}
-                prompt, generated = engine_tokens.get("prompt"), engine_tokens.get("generation")
-                if not prompt or not generated:
-                    return "-"
-                return _fmt(prompt * result["output_tokens"] / generated, 1)
+                prompt, requests = engine_tokens.get("prompt"), engine_tokens.get("requests")
+                return _fmt(prompt / requests, 1) if prompt and requests else "-"
 
             def cached(run: Mapping[str, Any]) -> str:
                 engine_tokens = run.get("engine_tokens") or {}
