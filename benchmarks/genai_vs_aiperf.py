@@ -456,11 +456,12 @@ def run_reference(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     try:
         addresses = server.wait_ready(120.0)
         base_url = f"http://{addresses.http_url}"
+        metrics_base = addresses.metrics_url.removesuffix("/metrics")
         levels = [
             measure_level(
                 engine="reference",
                 base_url=base_url,
-                metrics_url=f"http://{addresses.metrics_url}",
+                metrics_url=metrics_base,
                 perfsweep_url=addresses.http_url,
                 model=REFERENCE_MODEL,
                 tokenizer=tokenizer,
@@ -471,7 +472,7 @@ def run_reference(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             )
             for i, rate in enumerate(args.rates_reference)
         ]
-        _, metrics = http_request(f"http://{addresses.metrics_url}", "GET", "/metrics")
+        _, metrics = http_request(metrics_base, "GET", "/metrics")
     finally:
         server.stop()
     return {
