@@ -108,6 +108,10 @@ class Figures:
     #: perfsweep: p99 of how late requests left after their intended send time (its TTFT
     #: counts from the intended time; AIPerf's from the send).
     send_lag_p99_ms: float | None = None
+    #: perfsweep's own verdict on the level: its windows agreed (stable), and its generator
+    #: kept the schedule (valid: otherwise the figures describe the machine, not the server).
+    stable: bool | None = None
+    valid: bool | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,6 +179,8 @@ def perfsweep_figures(doc: Mapping[str, Any]) -> Figures:
         itl_p50_ms=tokens.mean_itl_p50_ms,
         failed=tokens.failed_streams,
         send_lag_p99_ms=measurements[0].send_lag_p99_ms,
+        stable=measurements[0].stable,
+        valid=measurements[0].valid,
     )
 
 
@@ -554,6 +560,12 @@ def _version(command: list[str]) -> str:
 # Output
 
 
+def _verdict(figures: Mapping[str, Any]) -> str:
+    if figures.get("valid") is False:
+        return " (invalid: late sends)"
+    return " (unstable)" if figures.get("stable") is False else ""
+
+
 def _count(figures: Mapping[str, Any]) -> str:
     if not figures:
         return "-"
@@ -603,7 +615,7 @@ def table(result: Mapping[str, Any]) -> str:
                 f"| {_count(ours)} / {_count(theirs)} "
                 f"| {per_request(level['perfsweep'])} / {per_request(level['aiperf'])} "
                 f"| {cached(level['perfsweep'])} / {cached(level['aiperf'])} "
-                f"| {_fmt(ours.get('send_lag_p99_ms'))} |"
+                f"| {_fmt(ours.get('send_lag_p99_ms'))}{_verdict(ours)} |"
             )
     for engine, reason in result["skipped"].items():
         out.append(f"| {engine} | skipped: {reason} | | | | | | | | | | |")

@@ -86,6 +86,7 @@ def test_perfsweep_figures_take_the_per_request_itl() -> None:
     assert (figures.ttft_p99_ms, figures.itl_p99_ms, figures.gap_p99_ms) == (36.0, 11.8, 22.4)
     assert (figures.output_tokens_per_s, figures.requests) == (250.0, 49)
     assert figures.send_lag_p99_ms == 2.0  # perfsweep's TTFT counts from the intended send
+    assert (figures.stable, figures.valid) == (True, True)
     with pytest.raises(ValueError, match="no token stream"):
         bench.perfsweep_figures(_load_doc(None))
 
