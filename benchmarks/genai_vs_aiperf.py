@@ -584,7 +584,7 @@ def table(result: Mapping[str, Any]) -> str:
         "",
         "| engine | rate (req/s) | TTFT p99 perfsweep / AIPerf (ms) | ratio "
         "| ITL p99 perfsweep / AIPerf (ms) | ratio | tokens/s perfsweep / AIPerf | ratio "
-        "| requests (failed) perfsweep / AIPerf | prompt tokens/request perfsweep / AIPerf "
+        "| requests (failed) perfsweep / AIPerf | prompt tokens the engine took in, perfsweep / AIPerf "
         "| prompt tokens from the prefix cache perfsweep / AIPerf | perfsweep send lag p99 (ms) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -598,11 +598,11 @@ def table(result: Mapping[str, Any]) -> str:
                 cells.append(f"{_fmt(ours.get(key))} / {_fmt(theirs.get(key))}")
                 cells.append(_fmt(ratios.get(key), 3))
 
-            def per_request(run: Mapping[str, Any]) -> str:
-                # Warm-up included: every request the engine finished.
-                engine_tokens = run.get("engine_tokens") or {}
-                prompt, requests = engine_tokens.get("prompt"), engine_tokens.get("requests")
-                return _fmt(prompt / requests, 1) if prompt and requests else "-"
+            def prompted(run: Mapping[str, Any]) -> str:
+                # Warm-up included; a request still in flight at a tool's end counts here
+                # (prefilled) but not yet among the finished ones, so totals, not per request.
+                prompt = (run.get("engine_tokens") or {}).get("prompt")
+                return f"{prompt:,.0f}" if prompt else "-"
 
             def cached(run: Mapping[str, Any]) -> str:
                 engine_tokens = run.get("engine_tokens") or {}
@@ -613,7 +613,7 @@ def table(result: Mapping[str, Any]) -> str:
             out.append(
                 f"| {engine} | {level['rate_rps']:g} | {' | '.join(cells)} "
                 f"| {_count(ours)} / {_count(theirs)} "
-                f"| {per_request(level['perfsweep'])} / {per_request(level['aiperf'])} "
+                f"| {prompted(level['perfsweep'])} / {prompted(level['aiperf'])} "
                 f"| {cached(level['perfsweep'])} / {cached(level['aiperf'])} "
                 f"| {_fmt(ours.get('send_lag_p99_ms'))}{_verdict(ours)} |"
             )
