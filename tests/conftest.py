@@ -14,6 +14,7 @@ import analyzer  # noqa: F401  (first: turns gRPC's fork handlers off before grp
 from tests.support.folder_times import FolderTimes
 from tests.support.io_guard import IO_FIXTURES, IO_MARKER, IoGuard
 from tests.support.live_sweeps import LIVE_FIXTURE, LIVE_MARKER, LiveSweeps
+from tests.support.llm_model import VllmInstall, VllmServer, VllmUnavailable, ensure_model
 from tests.support.quiet import QUIET_FIXTURE, QUIET_MARKER, QuietMachine
 from tests.support.real_triton import (
     RealTriton,
@@ -180,6 +181,31 @@ def real_triton(
         yield triton
     finally:
         triton.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_install(spawns: None) -> VllmInstall:
+    """vLLM's CPU build in ``.venv-vllm`` (``make setup-llm``); skips (with why) when absent."""
+    try:
+        return VllmInstall.locate()
+    except VllmUnavailable as exc:
+        pytest.skip(f"vLLM unavailable: {exc}")
+
+
+@pytest.fixture(scope="session")
+def vllm_server(
+    vllm_install: VllmInstall, live_sweep: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VllmServer]:
+    """One vLLM CPU server for the session (``tests/support/llm_model.py``): the random-weight
+    test model as ``rand-llama``, ``--max-num-seqs 8``, on loopback. Marks its tests ``live``:
+    it starts in about a minute and holds about 3.5 GB, so they run in the last tier, alone.
+    ``--enforce-eager``: no torch.compile warm-up, which would add half a minute to the start
+    and change nothing the tests look at."""
+    model = ensure_model(vllm_install)  # a failure here is an error, not a reason to skip
+    with VllmServer(
+        vllm_install, model, tmp_path_factory.mktemp("vllm"), extra_args=("--enforce-eager",)
+    ) as server:
+        yield server
 
 
 @pytest.fixture(autouse=True)

@@ -23,7 +23,8 @@ that came):
 
 Each non-empty chunk counts as one token (the engines stream one token a chunk); the server's
 usage count, when given, corrects the total. HTTP streams use ``http.client`` on gevent's
-sockets: one keep-alive connection per request in flight, reused.
+sockets: one keep-alive connection per request in flight, reused (a request that finds its kept
+connection closed by the server goes once more on a new one).
 """
 
 from __future__ import annotations
@@ -275,23 +276,43 @@ class SseClient:
         return {**common, "messages": [{"role": "user", "content": _text(request, salt)}]}
 
     def _connection(self) -> http.client.HTTPConnection:
-        if self._idle:
-            return self._idle.pop()
         if self._context is not None:
             return http.client.HTTPSConnection(
                 self.host, self.port, timeout=STREAM_TIMEOUT_S, context=self._context
             )
         return http.client.HTTPConnection(self.host, self.port, timeout=STREAM_TIMEOUT_S)
 
+    def _open(self, payload: bytes) -> tuple[http.client.HTTPConnection, Any]:
+        """Send ``payload`` and read the response's head: on a kept connection when one is
+        idle, else on a new one.
+
+        A server closes a keep-alive connection that stayed idle (vLLM's uvicorn after 5 s):
+        the request sent on it fails before any answer. Then it goes once more on a new
+        connection, as HTTP clients do; a new connection's failure is the request's.
+        """
+        while self._idle:
+            conn = self._idle.pop()
+            try:
+                conn.request("POST", self.path, payload, self._headers)
+                return conn, conn.getresponse()
+            except (OSError, http.client.HTTPException):
+                conn.close()
+        conn = self._connection()
+        try:
+            conn.request("POST", self.path, payload, self._headers)
+            return conn, conn.getresponse()
+        except BaseException:
+            conn.close()
+            raise
+
     def stream(self, request: GenRequest, salt: int, record: StreamRecord) -> None:
         payload = json.dumps(self.body(request, salt)).encode()
-        conn = self._connection()
+        conn: http.client.HTTPConnection | None = None
         reusable = False
         record.sent = time.perf_counter()
         try:
             try:
-                conn.request("POST", self.path, payload, self._headers)
-                response = conn.getresponse()
+                conn, response = self._open(payload)
             except (OSError, http.client.HTTPException) as exc:
                 record.failed = True
                 raise InferError(f"{type(exc).__name__}: {exc}") from None
@@ -307,9 +328,9 @@ class SseClient:
                 raise InferError(error)
         finally:
             record.end = time.perf_counter()
-            if reusable:
+            if conn is not None and reusable:
                 self._idle.append(conn)
-            else:
+            elif conn is not None:
                 conn.close()
 
     def _read_events(

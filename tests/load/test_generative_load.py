@@ -248,6 +248,43 @@ def test_openai_streams_are_timed_token_by_token(
     assert m["tokens"]["input_tokens"] > 0
 
 
+@pytest.fixture
+def openai_keepalive_server(serves: None) -> Iterator[str]:
+    """The test double closing keep-alive connections idle for 100 ms."""
+    with _openai_double("--keepalive-ms", "100") as address:
+        yield address
+
+
+def test_a_kept_connection_the_server_closed_is_not_a_failed_request(
+    openai_keepalive_server: str, tmp_path: Path
+) -> None:
+    # 4 req/s of 2-token streams (about 50 ms each): every kept connection waits about 200 ms
+    # for its next request, twice what the server keeps it open; the request goes on a new one.
+    out = tmp_path / "keepalive.json"
+    done = _perfsweep(
+        "--url",
+        openai_keepalive_server,
+        "--protocol",
+        "openai",
+        "--model",
+        "llm",
+        "--rate-rps",
+        "4",
+        "--arrival",
+        "constant",
+        "--output-tokens",
+        "2",
+        *SHORT,
+        "--output",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    m = _level(out)
+    assert m["request_count"] > 4
+    assert m["error_count"] == m["tokens"]["failed_streams"] == 0, done.stdout[-2000:]
+    assert m["tokens"]["output_tokens"] == 2 * m["tokens"]["streams"]
+
+
 def test_openai_stream_cut_before_done_is_a_failed_request(
     openai_cut_server: str, tmp_path: Path
 ) -> None:

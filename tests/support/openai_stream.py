@@ -6,7 +6,8 @@ It speaks what vLLM's OpenAI server speaks for a streaming benchmark and nothing
 a usage chunk when ``stream_options.include_usage`` asks for it, then ``data: [DONE]``;
 ``GET /v1/models`` and ``GET /health``. Prompt tokens: the length of a token-id list, or the
 words of a text. ``--close-after K`` cuts every stream after K tokens (no ``[DONE]``), as a
-server that dies mid-stream does. There is no engine and no batching: each request sleeps on
+server that dies mid-stream does. ``--keepalive-ms T`` closes a keep-alive connection left idle
+for T ms, as vLLM's server (uvicorn) does after 5 s. There is no engine and no batching: each request sleeps on
 its own, so its figures are planted, not measured.
 
 Run: ``python -m tests.support.openai_stream --port 0``; it prints ``READY <port>``.
@@ -81,7 +82,10 @@ def make_app(first_token_ms: float, token_ms: float, close_after: int | None) ->
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    runner = web.AppRunner(make_app(args.first_token_ms, args.token_ms, args.close_after))
+    runner = web.AppRunner(
+        make_app(args.first_token_ms, args.token_ms, args.close_after),
+        keepalive_timeout=args.keepalive_ms / 1000.0,
+    )
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", args.port)
     await site.start()
@@ -98,6 +102,7 @@ def main() -> None:
     parser.add_argument("--first-token-ms", type=float, default=20.0)
     parser.add_argument("--token-ms", type=float, default=10.0)
     parser.add_argument("--close-after", type=int, default=None)
+    parser.add_argument("--keepalive-ms", type=float, default=75_000.0)  # aiohttp's default
     asyncio.run(_serve(parser.parse_args()))
 
 
