@@ -53,6 +53,7 @@ from analyzer.config.choices import (
     ragged_batch_choices,
     response_cache_choices,
 )
+from analyzer.config.knobs import EngineKnobs
 from analyzer.config.objective import Objective, objective_for
 from analyzer.config.pipeline import (
     TrialKnobs,
@@ -75,7 +76,14 @@ from analyzer.rundir.results import (
 )
 from analyzer.rundir.summary import StopReason
 from analyzer.rundir.trial_record import TrialRecord
-from analyzer.search.space import JointSpace, SearchSpace, Space
+from analyzer.search.space import (
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_MAX_NUM_SEQS,
+    EngineSpace,
+    JointSpace,
+    SearchSpace,
+    Space,
+)
 from analyzer.search.strategy import (
     FLAT_MIN_MEASURED,
     grid_configs,
@@ -142,9 +150,40 @@ def space_for(
     )
 
 
+def engine_space_for(scenario: Scenario, tuned: Tuned) -> EngineSpace:
+    """A generative engine's space: the scenario's values of each knob, else the defaults
+    (:class:`EngineSpace`); chunked prefill and the memory share as the engine's own unless
+    the scenario searches them; the engine count as the model's own (a server started from a
+    command runs one)."""
+    s = scenario.space
+    own = tuned.knobs()
+    assert isinstance(own, EngineKnobs)
+    chunked = {
+        None: (own.enable_chunked_prefill,),
+        "on": (True,),
+        "off": (False,),
+        "search": (True, False),
+    }[s.enable_chunked_prefill]
+    return EngineSpace(
+        seqs=tuple(sorted(set(s.max_num_seqs or DEFAULT_MAX_NUM_SEQS))),
+        tokens=tuple(sorted(set(s.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS))),
+        chunked=chunked,
+        memory=(
+            tuple(sorted(set(s.gpu_memory_utilization)))
+            if s.gpu_memory_utilization
+            else (own.gpu_memory_utilization,)
+        ),
+        instances=(own.instance_count, own.instance_count),
+        policy=own.batch_scheduler_policy,
+    )
+
+
 def tuned_space(scenario: Scenario, tuned: Tuned) -> Space:
     """The space of a sweep: its model's, or one per composing model of a pipeline (each max
-    batch size at least the pipeline's own, which Triton requires of an ensemble)."""
+    batch size at least the pipeline's own, which Triton requires of an ensemble), or a
+    generative engine's (:func:`engine_space_for`)."""
+    if tuned.engine is not None:
+        return engine_space_for(scenario, tuned)
     if not tuned.pipeline:
         return space_for(scenario, tuned.base)
     floor = max(1, tuned.base.max_batch_size) if is_ensemble(tuned.base) else 1
