@@ -12,12 +12,14 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import Knobs
-from analyzer.config.pipeline import JointKnobs, TrialKnobs
+from analyzer.config.knobs import EngineKnobs, Knobs
+from analyzer.config.pipeline import JointKnobs, TrialKnobs, Tuned
 from analyzer.config.scenario import Scenario
 from analyzer.config.sections import InputSection
 from analyzer.errors import InputError, TargetError
+from analyzer.measure.specs import Goals
 from analyzer.predict import ProfileError
+from analyzer.predict.engine_profile import EngineConfig
 from analyzer.predict.fitting import run_dir_samples
 from analyzer.predict.mix_sim import MixModel, MixProfile
 from analyzer.predict.pipeline_sim import PipelineProfile
@@ -25,6 +27,7 @@ from analyzer.predict.profile import Profile
 from analyzer.rundir import records
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.search.predictors import (
+    EnginePredictor,
     MixPredictor,
     ModelPredictor,
     PipelinePredictor,
@@ -96,10 +99,67 @@ class _StageView:
         self._target.load_config(config, wait_for_model=False)
 
 
+def probe_engine_predictor(target: Target, scenario: Scenario, tuned: Tuned) -> EnginePredictor:
+    """The profile phase of a generative engine (:func:`analyzer.predict.engine_probe.
+    probe_engine`) over the load's streaming protocol, on the config the server runs, and the
+    predictor of the scenario's goals and lengths on it.
+
+    Raises:
+        ProfileError: The probe failed or its samples cannot be fitted.
+    """
+    from analyzer.load.streams import make_stream_client
+    from analyzer.predict.engine_probe import probe_engine
+    from analyzer.target.transport import Request, UrllibTransport
+
+    own = tuned.knobs()
+    if not isinstance(own, EngineKnobs):
+        raise ProfileError("the engine probe needs a generative engine's model")
+    settings = dict(tuned.engine_file or {})
+    share = float(settings.get("gpu_memory_utilization") or own.gpu_memory_utilization or 0.9)
+    block_size = int(settings.get("block_size") or 16)
+    goals, lengths = _engine_goals(scenario), scenario.traffic.lengths()
+    protocol = scenario.model.protocol
+    url = target.url
+    if protocol == "grpc-stream":
+        url = getattr(target, "grpc_url", "") or scenario.model.grpc_url or url
+    tls = target.url.startswith("https")
+
+    def client() -> Any:
+        return make_stream_client(protocol, url, target.model, target.access, tls)
+
+    def metrics() -> str:
+        # A managed server names its metrics port; vLLM and SGLang serve /metrics on theirs.
+        url = getattr(target, "metrics_url", "") or f"{target.url}/metrics"
+        answer = UrllibTransport(target.access).request(Request("GET", url, None, 10.0))
+        return answer.raise_for_status(url).content.decode("utf-8", errors="replace")
+
+    config = EngineConfig(
+        max_num_seqs=own.max_num_seqs,
+        max_num_batched_tokens=own.max_num_batched_tokens,
+        enable_chunked_prefill=own.enable_chunked_prefill,
+        gpu_memory_utilization=share,
+        block_size=block_size,
+    )
+    profile = probe_engine(client, target.model, config, metrics=metrics)
+    return EnginePredictor(profile, goals, lengths, share, block_size)
+
+
+def _engine_goals(scenario: Scenario) -> Goals:
+    g = scenario.goals
+    return Goals(
+        p99_ms=g.p99_ms,
+        max_error_rate=g.max_error_rate,
+        ttft_p99_ms=getattr(g, "ttft_p99_ms", None),
+        itl_p99_ms=getattr(g, "itl_p99_ms", None),
+    )
+
+
 def _probed(state: SweepState, profiler: Profiler) -> Predictor:
     """The profile phase: the tuned model's profile, or each composing model's (a pipeline's
-    stages, a mix's models)."""
+    stages, a mix's models), or a generative engine's step costs."""
     tuned, target, scenario = state.tuned, state.target, state.scenario
+    if tuned.engine is not None:
+        return probe_engine_predictor(target, scenario, tuned)
     if not tuned.pipeline:
         return ModelPredictor(profiler(target, scenario))
     mix = scenario.mix()
