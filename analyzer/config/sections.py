@@ -28,6 +28,9 @@ from analyzer.config.urls import http_url
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 
+#: The protocols of a generative model's token streams (``model.protocol``; ``--protocol``).
+STREAM_PROTOCOLS = ("grpc-stream", "generate-stream", "openai", "openai-chat")
+
 
 class Section(BaseModel):
     """A ``[section]`` of the scenario: frozen, unknown keys refused."""
