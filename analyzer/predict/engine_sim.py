@@ -401,8 +401,9 @@ def engine_capacities(
     arrival: ArrivalProcess = POISSON,
 ) -> dict[EngineConfig, CapacityPrediction]:
     """:func:`engine_capacity` of every config, each search started at the previous config's
-    answer (configs sorted so neighbours differ in one setting); ``workers > 1`` splits the
-    configs by memory share and chunked prefill over that many processes (same answers).
+    answer along a chain of configs that differ in ``max_num_seqs`` alone (one chain per memory
+    share, chunked prefill and token budget); ``workers > 1`` runs the chains in that many
+    processes (same answers).
 
     Raises:
         ProfileError: some config leaves no room for a KV cache (before any simulation).
@@ -422,7 +423,13 @@ def engine_capacities(
         profile.limits(config)
     groups: dict[tuple[Any, ...], list[EngineConfig]] = {}
     for c in todo:
-        groups.setdefault((c.gpu_memory_utilization, c.enable_chunked_prefill), []).append(c)
+        key = (
+            c.gpu_memory_utilization,
+            c.enable_chunked_prefill,
+            c.block_size,
+            c.max_num_batched_tokens,
+        )
+        groups.setdefault(key, []).append(c)
     chains = list(groups.values())
     args = (profile, goals, drawn, requests, seed, resolution, ceiling_rps, arrival)
     out: dict[EngineConfig, CapacityPrediction] = {}

@@ -200,8 +200,9 @@ class EnginePredictor:
     """A generative engine: its step costs and KV cache (:mod:`analyzer.predict.engine_profile`),
     simulated on the load's lengths (:mod:`analyzer.predict.engine_sim`) against the token goals.
 
-    The goal a :class:`~analyzer.search.strategy.Guide` passes is the end-to-end p99 (open,
-    infinity, with token goals alone); the TTFT and ITL goals are the predictor's own. Knobs
+    The predictor holds the goals a trial's level is held to (TTFT, ITL and the end-to-end p99,
+    open with token goals): the p99 goal a :class:`~analyzer.search.strategy.Guide` passes is
+    not used. Knobs
     that leave the memory share or the block size to the engine take the engine's own
     (``share``, ``block_size``: its ``model.json``).
 
@@ -239,9 +240,6 @@ class EnginePredictor:
         config = self.config(knobs)
         return self.profile.covers(config) and self.profile.num_blocks(config) >= 1
 
-    def _goals(self, goal_p99_ms: float) -> Goals:
-        return replace(self.goals, p99_ms=goal_p99_ms)
-
     def capacities(
         self,
         configs: Sequence[TrialKnobs],
@@ -261,7 +259,7 @@ class EnginePredictor:
         found = engine_capacities(
             self.profile,
             list(sims),
-            self._goals(goal_p99_ms),
+            self.goals,
             self.lengths,
             # A step of an engine is costlier to simulate than a batch: fewer requests a rate.
             requests=min(requests, ENGINE_REQUESTS),
@@ -341,6 +339,8 @@ class EnginePredictor:
         save_engine_profile(self.profile, path.parent / f"{path.stem}-engine.json")
         doc = {
             "engine": {
+                # JSON has no infinity: an open end-to-end goal is null.
+                "p99_ms": self.goals.p99_ms if math.isfinite(self.goals.p99_ms) else None,
                 "ttft_p99_ms": self.goals.ttft_p99_ms,
                 "itl_p99_ms": self.goals.itl_p99_ms,
                 "lengths": self.lengths.to_dict(),
@@ -747,7 +747,11 @@ def load_predictor(path: Path) -> Predictor:
         e = doc["engine"]
         return EnginePredictor(
             load_engine_profile(path.parent / f"{path.stem}-engine.json"),
-            Goals(math.inf, ttft_p99_ms=e.get("ttft_p99_ms"), itl_p99_ms=e.get("itl_p99_ms")),
+            Goals(
+                math.inf if e.get("p99_ms") is None else float(e["p99_ms"]),
+                ttft_p99_ms=e.get("ttft_p99_ms"),
+                itl_p99_ms=e.get("itl_p99_ms"),
+            ),
             Lengths.from_dict(e.get("lengths") or {}),
             float(e.get("share", 0.9)),
             int(e.get("block_size", 16)),

@@ -145,13 +145,10 @@ def probe_engine_predictor(target: Target, scenario: Scenario, tuned: Tuned) -> 
 
 
 def _engine_goals(scenario: Scenario) -> Goals:
-    g = scenario.goals
-    return Goals(
-        p99_ms=g.p99_ms,
-        max_error_rate=g.max_error_rate,
-        ttft_p99_ms=getattr(g, "ttft_p99_ms", None),
-        itl_p99_ms=getattr(g, "itl_p99_ms", None),
-    )
+    """The goals every trial's level is held to (token goals open the end-to-end p99)."""
+    from analyzer.evaluation.plan import LoadPlan
+
+    return LoadPlan(scenario).goals
 
 
 def _probed(state: SweepState, profiler: Profiler) -> Predictor:
