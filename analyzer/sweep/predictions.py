@@ -267,7 +267,14 @@ def predicted_guide(state: SweepState, guide: Guide) -> Guide | None:
             "the simulator does not model: they are not predicted, and predict does not choose "
             "them"
         )
-    if larger:
+    if larger and isinstance(guide.predictor, EnginePredictor):
+        state.note(
+            f"search predict: {len(larger)} configs are outside what the engine profile covers "
+            f"({guide.predictor.coverage()}: several engines, a TensorRT-LLM scheduler policy, "
+            "or a memory share the server did not report a cache for): they are not predicted, "
+            "and predict does not choose them"
+        )
+    elif larger:
         state.note(
             f"search predict: {len(larger)} configs need batches beyond the profiled "
             f"{guide.predictor.coverage()}: they are not predicted, and predict does not choose "
