@@ -191,8 +191,8 @@ class ModelPredictor:
         save_profile(self.profile, path)
 
 
-#: Fewest measured operating points whose ITL rescales an engine's step costs.
-ENGINE_REFIT_POINTS = 1
+#: Rounds of an engine's cost rescaling (each: every operating point simulated once).
+ENGINE_REFIT_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -279,7 +279,19 @@ class EnginePredictor:
         seed: int,
         arrival: ArrivalProcess,
     ) -> EnginePredictor:
-        points = engine_operating_points(trials)
+        return self.calibrated_on(
+            engine_operating_points(trials), requests=requests, seed=seed, arrival=arrival
+        )
+
+    def calibrated_on(
+        self,
+        points: Sequence[tuple[EngineKnobs, float, float, float]],
+        *,
+        requests: int,
+        seed: int,
+        arrival: ArrivalProcess,
+    ) -> EnginePredictor:
+        """:meth:`calibrated` on ``(knobs, rate, TTFT p99, ITL p50)`` operating points."""
         base = self.probed or self.profile
         drawn = self.lengths.draw(seed)
         usable = [
@@ -289,12 +301,20 @@ class EnginePredictor:
             return self
         n = min(requests, ENGINE_REQUESTS)
         zero = replace(base, latency_offset_ms=0.0)
-        ratios = []
-        for config, rate, _, itl in usable:
-            sim = simulate_engine(zero, config, rate, drawn, requests=n, seed=seed, arrival=arrival)
-            if not sim.saturated and sim.itl_p50_ms > 0 and itl > 0:
-                ratios.append(itl / sim.itl_p50_ms)
-        scaled = rescaled_costs(zero, statistics.median(ratios)) if ratios else zero
+        # A slower engine at the same rate also runs more sequences a step, so the ITL ratio is
+        # not the cost ratio at once: a few rounds of the fixed point settle it.
+        scaled = zero
+        for _ in range(ENGINE_REFIT_ROUNDS):
+            ratios = []
+            for config, rate, _, itl in usable:
+                sim = simulate_engine(
+                    scaled, config, rate, drawn, requests=n, seed=seed, arrival=arrival
+                )
+                if not sim.saturated and sim.itl_p50_ms > 0 and itl > 0:
+                    ratios.append(itl / sim.itl_p50_ms)
+            if not ratios or abs(statistics.median(ratios) - 1.0) < 0.005:
+                break
+            scaled = rescaled_costs(scaled, statistics.median(ratios))
         gaps = []
         for config, rate, ttft, _ in usable:
             sim = simulate_engine(

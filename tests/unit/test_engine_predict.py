@@ -201,3 +201,28 @@ def test_engine_predictor_predicts_a_space_and_survives_a_save(tmp_path: Path) -
     assert isinstance(back, EnginePredictor)
     assert back.profile == PROFILE and back.goals.itl_p99_ms == 30.0
     assert back.lengths.describe() == lengths.describe()
+
+
+def test_calibration_rescales_the_costs_and_finds_the_offset() -> None:
+    """Operating points "measured" on an engine twice as slow as probed, 6 ms away from its
+    client: the calibrated predictor predicts them."""
+    lengths = Lengths(LengthDist("fixed", 64), LengthDist("fixed", 16))
+    drawn = lengths.draw(0)
+    true = EngineProfile(
+        "true",
+        StepCost(20.0, 0.1, 0.5),
+        latency_offset_ms=6.0,
+        memory=MEMORY,
+    )
+    knobs = [EngineKnobs(8, 2048, gpu_memory_utilization=0.9), EngineKnobs(4, 2048)]
+    predictor = EnginePredictor(PROFILE, TOKEN_GOALS, lengths, share=0.9)
+    points = []
+    for k, rate in zip(knobs, (10.0, 6.0), strict=True):
+        m = simulate_engine(true, predictor.config(k), rate, drawn, requests=400)
+        points.append((k, rate, m.ttft_p99_ms, m.itl_p50_ms))
+    fitted = predictor.calibrated_on(points, requests=400, seed=0, arrival=POISSON)
+    assert fitted.profile.cost.fixed_ms == pytest.approx(20.0, rel=0.02)
+    assert fitted.profile.cost.decode_ms_per_seq == pytest.approx(0.5, rel=0.02)
+    assert fitted.profile.latency_offset_ms == pytest.approx(6.0, abs=1.0)
+    assert fitted.probed == PROFILE  # the next calibration starts from the probe again
+    assert predictor.calibrated_on([], requests=400, seed=0, arrival=POISSON) is predictor
