@@ -156,6 +156,9 @@ class EngineProfile:
         jitter: Relative standard deviation of a step's time.
         latency_offset_ms: Added to every request's TTFT and end-to-end latency: what the
             engine does not see (network, protocol, the client).
+        itl_tail_ms: Added to the ITL p99: how much later than the engine's steps a client
+            sees its slowest gaps (its own scheduling, the network), calibrated on measured
+            operating points.
         memory: The memory the cache shares (blocks at any share), when known.
         kv_blocks: ``(gpu_memory_utilization, blocks, block_size)`` the engine reported at the
             one share it ran with (used when :attr:`memory` is unknown).
@@ -168,6 +171,7 @@ class EngineProfile:
     cost: StepCost
     jitter: float = 0.0
     latency_offset_ms: float = 0.0
+    itl_tail_ms: float = 0.0
     memory: KvMemory | None = None
     kv_blocks: tuple[float, int, int] | None = None
     probed_seqs: int = 0
@@ -228,6 +232,7 @@ class EngineProfile:
             },
             "jitter": self.jitter,
             "latency_offset_ms": self.latency_offset_ms,
+            "itl_tail_ms": self.itl_tail_ms,
             "memory": None
             if self.memory is None
             else {
@@ -261,6 +266,7 @@ class EngineProfile:
                 ),
                 jitter=float(data.get("jitter", 0.0)),
                 latency_offset_ms=float(data.get("latency_offset_ms", 0.0)),
+                itl_tail_ms=float(data.get("itl_tail_ms", 0.0)),
                 memory=None
                 if memory is None
                 else KvMemory(

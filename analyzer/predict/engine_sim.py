@@ -18,7 +18,8 @@ output length (the load asks for ``ignore_eos``). A request that can never run u
 prompt the token budget without chunked prefill) makes the config unservable for that load.
 
 Figures, as :mod:`analyzer.measure.tokens` defines them: TTFT from the arrival (plus the
-profile's latency offset), ITL over the gaps between tokens, end-to-end latency, output tokens/s,
+profile's latency offset), ITL over the gaps between tokens (its p99 plus the profile's
+``itl_tail_ms``), end-to-end latency, output tokens/s,
 goodput under the goals, and the preemptions the cache forced.
 
 :func:`engine_capacity` is the highest rate meeting TTFT/ITL/end-to-end goals, searched as
@@ -246,9 +247,7 @@ def simulate_engine(
             preemptions=preemptions,
             kv_peak=peak_blocks / limits.num_blocks,
         )
-    return _figures(
-        rate_rps, reqs[warm:], profile.latency_offset_ms, goals, preemptions, peak_blocks, limits
-    )
+    return _figures(rate_rps, reqs[warm:], profile, goals, preemptions, peak_blocks, limits)
 
 
 def _unservable(rate_rps: float, why: str) -> EnginePrediction:
@@ -268,12 +267,13 @@ def _unservable(rate_rps: float, why: str) -> EnginePrediction:
 def _figures(
     rate_rps: float,
     measured: list[_Req],
-    offset_ms: float,
+    profile: EngineProfile,
     goals: Goals | None,
     preemptions: int,
     peak_blocks: int,
     limits: Any,
 ) -> EnginePrediction:
+    offset_ms = profile.latency_offset_ms
     offset_ns = offset_ms * 1e6
     ttft = sorted(r.tokens[0] - r.arrival_ns for r in measured)
     e2e = sorted(r.tokens[-1] - r.arrival_ns for r in measured)
@@ -315,7 +315,7 @@ def _figures(
         ttft_p50_ms=ms(ttft, 0.50, offset_ms),
         ttft_p99_ms=ms(ttft, 0.99, offset_ms),
         itl_p50_ms=ms(gaps, 0.50, 0.0),
-        itl_p99_ms=ms(gaps, 0.99, 0.0),
+        itl_p99_ms=ms(gaps, 0.99, profile.itl_tail_ms),
         output_tokens_per_s=tokens / span_s,
         goodput_rps=good / span_s if goals is not None else 0.0,
         preemptions=preemptions,

@@ -206,9 +206,10 @@ class EnginePredictor:
     that leave the memory share or the block size to the engine take the engine's own
     (``share``, ``block_size``: its ``model.json``).
 
-    Calibrated on measured operating points twice over: their ITL p50 against the simulated one
-    rescales every step cost (the engine is that much slower or faster than probed), then their
-    TTFT p99 against the simulated one gives the latency the engine does not see.
+    Calibrated on measured operating points: their ITL p50 against the simulated one rescales
+    every step cost (the engine is that much slower or faster than probed); then their TTFT p99
+    against the simulated one gives the latency the engine does not see, and their ITL p99 the
+    client's tail beyond the engine's steps (``itl_tail_ms``).
     """
 
     profile: EngineProfile
@@ -285,28 +286,31 @@ class EnginePredictor:
 
     def calibrated_on(
         self,
-        points: Sequence[tuple[EngineKnobs, float, float, float]],
+        points: Sequence[tuple[EngineKnobs, float, float, float, float]],
         *,
         requests: int,
         seed: int,
         arrival: ArrivalProcess,
     ) -> EnginePredictor:
-        """:meth:`calibrated` on ``(knobs, rate, TTFT p99, ITL p50)`` operating points."""
+        """:meth:`calibrated` on ``(knobs, rate, TTFT p99, ITL p50, ITL p99)`` operating
+        points."""
         base = self.probed or self.profile
         drawn = self.lengths.draw(seed)
         usable = [
-            (self.config(k), rate, ttft, itl) for k, rate, ttft, itl in points if self.covers(k)
+            (self.config(k), rate, ttft, itl, itl99)
+            for k, rate, ttft, itl, itl99 in points
+            if self.covers(k)
         ]
         if not usable:
             return self
         n = min(requests, ENGINE_REQUESTS)
-        zero = replace(base, latency_offset_ms=0.0)
+        zero = replace(base, latency_offset_ms=0.0, itl_tail_ms=0.0)
         # A slower engine at the same rate also runs more sequences a step, so the ITL ratio is
         # not the cost ratio at once: a few rounds of the fixed point settle it.
         scaled = zero
         for _ in range(ENGINE_REFIT_ROUNDS):
             ratios = []
-            for config, rate, _, itl in usable:
+            for config, rate, _, itl, _ in usable:
                 sim = simulate_engine(
                     scaled, config, rate, drawn, requests=n, seed=seed, arrival=arrival
                 )
@@ -315,15 +319,17 @@ class EnginePredictor:
             if not ratios or abs(statistics.median(ratios) - 1.0) < 0.005:
                 break
             scaled = rescaled_costs(scaled, statistics.median(ratios))
-        gaps = []
-        for config, rate, ttft, _ in usable:
+        gaps, tails = [], []
+        for config, rate, ttft, _, itl99 in usable:
             sim = simulate_engine(
                 scaled, config, rate, drawn, requests=n, seed=seed, arrival=arrival
             )
             if not sim.saturated and math.isfinite(sim.ttft_p99_ms):
                 gaps.append(ttft - sim.ttft_p99_ms)
+                tails.append(itl99 - sim.itl_p99_ms)
         offset = max(0.0, statistics.median(gaps)) if gaps else base.latency_offset_ms
-        profile = replace(scaled, latency_offset_ms=round(offset, 3))
+        tail = max(0.0, statistics.median(tails)) if tails else 0.0
+        profile = replace(scaled, latency_offset_ms=round(offset, 3), itl_tail_ms=round(tail, 3))
         if profile == self.profile:
             return self
         return replace(self, profile=profile, probed=base)
@@ -351,6 +357,7 @@ class EnginePredictor:
             "lengths": self.lengths.describe(),
             "jitter": self.profile.jitter,
             "latency_offset_ms": self.profile.latency_offset_ms,
+            "itl_tail_ms": self.profile.itl_tail_ms,
             "refits": refits,
             "provenance": self.profile.provenance,
         }
@@ -375,9 +382,9 @@ class EnginePredictor:
 
 def engine_operating_points(
     trials: Iterable[TrialRecord],
-) -> list[tuple[EngineKnobs, float, float, float]]:
-    """(knobs, offered rate, TTFT p99, ITL p50) of every engine trial whose operating point is
-    an open-loop level with token figures that met the goals."""
+) -> list[tuple[EngineKnobs, float, float, float, float]]:
+    """(knobs, offered rate, TTFT p99, ITL p50, ITL p99) of every engine trial whose operating
+    point is an open-loop level with token figures that met the goals."""
     points = []
     for r in trials:
         m = r.operating_point() if r.complete and r.meets_goals else None
@@ -385,7 +392,8 @@ def engine_operating_points(
             continue
         if not isinstance(r.config, EngineKnobs) or m.tokens is None:
             continue
-        points.append((r.config, m.target, m.tokens.ttft_p99_ms, m.tokens.itl_p50_ms))
+        t = m.tokens
+        points.append((r.config, m.target, t.ttft_p99_ms, t.itl_p50_ms, t.itl_p99_ms))
     return points
 
 

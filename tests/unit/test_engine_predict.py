@@ -205,7 +205,8 @@ def test_engine_predictor_predicts_a_space_and_survives_a_save(tmp_path: Path) -
 
 def test_calibration_rescales_the_costs_and_finds_the_offset() -> None:
     """Operating points "measured" on an engine twice as slow as probed, 6 ms away from its
-    client: the calibrated predictor predicts them."""
+    client, whose slowest gaps reach the client 3 ms late: the calibrated predictor predicts
+    them."""
     lengths = Lengths(LengthDist("fixed", 64), LengthDist("fixed", 16))
     drawn = lengths.draw(0)
     true = EngineProfile(
@@ -219,10 +220,11 @@ def test_calibration_rescales_the_costs_and_finds_the_offset() -> None:
     points = []
     for k, rate in zip(knobs, (10.0, 6.0), strict=True):
         m = simulate_engine(true, predictor.config(k), rate, drawn, requests=400)
-        points.append((k, rate, m.ttft_p99_ms, m.itl_p50_ms))
+        points.append((k, rate, m.ttft_p99_ms, m.itl_p50_ms, m.itl_p99_ms + 3.0))
     fitted = predictor.calibrated_on(points, requests=400, seed=0, arrival=POISSON)
     assert fitted.profile.cost.fixed_ms == pytest.approx(20.0, rel=0.02)
     assert fitted.profile.cost.decode_ms_per_seq == pytest.approx(0.5, rel=0.02)
     assert fitted.profile.latency_offset_ms == pytest.approx(6.0, abs=1.0)
+    assert fitted.profile.itl_tail_ms == pytest.approx(3.0, abs=0.5)
     assert fitted.probed == PROFILE  # the next calibration starts from the probe again
     assert predictor.calibrated_on([], requests=400, seed=0, arrival=POISSON) is predictor
