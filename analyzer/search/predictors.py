@@ -40,7 +40,12 @@ from analyzer.predict.engine_profile import (
     rescaled_costs,
     save_engine_profile,
 )
-from analyzer.predict.engine_sim import ENGINE_REQUESTS, engine_capacities, simulate_engine
+from analyzer.predict.engine_sim import (
+    ENGINE_REQUESTS,
+    ENGINE_RESOLUTION,
+    engine_capacities,
+    simulate_engine,
+)
 from analyzer.predict.fitting import (
     WindowSample,
     model_operating_points,
@@ -262,10 +267,11 @@ class EnginePredictor:
             list(sims),
             self.goals,
             self.lengths,
-            # A step of an engine is costlier to simulate than a batch: fewer requests a rate.
+            # A step of an engine is costlier to simulate than a batch: fewer requests a rate,
+            # a coarser (still well inside the band) resolution.
             requests=min(requests, ENGINE_REQUESTS),
             seed=seed,
-            resolution=resolution,
+            resolution=max(resolution, ENGINE_RESOLUTION),
             workers=workers,
             ceiling_rps=ceiling_rps,
             arrival=arrival,
