@@ -42,7 +42,7 @@ from analyzer.measure.specs import Goals
 from analyzer.predict.capacity import search_rate
 from analyzer.predict.engine_profile import EngineConfig, EngineProfile
 from analyzer.predict.sim_records import CapacityPrediction, Prediction
-from analyzer.predict.simulator import _quantile, arrival_stream
+from analyzer.predict.simulator import arrival_stream
 from reference_server.batching.iteration import (
     EngineState,
     Seq,
@@ -88,8 +88,11 @@ class EnginePrediction(Prediction):
     Attributes:
         ttft_p50_ms / ttft_p99_ms: Time to first token.
         itl_p50_ms / itl_p99_ms: Inter-token latency over every gap of every request.
+        mean_itl_p50_ms / mean_itl_p99_ms: Over requests, of each request's mean ITL.
         output_tokens_per_s: Output tokens of the measured requests over their span.
+        input_tokens / output_tokens: Tokens of the measured requests.
         goodput_rps: Measured requests per second that met every goal.
+        good_count: Measured requests that met every goal.
         preemptions: Sequences preempted over the run.
         kv_peak: Highest share of the KV blocks in use after a step.
         unservable: Why no request of the load can run under the config ("" when they can).
@@ -99,8 +102,13 @@ class EnginePrediction(Prediction):
     ttft_p99_ms: float = math.inf
     itl_p50_ms: float = math.inf
     itl_p99_ms: float = math.inf
+    mean_itl_p50_ms: float = math.inf
+    mean_itl_p99_ms: float = math.inf
     output_tokens_per_s: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
     goodput_rps: float = 0.0
+    good_count: int = 0
     preemptions: int = 0
     kv_peak: float = 0.0
     unservable: str = ""
@@ -138,6 +146,7 @@ class EnginePrediction(Prediction):
 @dataclass
 class _Req:
     arrival_ns: int
+    input_tokens: int
     tokens: list[int] = field(default_factory=list)
 
 
@@ -152,6 +161,7 @@ def simulate_engine(
     seed: int = 0,
     goals: Goals | None = None,
     arrival: ArrivalProcess = POISSON,
+    keep_latencies: bool = False,
 ) -> EnginePrediction:
     """Simulate ``requests`` arrivals at ``rate_rps`` on one engine under ``config``.
 
@@ -166,6 +176,8 @@ def simulate_engine(
         goals: With goals, stop as soon as more than 1 % of the measured requests are certain
             to miss the TTFT or end-to-end goal (the capacity search's shortcut).
         arrival: The arrival process.
+        keep_latencies: Keep each measured request's end-to-end latency
+            (``latencies_ms``, in arrival order).
 
     Raises:
         ValueError: ``rate_rps`` not positive, or no lengths.
@@ -190,7 +202,7 @@ def simulate_engine(
     gauss = random.Random(seed * 1_000_003 + 7).gauss
     backlog_bound = max(500, BACKLOG_FACTOR * config.max_num_seqs)
 
-    reqs = [_Req(a) for a in arrivals]
+    reqs = [_Req(a, lengths[i % len(lengths)].input_tokens) for i, a in enumerate(arrivals)]
     state = EngineState.empty(limits)
     now = 0
     nxt = 0  # next arrival to admit
@@ -252,7 +264,9 @@ def simulate_engine(
             preemptions=preemptions,
             kv_peak=peak_blocks / limits.num_blocks,
         )
-    return _figures(rate_rps, reqs[warm:], profile, goals, preemptions, peak_blocks, limits)
+    return _figures(
+        rate_rps, reqs[warm:], profile, goals, preemptions, peak_blocks, limits, keep_latencies
+    )
 
 
 def _unservable(rate_rps: float, why: str) -> EnginePrediction:
@@ -277,16 +291,20 @@ def _figures(
     preemptions: int,
     peak_blocks: int,
     limits: Any,
+    keep_latencies: bool = False,
 ) -> EnginePrediction:
     offset_ms = profile.latency_offset_ms
     offset_ns = offset_ms * 1e6
     ttft = sorted(r.tokens[0] - r.arrival_ns for r in measured)
     e2e = sorted(r.tokens[-1] - r.arrival_ns for r in measured)
     gaps: list[int] = []
+    means: list[float] = []
     good = 0
     for r in measured:
         t = r.tokens
         gaps.extend(b - a for a, b in itertools.pairwise(t))
+        if len(t) > 1:
+            means.append((t[-1] - t[0]) / (len(t) - 1))
         if goals is not None:
             first = (t[0] - r.arrival_ns + offset_ns) / 1e6
             last = (t[-1] - r.arrival_ns + offset_ns) / 1e6
@@ -298,6 +316,7 @@ def _figures(
             ):
                 good += 1
     gaps.sort()
+    means.sort()
     first_arrival = measured[0].arrival_ns
     span_s = max(1, max(r.tokens[-1] for r in measured) - first_arrival) / 1e9
     offered_s = max(1, measured[-1].arrival_ns - first_arrival) / 1e9
@@ -305,8 +324,12 @@ def _figures(
     throughput = n / span_s
     tokens = sum(len(r.tokens) for r in measured)
 
-    def ms(sorted_ns: list[int], q: float, offset: float) -> float:
-        return _quantile(sorted_ns, q) / 1e6 + offset if sorted_ns else 0.0
+    def ms(sorted_ns: Sequence[float], q: float, offset: float) -> float:
+        if not sorted_ns:
+            return 0.0
+        # The nearest-rank quantile, as HDR histograms (and the batcher's simulator) report it.
+        k = max(0, min(len(sorted_ns) - 1, math.ceil(q * len(sorted_ns)) - 1))
+        return sorted_ns[k] / 1e6 + offset
 
     return EnginePrediction(
         rate_rps=rate_rps,
@@ -321,8 +344,16 @@ def _figures(
         ttft_p99_ms=ms(ttft, 0.99, offset_ms),
         itl_p50_ms=ms(gaps, 0.50, 0.0),
         itl_p99_ms=ms(gaps, 0.99, profile.itl_tail_ms),
+        mean_itl_p50_ms=ms(means, 0.50, 0.0),
+        mean_itl_p99_ms=ms(means, 0.99, 0.0),
         output_tokens_per_s=tokens / span_s,
+        input_tokens=sum(r.input_tokens for r in measured),
+        output_tokens=tokens,
         goodput_rps=good / span_s if goals is not None else 0.0,
+        good_count=good,
+        latencies_ms=tuple((r.tokens[-1] - r.arrival_ns) / 1e6 + offset_ms for r in measured)
+        if keep_latencies
+        else (),
         preemptions=preemptions,
         kv_peak=peak_blocks / limits.num_blocks,
     )
