@@ -162,6 +162,7 @@ def simulate_engine(
     goals: Goals | None = None,
     arrival: ArrivalProcess = POISSON,
     keep_latencies: bool = False,
+    stop_early: bool = True,
 ) -> EnginePrediction:
     """Simulate ``requests`` arrivals at ``rate_rps`` on one engine under ``config``.
 
@@ -173,11 +174,13 @@ def simulate_engine(
         requests: Arrivals simulated (warm-up included).
         warmup: Leading arrivals left out of the figures (default: 10 %).
         seed: Seeds the arrivals and the jitter.
-        goals: With goals, stop as soon as more than 1 % of the measured requests are certain
-            to miss the TTFT or end-to-end goal (the capacity search's shortcut).
+        goals: The goals goodput counts; with ``stop_early``, stop as soon as more than 1 % of
+            the measured requests are certain to miss the TTFT or end-to-end goal (the capacity
+            search's shortcut).
         arrival: The arrival process.
         keep_latencies: Keep each measured request's end-to-end latency
             (``latencies_ms``, in arrival order).
+        stop_early: Take the shortcut of ``goals`` (False: a whole level, as a load measures).
 
     Raises:
         ValueError: ``rate_rps`` not positive, or no lengths.
@@ -192,7 +195,7 @@ def simulate_engine(
             return _unservable(rate_rps, why)
     arrivals, warm = arrival_stream(rate_rps, requests, warmup, seed, arrival)
     offset_ns = profile.latency_offset_ms * 1e6
-    budget = None if goals is None else max(1, int(0.01 * (requests - warm)))
+    budget = None if goals is None or not stop_early else max(1, int(0.01 * (requests - warm)))
     ttft_goal_ns = (
         math.inf if goals is None or goals.ttft_p99_ms is None else goals.ttft_p99_ms * 1e6
     )

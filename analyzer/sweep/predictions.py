@@ -107,10 +107,6 @@ def probe_engine_predictor(target: Target, scenario: Scenario, tuned: Tuned) -> 
     Raises:
         ProfileError: The probe failed or its samples cannot be fitted.
     """
-    from analyzer.load.streams import make_stream_client
-    from analyzer.predict.engine_probe import probe_engine
-    from analyzer.target.transport import Request, UrllibTransport
-
     own = tuned.knobs()
     if not isinstance(own, EngineKnobs):
         raise ProfileError("the engine probe needs a generative engine's model")
@@ -118,6 +114,15 @@ def probe_engine_predictor(target: Target, scenario: Scenario, tuned: Tuned) -> 
     share = float(settings.get("gpu_memory_utilization") or own.gpu_memory_utilization or 0.9)
     block_size = int(settings.get("block_size") or 16)
     goals, lengths = _engine_goals(scenario), scenario.traffic.lengths()
+    own_profile = getattr(target, "engine_profile", None)
+    if own_profile is not None:  # a server in virtual time: its engine's own costs
+        return EnginePredictor(own_profile(target.model), goals, lengths, share, block_size)
+
+    # The stream clients patch the process for gevent: imported only for a live probe.
+    from analyzer.load.streams import make_stream_client
+    from analyzer.predict.engine_probe import probe_engine
+    from analyzer.target.transport import Request, UrllibTransport
+
     protocol = scenario.model.protocol
     url = target.url
     if protocol == "grpc-stream":
