@@ -68,8 +68,9 @@ device = "sim"
 input_tokens = "32"
 output_tokens = "16"
 min_rate_rps = 1.0
-start_rps = 4.0
-max_rate_rps = 30.0
+start_rps = 3.0
+# A ceiling the larger configs reach in a few levels: the search stays short.
+max_rate_rps = 12.0
 [goals]
 ttft_p99_ms = 500.0
 itl_p99_ms = 40.0
@@ -81,7 +82,7 @@ trials = 2
 warmup_s = 0.3
 window_s = 0.5
 min_requests = 8
-capacity_resolution = 0.3
+capacity_resolution = 0.4
 validate_top = 0
 [search]
 strategy = "grid"
@@ -113,8 +114,8 @@ def test_a_generative_sweep_loads_each_config_with_its_engine_file(
         assert figures and figures["output_tokens_per_s"] and figures["output_tokens_per_s"] > 0
         assert {"ttft_slack", "itl_slack"} <= set(r.constraints)
     # Four sequences decoding together serve about four times what one does (planted: a step
-    # of 10 ms + 0.25 ms per sequence).
-    assert four.throughput_rps > 2 * one.throughput_rps
+    # of 10 ms + 0.25 ms per sequence), up to the space's ceiling of 12 req/s.
+    assert four.throughput_rps > 1.5 * one.throughput_rps
     assert summary["best"]["config"]["max_num_seqs"] in (4, 8)  # 8: the engine's own
     assert summary["best"]["tokens"]["ttft_p99_ms"] > 0
     best = run_dir / "best"
