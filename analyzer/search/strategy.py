@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.config.model_config import group_devices, knobs_of
-from analyzer.config.pipeline import TrialKnobs, config_cost
+from analyzer.config.pipeline import TrialKnobs, config_cost, engine_of
 from analyzer.config.scenario import Scenario
 from analyzer.config.traffic import TrafficMode
 from analyzer.measure.arrivals import POISSON, ArrivalProcess
@@ -89,6 +89,11 @@ def resolve(scenario: Scenario, base: mc.ModelConfig | None = None) -> tuple[str
 def _unmodelled(scenario: Scenario, base: mc.ModelConfig) -> str | None:
     """What the simulator does not model: of the model's own config (kept by every trial), or
     of the searched knobs."""
+    if engine_of(base) is not None:
+        return (
+            f"is served by a generative engine ({base.backend}), whose iteration-level "
+            "scheduling the dynamic-batching simulator does not model"
+        )
     if base.HasField("sequence_batching"):
         return (
             "uses the sequence batcher, whose batches the simulator cannot form (one request "
