@@ -2,7 +2,8 @@
 
 ::
 
-    predict  profile -> the simulator's capacity for every config (a band around each)
+    predict  profile -> the simulator's capacity for every config (a band around each; a
+             generative engine's: its steps timed, simulated on its own scheduler)
              -> measure the predicted best first -> refit the profile from each measurement
              -> stop once the measured best lies in the band of the predicted best, or the
                 predicted best inside the measured best's bracket
@@ -90,10 +91,10 @@ def _unmodelled(scenario: Scenario, base: mc.ModelConfig) -> str | None:
     """What the simulator does not model: of the model's own config (kept by every trial), or
     of the searched knobs."""
     if engine_of(base) is not None:
-        return (
-            f"is served by a generative engine ({base.backend}), whose iteration-level "
-            "scheduling the dynamic-batching simulator does not model"
-        )
+        # A generative engine: the engine simulator (analyzer.predict.engine_sim) steps its
+        # scheduler; configs it leaves out (several engines, a TensorRT-LLM scheduler policy)
+        # are left unpredicted one by one, and predict never chooses them.
+        return None
     if base.HasField("sequence_batching"):
         return (
             "uses the sequence batcher, whose batches the simulator cannot form (one request "
