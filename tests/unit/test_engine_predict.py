@@ -228,3 +228,21 @@ def test_calibration_rescales_the_costs_and_finds_the_offset() -> None:
     assert fitted.profile.itl_tail_ms == pytest.approx(3.0, abs=0.5)
     assert fitted.probed == PROFILE  # the next calibration starts from the probe again
     assert predictor.calibrated_on([], requests=400, seed=0, arrival=POISSON) is predictor
+
+
+def test_the_shortcut_never_changes_a_verdict() -> None:
+    """A run stopped once a goal's p99 is certain to be missed judges as the whole run does."""
+    lengths = [GenRequest(128, 16)]
+    goals = Goals(p99_ms=math.inf, ttft_p99_ms=120.0, itl_p99_ms=18.0)
+    config = EngineConfig(max_num_seqs=16)
+    verdicts = set()
+    for rate in (2.0, 10.0, 40.0, 80.0):
+        short = simulate_engine(PROFILE, config, rate, lengths, requests=300, goals=goals)
+        whole = simulate_engine(
+            PROFILE, config, rate, lengths, requests=300, goals=goals, stop_early=False
+        )
+        assert short.meets(goals) == whole.meets(goals)
+        verdicts.add(whole.meets(goals))
+        if short.stopped_early:
+            assert not whole.meets(goals)
+    assert verdicts == {True, False}  # both sides of the capacity were tried
