@@ -120,16 +120,21 @@ class ServerView:
     #: A pipeline's composing models over the same window, by name (their own statistics:
     #: queue and compute per request, batches formed); empty for one model.
     stages: dict[str, ServerView] = field(default_factory=dict)
+    #: A generative engine's preemptions in the window (``vllm:num_preemptions_total``'s
+    #: delta: its KV cache could not hold the running set); None: not reported.
+    preemptions: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (batch sizes keyed by strings, as JSON requires; ``stages`` only for
-        a pipeline)."""
+        a pipeline, ``preemptions`` only for a generative engine)."""
         out = dataclasses.asdict(self)
         out["batch_sizes"] = {str(k): v for k, v in sorted(self.batch_sizes.items())}
         out["gpus"] = [g.to_dict() for g in self.gpus]
         out["stages"] = {name: view.to_dict() for name, view in self.stages.items()}
         if not self.stages:
             del out["stages"]
+        if self.preemptions is None:
+            del out["preemptions"]
         return out
 
     @classmethod

@@ -30,16 +30,24 @@ class TokenLevel:
     itl_p99_ms: float
     goodput_rps: float | None
     meets_goals: bool
+    #: The engine's preemptions during the level (None: the server reported none).
+    preemptions: int | None = None
 
 
 @dataclass(frozen=True)
 class TokenConfig:
-    """A measured config: its label, capacity and levels (by offered rate)."""
+    """A measured config: its label, capacity and levels (by offered rate).
+
+    Attributes:
+        preempts_from_rps: The lowest offered rate at which the engine preempted (its KV
+            cache could not hold the running set); None: it never did, or did not say.
+    """
 
     trial_number: int
     label: str
     capacity_rps: float
     levels: tuple[TokenLevel, ...]
+    preempts_from_rps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,7 @@ def token_story(trials: Sequence[TrialRecord]) -> TokenStory | None:
                 itl_p99_ms=p.tokens.itl_p99_ms,
                 goodput_rps=p.tokens.goodput_rps,
                 meets_goals=meets_goals(p, capacity.goals)[0],
+                preemptions=p.server.preemptions if p.server is not None else None,
             )
             for p in capacity.points
             if p.tokens is not None
@@ -79,12 +88,14 @@ def token_story(trials: Sequence[TrialRecord]) -> TokenStory | None:
             continue
         ttft_goal = ttft_goal or capacity.goals.ttft_p99_ms
         itl_goal = itl_goal or capacity.goals.itl_p99_ms
+        preempting = [level.offered_rps for level in levels if (level.preemptions or 0) > 0]
         configs.append(
             TokenConfig(
                 trial_number=r.number,
                 label=r.config.label(),
                 capacity_rps=capacity.capacity_rps,
                 levels=tuple(sorted(levels, key=lambda level: level.offered_rps)),
+                preempts_from_rps=min(preempting) if preempting else None,
             )
         )
     if not configs:

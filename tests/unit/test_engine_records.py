@@ -81,3 +81,26 @@ def test_a_generative_trial_carries_its_token_figures_to_the_summary_and_its_lin
         "tokens"
         not in ConfigEntry.from_trial(plain, config_path=None, search_throughput_rps=9.8).to_dict()
     )
+
+
+def test_a_windows_preemptions_are_the_engine_counters_rise_for_its_model() -> None:
+    from analyzer.target.server_stats import ServerSnapshot, parse_metrics, server_view
+
+    def page(ours: int, theirs: int) -> str:
+        return (
+            "# HELP vllm:num_preemptions Cumulative number of preemption from the engine.\n"
+            "# TYPE vllm:num_preemptions counter\n"
+            f'vllm:num_preemptions_total{{engine="0",model_name="tinyllm"}} {ours}.0\n'
+            f'vllm:num_preemptions_total{{engine="0",model_name="other"}} {theirs}.0\n'
+        )
+
+    before = ServerSnapshot(None, parse_metrics(page(3, 0), "tinyllm"))
+    after = ServerSnapshot(None, parse_metrics(page(10, 50), "tinyllm"))
+    view = server_view(before, after)
+    assert view is not None and view.preemptions == 7
+    assert type(view).from_dict(view.to_dict()) == view
+    plain = server_view(
+        ServerSnapshot(None, parse_metrics("", "m")), ServerSnapshot(None, parse_metrics("", "m"))
+    )
+    assert plain is not None and plain.preemptions is None
+    assert "preemptions" not in plain.to_dict()
