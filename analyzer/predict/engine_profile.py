@@ -94,19 +94,27 @@ class EngineConfig:
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any], instance_count: int = 1) -> EngineConfig:
-        """From engine arguments by vLLM's names (``model.json``; others are ignored)."""
-        known = {
-            k: settings[k]
-            for k in (
-                "max_num_seqs",
-                "max_num_batched_tokens",
-                "enable_chunked_prefill",
-                "gpu_memory_utilization",
-                "block_size",
-            )
-            if settings.get(k) is not None
-        }
-        return cls(**known, instance_count=instance_count)
+        """From engine arguments by vLLM's names (``model.json``, read as the reference engine
+        reads it: ``"8"`` and ``"true"`` included; other keys are ignored).
+
+        Raises:
+            ProfileError: a modelled key has a wrong type or value.
+        """
+        from reference_server.backends.generative import EngineSettings
+        from reference_server.core.errors import ModelConfigError
+
+        try:
+            read = EngineSettings.from_json(settings, "model.json")
+        except ModelConfigError as exc:
+            raise ProfileError(str(exc)) from exc
+        return cls(
+            max_num_seqs=read.max_num_seqs,
+            max_num_batched_tokens=read.max_num_batched_tokens,
+            enable_chunked_prefill=read.enable_chunked_prefill,
+            gpu_memory_utilization=read.gpu_memory_utilization,
+            block_size=read.block_size,
+            instance_count=instance_count,
+        )
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,15 @@ def test_kv_cache_size_is_read_from_either_engines_metrics() -> None:
     assert kv_blocks_from_metrics("nv_inference_count 3\n") is None
 
 
+def test_engine_settings_are_read_as_the_reference_engine_reads_model_json() -> None:
+    config = EngineConfig.from_settings(
+        {"model": "m", "max_num_seqs": "8", "enable_chunked_prefill": "false", "block_size": 32}
+    )
+    assert config == EngineConfig(max_num_seqs=8, enable_chunked_prefill=False, block_size=32)
+    with pytest.raises(ProfileError, match="max_num_seqs"):
+        EngineConfig.from_settings({"max_num_seqs": 0})
+
+
 def test_memory_share_gives_the_reference_engines_blocks() -> None:
     bundled = engine_profile_from_toml("tinyllm_sim", "tinyllm")
     assert bundled.num_blocks(EngineConfig(gpu_memory_utilization=0.9)) == 1013
