@@ -471,6 +471,8 @@ def engine_capacities(
     )
     for config in todo:
         profile.limits(config)
+    if not todo:
+        return {}
     groups: dict[tuple[Any, ...], list[EngineConfig]] = {}
     for c in todo:
         key = (
@@ -481,8 +483,19 @@ def engine_capacities(
         )
         groups.setdefault(key, []).append(c)
     chains = list(groups.values())
-    args = (profile, goals, drawn, requests, seed, resolution, ceiling_rps, arrival)
     out: dict[EngineConfig, CapacityPrediction] = {}
+    # Every chain starts at the same running set, whose capacity moves little with the token
+    # budget: the first chain's head, searched once from nothing, starts every other head.
+    head = _chain(
+        chains[0][:1], profile, goals, drawn, requests, seed, resolution, ceiling_rps, arrival
+    )
+    out.update(head)
+    first = head[chains[0][0]].capacity_rps
+    chains = [c for c in (chains[0][1:], *chains[1:]) if c]
+    start = first if first > 0 else None
+    args = (profile, goals, drawn, requests, seed, resolution, ceiling_rps, arrival, start)
+    if not chains:
+        return out
     if workers > 1 and len(chains) > 1:
         from concurrent.futures import ProcessPoolExecutor
 
@@ -505,9 +518,9 @@ def _chain(
     resolution: float,
     ceiling_rps: float,
     arrival: ArrivalProcess,
+    hint: float | None = None,
 ) -> dict[EngineConfig, CapacityPrediction]:
     out: dict[EngineConfig, CapacityPrediction] = {}
-    hint: float | None = None
     for config in chain:
         cap = engine_capacity(
             profile,
