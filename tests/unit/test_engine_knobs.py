@@ -163,3 +163,36 @@ def test_a_bad_command_template_is_refused_before_anything_starts(
 
     with pytest.raises(InputError, match=message):
         check_template(template, "vllm")
+
+
+def test_a_trials_engine_file_travels_beside_its_config_and_is_sent_again_after_an_outage() -> None:
+    import base64
+
+    from analyzer.target.remote import RemoteTarget
+    from analyzer.target.transport import Request, Response
+
+    sent: list[Request] = []
+
+    class Answers:
+        def request(self, request: Request) -> Response:
+            sent.append(request)
+            return Response(200, b"")
+
+    target = RemoteTarget("http://127.0.0.1:1", "llm", transport=Answers())
+    tuned = Tuned(_vllm_model(), engine="vllm", engine_file={"model": "m"})
+    (config,) = tuned.configs(KNOBS)
+    target.load_config(config, files=tuned.files(KNOBS))
+    loads = [r for r in sent if r.url.endswith("/v2/repository/models/llm/load")]
+    (load,) = loads
+    assert isinstance(load.body, dict)
+    parameters = load.body["parameters"]
+    assert set(parameters) == {"config", ENGINE_FILE_KEY}
+    assert json.loads(base64.b64decode(parameters[ENGINE_FILE_KEY]))["max_num_seqs"] == 8
+    sent.clear()
+    target.reload_last()  # a server that came back gets the file again
+    (again,) = [r for r in sent if r.url.endswith("/load")]
+    assert again.body == load.body
+    sent.clear()
+    target.load_config(config)  # the original: the server's own files
+    (plain,) = [r for r in sent if r.url.endswith("/load")]
+    assert isinstance(plain.body, dict) and set(plain.body["parameters"]) == {"config"}
