@@ -91,8 +91,14 @@ def decode_samples(seqs: int, records: list[StreamRecord]) -> list[DecodeSample]
     start = max(firsts)
     out: list[DecodeSample] = []
     for r in records:
-        times = [at for at, _ in r.chunks if at > start]
-        gaps = [b - a for a, b in itertools.pairwise(times)][SETTLING_GAPS:]
+        chunks = [(at, n) for at, n in r.chunks if at > start]
+        # A chunk of k tokens after a gap g is k steps of g / k (a server may batch tokens
+        # into one chunk, as analyzer.measure.tokens counts its gaps).
+        gaps = [
+            (at - before) / n
+            for (before, _), (at, n) in itertools.pairwise(chunks)
+            for _ in range(n)
+        ][SETTLING_GAPS:]
         out.extend(DecodeSample(seqs, g * 1000.0) for g in gaps)
     if not out:
         raise ProfileError(f"the decode probe at {seqs} requests left no steady gaps")

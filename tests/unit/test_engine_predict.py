@@ -67,6 +67,12 @@ def test_decode_samples_keep_the_steady_gaps_after_every_request_started() -> No
         records.append(r)
     samples = decode_samples(2, records)
     assert samples and all(s.itl_ms == pytest.approx(10.5) for s in samples)
+    # a server that sends two tokens a chunk: each is one step of half the chunk's gap
+    paired = StreamRecord(intended=0.0, sent=0.0)
+    paired.token(0.050)
+    for i in range(1, 6):
+        paired.token(0.060 + 0.021 * i, 2)
+    assert {round(s.itl_ms, 6) for s in decode_samples(1, [paired])} == {10.5}
 
 
 def test_kv_cache_size_is_read_from_either_engines_metrics() -> None:
