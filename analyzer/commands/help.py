@@ -26,10 +26,10 @@ __all__ = [
     "TRAFFIC",
     "Choice",
     "Device",
+    "Engine",
     "Leave",
     "LoadProtocol",
     "ObjectiveName",
-    "Protocol",
     "RateLimit",
     "SearchStrategy",
     "ServerKind",
@@ -69,16 +69,17 @@ class Device(Choice):
     sim = "sim"
 
 
-class Protocol(Choice):
-    """``[model] protocol``."""
+class Engine(Choice):
+    """``[model] engine``: the generative engine behind ``--serve-command``."""
 
-    http = "http"
-    grpc = "grpc"
+    vllm = "vllm"
+    tensorrtllm = "tensorrtllm"
+    sglang = "sglang"
 
 
 class LoadProtocol(Choice):
-    """``perfsweep load --protocol``: ``[model] protocol``'s two, and the streaming protocols of
-    generative models (``analyzer.load.streams.STREAM_PROTOCOLS``)."""
+    """``--protocol`` (``[model] protocol``): http, grpc, and the streaming protocols of
+    generative models (``analyzer.config.sections.STREAM_PROTOCOLS``)."""
 
     http = "http"
     grpc = "grpc"

@@ -120,16 +120,21 @@ class ServerView:
     #: A pipeline's composing models over the same window, by name (their own statistics:
     #: queue and compute per request, batches formed); empty for one model.
     stages: dict[str, ServerView] = field(default_factory=dict)
+    #: A generative engine's preemptions in the window (``vllm:num_preemptions_total``'s
+    #: delta: its KV cache could not hold the running set); None: not reported.
+    preemptions: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (batch sizes keyed by strings, as JSON requires; ``stages`` only for
-        a pipeline)."""
+        a pipeline, ``preemptions`` only for a generative engine)."""
         out = dataclasses.asdict(self)
         out["batch_sizes"] = {str(k): v for k, v in sorted(self.batch_sizes.items())}
         out["gpus"] = [g.to_dict() for g in self.gpus]
         out["stages"] = {name: view.to_dict() for name, view in self.stages.items()}
         if not self.stages:
             del out["stages"]
+        if self.preemptions is None:
+            del out["preemptions"]
         return out
 
     @classmethod
@@ -166,11 +171,18 @@ class WindowStats:
     #: Most requests outstanding at once during the window.
     max_in_flight: int = 0
     server: ServerView | None = None
+    #: A generative window: TTFT p99 over its requests and ITL p99 over its tokens, ms (None:
+    #: requests answered once).
+    ttft_p99_ms: float | None = None
+    itl_p99_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
+        """JSON-ready dict (the token figures only for a generative window)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["server"] = self.server.to_dict() if self.server else None
+        for key in ("ttft_p99_ms", "itl_p99_ms"):
+            if out[key] is None:
+                out.pop(key)
         return out
 
     @classmethod

@@ -99,9 +99,14 @@ def search_rate(
     min_rps: float | None = None,
     start_rps: float | None = None,
     ceiling_rps: float = math.inf,
+    judge: Callable[[Prediction], bool] | None = None,
 ) -> CapacityPrediction:
     """The search of :func:`capacity` over any simulation ``run(rate)`` whose noise-free
-    throughput bound is ``bound`` (one model's, or a pipeline's)."""
+    throughput bound is ``bound`` (one model's, a pipeline's, or a generative engine's).
+
+    ``judge`` says whether a rate passes when more than its p99 is judged (a generative
+    engine's TTFT and ITL goals); by default a rate passes when its p99 is within ``p99_ms``
+    and it is not saturated."""
     lo_rate = min_rps if min_rps is not None else bound * 0.01
     peak = min(bound, ceiling_rps)
     steps: list[tuple[float, float]] = []
@@ -110,7 +115,7 @@ def search_rate(
         pred = run(rate)
         steps.append((rate, pred.p99_ms))
         # A rate the system cannot keep up with never passes, whatever the sample's p99.
-        ok = pred.p99_ms <= p99_ms and not pred.saturated
+        ok = judge(pred) if judge is not None else pred.p99_ms <= p99_ms and not pred.saturated
         return ok, pred
 
     # Invariant: every rate <= lo passes (lo_rate is assumed to until tested, below) and every

@@ -22,8 +22,11 @@ The summary's target says ``virtual``.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable, Sequence
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -33,13 +36,17 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.config.access import PLAIN, ServerAccess
-from analyzer.config.pipeline import ensemble_steps, is_ensemble
+from analyzer.config.pipeline import ENGINE_FILE_KEY, ensemble_steps, is_ensemble
 from analyzer.config.scenario import Scenario
 from analyzer.errors import InputError
 from analyzer.measure.capacity import CapacityResult, find_capacity
 from analyzer.measure.measurement import ClassStats, Measurement, ServerView
 from analyzer.measure.specs import CapacitySpec, LoadMode, LoadSpec
 from analyzer.measure.stepping import SequentialRule, StepRecord, StepVerdict
+from analyzer.measure.tokens import TokenStats
+from analyzer.predict import ProfileError
+from analyzer.predict.engine_profile import EngineConfig, EngineProfile, engine_profile_from_toml
+from analyzer.predict.engine_sim import simulate_engine
 from analyzer.predict.mix_sim import MixModel, MixProfile, simulate_mix
 from analyzer.predict.pipeline_sim import PipelineProfile, simulate_pipeline
 from analyzer.predict.profile import Profile
@@ -100,6 +107,16 @@ class VirtualServer:
     clock: VirtualClock = field(default_factory=VirtualClock)
     #: Config loads so far (one per model per trial).
     loads: int = 0
+    #: The files each model's last load sent (a generative engine's settings).
+    files: dict[str, dict[str, bytes]] = field(default_factory=dict)
+    #: Each generative model's engine (name -> its step costs and KV cache).
+    engines: dict[str, EngineProfile] = field(default_factory=dict)
+    #: Each generative model's engine settings now (``model.json``, vLLM's names).
+    engine_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Where the model repository is (a generative model's ``1/model.json`` is read there).
+    repository: Path | None = None
+    #: A repository written for the run (the bundled generative model's), removed at the end.
+    written: Path | None = None
 
     def __post_init__(self) -> None:
         # Set here, not as a field: a callable field reads as a method to type checkers, and
@@ -119,6 +136,9 @@ class VirtualServer:
         m = scenario.model
         if m.url:
             raise InputError("--server virtual simulates a server: it takes no --url")
+        generative = _generative(scenario)
+        if generative is not None:
+            return generative
         largest = scenario.space.max_batch_size[1]
         configs = _repository(scenario)
         base = configs.get(m.name)
@@ -144,7 +164,9 @@ class VirtualServer:
         return None
 
     def stop(self) -> None:
-        return None
+        if self.written is not None:
+            shutil.rmtree(self.written, ignore_errors=True)
+            self.written = None
 
     def model_config(self) -> mc.ModelConfig:
         config = self.config_of(self.model)
@@ -159,9 +181,17 @@ class VirtualServer:
         copy.CopyFrom(config)
         return copy
 
-    def load_config(self, config: mc.ModelConfig, *, wait_for_model: bool = True) -> None:
+    def load_config(
+        self,
+        config: mc.ModelConfig,
+        *,
+        wait_for_model: bool = True,
+        files: Mapping[str, bytes] | None = None,
+    ) -> None:
         """Take ``config`` as model ``config.name``'s (the tuned model's when it names none),
-        refused as the reference server refuses it, or where the simulator cannot run it."""
+        refused as the reference server refuses it, or where the simulator cannot run it
+        (``files``, a generative engine's settings, are kept per model in :attr:`files`)."""
+        self.files[config.name or self.model] = dict(files or {})
         name = config.name or self.model
         if name not in self.configs:
             raise ConfigRejectedError(f"load of {name!r} failed: no such model in the repository")
@@ -170,6 +200,11 @@ class VirtualServer:
         parsed = json_format.Parse(text, mc.ModelConfig())
         if not parsed.name:
             parsed.name = name
+        if name in self.engines:
+            self.engine_settings[name] = self._engine_load(name, files or {})
+            self.loads += 1
+            self.configs[name] = parsed
+            return
         if parsed.max_batch_size < 1 and name in self.profiles:
             raise ConfigRejectedError(f"load of {name!r} failed: max_batch_size must be >= 1")
         for size in parsed.dynamic_batching.preferred_batch_size:
@@ -188,6 +223,40 @@ class VirtualServer:
                 ) from exc
         self.loads += 1
         self.configs[name] = parsed
+
+    def _engine_load(self, name: str, files: Mapping[str, bytes]) -> dict[str, Any]:
+        """The engine settings a load of generative model ``name`` sets (its ``model.json`` as
+        sent, else as it was), refused as the reference engine refuses them."""
+        from reference_server.backends.generative import EngineSettings
+        from reference_server.core.errors import ModelConfigError
+
+        settings = dict(self.engine_settings.get(name, {}))
+        raw = files.get(ENGINE_FILE_KEY)
+        if raw is not None:
+            try:
+                settings = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise ConfigRejectedError(f"load of {name!r} failed: model.json: {exc}") from exc
+        try:
+            EngineSettings.from_json(settings, f"{name}/1/model.json")
+        except ModelConfigError as exc:
+            raise ConfigRejectedError(f"load of {name!r} failed: {exc}") from exc
+        config = EngineConfig.from_settings(settings)
+        if self.engines[name].num_blocks(config) < 1:
+            raise ConfigRejectedError(
+                f"load of {name!r} failed: gpu_memory_utilization "
+                f"{config.gpu_memory_utilization:g} leaves no room for the KV cache"
+            )
+        return settings
+
+    def engine_config(self, name: str) -> EngineConfig:
+        """The engine settings generative model ``name`` runs with now."""
+        return EngineConfig.from_settings(self.engine_settings.get(name, {}))
+
+    def engine_profile(self, name: str) -> EngineProfile:
+        """The profile phase of a generative model: its engine's own costs, exactly what the
+        simulated device executes."""
+        return self.engines[name]
 
     def ensure_alive(self) -> None:
         return None
@@ -212,6 +281,53 @@ class VirtualServer:
         profile, exactly what the simulated device executes."""
         name = getattr(target, "model", self.model)
         return self.profiles[name]
+
+
+def _generative(scenario: Scenario) -> VirtualServer | None:
+    """The virtual server of a generative model (the bundled ``tinyllm``, or a repository's
+    model on the ``vllm`` backend), or None for any other model."""
+    from reference_server.zoo import tinyllm
+
+    m = scenario.model
+    if m.repository is None:
+        if m.name != tinyllm.MODEL_NAME:
+            return None
+        if m.device != "sim":
+            raise InputError("--server virtual runs the bundled tinyllm with --device sim")
+        # The bundled repository, written where the sweep reads the engine's own model.json.
+        root = Path(tempfile.mkdtemp(prefix="perfsweep-virtual-"))
+        tinyllm.make_repository(root)
+        repository = root
+    else:
+        repository = Path(m.repository)
+    configs = {}
+    for path in sorted(repository.glob("*/config.pbtxt")):
+        config = mc.ModelConfig()
+        try:
+            text_format.Parse(path.read_text(encoding="utf-8"), config, allow_unknown_field=True)
+        except (OSError, text_format.ParseError) as exc:
+            raise InputError(f"{path}: cannot read the model config ({exc}); fix it") from exc
+        config.name = config.name or path.parent.name
+        configs[config.name] = config
+    base = configs.get(m.name)
+    if base is None or base.backend != "vllm":
+        return None
+    ref = base.parameters["profile"].string_value or "tinyllm_sim"
+    try:
+        engine = engine_profile_from_toml(ref, m.name, repository / m.name)
+    except ProfileError as exc:
+        raise InputError(f"--server virtual: model {m.name!r}: {exc}") from exc
+    try:
+        settings = json.loads((repository / m.name / "1" / "model.json").read_text("utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(
+            f"--server virtual: model {m.name!r} has no readable 1/model.json"
+        ) from exc
+    written = repository if m.repository is None else None
+    server = VirtualServer(m.name, configs, {}, repository=repository, written=written)
+    server.engines[m.name] = engine
+    server.engine_settings[m.name] = settings if isinstance(settings, dict) else {}
+    return server
 
 
 def _repository(scenario: Scenario) -> dict[str, mc.ModelConfig]:
@@ -277,6 +393,10 @@ class VirtualLoad:
         self.levels += 1
         rate = spec.target
         warm = round(rate * spec.warmup_s)
+        if self.server.model in self.server.engines:
+            m = self._engine_level(spec, warm)
+            self.server.clock.advance(spec.warmup_s + m.duration_s)
+            return m
         if spec.sequential is not None:
             measured, step = self._sequential(spec, warm)
         else:
@@ -408,6 +528,87 @@ class VirtualLoad:
             step=step,
             classes=self._classes(level),
             messages=messages,
+        )
+
+    def _engine_level(self, spec: LoadSpec, warm: int) -> Measurement:
+        """A generative model's level: its engine simulated at the level's rate on the load's
+        lengths (a sequential step runs as a fixed level: its token goals are judged on the
+        level's figures)."""
+        server, rate = self.server, spec.target
+        name = server.model
+        span_s = (spec.window_s or 1.0) * max(1, spec.stable_windows)
+        n = min(MAX_LEVEL_REQUESTS, max(MIN_LEVEL_REQUESTS, round(rate * span_s)))
+        from analyzer.evaluation.plan import LoadPlan
+
+        lengths = self.scenario.traffic.lengths().draw(spec.seed)
+        goals = LoadPlan(self.scenario).goals
+        p = simulate_engine(
+            server.engines[name],
+            server.engine_config(name),
+            rate,
+            lengths,
+            requests=warm + n,
+            warmup=warm,
+            seed=spec.seed,
+            goals=goals,
+            arrival=spec.arrival,
+            keep_latencies=True,
+            stop_early=False,
+        )
+        latencies = np.asarray(p.latencies_ms) if p.latencies_ms else None
+        overloaded = latencies is None or p.saturated
+
+        def q(share: float) -> float:
+            if latencies is None:
+                return OVERLOADED_MS
+            return float(np.quantile(latencies, share, method="inverted_cdf"))
+
+        measured = len(latencies) if latencies is not None else 0
+        good = p.good_count if goals.token_goals and measured else None
+        tokens = TokenStats(
+            ttft_p50_ms=p.ttft_p50_ms if not overloaded else OVERLOADED_MS,
+            ttft_p99_ms=p.ttft_p99_ms if not overloaded else OVERLOADED_MS,
+            itl_p50_ms=p.itl_p50_ms if math.isfinite(p.itl_p50_ms) else OVERLOADED_MS,
+            itl_p99_ms=p.itl_p99_ms if math.isfinite(p.itl_p99_ms) else OVERLOADED_MS,
+            mean_itl_p50_ms=p.mean_itl_p50_ms if math.isfinite(p.mean_itl_p50_ms) else 0.0,
+            mean_itl_p99_ms=p.mean_itl_p99_ms if math.isfinite(p.mean_itl_p99_ms) else 0.0,
+            streams=measured,
+            failed_streams=0,
+            input_tokens=p.input_tokens,
+            output_tokens=p.output_tokens,
+            output_tokens_per_s=p.output_tokens_per_s,
+            goodput_rps=None if good is None else good / max(measured / rate, 1e-9),
+            good_count=good,
+        )
+        messages = (
+            (
+                "the simulated engine could not keep up with this rate (its queue grew without bound)",
+            )
+            if overloaded
+            else ()
+        )
+        return Measurement(
+            mode=LoadMode.REQUEST_RATE,
+            target=rate,
+            throughput_rps=p.throughput_rps if math.isfinite(p.throughput_rps) else 0.0,
+            p50_ms=q(0.50),
+            p90_ms=q(0.90),
+            p95_ms=q(0.95),
+            p99_ms=q(0.99),
+            p999_ms=q(0.999),
+            mean_ms=float(latencies.mean()) if latencies is not None else OVERLOADED_MS,
+            max_ms=float(latencies.max()) if latencies is not None else OVERLOADED_MS,
+            request_count=max(1, measured),
+            error_count=0,
+            stable=not overloaded,
+            valid=True,
+            send_lag_p99_ms=0.0,
+            server=_view({}, measured),
+            arrival=spec.arrival.to_text(),
+            offered_rps=rate,
+            duration_s=measured / rate,
+            messages=messages,
+            tokens=tokens,
         )
 
     def _classes(self, level: _Level) -> tuple[ClassStats, ...]:

@@ -20,16 +20,32 @@ import functools
 import itertools
 import json
 import math
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
-from analyzer.config.knobs import Knobs
+from analyzer.config.knobs import EngineKnobs, Knobs
 from analyzer.config.pipeline import JointKnobs, TrialKnobs, config_cost, single
 from analyzer.errors import InputError
 from analyzer.measure.arrivals import POISSON, ArrivalProcess
+from analyzer.measure.lengths import Lengths
+from analyzer.measure.specs import Goals, LoadMode
 from analyzer.predict.capacity import capacities, equivalence_key, latency_offset
+from analyzer.predict.engine_profile import (
+    EngineConfig,
+    EngineProfile,
+    load_engine_profile,
+    rescaled_costs,
+    save_engine_profile,
+)
+from analyzer.predict.engine_sim import (
+    ENGINE_REQUESTS,
+    ENGINE_RESOLUTION,
+    engine_capacities,
+    simulate_engine,
+)
 from analyzer.predict.fitting import (
     WindowSample,
     model_operating_points,
@@ -179,6 +195,213 @@ class ModelPredictor:
 
     def save(self, path: Path) -> None:
         save_profile(self.profile, path)
+
+
+#: Rounds of an engine's cost rescaling (each: every operating point simulated once).
+ENGINE_REFIT_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class EnginePredictor:
+    """A generative engine: its step costs and KV cache (:mod:`analyzer.predict.engine_profile`),
+    simulated on the load's lengths (:mod:`analyzer.predict.engine_sim`) against the token goals.
+
+    The predictor holds the goals a trial's level is held to (TTFT, ITL and the end-to-end p99,
+    open with token goals): the p99 goal a :class:`~analyzer.search.strategy.Guide` passes is
+    not used. Knobs
+    that leave the memory share or the block size to the engine take the engine's own
+    (``share``, ``block_size``: its ``model.json``).
+
+    Calibrated on measured operating points: their ITL p50 against the simulated one rescales
+    every step cost (the engine is that much slower or faster than probed); then their TTFT p99
+    against the simulated one gives the latency the engine does not see, and their ITL p99 the
+    client's tail beyond the engine's steps (``itl_tail_ms``).
+    """
+
+    profile: EngineProfile
+    goals: Goals
+    lengths: Lengths
+    share: float = 0.9
+    block_size: int = 16
+    #: The probe's profile, which every calibration starts from (None: ``profile``).
+    probed: EngineProfile | None = None
+
+    def config(self, knobs: EngineKnobs) -> EngineConfig:
+        """The simulated engine settings of ``knobs``."""
+        share = knobs.gpu_memory_utilization
+        return EngineConfig(
+            max_num_seqs=knobs.max_num_seqs,
+            max_num_batched_tokens=knobs.max_num_batched_tokens,
+            enable_chunked_prefill=knobs.enable_chunked_prefill,
+            gpu_memory_utilization=self.share if share is None else share,
+            block_size=self.block_size,
+            instance_count=knobs.instance_count,
+        )
+
+    def candidates(self, space: Space, goal_p99_ms: float, seed: int) -> list[TrialKnobs]:
+        return grid_configs(space)
+
+    def covers(self, knobs: TrialKnobs) -> bool:
+        if not isinstance(knobs, EngineKnobs) or knobs.batch_scheduler_policy is not None:
+            return False
+        config = self.config(knobs)
+        return self.profile.covers(config) and self.profile.num_blocks(config) >= 1
+
+    def capacities(
+        self,
+        configs: Sequence[TrialKnobs],
+        goal_p99_ms: float,
+        *,
+        requests: int,
+        seed: int,
+        resolution: float,
+        workers: int,
+        ceiling_rps: float,
+        arrival: ArrivalProcess,
+    ) -> dict[TrialKnobs, float]:
+        sims: dict[EngineConfig, list[TrialKnobs]] = {}
+        for k in configs:
+            if isinstance(k, EngineKnobs):
+                sims.setdefault(self.config(k), []).append(k)
+        found = engine_capacities(
+            self.profile,
+            list(sims),
+            self.goals,
+            self.lengths,
+            # A step of an engine is costlier to simulate than a batch: fewer requests a rate,
+            # a coarser (still well inside the band) resolution.
+            requests=min(requests, ENGINE_REQUESTS),
+            seed=seed,
+            resolution=max(resolution, ENGINE_RESOLUTION),
+            workers=workers,
+            ceiling_rps=ceiling_rps,
+            arrival=arrival,
+        )
+        return {k: cap.capacity_rps for sim, cap in found.items() for k in sims[sim]}
+
+    def calibrated(
+        self,
+        trials: Iterable[TrialRecord],
+        *,
+        requests: int,
+        seed: int,
+        arrival: ArrivalProcess,
+    ) -> EnginePredictor:
+        return self.calibrated_on(
+            engine_operating_points(trials), requests=requests, seed=seed, arrival=arrival
+        )
+
+    def calibrated_on(
+        self,
+        points: Sequence[tuple[EngineKnobs, float, float, float, float]],
+        *,
+        requests: int,
+        seed: int,
+        arrival: ArrivalProcess,
+    ) -> EnginePredictor:
+        """:meth:`calibrated` on ``(knobs, rate, TTFT p99, ITL p50, ITL p99)`` operating
+        points."""
+        base = self.probed or self.profile
+        drawn = self.lengths.draw(seed)
+        usable = [
+            (self.config(k), rate, ttft, itl, itl99)
+            for k, rate, ttft, itl, itl99 in points
+            if self.covers(k)
+        ]
+        if not usable:
+            return self
+        n = min(requests, ENGINE_REQUESTS)
+        zero = replace(base, latency_offset_ms=0.0, itl_tail_ms=0.0)
+        # A slower engine at the same rate also runs more sequences a step, so the ITL ratio is
+        # not the cost ratio at once: a few rounds of the fixed point settle it.
+        scaled = zero
+        for _ in range(ENGINE_REFIT_ROUNDS):
+            ratios = []
+            for config, rate, _, itl, _ in usable:
+                sim = simulate_engine(
+                    scaled, config, rate, drawn, requests=n, seed=seed, arrival=arrival
+                )
+                if not sim.saturated and sim.itl_p50_ms > 0 and itl > 0:
+                    ratios.append(itl / sim.itl_p50_ms)
+            if not ratios or abs(statistics.median(ratios) - 1.0) < 0.005:
+                break
+            scaled = rescaled_costs(scaled, statistics.median(ratios))
+        gaps, tails = [], []
+        for config, rate, ttft, _, itl99 in usable:
+            sim = simulate_engine(
+                scaled, config, rate, drawn, requests=n, seed=seed, arrival=arrival
+            )
+            if not sim.saturated and math.isfinite(sim.ttft_p99_ms):
+                gaps.append(ttft - sim.ttft_p99_ms)
+                tails.append(itl99 - sim.itl_p99_ms)
+        offset = max(0.0, statistics.median(gaps)) if gaps else base.latency_offset_ms
+        tail = max(0.0, statistics.median(tails)) if tails else 0.0
+        profile = replace(scaled, latency_offset_ms=round(offset, 3), itl_tail_ms=round(tail, 3))
+        if profile == self.profile:
+            return self
+        return replace(self, profile=profile, probed=base)
+
+    def rescaled(self, samples: Sequence[WindowSample], where: str) -> EnginePredictor:
+        # Windows of batch executions say nothing of engine steps: calibrated() refits them.
+        return self
+
+    def coverage(self) -> str:
+        return self.profile.coverage()
+
+    def summary(self, refits: int) -> dict[str, object]:
+        c = self.profile.cost
+        return {
+            "model": self.profile.model,
+            "source": self.profile.source,
+            "engine": {
+                "fixed_ms": c.fixed_ms,
+                "prefill_ms_per_token": c.prefill_ms_per_token,
+                "decode_ms_per_seq": c.decode_ms_per_seq,
+                "kv_cache": self.profile.coverage(),
+                "probed_seqs": self.profile.probed_seqs,
+            },
+            "goals": self.goals.describe(),
+            "lengths": self.lengths.describe(),
+            "jitter": self.profile.jitter,
+            "latency_offset_ms": self.profile.latency_offset_ms,
+            "itl_tail_ms": self.profile.itl_tail_ms,
+            "refits": refits,
+            "provenance": self.profile.provenance,
+        }
+
+    def save(self, path: Path) -> None:
+        save_engine_profile(self.profile, path.parent / f"{path.stem}-engine.json")
+        doc = {
+            "engine": {
+                # JSON has no infinity: an open end-to-end goal is null.
+                "p99_ms": self.goals.p99_ms if math.isfinite(self.goals.p99_ms) else None,
+                "ttft_p99_ms": self.goals.ttft_p99_ms,
+                "itl_p99_ms": self.goals.itl_p99_ms,
+                "lengths": self.lengths.to_dict(),
+                "share": self.share,
+                "block_size": self.block_size,
+            }
+        }
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=2))
+        tmp.replace(path)
+
+
+def engine_operating_points(
+    trials: Iterable[TrialRecord],
+) -> list[tuple[EngineKnobs, float, float, float, float]]:
+    """(knobs, offered rate, TTFT p99, ITL p50, ITL p99) of every engine trial whose operating
+    point is an open-loop level with token figures that met the goals."""
+    points = []
+    for r in trials:
+        m = r.operating_point() if r.complete and r.meets_goals else None
+        if m is None or m.mode is not LoadMode.REQUEST_RATE or m.target <= 0:
+            continue
+        if not isinstance(r.config, EngineKnobs) or m.tokens is None:
+            continue
+        t = m.tokens
+        points.append((r.config, m.target, t.ttft_p99_ms, t.itl_p50_ms, t.itl_p99_ms))
+    return points
 
 
 def goal_shares(pipeline: PipelineProfile, goal_p99_ms: float) -> dict[str, float]:
@@ -553,6 +776,19 @@ def _joint(names: Sequence[str], knobs: dict[str, Knobs]) -> JointKnobs:
 def load_predictor(path: Path) -> Predictor:
     """What :meth:`Predictor.save` wrote at ``path``."""
     doc = json.loads(path.read_text())
+    if isinstance(doc, dict) and "engine" in doc:
+        e = doc["engine"]
+        return EnginePredictor(
+            load_engine_profile(path.parent / f"{path.stem}-engine.json"),
+            Goals(
+                math.inf if e.get("p99_ms") is None else float(e["p99_ms"]),
+                ttft_p99_ms=e.get("ttft_p99_ms"),
+                itl_p99_ms=e.get("itl_p99_ms"),
+            ),
+            Lengths.from_dict(e.get("lengths") or {}),
+            float(e.get("share", 0.9)),
+            int(e.get("block_size", 16)),
+        )
     if isinstance(doc, dict) and "mix" in doc:
         folder = path.parent / f"{path.stem}-models"
         return MixPredictor(
@@ -609,6 +845,7 @@ def _spans_groups(knobs: Knobs) -> bool:
 
 __all__ = [
     "STAGE_KEEP",
+    "EnginePredictor",
     "MixPredictor",
     "ModelPredictor",
     "PipelinePredictor",

@@ -2,7 +2,8 @@
 
 ::
 
-    predict  profile -> the simulator's capacity for every config (a band around each)
+    predict  profile -> the simulator's capacity for every config (a band around each; a
+             generative engine's: its steps timed, simulated on its own scheduler)
              -> measure the predicted best first -> refit the profile from each measurement
              -> stop once the measured best lies in the band of the predicted best, or the
                 predicted best inside the measured best's bracket
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from tritonclient.grpc import model_config_pb2 as mc
 
 from analyzer.config.model_config import group_devices, knobs_of
-from analyzer.config.pipeline import TrialKnobs, config_cost
+from analyzer.config.pipeline import TrialKnobs, config_cost, engine_of
 from analyzer.config.scenario import Scenario
 from analyzer.config.traffic import TrafficMode
 from analyzer.measure.arrivals import POISSON, ArrivalProcess
@@ -89,6 +90,11 @@ def resolve(scenario: Scenario, base: mc.ModelConfig | None = None) -> tuple[str
 def _unmodelled(scenario: Scenario, base: mc.ModelConfig) -> str | None:
     """What the simulator does not model: of the model's own config (kept by every trial), or
     of the searched knobs."""
+    if engine_of(base) is not None:
+        # A generative engine: the engine simulator (analyzer.predict.engine_sim) steps its
+        # scheduler; configs it leaves out (several engines, a TensorRT-LLM scheduler policy)
+        # are left unpredicted one by one, and predict never chooses them.
+        return None
     if base.HasField("sequence_batching"):
         return (
             "uses the sequence batcher, whose batches the simulator cannot form (one request "

@@ -12,11 +12,14 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.pipeline import JointKnobs, TrialKnobs
+from analyzer.config.knobs import EngineKnobs, Knobs
+from analyzer.config.pipeline import JointKnobs, TrialKnobs, Tuned
 from analyzer.config.scenario import Scenario
 from analyzer.config.sections import InputSection
 from analyzer.errors import InputError, TargetError
+from analyzer.measure.specs import Goals
 from analyzer.predict import ProfileError
+from analyzer.predict.engine_profile import EngineConfig
 from analyzer.predict.fitting import run_dir_samples
 from analyzer.predict.mix_sim import MixModel, MixProfile
 from analyzer.predict.pipeline_sim import PipelineProfile
@@ -24,6 +27,7 @@ from analyzer.predict.profile import Profile
 from analyzer.rundir import records
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.search.predictors import (
+    EnginePredictor,
     MixPredictor,
     ModelPredictor,
     PipelinePredictor,
@@ -95,10 +99,69 @@ class _StageView:
         self._target.load_config(config, wait_for_model=False)
 
 
+def probe_engine_predictor(target: Target, scenario: Scenario, tuned: Tuned) -> EnginePredictor:
+    """The profile phase of a generative engine (:func:`analyzer.predict.engine_probe.
+    probe_engine`) over the load's streaming protocol, on the config the server runs, and the
+    predictor of the scenario's goals and lengths on it.
+
+    Raises:
+        ProfileError: The probe failed or its samples cannot be fitted.
+    """
+    own = tuned.knobs()
+    if not isinstance(own, EngineKnobs):
+        raise ProfileError("the engine probe needs a generative engine's model")
+    settings = dict(tuned.engine_file or {})
+    share = float(settings.get("gpu_memory_utilization") or own.gpu_memory_utilization or 0.9)
+    block_size = int(settings.get("block_size") or 16)
+    goals, lengths = _engine_goals(scenario), scenario.traffic.lengths()
+    own_profile = getattr(target, "engine_profile", None)
+    if own_profile is not None:  # a server in virtual time: its engine's own costs
+        return EnginePredictor(own_profile(target.model), goals, lengths, share, block_size)
+
+    # The stream clients patch the process for gevent: imported only for a live probe.
+    from analyzer.load.streams import make_stream_client
+    from analyzer.predict.engine_probe import probe_engine
+    from analyzer.target.transport import Request, UrllibTransport
+
+    protocol = scenario.model.protocol
+    url = target.url
+    if protocol == "grpc-stream":
+        url = getattr(target, "grpc_url", "") or scenario.model.grpc_url or url
+    tls = target.url.startswith("https")
+
+    def client() -> Any:
+        return make_stream_client(protocol, url, target.model, target.access, tls)
+
+    def metrics() -> str:
+        # A managed server names its metrics port; vLLM and SGLang serve /metrics on theirs.
+        url = getattr(target, "metrics_url", "") or f"{target.url}/metrics"
+        answer = UrllibTransport(target.access).request(Request("GET", url, None, 10.0))
+        return answer.raise_for_status(url).content.decode("utf-8", errors="replace")
+
+    config = EngineConfig(
+        max_num_seqs=own.max_num_seqs,
+        max_num_batched_tokens=own.max_num_batched_tokens,
+        enable_chunked_prefill=own.enable_chunked_prefill,
+        gpu_memory_utilization=share,
+        block_size=block_size,
+    )
+    profile = probe_engine(client, target.model, config, metrics=metrics)
+    return EnginePredictor(profile, goals, lengths, share, block_size)
+
+
+def _engine_goals(scenario: Scenario) -> Goals:
+    """The goals every trial's level is held to (token goals open the end-to-end p99)."""
+    from analyzer.evaluation.plan import LoadPlan
+
+    return LoadPlan(scenario).goals
+
+
 def _probed(state: SweepState, profiler: Profiler) -> Predictor:
     """The profile phase: the tuned model's profile, or each composing model's (a pipeline's
-    stages, a mix's models)."""
+    stages, a mix's models), or a generative engine's step costs."""
     tuned, target, scenario = state.tuned, state.target, state.scenario
+    if tuned.engine is not None:
+        return probe_engine_predictor(target, scenario, tuned)
     if not tuned.pipeline:
         return ModelPredictor(profiler(target, scenario))
     mix = scenario.mix()
@@ -209,7 +272,14 @@ def predicted_guide(state: SweepState, guide: Guide) -> Guide | None:
             "the simulator does not model: they are not predicted, and predict does not choose "
             "them"
         )
-    if larger:
+    if larger and isinstance(guide.predictor, EnginePredictor):
+        state.note(
+            f"search predict: {len(larger)} configs are outside what the engine profile covers "
+            f"({guide.predictor.coverage()}: several engines, a TensorRT-LLM scheduler policy, "
+            "or a memory share the server did not report a cache for): they are not predicted, "
+            "and predict does not choose them"
+        )
+    elif larger:
         state.note(
             f"search predict: {len(larger)} configs need batches beyond the profiled "
             f"{guide.predictor.coverage()}: they are not predicted, and predict does not choose "
@@ -227,7 +297,7 @@ def predicted_guide(state: SweepState, guide: Guide) -> Guide | None:
 
 def _sets_policy(knobs: TrialKnobs) -> bool:
     stages = [k for _, k in knobs.stages] if isinstance(knobs, JointKnobs) else [knobs]
-    return any(k.queue_policy is not None for k in stages)
+    return any(isinstance(k, Knobs) and k.queue_policy is not None for k in stages)
 
 
 def _finished(state: SweepState) -> list[TrialRecord]:

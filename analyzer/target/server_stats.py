@@ -34,6 +34,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from analyzer.measure.measurement import GpuStats, ServerView, utilization_summary
 from analyzer.target.transport import Request, Transport, UrllibTransport
 
+#: A generative engine's preemptions counter (vLLM's name; the reference engine's too).
+PREEMPTIONS_METRIC = "vllm:num_preemptions"
+
 #: The four ``reason`` label values of ``nv_inference_request_failure``.
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
@@ -101,6 +104,9 @@ class MetricsSnapshot:
     #: (the model does not enable the cache, or the server has none).
     cache_hits: int | None = None
     cache_misses: int | None = None
+    #: A generative engine's ``vllm:num_preemptions_total`` (label ``model_name``); None when
+    #: the page has no such counter (a model Triton's batchers schedule).
+    preemptions: int | None = None
 
 
 @dataclass(frozen=True)
@@ -178,7 +184,16 @@ def parse_metrics(text: str, model: str) -> MetricsSnapshot:
     pending: int | None = None
     cache: dict[str, int] = {}
     gpus: dict[str, dict[str, Any]] = {}
+    preemptions: int | None = None
     for family in text_string_to_metric_families(text):
+        if family.name.removesuffix("_total") == PREEMPTIONS_METRIC:
+            # The parser files a counter's samples under a family of its own when its name
+            # has a colon (vLLM's do): match the samples by name.
+            for sample in family.samples:
+                named = sample.name == f"{PREEMPTIONS_METRIC}_total"
+                if named and sample.labels.get("model_name") == model:
+                    preemptions = (preemptions or 0) + int(sample.value)
+            continue
         # The parser names a counter's family without ``_total`` and its samples with it.
         gpu_field = GPU_FAMILIES.get(family.name)
         if gpu_field is not None or family.name == GPU_INFO_METRIC:
@@ -213,6 +228,7 @@ def parse_metrics(text: str, model: str) -> MetricsSnapshot:
         gpus={uid: GpuSample(**entry) for uid, entry in sorted(gpus.items())},
         cache_hits=cache.get(CACHE_HIT_METRIC, 0) if has_cache else None,
         cache_misses=cache.get(CACHE_MISS_METRIC, 0) if has_cache else None,
+        preemptions=preemptions,
     )
 
 
@@ -393,6 +409,9 @@ def server_view(before: ServerSnapshot, after: ServerSnapshot) -> ServerView | N
             kwargs["failures_by_reason"] = {r: fa[r] - fb.get(r, 0) for r in sorted(fa)}
             if "failure_count" not in kwargs:
                 kwargs["failure_count"] = sum(kwargs["failures_by_reason"].values())
+            pb, pa = before.metrics.preemptions, after.metrics.preemptions
+            if pb is not None and pa is not None:
+                kwargs["preemptions"] = pa - pb
     return ServerView(**kwargs)
 
 
@@ -433,6 +452,11 @@ def combine_views(views: list[ServerView | None]) -> ServerView | None:
         compute_output_us=weighted("compute_output_us"),
         batch_sizes=batch_sizes,
         execution_compute_infer_us=sum(v.execution_compute_infer_us for v in present),
+        preemptions=(
+            None
+            if all(v.preemptions is None for v in present)
+            else sum(v.preemptions or 0 for v in present)
+        ),
         pending_requests=present[-1].pending_requests,
         gpus=combine_gpus([v.gpus for v in present]),
         stages={

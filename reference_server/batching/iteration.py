@@ -63,7 +63,7 @@ class EngineLimits:
         return -(-tokens // self.block_size)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Seq:
     """One request as the scheduler sees it.
 
@@ -120,7 +120,7 @@ class EngineState:
         return not self.running and not self.waiting
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Scheduled:
     """One sequence's share of a step.
 
@@ -214,7 +214,20 @@ def admissible(limits: EngineLimits, prompt_tokens: int, max_tokens: int) -> str
 
 
 def _preempted(seq: Seq) -> Seq:
-    return replace(seq, computed=0, blocks=0, preemptions=seq.preemptions + 1)
+    return Seq(seq.id, seq.prompt_tokens, seq.max_tokens, seq.generated, 0, 0, seq.preemptions + 1)
+
+
+def _advanced(seq: Seq, tokens: int, blocks: int) -> Seq:
+    # A constructor call, not dataclasses.replace: the simulator steps this millions of times.
+    return Seq(
+        seq.id,
+        seq.prompt_tokens,
+        seq.max_tokens,
+        seq.generated,
+        seq.computed + tokens,
+        seq.blocks + blocks,
+        seq.preemptions,
+    )
 
 
 def decide_step(limits: EngineLimits, state: EngineState) -> Step:
@@ -251,7 +264,7 @@ def decide_step(limits: EngineLimits, state: EngineState) -> Step:
         free -= need
         decode = seq.generated > 0 and seq.uncomputed == 1
         scheduled.append(Scheduled(seq.id, tokens, decode, need))
-        updated[seq.id] = replace(seq, computed=seq.computed + tokens, blocks=seq.blocks + need)
+        updated[seq.id] = _advanced(seq, tokens, need)
         budget -= tokens
         index += 1
 
@@ -271,7 +284,7 @@ def decide_step(limits: EngineLimits, state: EngineState) -> Step:
             running.append(seq)
             admitted.append(seq.id)
             scheduled.append(Scheduled(seq.id, tokens, False, need))
-            updated[seq.id] = replace(seq, computed=seq.computed + tokens, blocks=seq.blocks + need)
+            updated[seq.id] = _advanced(seq, tokens, need)
             budget -= tokens
 
     new_running = tuple(updated.get(s.id, s) for s in running)
@@ -299,7 +312,15 @@ def complete_step(step: Step, eos: frozenset[str] = frozenset()) -> Completion:
     free = state.free_blocks
     for seq in state.running:
         if seq.id in ids and seq.computed == seq.num_tokens:
-            seq = replace(seq, generated=seq.generated + 1)
+            seq = Seq(
+                seq.id,
+                seq.prompt_tokens,
+                seq.max_tokens,
+                seq.generated + 1,
+                seq.computed,
+                seq.blocks,
+                seq.preemptions,
+            )
             sampled.append(seq.id)
             if seq.generated >= seq.max_tokens or seq.id in eos:
                 finished.append(seq)

@@ -1,0 +1,120 @@
+"""The engine probe against the reference engine: the bundled ``tinyllm`` in a server process,
+probed over OpenAI streaming, must find the step costs its profile plants (``tinyllm_sim``:
+10 ms a step, 0.05 ms a prompt token, 0.25 ms a decoding sequence) and its KV cache's size;
+the engine simulated on the probed profile must agree with a level ``perfsweep load``
+measures on the same server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from analyzer.measure.lengths import GenRequest
+from analyzer.predict.engine_profile import EngineConfig, EngineProfile
+from analyzer.predict.engine_sim import simulate_engine
+from reference_server.zoo import tinyllm
+from tests.load.refserver import REPO_ROOT
+from tests.support.servers import ReferenceProcess
+
+BUNDLED = EngineConfig(max_num_seqs=8, max_num_batched_tokens=2048)
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceProcess]:
+    root = tmp_path_factory.mktemp("tinyllm")
+    tinyllm.make_repository(root / "repo")
+    with ReferenceProcess(
+        root, repository=root / "repo", device="sim", args=("--model", tinyllm.MODEL_NAME)
+    ) as running:
+        yield running
+
+
+#: The probe in a child process: its stream clients patch a process for gevent, which the test
+#: process must not be.
+PROBE = """
+import json, sys, urllib.request
+from analyzer.load.streams import make_stream_client
+from analyzer.predict.engine_probe import probe_engine
+from analyzer.predict.engine_profile import EngineConfig
+
+url, metrics, model = sys.argv[1:4]
+profile = probe_engine(
+    lambda: make_stream_client("openai", url, model),
+    model,
+    EngineConfig(max_num_seqs=8, max_num_batched_tokens=2048),
+    metrics=lambda: urllib.request.urlopen(metrics, timeout=10).read().decode(),
+)
+print(json.dumps(profile.to_dict()))
+"""
+
+
+@pytest.fixture(scope="module")
+def probed(engine: ReferenceProcess, spawns: None) -> EngineProfile:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, engine.http_url, engine.metrics_url, tinyllm.MODEL_NAME],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return EngineProfile.from_dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_probe_finds_the_planted_step_costs_and_cache(probed: EngineProfile) -> None:
+    cost = probed.cost
+    assert cost.fixed_ms == pytest.approx(10.0, rel=0.15)
+    assert cost.prefill_ms_per_token == pytest.approx(0.05, rel=0.3)
+    assert cost.decode_ms_per_seq == pytest.approx(0.25, rel=0.5)
+    assert probed.kv_blocks == (0.9, 1013, 16)
+    assert probed.probed_seqs == 8 and probed.source == "probe"
+
+
+@pytest.mark.slow
+def test_simulated_level_agrees_with_the_measured_one(
+    engine: ReferenceProcess, probed: EngineProfile, tmp_path: Path
+) -> None:
+    out = tmp_path / "level.json"
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "perfsweep"),
+            "load",
+            "--url",
+            engine.http_url,
+            "--model",
+            tinyllm.MODEL_NAME,
+            "--protocol",
+            "openai",
+            "--rate-rps",
+            "8",
+            "--input-tokens",
+            "128",
+            "--output-tokens",
+            "32",
+            "--window-s",
+            "2",
+            "--max-windows",
+            "3",
+            "--warmup-s",
+            "1",
+            "--output",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO_ROOT,
+    )
+    assert out.exists(), done.stderr[-2000:]
+    (level,) = json.loads(out.read_text())["results"]
+    measured = level["tokens"]
+    sim = simulate_engine(probed, BUNDLED, 8.0, [GenRequest(128, 32)], requests=1000)
+    # Medians: a loaded 2-core client inflates tails, not the middle of the distribution.
+    assert sim.itl_p50_ms == pytest.approx(measured["itl_p50_ms"], rel=0.25)
+    assert sim.ttft_p50_ms == pytest.approx(measured["ttft_p50_ms"], rel=0.35)
+    assert sim.output_tokens_per_s == pytest.approx(measured["output_tokens_per_s"], rel=0.25)
