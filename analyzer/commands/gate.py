@@ -148,6 +148,30 @@ def register(app: typer.Typer) -> None:
                 rich_help_panel=GOALS,
             ),
         ] = None,
+        ttft_p99_ms: Annotated[
+            float | None,
+            typer.Option(
+                help="Token streams: fail when time to first token p99 > this (ms).",
+                show_default="the [gate] table's ttft_p99_ms",
+                rich_help_panel=GOALS,
+            ),
+        ] = None,
+        itl_p99_ms: Annotated[
+            float | None,
+            typer.Option(
+                help="Token streams: fail when inter-token latency p99 > this (ms).",
+                show_default="the [gate] table's itl_p99_ms",
+                rich_help_panel=GOALS,
+            ),
+        ] = None,
+        min_tokens_per_s: Annotated[
+            float | None,
+            typer.Option(
+                help="Token streams: fail when output tokens/s < this.",
+                show_default="the [gate] table's min_tokens_per_s",
+                rich_help_panel=GOALS,
+            ),
+        ] = None,
         baseline: Annotated[
             Path | None,
             typer.Option(
@@ -353,6 +377,9 @@ def register(app: typer.Typer) -> None:
             max_error_rate=max_error_rate,
             max_regression=parse_fraction(max_regression) if max_regression else None,
             alpha=alpha,
+            ttft_p99_ms=ttft_p99_ms,
+            itl_p99_ms=itl_p99_ms,
+            min_tokens_per_s=min_tokens_per_s,
         )
         request = MeasureRequest(
             scenario_file=scenario_file,

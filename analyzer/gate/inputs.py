@@ -18,7 +18,7 @@ from typing import Any
 
 from analyzer.config.objective import Objective, gentlest, objective_for, worst_value
 from analyzer.errors import InputError, ResultFormatError
-from analyzer.gate.verdict import GateInput
+from analyzer.gate.verdict import GateInput, TokenFigures
 from analyzer.measure.generator import read_load_output
 from analyzer.measure.measurement import Measurement
 from analyzer.measure.specs import LoadMode
@@ -30,6 +30,18 @@ from analyzer.rundir.trial_record import TrialRecord
 
 def _median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
+
+
+def token_figures(measurements: Sequence[Measurement]) -> TokenFigures | None:
+    """The token streams of repeats of one level (each repeat a sample, the median the
+    headline), or of one measurement (a single sample); None unless every one streamed tokens."""
+    stats = [m.tokens for m in measurements]
+    if not stats or any(t is None for t in stats):
+        return None
+    ttft = tuple(t.ttft_p99_ms for t in stats if t is not None)
+    itl = tuple(t.itl_p99_ms for t in stats if t is not None)
+    rate = tuple(t.output_tokens_per_s for t in stats if t is not None)
+    return TokenFigures(_median(ttft), _median(itl), _median(rate), ttft, itl, rate)
 
 
 def from_measurements(
@@ -63,6 +75,7 @@ def from_measurements(
             "repeats",
             dict(environment),
             tuple(notes),
+            token_figures(measurements),
         )
     m = measurements[0]
     windows = [w for w in m.windows if w.request_count > 0]
@@ -83,6 +96,7 @@ def from_measurements(
         basis,
         dict(environment),
         tuple(notes),
+        token_figures(measurements),
     )
 
 
@@ -108,7 +122,7 @@ def from_load_document(doc: Mapping[str, Any], label: str, level: float | None =
         "host": _str(env_doc.get("host")),
     }
     if capacity is not None and level is None:
-        env["measure"] = f"capacity at p99 <= {capacity.goals.p99_ms:g} ms"
+        env["measure"] = f"capacity at {capacity.goals.describe()}"
         point = capacity.best or gentlest(capacity.points)
         p99 = point.p99_ms if point else math.inf
         err = point.error_rate if point else 1.0
@@ -123,6 +137,7 @@ def from_load_document(doc: Mapping[str, Any], label: str, level: float | None =
             "single",
             env,
             notes,
+            token_figures([point]) if point else None,
         )
     levels: dict[tuple[LoadMode, float], list[Measurement]] = {}
     for m in measurements:

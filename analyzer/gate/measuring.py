@@ -158,9 +158,16 @@ def measure_targets(
                     for g in gpus
                     if g.utilization_pct_mean is not None
                 )
+                t = m.tokens
+                tokens = (
+                    f", TTFT p99 {t.ttft_p99_ms:.2f} ms, ITL p99 {t.itl_p99_ms:.2f} ms, "
+                    f"{t.output_tokens_per_s:.1f} tok/s"
+                    if t is not None
+                    else ""
+                )
                 say(
                     f"{name} repeat {i + 1}/{plan.repeats}: {m.throughput_rps:.1f} req/s, "
-                    f"p99 {m.p99_ms:.2f} ms, errors {m.error_count}/{m.request_count}{gpu}"
+                    f"p99 {m.p99_ms:.2f} ms{tokens}, errors {m.error_count}/{m.request_count}{gpu}"
                 )
     return results["candidate"], results.get("baseline", [])
 

@@ -74,6 +74,9 @@ class GateFlags:
     max_error_rate: float | None = None
     max_regression: float | None = None
     alpha: float | None = None
+    ttft_p99_ms: float | None = None
+    itl_p99_ms: float | None = None
+    min_tokens_per_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -145,16 +148,18 @@ def resolve_criteria(
 ) -> Criteria:
     """Flags win over the ``[gate]`` table; with no criterion at all, the scenario's goals."""
     t = table or GateSection()
-    p99 = flags.p99_ms if flags.p99_ms is not None else t.p99_ms
-    floor = (
-        flags.min_throughput_rps if flags.min_throughput_rps is not None else t.min_throughput_rps
-    )
-    errors = flags.max_error_rate if flags.max_error_rate is not None else t.max_error_rate
+
+    def pick(name: str) -> Any:
+        given = getattr(flags, name)
+        return given if given is not None else getattr(t, name)
+
+    p99, floor, errors = pick("p99_ms"), pick("min_throughput_rps"), pick("max_error_rate")
+    tokens = {k: pick(k) for k in ("ttft_p99_ms", "itl_p99_ms", "min_tokens_per_s")}
     regression = flags.max_regression
     if regression is None and t.max_regression_pct is not None:
         regression = t.max_regression_pct / 100.0
-    nothing = p99 is None and floor is None and errors is None and regression is None
-    if goals_fallback is not None and nothing:
+    given = (p99, floor, errors, regression, *tokens.values())
+    if goals_fallback is not None and all(v is None for v in given):
         g = goals_fallback.goals
         p99, errors = g.p99_ms, g.max_error_rate
         floor = g.min_throughput_rps or None
@@ -164,6 +169,7 @@ def resolve_criteria(
         max_error_rate=errors,
         max_regression=regression,
         alpha=flags.alpha if flags.alpha is not None else t.alpha,
+        **tokens,
     )
 
 

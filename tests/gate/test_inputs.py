@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from analyzer.measure.capacity import CapacityResult
 from analyzer.measure.generator import load_output_dict
 from analyzer.measure.measurement import Measurement, WindowStats
 from analyzer.measure.specs import Goals, LoadMode
+from analyzer.measure.tokens import TokenStats
 from analyzer.rundir.results import RunDirectory
 
 
@@ -89,6 +91,67 @@ def test_capacity_result_is_one_sample() -> None:
     g = from_load_document(load_output_dict(list(cap.points), cap, ENV), "cap.json")
     assert (g.throughput_rps, g.p99_ms, g.sample_basis) == (120.0, 40.0, "single")
     assert g.environment["measure"] == "capacity at p99 <= 50 ms"
+
+
+def streamed(m: Measurement, ttft: float, itl: float, tokens_per_s: float) -> Measurement:
+    """``m`` with token streams (a generative model's level)."""
+    tokens = TokenStats(
+        ttft_p50_ms=ttft / 2,
+        ttft_p99_ms=ttft,
+        itl_p50_ms=itl / 2,
+        itl_p99_ms=itl,
+        mean_itl_p50_ms=itl / 2,
+        mean_itl_p99_ms=itl,
+        streams=m.request_count,
+        failed_streams=0,
+        input_tokens=128 * m.request_count,
+        output_tokens=32 * m.request_count,
+        output_tokens_per_s=tokens_per_s,
+    )
+    return dataclasses.replace(m, tokens=tokens)
+
+
+def test_repeats_of_token_streams_are_token_samples_too(tmp_path: Path) -> None:
+    repeats = [
+        streamed(measurement(4, 4, 900.0), 120.0, 11.0, 128.0),
+        streamed(measurement(4, 4, 950.0), 140.0, 12.0, 127.0),
+        streamed(measurement(4, 4, 920.0), 130.0, 10.0, 126.0),
+    ]
+    g = read_result(write(tmp_path / "r.json", load_output_dict(repeats, environment=ENV)))
+    assert g.tokens is not None
+    assert g.tokens.ttft_p99_samples == (120.0, 140.0, 130.0)
+    assert g.tokens.itl_p99_samples == (11.0, 12.0, 10.0)
+    assert g.tokens.tokens_per_s_samples == (128.0, 127.0, 126.0)
+    assert (g.tokens.ttft_p99_ms, g.tokens.itl_p99_ms, g.tokens.output_tokens_per_s) == (
+        130.0,
+        11.0,
+        127.0,
+    )
+
+
+def test_a_load_without_streams_has_no_token_figures() -> None:
+    g = from_load_document(load_output_dict([measurement(50, 50, 8.0)], environment=ENV), "r")
+    assert g.tokens is None
+
+
+def test_capacity_under_token_goals_judges_its_best_point_and_names_the_goals() -> None:
+    best = streamed(measurement(6, 6, 2000.0), 300.0, 20.0, 190.0)
+    over = streamed(measurement(12, 9, 5000.0), 3000.0, 60.0, 280.0)
+    cap = CapacityResult(
+        Goals(p99_ms=None, ttft_p99_ms=500, itl_p99_ms=25),  # type: ignore[arg-type]
+        6.0,
+        (best, over),
+        best,
+        True,
+    )
+    g = from_load_document(load_output_dict(list(cap.points), cap, ENV), "cap.json")
+    assert g.environment["measure"] == "capacity at TTFT p99 <= 500 ms, ITL p99 <= 25 ms"
+    assert g.tokens is not None
+    assert (g.tokens.ttft_p99_ms, g.tokens.itl_p99_ms, g.tokens.output_tokens_per_s) == (
+        300.0,
+        20.0,
+        190.0,
+    )
 
 
 def test_unknown_load_format_version_is_refused(tmp_path: Path) -> None:
