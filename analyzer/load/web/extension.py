@@ -50,6 +50,7 @@ from analyzer.load.web.live import (
     ClientWindow,
     Point,
     ServerWindow,
+    TokenGoals,
     dashboard,
     parse_config_request,
     table_rows,
@@ -212,9 +213,11 @@ class Dashboard:
     def _document(self, now: float) -> dict[str, Any]:
         runner = self.environment.runner
         state = live_state(self.environment)
+        goals = None
         try:
             settings = state.settings()
             url, model = settings.http_url, state.known_model(settings)
+            goals = TokenGoals(settings.ttft_p99_ms, settings.itl_p99_ms)
         except ValueError:
             url, model = "", ""
         return dashboard(
@@ -228,6 +231,7 @@ class Dashboard:
             history=list(self.history),
             config=self.config,
             errors=self.errors,
+            goals=goals,
         )
 
     def run(self, interval_s: float = 1.0) -> None:

@@ -24,8 +24,14 @@ from typing import Any
 from analyzer.config.access import PLAIN, ServerAccess
 from analyzer.config.urls import http_url as as_http_url
 from analyzer.errors import InputError
-from analyzer.load.web.options import ACCESS_ENV, exposure_problem, login_from_env
+from analyzer.load.web.options import (
+    ACCESS_ENV,
+    STREAM_CHOICES,
+    exposure_problem,
+    login_from_env,
+)
 from analyzer.measure.arrivals import parse_arrival
+from analyzer.measure.lengths import Lengths, parse_length
 from analyzer.target.managed import ManagedServer
 from analyzer.target.remote import RemoteTarget
 from analyzer.target.supervise import child_process_options
@@ -57,6 +63,13 @@ class UiOptions:
         access: TLS files and headers of a ``url`` server; Locust's processes get them in
             their environment (:data:`~analyzer.load.web.options.ACCESS_ENV`), never on their
             command line.
+        stream: The generative users' streaming protocol, the form's starting value (None:
+            the form's default, generate-stream). An OpenAI-compatible ``url`` server (vLLM,
+            SGLang) is not asked Triton's health check.
+        input_tokens: The generative users' prompt lengths, the form's starting value.
+        output_tokens: The generative users' output lengths, the form's starting value.
+        ttft_p99_ms: The TTFT goal that the dashboard's goodput counts.
+        itl_p99_ms: The mean-ITL goal that the dashboard's goodput counts.
     """
 
     url: str | None = None
@@ -74,6 +87,11 @@ class UiOptions:
     log_dir: Path = Path("reports/ui")
     inputs: dict[str, Any] = field(default_factory=dict)
     access: ServerAccess = PLAIN
+    stream: str | None = None
+    input_tokens: str | None = None
+    output_tokens: str | None = None
+    ttft_p99_ms: float | None = None
+    itl_p99_ms: float | None = None
 
     def check(self) -> None:
         """Refuse unsafe or impossible options before anything starts (``InputError``)."""
@@ -89,6 +107,18 @@ class UiOptions:
         if self.arrival.partition(":")[0] == "trace":
             raise InputError("--arrival trace: the dashboard's users draw streams of their own")
         parse_arrival(self.arrival)
+        if self.stream is not None and self.stream not in STREAM_CHOICES:
+            raise InputError(
+                f"--protocol {self.stream!r}: the dashboard's generative users speak one of "
+                f"{', '.join(STREAM_CHOICES)} (HTTP or gRPC users are picked in the form)"
+            )
+        Lengths(
+            parse_length(self.input_tokens or "128", "--input-tokens"),
+            parse_length(self.output_tokens or "64", "--output-tokens"),
+        )
+        for flag, goal in (("--ttft-p99-ms", self.ttft_p99_ms), ("--itl-p99-ms", self.itl_p99_ms)):
+            if goal is not None and not goal > 0:
+                raise InputError(f"{flag} must be positive, got {goal}")
 
 
 def _free_port() -> int:
@@ -121,6 +151,16 @@ def locust_commands(
         "--arrival",
         options.arrival,
     ]
+    generative = {
+        "--stream-protocol": options.stream,
+        "--input-tokens": options.input_tokens,
+        "--output-tokens": options.output_tokens,
+        "--ttft-p99-ms": f"{options.ttft_p99_ms:g}" if options.ttft_p99_ms else None,
+        "--itl-p99-ms": f"{options.itl_p99_ms:g}" if options.itl_p99_ms else None,
+    }
+    for flag, given in generative.items():  # the form's starting values (workers get the form's)
+        if given is not None:
+            master += [flag, given]
     if grpc_url:
         master += ["--grpc-url", grpc_url]
     if metrics_url:
@@ -196,9 +236,11 @@ def run_ui(options: UiOptions, on_status: Callable[[str], Any] = _silent) -> int
             metrics_url = options.metrics_url or server.addresses.metrics_url
         else:
             http_url = as_http_url(options.url)  # the one check of a URL
-            target = RemoteTarget(http_url, options.model, access=options.access)
-            target.notify = on_status
-            target.start()  # a refused credential stops here (AccessDeniedError)
+            if not (options.stream or "").startswith("openai"):
+                # An OpenAI-compatible server (vLLM, SGLang) has no Triton health check to ask.
+                target = RemoteTarget(http_url, options.model, access=options.access)
+                target.notify = on_status
+                target.start()  # a refused credential stops here (AccessDeniedError)
             grpc_url, metrics_url = options.grpc_url, options.metrics_url
         on_status(f"perfsweep ui: target {http_url} model {options.model}")
         master_cmd, worker_cmds = locust_commands(options, http_url, grpc_url, metrics_url)

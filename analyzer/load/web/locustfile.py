@@ -19,6 +19,8 @@ from analyzer.load.web.users import (
     TritonGrpcUser,
     TritonHttpOpenLoopUser,
     TritonHttpUser,
+    TritonStreamOpenLoopUser,
+    TritonStreamUser,
 )
 
 __all__ = [
@@ -30,6 +32,8 @@ __all__ = [
     "TritonGrpcUser",
     "TritonHttpOpenLoopUser",
     "TritonHttpUser",
+    "TritonStreamOpenLoopUser",
+    "TritonStreamUser",
 ]
 
 events.init_command_line_parser.add_listener(add_arguments)

@@ -1,5 +1,6 @@
 // perfsweep's Server panel: charts, batch-size histogram and the config form, shown above the
-// "Server" tab's table in Locust's page. Plain DOM (no build step); every value goes in through
+// "Server" tab's table in Locust's page; for a generative model's token streams, TTFT, ITL,
+// tokens/s and goodput too. Plain DOM (no build step); every value goes in through
 // textContent, never innerHTML, because it comes from a server.
 (function () {
   "use strict";
@@ -39,6 +40,24 @@
       el[c[0]] = make("div", { "class": "ps-value", "data-ps": c[0] }, card, "-");
       make("div", { "class": "ps-label" }, card, c[1]);
     });
+    // Token streams (generative users): shown once a stream has finished.
+    el.tokens = make("div", { "class": "ps-tokens", "data-ps": "tokens", hidden: "" }, panel);
+    var tcards = make("div", { "class": "ps-cards" }, el.tokens);
+    [["ttft50", "TTFT p50 (ms)"], ["ttft99", "TTFT p99 (ms)"], ["itl50", "ITL p50 (ms)"],
+     ["itl99", "ITL p99 (ms)"], ["tps", "output tokens/s"], ["goodput", "goodput (req/s)"],
+     ["sfails", "failed streams"]].forEach(function (c) {
+      var card = make("div", { "class": "ps-card" }, tcards);
+      el[c[0]] = make("div", { "class": "ps-value", "data-ps": c[0] }, card, "-");
+      make("div", { "class": "ps-label" }, card, c[1]);
+    });
+    var trow = make("div", { "class": "ps-row" }, el.tokens);
+    var tlat = make("div", { "class": "ps-box" }, trow);
+    make("h3", {}, tlat, "Time to first token and inter-token latency per second (ms): p99");
+    el.tokChart = make("canvas", { width: 560, height: 180, "data-ps": "token-chart" }, tlat);
+    var trate = make("div", { "class": "ps-box" }, trow);
+    make("h3", {}, trate, "Output tokens/s and streams finished per second");
+    el.rateChart = make("canvas", { width: 560, height: 180, "data-ps": "token-rate-chart" }, trate);
+
     var charts = make("div", { "class": "ps-row" }, panel);
     var lat = make("div", { "class": "ps-box" }, charts);
     make("h3", {}, lat, "Exact latency per second (ms): p50, p99");
@@ -128,6 +147,21 @@
     el.fails.textContent = c.errors + " / " + (sw.failure_count === undefined ? "-" : sw.failure_count);
 
     var pts = doc.history.slice(-120);
+    var t = c.tokens;
+    el.tokens.hidden = !t;
+    if (t) {
+      el.ttft50.textContent = fmt(t.ttft_p50_ms, 1);
+      el.ttft99.textContent = fmt(t.ttft_p99_ms, 1);
+      el.itl50.textContent = fmt(t.itl_p50_ms, 2);
+      el.itl99.textContent = fmt(t.itl_p99_ms, 2);
+      el.tps.textContent = fmt(t.output_tokens_per_s, 1);
+      el.goodput.textContent = t.goodput_rps === null ? "no goal" : fmt(t.goodput_rps, 2);
+      el.sfails.textContent = t.failed_streams + " / " + t.streams;
+      drawLines(el.tokChart, pts, [{ key: "ttft_p99_ms", label: "TTFT p99", color: "#d7462e" },
+                                   { key: "itl_p99_ms", label: "ITL p99", color: "#2e7dd7" }], false);
+      drawLines(el.rateChart, pts, [{ key: "tokens_per_s", label: "tokens/s", color: "#2e9d4f" },
+                                    { key: "throughput_rps", label: "streams/s", color: "#7b3fc4" }], false);
+    }
     drawLines(el.latChart, pts, [{ key: "p50_ms", label: "p50", color: "#2e7dd7" },
                                  { key: "p99_ms", label: "p99", color: "#d7462e" }], true);
     drawLines(el.batchChart, pts, [{ key: "avg_batch_size", label: "batch", color: "#7b3fc4" },

@@ -1,0 +1,129 @@
+"""``perfsweep ui`` on a generative model: the reference engine's ``tinyllm`` as its own process,
+the dashboard's stream users over OpenAI's streaming protocol, real Locust, real requests.
+
+The dashboard's token figures are held to what the server itself counted: the output tokens
+it generated (``vllm:generation_tokens_total``) once the load has stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reference_server.zoo import tinyllm
+from tests.ui.support import NotYet, http, reference_server, start_ui, wait_until
+
+pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.timeout(240)]
+
+MODEL = tinyllm.MODEL_NAME
+OUTPUT_TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    root = tmp_path_factory.mktemp("ui-llm")
+    tinyllm.make_repository(root / "repo")
+    with reference_server(root / "repo", root / "server.log") as fields:
+        yield fields
+
+
+def _doc(base: str) -> dict[str, Any]:
+    status, doc = http("GET", f"{base}/perfsweep/server")
+    assert status == 200, doc
+    assert isinstance(doc, dict)
+    return doc
+
+
+def _generated(metrics_url: str) -> float:
+    """The server's own count of generated tokens (``vllm:generation_tokens_total``)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    _, text = http("GET", metrics_url)
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.removesuffix("_total") == "vllm:generation_tokens"
+        and s.labels.get("model_name") == MODEL
+    )
+
+
+def test_stream_users_show_ttft_itl_tokens_and_goodput_live(
+    tmp_path: Path, server: dict[str, str]
+) -> None:
+    http_url, metrics_url = f"http://{server['http']}", f"http://{server['metrics']}/metrics"
+    before = _generated(metrics_url)
+    child, base = start_ui(
+        tmp_path,
+        http_url,
+        MODEL,
+        server["grpc"],
+        metrics_url,
+        "--protocol",
+        "openai",
+        "--input-tokens",
+        "16",
+        "--output-tokens",
+        str(OUTPUT_TOKENS),
+        "--ttft-p99-ms",
+        "60000",
+    )
+    try:
+        status, page = http("GET", base + "/")
+        assert status == 200 and "TritonStreamUser" in page and "stream_protocol" in page
+        form = {
+            "user_count": 3,
+            "spawn_rate": 3,
+            "user_classes": ["TritonStreamUser", "TritonStreamOpenLoopUser"],
+            "rate_per_user": 2,
+        }
+        status, answer = http("POST", f"{base}/swarm", form=form)
+        assert status == 200 and answer["success"], answer
+        doc = wait_until(
+            lambda: (
+                (d := _doc(base))["client"]["window"]["tokens"]
+                and d["client"]["window"]["tokens"]["streams"] >= 12
+                and d
+            ),
+            90,
+            "12 token streams seen by the dashboard",
+        )
+        tokens = doc["client"]["window"]["tokens"]
+        assert tokens["failed_streams"] == 0, doc["client"]["window"]["error_kinds"]
+        # Every stream asked for exactly OUTPUT_TOKENS (ignore_eos): the server's usage says so.
+        assert tokens["output_tokens"] == OUTPUT_TOKENS * tokens["streams"]
+        assert 0 < tokens["ttft_p50_ms"] <= tokens["ttft_p99_ms"]
+        assert 0 < tokens["itl_p50_ms"] <= tokens["itl_p99_ms"]
+        assert tokens["output_tokens_per_s"] > 0
+        # A TTFT goal of a minute: every stream is good.
+        assert tokens["goals"] == {"ttft_p99_ms": 60000.0, "itl_p99_ms": None}
+        assert tokens["goodput_rps"] == pytest.approx(
+            doc["client"]["window"]["throughput_rps"], rel=0.02
+        )
+        points = [p for p in doc["history"] if p["ttft_p99_ms"] is not None]
+        assert points and all(p["itl_p99_ms"] > 0 and p["tokens_per_s"] > 0 for p in points)
+        stats = http("GET", base + "/stats/requests")[1]
+        rows = {r["metric"]: r["value"] for r in stats["extended_stats"][0]["data"]}
+        assert rows["output tokens/s (client)"] and rows["failed streams (client)"] == "0"
+        # Locust's own statistics see each stream and its time to first token.
+        assert {"stream", "ttft"} <= {e["method"] for e in stats["stats"] if e["name"] == MODEL}
+
+        assert http("POST", base + "/stop")[0] == 200
+
+        def settled() -> tuple[float, int]:
+            # The server's count stops moving once the streams cut by the stop are gone.
+            first = _generated(metrics_url)
+            received = _doc(base)["client"]["since_start"]["tokens"]["output_tokens"]
+            if _generated(metrics_url) != first:
+                raise NotYet("tokens still being generated")
+            return first - before, received
+
+        generated, received = wait_until(settled, 30, "the server to go quiet", poll_s=1.0)
+        # Each stream the stop cut short (at most one a closed-loop user, a few in flight of the
+        # open-loop one) generated tokens that no finished stream counted.
+        assert received <= generated <= received + 6 * OUTPUT_TOKENS
+    finally:
+        assert child.stop() in (0, 130), child.tail()
