@@ -26,6 +26,7 @@ __all__ = [
     "TRAFFIC",
     "Choice",
     "Device",
+    "Engine",
     "Leave",
     "LoadProtocol",
     "ObjectiveName",
@@ -74,6 +75,14 @@ class Protocol(Choice):
 
     http = "http"
     grpc = "grpc"
+
+
+class Engine(Choice):
+    """``[model] engine``: the generative engine behind ``--serve-command``."""
+
+    vllm = "vllm"
+    tensorrtllm = "tensorrtllm"
+    sglang = "sglang"
 
 
 class LoadProtocol(Choice):

@@ -59,7 +59,7 @@ from analyzer.commands.help import (
     SECURED,
     SERVER,
     TRAFFIC,
-    Protocol,
+    LoadProtocol,
     SharedMemory,
     TraceUnit,
 )
@@ -340,11 +340,12 @@ def generative_lengths(
 
 #: ``--protocol http | grpc``.
 ProtocolFlag = Annotated[
-    Protocol | None,
+    LoadProtocol | None,
     typer.Option(
         "--protocol",
         help="What the load speaks (default http): grpc sends it to --grpc-url; everything "
-        "else still goes over HTTP to --url.",
+        "else still goes over HTTP to --url. A generative model's token streams: "
+        "grpc-stream, generate-stream (the default for one: http's), openai, openai-chat.",
         rich_help_panel=SERVER,
     ),
 ]

@@ -26,6 +26,7 @@ from analyzer.commands.help import (
     SERVER,
     TRAFFIC,
     Device,
+    Engine,
     Leave,
     ObjectiveName,
     RaggedBatch,
@@ -38,15 +39,19 @@ from analyzer.commands.help import (
 from analyzer.commands.input_flags import (
     ArrivalFlag,
     BatchSizeFlag,
+    DatasetFlag,
     ExpectWorkersFlag,
     GrpcUrlFlag,
     HeaderFileFlag,
     HeaderFlag,
     InputDataFlag,
+    InputTokensFlag,
+    ItlP99Flag,
     MasterBindHostFlag,
     MasterPortFlag,
     MetricsUrlFlag,
     MixFlag,
+    OutputTokensFlag,
     PadBucketsFlag,
     PadValuesFlag,
     ProtocolFlag,
@@ -59,6 +64,7 @@ from analyzer.commands.input_flags import (
     SslKeyFlag,
     TraceFlag,
     TraceUnitFlag,
+    TtftP99Flag,
     UniquePayloadsFlag,
     WorkersFlag,
     access_overrides,
@@ -263,6 +269,53 @@ def register(app: typer.Typer) -> None:
         shared_memory: SharedMemoryFlag = None,
         pad_buckets: PadBucketsFlag = None,
         pad_values: PadValuesFlag = None,
+        input_tokens: InputTokensFlag = None,
+        output_tokens: OutputTokensFlag = None,
+        dataset: DatasetFlag = None,
+        ttft_p99_ms: TtftP99Flag = None,
+        itl_p99_ms: ItlP99Flag = None,
+        serve_command: Annotated[
+            str | None,
+            typer.Option(
+                metavar="<COMMAND>",
+                help="A generative server that takes its settings on the command line (vllm "
+                "serve, SGLang): its command with the knobs as placeholders "
+                "({max_num_seqs}, {max_num_batched_tokens}, {enable_chunked_prefill}, "
+                "{gpu_memory_utilization}, or the engine's own names) and {port}; started per "
+                "config on loopback, awaited, stopped at the end. Use with --protocol openai.",
+                rich_help_panel=SERVER,
+            ),
+        ] = None,
+        engine: Annotated[
+            Engine | None,
+            typer.Option(
+                help="The engine behind --serve-command (its placeholders' names).",
+                show_default="vllm",
+                rich_help_panel=SERVER,
+            ),
+        ] = None,
+        max_num_seqs: Annotated[
+            str | None,
+            typer.Option(
+                metavar="<N,N,...>",
+                help="A generative engine's running-set sizes to search (vLLM's "
+                "max_num_seqs; TensorRT-LLM's max_batch_size; SGLang's "
+                "--max-running-requests).",
+                show_default="1,2,4,...,64",
+                rich_help_panel=SEARCH,
+            ),
+        ] = None,
+        max_num_batched_tokens: Annotated[
+            str | None,
+            typer.Option(
+                metavar="<N,N,...>",
+                help="A generative engine's step token budgets to search (vLLM's "
+                "max_num_batched_tokens; TensorRT-LLM's max_num_tokens; SGLang's "
+                "--max-prefill-tokens).",
+                show_default="512,2048,8192",
+                rich_help_panel=SEARCH,
+            ),
+        ] = None,
         search: Annotated[
             SearchStrategy | None,
             typer.Option(
@@ -433,6 +486,17 @@ def register(app: typer.Typer) -> None:
             "model.device": value(device),
             "objective": value(objective),
             "goals.p99_ms": p99_ms,
+            "goals.ttft_p99_ms": ttft_p99_ms,
+            "goals.itl_p99_ms": itl_p99_ms,
+            "traffic.input_tokens": input_tokens,
+            "traffic.output_tokens": output_tokens,
+            "traffic.dataset": str(dataset) if dataset else None,
+            "model.serve_command": serve_command,
+            "model.engine": value(engine),
+            "space.max_num_seqs": _int_list(max_num_seqs, "--max-num-seqs"),
+            "space.max_num_batched_tokens": _int_list(
+                max_num_batched_tokens, "--max-num-batched-tokens"
+            ),
             # The scenario's reason for its goal does not hold for a goal set here.
             "goals.note": "set with --p99-ms" if p99_ms is not None else None,
             "goals.min_throughput_rps": min_throughput_rps,
@@ -496,6 +560,16 @@ def register(app: typer.Typer) -> None:
                 path = bundled_scenario(model or "resnet50", device)
             scenario = load_scenario(path, overrides)
         _run(scenario, resume, run_dir, min_gpu_utilization, _verbosity(quiet, verbose))
+
+
+def _int_list(text: str | None, flag: str) -> list[int] | None:
+    """``1,2,4`` as integers (None: not given)."""
+    if text is None:
+        return None
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"{flag} takes integers separated by commas, got {text!r}") from None
 
 
 def _verbosity(quiet: bool, verbose: bool) -> Verbosity:
@@ -574,6 +648,12 @@ def _run(
         )
         raise typer.Exit(130)
     if summary.best is None:
+        goals = LoadPlan(scenario).goals
+        if goals.token_goals:
+            raise GoalNotMetError(
+                f"no config met {goals.describe()}; relax --ttft-p99-ms/--itl-p99-ms or widen "
+                f"the space ({root})"
+            )
         raise GoalNotMetError(
             f"no config met p99 <= {scenario.goals.p99_ms:g} ms; relax --p99-ms or widen the space ({root})"
         )

@@ -395,3 +395,190 @@ class Knobs:
             f"mbs={self.max_batch_size} delay={self.max_queue_delay_us}us "
             f"pref=[{pref}] {count}{cache}{policy}{cand}"
         )
+
+
+# ---- a generative engine's knobs ------------------------------------------------------------
+
+#: The engines whose batching perfsweep tunes, and where each keeps its settings: ``vllm``
+#: (vLLM, Triton's vLLM backend and the reference engine: ``<model>/1/model.json``, or the
+#: ``vllm serve`` command line), ``tensorrtllm`` (Triton's TensorRT-LLM backend: parameters of
+#: ``config.pbtxt``), ``sglang`` (the ``sglang.launch_server`` command line).
+ENGINES = ("vllm", "tensorrtllm", "sglang")
+
+#: Each engine's name for each knob (None: the engine has no such setting). The knobs carry
+#: vLLM's names; a command template's placeholders may use either the vLLM name or the
+#: engine's own (``{max_running_requests}`` for SGLang).
+ENGINE_NAMES: dict[str, dict[str, str | None]] = {
+    "vllm": {
+        "max_num_seqs": "max_num_seqs",
+        "max_num_batched_tokens": "max_num_batched_tokens",
+        "enable_chunked_prefill": "enable_chunked_prefill",
+        "gpu_memory_utilization": "gpu_memory_utilization",
+    },
+    "tensorrtllm": {
+        "max_num_seqs": "max_batch_size",
+        "max_num_batched_tokens": "max_num_tokens",
+        "enable_chunked_prefill": "enable_chunked_context",
+        "gpu_memory_utilization": "kv_cache_free_gpu_mem_fraction",
+    },
+    "sglang": {
+        "max_num_seqs": "max_running_requests",
+        "max_num_batched_tokens": "max_prefill_tokens",
+        # SGLang's chunked prefill is a size, not a switch: on = the step's token budget,
+        # off = -1 (its value for "no chunking").
+        "enable_chunked_prefill": "chunked_prefill_size",
+        "gpu_memory_utilization": "mem_fraction_static",
+    },
+}
+
+#: TensorRT-LLM's scheduler policies (``batch_scheduler_policy``).
+TRTLLM_POLICIES = ("max_utilization", "guaranteed_no_evict")
+
+
+@dataclass(frozen=True)
+class EngineKnobs:
+    """The searched settings of a generative engine that batches per iteration (vLLM's names).
+
+    One trial's config, whatever the engine: :func:`engine_settings` writes it in an engine's
+    own names (``model.json`` for vLLM, ``config.pbtxt`` parameters for TensorRT-LLM, command
+    flags for SGLang).
+
+    Attributes:
+        max_num_seqs: Most sequences running at once (TensorRT-LLM's runtime
+            ``max_batch_size``, SGLang's ``--max-running-requests``).
+        max_num_batched_tokens: Most tokens one step carries, prompt chunks and decodes
+            together (TensorRT-LLM's ``max_num_tokens``, SGLang's ``--max-prefill-tokens``).
+        enable_chunked_prefill: A long prompt is prefilled over several steps (TensorRT-LLM's
+            ``enable_chunked_context``; SGLang's ``--chunked-prefill-size``, -1 when off).
+        gpu_memory_utilization: The device memory share of the engine, whose remainder after
+            the weights is the KV cache (TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction``,
+            SGLang's ``--mem-fraction-static``); None keeps the engine's own.
+        instance_count: Engines the server runs (a Triton model's instance count, or several
+            engine processes behind one server); 1 for a server started from a command.
+        batch_scheduler_policy: TensorRT-LLM's ``batch_scheduler_policy``; None keeps the
+            model's own (vLLM and SGLang have no such setting).
+    """
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    enable_chunked_prefill: bool = True
+    gpu_memory_utilization: float | None = None
+    instance_count: int = 1
+    batch_scheduler_policy: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1 or self.instance_count < 1:
+            raise ValueError(
+                f"max_num_seqs {self.max_num_seqs}, max_num_batched_tokens "
+                f"{self.max_num_batched_tokens} and instance_count {self.instance_count} "
+                "must be >= 1"
+            )
+        if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(
+                f"gpu_memory_utilization {self.gpu_memory_utilization} must be in (0, 1]"
+            )
+        if self.batch_scheduler_policy not in (None, *TRTLLM_POLICIES):
+            raise ValueError(
+                f"batch_scheduler_policy {self.batch_scheduler_policy!r}: use one of "
+                f"{', '.join(TRTLLM_POLICIES)}"
+            )
+
+    # What the records and the report ask of any trial's knobs (as of Knobs).
+    @property
+    def dynamic_batching(self) -> bool:
+        """An engine batches per iteration, never through Triton's dynamic batcher."""
+        return False
+
+    @property
+    def max_batch_size(self) -> int:
+        """The most requests in one batch: the running set."""
+        return self.max_num_seqs
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``config`` object of every result file (vLLM's names; ``engine: true`` marks it)."""
+        out: dict[str, Any] = {
+            "engine": True,
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "enable_chunked_prefill": self.enable_chunked_prefill,
+            "instance_count": self.instance_count,
+        }
+        if self.gpu_memory_utilization is not None:
+            out["gpu_memory_utilization"] = self.gpu_memory_utilization
+        if self.batch_scheduler_policy is not None:
+            out["batch_scheduler_policy"] = self.batch_scheduler_policy
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EngineKnobs:
+        """Inverse of :meth:`to_dict`."""
+        memory = data.get("gpu_memory_utilization")
+        return cls(
+            max_num_seqs=int(data["max_num_seqs"]),
+            max_num_batched_tokens=int(data["max_num_batched_tokens"]),
+            enable_chunked_prefill=bool(data.get("enable_chunked_prefill", True)),
+            gpu_memory_utilization=None if memory is None else float(memory),
+            instance_count=int(data.get("instance_count", 1)),
+            batch_scheduler_policy=data.get("batch_scheduler_policy"),
+        )
+
+    def label(self) -> str:
+        """``seqs=8 tokens=2048 chunked mem=0.9 x1`` (``mem`` only when set; ``whole`` for
+        chunked prefill off)."""
+        parts = [
+            f"seqs={self.max_num_seqs}",
+            f"tokens={self.max_num_batched_tokens}",
+            "chunked" if self.enable_chunked_prefill else "whole",
+        ]
+        if self.gpu_memory_utilization is not None:
+            parts.append(f"mem={self.gpu_memory_utilization:g}")
+        if self.batch_scheduler_policy is not None:
+            parts.append(self.batch_scheduler_policy)
+        parts.append(f"x{self.instance_count}")
+        return " ".join(parts)
+
+
+def engine_settings(knobs: EngineKnobs, engine: str = "vllm") -> dict[str, Any]:
+    """The knobs in ``engine``'s own names and units (:data:`ENGINE_NAMES`), the engine's
+    own values kept where a knob is None.
+
+    vLLM: ``model.json`` keys; TensorRT-LLM: ``config.pbtxt`` parameters (strings, as the
+    backend reads them); SGLang: its flags without dashes (``max_running_requests``).
+
+    Raises:
+        ValueError: an engine not in :data:`ENGINES`.
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"engine {engine!r}: use one of {', '.join(ENGINES)}")
+    names = ENGINE_NAMES[engine]
+    values: dict[str, Any] = {
+        "max_num_seqs": knobs.max_num_seqs,
+        "max_num_batched_tokens": knobs.max_num_batched_tokens,
+        "enable_chunked_prefill": knobs.enable_chunked_prefill,
+        "gpu_memory_utilization": knobs.gpu_memory_utilization,
+    }
+    if engine == "sglang":
+        values["enable_chunked_prefill"] = (
+            knobs.max_num_batched_tokens if knobs.enable_chunked_prefill else -1
+        )
+    out: dict[str, Any] = {}
+    for knob, v in values.items():
+        own = names[knob]
+        if v is not None and own is not None:
+            out[own] = v
+    if engine == "tensorrtllm":
+        if knobs.batch_scheduler_policy is not None:
+            out["batch_scheduler_policy"] = knobs.batch_scheduler_policy
+        out = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in out.items()}
+    return out
+
+
+def command_values(knobs: EngineKnobs, engine: str = "vllm") -> dict[str, str]:
+    """Placeholder values for a server's command template: every knob under its vLLM name and
+    under ``engine``'s own (:func:`engine_settings`), booleans as ``true``/``false``."""
+    own = engine_settings(knobs, engine)
+    vllm = engine_settings(knobs, "vllm")
+    vllm["instance_count"] = knobs.instance_count
+    return {
+        k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in {**vllm, **own}.items()
+    }

@@ -13,13 +13,14 @@ Pure: no server, no sockets (the sweep reads the configs and hands them to :clas
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import Knobs
+from analyzer.config.knobs import EngineKnobs, Knobs, engine_settings
 from analyzer.config.model_config import apply_knobs, knobs_of
 from reference_server.core.ensemble_config import composing_models
 
@@ -72,8 +73,8 @@ class JointKnobs:
         return " | ".join(f"{name}: {knobs.label()}" for name, knobs in self.stages)
 
 
-#: A trial's knobs: a plain model's, or a pipeline's.
-TrialKnobs = Knobs | JointKnobs
+#: A trial's knobs: a plain model's, a pipeline's, or a generative engine's.
+TrialKnobs = Knobs | JointKnobs | EngineKnobs
 
 
 def config_cost(k: TrialKnobs) -> tuple[int, int, int]:
@@ -83,18 +84,28 @@ def config_cost(k: TrialKnobs) -> tuple[int, int, int]:
     if isinstance(k, JointKnobs):
         costs = [config_cost(s) for _, s in k.stages]
         return (sum(c[0] for c in costs), sum(c[1] for c in costs), sum(c[2] for c in costs))
+    if isinstance(k, EngineKnobs):
+        # Engines, then the running set, then the step's token budget.
+        return (k.instance_count, k.max_num_seqs, k.max_num_batched_tokens)
     return (k.instance_count, k.max_batch_size, k.max_queue_delay_us)
 
 
 def knobs_from_dict(data: Mapping[str, Any]) -> TrialKnobs:
-    """The knobs a result file's ``config`` object holds (a pipeline's have ``stages``)."""
-    return JointKnobs.from_dict(data) if "stages" in data else Knobs.from_dict(data)
+    """The knobs a result file's ``config`` object holds (a pipeline's have ``stages``, an
+    engine's ``engine``)."""
+    if "stages" in data:
+        return JointKnobs.from_dict(data)
+    if data.get("engine"):
+        return EngineKnobs.from_dict(data)
+    return Knobs.from_dict(data)
 
 
 def single(knobs: TrialKnobs) -> Knobs:
     """``knobs`` as one model's, for what models one model (the simulator, the probe)."""
     if isinstance(knobs, JointKnobs):
         raise ValueError(f"a pipeline's knobs ({', '.join(knobs.names)}) are not one model's")
+    if isinstance(knobs, EngineKnobs):
+        raise ValueError(f"an engine's knobs ({knobs.label()}) are not a dynamic batcher's")
     return knobs
 
 
@@ -104,6 +115,14 @@ def knob_cells(knobs: TrialKnobs) -> tuple[str, str, str, str]:
     if isinstance(knobs, JointKnobs):
         cells = [knob_cells(k) for _, k in knobs.stages]
         return tuple("/".join(column) for column in zip(*cells, strict=True))  # type: ignore[return-value]
+    if isinstance(knobs, EngineKnobs):
+        # The same columns read as the engine's: running set, token budget, prefill, engines.
+        return (
+            str(knobs.max_num_seqs),
+            str(knobs.max_num_batched_tokens),
+            "chunked" if knobs.enable_chunked_prefill else "whole",
+            str(knobs.instance_count),
+        )
     return (
         str(knobs.max_batch_size),
         str(knobs.max_queue_delay_us) if knobs.dynamic_batching else "off",
@@ -155,6 +174,49 @@ def stage_refusal(caller: str, config: mc.ModelConfig) -> str | None:
     return None
 
 
+#: Where Triton's vLLM backend (and the reference engine) keeps its engine settings, as the
+#: repository load names a file beside ``config``.
+ENGINE_FILE_KEY = "file:1/model.json"
+
+
+def engine_of(config: mc.ModelConfig) -> str | None:
+    """The generative engine that serves ``config`` (``vllm`` for Triton's vLLM backend and the
+    reference engine, ``tensorrtllm`` for Triton's TensorRT-LLM backend), or None: a model
+    Triton's batchers schedule."""
+    backend = config.backend.lower()
+    if backend == "vllm":
+        return "vllm"
+    if backend in ("tensorrtllm", "tensorrt_llm", "trtllm"):
+        return "tensorrtllm"
+    return None
+
+
+def engine_knobs_of(engine: str, settings: Mapping[str, Any], instances: int = 1) -> EngineKnobs:
+    """The knobs an engine's own settings set (``model.json`` for vLLM, ``config.pbtxt``
+    parameters for TensorRT-LLM); a setting left out takes the engine's default."""
+    from analyzer.config.knobs import ENGINE_NAMES
+
+    names = ENGINE_NAMES[engine]
+
+    def get(knob: str, default: Any) -> Any:
+        own = names[knob]
+        return settings.get(own, default) if own is not None else default
+
+    def flag(value: Any) -> bool:
+        return value if isinstance(value, bool) else str(value).lower() == "true"
+
+    memory = get("gpu_memory_utilization", None)
+    policy = settings.get("batch_scheduler_policy") if engine == "tensorrtllm" else None
+    return EngineKnobs(
+        max_num_seqs=int(get("max_num_seqs", 256)),
+        max_num_batched_tokens=int(get("max_num_batched_tokens", 2048)),
+        enable_chunked_prefill=flag(get("enable_chunked_prefill", True)),
+        gpu_memory_utilization=None if memory is None else float(memory),
+        instance_count=instances,
+        batch_scheduler_policy=None if policy in (None, "") else str(policy),
+    )
+
+
 @dataclass(frozen=True)
 class Tuned:
     """What one sweep sets: the model it measures, and the configs a trial's knobs make.
@@ -163,10 +225,17 @@ class Tuned:
         base: The measured model's own config (the pipeline's, for a pipeline).
         stages: A pipeline's composing models' own configs, in step order; empty for a plain
             model, whose own config is tuned.
+        engine: A generative model's engine (:data:`analyzer.config.knobs.ENGINES`): the knobs
+            are :class:`EngineKnobs`; None for a model Triton's batchers schedule.
+        engine_file: The vLLM engine's own settings (``1/model.json``) as found; each trial's
+            file is this one with the knobs written over it (keys it does not tune, such as
+            ``model``, kept).
     """
 
     base: mc.ModelConfig
     stages: tuple[mc.ModelConfig, ...] = ()
+    engine: str | None = None
+    engine_file: Mapping[str, Any] | None = None
 
     @classmethod
     def of(cls, base: mc.ModelConfig, stages: Sequence[mc.ModelConfig] = ()) -> Tuned:
@@ -187,10 +256,16 @@ class Tuned:
 
     def knobs(self) -> TrialKnobs:
         """The knobs of the configs as found (the baseline's)."""
+        if self.engine is not None:
+            return self._engine_knobs_of(self.base)
         return self.knobs_of(self.originals())
 
     def configs(self, knobs: TrialKnobs) -> tuple[mc.ModelConfig, ...]:
         """The configs that ``knobs`` make, one per tuned model (loaded in this order)."""
+        if isinstance(knobs, EngineKnobs):
+            return (self._engine_config(knobs),)
+        if self.engine is not None:
+            raise ValueError(f"a batcher's knobs do not fit the {self.engine} engine's model")
         if isinstance(knobs, JointKnobs):
             if not self.stages or knobs.names != self.names:
                 raise ValueError(f"knobs for {knobs.names} do not fit the models {self.names}")
@@ -199,8 +274,42 @@ class Tuned:
             raise ValueError(f"one model's knobs do not fit the pipeline's models {self.names}")
         return (apply_knobs(self.base, knobs),)
 
+    def files(self, knobs: TrialKnobs) -> dict[str, bytes]:
+        """The files a repository load sends beside ``config`` for ``knobs`` (``file:<path>``
+        to contents): the vLLM engine's ``1/model.json``; empty for every other model."""
+        if not isinstance(knobs, EngineKnobs) or self.engine != "vllm":
+            return {}
+        settings = {**(self.engine_file or {}), **engine_settings(knobs, "vllm")}
+        return {ENGINE_FILE_KEY: (json.dumps(settings, indent=2) + "\n").encode()}
+
     def knobs_of(self, configs: Sequence[mc.ModelConfig]) -> TrialKnobs:
         """The knobs ``configs`` (one per tuned model, as :meth:`configs` makes) set."""
+        if self.engine is not None:
+            return self._engine_knobs_of(configs[0])
         if not self.stages:
             return knobs_of(configs[0])
         return JointKnobs(tuple((c.name, knobs_of(c)) for c in configs))
+
+    def _engine_knobs_of(self, config: mc.ModelConfig) -> EngineKnobs:
+        assert self.engine is not None
+        instances = sum(max(g.count, 1) for g in config.instance_group) or 1
+        if self.engine == "tensorrtllm":
+            settings = {k: v.string_value for k, v in config.parameters.items()}
+            return engine_knobs_of(self.engine, settings, instances)
+        return engine_knobs_of(self.engine, self.engine_file or {}, instances)
+
+    def _engine_config(self, knobs: EngineKnobs) -> mc.ModelConfig:
+        """The base config with the engine count (and TensorRT-LLM's parameters) set."""
+        if self.engine is None:
+            raise ValueError(f"an engine's knobs ({knobs.label()}) need a generative model")
+        config = mc.ModelConfig()
+        config.CopyFrom(self.base)
+        if config.instance_group:
+            del config.instance_group[1:]
+            config.instance_group[0].count = knobs.instance_count
+        elif knobs.instance_count != 1:
+            config.instance_group.add(count=knobs.instance_count)
+        if self.engine == "tensorrtllm":
+            for key, value in engine_settings(knobs, "tensorrtllm").items():
+                config.parameters[key].string_value = value
+        return config

@@ -28,6 +28,9 @@ from analyzer.config.urls import http_url
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 
+#: The protocols of a generative model's token streams (``model.protocol``; ``--protocol``).
+STREAM_PROTOCOLS = ("grpc-stream", "generate-stream", "openai", "openai-chat")
+
 
 class Section(BaseModel):
     """A ``[section]`` of the scenario: frozen, unknown keys refused."""
@@ -61,8 +64,22 @@ class ModelSection(Section):
     device: Literal["auto", "sim", "cpu", "cuda"] = "auto"
     """Device of the managed reference server: real ONNX Runtime (``auto``/``cpu``/``cuda``) or the
     simulated latency profile (``sim``). Ignored with ``url``."""
-    protocol: Literal["http", "grpc"] = "http"
-    """Inference protocol the load generator speaks."""
+    protocol: Literal["http", "grpc", "grpc-stream", "generate-stream", "openai", "openai-chat"] = (
+        "http"
+    )
+    """Inference protocol the load generator speaks. A generative model's token streams:
+    ``grpc-stream`` (Triton's ModelStreamInfer), ``generate-stream`` (Triton's
+    ``generate_stream``), ``openai`` (``/v1/completions``), ``openai-chat``
+    (``/v1/chat/completions``); each trial then measures TTFT, ITL, tokens/s and goodput."""
+    serve_command: str | None = None
+    """A generative server that takes its settings on the command line (``vllm serve``,
+    SGLang): the command that starts it, with the knobs as placeholders (``{max_num_seqs}``,
+    ``{max_num_batched_tokens}``, ``{enable_chunked_prefill}``, ``{gpu_memory_utilization}``,
+    or the engine's own names) and ``{port}``; perfsweep starts it per config on loopback,
+    waits until it is ready and stops it at the end. ``url`` is then left out."""
+    engine: Literal["vllm", "tensorrtllm", "sglang"] | None = None
+    """The generative engine behind ``serve_command`` (whose names its placeholders may use);
+    default ``vllm``. A Triton model's engine is read from its backend."""
     metrics_url: str | None = None
     """Prometheus ``/metrics`` URL of the ``url`` server (Triton: HTTP port + 2), read for GPU
     utilisation, memory and power per window; a managed server's is discovered."""
@@ -278,6 +295,11 @@ class GoalsSection(Section):
     max_gpu_memory_mb: PositiveFloat | None = None
     """Peak GPU memory (MiB, the most of any GPU the server reports) a config may use at its
     operating point; a config above it, or one measured without GPU metrics, misses the goals."""
+    ttft_p99_ms: PositiveFloat | None = None
+    """A generative model's p99 time-to-first-token goal, milliseconds (with ``itl_p99_ms``,
+    ``p99_ms`` is then the end-to-end cap, open unless given)."""
+    itl_p99_ms: PositiveFloat | None = None
+    """A generative model's p99 inter-token-latency goal (over tokens), milliseconds."""
     note: str = ""
     """Why these goals (printed after them: ``goal p99 <= 500 ms: <note>``). Not part of
     :meth:`Scenario.hash`: it changes no measurement."""
@@ -324,9 +346,35 @@ class SpaceSection(Section):
     model with the oldest strategy: how many sequences per instance may have a request in the
     batcher at once; the rest wait for a slot); unset: as the model's config says. Refused for
     a model without the oldest strategy."""
+    max_num_seqs: tuple[int, ...] | None = None
+    """A generative engine's running-set sizes to search (vLLM's ``max_num_seqs``,
+    TensorRT-LLM's runtime ``max_batch_size``, SGLang's ``--max-running-requests``); unset:
+    1, 2, 4 ... 64."""
+    max_num_batched_tokens: tuple[int, ...] | None = None
+    """A generative engine's step token budgets to search (vLLM's ``max_num_batched_tokens``,
+    TensorRT-LLM's ``max_num_tokens``, SGLang's ``--max-prefill-tokens``); unset: 512, 2048,
+    8192."""
+    enable_chunked_prefill: Literal["off", "on", "search"] | None = None
+    """Chunked prefill of a generative engine: ``off``/``on`` force it, ``search`` tries both;
+    unset: as the engine's own settings say."""
+    gpu_memory_utilization: tuple[float, ...] | None = None
+    """A generative engine's memory shares to search (the KV cache is what the weights leave
+    of it: vLLM's ``gpu_memory_utilization``, TensorRT-LLM's
+    ``kv_cache_free_gpu_mem_fraction``, SGLang's ``--mem-fraction-static``); unset: the
+    engine's own."""
 
     @model_validator(mode="after")
     def _check_bounds(self) -> SpaceSection:
+        for key in ("max_num_seqs", "max_num_batched_tokens"):
+            values = getattr(self, key)
+            if values is not None and (not values or min(values) < 1):
+                raise ValueError(f"space.{key}: need one or more values >= 1, got {list(values)}")
+        shares = self.gpu_memory_utilization
+        if shares is not None and (not shares or not all(0 < v <= 1 for v in shares)):
+            raise ValueError(
+                f"space.gpu_memory_utilization: need one or more shares in (0, 1], got "
+                f"{list(shares)}"
+            )
         if self.max_candidate_sequences is not None and (
             not self.max_candidate_sequences or min(self.max_candidate_sequences) < 1
         ):

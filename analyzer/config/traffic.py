@@ -22,6 +22,7 @@ from analyzer.config.sections import PositiveFloat, Section, pinned_digest
 from analyzer.config.traces import read_trace
 from analyzer.errors import InputError
 from analyzer.measure.arrivals import Arrival, ArrivalProcess, Trace, parse_arrival
+from analyzer.measure.lengths import Lengths, parse_dataset, parse_length
 from analyzer.measure.specs import LoadMode
 
 
@@ -157,6 +158,15 @@ class TrafficSection(Section):
     """With ``expect_workers``: the address the Locust master listens on for its workers."""
     master_port: Annotated[int, Field(ge=0, le=65535)] = 5557
     """With ``expect_workers``: the Locust master's port (0 = a free port)."""
+    input_tokens: str | None = None
+    """A generative model's prompt lengths, tokens: ``N`` or a distribution
+    (``uniform:LO,HI``, ``lognormal:mean=M,sd=S``); default 128 (``--input-tokens``)."""
+    output_tokens: str | None = None
+    """A generative model's output lengths (as ``input_tokens``); default 64
+    (``--output-tokens``)."""
+    dataset: Path | None = None
+    """A generative model's requests from a JSONL file, one a line: a prompt or
+    ``input_tokens``, and ``output_tokens`` (``--dataset``; instead of the lengths)."""
     classes: tuple[TrafficClass, ...] = ()
     """A priority mix: each request is drawn into one class by its ``share`` and sent with the
     class's priority and timeout; results and goals are per class. Empty: one implicit class
@@ -213,6 +223,35 @@ class TrafficSection(Section):
         except InputError as exc:
             raise ValueError(f"traffic.trace: {exc}") from None
         return self
+
+    @model_validator(mode="after")
+    def _check_lengths(self) -> TrafficSection:
+        if self.dataset is not None:
+            if self.input_tokens is not None or self.output_tokens is not None:
+                raise ValueError(
+                    "traffic.dataset gives each request's lengths; leave out "
+                    "traffic.input_tokens/output_tokens"
+                )
+            path = self.dataset.expanduser().resolve()
+            object.__setattr__(self, "dataset", path)  # frozen: made absolute once, here
+            if not path.is_file():
+                raise ValueError(f"traffic.dataset {path}: no such file")
+        try:
+            self.lengths()
+        except InputError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    def lengths(self) -> Lengths:
+        """A generative model's request lengths (``input_tokens``/``output_tokens``, or the
+        ``dataset``'s lines)."""
+        if self.dataset is not None:
+            text = self.dataset.read_text(encoding="utf-8")
+            return Lengths(dataset=parse_dataset(text, str(self.dataset)), source=self.dataset.name)
+        return Lengths(
+            parse_length(self.input_tokens or "128", "traffic.input_tokens"),
+            parse_length(self.output_tokens or "64", "traffic.output_tokens"),
+        )
 
     @property
     def shapes(self) -> tuple[str, ...]:

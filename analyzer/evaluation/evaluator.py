@@ -26,7 +26,7 @@ from analyzer.evaluation.plan import Expected, LoadPlan
 from analyzer.evaluation.slack import slacks
 from analyzer.measure.capacity import CapacityResult
 from analyzer.measure.generator import LoadGenerator
-from analyzer.measure.goals import error_slack, meets_goals, p99_slack
+from analyzer.measure.goals import error_slack, meets_goals, p99_slack, token_slacks
 from analyzer.measure.measurement import Measurement
 from analyzer.rundir.measurements import (
     CapacityMeasurement,
@@ -200,6 +200,7 @@ class Evaluator:
             # verdict (BOUNDARY: on its point p99), traffic classes each against its own goal.
             constraints["p99_slack"] = round(p99_slack(level, self.plan.goals), 6)
             constraints["err_slack"] = round(error_slack(level, self.plan.goals), 6)
+            constraints.update(self._token_slacks(level))
         return Evaluation(
             numbers=numbers,
             measurement=measurement,
@@ -232,12 +233,18 @@ class Evaluator:
         constraints = self.constraints(numbers)
         constraints["p99_slack"] = round(p99_slack(level, self.plan.goals), 6)
         constraints["err_slack"] = round(error_slack(level, self.plan.goals), 6)
+        constraints.update(self._token_slacks(level))
         return Evaluation(
             numbers=numbers,
             measurement=FixedMeasurement(level),
             values=self.objective.values(numbers),
             constraints=constraints,
         )
+
+    def _token_slacks(self, level: Measurement) -> dict[str, float]:
+        """A generative level's ``ttft_slack`` and ``itl_slack`` against the token goals
+        (empty without them): the trial meets its goals only with both."""
+        return {k: round(v, 6) for k, v in token_slacks(level, self.plan.goals).items()}
 
     def constraints(self, numbers: Mapping[str, float]) -> dict[str, float]:
         """Continuous slacks (<= 0: satisfied), the same keys for every trial."""

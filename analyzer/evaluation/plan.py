@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from analyzer.config.scenario import Scenario
@@ -79,13 +80,20 @@ class LoadPlan:
 
     @property
     def goals(self) -> Goals:
-        """What every load level must meet (p99 and error rate, per traffic class too)."""
+        """What every load level must meet (p99 and error rate, per traffic class too).
+
+        A generative model's token goals (``goals.ttft_p99_ms``, ``itl_p99_ms``) replace the
+        end-to-end p99: a request's end-to-end time grows with its output length, so the
+        time to its first token and the gaps between tokens are what it is held to."""
         g = self.scenario.goals
+        tokens = g.ttft_p99_ms is not None or g.itl_p99_ms is not None
         return Goals(
-            p99_ms=g.p99_ms,
+            p99_ms=math.inf if tokens else g.p99_ms,
             max_error_rate=g.max_error_rate,
             # Traffic classes with a goal of their own (a priority mix): each is held to it.
             classes=self.scenario.traffic.class_goals(),
+            ttft_p99_ms=g.ttft_p99_ms,
+            itl_p99_ms=g.itl_p99_ms,
         )
 
     @property
@@ -163,8 +171,11 @@ class LoadPlan:
     @property
     def sequential(self) -> bool:
         """Capacity steps are sequential tests (``budget.sequential``, open loop only: a closed
-        loop's level is a user count, whose throughput the test does not decide)."""
-        return self.scenario.budget.sequential and self.open_loop
+        loop's level is a user count, whose throughput the test does not decide). The test is
+        of the end-to-end p99: a generative level held to token goals instead runs its
+        windows and is judged on their TTFT and ITL."""
+        tokens = self.goals.ttft_p99_ms is not None or self.goals.itl_p99_ms is not None
+        return self.scenario.budget.sequential and self.open_loop and not tokens
 
     def step_test(self) -> StepTest:
         """The sequential test of a step: p99 <= the goal, capped at

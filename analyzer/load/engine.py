@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from analyzer.config.access import PLAIN, ServerAccess
+from analyzer.config.sections import STREAM_PROTOCOLS
 from analyzer.config.urls import host_port, is_tls
 from analyzer.errors import InputError
 from analyzer.load.classes import RequestClass, mix_models, request_classes
@@ -148,14 +149,27 @@ def engine_options(
     http_address = host_port(url)
     classes = request_classes(scenario.traffic)
     models = mix_models(classes, model)
-    grpc = scenario.model.protocol == "grpc"
+    # A token stream: grpc-stream speaks gRPC (its statistics over HTTP), the others HTTP.
+    stream = scenario.model.protocol if scenario.model.protocol in STREAM_PROTOCOLS else ""
+    protocol = "grpc" if stream == "grpc-stream" else "http" if stream else scenario.model.protocol
+    grpc = protocol == "grpc"
     grpc_url = grpc_url or scenario.model.grpc_url
+    generative: dict[str, Any] = (
+        {
+            "stream": stream,
+            "lengths": scenario.traffic.lengths(),
+            # An OpenAI-compatible server has no Triton statistics to read.
+            "scrape_server": not stream.startswith("openai"),
+        }
+        if stream
+        else {}
+    )
     options = EngineOptions(
         url=(host_port(grpc_url) if grpc_url else next_port(http_address))
         if grpc
         else http_address,
         model=model,
-        protocol=scenario.model.protocol,
+        protocol=protocol,
         stats_url=http_address if grpc else None,
         metrics_url=metrics_url,
         access=scenario.model.access(),
@@ -167,6 +181,7 @@ def engine_options(
         sequence_length_variation_pct=scenario.traffic.sequence_length_variation_pct,
         sequences=scenario.traffic.sequences,
         **input_fields(scenario.input),
+        **generative,
     )
     if distributed:
         t = scenario.traffic

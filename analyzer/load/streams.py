@@ -43,13 +43,12 @@ import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from analyzer.config.access import PLAIN, ServerAccess
+from analyzer.config.sections import STREAM_PROTOCOLS as STREAM_PROTOCOLS  # (re-exported)
 from analyzer.errors import InputError
 from analyzer.load.prepared import InferError, _split_url
 from analyzer.measure.lengths import GenRequest, prompt_ids, prompt_words
 from analyzer.measure.tokens import StreamRecord
 
-#: The streaming protocols (``--protocol``) and what each speaks.
-STREAM_PROTOCOLS = ("grpc-stream", "generate-stream", "openai", "openai-chat")
 #: A stream that sends nothing for this long has failed.
 STREAM_TIMEOUT_S = 300.0
 

@@ -148,6 +148,8 @@ def _default_config(run_dir: Path | None) -> tuple[SimConfig | None, str]:
         if entry is not None:
             if isinstance(entry.config, JointKnobs):
                 return None, "it tuned a pipeline, and the simulator runs one model"
+            if not isinstance(entry.config, Knobs):
+                return None, "it tuned a generative engine, not a dynamic batcher"
             return SimConfig.from_knobs(entry.config), f"the run's {key} config"
     return None, "its summary names neither a best nor a baseline config"
 

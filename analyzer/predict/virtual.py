@@ -23,7 +23,7 @@ The summary's target says ``virtual``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -100,6 +100,8 @@ class VirtualServer:
     clock: VirtualClock = field(default_factory=VirtualClock)
     #: Config loads so far (one per model per trial).
     loads: int = 0
+    #: The files each model's last load sent (a generative engine's settings).
+    files: dict[str, dict[str, bytes]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Set here, not as a field: a callable field reads as a method to type checkers, and
@@ -159,9 +161,17 @@ class VirtualServer:
         copy.CopyFrom(config)
         return copy
 
-    def load_config(self, config: mc.ModelConfig, *, wait_for_model: bool = True) -> None:
+    def load_config(
+        self,
+        config: mc.ModelConfig,
+        *,
+        wait_for_model: bool = True,
+        files: Mapping[str, bytes] | None = None,
+    ) -> None:
         """Take ``config`` as model ``config.name``'s (the tuned model's when it names none),
-        refused as the reference server refuses it, or where the simulator cannot run it."""
+        refused as the reference server refuses it, or where the simulator cannot run it
+        (``files``, a generative engine's settings, are kept per model in :attr:`files`)."""
+        self.files[config.name or self.model] = dict(files or {})
         name = config.name or self.model
         if name not in self.configs:
             raise ConfigRejectedError(f"load of {name!r} failed: no such model in the repository")

@@ -10,6 +10,7 @@ from analyzer.config.pipeline import TrialKnobs
 from analyzer.documents import TRIAL_KIND, header
 from analyzer.measure.goals import goals_met
 from analyzer.measure.measurement import Measurement
+from analyzer.measure.tokens import TokenStats
 from analyzer.rundir.measurements import TrialMeasurement, measurement_dict, measurement_from_dict
 from analyzer.rundir.parsing import migrate, opt_str, parse_guarded, parse_knobs
 from analyzer.rundir.predictions import Prediction, opt_prediction
@@ -76,6 +77,26 @@ class TrialRecord:
     def gpu_figures(self) -> list[dict[str, Any]] | None:
         """See :meth:`TrialMeasurement.gpu_figures` (None when not recorded)."""
         return self.measurement.gpu_figures() if self.measurement is not None else None
+
+    def tokens(self) -> TokenStats | None:
+        """The operating point's token figures: a generative model's trial (TTFT, ITL,
+        tokens/s, goodput); None for a model answered once per request, or not recorded."""
+        point = self.operating_point()
+        return point.tokens if point is not None else None
+
+    def token_figures(self) -> dict[str, float | None]:
+        """``ttft_p99_ms``, ``itl_p99_ms``, ``output_tokens_per_s``, ``goodput_rps`` of the
+        operating point (what a trial line, summary.json and ``best/`` quote); empty without
+        token streams."""
+        t = self.tokens()
+        if t is None:
+            return {}
+        return {
+            "ttft_p99_ms": t.ttft_p99_ms,
+            "itl_p99_ms": t.itl_p99_ms,
+            "output_tokens_per_s": t.output_tokens_per_s,
+            "goodput_rps": t.goodput_rps,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """The file's JSON, version header first."""

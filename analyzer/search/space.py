@@ -31,7 +31,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from analyzer.config.knobs import Knobs, QueuePolicyKnob
+from analyzer.config.knobs import EngineKnobs, Knobs, QueuePolicyKnob
 from analyzer.config.model_config import group_devices
 from analyzer.config.pipeline import JointKnobs, TrialKnobs
 from analyzer.errors import InputError
@@ -39,7 +39,7 @@ from analyzer.errors import InputError
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
 
-__all__ = ["JointSpace", "SearchSpace", "delay_ladder", "preferred_sizes"]
+__all__ = ["EngineSpace", "JointSpace", "SearchSpace", "delay_ladder", "preferred_sizes"]
 
 
 def delay_ladder(low_us: int, high_us: int, steps: int) -> tuple[int, ...]:
@@ -215,7 +215,7 @@ class SearchSpace:
     def encode(self, knobs: TrialKnobs) -> dict[str, int]:
         """The parameters of the grid point closest to ``knobs`` (used to seed the search)."""
         if not isinstance(knobs, Knobs):
-            raise ValueError(f"a pipeline's knobs ({knobs.names}) are not one model's")
+            raise ValueError(f"knobs {knobs.label()!r} are not one batched model's")
         lo, hi = self.log2_mbs
         log2 = min(max(round(math.log2(max(knobs.max_batch_size, 1))), lo), hi)
         delay_idx = min(
@@ -369,8 +369,111 @@ class JointSpace:
         return unique
 
 
+#: A generative engine's running-set sizes searched when the scenario names none.
+DEFAULT_MAX_NUM_SEQS = (1, 2, 4, 8, 16, 32, 64)
+#: Its step token budgets searched when the scenario names none.
+DEFAULT_MAX_NUM_BATCHED_TOKENS = (512, 2048, 8192)
+
+
+@dataclass(frozen=True)
+class EngineSpace:
+    """A generative engine's space (:class:`EngineKnobs`): each knob an index into its values,
+    the same interface as :class:`SearchSpace`::
+
+        seqs_idx     max_num_seqs = seqs[seqs_idx]
+        tokens_idx   max_num_batched_tokens = tokens[tokens_idx]
+        chunked_idx  enable_chunked_prefill = chunked[chunked_idx]  (only with two choices)
+        memory_idx   gpu_memory_utilization = memory[memory_idx]   (the same)
+        instances    the engine count
+
+    Attributes:
+        seqs: ``max_num_seqs`` values, ascending.
+        tokens: ``max_num_batched_tokens`` values, ascending.
+        chunked: ``enable_chunked_prefill`` values searched.
+        memory: ``gpu_memory_utilization`` values (``(None,)``: the engine's own).
+        instances: Inclusive bounds of the engine count.
+        policy: TensorRT-LLM's ``batch_scheduler_policy`` of every config (None: the model's).
+    """
+
+    seqs: tuple[int, ...] = DEFAULT_MAX_NUM_SEQS
+    tokens: tuple[int, ...] = DEFAULT_MAX_NUM_BATCHED_TOKENS
+    chunked: tuple[bool, ...] = (True,)
+    memory: tuple[float | None, ...] = (None,)
+    instances: tuple[int, int] = (1, 1)
+    policy: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("seqs", "tokens", "chunked", "memory"):
+            if not getattr(self, name):
+                raise ValueError(f"an engine space needs one or more {name} values")
+
+    def param_bounds(self) -> dict[str, tuple[int, int]]:
+        bounds = {
+            "seqs_idx": (0, len(self.seqs) - 1),
+            "tokens_idx": (0, len(self.tokens) - 1),
+            "chunked_idx": (0, len(self.chunked) - 1),
+            "memory_idx": (0, len(self.memory) - 1),
+            "instances": self.instances,
+        }
+        return {name: b for name, b in bounds.items() if b[0] < b[1]}
+
+    def decode(self, params: Mapping[str, int]) -> EngineKnobs:
+        return EngineKnobs(
+            max_num_seqs=self.seqs[int(params.get("seqs_idx", 0))],
+            max_num_batched_tokens=self.tokens[int(params.get("tokens_idx", 0))],
+            enable_chunked_prefill=self.chunked[int(params.get("chunked_idx", 0))],
+            gpu_memory_utilization=self.memory[int(params.get("memory_idx", 0))],
+            instance_count=int(params.get("instances", self.instances[0])),
+            batch_scheduler_policy=self.policy,
+        )
+
+    def encode(self, knobs: TrialKnobs) -> dict[str, int]:
+        """The parameters of the grid point closest to ``knobs`` (each value the nearest)."""
+        if not isinstance(knobs, EngineKnobs):
+            raise ValueError(f"knobs {knobs.label()!r} are not an engine's")
+        lo, hi = self.instances
+        memory = knobs.gpu_memory_utilization
+        params = {
+            "seqs_idx": _nearest_index(self.seqs, knobs.max_num_seqs),
+            "tokens_idx": _nearest_index(self.tokens, knobs.max_num_batched_tokens),
+            "chunked_idx": (
+                self.chunked.index(knobs.enable_chunked_prefill)
+                if knobs.enable_chunked_prefill in self.chunked
+                else 0
+            ),
+            "memory_idx": (
+                self.memory.index(memory)
+                if memory in self.memory
+                else _nearest_index(self.memory, memory)
+            ),
+            "instances": min(max(knobs.instance_count, lo), hi),
+        }
+        return {k: v for k, v in params.items() if k in self.param_bounds()}
+
+    def points(self) -> Iterator[dict[str, int]]:
+        return _points(self.param_bounds())
+
+    def size(self) -> int:
+        return math.prod(hi - lo + 1 for lo, hi in self.param_bounds().values())
+
+    def seeds(
+        self, start: TrialKnobs | None = None, p99_goal_ms: float | None = None
+    ) -> list[EngineKnobs]:
+        """The engine's own settings moved onto the grid, then the largest running set with
+        the largest token budget (the throughput end: vLLM's defaults are of that kind) and
+        the middle of both (``p99_goal_ms`` is not used: the token goals decide)."""
+        candidates: list[EngineKnobs] = []
+        if isinstance(start, EngineKnobs):
+            candidates.append(self.decode(self.encode(start)))
+        last = {"seqs_idx": len(self.seqs) - 1, "tokens_idx": len(self.tokens) - 1}
+        middle = {"seqs_idx": len(self.seqs) // 2, "tokens_idx": len(self.tokens) // 2}
+        candidates.append(self.decode(last))
+        candidates.append(self.decode(middle))
+        return list(dict.fromkeys(candidates))
+
+
 #: Either kind of space (the study sees only this interface).
-Space = SearchSpace | JointSpace
+Space = SearchSpace | JointSpace | EngineSpace
 
 
 def grid_configs(space: Space) -> list[TrialKnobs]:
@@ -392,6 +495,14 @@ def _points(bounds: Mapping[str, tuple[int, int]]) -> Iterator[dict[str, int]]:
 def _stage_params(params: Mapping[str, int], name: str) -> dict[str, int]:
     prefix = f"{name}."
     return {k.removeprefix(prefix): v for k, v in params.items() if k.startswith(prefix)}
+
+
+def _nearest_index(values: Sequence[float | None], value: float | None) -> int:
+    """Index of the value of ``values`` nearest ``value`` (the first for None)."""
+    if value is None:
+        return 0
+    numbers = [(abs(v - value), i) for i, v in enumerate(values) if v is not None]
+    return min(numbers)[1] if numbers else 0
 
 
 def _nearest_choice(choices: Sequence[int | None], value: int | None) -> int:

@@ -53,7 +53,7 @@ def leave_server(state: SweepState, chosen: TrialRecord | None) -> dict[str, Any
         left.update(config="original", knobs=tuned.knobs().to_dict())
         left["detail"] = f"the {_whose(tuned)} original config (the run never changed it)"
     else:
-        which, configs = "original", tuned.originals()
+        which, configs, files = "original", tuned.originals(), {}
         detail = f"restored the {_whose(tuned)} original config"
         if state.scenario.run.leave == "best":
             if chosen is None:
@@ -65,9 +65,10 @@ def leave_server(state: SweepState, chosen: TrialRecord | None) -> dict[str, Any
                 )
             else:
                 which, configs = "best", tuned.configs(chosen.config)
+                files = tuned.files(chosen.config)
                 detail = f"loaded the best config (trial {chosen.number})"
         try:
-            load_configs(target, configs)
+            load_configs(target, configs, files)
         except (TargetError, OSError) as exc:
             left["detail"] = (
                 f"could not load the {which} config back ({exc}); the server may still hold the "

@@ -36,6 +36,7 @@ This module holds the loop (set-up, baseline, ask/tell, stop); its phases live b
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import time
 from collections.abc import Callable
@@ -53,10 +54,13 @@ from analyzer.config.choices import (
     ragged_batch_choices,
     response_cache_choices,
 )
+from analyzer.config.knobs import EngineKnobs
 from analyzer.config.objective import Objective, objective_for
 from analyzer.config.pipeline import (
+    ENGINE_FILE_KEY,
     TrialKnobs,
     Tuned,
+    engine_of,
     ensemble_steps,
     is_ensemble,
     stage_refusal,
@@ -75,7 +79,14 @@ from analyzer.rundir.results import (
 )
 from analyzer.rundir.summary import StopReason
 from analyzer.rundir.trial_record import TrialRecord
-from analyzer.search.space import JointSpace, SearchSpace, Space
+from analyzer.search.space import (
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_MAX_NUM_SEQS,
+    EngineSpace,
+    JointSpace,
+    SearchSpace,
+    Space,
+)
 from analyzer.search.strategy import (
     FLAT_MIN_MEASURED,
     grid_configs,
@@ -142,9 +153,40 @@ def space_for(
     )
 
 
+def engine_space_for(scenario: Scenario, tuned: Tuned) -> EngineSpace:
+    """A generative engine's space: the scenario's values of each knob, else the defaults
+    (:class:`EngineSpace`); chunked prefill and the memory share as the engine's own unless
+    the scenario searches them; the engine count as the model's own (a server started from a
+    command runs one)."""
+    s = scenario.space
+    own = tuned.knobs()
+    assert isinstance(own, EngineKnobs)
+    chunked = {
+        None: (own.enable_chunked_prefill,),
+        "on": (True,),
+        "off": (False,),
+        "search": (True, False),
+    }[s.enable_chunked_prefill]
+    return EngineSpace(
+        seqs=tuple(sorted(set(s.max_num_seqs or DEFAULT_MAX_NUM_SEQS))),
+        tokens=tuple(sorted(set(s.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS))),
+        chunked=chunked,
+        memory=(
+            tuple(sorted(set(s.gpu_memory_utilization)))
+            if s.gpu_memory_utilization
+            else (own.gpu_memory_utilization,)
+        ),
+        instances=(own.instance_count, own.instance_count),
+        policy=own.batch_scheduler_policy,
+    )
+
+
 def tuned_space(scenario: Scenario, tuned: Tuned) -> Space:
     """The space of a sweep: its model's, or one per composing model of a pipeline (each max
-    batch size at least the pipeline's own, which Triton requires of an ensemble)."""
+    batch size at least the pipeline's own, which Triton requires of an ensemble), or a
+    generative engine's (:func:`engine_space_for`)."""
+    if tuned.engine is not None:
+        return engine_space_for(scenario, tuned)
     if not tuned.pipeline:
         return space_for(scenario, tuned.base)
     floor = max(1, tuned.base.max_batch_size) if is_ensemble(tuned.base) else 1
@@ -248,13 +290,23 @@ def _sweep(
     with contextlib.ExitStack() as stack:
         if target is None:
             on_disk = _repository_config(scenario)
-            if on_disk is not None:  # refused before a server loads it
+            if on_disk is not None and engine_of(on_disk) is None:  # refused before a load
                 _tuned(scenario, on_disk, lambda name: _repository_config(scenario, name))
             target = make_target(scenario, directory.root)
             stack.callback(target.stop)
         target.notify = observer.on_server
         target.start()
-        tuned = _tuned(scenario, target.model_config(), target.config_of)
+        base = target.model_config()
+        if (engine := engine_of(base)) is not None:
+            scenario = streaming_scenario(scenario, base)
+            tuned = Tuned(base, engine=engine, engine_file=_engine_file(scenario, target))
+        else:
+            if scenario.goals.ttft_p99_ms is not None or scenario.goals.itl_p99_ms is not None:
+                raise InputError(
+                    f"--ttft-p99-ms and --itl-p99-ms are goals of a generative model's token "
+                    f"streams; {base.name!r} answers each request once: give it --p99-ms"
+                )
+            tuned = _tuned(scenario, base, target.config_of)
         directory.tree = tuned.pipeline  # a pipeline's configs are repository trees
         if resume and (saved := _saved_originals(directory, tuned)) is not None:
             # A killed run left a shared server on some trial's configs: the originals are the
@@ -365,6 +417,43 @@ def _sweep(
         return finish_run(state, stop_reason, validation, started_at, clock() - started, run_state)
 
 
+def streaming_scenario(scenario: Scenario, base: mc.ModelConfig) -> Scenario:
+    """The scenario of a generative model's sweep: its load speaks a token stream (Triton's
+    ``generate_stream`` for ``model.protocol = "http"``, ``ModelStreamInfer`` for ``grpc``)
+    and it is held to token goals.
+
+    Raises:
+        InputError: no token goal is given.
+    """
+    g = scenario.goals
+    if g.ttft_p99_ms is None and g.itl_p99_ms is None:
+        raise InputError(
+            f"{base.name!r} is a generative model ({base.backend} engine): give its goals as "
+            "--ttft-p99-ms and/or --itl-p99-ms (goals.ttft_p99_ms, goals.itl_p99_ms)"
+        )
+    protocol = {"http": "generate-stream", "grpc": "grpc-stream"}.get(scenario.model.protocol)
+    if protocol is None:
+        return scenario
+    model = scenario.model.model_copy(update={"protocol": protocol})
+    return scenario.model_copy(update={"model": model})
+
+
+def _engine_file(scenario: Scenario, target: Target) -> dict[str, Any] | None:
+    """A vLLM engine's own settings (``<model>/1/model.json``) from the repository perfsweep
+    can read (the managed server's, or ``model.repository``); None for a server whose files
+    are out of reach (``--url``: its baseline runs on them, and each trial's file holds the
+    knobs over vLLM's defaults)."""
+    root = getattr(target, "repository", None) or scenario.model.repository
+    if root is None:
+        return None
+    path = Path(root) / scenario.model.name / ENGINE_FILE_KEY.removeprefix("file:")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def _resumed(record: TrialRecord) -> TrialRecord:
     """A record read back on ``--resume``: records written before the one rule could say an
     unusable measurement met the goals; it does not."""
@@ -462,6 +551,8 @@ def _saved_originals(directory: RunDirectory, tuned: Tuned) -> Tuned | None:
     saved = directory.read_configs(-1, tuned.names)
     if saved is None:
         return None
+    if tuned.engine is not None:
+        return replace(tuned, base=saved[0])
     return Tuned.of(tuned.base, saved) if tuned.pipeline else Tuned(saved[0])
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from analyzer.config.knobs import Knobs
 from analyzer.config.pipeline import JointKnobs, TrialKnobs
 from analyzer.config.scenario import Scenario
 from analyzer.config.sections import InputSection
@@ -227,7 +228,7 @@ def predicted_guide(state: SweepState, guide: Guide) -> Guide | None:
 
 def _sets_policy(knobs: TrialKnobs) -> bool:
     stages = [k for _, k in knobs.stages] if isinstance(knobs, JointKnobs) else [knobs]
-    return any(k.queue_policy is not None for k in stages)
+    return any(isinstance(k, Knobs) and k.queue_policy is not None for k in stages)
 
 
 def _finished(state: SweepState) -> list[TrialRecord]:

@@ -17,7 +17,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from analyzer.config.pipeline import TrialKnobs
 from analyzer.config.scenario import Scenario
 from analyzer.errors import TargetDiedError, TargetError
-from analyzer.evaluation.plan import NEIGHBOUR_GROWTH, Expected
+from analyzer.evaluation.plan import NEIGHBOUR_GROWTH, Expected, LoadPlan
 from analyzer.measure.generator import LoadGenerator
 from analyzer.measure.goals import goals_met
 from analyzer.rundir.results import utc_now
@@ -62,6 +62,8 @@ def locust_generator(
         on_window=on_window,
         stage_models=stages,
     )
+    if options.stream:  # goodput counts the requests that met the token goals
+        options = replace(options, goals=LoadPlan(scenario).goals)
     with LocustLoadGenerator(options) as generator:
         yield generator
 
@@ -122,7 +124,7 @@ def run_trial(
             raise
         try:
             state.touched = True
-            load_configs(state.target, configs)
+            load_configs(state.target, configs, _files(state, knobs, configs))
             evaluation = (
                 state.evaluator.check(check_rps, factor)
                 if check_rps
@@ -186,6 +188,16 @@ def run_trial(
         started_at=started_at,
         duration_s=round(state.clock() - t0, 3),
     )
+
+
+def _files(
+    state: SweepState, knobs: TrialKnobs, configs: Sequence[mc.ModelConfig]
+) -> dict[str, bytes]:
+    """The files a trial's load sends (a vLLM engine's settings); none for the model's own
+    config, whose own files on the server are what the baseline measures."""
+    if tuple(configs) == state.tuned.originals() and knobs == state.tuned.knobs():
+        return {}
+    return state.tuned.files(knobs)
 
 
 def expected_capacity(state: SweepState, knobs: TrialKnobs) -> Expected | None:

@@ -11,8 +11,9 @@ through :mod:`analyzer.target.transport`: no gevent, no tritonclient client.
 
 from __future__ import annotations
 
+import base64
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from google.protobuf import json_format
@@ -30,8 +31,19 @@ class ConfigRejectedError(TargetError):
     """The server refused a config (the trial fails; the sweep goes on)."""
 
 
-def load_configs(target: Target, configs: Sequence[mc.ModelConfig]) -> None:
-    """Load a trial's configs, one per tuned model, in order (each waits until ready)."""
+def load_configs(
+    target: Target,
+    configs: Sequence[mc.ModelConfig],
+    files: Mapping[str, bytes] | None = None,
+) -> None:
+    """Load a trial's configs, one per tuned model, in order (each waits until ready);
+    ``files`` (``file:<path>`` to contents: a generative engine's settings file) go with the
+    one model's config (without them the model's own files on the server are used)."""
+    if files:
+        if len(configs) != 1:
+            raise ValueError("files go with one model's config, not a pipeline's")
+        target.load_config(configs[0], files=files)
+        return
     for config in configs:
         target.load_config(config)
 
@@ -108,12 +120,22 @@ class Target(Protocol):
         """The model's current config as the server reports it."""
         ...
 
-    def load_config(self, config: mc.ModelConfig, *, wait_for_model: bool = True) -> None:
+    def load_config(
+        self,
+        config: mc.ModelConfig,
+        *,
+        wait_for_model: bool = True,
+        files: Mapping[str, bytes] | None = None,
+    ) -> None:
         """Reload model ``config.name`` (the tuned model when the config names none, or one of
         the pipeline's composing models) with ``config``, no server restart, and wait until it
         and (``wait_for_model``) :attr:`model` are ready. A composing model's probe config may
         break the pipeline that calls it (Triton refuses an ensemble whose step batches less
-        than the ensemble): that load waits for the composing model alone."""
+        than the ensemble): that load waits for the composing model alone.
+
+        ``files`` (``file:<version>/<path>`` to contents) replace the model's files for this
+        load, as Triton's repository load takes them beside ``config`` (a generative engine's
+        ``1/model.json``); None: the files in the server's repository."""
         ...
 
     def config_of(self, name: str) -> mc.ModelConfig | None:
@@ -202,6 +224,8 @@ class _HttpTarget:
     #: The last config :meth:`load_config` pushed per model, in order (loaded again into a
     #: server that returns).
     _last_configs: dict[str, mc.ModelConfig] | None = None
+    #: The files that went with each of those loads.
+    _last_files: dict[str, dict[str, bytes]] | None = None
 
     def _call(
         self, method: str, path: str, body: Any = None, timeout_s: float = 10.0
@@ -245,13 +269,24 @@ class _HttpTarget:
             raise TargetError(f"cannot read the config of {name} from {self.url}: {exc}") from exc
 
     def reload_last(self) -> None:
-        """Load again every config :meth:`load_config` pushed (a server that came back)."""
-        for config in list((self._last_configs or {}).values()):
-            self.load_config(config)
+        """Load again every config :meth:`load_config` pushed, with its files (a server that
+        came back)."""
+        files = self._last_files or {}
+        for name, config in list((self._last_configs or {}).items()):
+            self.load_config(config, files=files.get(name) or None)
 
-    def load_config(self, config: mc.ModelConfig, *, wait_for_model: bool = True) -> None:
+    def load_config(
+        self,
+        config: mc.ModelConfig,
+        *,
+        wait_for_model: bool = True,
+        files: Mapping[str, bytes] | None = None,
+    ) -> None:
         name = config.name or self.model
-        body = {"parameters": {"config": config_to_json(config)}}
+        parameters = {"config": config_to_json(config)}
+        for key, data in (files or {}).items():
+            parameters[key] = base64.b64encode(data).decode("ascii")
+        body = {"parameters": parameters}
         path = f"/v2/repository/models/{name}/load"
         try:
             status, payload = self._call("POST", path, body, timeout_s=self.load_timeout_s)
@@ -290,6 +325,7 @@ class _HttpTarget:
         if self._last_configs is None:
             self._last_configs = {}
         self._last_configs[name] = config
+        self._last_files = {**(self._last_files or {}), name: dict(files or {})}
 
     def server_metadata(self) -> dict[str, Any]:
         try:

@@ -407,9 +407,15 @@ class ManagedTriton(ManagedServer):
 
     # -- life cycle additions ------------------------------------------------------------------
 
-    def load_config(self, config: mc.ModelConfig, *, wait_for_model: bool = True) -> None:
+    def load_config(
+        self,
+        config: mc.ModelConfig,
+        *,
+        wait_for_model: bool = True,
+        files: Mapping[str, bytes] | None = None,
+    ) -> None:
         with self._watching_regions():  # a reload starts new stubs with new regions
-            super().load_config(config, wait_for_model=wait_for_model)
+            super().load_config(config, wait_for_model=wait_for_model, files=files)
 
     def stop(self) -> None:
         """Stop Triton (SIGTERM: it unloads its models), end its stubs, remove what they left."""
