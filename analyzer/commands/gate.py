@@ -46,14 +46,17 @@ from analyzer.commands.help import (
 )
 from analyzer.commands.input_flags import (
     BatchSizeFlag,
+    DatasetFlag,
     ExpectWorkersFlag,
     GrpcUrlFlag,
     HeaderFileFlag,
     HeaderFlag,
     InputDataFlag,
+    InputTokensFlag,
     MasterBindHostFlag,
     MasterPortFlag,
     MetricsUrlFlag,
+    OutputTokensFlag,
     ProtocolFlag,
     RepeatRatioFlag,
     ShapeFlag,
@@ -331,6 +334,9 @@ def register(app: typer.Typer) -> None:
         unique_payloads: UniquePayloadsFlag = None,
         repeat_ratio: RepeatRatioFlag = None,
         shared_memory: SharedMemoryFlag = None,
+        input_tokens: InputTokensFlag = None,
+        output_tokens: OutputTokensFlag = None,
+        dataset: DatasetFlag = None,
         junit: Annotated[
             Path | None,
             typer.Option(
@@ -407,6 +413,9 @@ def register(app: typer.Typer) -> None:
             unique_payloads=unique_payloads,
             repeat_ratio=repeat_ratio,
             shared_memory=value(shared_memory),
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            dataset=dataset,
             protocol=value(protocol),
             workers=workers,
             expect_workers=expect_workers,

@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from analyzer.config.scenario import Scenario
+from analyzer.config.sections import STREAM_PROTOCOLS
 from analyzer.errors import TargetError
 from analyzer.gate.plan import INVALID_RETRIES, Echo, MeasurePlan, _quiet, measurement_hash
 from analyzer.measure.measurement import Measurement
@@ -187,6 +188,23 @@ def live_environment(
         "generator_processes": scenario.traffic.workers,
         # What each request carried (a data file by its sha256 too).
         "input": scenario.to_dict()["input"],
+        **_requests(scenario),
+    }
+
+
+def _requests(scenario: Scenario) -> dict[str, Any]:
+    """A token stream's request lengths (as ``perfsweep load --output`` records them); empty
+    for requests answered once."""
+    if scenario.model.protocol not in STREAM_PROTOCOLS:
+        return {}
+    lengths = scenario.traffic.lengths()
+    return {
+        "requests": {
+            "lengths": lengths.describe(),
+            "input_tokens": lengths.input.to_text(),
+            "output_tokens": lengths.output.to_text(),
+            "dataset": lengths.source or None,
+        }
     }
 
 
