@@ -174,7 +174,8 @@ def from_summary(
     When validation re-measured it, its repeats are the samples and their worst case the
     headline (:meth:`Objective.repeat_figure`, the figure the report states too: longer windows
     than the search step); otherwise, for a fixed-load trial, the trial record's windows are the
-    samples; else the single search value.
+    samples; else the single search value. A generative model's token figures are the trial
+    record's operating point's (one sample).
     """
     notes: list[str] = []
     entry = summary.best
@@ -221,6 +222,7 @@ def from_summary(
                 f"{number} missed the sweep's goals (invalid or beyond the goal)"
             )
     error_rate = None
+    tokens = None
     if trial_record is not None:
         error_rate = trial_record.error_rate
         measured = trial_record.measurement
@@ -230,6 +232,13 @@ def from_summary(
                 tp_samples = tuple(w.throughput_rps for w in windows)
                 p99_samples = tuple(w.p99_ms for w in windows)
                 basis = "windows"
+        point = trial_record.operating_point()
+        tokens = token_figures([point]) if point is not None else None
+        if tokens is not None and basis == "repeats":
+            notes.append(
+                f"{label}: the token figures are trial {number}'s search step, one sample "
+                "(the validation repeats are request figures)"
+            )
     return GateInput(
         label,
         throughput,
@@ -240,6 +249,7 @@ def from_summary(
         basis,
         env,
         tuple(notes),
+        tokens,
     )
 
 

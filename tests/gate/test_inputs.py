@@ -314,3 +314,28 @@ def test_validation_repeats_are_judged_by_their_worst_repeat(
     assert g.p99_samples == (29.0, 31.0, 35.0)
     expected = "fixed load 60" if objective == "latency" else "capacity at p99 <= 40 ms"
     assert g.environment["measure"] == expected
+
+
+def test_a_generative_run_directory_gives_the_trials_token_figures(tmp_path: Path) -> None:
+    run = RunDirectory(tmp_path / "run")
+    run.write_summary(summary(3, [candidate(3, [6.0, 5.5], [900.0, 950.0])]))
+    point = streamed(measurement(6, 6, 900.0), 250.0, 18.0, 190.0)
+    run.write_trial(
+        {
+            "number": 3,
+            "source": "search",
+            "state": "complete",
+            "config": CONFIG,
+            "error_rate": 0.0,
+            "measurement": point.to_dict(),
+        }
+    )
+    g = read_result(run.root)
+    assert g.tokens is not None
+    assert (g.tokens.ttft_p99_ms, g.tokens.itl_p99_ms, g.tokens.output_tokens_per_s) == (
+        250.0,
+        18.0,
+        190.0,
+    )
+    assert g.tokens.ttft_p99_samples == (250.0,)
+    assert any("token figures are trial 3's search step" in n for n in g.notes)
