@@ -7,14 +7,25 @@ it generated (``vllm:generation_tokens_total``) once the load has stopped.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from reference_server.ready import last_ready
 from reference_server.zoo import tinyllm
-from tests.ui.support import NotYet, http, reference_server, start_ui, wait_until
+from tests.ui.support import (
+    UI_READY,
+    Child,
+    NotYet,
+    http,
+    perfsweep,
+    reference_server,
+    start_ui,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.usefixtures("spawns"), pytest.mark.timeout(240)]
 
@@ -125,5 +136,80 @@ def test_stream_users_show_ttft_itl_tokens_and_goodput_live(
         # Each stream the stop cut short (at most one a closed-loop user, a few in flight of the
         # open-loop one) generated tokens that no finished stream counted.
         assert received <= generated <= received + 6 * OUTPUT_TOKENS
+    finally:
+        assert child.stop() in (0, 130), child.tail()
+
+
+def _metric(metrics_url: str, name: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    _, text = http("GET", metrics_url)
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and s.labels.get("model_name") == MODEL
+    )
+
+
+def test_a_generative_model_gets_stream_users_and_its_engine_form(tmp_path: Path) -> None:
+    """``perfsweep ui --model tinyllm --device sim``: no --protocol, the model tells. The form
+    offers stream users only, and the config form sets the engine (applied while load runs)."""
+    child = Child(
+        perfsweep(
+            "ui", "--model", MODEL, "--device", "sim", "--web-port", "0",
+            "--output-dir", str(tmp_path / "ui"), "--output-tokens", "64",
+        ),
+        tmp_path / "ui.log",
+    )  # fmt: skip
+    try:
+        assert child.wait_line("perfsweep ui: target ", 120).endswith("(token streams)")
+        base = re.search(r"(http://\S+?)/ ", child.wait_line(UI_READY) + " ")
+        assert base, child.seen
+        ui = base.group(1)
+        addresses = last_ready((tmp_path / "ui" / "server.log").read_text())
+        assert addresses is not None
+        metrics_url = addresses.metrics_url
+        _, page = http("GET", ui + "/")
+        assert "TritonStreamUser" in page and "TritonHttpUser" not in page
+        # The bundled model.json as found: the form starts from the engine's own settings.
+        doc = wait_until(lambda: (d := _doc(ui))["config"] and d, 30, "the engine settings")
+        assert doc["config"]["engine_name"] == "vllm" and doc["config"]["settings_known"]
+        assert (doc["config"]["max_num_seqs"], doc["config"]["max_num_batched_tokens"]) == (
+            8,
+            2048,
+        )
+        blocks = _metric(metrics_url, "vllm:num_kv_cache_blocks_total")
+
+        form = {"user_count": 8, "spawn_rate": 8, "user_classes": ["TritonStreamUser"]}
+        assert http("POST", f"{ui}/swarm", form=form)[1]["success"]
+        wait_until(lambda: _doc(ui)["client"]["window"]["tokens"], 60, "the first finished streams")
+        posted = {
+            "max_num_seqs": 2,
+            "gpu_memory_utilization": 0.8,
+            "enable_chunked_prefill": "off",
+        }
+        status, answer = http("POST", ui + "/perfsweep/config", body=posted)
+        assert status == 200, answer
+        config = answer["config"]
+        assert (config["max_num_seqs"], config["gpu_memory_utilization"]) == (2, 0.8)
+        assert config["enable_chunked_prefill"] is False
+        assert config["max_num_batched_tokens"] == 2048  # not posted: kept
+        # The engine runs it: a smaller KV cache, and at most 2 sequences running while the
+        # other users' streams wait.
+        assert 0 < _metric(metrics_url, "vllm:num_kv_cache_blocks_total") < blocks
+
+        def queued() -> float:
+            running = _metric(metrics_url, "vllm:num_requests_running")
+            assert running <= 2
+            waiting = _metric(metrics_url, "vllm:num_requests_waiting")
+            if waiting < 1:
+                raise NotYet(f"{waiting} waiting")
+            return running
+
+        wait_until(queued, 30, "streams waiting for the 2 running", poll_s=0.2)
+        status, refused = http("POST", ui + "/perfsweep/config", body={"max_batch_size": 8})
+        assert status == 400 and "unknown engine field" in refused["error"]
+        assert http("POST", ui + "/stop")[0] == 200
     finally:
         assert child.stop() in (0, 130), child.tail()

@@ -21,6 +21,7 @@ from analyzer.load.web.live import (
     TokenGoals,
     dashboard,
     parse_config_request,
+    parse_engine_request,
     restarted,
     table_rows,
     tick_point,
@@ -421,3 +422,72 @@ def test_generative_options_reach_the_form_and_bad_ones_stop_before_anything_sta
     ):
         with pytest.raises(InputError, match=message):
             UiOptions(**bad).check()  # type: ignore[arg-type]
+
+
+ENGINE = {
+    "engine": True,
+    "engine_name": "vllm",
+    "settings_known": True,
+    "max_num_seqs": 8,
+    "max_num_batched_tokens": 2048,
+    "enable_chunked_prefill": True,
+    "gpu_memory_utilization": 0.9,
+    "instance_count": 1,
+}
+
+
+def test_engine_request_merges_and_parses() -> None:
+    out = parse_engine_request(
+        {"max_num_seqs": "16", "enable_chunked_prefill": "off", "gpu_memory_utilization": ""},
+        ENGINE,
+    )
+    assert out == {**ENGINE, "max_num_seqs": 16, "enable_chunked_prefill": False}
+    assert parse_engine_request({"gpu_memory_utilization": "0.5"}, ENGINE)[
+        "gpu_memory_utilization"
+    ] == pytest.approx(0.5)
+    assert parse_engine_request({"enable_chunked_prefill": True}, ENGINE)["enable_chunked_prefill"]
+
+
+@pytest.mark.parametrize(
+    ("posted", "message"),
+    [
+        ({"max_batch_size": 8}, "unknown engine field"),
+        ({"max_num_seqs": 0}, "between 1 and"),
+        ({"max_num_batched_tokens": "lots"}, "must be an integer"),
+        ({"enable_chunked_prefill": "maybe"}, "true or false"),
+        ({"gpu_memory_utilization": 1.5}, r"share in \(0, 1\]"),
+        ("16", "JSON object"),
+    ],
+)
+def test_engine_request_refuses_bad_input(posted: object, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        parse_engine_request(posted, ENGINE)
+
+
+def test_engine_settings_are_a_table_row() -> None:
+    doc = {**_doc(), "config": ENGINE}
+    rows = {r["metric"]: r["value"] for r in table_rows(doc)}
+    assert rows["engine settings (vllm)"] == (
+        "max_num_seqs 8, max_num_batched_tokens 2048, chunked prefill on, "
+        "gpu_memory_utilization 0.9, instances 1"
+    )
+    unknown = {**ENGINE, "settings_known": False, "gpu_memory_utilization": None}
+    rows = {r["metric"]: r["value"] for r in table_rows({**doc, "config": unknown})}
+    assert rows["engine settings (vllm)"].endswith(
+        "gpu_memory_utilization -, instances 1 (defaults: not read from the server)"
+    )
+    assert "model config" not in rows
+
+
+def test_a_generative_model_runs_the_stream_locustfile_with_its_engine_file() -> None:
+    engine_file = {"model": "tinyllm", "max_num_seqs": 8}
+    master, workers = locust_commands(
+        UiOptions(), "http://h:1", None, None, engine_file, generative=True
+    )
+    for line in (master, *workers):
+        assert line[line.index("-f") + 1].endswith("stream_locustfile.py")
+    given = json.loads(master[master.index("--perfsweep-engine-file") + 1])
+    assert given == engine_file
+    plain, _ = locust_commands(UiOptions(), "http://h:1", None, None)
+    assert plain[plain.index("-f") + 1].endswith("/locustfile.py")
+    assert "--perfsweep-engine-file" not in plain

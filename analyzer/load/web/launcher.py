@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.config.access import PLAIN, ServerAccess
+from analyzer.config.pipeline import ENGINE_FILE_KEY, engine_of
 from analyzer.config.urls import http_url as as_http_url
 from analyzer.errors import InputError
 from analyzer.load.web.options import (
@@ -37,6 +38,8 @@ from analyzer.target.remote import RemoteTarget
 from analyzer.target.supervise import child_process_options
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+#: A generative model's: token-streaming users (``locustfile.py``'s answer each request once).
+STREAM_LOCUSTFILE = Path(__file__).with_name("stream_locustfile.py")
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -129,10 +132,18 @@ def _free_port() -> int:
 
 
 def locust_commands(
-    options: UiOptions, http_url: str, grpc_url: str | None, metrics_url: str | None
+    options: UiOptions,
+    http_url: str,
+    grpc_url: str | None,
+    metrics_url: str | None,
+    engine_file: dict[str, Any] | None = None,
+    generative: bool = False,
 ) -> tuple[list[str], list[list[str]]]:
-    """The Locust master (web UI) command line and one command line per worker."""
-    base = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
+    """The Locust master (web UI) command line and one command line per worker
+    (``engine_file``: a generative model's engine settings as found, for the config form;
+    ``generative``: the users stream tokens)."""
+    locustfile = STREAM_LOCUSTFILE if generative else LOCUSTFILE
+    base = [sys.executable, "-m", "locust", "-f", str(locustfile)]
     if options.inputs:  # every process builds its own requests from it, workers included
         base += ["--perfsweep-input", json.dumps(options.inputs, sort_keys=True)]
     master = [
@@ -151,16 +162,18 @@ def locust_commands(
         "--arrival",
         options.arrival,
     ]
-    generative = {
+    form = {
         "--stream-protocol": options.stream,
         "--input-tokens": options.input_tokens,
         "--output-tokens": options.output_tokens,
         "--ttft-p99-ms": f"{options.ttft_p99_ms:g}" if options.ttft_p99_ms else None,
         "--itl-p99-ms": f"{options.itl_p99_ms:g}" if options.itl_p99_ms else None,
     }
-    for flag, given in generative.items():  # the form's starting values (workers get the form's)
+    for flag, given in form.items():  # the form's starting values (workers get the form's)
         if given is not None:
             master += [flag, given]
+    if engine_file is not None:
+        master += ["--perfsweep-engine-file", json.dumps(engine_file, sort_keys=True)]
     if grpc_url:
         master += ["--grpc-url", grpc_url]
     if metrics_url:
@@ -176,6 +189,24 @@ def locust_commands(
             for _ in range(options.workers)
         ]
     return master, workers
+
+
+def streams(target: RemoteTarget) -> bool:
+    """Whether the target's model answers with a stream of tokens (a decoupled model, or one
+    a generative engine serves): its dashboard offers token-streaming users."""
+    config = target.model_config()
+    return bool(config.model_transaction_policy.decoupled) or engine_of(config) is not None
+
+
+def read_engine_file(repository: Path, model: str) -> dict[str, Any] | None:
+    """A generative model's engine settings in ``repository`` (vLLM's ``1/model.json``), or
+    None (not a vLLM engine's model, or unreadable)."""
+    path = repository / model / ENGINE_FILE_KEY.removeprefix("file:")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _child_env(access: ServerAccess = PLAIN) -> dict[str, str]:
@@ -220,6 +251,7 @@ def run_ui(options: UiOptions, on_status: Callable[[str], Any] = _silent) -> int
     previous = _terminate_as_interrupt()
     grpc_url: str | None
     metrics_url: str | None
+    engine_file: dict[str, Any] | None = None
     try:
         if options.url is None:
             log_path = options.log_dir / "server.log"
@@ -234,16 +266,26 @@ def run_ui(options: UiOptions, on_status: Callable[[str], Any] = _silent) -> int
             assert server.addresses is not None  # set by start()
             grpc_url = options.grpc_url or server.addresses.grpc_url
             metrics_url = options.metrics_url or server.addresses.metrics_url
+            if server.repository is not None:
+                engine_file = read_engine_file(server.repository, options.model)
+            target = RemoteTarget(http_url, options.model)
         else:
             http_url = as_http_url(options.url)  # the one check of a URL
+            target = None
             if not (options.stream or "").startswith("openai"):
                 # An OpenAI-compatible server (vLLM, SGLang) has no Triton health check to ask.
                 target = RemoteTarget(http_url, options.model, access=options.access)
                 target.notify = on_status
                 target.start()  # a refused credential stops here (AccessDeniedError)
             grpc_url, metrics_url = options.grpc_url, options.metrics_url
-        on_status(f"perfsweep ui: target {http_url} model {options.model}")
-        master_cmd, worker_cmds = locust_commands(options, http_url, grpc_url, metrics_url)
+        generative = options.stream is not None or (target is not None and streams(target))
+        on_status(
+            f"perfsweep ui: target {http_url} model {options.model}"
+            + (" (token streams)" if generative else "")
+        )
+        master_cmd, worker_cmds = locust_commands(
+            options, http_url, grpc_url, metrics_url, engine_file, generative
+        )
         # Locust dies with this process too (kill -9 included), like the managed server.
         tie = child_process_options(_child_env(options.access))
         master = subprocess.Popen(master_cmd, **tie)

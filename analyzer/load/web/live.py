@@ -380,7 +380,20 @@ def table_rows(doc: Mapping[str, Any]) -> list[dict[str, str]]:
     pending = server.get("pending_requests")
     rows.append(("pending requests", "-" if pending is None else str(pending)))
     config = doc.get("config")
-    if config:
+    if config and config.get("engine"):
+        chunked = "on" if config["enable_chunked_prefill"] else "off"
+        memory = config.get("gpu_memory_utilization")
+        rows.append(
+            (
+                f"engine settings ({config['engine_name']})",
+                f"max_num_seqs {config['max_num_seqs']}, max_num_batched_tokens "
+                f"{config['max_num_batched_tokens']}, chunked prefill {chunked}, "
+                f"gpu_memory_utilization {'-' if memory is None else f'{memory:g}'}, "
+                f"instances {config['instance_count']}"
+                + ("" if config.get("settings_known") else " (defaults: not read from the server)"),
+            )
+        )
+    elif config:
         pref = ",".join(str(s) for s in config.get("preferred_batch_size", [])) or "-"
         rows.append(
             (
@@ -449,6 +462,58 @@ def parse_config_request(data: Any, current: Mapping[str, Any]) -> dict[str, Any
         "max_queue_delay_us" in data or "preferred_batch_size" in data
     ):
         out.pop("dynamic_batching")
+    return out
+
+
+#: A generative engine's form fields (vLLM's names) and their bounds.
+_ENGINE_INT_FIELDS = {
+    "max_num_seqs": (1, 1 << 16),
+    "max_num_batched_tokens": (1, 1 << 24),
+    "instance_count": (1, 64),
+}
+_ENGINE_FIELDS = (*_ENGINE_INT_FIELDS, "enable_chunked_prefill", "gpu_memory_utilization")
+
+
+def parse_engine_request(data: Any, current: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge a posted engine change into ``current`` (``EngineKnobs.to_dict`` shape).
+
+    Fields not posted keep their current value; ``enable_chunked_prefill`` takes true/false
+    (or on/off, 1/0); ``gpu_memory_utilization`` a share in (0, 1] ("" keeps the engine's own).
+
+    Raises:
+        InputError: a field is unknown or out of range.
+    """
+    if not isinstance(data, Mapping):
+        raise InputError('post a JSON object such as {"max_num_seqs": 16}')
+    unknown = set(data) - set(_ENGINE_FIELDS)
+    if unknown:
+        raise InputError(
+            f"unknown engine field(s) {sorted(unknown)}; a generative model's form takes "
+            f"{sorted(_ENGINE_FIELDS)}"
+        )
+    out = dict(current)
+    for name, (low, high) in _ENGINE_INT_FIELDS.items():
+        if name not in data or data[name] in ("", None):
+            continue
+        value = _as_int(data[name], name)
+        if not low <= value <= high:
+            raise InputError(f"{name} must be between {low} and {high}, got {value}")
+        out[name] = value
+    chunked = data.get("enable_chunked_prefill")
+    if chunked not in ("", None):
+        text = str(chunked).strip().lower()
+        if text not in ("true", "false", "on", "off", "1", "0"):
+            raise InputError(f"enable_chunked_prefill must be true or false, got {chunked!r}")
+        out["enable_chunked_prefill"] = text in ("true", "on", "1")
+    memory = data.get("gpu_memory_utilization")
+    if memory not in ("", None):
+        try:
+            share = float(memory)
+        except (TypeError, ValueError):
+            share = math.nan
+        if not 0 < share <= 1:
+            raise InputError(f"gpu_memory_utilization is a share in (0, 1], got {memory!r}")
+        out["gpu_memory_utilization"] = share
     return out
 
 

@@ -110,6 +110,12 @@ def add_arguments(parser: Any) -> None:
         "ITL), ms (0: none).",
     )
     group.add_argument(
+        "--perfsweep-engine-file",
+        default="",
+        help="A generative model's engine settings as found (its 1/model.json, JSON; perfsweep "
+        "ui passes the managed server's): the config form's starting values.",
+    )
+    group.add_argument(
         "--shape-period-s",
         type=float,
         default=60.0,

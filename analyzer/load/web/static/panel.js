@@ -11,6 +11,9 @@
   var built = false;
   var timer = null;
   var el = {};
+  var BATCH_FIELDS = ["max_batch_size", "max_queue_delay_us", "preferred_batch_size", "instance_count"];
+  var ENGINE_FIELDS = ["max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
+                       "gpu_memory_utilization", "instance_count"];
 
   function activeTab() {
     return new URLSearchParams(window.location.search).get("tab");
@@ -88,8 +91,35 @@
     el.cfgStatus = make("div", { "class": "ps-status", "data-ps": "config-status" }, cfg);
     cfg.addEventListener("submit", function (ev) {
       ev.preventDefault();
-      applyConfig(apply);
+      applyConfig(apply, BATCH_FIELDS, el.cfgStatus, "cfg_", function (c) {
+        return "max_batch_size " + c.max_batch_size + ", delay " + c.max_queue_delay_us +
+          " us, preferred [" + c.preferred_batch_size.join(",") + "], instances " + c.instance_count;
+      });
     });
+    el.cfgForm = cfg;
+
+    // A generative model: its engine's knobs instead (vLLM's names), applied the same way.
+    var eng = make("form", { "class": "ps-box ps-config", "data-ps": "engine-form", hidden: "" }, row);
+    el.engineTitle = make("h3", {}, eng, "Engine settings (applied with the repository API)");
+    [["max_num_seqs", "max_num_seqs (running set)"],
+     ["max_num_batched_tokens", "max_num_batched_tokens (step budget)"],
+     ["enable_chunked_prefill", "chunked prefill (true/false)"],
+     ["gpu_memory_utilization", "gpu_memory_utilization (share, blank: engine's own)"],
+     ["instance_count", "instances"]].forEach(function (f) {
+      var label = make("label", {}, eng, f[1]);
+      el["eng_" + f[0]] = make("input", { name: f[0], type: "text", "data-ps": "eng-" + f[0] }, label);
+    });
+    var engApply = make("button", { type: "submit", "data-ps": "engine-apply" }, eng, "Apply to server");
+    el.engStatus = make("div", { "class": "ps-status", "data-ps": "engine-status" }, eng);
+    eng.addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      applyConfig(engApply, ENGINE_FIELDS, el.engStatus, "eng_", function (c) {
+        return ENGINE_FIELDS.map(function (f) {
+          return f + " " + (c[f] === null || c[f] === undefined ? "-" : c[f]);
+        }).join(", ");
+      });
+    });
+    el.engineForm = eng;
     el.meta = make("div", { "class": "ps-meta", "data-ps": "meta" }, panel);
     built = true;
   }
@@ -194,7 +224,18 @@
       make("div", { "class": "ps-error" }, el.failures, "client: " + k + " x" + c.error_kinds[k]);
     });
 
-    if (doc.config) {
+    var engine = !!(doc.config && doc.config.engine);
+    el.cfgForm.hidden = engine;
+    el.engineForm.hidden = !engine;
+    if (engine) {
+      el.engineTitle.textContent = "Engine settings (" + doc.config.engine_name + ", applied with " +
+        "the repository API)" + (doc.config.settings_known ? "" : ": defaults shown, the server's own not readable");
+      ENGINE_FIELDS.forEach(function (f) {
+        var input = el["eng_" + f];
+        var v = doc.config[f];
+        if (document.activeElement !== input && !input.dataset.dirty) input.value = v === null || v === undefined ? "" : String(v);
+      });
+    } else if (doc.config) {
       ["max_batch_size", "max_queue_delay_us", "instance_count"].forEach(function (f) {
         var input = el["cfg_" + f];
         if (document.activeElement !== input && !input.dataset.dirty) input.value = String(doc.config[f]);
@@ -207,28 +248,21 @@
       doc.server_reloads + (Object.keys(doc.errors).length ? " | " + JSON.stringify(doc.errors) : "");
   }
 
-  function applyConfig(button) {
+  function applyConfig(button, fields, status, prefix, describe) {
     var body = {};
-    ["max_batch_size", "max_queue_delay_us", "preferred_batch_size", "instance_count"].forEach(function (f) {
-      body[f] = el["cfg_" + f].value;
-    });
+    fields.forEach(function (f) { body[f] = el[prefix + f].value; });
     button.disabled = true;
-    el.cfgStatus.textContent = "applying...";
+    status.textContent = "applying...";
     fetch("./perfsweep/config", {
       method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
     }).then(function (r) { return r.json(); }).then(function (res) {
       if (res.ok) {
-        var c = res.config;
-        el.cfgStatus.textContent = "applied: max_batch_size " + c.max_batch_size + ", delay " +
-          c.max_queue_delay_us + " us, preferred [" + c.preferred_batch_size.join(",") +
-          "], instances " + c.instance_count;
-        ["max_batch_size", "max_queue_delay_us", "preferred_batch_size", "instance_count"].forEach(function (f) {
-          delete el["cfg_" + f].dataset.dirty;
-        });
+        status.textContent = "applied: " + describe(res.config);
+        fields.forEach(function (f) { delete el[prefix + f].dataset.dirty; });
       } else {
-        el.cfgStatus.textContent = "refused: " + res.error;
+        status.textContent = "refused: " + res.error;
       }
-    }).catch(function (e) { el.cfgStatus.textContent = "failed: " + e; })
+    }).catch(function (e) { status.textContent = "failed: " + e; })
       .finally(function () { button.disabled = false; });
   }
 
