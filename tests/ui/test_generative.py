@@ -121,6 +121,10 @@ def test_stream_users_show_ttft_itl_tokens_and_goodput_live(
         assert rows["output tokens/s (client)"] and rows["failed streams (client)"] == "0"
         # Locust's own statistics see each stream and its time to first token.
         assert {"stream", "ttft"} <= {e["method"] for e in stats["stats"] if e["name"] == MODEL}
+        # A --url server's engine file is out of reach: the form refuses to replace it blind.
+        assert _doc(base)["config"]["settings_known"] is False
+        status, refused = http("POST", base + "/perfsweep/config", body={"max_num_seqs": 4})
+        assert status == 400 and "cannot be read from the server" in refused["error"]
 
         assert http("POST", base + "/stop")[0] == 200
 

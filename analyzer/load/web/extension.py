@@ -246,6 +246,15 @@ class Dashboard:
     ) -> dict[str, Any]:
         """A generative model's engine knobs: its config (instances; TensorRT-LLM's parameters)
         and its engine file (vLLM's), loaded together as a sweep's trial is."""
+        if tuned.engine == "vllm" and self.engine_file is None:
+            # Triton's API serves no model files; a model.json of the knobs alone would drop
+            # the keys it does not tune (the model's path), and the model would not load.
+            raise InputError(
+                f"the engine settings of {model!r} (its 1/model.json) cannot be read from the "
+                "server, and a file of the knobs alone would drop its other keys (the model's "
+                "path): open the model on the managed server (perfsweep ui --model-repository "
+                "DIR --model NAME), or give the file to Locust with --perfsweep-engine-file JSON"
+            )
         current = tuned.knobs().to_dict()
         try:
             wanted = EngineKnobs.from_dict(parse_engine_request(posted, current))
