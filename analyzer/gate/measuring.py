@@ -197,15 +197,7 @@ def _requests(scenario: Scenario) -> dict[str, Any]:
     for requests answered once."""
     if scenario.model.protocol not in STREAM_PROTOCOLS:
         return {}
-    lengths = scenario.traffic.lengths()
-    return {
-        "requests": {
-            "lengths": lengths.describe(),
-            "input_tokens": lengths.input.to_text(),
-            "output_tokens": lengths.output.to_text(),
-            "dataset": lengths.source or None,
-        }
-    }
+    return {"requests": scenario.traffic.lengths().record()}
 
 
 def _gate_environment(env: Mapping[str, Any], level: str) -> dict[str, str | None]:
