@@ -8,6 +8,7 @@ trial at the end."""
 from __future__ import annotations
 
 import enum
+import math
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from analyzer.config.knobs import EngineKnobs
 from analyzer.config.pipeline import TrialKnobs, knob_cells, knobs_from_dict
 from analyzer.config.scenario import Scenario
 from analyzer.config.traffic import TrafficMode
@@ -36,10 +38,13 @@ def start_line(run_dir: Path, scenario: Scenario, target: dict[str, Any]) -> str
     """The run's first line: model, target, goal, the traffic's shape when not Poisson."""
     mix = scenario.mix()
     what = f"models {', '.join(mix)} (served together)" if mix else f"model {scenario.model.name}"
-    line = (
-        f"perfsweep run: {what} on {target.get('device')} at "
-        f"{target.get('url')}; goal p99 <= {scenario.goals.p99_ms:g} ms"
+    g = scenario.goals
+    goal = (
+        Goals(math.inf, ttft_p99_ms=g.ttft_p99_ms, itl_p99_ms=g.itl_p99_ms).describe()
+        if g.ttft_p99_ms is not None or g.itl_p99_ms is not None
+        else f"p99 <= {g.p99_ms:g} ms"
     )
+    line = f"perfsweep run: {what} on {target.get('device')} at {target.get('url')}; goal {goal}"
     traffic = scenario.traffic
     if traffic.mode is TrafficMode.RATE and len(traffic.shapes) > 1:
         shapes = "; ".join(a.describe() for a in traffic.arrival_processes())
@@ -63,6 +68,21 @@ def ceiling_note(summary: SweepOutcome, scenario: Scenario) -> str | None:
         "limit is the load this host offers, not the server (raise traffic.max_rate_rps, or add "
         "generator processes with --workers)"
     )
+
+
+def latency_text(r: TrialRecord) -> str:
+    """``p99 12.3 ms``; a generative trial's token figures at its operating point instead:
+    ``TTFT p99 120.0 ms, ITL p99 18.2 ms, 310 tok/s, goodput 9.7 req/s``."""
+    f = r.token_figures()
+    if not f:
+        return f"p99 {r.p99_ms:.1f} ms"
+    text = (
+        f"TTFT p99 {f['ttft_p99_ms']:.1f} ms, ITL p99 {f['itl_p99_ms']:.1f} ms, "
+        f"{f['output_tokens_per_s']:.0f} tok/s"
+    )
+    if f["goodput_rps"] is not None:
+        text += f", goodput {f['goodput_rps']:.1f} req/s"
+    return text
 
 
 def _batches(r: TrialRecord) -> str:
@@ -111,12 +131,20 @@ def trials_table(rows: Sequence[TrialRecord], title: str = "finished trials") ->
             r.source,
             escape(r.config.label()),
             _rps(r) if r.state == "complete" else "-",
-            f"{r.p99_ms:.1f}" if r.state == "complete" else "-",
+            _p99_cell(r) if r.state == "complete" else "-",
             ("[green]met" if r.meets_goals else "[red]missed")
             if r.state == "complete"
             else f"[red]{r.state}: {escape((r.failure or '')[:60])}",
         )
     return table
+
+
+def _p99_cell(r: TrialRecord) -> str:
+    """The p99 column: ``12.3``; a generative trial's ``TTFT/ITL`` p99 (``120.0/18.2``)."""
+    f = r.token_figures()
+    if not f:
+        return f"{r.p99_ms:.1f}"
+    return f"{f['ttft_p99_ms']:.1f}/{f['itl_p99_ms']:.1f}"
 
 
 def trials_text(counts: Mapping[str, int]) -> str:
@@ -163,7 +191,7 @@ class LiveView(SweepObserver):
         table = trials_table(self.rows[-12:])
         best = (
             f"best so far: trial {self.best.number}  {escape(self.best.config.label())}  "
-            f"{_rps(self.best, ' req/s')}  p99 {self.best.p99_ms:.1f} ms"
+            f"{_rps(self.best, ' req/s')}  {latency_text(self.best)}"
             if self.best
             else "best so far: none meets the goals yet"
         )
@@ -262,9 +290,7 @@ class PlainView(LiveView):
         label = "baseline" if result.number < 0 else f"trial {result.number}"
         if result.state == "complete":
             verdict = "met the goals" if result.meets_goals else "missed the goals"
-            text = (
-                f"{_rps(result, ' req/s')}, p99 {result.p99_ms:.1f} ms{_batches(result)}: {verdict}"
-            )
+            text = f"{_rps(result, ' req/s')}, {latency_text(result)}{_batches(result)}: {verdict}"
         else:
             text = f"{result.state}: {result.failure or ''}"
         done = f"{int(self.progress.tasks[0].completed)}/{self.progress.tasks[0].total:.0f}"
@@ -291,9 +317,9 @@ def validation_text(result: TrialRecord, check_rps: float | None) -> str:
         return f"{result.state}: {result.failure or ''}"
     if check_rps is not None:
         verdict = "held" if result.meets_goals else "missed"
-        return f"{verdict} at {check_rps:.1f} req/s: p99 {result.p99_ms:.1f} ms"
+        return f"{verdict} at {check_rps:.1f} req/s: {latency_text(result)}"
     verdict = "met the goals" if result.meets_goals else "missed the goals"
-    return f"{_rps(result, ' req/s')}, p99 {result.p99_ms:.1f} ms: {verdict}"
+    return f"{_rps(result, ' req/s')}, {latency_text(result)}: {verdict}"
 
 
 def server_left_line(left: dict[str, Any]) -> str:
@@ -340,17 +366,15 @@ def summary_table(summary: SweepOutcome, goals: Goals | None = None) -> Table:
     if validated:
         caption += " (worst validation repeat: longer windows, re-measured after the search)"
     table = Table(title=f"perfsweep run {summary.run_id}", caption=caption)
-    for name in (
-        "",
-        "max_batch_size",
-        "delay us",
-        "preferred",
-        "instances",
-        "req/s",
-        "p50 ms",
-        "p99 ms",
-        "goals",
-    ):
+    engine = any(
+        isinstance(r.config, EngineKnobs) for r in (summary.baseline, summary.best) if r is not None
+    )
+    names = (
+        ("max_num_seqs", "max_tokens", "prefill", "engines", "req/s", "TTFT p99", "ITL p99")
+        if engine
+        else ("max_batch_size", "delay us", "preferred", "instances", "req/s", "p50 ms", "p99 ms")
+    )
+    for name in ("", *names, "goals"):
         table.add_column(name, justify="left" if name in ("", "preferred", "goals") else "right")
     footnotes = []
     for label, r in (("baseline", summary.baseline), ("best", summary.best)):
@@ -374,12 +398,13 @@ def summary_table(summary: SweepOutcome, goals: Goals | None = None) -> Table:
                 part = "model" if any(c.model for c in point.classes) else "stage"
                 limit = limiting_stage(stages, point, goals)
                 footnotes.append(f"{label} by {part}: {stages_text(stages, limit)}")
+        f = r.token_figures()
         table.add_row(
             label,
             *knob_cells(r.config),
             _rps(r),
-            f"{r.p50_ms:.1f}",
-            p99,
+            f"{f['ttft_p99_ms']:.1f}" if f else f"{r.p50_ms:.1f}",
+            f"{f['itl_p99_ms']:.1f}" if f else p99,
             "met" if r.meets_goals else "missed",
         )
     if footnotes:

@@ -358,6 +358,12 @@ class LocustLoadGenerator:
             max_in_flight=t.max_in_flight,
             server=view,
         )
+        if t.tokens is not None and t.tokens.streams:
+            stats = replace(
+                stats,
+                ttft_p99_ms=percentiles_us(t.tokens.ttft, [99])[99] / 1000.0,
+                itl_p99_ms=percentiles_us(t.tokens.itl, [99])[99] / 1000.0,
+            )
         return stats, after
 
     def _result(

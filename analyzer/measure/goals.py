@@ -22,12 +22,20 @@ def is_stable(windows: Sequence[WindowStats], stability_pct: float = 10.0, neede
 
     Agreement means max/min <= 1 + stability_pct/100 for both; a window with no completed request
     (zero throughput) is never stable.
+
+    Generative windows (token figures measured) agree on throughput and ITL p99, over the
+    window's tokens: their end-to-end p99 is the longest outputs' length, not a latency of the
+    server. (At a few requests a second a short window's throughput is a Poisson count of a
+    dozen arrivals, which no rule can call stable within 10 %: such levels want longer
+    windows.)
     """
     if len(windows) < needed:
         return False
     last = windows[-needed:]
     limit = 1.0 + stability_pct / 100.0
-    for values in ([w.throughput_rps for w in last], [w.p99_ms for w in last]):
+    tokens = all(w.itl_p99_ms is not None for w in last)
+    latency = [(w.itl_p99_ms or 0.0) if tokens else w.p99_ms for w in last]
+    for values in ([w.throughput_rps for w in last], latency):
         low, high = min(values), max(values)
         if low <= 0 or high / low > limit:
             return False

@@ -166,11 +166,18 @@ class WindowStats:
     #: Most requests outstanding at once during the window.
     max_in_flight: int = 0
     server: ServerView | None = None
+    #: A generative window: TTFT p99 over its requests and ITL p99 over its tokens, ms (None:
+    #: requests answered once).
+    ttft_p99_ms: float | None = None
+    itl_p99_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
+        """JSON-ready dict (the token figures only for a generative window)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["server"] = self.server.to_dict() if self.server else None
+        for key in ("ttft_p99_ms", "itl_p99_ms"):
+            if out[key] is None:
+                out.pop(key)
         return out
 
     @classmethod

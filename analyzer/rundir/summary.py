@@ -72,6 +72,9 @@ class ConfigEntry:
     #: The search measurement's throughput (the headline may be a validation repeat's).
     search_throughput_rps: float | None = None
     source: str | None = None
+    #: A generative config's token figures at its operating point: ``ttft_p99_ms``,
+    #: ``itl_p99_ms``, ``output_tokens_per_s``, ``goodput_rps`` (None: requests answered once).
+    tokens: dict[str, float | None] | None = None
 
     @classmethod
     def from_trial(
@@ -104,6 +107,7 @@ class ConfigEntry:
             validated_throughput_rps=validated_throughput_rps,
             search_throughput_rps=search_throughput_rps,
             source=trial.source,
+            tokens=trial.token_figures() or None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -122,6 +126,7 @@ class ConfigEntry:
             "validated_throughput_rps": self.validated_throughput_rps,
             "search_throughput_rps": self.search_throughput_rps,
             "source": self.source,
+            **({"tokens": dict(self.tokens)} if self.tokens is not None else {}),
         }
 
     @classmethod
@@ -142,6 +147,7 @@ class ConfigEntry:
             validated_throughput_rps=opt_float(d.get("validated_throughput_rps")),
             search_throughput_rps=opt_float(d.get("search_throughput_rps")),
             source=opt_str(d.get("source")),
+            tokens=dict(d["tokens"]) if d.get("tokens") else None,
         )
 
 

@@ -9,12 +9,16 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from analyzer.config.knobs import EngineKnobs
 from analyzer.config.pipeline import Tuned
+from analyzer.documents import write_json
 from analyzer.errors import TargetError
+from analyzer.evaluation.plan import LoadPlan
 from analyzer.measure.gain import GainSample, gain_estimate, gain_sentence
 from analyzer.predict.profile import Profile, RequestMix
 from analyzer.rundir.batching import batch_formation
@@ -143,14 +147,17 @@ def finish_run(
     best_path = candidate_path = None
     if recommendation.config is not None:
         best_path = directory.write_best(recommendation.config)
+        if recommendation.trial is not None and state.tuned.engine is not None:
+            write_engine_answer(state, recommendation.trial, best_path.parent)
     if recommendation.withheld is not None:
         candidate_path = write_configs(
             directory.root / "candidate", recommendation.withheld, directory.tree
         )
     left = leave_server(state, recommendation.trial)
-    goal_text = f"goal p99 <= {scenario.goals.p99_ms:g} ms" + (
-        f": {scenario.goals.note}" if scenario.goals.note else ""
-    )
+    goals = LoadPlan(scenario).goals
+    goal_text = (
+        f"goal {goals.describe()}" if goals.token_goals else f"goal p99 <= {goals.p99_ms:g} ms"
+    ) + (f": {scenario.goals.note}" if scenario.goals.note else "")
     counts: dict[str, int] = {"complete": 0, "failed": 0, "interrupted": 0}
     for r in state.results.values():
         counts[r.state] = counts.get(r.state, 0) + 1
@@ -339,6 +346,35 @@ def _recommend(
     if (traffic := _padding(state)) is not None:
         detail += f"; {traffic}"
     return _Recommendation("best", detail, config, chosen)
+
+
+def write_engine_answer(state: SweepState, trial: TrialRecord, folder: Path) -> list[Path]:
+    """What a generative engine's user deploys, beside ``config.pbtxt`` in ``folder``: the
+    vLLM engine's ``model.json`` (Triton's vLLM backend, the reference engine); the command
+    line of a server started from ``model.serve_command`` (``command.txt``); and
+    ``measured.json``: the TTFT, ITL, tokens/s and goodput it was measured at (a TensorRT-LLM
+    model's knobs are in ``config.pbtxt`` itself)."""
+    written: list[Path] = []
+    files = state.tuned.files(trial.config) if trial.number >= 0 else {}
+    for key, data in files.items():
+        path = folder / key.removeprefix("file:").split("/", 1)[-1]
+        path.write_bytes(data)
+        written.append(path)
+    command = getattr(state.target, "command_line", None)
+    if callable(command) and isinstance(trial.config, EngineKnobs):
+        path = folder / "command.txt"
+        path.write_text(command(trial.config) + "\n", encoding="utf-8")
+        written.append(path)
+    measured = {
+        "trial": trial.number,
+        "config": trial.config.to_dict(),
+        "throughput_rps": trial.throughput_rps,
+        **trial.token_figures(),
+    }
+    path = folder / "measured.json"
+    write_json(path, measured)
+    written.append(path)
+    return written
 
 
 def _padding(state: SweepState) -> str | None:
