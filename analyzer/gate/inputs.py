@@ -20,7 +20,7 @@ from analyzer.config.objective import Objective, gentlest, objective_for, worst_
 from analyzer.errors import InputError, ResultFormatError
 from analyzer.gate.verdict import GateInput, TokenFigures
 from analyzer.measure.generator import read_load_output
-from analyzer.measure.measurement import Measurement
+from analyzer.measure.measurement import Measurement, WindowStats
 from analyzer.measure.specs import LoadMode
 from analyzer.rundir.measurements import FixedMeasurement
 from analyzer.rundir.records import SUMMARY_KIND, load_summary, load_trial
@@ -34,14 +34,38 @@ def _median(values: Sequence[float]) -> float:
 
 def token_figures(measurements: Sequence[Measurement]) -> TokenFigures | None:
     """The token streams of repeats of one level (each repeat a sample, the median the
-    headline), or of one measurement (a single sample); None unless every one streamed tokens."""
+    headline), or of one measurement (sampled by its windows' TTFT and ITL p99 where they
+    have them; tokens/s is one sample); None unless every one streamed tokens."""
     stats = [m.tokens for m in measurements]
     if not stats or any(t is None for t in stats):
         return None
     ttft = tuple(t.ttft_p99_ms for t in stats if t is not None)
     itl = tuple(t.itl_p99_ms for t in stats if t is not None)
     rate = tuple(t.output_tokens_per_s for t in stats if t is not None)
-    return TokenFigures(_median(ttft), _median(itl), _median(rate), ttft, itl, rate)
+    figures = TokenFigures(_median(ttft), _median(itl), _median(rate), ttft, itl, rate)
+    if len(measurements) == 1:
+        return _by_windows(figures, measurements[0].windows)
+    return figures
+
+
+def _by_windows(figures: TokenFigures, windows: Sequence[WindowStats]) -> TokenFigures:
+    """``figures`` (one measurement's) with its windows' TTFT and ITL p99 as their samples,
+    when two or more windows recorded them; the headline stays the measurement's own."""
+    ttft = tuple(w.ttft_p99_ms for w in windows if w.ttft_p99_ms is not None)
+    itl = tuple(w.itl_p99_ms for w in windows if w.itl_p99_ms is not None)
+    if len(ttft) < 2 or len(itl) < 2:
+        return figures
+    return dataclasses.replace(figures, ttft_p99_samples=ttft, itl_p99_samples=itl)
+
+
+def _entry_tokens(figures: Mapping[str, float | None] | None) -> TokenFigures | None:
+    """A summary entry's token figures (one sample each); None without them."""
+    if not figures:
+        return None
+    ttft, itl, rate = (figures.get(k) for k in ("ttft_p99_ms", "itl_p99_ms", "output_tokens_per_s"))
+    if ttft is None or itl is None or rate is None:
+        return None
+    return TokenFigures(ttft, itl, rate, (ttft,), (itl,), (rate,))
 
 
 def from_measurements(
@@ -175,7 +199,8 @@ def from_summary(
     headline (:meth:`Objective.repeat_figure`, the figure the report states too: longer windows
     than the search step); otherwise, for a fixed-load trial, the trial record's windows are the
     samples; else the single search value. A generative model's token figures are the trial
-    record's operating point's (one sample).
+    record's operating point's (sampled by its windows' TTFT and ITL where recorded), else the
+    summary entry's (one sample).
     """
     notes: list[str] = []
     entry = summary.best
@@ -222,7 +247,8 @@ def from_summary(
                 f"{number} missed the sweep's goals (invalid or beyond the goal)"
             )
     error_rate = None
-    tokens = None
+    # The entry's own figures (summary.json alone), else the trial record's operating point's.
+    tokens = _entry_tokens(entry.tokens)
     if trial_record is not None:
         error_rate = trial_record.error_rate
         measured = trial_record.measurement
@@ -233,7 +259,7 @@ def from_summary(
                 p99_samples = tuple(w.p99_ms for w in windows)
                 basis = "windows"
         point = trial_record.operating_point()
-        tokens = token_figures([point]) if point is not None else None
+        tokens = (token_figures([point]) if point is not None else None) or tokens
         if tokens is not None and basis == "repeats":
             notes.append(
                 f"{label}: the token figures are trial {number}'s search step, one sample "

@@ -339,3 +339,37 @@ def test_a_generative_run_directory_gives_the_trials_token_figures(tmp_path: Pat
     )
     assert g.tokens.ttft_p99_samples == (250.0,)
     assert any("token figures are trial 3's search step" in n for n in g.notes)
+
+
+def test_one_streamed_level_is_sampled_by_its_windows_ttft_and_itl(tmp_path: Path) -> None:
+    windows = tuple(
+        dataclasses.replace(window(i, 4, 900.0), ttft_p99_ms=ttft, itl_p99_ms=itl)
+        for i, (ttft, itl) in enumerate([(110.0, 10.0), (130.0, 12.0), (120.0, 11.0)])
+    )
+    m = streamed(measurement(4, 4, 900.0, windows), 125.0, 11.5, 128.0)
+    g = read_result(write(tmp_path / "r.json", load_output_dict([m], environment=ENV)))
+    assert g.tokens is not None
+    assert g.tokens.ttft_p99_samples == (110.0, 130.0, 120.0)
+    assert g.tokens.itl_p99_samples == (10.0, 12.0, 11.0)
+    # The headline is the level's own (all its requests), tokens/s one sample.
+    assert (g.tokens.ttft_p99_ms, g.tokens.tokens_per_s_samples) == (125.0, (128.0,))
+
+
+def test_a_summary_alone_gives_its_entrys_token_figures(tmp_path: Path) -> None:
+    doc = summary(3, [])
+    doc["best"]["tokens"] = {
+        "ttft_p99_ms": 240.0,
+        "itl_p99_ms": 17.0,
+        "output_tokens_per_s": 210.0,
+        "goodput_rps": 6.0,
+    }
+    run = RunDirectory(tmp_path / "run")  # no trial records beside it
+    run.write_summary(doc)
+    g = read_result(run.root / "summary.json")
+    assert g.tokens is not None
+    assert (g.tokens.ttft_p99_ms, g.tokens.itl_p99_ms, g.tokens.output_tokens_per_s) == (
+        240.0,
+        17.0,
+        210.0,
+    )
+    assert g.tokens.itl_p99_samples == (17.0,)
