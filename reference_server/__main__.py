@@ -185,6 +185,15 @@ def _add_security_flags(parser: argparse.ArgumentParser) -> None:
         f"APIs: {groups})",
     )
     parser.add_argument(
+        "--engine-setting",
+        dest="engine_settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an engine setting of the bundled generative model (vLLM's names, e.g. "
+        "max_num_seqs=16), as vllm serve takes them on its command line (repeatable)",
+    )
+    parser.add_argument(
         "--grpc-restricted-protocol",
         dest="grpc_restricted_protocols",
         action="append",
@@ -242,6 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             grpc_root_cert=args.grpc_root_cert,
             http_restricted_apis=tuple(args.http_restricted_apis),
             grpc_restricted_protocols=tuple(args.grpc_restricted_protocols),
+            engine_settings=tuple(args.engine_settings),
         )
         run_server(options)
     except ServerError as exc:

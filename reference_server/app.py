@@ -117,6 +117,9 @@ class ServerOptions:
     grpc_root_cert: Path | None = None
     http_restricted_apis: tuple[str, ...] = ()
     grpc_restricted_protocols: tuple[str, ...] = ()
+    #: ``--engine-setting KEY=VALUE`` values: the bundled generative model's engine settings
+    #: (``1/model.json``, vLLM's names) over its own, as ``vllm serve`` takes them as flags.
+    engine_settings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("http_port", "grpc_port", "metrics_port"):
@@ -246,6 +249,20 @@ class _Running:
         self._frontends.append(frontend)
         return bound
 
+    def _engine_settings(self) -> dict[str, str]:
+        """``--engine-setting`` values as ``model.json`` keys (their values checked when the
+        engine reads them)."""
+        out: dict[str, str] = {}
+        for item in self.options.engine_settings:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ServerError(
+                    f"--engine-setting {item!r}: use KEY=VALUE (e.g. max_num_seqs=16)",
+                    Code.INVALID_ARG,
+                )
+            out[key.strip()] = value.strip()
+        return out
+
     def _bundled_repository(self) -> Path:
         """Materialise the bundled models asked for (no ``--model-repository`` given)."""
         from reference_server.zoo import tinyllm
@@ -268,7 +285,9 @@ class _Running:
             )
         self._scratch = Path(tempfile.mkdtemp(prefix="perfsweep-zoo-"))
         if tinyllm.MODEL_NAME in self.options.models:
-            tinyllm.make_repository(self._scratch, device=self.options.device)
+            tinyllm.make_repository(
+                self._scratch, device=self.options.device, engine=self._engine_settings()
+            )
         if MODEL_NAME in self.options.models:
             from reference_server.zoo.resnet50 import make_repository
 

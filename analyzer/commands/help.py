@@ -30,7 +30,6 @@ __all__ = [
     "Leave",
     "LoadProtocol",
     "ObjectiveName",
-    "Protocol",
     "RateLimit",
     "SearchStrategy",
     "ServerKind",
@@ -70,13 +69,6 @@ class Device(Choice):
     sim = "sim"
 
 
-class Protocol(Choice):
-    """``[model] protocol``."""
-
-    http = "http"
-    grpc = "grpc"
-
-
 class Engine(Choice):
     """``[model] engine``: the generative engine behind ``--serve-command``."""
 
@@ -86,8 +78,8 @@ class Engine(Choice):
 
 
 class LoadProtocol(Choice):
-    """``perfsweep load --protocol``: ``[model] protocol``'s two, and the streaming protocols of
-    generative models (``analyzer.load.streams.STREAM_PROTOCOLS``)."""
+    """``--protocol`` (``[model] protocol``): http, grpc, and the streaming protocols of
+    generative models (``analyzer.config.sections.STREAM_PROTOCOLS``)."""
 
     http = "http"
     grpc = "grpc"

@@ -188,6 +188,8 @@ def engine_of(config: mc.ModelConfig) -> str | None:
         return "vllm"
     if backend in ("tensorrtllm", "tensorrt_llm", "trtllm"):
         return "tensorrtllm"
+    if backend == "sglang":  # a server started from a command (its stand-in config)
+        return "sglang"
     return None
 
 
@@ -276,8 +278,10 @@ class Tuned:
 
     def files(self, knobs: TrialKnobs) -> dict[str, bytes]:
         """The files a repository load sends beside ``config`` for ``knobs`` (``file:<path>``
-        to contents): the vLLM engine's ``1/model.json``; empty for every other model."""
-        if not isinstance(knobs, EngineKnobs) or self.engine != "vllm":
+        to contents): the engine's settings as vLLM's ``1/model.json`` (a server started from a
+        command reads its knobs back from it); empty for TensorRT-LLM, whose settings are
+        ``config.pbtxt`` parameters, and for every model Triton's batchers schedule."""
+        if not isinstance(knobs, EngineKnobs) or self.engine in (None, "tensorrtllm"):
             return {}
         settings = {**(self.engine_file or {}), **engine_settings(knobs, "vllm")}
         return {ENGINE_FILE_KEY: (json.dumps(settings, indent=2) + "\n").encode()}

@@ -419,8 +419,9 @@ def _sweep(
 
 def streaming_scenario(scenario: Scenario, base: mc.ModelConfig) -> Scenario:
     """The scenario of a generative model's sweep: its load speaks a token stream (Triton's
-    ``generate_stream`` for ``model.protocol = "http"``, ``ModelStreamInfer`` for ``grpc``)
-    and it is held to token goals.
+    ``generate_stream`` for ``model.protocol = "http"``, ``ModelStreamInfer`` for ``grpc``;
+    a server started from a command, OpenAI's ``/v1/completions``) and it is held to token
+    goals.
 
     Raises:
         InputError: no token goal is given.
@@ -431,7 +432,8 @@ def streaming_scenario(scenario: Scenario, base: mc.ModelConfig) -> Scenario:
             f"{base.name!r} is a generative model ({base.backend} engine): give its goals as "
             "--ttft-p99-ms and/or --itl-p99-ms (goals.ttft_p99_ms, goals.itl_p99_ms)"
         )
-    protocol = {"http": "generate-stream", "grpc": "grpc-stream"}.get(scenario.model.protocol)
+    http = "openai" if scenario.model.serve_command else "generate-stream"
+    protocol = {"http": http, "grpc": "grpc-stream"}.get(scenario.model.protocol)
     if protocol is None:
         return scenario
     model = scenario.model.model_copy(update={"protocol": protocol})

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from analyzer.config.scenario import Scenario
 from analyzer.errors import InputError
+from analyzer.target.command import CommandTarget
 from analyzer.target.managed import ManagedServer
 from analyzer.target.protocol import Target
 from analyzer.target.remote import RemoteTarget
@@ -32,6 +33,18 @@ def make_target(scenario: Scenario, workdir: Path, url: str | None = None) -> Ta
             (a sweep's alone: :mod:`analyzer.predict.virtual`).
     """
     m = scenario.model
+    if m.serve_command:
+        if url or m.url:
+            raise InputError(
+                "--serve-command starts the server and --url names a running one: give one"
+            )
+        return CommandTarget(
+            m.serve_command,
+            m.name,
+            m.engine or "vllm",
+            Path(workdir) / "server" / "server.log",
+            startup_timeout_s=m.startup_timeout_s,
+        )
     address = url or m.url
     if address:
         access = m.access().check()

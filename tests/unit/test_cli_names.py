@@ -128,7 +128,7 @@ def _literal(model: Any, field: str) -> set[str]:
     ("choice", "values"),
     [
         (cli_help.Device, _literal(ModelSection, "device")),
-        (cli_help.Protocol, _literal(ModelSection, "protocol")),
+        (cli_help.LoadProtocol, _literal(ModelSection, "protocol")),
         (cli_help.ServerKind, _literal(ModelSection, "server")),
         (cli_help.Leave, _literal(RunSection, "leave")),
         (cli_help.SearchStrategy, _literal(SearchSection, "strategy")),

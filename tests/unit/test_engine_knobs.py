@@ -129,3 +129,37 @@ def test_the_engine_space_is_the_scenarios_values_with_the_engines_own_settings(
         assert space.decode(space.encode(knobs)) == knobs
     assert space.seeds(EngineKnobs(5, 3000))[0] == EngineKnobs(4, 1024, True, 0.7)
     assert EngineSpace().size() == 21
+
+
+def test_a_command_template_takes_each_knob_by_its_vllm_or_its_engines_name() -> None:
+    from analyzer.target.command import check_template, format_command
+
+    template = (
+        "python -m sglang.launch_server --port {port} --max-running-requests "
+        "{max_running_requests} --chunked-prefill-size {chunked_prefill_size} "
+        "--max-prefill-tokens {max_num_batched_tokens}"
+    )
+    check_template(template, "sglang")
+    assert format_command(template, EngineKnobs(16, 4096, False), "sglang", 30000) == [
+        *("python", "-m", "sglang.launch_server", "--port", "30000"),
+        *("--max-running-requests", "16", "--chunked-prefill-size", "-1"),
+        *("--max-prefill-tokens", "4096"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ("vllm serve m --max-num-seqs {max_num_seqs}", r"add --port \{port\}"),
+        ("vllm serve m --port {port} --seqs {seqs}", r"names \{seqs\}, which is no knob"),
+        ("vllm serve m --port {port} {", "--serve-command"),
+    ],
+)
+def test_a_bad_command_template_is_refused_before_anything_starts(
+    template: str, message: str
+) -> None:
+    from analyzer.errors import InputError
+    from analyzer.target.command import check_template
+
+    with pytest.raises(InputError, match=message):
+        check_template(template, "vllm")

@@ -1,0 +1,126 @@
+"""A generative engine tuned live: its configs reach the server through the repository load
+with the engine file beside ``config``, or through restarts of a server started from a command.
+
+The bundled ``tinyllm`` on the reference engine (simulated device) stands in for vLLM: its
+engine settings are vLLM's, in ``1/model.json``, and ``python -m reference_server
+--engine-setting KEY=VALUE`` takes them on its command line as ``vllm serve`` takes flags.
+Assertions are on what was loaded and recorded (configs, files, restarts, counts) and on a
+capacity ratio with a wide margin, never on wall-clock times.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from analyzer.config.knobs import EngineKnobs
+from analyzer.config.pipeline import ENGINE_FILE_KEY, Tuned
+from analyzer.config.scenario import load_scenario
+from analyzer.rundir.results import RunDirectory, load_summary
+from analyzer.target.command import CommandTarget
+from tests.load.refserver import REPO_ROOT
+
+SERVE = (
+    f"{sys.executable} -m reference_server --model tinyllm --device sim --http-port {{port}} "
+    "--grpc-port 0 --metrics-port 0 --engine-setting max_num_seqs={max_num_seqs} "
+    "--engine-setting max_num_batched_tokens={max_num_batched_tokens}"
+)
+
+
+def test_a_command_target_restarts_its_server_only_for_a_new_config(
+    spawns: None, tmp_path: Path
+) -> None:
+    target = CommandTarget(SERVE, "tinyllm", "vllm", tmp_path / "server.log")
+    base = target.model_config()
+    assert base.backend == "vllm" and base.model_transaction_policy.decoupled
+    tuned = Tuned(base, engine="vllm")
+    try:
+        target.start()
+        assert target.starts == 1 and target.knobs == tuned.knobs()
+        knobs = EngineKnobs(4, 512)
+        (config,) = tuned.configs(knobs)
+        target.load_config(config, files=tuned.files(knobs))
+        assert target.starts == 2 and target.knobs == EngineKnobs(4, 512)
+        target.load_config(config, files=tuned.files(knobs))  # already running: no restart
+        assert target.starts == 2
+        target.ensure_alive()
+        assert target.restarts == 0
+        log = (tmp_path / "server.log").read_text()
+        assert "max_num_seqs=4 --engine-setting max_num_batched_tokens=512" in log
+        assert target.command_line(knobs).endswith(
+            "--engine-setting max_num_seqs=4 --engine-setting max_num_batched_tokens=512"
+        )
+    finally:
+        target.stop()
+
+
+def _scenario(tmp_path: Path, **more: object) -> object:
+    return load_scenario(
+        REPO_ROOT / "scenarios" / "tinyllm.sim.toml",
+        {
+            "run.output_dir": str(tmp_path),
+            "search.strategy": "grid",
+            "space.max_num_seqs": [1, 4],
+            "space.max_num_batched_tokens": [2048],
+            "traffic.input_tokens": "32",
+            "traffic.output_tokens": "16",
+            "traffic.start_rps": 4.0,
+            "traffic.max_rate_rps": 30.0,
+            "budget.trials": 2,
+            "budget.time_budget_s": 600.0,
+            "budget.validate_top": 0,
+            "budget.min_requests": 8,
+            **more,
+        },
+        env={},
+    )
+
+
+def test_a_generative_sweep_loads_each_config_with_its_engine_file(
+    live_sweep: None, tmp_path: Path
+) -> None:
+    from analyzer.sweep.loop import run_sweep
+
+    outcome = run_sweep(_scenario(tmp_path))  # type: ignore[arg-type]
+    summary = load_summary(outcome.run_dir)
+    records = RunDirectory(outcome.run_dir).load_existing_trials()
+    trials = {r.config: r for r in records if r.number >= 0}
+    assert set(trials) == {EngineKnobs(1, 2048, True, 0.9), EngineKnobs(4, 2048, True, 0.9)}
+    one, four = trials[EngineKnobs(1, 2048, True, 0.9)], trials[EngineKnobs(4, 2048, True, 0.9)]
+    for r in (one, four):
+        figures = r.token_figures()
+        assert figures and figures["output_tokens_per_s"] and figures["output_tokens_per_s"] > 0
+        assert {"ttft_slack", "itl_slack"} <= set(r.constraints)
+    # Four sequences decoding together serve about four times what one does (planted: a step
+    # of 10 ms + 0.25 ms per sequence).
+    assert four.throughput_rps > 2 * one.throughput_rps
+    assert summary["best"]["config"]["max_num_seqs"] in (4, 8)  # 8: the engine's own
+    assert summary["best"]["tokens"]["ttft_p99_ms"] > 0
+    best = outcome.run_dir / "best"
+    if summary["best"]["trial_number"] >= 0:  # a searched config: its engine file
+        written = json.loads((best / "model.json").read_text())
+        assert written["max_num_seqs"] == 4 and written["model"] == "tinyllm"
+    measured = json.loads((best / "measured.json").read_text())
+    assert measured["config"]["max_num_seqs"] == summary["best"]["config"]["max_num_seqs"]
+    assert ENGINE_FILE_KEY == "file:1/model.json"
+
+
+@pytest.mark.parametrize("goal", ["ttft", "none"])
+def test_token_goals_belong_to_generative_models(goal: str, tmp_path: Path) -> None:
+    from analyzer.config.scenario import Scenario
+    from analyzer.errors import InputError
+    from analyzer.sweep.loop import streaming_scenario
+
+    scenario = load_scenario(None, {"goals.ttft_p99_ms": 100.0} if goal == "ttft" else {}, env={})
+    assert isinstance(scenario, Scenario)
+    base = CommandTarget.__new__(CommandTarget)
+    base.model, base.engine = "llm", "vllm"
+    config = base.model_config()
+    if goal == "none":
+        with pytest.raises(InputError, match="--ttft-p99-ms"):
+            streaming_scenario(scenario, config)
+        return
+    assert streaming_scenario(scenario, config).model.protocol == "generate-stream"
