@@ -477,6 +477,9 @@ def test_engine_settings_are_a_table_row() -> None:
         "gpu_memory_utilization -, instances 1 (defaults: not read from the server)"
     )
     assert "model config" not in rows
+    # Triton's batch statistics say nothing of an engine's per-step batching: left out.
+    assert "average batch size" not in rows and "queue time / request" not in rows
+    assert "failures by reason (server)" in rows
 
 
 def test_a_generative_model_runs_the_stream_locustfile_with_its_engine_file() -> None:

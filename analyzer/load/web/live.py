@@ -369,18 +369,22 @@ def table_rows(doc: Mapping[str, Any]) -> list[dict[str, str]]:
         rows.append(("failed streams (client)", str(tokens["failed_streams"])))
     server = doc.get("server") or {}
     sw = server.get("window")
+    config = doc.get("config")
+    # A generative engine batches per step, inside one "execution" per stream: Triton's batch
+    # statistics say nothing of it (its token figures above do).
+    engine = bool(config and config.get("engine"))
     if sw:
-        rows.append(("average batch size", f"{sw['avg_batch_size']:.2f}"))
-        hist = " ".join(f"{k}:{v}" for k, v in sw["batch_sizes"].items()) or "-"
-        rows.append(("executions by batch size", hist))
-        rows.append(("queue time / request", f"{sw['queue_us']:.0f} us"))
-        rows.append(("compute time / request", f"{sw['compute_us']:.0f} us"))
+        if not engine:
+            rows.append(("average batch size", f"{sw['avg_batch_size']:.2f}"))
+            hist = " ".join(f"{k}:{v}" for k, v in sw["batch_sizes"].items()) or "-"
+            rows.append(("executions by batch size", hist))
+            rows.append(("queue time / request", f"{sw['queue_us']:.0f} us"))
+            rows.append(("compute time / request", f"{sw['compute_us']:.0f} us"))
         fails = ", ".join(f"{k} {v}" for k, v in sw["failures_by_reason"].items()) or "none"
         rows.append(("failures by reason (server)", fails))
     pending = server.get("pending_requests")
     rows.append(("pending requests", "-" if pending is None else str(pending)))
-    config = doc.get("config")
-    if config and config.get("engine"):
+    if config and engine:
         chunked = "on" if config["enable_chunked_prefill"] else "off"
         memory = config.get("gpu_memory_utilization")
         rows.append(

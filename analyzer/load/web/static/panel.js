@@ -61,6 +61,7 @@
     make("h3", {}, trate, "Output tokens/s and streams finished per second");
     el.rateChart = make("canvas", { width: 560, height: 180, "data-ps": "token-rate-chart" }, trate);
 
+    el.batchOnly = [el.batch.parentNode, el.queue.parentNode, el.compute.parentNode];
     var charts = make("div", { "class": "ps-row" }, panel);
     var lat = make("div", { "class": "ps-box" }, charts);
     make("h3", {}, lat, "Exact latency per second (ms): p50, p99");
@@ -68,14 +69,17 @@
     var bat = make("div", { "class": "ps-box" }, charts);
     make("h3", {}, bat, "Average batch size and throughput per second");
     el.batchChart = make("canvas", { width: 560, height: 180, "data-ps": "batch-chart" }, bat);
+    el.batchOnly.push(bat);
 
     var row = make("div", { "class": "ps-row" }, panel);
     var hist = make("div", { "class": "ps-box" }, row);
     make("h3", {}, hist, "Executions by batch size (window)");
     el.hist = make("div", { "class": "ps-hist", "data-ps": "batch-histogram" }, hist);
     var split = make("div", { "class": "ps-box" }, row);
-    make("h3", {}, split, "Per request: queue vs compute (us)");
+    el.batchOnly.push(hist);
+    var splitTitle = make("h3", {}, split, "Per request: queue vs compute (us)");
     el.split = make("div", { "class": "ps-split", "data-ps": "queue-compute" }, split);
+    el.batchOnly.push(splitTitle, el.split);
     make("h3", {}, split, "Failures by reason");
     el.failures = make("div", { "class": "ps-failures", "data-ps": "failures" }, split);
 
@@ -227,6 +231,9 @@
     var engine = !!(doc.config && doc.config.engine);
     el.cfgForm.hidden = engine;
     el.engineForm.hidden = !engine;
+    // A generative engine batches per step inside each stream's one "execution": Triton's
+    // batch statistics say nothing of it, so their boxes give way to the token figures.
+    el.batchOnly.forEach(function (node) { node.hidden = engine; });
     if (engine) {
       el.engineTitle.textContent = "Engine settings (" + doc.config.engine_name + ", applied with " +
         "the repository API)" + (doc.config.settings_known ? "" : ": defaults shown, the server's own not readable");
