@@ -1,8 +1,9 @@
 """``perfsweep ui`` on a generative model: the reference engine's ``tinyllm`` as its own process,
 the dashboard's stream users over OpenAI's streaming protocol, real Locust, real requests.
 
-The dashboard's token figures are held to what the server itself counted: the output tokens
-it generated (``vllm:generation_tokens_total``) once the load has stopped.
+The dashboard's token figures are held to what the server itself counted once the load has
+stopped: the streams it finished (``vllm:request_success_total``) and the tokens it generated
+(``vllm:generation_tokens_total``).
 """
 
 from __future__ import annotations
@@ -62,11 +63,24 @@ def _generated(metrics_url: str) -> float:
     )
 
 
+def _finished(metrics_url: str) -> float:
+    """Streams the server finished (``vllm:request_success_total``; a cut stream is not)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    _, text = http("GET", metrics_url)
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "vllm:request_success_total" and s.labels.get("model_name") == MODEL
+    )
+
+
 def test_stream_users_show_ttft_itl_tokens_and_goodput_live(
     tmp_path: Path, server: dict[str, str]
 ) -> None:
     http_url, metrics_url = f"http://{server['http']}", f"http://{server['metrics']}/metrics"
-    before = _generated(metrics_url)
+    before, finished_before = _generated(metrics_url), _finished(metrics_url)
     child, base = start_ui(
         tmp_path,
         http_url,
@@ -128,18 +142,19 @@ def test_stream_users_show_ttft_itl_tokens_and_goodput_live(
 
         assert http("POST", base + "/stop")[0] == 200
 
-        def settled() -> tuple[float, int]:
-            # The server's count stops moving once the streams cut by the stop are gone.
-            first = _generated(metrics_url)
-            received = _doc(base)["client"]["since_start"]["tokens"]["output_tokens"]
-            if _generated(metrics_url) != first:
+        def settled() -> tuple[float, float, dict[str, Any]]:
+            # The server's counts stop moving once the streams cut by the stop are gone.
+            first = (_generated(metrics_url), _finished(metrics_url))
+            seen = _doc(base)["client"]["since_start"]["tokens"]
+            if (_generated(metrics_url), _finished(metrics_url)) != first:
                 raise NotYet("tokens still being generated")
-            return first - before, received
+            return first[0] - before, first[1] - finished_before, seen
 
-        generated, received = wait_until(settled, 30, "the server to go quiet", poll_s=1.0)
-        # Each stream the stop cut short (at most one a closed-loop user, a few in flight of the
-        # open-loop one) generated tokens that no finished stream counted.
-        assert received <= generated <= received + 6 * OUTPUT_TOKENS
+        generated, finished, seen = wait_until(settled, 30, "the server to go quiet", poll_s=1.0)
+        # Every stream the dashboard counted, the server finished, with its tokens; the streams
+        # the stop cut short (in flight then) the server generated for, or finished unseen.
+        assert seen["output_tokens"] == OUTPUT_TOKENS * seen["streams"] <= generated
+        assert finished / 2 <= seen["streams"] <= finished
     finally:
         assert child.stop() in (0, 130), child.tail()
 
