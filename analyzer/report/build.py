@@ -62,6 +62,7 @@ from analyzer.report.record import (
 from analyzer.report.rundir import RunData
 from analyzer.report.series import _load_curve, _progress, _server_breakdown, _time_series
 from analyzer.report.shapes import shape_table
+from analyzer.report.tokens import token_story
 from analyzer.report.verdict import build_verdict, ceiling_warning, explain
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.rundir.validation import Validation
@@ -201,7 +202,9 @@ def build_record(run: RunData, *, min_gpu_utilization_pct: float | None = None) 
         missing=missing,
     )
     labels = {t.number: t.label for t in trials}
-    record = dataclasses.replace(record, shapes=shape_table(run.trials, labels))
+    record = dataclasses.replace(
+        record, shapes=shape_table(run.trials, labels), tokens=token_story(run.trials)
+    )
     tables = class_tables(run, roles, by_number)
     if not tables:
         return record

@@ -36,6 +36,7 @@ from analyzer.report.svg import (
     styled,
     to_svg,
 )
+from analyzer.report.tokens import tokens_figure
 
 
 def throughput_vs_p99(record: ReportRecord) -> Figure | None:
@@ -140,4 +141,5 @@ def report_figures(record: ReportRecord) -> dict[str, Figure | None]:
         "batch_sizes": batch_sizes(record),
         "load_curves": load_curves(record),
         "time_series": time_series(record),
+        "tokens": tokens_figure(record.tokens),
     }

@@ -15,9 +15,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analyzer.documents import FORMATS, REPORT_KIND
+
+if TYPE_CHECKING:  # the figures module imports matplotlib; the record is data only
+    from analyzer.report.tokens import TokenStory
 
 #: Version of the embedded JSON (``perfsweep-data``): :data:`analyzer.documents.FORMATS`'s.
 REPORT_FORMAT_VERSION = FORMATS[REPORT_KIND].current
@@ -523,13 +526,17 @@ class ReportRecord:
     kind: str = REPORT_KIND
     #: Each arrival shape's pick beside the worst-case pick (None: the run had one shape).
     shapes: ShapeTable | None = None
+    #: A generative sweep's token streams per config (None: requests answered once).
+    tokens: TokenStory | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (dict keys become strings; inf/nan become None); ``shapes`` only
-        for a run with several arrival shapes, so every other report reads as before."""
+        for a run with several arrival shapes and ``tokens`` only for a generative sweep, so
+        every other report reads as before."""
         out: dict[str, Any] = jsonable(dataclasses.asdict(self))
-        if self.shapes is None:
-            out.pop("shapes")
+        for key in ("shapes", "tokens"):
+            if out.get(key) is None:
+                out.pop(key, None)
         return out
 
 

@@ -11,18 +11,20 @@ capacity ratio with a wide margin, never on wall-clock times.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from analyzer.config.knobs import EngineKnobs
-from analyzer.config.pipeline import ENGINE_FILE_KEY, Tuned
+from analyzer.config.pipeline import Tuned
 from analyzer.config.scenario import load_scenario
 from analyzer.rundir.results import RunDirectory, load_summary
 from analyzer.target.command import CommandTarget
 from tests.load.refserver import REPO_ROOT
 
+CLI = [sys.executable, "-c", "from analyzer.cli import main; main()"]
 SERVE = (
     f"{sys.executable} -m reference_server --model tinyllm --device sim --http-port {{port}} "
     "--grpc-port 0 --metrics-port 0 --engine-setting max_num_seqs={max_num_seqs} "
@@ -57,36 +59,53 @@ def test_a_command_target_restarts_its_server_only_for_a_new_config(
         target.stop()
 
 
-def _scenario(tmp_path: Path, **more: object) -> object:
-    return load_scenario(
-        REPO_ROOT / "scenarios" / "tinyllm.sim.toml",
-        {
-            "run.output_dir": str(tmp_path),
-            "search.strategy": "grid",
-            "space.max_num_seqs": [1, 4],
-            "space.max_num_batched_tokens": [2048],
-            "traffic.input_tokens": "32",
-            "traffic.output_tokens": "16",
-            "traffic.start_rps": 4.0,
-            "traffic.max_rate_rps": 30.0,
-            "budget.trials": 2,
-            "budget.time_budget_s": 600.0,
-            "budget.validate_top": 0,
-            "budget.min_requests": 8,
-            **more,
-        },
-        env={},
-    )
+SCENARIO = """
+objective = "throughput"
+[model]
+name = "tinyllm"
+device = "sim"
+[traffic]
+input_tokens = "32"
+output_tokens = "16"
+min_rate_rps = 1.0
+start_rps = 3.0
+# A ceiling the larger configs reach in a few levels: the search stays short.
+max_rate_rps = 12.0
+[goals]
+ttft_p99_ms = 500.0
+itl_p99_ms = 40.0
+[space]
+max_num_seqs = [1, 4]
+max_num_batched_tokens = [2048]
+[budget]
+trials = 2
+warmup_s = 0.3
+window_s = 0.5
+min_requests = 8
+capacity_resolution = 0.4
+validate_top = 0
+[search]
+strategy = "grid"
+"""
 
 
 def test_a_generative_sweep_loads_each_config_with_its_engine_file(
     live_sweep: None, tmp_path: Path
 ) -> None:
-    from analyzer.sweep.loop import run_sweep
-
-    outcome = run_sweep(_scenario(tmp_path))  # type: ignore[arg-type]
-    summary = load_summary(outcome.run_dir)
-    records = RunDirectory(outcome.run_dir).load_existing_trials()
+    scenario = tmp_path / "tinyllm.toml"
+    scenario.write_text(SCENARIO)
+    done = subprocess.run(
+        [*CLI, "run", "--scenario", str(scenario), "--output-dir", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=REPO_ROOT,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "TTFT p99" in done.stdout and "tok/s" in done.stdout
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    summary = load_summary(run_dir)
+    records = RunDirectory(run_dir).load_existing_trials()
     trials = {r.config: r for r in records if r.number >= 0}
     assert set(trials) == {EngineKnobs(1, 2048, True, 0.9), EngineKnobs(4, 2048, True, 0.9)}
     one, four = trials[EngineKnobs(1, 2048, True, 0.9)], trials[EngineKnobs(4, 2048, True, 0.9)]
@@ -95,17 +114,16 @@ def test_a_generative_sweep_loads_each_config_with_its_engine_file(
         assert figures and figures["output_tokens_per_s"] and figures["output_tokens_per_s"] > 0
         assert {"ttft_slack", "itl_slack"} <= set(r.constraints)
     # Four sequences decoding together serve about four times what one does (planted: a step
-    # of 10 ms + 0.25 ms per sequence).
-    assert four.throughput_rps > 2 * one.throughput_rps
+    # of 10 ms + 0.25 ms per sequence), up to the space's ceiling of 12 req/s.
+    assert four.throughput_rps > 1.5 * one.throughput_rps
     assert summary["best"]["config"]["max_num_seqs"] in (4, 8)  # 8: the engine's own
     assert summary["best"]["tokens"]["ttft_p99_ms"] > 0
-    best = outcome.run_dir / "best"
+    best = run_dir / "best"
     if summary["best"]["trial_number"] >= 0:  # a searched config: its engine file
         written = json.loads((best / "model.json").read_text())
         assert written["max_num_seqs"] == 4 and written["model"] == "tinyllm"
     measured = json.loads((best / "measured.json").read_text())
     assert measured["config"]["max_num_seqs"] == summary["best"]["config"]["max_num_seqs"]
-    assert ENGINE_FILE_KEY == "file:1/model.json"
 
 
 @pytest.mark.parametrize("goal", ["ttft", "none"])
