@@ -46,14 +46,17 @@ from analyzer.commands.help import (
 )
 from analyzer.commands.input_flags import (
     BatchSizeFlag,
+    DatasetFlag,
     ExpectWorkersFlag,
     GrpcUrlFlag,
     HeaderFileFlag,
     HeaderFlag,
     InputDataFlag,
+    InputTokensFlag,
     MasterBindHostFlag,
     MasterPortFlag,
     MetricsUrlFlag,
+    OutputTokensFlag,
     ProtocolFlag,
     RepeatRatioFlag,
     ShapeFlag,
@@ -145,6 +148,30 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 help="Fail when the failed fraction > this.",
                 show_default="the [gate] table's max_error_rate",
+                rich_help_panel=GOALS,
+            ),
+        ] = None,
+        ttft_p99_ms: Annotated[
+            float | None,
+            typer.Option(
+                help="Token streams: fail when time to first token p99 > this (ms).",
+                show_default="the [gate] table's ttft_p99_ms",
+                rich_help_panel=GOALS,
+            ),
+        ] = None,
+        itl_p99_ms: Annotated[
+            float | None,
+            typer.Option(
+                help="Token streams: fail when inter-token latency p99 > this (ms).",
+                show_default="the [gate] table's itl_p99_ms",
+                rich_help_panel=GOALS,
+            ),
+        ] = None,
+        min_tokens_per_s: Annotated[
+            float | None,
+            typer.Option(
+                help="Token streams: fail when output tokens/s < this.",
+                show_default="the [gate] table's min_tokens_per_s",
                 rich_help_panel=GOALS,
             ),
         ] = None,
@@ -307,6 +334,9 @@ def register(app: typer.Typer) -> None:
         unique_payloads: UniquePayloadsFlag = None,
         repeat_ratio: RepeatRatioFlag = None,
         shared_memory: SharedMemoryFlag = None,
+        input_tokens: InputTokensFlag = None,
+        output_tokens: OutputTokensFlag = None,
+        dataset: DatasetFlag = None,
         junit: Annotated[
             Path | None,
             typer.Option(
@@ -353,6 +383,9 @@ def register(app: typer.Typer) -> None:
             max_error_rate=max_error_rate,
             max_regression=parse_fraction(max_regression) if max_regression else None,
             alpha=alpha,
+            ttft_p99_ms=ttft_p99_ms,
+            itl_p99_ms=itl_p99_ms,
+            min_tokens_per_s=min_tokens_per_s,
         )
         request = MeasureRequest(
             scenario_file=scenario_file,
@@ -380,6 +413,9 @@ def register(app: typer.Typer) -> None:
             unique_payloads=unique_payloads,
             repeat_ratio=repeat_ratio,
             shared_memory=value(shared_memory),
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            dataset=dataset,
             protocol=value(protocol),
             workers=workers,
             expect_workers=expect_workers,

@@ -817,12 +817,7 @@ def register(app: typer.Typer) -> None:
                     mixed.get("traffic.classes", ()),
                 )
                 if lengths is not None:  # a generative load: what its requests asked for
-                    environment["requests"] = {
-                        "lengths": lengths.describe(),
-                        "input_tokens": lengths.input.to_text(),
-                        "output_tokens": lengths.output.to_text(),
-                        "dataset": lengths.source or None,
-                    }
+                    environment["requests"] = lengths.record()
                 doc = load_output_dict(measurements, capacity, environment)
                 output.parent.mkdir(parents=True, exist_ok=True)
                 tmp = output.with_suffix(output.suffix + ".tmp")

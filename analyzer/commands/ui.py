@@ -4,6 +4,7 @@ Examples::
 
     perfsweep ui --model resnet50 --device sim          # starts the reference server
     perfsweep ui --url 127.0.0.1:8000 --model resnet50  # a running Triton / reference server
+    perfsweep ui --model tinyllm --device sim --protocol openai --input-tokens 128  # token streams
     PERFSWEEP_UI_PASSWORD=... perfsweep ui --web-host 0.0.0.0 --web-login --url ...
 
 Exit codes: 0 Locust exited normally, 2 bad or unsafe options, 3 the target failed, 130 Ctrl-C.
@@ -20,6 +21,7 @@ from analyzer.commands.help import (
     OUTPUT,
     SERVER,
     TRAFFIC,
+    Choice,
     Device,
     epilog,
     value,
@@ -30,7 +32,9 @@ from analyzer.commands.input_flags import (
     HeaderFileFlag,
     HeaderFlag,
     InputDataFlag,
+    InputTokensFlag,
     MetricsUrlFlag,
+    OutputTokensFlag,
     RepeatRatioFlag,
     ShapeFlag,
     SharedMemoryFlag,
@@ -48,12 +52,27 @@ from analyzer.commands.names import command_class
 DASHBOARD = "Dashboard"
 
 
+class StreamProtocol(Choice):
+    """``perfsweep ui --protocol``: the generative users' token stream (the HTTP and gRPC
+    users of a model answered once are picked in the form)."""
+
+    grpc_stream = "grpc-stream"
+    generate_stream = "generate-stream"
+    openai = "openai"
+    openai_chat = "openai-chat"
+
+
 EXAMPLES = epilog(
     [
         ("perfsweep ui --model resnet50 --device sim", "starts the reference server, then the UI"),
         (
             "perfsweep ui --url 127.0.0.1:8000 --model resnet50",
             "a running Triton or reference server",
+        ),
+        (
+            "perfsweep ui --model tinyllm --device sim --protocol openai --input-tokens 128 "
+            "--output-tokens 32 --ttft-p99-ms 500",
+            "a generative model: pick TritonStreamUser; TTFT, ITL, tokens/s and goodput live",
         ),
         (
             "PERFSWEEP_UI_PASSWORD=... perfsweep ui --web-host 0.0.0.0 --web-login "
@@ -140,6 +159,35 @@ def register(app: typer.Typer) -> None:
                 rich_help_panel=TRAFFIC,
             ),
         ] = "poisson",
+        protocol: Annotated[
+            StreamProtocol | None,
+            typer.Option(
+                "--protocol",
+                help="Generative users (TritonStream*): the token stream they speak "
+                "(grpc-stream to --grpc-url, the rest over HTTP); the form's starting value.",
+                show_default="generate-stream",
+                rich_help_panel=TRAFFIC,
+            ),
+        ] = None,
+        input_tokens: InputTokensFlag = None,
+        output_tokens: OutputTokensFlag = None,
+        ttft_p99_ms: Annotated[
+            float | None,
+            typer.Option(
+                "--ttft-p99-ms",
+                help="Generative users: the TTFT goal their goodput counts, ms.",
+                rich_help_panel=TRAFFIC,
+            ),
+        ] = None,
+        itl_p99_ms: Annotated[
+            float | None,
+            typer.Option(
+                "--itl-p99-ms",
+                help="Generative users: the goal of each request's mean ITL that their "
+                "goodput counts, ms.",
+                rich_help_panel=TRAFFIC,
+            ),
+        ] = None,
         shape: ShapeFlag = None,
         input_data: InputDataFlag = None,
         batch_size: BatchSizeFlag = None,
@@ -202,6 +250,11 @@ def register(app: typer.Typer) -> None:
                 log_dir=output_dir,
                 inputs=inputs,
                 access=access,
+                stream=value(protocol),
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                ttft_p99_ms=ttft_p99_ms,
+                itl_p99_ms=itl_p99_ms,
             ),
             on_status=typer.echo,  # click flushes each line: tests and wrappers read them live
         )

@@ -509,9 +509,18 @@ class GateSection(Section):
     """The candidate's throughput must be at least this many requests/s."""
     max_error_rate: Annotated[float, Field(ge=0, lt=1)] | None = None
     """The candidate's fraction of failed requests must be at most this."""
+    ttft_p99_ms: PositiveFloat | None = None
+    """A generative model: the candidate's time to first token, p99, must be at most this many
+    milliseconds."""
+    itl_p99_ms: PositiveFloat | None = None
+    """A generative model: the candidate's inter-token latency, p99 over tokens, must be at most
+    this many milliseconds."""
+    min_tokens_per_s: Annotated[float, Field(ge=0)] | None = None
+    """A generative model: the candidate must generate at least this many output tokens/s."""
     max_regression_pct: Annotated[float, Field(gt=0, lt=100)] | None = None
-    """Against a baseline: fail when throughput or p99 is worse by more than this percentage and
-    the change is statistically significant."""
+    """Against a baseline: fail when throughput or p99 (for token streams also TTFT p99, ITL p99
+    or tokens/s) is worse by more than this percentage and the change is statistically
+    significant."""
     alpha: Annotated[float, Field(gt=0, lt=0.5)] = 0.05
     """Significance level of the one-sided rank test behind a regression verdict."""
     repeats: Annotated[int, Field(ge=1)] = 3

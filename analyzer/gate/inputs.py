@@ -18,9 +18,9 @@ from typing import Any
 
 from analyzer.config.objective import Objective, gentlest, objective_for, worst_value
 from analyzer.errors import InputError, ResultFormatError
-from analyzer.gate.verdict import GateInput
+from analyzer.gate.verdict import GateInput, TokenFigures
 from analyzer.measure.generator import read_load_output
-from analyzer.measure.measurement import Measurement
+from analyzer.measure.measurement import Measurement, WindowStats
 from analyzer.measure.specs import LoadMode
 from analyzer.rundir.measurements import FixedMeasurement
 from analyzer.rundir.records import SUMMARY_KIND, load_summary, load_trial
@@ -30,6 +30,42 @@ from analyzer.rundir.trial_record import TrialRecord
 
 def _median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
+
+
+def token_figures(measurements: Sequence[Measurement]) -> TokenFigures | None:
+    """The token streams of repeats of one level (each repeat a sample, the median the
+    headline), or of one measurement (sampled by its windows' TTFT and ITL p99 where they
+    have them; tokens/s is one sample); None unless every one streamed tokens."""
+    stats = [m.tokens for m in measurements]
+    if not stats or any(t is None for t in stats):
+        return None
+    ttft = tuple(t.ttft_p99_ms for t in stats if t is not None)
+    itl = tuple(t.itl_p99_ms for t in stats if t is not None)
+    rate = tuple(t.output_tokens_per_s for t in stats if t is not None)
+    figures = TokenFigures(_median(ttft), _median(itl), _median(rate), ttft, itl, rate)
+    if len(measurements) == 1:
+        return _by_windows(figures, measurements[0].windows)
+    return figures
+
+
+def _by_windows(figures: TokenFigures, windows: Sequence[WindowStats]) -> TokenFigures:
+    """``figures`` (one measurement's) with its windows' TTFT and ITL p99 as their samples,
+    when two or more windows recorded them; the headline stays the measurement's own."""
+    ttft = tuple(w.ttft_p99_ms for w in windows if w.ttft_p99_ms is not None)
+    itl = tuple(w.itl_p99_ms for w in windows if w.itl_p99_ms is not None)
+    if len(ttft) < 2 or len(itl) < 2:
+        return figures
+    return dataclasses.replace(figures, ttft_p99_samples=ttft, itl_p99_samples=itl)
+
+
+def _entry_tokens(figures: Mapping[str, float | None] | None) -> TokenFigures | None:
+    """A summary entry's token figures (one sample each); None without them."""
+    if not figures:
+        return None
+    ttft, itl, rate = (figures.get(k) for k in ("ttft_p99_ms", "itl_p99_ms", "output_tokens_per_s"))
+    if ttft is None or itl is None or rate is None:
+        return None
+    return TokenFigures(ttft, itl, rate, (ttft,), (itl,), (rate,))
 
 
 def from_measurements(
@@ -63,6 +99,7 @@ def from_measurements(
             "repeats",
             dict(environment),
             tuple(notes),
+            token_figures(measurements),
         )
     m = measurements[0]
     windows = [w for w in m.windows if w.request_count > 0]
@@ -83,6 +120,7 @@ def from_measurements(
         basis,
         dict(environment),
         tuple(notes),
+        token_figures(measurements),
     )
 
 
@@ -108,7 +146,7 @@ def from_load_document(doc: Mapping[str, Any], label: str, level: float | None =
         "host": _str(env_doc.get("host")),
     }
     if capacity is not None and level is None:
-        env["measure"] = f"capacity at p99 <= {capacity.goals.p99_ms:g} ms"
+        env["measure"] = f"capacity at {capacity.goals.describe()}"
         point = capacity.best or gentlest(capacity.points)
         p99 = point.p99_ms if point else math.inf
         err = point.error_rate if point else 1.0
@@ -123,6 +161,7 @@ def from_load_document(doc: Mapping[str, Any], label: str, level: float | None =
             "single",
             env,
             notes,
+            token_figures([point]) if point else None,
         )
     levels: dict[tuple[LoadMode, float], list[Measurement]] = {}
     for m in measurements:
@@ -159,7 +198,9 @@ def from_summary(
     When validation re-measured it, its repeats are the samples and their worst case the
     headline (:meth:`Objective.repeat_figure`, the figure the report states too: longer windows
     than the search step); otherwise, for a fixed-load trial, the trial record's windows are the
-    samples; else the single search value.
+    samples; else the single search value. A generative model's token figures are the trial
+    record's operating point's (sampled by its windows' TTFT and ITL where recorded), else the
+    summary entry's (one sample).
     """
     notes: list[str] = []
     entry = summary.best
@@ -206,6 +247,8 @@ def from_summary(
                 f"{number} missed the sweep's goals (invalid or beyond the goal)"
             )
     error_rate = None
+    # The entry's own figures (summary.json alone), else the trial record's operating point's.
+    tokens = _entry_tokens(entry.tokens)
     if trial_record is not None:
         error_rate = trial_record.error_rate
         measured = trial_record.measurement
@@ -215,6 +258,13 @@ def from_summary(
                 tp_samples = tuple(w.throughput_rps for w in windows)
                 p99_samples = tuple(w.p99_ms for w in windows)
                 basis = "windows"
+        point = trial_record.operating_point()
+        tokens = (token_figures([point]) if point is not None else None) or tokens
+        if tokens is not None and basis == "repeats":
+            notes.append(
+                f"{label}: the token figures are trial {number}'s search step, one sample "
+                "(the validation repeats are request figures)"
+            )
     return GateInput(
         label,
         throughput,
@@ -225,6 +275,7 @@ def from_summary(
         basis,
         env,
         tuple(notes),
+        tokens,
     )
 
 

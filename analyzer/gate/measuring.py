@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from analyzer.config.scenario import Scenario
+from analyzer.config.sections import STREAM_PROTOCOLS
 from analyzer.errors import TargetError
 from analyzer.gate.plan import INVALID_RETRIES, Echo, MeasurePlan, _quiet, measurement_hash
 from analyzer.measure.measurement import Measurement
@@ -158,9 +159,16 @@ def measure_targets(
                     for g in gpus
                     if g.utilization_pct_mean is not None
                 )
+                t = m.tokens
+                tokens = (
+                    f", TTFT p99 {t.ttft_p99_ms:.2f} ms, ITL p99 {t.itl_p99_ms:.2f} ms, "
+                    f"{t.output_tokens_per_s:.1f} tok/s"
+                    if t is not None
+                    else ""
+                )
                 say(
                     f"{name} repeat {i + 1}/{plan.repeats}: {m.throughput_rps:.1f} req/s, "
-                    f"p99 {m.p99_ms:.2f} ms, errors {m.error_count}/{m.request_count}{gpu}"
+                    f"p99 {m.p99_ms:.2f} ms{tokens}, errors {m.error_count}/{m.request_count}{gpu}"
                 )
     return results["candidate"], results.get("baseline", [])
 
@@ -180,7 +188,16 @@ def live_environment(
         "generator_processes": scenario.traffic.workers,
         # What each request carried (a data file by its sha256 too).
         "input": scenario.to_dict()["input"],
+        **_requests(scenario),
     }
+
+
+def _requests(scenario: Scenario) -> dict[str, Any]:
+    """A token stream's request lengths (as ``perfsweep load --output`` records them); empty
+    for requests answered once."""
+    if scenario.model.protocol not in STREAM_PROTOCOLS:
+        return {}
+    return {"requests": scenario.traffic.lengths().record()}
 
 
 def _gate_environment(env: Mapping[str, Any], level: str) -> dict[str, str | None]:

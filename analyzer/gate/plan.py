@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.config.scenario import Scenario
-from analyzer.config.sections import GateSection
+from analyzer.config.sections import STREAM_PROTOCOLS, GateSection
 from analyzer.config.traffic import TrafficMode
 from analyzer.errors import InputError
 from analyzer.gate.verdict import Criteria
@@ -74,6 +74,9 @@ class GateFlags:
     max_error_rate: float | None = None
     max_regression: float | None = None
     alpha: float | None = None
+    ttft_p99_ms: float | None = None
+    itl_p99_ms: float | None = None
+    min_tokens_per_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,11 @@ class MeasureRequest:
     expect_workers: int | None = None
     master_bind_host: str | None = None
     master_port: int | None = None
+    #: A generative model's requests (``traffic.input_tokens``, ``output_tokens``, ``dataset``;
+    #: ``--protocol`` names its token stream).
+    input_tokens: str | None = None
+    output_tokens: str | None = None
+    dataset: Path | None = None
     #: How a secured server is reached (``analyzer.config.access``): its gRPC address, TLS files
     #: and headers (values read from flags, ``${VAR}`` and files; never written down).
     grpc_url: str | None = None
@@ -145,25 +153,32 @@ def resolve_criteria(
 ) -> Criteria:
     """Flags win over the ``[gate]`` table; with no criterion at all, the scenario's goals."""
     t = table or GateSection()
-    p99 = flags.p99_ms if flags.p99_ms is not None else t.p99_ms
-    floor = (
-        flags.min_throughput_rps if flags.min_throughput_rps is not None else t.min_throughput_rps
-    )
-    errors = flags.max_error_rate if flags.max_error_rate is not None else t.max_error_rate
+
+    def pick(name: str) -> Any:
+        given = getattr(flags, name)
+        return given if given is not None else getattr(t, name)
+
+    p99, floor, errors = pick("p99_ms"), pick("min_throughput_rps"), pick("max_error_rate")
+    tokens = {k: pick(k) for k in ("ttft_p99_ms", "itl_p99_ms", "min_tokens_per_s")}
     regression = flags.max_regression
     if regression is None and t.max_regression_pct is not None:
         regression = t.max_regression_pct / 100.0
-    nothing = p99 is None and floor is None and errors is None and regression is None
-    if goals_fallback is not None and nothing:
+    given = (p99, floor, errors, regression, *tokens.values())
+    if goals_fallback is not None and all(v is None for v in given):
         g = goals_fallback.goals
-        p99, errors = g.p99_ms, g.max_error_rate
-        floor = g.min_throughput_rps or None
+        errors, floor = g.max_error_rate, g.min_throughput_rps or None
+        tokens.update(ttft_p99_ms=g.ttft_p99_ms, itl_p99_ms=g.itl_p99_ms)
+        # Token goals replace the end-to-end p99 (a stream's length is not its latency), as a
+        # sweep judges them; p99 is gated then only when the scenario sets it.
+        token_goals = g.ttft_p99_ms is not None or g.itl_p99_ms is not None
+        p99 = None if token_goals and "p99_ms" not in g.model_fields_set else g.p99_ms
     return Criteria(
         p99_ms=p99,
         min_throughput_rps=floor,
         max_error_rate=errors,
         max_regression=regression,
         alpha=flags.alpha if flags.alpha is not None else t.alpha,
+        **tokens,
     )
 
 
@@ -253,4 +268,10 @@ def measurement_hash(scenario: Scenario, plan: MeasurePlan, device: str) -> str:
         data["trace_sha256"] = scenario.traffic.trace_sha256
     if scenario.traffic.classes:  # a priority mix changes what was sent; none keeps the hash
         data["classes"] = [c.model_dump() for c in scenario.traffic.classes]
+    if scenario.model.protocol in STREAM_PROTOCOLS:  # a token stream: its requests' lengths
+        lengths = scenario.traffic.lengths()
+        if lengths.dataset:  # a dataset by its lines, not by its file name
+            data["dataset"] = [[r.input_tokens, r.output_tokens, r.prompt] for r in lengths.dataset]
+        else:
+            data["lengths"] = [lengths.input.to_text(), lengths.output.to_text()]
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

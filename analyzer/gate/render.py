@@ -12,6 +12,9 @@ def _describe(g: GateInput) -> str:
     facts = [f"{k} {env[k]}" for k in ("model", "device", "measure") if env.get(k)]
     n = len(g.throughput_samples)
     facts.append(f"{n} {g.sample_basis}" if g.sample_basis != "single" else "1 sample")
+    if g.tokens is not None:
+        n = len(g.tokens.ttft_p99_samples)
+        facts.append(f"token streams, {n} sample{'s' if n != 1 else ''}")
     return f"{g.label} ({', '.join(facts)})"
 
 

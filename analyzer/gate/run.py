@@ -132,6 +132,9 @@ def measure_and_gate(
             r.shape, r.input_data, r.batch_size, r.unique_payloads, r.repeat_ratio, r.shared_memory
         ),
         **traffic_overrides(None, r.trace, r.trace_unit),
+        "traffic.input_tokens": r.input_tokens,
+        "traffic.output_tokens": r.output_tokens,
+        "traffic.dataset": str(r.dataset) if r.dataset else None,
         **generator_overrides(
             r.protocol,
             r.metrics_url,

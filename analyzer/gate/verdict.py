@@ -11,16 +11,22 @@ error rate), the repeated *samples* behind them (per-repeat values when the resu
 runs, else per-window values of one measurement, else the single value) and the facts that decide
 whether two results may be compared (model, device, scenario hash, what "throughput" means).
 
+A generative model's result carries its token figures too (:class:`TokenFigures`: TTFT p99,
+ITL p99 over tokens, output tokens/s, each with its samples), judged as the request figures are.
+
 Verdicts:
 
-* **Absolute criteria** (``p99_ms``, ``min_throughput_rps``, ``max_error_rate``) compare the
-  headline value with the limit.
+* **Absolute criteria** (``p99_ms``, ``min_throughput_rps``, ``max_error_rate``; for token
+  streams ``ttft_p99_ms``, ``itl_p99_ms``, ``min_tokens_per_s``) compare the headline value
+  with the limit.
 * **Regression** (``max_regression``, a fraction) fails only when the candidate is worse than the
   baseline moved by the threshold *and* a one-sided Mann-Whitney U test on the samples says so at
   level ``alpha``: for throughput, the test's alternative is "candidate < baseline x (1 - t)"; for
   p99, "candidate > baseline x (1 + t)". A change beyond the threshold that the test cannot
   confirm is reported as ``not significant`` (and passes). A side with a single sample is never
   significant, whatever the p-value: one run cannot tell a regression from a bad moment.
+  When both results measured token streams, TTFT p99 and ITL p99 (lower is better) and output
+  tokens/s (higher is better) are compared the same way.
 
 This module holds the records and the verdicts (pure); beside it: ``inputs`` (results into a
 :class:`GateInput`; only its :func:`~analyzer.gate.inputs.read_result` touches files),
@@ -53,6 +59,28 @@ class Outcome(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class TokenFigures:
+    """A generative result's token streams: the headline figures and the samples behind them
+    (on the same basis as the request figures' samples).
+
+    Attributes:
+        ttft_p99_ms: Time to first token, p99.
+        itl_p99_ms: Inter-token latency, p99 over every gap of every request.
+        output_tokens_per_s: Generated tokens per second.
+        ttft_p99_samples: Repeated TTFT p99 values behind the headline.
+        itl_p99_samples: Repeated ITL p99 values behind the headline.
+        tokens_per_s_samples: Repeated tokens/s values behind the headline.
+    """
+
+    ttft_p99_ms: float
+    itl_p99_ms: float
+    output_tokens_per_s: float
+    ttft_p99_samples: tuple[float, ...]
+    itl_p99_samples: tuple[float, ...]
+    tokens_per_s_samples: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class GateInput:
     """A result reduced to what the gate judges.
 
@@ -66,6 +94,8 @@ class GateInput:
         sample_basis: ``repeats``, ``windows`` or ``single``: what one sample is.
         environment: Facts for the compatibility check (``COMPATIBILITY_KEYS``) and the report.
         notes: Caveats worth printing (unstable or invalid measurements, choices made).
+        tokens: A generative model's token figures; None when the result measured no token
+            streams.
     """
 
     label: str
@@ -77,6 +107,7 @@ class GateInput:
     sample_basis: str
     environment: Mapping[str, str | None] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    tokens: TokenFigures | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +120,9 @@ class Criteria:
         max_error_rate: Highest acceptable failed fraction.
         max_regression: Largest tolerated relative worsening vs the baseline (0.05 = 5 %).
         alpha: Significance level of the regression test.
+        ttft_p99_ms: Highest acceptable time to first token, p99, milliseconds.
+        itl_p99_ms: Highest acceptable inter-token latency, p99 over tokens, milliseconds.
+        min_tokens_per_s: Lowest acceptable output tokens/s.
     """
 
     p99_ms: float | None = None
@@ -96,6 +130,9 @@ class Criteria:
     max_error_rate: float | None = None
     max_regression: float | None = None
     alpha: float = 0.05
+    ttft_p99_ms: float | None = None
+    itl_p99_ms: float | None = None
+    min_tokens_per_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.p99_ms is not None and not self.p99_ms > 0:
@@ -110,13 +147,24 @@ class Criteria:
             )
         if not 0 < self.alpha < 0.5:
             raise InputError(f"--alpha must be in (0, 0.5), got {self.alpha}")
+        for flag, goal in (("--ttft-p99-ms", self.ttft_p99_ms), ("--itl-p99-ms", self.itl_p99_ms)):
+            if goal is not None and not goal > 0:
+                raise InputError(f"{flag} must be positive, got {goal}")
+        if self.min_tokens_per_s is not None and self.min_tokens_per_s < 0:
+            raise InputError(f"--min-tokens-per-s must be >= 0, got {self.min_tokens_per_s}")
+
+    @property
+    def token_criteria(self) -> bool:
+        """Whether an absolute criterion on token streams is set."""
+        return any(
+            v is not None for v in (self.ttft_p99_ms, self.itl_p99_ms, self.min_tokens_per_s)
+        )
 
     @property
     def absolute(self) -> bool:
         """Whether any absolute criterion is set."""
-        return any(
-            v is not None for v in (self.p99_ms, self.min_throughput_rps, self.max_error_rate)
-        )
+        request = (self.p99_ms, self.min_throughput_rps, self.max_error_rate)
+        return any(v is not None for v in request) or self.token_criteria
 
 
 @dataclass(frozen=True)
@@ -164,8 +212,8 @@ def _fmt(value: float | None, unit: str) -> str:
         return "inf"
     if unit == "ms":
         return f"{value:.2f} ms"
-    if unit == "req/s":
-        return f"{value:.1f} req/s"
+    if unit in ("req/s", "tok/s"):
+        return f"{value:.1f} {unit}"
     return f"{value:.4f}" if value < 0.01 else f"{value:.2%}"
 
 
@@ -212,6 +260,50 @@ def _absolute(criteria: Criteria, c: GateInput) -> list[CriterionResult]:
                 f"{'within' if ok else 'above'} the limit {criteria.max_error_rate:g}",
             )
         )
+    if criteria.token_criteria:
+        out += _absolute_tokens(criteria, c)
+    return out
+
+
+def _ceiling(name: str, what: str, measured: float, limit: float) -> CriterionResult:
+    """A latency figure that must stay at or below ``limit`` milliseconds."""
+    ok = measured <= limit
+    return CriterionResult(
+        name=f"{name} <= {limit:g}",
+        outcome=Outcome.PASS if ok else Outcome.FAIL,
+        measured=_fmt(measured, "ms"),
+        limit=f"<= {limit:g} ms",
+        detail=f"{what} {_fmt(measured, 'ms')} {'within' if ok else 'above'} the {limit:g} ms limit",
+    )
+
+
+def _absolute_tokens(criteria: Criteria, c: GateInput) -> list[CriterionResult]:
+    t = c.tokens
+    if t is None:
+        raise InputError(
+            f"{c.label} measured no token streams, so --ttft-p99-ms, --itl-p99-ms and "
+            "--min-tokens-per-s have nothing to judge: gate a generative model's result "
+            "(measured with --protocol grpc-stream, generate-stream, openai or openai-chat), "
+            "or drop them"
+        )
+    out = []
+    if criteria.ttft_p99_ms is not None:
+        out.append(_ceiling("ttft_p99_ms", "TTFT p99", t.ttft_p99_ms, criteria.ttft_p99_ms))
+    if criteria.itl_p99_ms is not None:
+        out.append(_ceiling("itl_p99_ms", "ITL p99", t.itl_p99_ms, criteria.itl_p99_ms))
+    if criteria.min_tokens_per_s is not None:
+        floor = criteria.min_tokens_per_s
+        ok = t.output_tokens_per_s >= floor
+        out.append(
+            CriterionResult(
+                name=f"tokens_per_s >= {floor:g}",
+                outcome=Outcome.PASS if ok else Outcome.FAIL,
+                measured=_fmt(t.output_tokens_per_s, "tok/s"),
+                limit=f">= {floor:g} tok/s",
+                detail=f"output {_fmt(t.output_tokens_per_s, 'tok/s')} "
+                f"{'meets' if ok else 'is below'} the {floor:g} tok/s floor",
+            )
+        )
     return out
 
 
@@ -235,7 +327,7 @@ def compare_metric(
         threshold: Tolerated relative worsening (0.05 = 5 %).
         alpha: Significance level.
         higher_is_better: True for throughput, False for latency.
-        unit: ``req/s`` or ``ms`` (display only).
+        unit: ``req/s``, ``tok/s`` or ``ms`` (display only).
         candidate_value: Headline value to display (default: median of the samples).
         baseline_value: Headline value to display (default: median of the samples).
 
@@ -296,9 +388,13 @@ def compare_metric(
 def incompatibilities(candidate: GateInput, baseline: GateInput) -> list[str]:
     """Why two results should not be compared (empty when they may be).
 
-    A fact counts only when both results record it.
+    A fact counts only when both results record it; a result with token streams and one
+    without never compare (one measured a generative model, the other did not).
     """
     reasons = []
+    if (baseline.tokens is None) != (candidate.tokens is None):
+        which = "the candidate" if candidate.tokens is not None else "the baseline"
+        reasons.append(f"only {which} measured token streams (a generative model)")
     for key in COMPATIBILITY_KEYS:
         a, b = baseline.environment.get(key), candidate.environment.get(key)
         if a is not None and b is not None and a != b:
@@ -328,8 +424,9 @@ def evaluate(
     """
     if not criteria.absolute and criteria.max_regression is None:
         raise InputError(
-            "nothing to gate on: give --p99-ms, --min-throughput-rps, --max-error-rate and/or "
-            "--baseline with --max-regression (or a [gate] table)"
+            "nothing to gate on: give --p99-ms, --min-throughput-rps, --max-error-rate (for "
+            "token streams --ttft-p99-ms, --itl-p99-ms, --min-tokens-per-s) and/or --baseline "
+            "with --max-regression (or a [gate] table)"
         )
     if (baseline is None) != (criteria.max_regression is None):
         raise InputError(
@@ -374,4 +471,48 @@ def evaluate(
                 baseline_value=baseline.p99_ms,
             )
         )
+        if candidate.tokens is not None and baseline.tokens is not None:
+            results += _token_regressions(candidate.tokens, baseline.tokens, t, alpha)
     return GateReport(tuple(results), candidate, baseline, tuple(forced))
+
+
+def _token_regressions(
+    candidate: TokenFigures, baseline: TokenFigures, threshold: float, alpha: float
+) -> list[CriterionResult]:
+    """TTFT p99, ITL p99 and output tokens/s against the baseline's, as throughput and p99 are."""
+    c, b = candidate, baseline
+    return [
+        compare_metric(
+            "ttft_p99_ms",
+            c.ttft_p99_samples,
+            b.ttft_p99_samples,
+            threshold,
+            alpha,
+            higher_is_better=False,
+            unit="ms",
+            candidate_value=c.ttft_p99_ms,
+            baseline_value=b.ttft_p99_ms,
+        ),
+        compare_metric(
+            "itl_p99_ms",
+            c.itl_p99_samples,
+            b.itl_p99_samples,
+            threshold,
+            alpha,
+            higher_is_better=False,
+            unit="ms",
+            candidate_value=c.itl_p99_ms,
+            baseline_value=b.itl_p99_ms,
+        ),
+        compare_metric(
+            "tokens_per_s",
+            c.tokens_per_s_samples,
+            b.tokens_per_s_samples,
+            threshold,
+            alpha,
+            higher_is_better=True,
+            unit="tok/s",
+            candidate_value=c.output_tokens_per_s,
+            baseline_value=b.output_tokens_per_s,
+        ),
+    ]

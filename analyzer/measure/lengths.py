@@ -180,6 +180,16 @@ class Lengths:
             return f"dataset {self.source} ({len(self.dataset)} requests)"
         return f"input {self.input.to_text()} tokens, output {self.output.to_text()} tokens"
 
+    def record(self) -> dict[str, Any]:
+        """What a result's environment records of its requests (``requests``): the one line,
+        both distributions' forms and the dataset's file name (None: none)."""
+        return {
+            "lengths": self.describe(),
+            "input_tokens": self.input.to_text(),
+            "output_tokens": self.output.to_text(),
+            "dataset": self.source or None,
+        }
+
     def to_dict(self) -> dict[str, Any]:
         """Plain values (they cross to the generator processes)."""
         return {

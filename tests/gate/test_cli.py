@@ -128,6 +128,9 @@ def test_incompatible_baseline_exits_2_unless_forced(
         (["--max-regression", "lots"], "takes a percentage"),
         (["--max-regression", "5%"], "go together"),
         (["--url", "http://127.0.0.1:1", "--p99-ms", "5"], "--url measure a live target"),
+        (["--ttft-p99-ms", "5", "--input-tokens", "64"], "--input-tokens measure a live target"),
+        (["--itl-p99-ms", "5"], "measured no token streams"),
+        (["--min-tokens-per-s", "-1"], "--min-tokens-per-s must be >= 0"),
         ([], "nothing to gate on"),
     ],
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from analyzer.measure.capacity import CapacityResult
 from analyzer.measure.generator import load_output_dict
 from analyzer.measure.measurement import Measurement, WindowStats
 from analyzer.measure.specs import Goals, LoadMode
+from analyzer.measure.tokens import TokenStats
 from analyzer.rundir.results import RunDirectory
 
 
@@ -89,6 +91,67 @@ def test_capacity_result_is_one_sample() -> None:
     g = from_load_document(load_output_dict(list(cap.points), cap, ENV), "cap.json")
     assert (g.throughput_rps, g.p99_ms, g.sample_basis) == (120.0, 40.0, "single")
     assert g.environment["measure"] == "capacity at p99 <= 50 ms"
+
+
+def streamed(m: Measurement, ttft: float, itl: float, tokens_per_s: float) -> Measurement:
+    """``m`` with token streams (a generative model's level)."""
+    tokens = TokenStats(
+        ttft_p50_ms=ttft / 2,
+        ttft_p99_ms=ttft,
+        itl_p50_ms=itl / 2,
+        itl_p99_ms=itl,
+        mean_itl_p50_ms=itl / 2,
+        mean_itl_p99_ms=itl,
+        streams=m.request_count,
+        failed_streams=0,
+        input_tokens=128 * m.request_count,
+        output_tokens=32 * m.request_count,
+        output_tokens_per_s=tokens_per_s,
+    )
+    return dataclasses.replace(m, tokens=tokens)
+
+
+def test_repeats_of_token_streams_are_token_samples_too(tmp_path: Path) -> None:
+    repeats = [
+        streamed(measurement(4, 4, 900.0), 120.0, 11.0, 128.0),
+        streamed(measurement(4, 4, 950.0), 140.0, 12.0, 127.0),
+        streamed(measurement(4, 4, 920.0), 130.0, 10.0, 126.0),
+    ]
+    g = read_result(write(tmp_path / "r.json", load_output_dict(repeats, environment=ENV)))
+    assert g.tokens is not None
+    assert g.tokens.ttft_p99_samples == (120.0, 140.0, 130.0)
+    assert g.tokens.itl_p99_samples == (11.0, 12.0, 10.0)
+    assert g.tokens.tokens_per_s_samples == (128.0, 127.0, 126.0)
+    assert (g.tokens.ttft_p99_ms, g.tokens.itl_p99_ms, g.tokens.output_tokens_per_s) == (
+        130.0,
+        11.0,
+        127.0,
+    )
+
+
+def test_a_load_without_streams_has_no_token_figures() -> None:
+    g = from_load_document(load_output_dict([measurement(50, 50, 8.0)], environment=ENV), "r")
+    assert g.tokens is None
+
+
+def test_capacity_under_token_goals_judges_its_best_point_and_names_the_goals() -> None:
+    best = streamed(measurement(6, 6, 2000.0), 300.0, 20.0, 190.0)
+    over = streamed(measurement(12, 9, 5000.0), 3000.0, 60.0, 280.0)
+    cap = CapacityResult(
+        Goals(p99_ms=None, ttft_p99_ms=500, itl_p99_ms=25),  # type: ignore[arg-type]
+        6.0,
+        (best, over),
+        best,
+        True,
+    )
+    g = from_load_document(load_output_dict(list(cap.points), cap, ENV), "cap.json")
+    assert g.environment["measure"] == "capacity at TTFT p99 <= 500 ms, ITL p99 <= 25 ms"
+    assert g.tokens is not None
+    assert (g.tokens.ttft_p99_ms, g.tokens.itl_p99_ms, g.tokens.output_tokens_per_s) == (
+        300.0,
+        20.0,
+        190.0,
+    )
 
 
 def test_unknown_load_format_version_is_refused(tmp_path: Path) -> None:
@@ -251,3 +314,62 @@ def test_validation_repeats_are_judged_by_their_worst_repeat(
     assert g.p99_samples == (29.0, 31.0, 35.0)
     expected = "fixed load 60" if objective == "latency" else "capacity at p99 <= 40 ms"
     assert g.environment["measure"] == expected
+
+
+def test_a_generative_run_directory_gives_the_trials_token_figures(tmp_path: Path) -> None:
+    run = RunDirectory(tmp_path / "run")
+    run.write_summary(summary(3, [candidate(3, [6.0, 5.5], [900.0, 950.0])]))
+    point = streamed(measurement(6, 6, 900.0), 250.0, 18.0, 190.0)
+    run.write_trial(
+        {
+            "number": 3,
+            "source": "search",
+            "state": "complete",
+            "config": CONFIG,
+            "error_rate": 0.0,
+            "measurement": point.to_dict(),
+        }
+    )
+    g = read_result(run.root)
+    assert g.tokens is not None
+    assert (g.tokens.ttft_p99_ms, g.tokens.itl_p99_ms, g.tokens.output_tokens_per_s) == (
+        250.0,
+        18.0,
+        190.0,
+    )
+    assert g.tokens.ttft_p99_samples == (250.0,)
+    assert any("token figures are trial 3's search step" in n for n in g.notes)
+
+
+def test_one_streamed_level_is_sampled_by_its_windows_ttft_and_itl(tmp_path: Path) -> None:
+    windows = tuple(
+        dataclasses.replace(window(i, 4, 900.0), ttft_p99_ms=ttft, itl_p99_ms=itl)
+        for i, (ttft, itl) in enumerate([(110.0, 10.0), (130.0, 12.0), (120.0, 11.0)])
+    )
+    m = streamed(measurement(4, 4, 900.0, windows), 125.0, 11.5, 128.0)
+    g = read_result(write(tmp_path / "r.json", load_output_dict([m], environment=ENV)))
+    assert g.tokens is not None
+    assert g.tokens.ttft_p99_samples == (110.0, 130.0, 120.0)
+    assert g.tokens.itl_p99_samples == (10.0, 12.0, 11.0)
+    # The headline is the level's own (all its requests), tokens/s one sample.
+    assert (g.tokens.ttft_p99_ms, g.tokens.tokens_per_s_samples) == (125.0, (128.0,))
+
+
+def test_a_summary_alone_gives_its_entrys_token_figures(tmp_path: Path) -> None:
+    doc = summary(3, [])
+    doc["best"]["tokens"] = {
+        "ttft_p99_ms": 240.0,
+        "itl_p99_ms": 17.0,
+        "output_tokens_per_s": 210.0,
+        "goodput_rps": 6.0,
+    }
+    run = RunDirectory(tmp_path / "run")  # no trial records beside it
+    run.write_summary(doc)
+    g = read_result(run.root / "summary.json")
+    assert g.tokens is not None
+    assert (g.tokens.ttft_p99_ms, g.tokens.itl_p99_ms, g.tokens.output_tokens_per_s) == (
+        240.0,
+        17.0,
+        210.0,
+    )
+    assert g.tokens.itl_p99_samples == (17.0,)

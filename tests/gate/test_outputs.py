@@ -5,7 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from analyzer.gate.render import render_console, render_junit, render_markdown
-from analyzer.gate.verdict import Criteria, GateInput, GateReport, evaluate
+from analyzer.gate.verdict import Criteria, GateInput, GateReport, TokenFigures, evaluate
 
 ENV = {"model": "resnet50", "device": "sim", "scenario_hash": "h1", "measure": "request_rate 50"}
 
@@ -133,3 +133,52 @@ def test_markdown_escapes_table_pipes_and_a_passing_gate_says_so() -> None:
     row = next(line for line in text.splitlines() if line.startswith("| p99_ms"))
     assert row.count("|") == 7  # no cell split by the label's pipe
     assert "x|y.json" in text  # list items keep the label verbatim
+
+
+def token_report() -> GateReport:
+    """A generative model's gate: absolute token criteria and token regressions (3 repeats):
+    TTFT over its limit and 30 % worse than the baseline in every repeat (the smallest p-value
+    three repeats a side can reach, 0.05), the other figures within tolerance."""
+    env = {**ENV, "model": "tinyllm", "measure": "request_rate 4"}
+
+    def result(label: str, ttft: tuple[float, ...], tokens_per_s: tuple[float, ...]) -> GateInput:
+        figures = TokenFigures(ttft[1], 12.0, tokens_per_s[1], ttft, (12.0,) * 3, tokens_per_s)
+        samples = ((4.0, 4.0, 4.0), (900.0, 910.0, 920.0))
+        return GateInput(label, 4.0, 910.0, 0.0, *samples, "repeats", env, tokens=figures)
+
+    base = result("base.json", (100.0, 101.0, 102.0), (128.0, 128.0, 128.0))
+    cand = result("new.json", (130.0, 131.0, 132.0), (127.0, 128.0, 127.0))
+    criteria = Criteria(ttft_p99_ms=120, min_tokens_per_s=100, max_regression=0.1)
+    return evaluate(cand, criteria, baseline=base)
+
+
+GOLDEN_TOKEN_CONSOLE = """\
+criterion                         measured     limit            baseline     change  verdict
+--------------------------------  -----------  ---------------  -----------  ------  -------
+ttft_p99_ms <= 120                131.00 ms    <= 120 ms                             fail
+tokens_per_s >= 100               128.0 tok/s  >= 100 tok/s                          pass
+throughput_rps regression <= 10%  4.0 req/s    worse by <= 10%  4.0 req/s    +0.0%   pass
+p99_ms regression <= 10%          910.00 ms    worse by <= 10%  910.00 ms    +0.0%   pass
+ttft_p99_ms regression <= 10%     131.00 ms    worse by <= 10%  101.00 ms    +29.7%  fail
+itl_p99_ms regression <= 10%      12.00 ms     worse by <= 10%  12.00 ms     +0.0%   pass
+tokens_per_s regression <= 10%    128.0 tok/s  worse by <= 10%  128.0 tok/s  -0.8%   pass
+gate FAILED (2 of 7)
+"""
+
+
+def test_golden_console_table_of_token_criteria() -> None:
+    assert render_console(token_report()) == GOLDEN_TOKEN_CONSOLE
+
+
+def test_token_criteria_are_junit_cases_and_markdown_rows() -> None:
+    r = token_report()
+    cases = ET.fromstring(render_junit(r)).findall("testsuite/testcase")
+    assert [c.get("name") for c in cases] == [x.name for x in r.results]
+    assert [c.get("name") for c in cases if c.find("failure") is not None] == [
+        "ttft_p99_ms <= 120",
+        "ttft_p99_ms regression <= 10%",
+    ]
+    text = render_markdown(r)
+    assert "| ttft_p99_ms regression <= 10% | 131.00 ms | worse by <= 10% | 101.00 ms |" in text
+    assert "- candidate: new.json (model tinyllm, device sim, measure request_rate 4, " in text
+    assert "3 repeats, token streams, 3 samples)" in text

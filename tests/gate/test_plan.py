@@ -127,3 +127,48 @@ def test_project_file_gate_table(tmp_path: Path) -> None:
 def test_live_only_flags_are_named() -> None:
     request = MeasureRequest(baseline=Path("b.json"), url="http://x", windows=3)
     assert request.live_flags() == ["--url", "--windows"]
+
+
+def test_token_criteria_come_from_flags_the_table_or_the_token_goals(tmp_path: Path) -> None:
+    table = GateSection(ttft_p99_ms=400, min_tokens_per_s=50)
+    c = resolve_criteria(GateFlags(ttft_p99_ms=300, itl_p99_ms=25), table)
+    assert (c.ttft_p99_ms, c.itl_p99_ms, c.min_tokens_per_s) == (300, 25, 50)
+    # A generative scenario's goals: TTFT and ITL, with the end-to-end p99 left open (a
+    # stream's length is not its latency) unless the scenario sets one.
+    llm = scenario(tmp_path, "[goals]\nttft_p99_ms = 300\nitl_p99_ms = 20\n")
+    fallback = resolve_criteria(GateFlags(), None, goals_fallback=llm)
+    assert (fallback.ttft_p99_ms, fallback.itl_p99_ms, fallback.p99_ms) == (300, 20, None)
+    capped = scenario(tmp_path, "[goals]\nttft_p99_ms = 300\np99_ms = 2000\n")
+    assert resolve_criteria(GateFlags(), None, goals_fallback=capped).p99_ms == 2000
+    # A token criterion given is a criterion: the scenario's goals are not added.
+    only = resolve_criteria(GateFlags(itl_p99_ms=30), None, goals_fallback=llm)
+    assert (only.itl_p99_ms, only.ttft_p99_ms, only.max_error_rate) == (30, None, None)
+
+
+def test_measurement_hash_tells_token_streams_by_their_lengths(tmp_path: Path) -> None:
+    crit = resolve_criteria(GateFlags(ttft_p99_ms=300), None)
+
+    def fingerprint(traffic: str) -> str:
+        s = scenario(
+            tmp_path,
+            f'[model]\nname = "llm"\nprotocol = "openai"\n[traffic]\nrate_rps = 4\n{traffic}',
+        )
+        return measurement_hash(
+            s, plan_measurement(s, crit, 1, None, None, None, None, None, 2), "sim"
+        )
+
+    base = fingerprint('input_tokens = "128"\noutput_tokens = "32"\n')
+    assert base == fingerprint('input_tokens = "128"\noutput_tokens = "32"\n')
+    assert base != fingerprint('input_tokens = "128"\noutput_tokens = "64"\n')
+    data = tmp_path / "requests.jsonl"
+    data.write_text('{"input_tokens": 10, "output_tokens": 5}\n')
+    moved = tmp_path / "elsewhere.jsonl"
+    moved.write_text(data.read_text())
+    assert fingerprint(f'dataset = "{data}"\n') == fingerprint(f'dataset = "{moved}"\n')
+    data.write_text('{"input_tokens": 10, "output_tokens": 6}\n')
+    assert fingerprint(f'dataset = "{data}"\n') != fingerprint(f'dataset = "{moved}"\n')
+
+
+def test_request_lengths_are_live_only_flags() -> None:
+    request = MeasureRequest(input_tokens="128", dataset=Path("r.jsonl"))
+    assert request.live_flags() == ["--input-tokens", "--dataset"]

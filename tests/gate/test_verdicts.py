@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -284,3 +285,89 @@ def test_too_few_repeats_to_ever_be_significant_say_so() -> None:
     assert r.outcome is Outcome.NOT_SIGNIFICANT
     assert r.p_value == pytest.approx(1 / 6)
     assert "can never reach p <= 0.05" in r.detail
+
+
+# -- token streams (generative models) -----------------------------------------------------------
+
+
+def streamed(
+    ttft: float, itl: float, tokens_per_s: float, n: int, noise: float, seed: int, label: str = "x"
+) -> GateInput:
+    """``planted`` requests plus n repeats of token figures with relative gaussian noise."""
+    rng = np.random.default_rng(seed + 1000)
+
+    def around(value: float) -> tuple[float, ...]:
+        return tuple(float(v) for v in value * (1 + noise * rng.standard_normal(n)))
+
+    t, i, r = around(ttft), around(itl), around(tokens_per_s)
+    figures = gate.TokenFigures(
+        float(np.median(t)), float(np.median(i)), float(np.median(r)), t, i, r
+    )
+    return dataclasses.replace(planted(4, 900, n, noise, seed, label), tokens=figures)
+
+
+def test_absolute_token_criteria_judge_the_headline_figures() -> None:
+    cand = streamed(ttft=180, itl=22, tokens_per_s=240, n=1, noise=0.0, seed=1)
+    report = evaluate(cand, Criteria(ttft_p99_ms=200, itl_p99_ms=20, min_tokens_per_s=250))
+    assert by_name(report) == {
+        "ttft_p99_ms <= 200": Outcome.PASS,
+        "itl_p99_ms <= 20": Outcome.FAIL,
+        "tokens_per_s >= 250": Outcome.FAIL,
+    }
+    rows = {r.name: r for r in report.results}
+    assert rows["ttft_p99_ms <= 200"].measured == "180.00 ms"
+    assert rows["itl_p99_ms <= 20"].detail == "ITL p99 22.00 ms above the 20 ms limit"
+    assert rows["tokens_per_s >= 250"].limit == ">= 250 tok/s"
+    assert rows["tokens_per_s >= 250"].measured == "240.0 tok/s"
+
+
+def test_token_criteria_alone_are_something_to_gate_on() -> None:
+    cand = streamed(ttft=180, itl=22, tokens_per_s=240, n=1, noise=0.0, seed=1)
+    assert evaluate(cand, Criteria(ttft_p99_ms=500)).passed
+
+
+def test_token_criteria_on_a_result_without_streams_say_what_to_gate() -> None:
+    plain = planted(500, 20, n=3, noise=0.01, seed=1, label="resnet.json")
+    with pytest.raises(InputError, match=r"resnet.json measured no token streams.*--protocol"):
+        evaluate(plain, Criteria(itl_p99_ms=20))
+
+
+def test_token_regressions_are_judged_with_significance_like_requests() -> None:
+    base = streamed(ttft=100, itl=10, tokens_per_s=300, n=8, noise=0.02, seed=1, label="b")
+    # Slower prefill (TTFT +40 %) is a significant regression; ITL within tolerance; tokens/s
+    # 20 % lower is one too.
+    cand = streamed(ttft=140, itl=10.2, tokens_per_s=240, n=8, noise=0.02, seed=2, label="c")
+    report = evaluate(cand, Criteria(max_regression=0.05), baseline=base)
+    verdicts = by_name(report)
+    assert verdicts["ttft_p99_ms regression <= 5%"] is Outcome.FAIL
+    assert verdicts["itl_p99_ms regression <= 5%"] is Outcome.PASS
+    assert verdicts["tokens_per_s regression <= 5%"] is Outcome.FAIL
+    # The request figures are judged as always, beside the token ones.
+    assert {"throughput_rps regression <= 5%", "p99_ms regression <= 5%"} <= set(verdicts)
+    rows = {r.name: r for r in report.results}
+    assert rows["tokens_per_s regression <= 5%"].baseline.endswith("tok/s")
+
+
+def test_one_token_sample_a_side_is_never_a_significant_regression() -> None:
+    base = streamed(ttft=100, itl=10, tokens_per_s=300, n=1, noise=0.0, seed=1)
+    cand = streamed(ttft=200, itl=10, tokens_per_s=300, n=1, noise=0.0, seed=2)
+    report = evaluate(cand, Criteria(max_regression=0.05), baseline=base)
+    assert by_name(report)["ttft_p99_ms regression <= 5%"] is Outcome.NOT_SIGNIFICANT
+
+
+def test_a_streamed_result_and_one_without_streams_do_not_compare() -> None:
+    base = planted(4, 900, n=3, noise=0.01, seed=1)
+    cand = streamed(ttft=100, itl=10, tokens_per_s=300, n=3, noise=0.01, seed=2)
+    assert incompatibilities(cand, base) == [
+        "only the candidate measured token streams (a generative model)"
+    ]
+    with pytest.raises(InputError, match="only the candidate measured token streams"):
+        evaluate(cand, Criteria(max_regression=0.05), baseline=base)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"ttft_p99_ms": 0}, {"itl_p99_ms": -1.0}, {"min_tokens_per_s": -5.0}]
+)
+def test_token_criteria_validation(kwargs: dict[str, float]) -> None:
+    with pytest.raises(InputError, match="--"):
+        Criteria(**kwargs)

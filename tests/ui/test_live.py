@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 
 import numpy as np
 import pytest
@@ -17,10 +18,13 @@ from analyzer.load.web.launcher import UiOptions, locust_commands
 from analyzer.load.web.live import (
     ClientWindow,
     ServerWindow,
+    TokenGoals,
     dashboard,
     parse_config_request,
+    parse_engine_request,
     restarted,
     table_rows,
+    tick_point,
 )
 from analyzer.load.web.options import (
     TargetSettings,
@@ -29,6 +33,7 @@ from analyzer.load.web.options import (
     login_from_env,
     request_problem,
 )
+from analyzer.measure.tokens import StreamRecord
 from analyzer.target.server_stats import MetricsSnapshot, ServerSnapshot, StatsSnapshot
 from reference_server.ready import last_ready
 
@@ -293,3 +298,199 @@ def test_managed_addresses_read_the_last_ready_line() -> None:
         "http://127.0.0.1:6/metrics",
     )
     assert last_ready("") is None
+
+
+# -- token streams (generative users) ----------------------------------------------------------
+
+
+def _stream_tick(streams: list[tuple[float, float, int]], failed: int = 0) -> Tick:
+    """One second of token streams, each (TTFT s, gap between tokens s, tokens); the first
+    ``failed`` streams failed (their tokens kept)."""
+    rec = Recorder()
+    for i, (ttft, gap, tokens) in enumerate(streams):
+        record = StreamRecord(0.0, 0.0, input_tokens=16)
+        for k in range(tokens):
+            record.token(ttft + k * gap)
+        record.end = ttft + (tokens - 1) * gap
+        record.failed = i < failed
+        rec.dispatched_one(0.0)
+        rec.stream_done(
+            record, record.end, record.end, "stream closed early" if i < failed else None
+        )
+    return Tick.merge([rec.take_tick()])
+
+
+def test_token_streams_in_the_window_give_ttft_itl_tokens_and_goodput() -> None:
+    window = ClientWindow(window_s=10)
+    # Second 1: fast streams; second 2: two slow first tokens and one failed stream.
+    window.add(101.0, _stream_tick([(0.050, 0.010, 8)] * 4))
+    window.add(102.0, _stream_tick([(0.400, 0.010, 8), (0.400, 0.030, 8), (0.050, 0.010, 8)], 1))
+    doc = window.summary(102.0, TokenGoals(ttft_p99_ms=100.0, itl_p99_ms=20.0))
+    t = doc["window"]["tokens"]
+    assert (t["streams"], t["failed_streams"], t["output_tokens"]) == (7, 1, 56)
+    assert _close(t["ttft_p50_ms"], 50.0) and _close(t["ttft_p99_ms"], 400.0)
+    # ITL over tokens: 7 gaps a stream, 10 ms but for one stream's 30 ms; its mean ITL is 30 ms.
+    assert _close(t["itl_p50_ms"], 10.0) and _close(t["itl_p99_ms"], 30.0)
+    assert _close(t["mean_itl_p99_ms"], 30.0)
+    assert t["output_tokens_per_s"] == pytest.approx(56 / 2.0)
+    # Good: the 4 fast streams and the last one of second 2 (the failed one is not, nor the
+    # slow first tokens) over the 2 s the window spans.
+    assert t["goodput_rps"] == pytest.approx(5 / 2.0)
+    assert t["goals"] == {"ttft_p99_ms": 100.0, "itl_p99_ms": 20.0}
+    assert doc["since_start"]["tokens"]["streams"] == 7
+    # No goals: no goodput.
+    assert window.summary(102.0)["window"]["tokens"]["goodput_rps"] is None
+
+
+def test_requests_answered_once_have_no_token_figures() -> None:
+    window = ClientWindow()
+    window.add(1.0, _tick([0.004] * 5))
+    assert window.summary(1.0)["window"]["tokens"] is None
+    point = tick_point(1.0, _tick([0.004] * 5), None)
+    assert (point.ttft_p99_ms, point.itl_p99_ms, point.tokens_per_s) == (None, None, None)
+
+
+def test_a_second_of_streams_is_a_chart_point_and_table_rows() -> None:
+    tick = _stream_tick([(0.050, 0.010, 8), (0.080, 0.020, 4)])
+    point = tick_point(5.0, tick, None).to_dict()
+    assert _close(point["ttft_p99_ms"], 80.0) and _close(point["itl_p99_ms"], 20.0)
+    assert point["tokens_per_s"] == 12.0
+    client = ClientWindow()
+    client.add(5.0, tick)
+    doc = dashboard(
+        now=5.0,
+        model="tinyllm",
+        target="http://127.0.0.1:1",
+        state="running",
+        users=2,
+        client=client,
+        server=ServerWindow(),
+        history=[tick_point(5.0, tick, None)],
+        config=None,
+        errors={},
+        goals=TokenGoals(ttft_p99_ms=60.0),
+    )
+    assert doc["history"][0]["tokens_per_s"] == 12.0
+    rows = {r["metric"]: r["value"] for r in table_rows(doc)}
+    for row, (p50, p99) in (("TTFT", (50.0, 80.0)), ("ITL", (10.0, 20.0))):
+        text = rows[f"{row} p50 / p99 (client)"]
+        shown = [float(v) for v in re.findall(r"[\d.]+", text)]
+        assert text.endswith(" ms") and _close(shown[0], p50) and _close(shown[1], p99), text
+    assert rows["output tokens/s (client)"] == "12.0"
+    assert rows["goodput (client)"] == "1.00 req/s"  # one of two streams within TTFT 60 ms
+    assert rows["failed streams (client)"] == "0"
+
+
+def test_target_settings_carry_the_generative_users_form() -> None:
+    plain = TargetSettings.from_locust("h:1", None)
+    assert (plain.stream, plain.ttft_p99_ms, plain.itl_p99_ms) == ("generate-stream", None, None)
+    assert plain.lengths.describe() == "input 128 tokens, output 64 tokens"
+    opts = argparse.Namespace(
+        stream_protocol="openai",
+        input_tokens="uniform:100,200",
+        output_tokens="32",
+        ttft_p99_ms=500.0,
+        itl_p99_ms=0.0,  # 0 in the form: no goal
+    )
+    s = TargetSettings.from_locust("h:1", opts)
+    assert (s.stream, s.ttft_p99_ms, s.itl_p99_ms) == ("openai", 500.0, None)
+    assert s.lengths.describe() == "input uniform:100,200 tokens, output 32 tokens"
+    bad = TargetSettings.from_locust("h:1", argparse.Namespace(output_tokens="lots"))
+    with pytest.raises(InputError, match="--output-tokens"):
+        bad.lengths  # noqa: B018
+
+
+def test_generative_options_reach_the_form_and_bad_ones_stop_before_anything_starts() -> None:
+    options = UiOptions(
+        stream="openai", input_tokens="256", output_tokens="lognormal:mean=64,sd=16",
+        ttft_p99_ms=400.0,
+    )  # fmt: skip
+    options.check()
+    master, _ = locust_commands(options, "http://h:1", None, None)
+    given = {master[i]: master[i + 1] for i in range(len(master) - 1)}
+    assert given["--stream-protocol"] == "openai"
+    assert given["--input-tokens"] == "256"
+    assert given["--output-tokens"] == "lognormal:mean=64,sd=16"
+    assert given["--ttft-p99-ms"] == "400"
+    assert "--itl-p99-ms" not in master
+    plain, _ = locust_commands(UiOptions(), "http://h:1", None, None)
+    assert "--stream-protocol" not in plain  # the form's own default
+    for bad, message in (
+        ({"stream": "grpc"}, "generative users speak one of"),
+        ({"input_tokens": "0"}, "--input-tokens"),
+        ({"itl_p99_ms": -1.0}, "--itl-p99-ms must be positive"),
+    ):
+        with pytest.raises(InputError, match=message):
+            UiOptions(**bad).check()  # type: ignore[arg-type]
+
+
+ENGINE = {
+    "engine": True,
+    "engine_name": "vllm",
+    "settings_known": True,
+    "max_num_seqs": 8,
+    "max_num_batched_tokens": 2048,
+    "enable_chunked_prefill": True,
+    "gpu_memory_utilization": 0.9,
+    "instance_count": 1,
+}
+
+
+def test_engine_request_merges_and_parses() -> None:
+    out = parse_engine_request(
+        {"max_num_seqs": "16", "enable_chunked_prefill": "off", "gpu_memory_utilization": ""},
+        ENGINE,
+    )
+    assert out == {**ENGINE, "max_num_seqs": 16, "enable_chunked_prefill": False}
+    assert parse_engine_request({"gpu_memory_utilization": "0.5"}, ENGINE)[
+        "gpu_memory_utilization"
+    ] == pytest.approx(0.5)
+    assert parse_engine_request({"enable_chunked_prefill": True}, ENGINE)["enable_chunked_prefill"]
+
+
+@pytest.mark.parametrize(
+    ("posted", "message"),
+    [
+        ({"max_batch_size": 8}, "unknown engine field"),
+        ({"max_num_seqs": 0}, "between 1 and"),
+        ({"max_num_batched_tokens": "lots"}, "must be an integer"),
+        ({"enable_chunked_prefill": "maybe"}, "true or false"),
+        ({"gpu_memory_utilization": 1.5}, r"share in \(0, 1\]"),
+        ("16", "JSON object"),
+    ],
+)
+def test_engine_request_refuses_bad_input(posted: object, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        parse_engine_request(posted, ENGINE)
+
+
+def test_engine_settings_are_a_table_row() -> None:
+    doc = {**_doc(), "config": ENGINE}
+    rows = {r["metric"]: r["value"] for r in table_rows(doc)}
+    assert rows["engine settings (vllm)"] == (
+        "max_num_seqs 8, max_num_batched_tokens 2048, chunked prefill on, "
+        "gpu_memory_utilization 0.9, instances 1"
+    )
+    unknown = {**ENGINE, "settings_known": False, "gpu_memory_utilization": None}
+    rows = {r["metric"]: r["value"] for r in table_rows({**doc, "config": unknown})}
+    assert rows["engine settings (vllm)"].endswith(
+        "gpu_memory_utilization -, instances 1 (defaults: not read from the server)"
+    )
+    assert "model config" not in rows
+    # Triton's batch statistics say nothing of an engine's per-step batching: left out.
+    assert "average batch size" not in rows and "queue time / request" not in rows
+    assert "failures by reason (server)" in rows
+
+
+def test_a_generative_model_runs_the_stream_locustfile_with_its_engine_file() -> None:
+    engine_file = {"model": "tinyllm", "max_num_seqs": 8}
+    master, workers = locust_commands(
+        UiOptions(), "http://h:1", None, None, engine_file, generative=True
+    )
+    for line in (master, *workers):
+        assert line[line.index("-f") + 1].endswith("stream_locustfile.py")
+    given = json.loads(master[master.index("--perfsweep-engine-file") + 1])
+    assert given == engine_file
+    plain, _ = locust_commands(UiOptions(), "http://h:1", None, None)
+    assert plain[plain.index("-f") + 1].endswith("/locustfile.py")
+    assert "--perfsweep-engine-file" not in plain

@@ -9,6 +9,7 @@ Modules (only ``users``, ``shapes``, ``extension`` and the locustfiles import lo
     shapes      LoadTestShape wrappers of ``profiles``
     extension   the init listener: Server tab, /perfsweep/* routes, login, tick collection
     locustfile  what ``perfsweep ui`` runs (users + shapes + listeners)
+    stream_locustfile  the same for a generative model (token-streaming users)
     launcher    ``UiOptions`` and ``run_ui``: managed server + Locust master/worker processes
 
 Importing this package patches nothing.

@@ -9,7 +9,10 @@ target's statistics and metrics into a :class:`~analyzer.load.web.live.ServerWin
 * ``GET /perfsweep/server``: the dashboard document (``live.dashboard``);
 * ``GET /perfsweep/config``, ``POST /perfsweep/config``: the model's batching knobs, read and
   applied with the repository API (``POST /v2/repository/models/<m>/load`` with a config
-  override, as the sweep does) while load runs;
+  override, as the sweep does) while load runs; a generative model's engine knobs
+  (``max_num_seqs``, ``max_num_batched_tokens``, chunked prefill, the memory share, instances)
+  the same way, its engine file (vLLM's ``1/model.json``) sent beside the config as a sweep's
+  trial sends it (:class:`~analyzer.config.pipeline.Tuned`);
 * ``/perfsweep/static/*``: the panel script and style injected into Locust's page.
 
 Locust's own UI shows a "Server" tab (``extended_tabs``) whose table lists the headline numbers;
@@ -40,9 +43,11 @@ from jinja2 import ChoiceLoader, DictLoader
 from locust.env import Environment
 from locust.html import DEFAULT_BUILD_PATH
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
+from tritonclient.grpc import model_config_pb2 as mc
 
-from analyzer.config.knobs import Knobs  # where they live (no optuna import)
+from analyzer.config.knobs import EngineKnobs, Knobs  # where they live (no optuna import)
 from analyzer.config.model_config import apply_knobs, knobs_of
+from analyzer.config.pipeline import ENGINE_FILE_KEY, Tuned, engine_of
 from analyzer.errors import InputError, PerfsweepError
 from analyzer.load.recorder import Tick
 from analyzer.load.web.live import (
@@ -50,8 +55,10 @@ from analyzer.load.web.live import (
     ClientWindow,
     Point,
     ServerWindow,
+    TokenGoals,
     dashboard,
     parse_config_request,
+    parse_engine_request,
     table_rows,
     tick_point,
 )
@@ -99,6 +106,9 @@ class Dashboard:
         self._scraper: ServerScraper | None = None
         self._scraper_key: tuple[str, str, str] | None = None
         self._config_read_at = -1e9
+        #: A vLLM engine's settings file as last applied (or as found: ``--perfsweep-engine-file``);
+        #: None while unknown (Triton's API does not serve a model's files).
+        self.engine_file: dict[str, Any] | None = _engine_file_option(environment)
         self.doc: dict[str, Any] = self._document(self.clock())
 
     # ---- inputs -----------------------------------------------------------------------------
@@ -169,11 +179,25 @@ class Dashboard:
     def _target(self, settings: TargetSettings, model: str) -> RemoteTarget:
         return RemoteTarget(settings.http_url, model, access=access_from_env())
 
+    def _tuned(self, config: mc.ModelConfig) -> Tuned | None:
+        """A generative model's engine and what sets it; None for a model Triton batches."""
+        engine = engine_of(config)
+        if engine is None:
+            return None
+        return Tuned(config, engine=engine, engine_file=self.engine_file)
+
+    def _config_doc(self, config: mc.ModelConfig) -> dict[str, Any]:
+        tuned = self._tuned(config)
+        if tuned is None:
+            return knobs_of(config).to_dict()
+        known = tuned.engine == "tensorrtllm" or self.engine_file is not None
+        return {**tuned.knobs().to_dict(), "engine_name": tuned.engine, "settings_known": known}
+
     def refresh_config(self, settings: TargetSettings, model: str) -> None:
         """Re-read the model's knobs from the server (errors go to ``errors["config"]``)."""
         self._config_read_at = self.clock()
         try:
-            self.config = knobs_of(self._target(settings, model).model_config()).to_dict()
+            self.config = self._config_doc(self._target(settings, model).model_config())
             self.errors.pop("config", None)
         except PerfsweepError as exc:
             self.errors["config"] = str(exc)
@@ -192,6 +216,9 @@ class Dashboard:
         settings, model = target_settings
         target = self._target(settings, model)
         base = target.model_config()
+        tuned = self._tuned(base)
+        if tuned is not None:
+            return self._apply_engine(target, tuned, posted, settings, model)
         reason = untunable_reason(base)  # dynamic_batching would erase its scheduling (a oneof)
         if reason:
             raise InputError(reason)
@@ -209,12 +236,51 @@ class Dashboard:
         self.doc = self._document(self.clock())
         return self.config or {}
 
+    def _apply_engine(
+        self,
+        target: RemoteTarget,
+        tuned: Tuned,
+        posted: Any,
+        settings: TargetSettings,
+        model: str,
+    ) -> dict[str, Any]:
+        """A generative model's engine knobs: its config (instances; TensorRT-LLM's parameters)
+        and its engine file (vLLM's), loaded together as a sweep's trial is."""
+        if tuned.engine == "vllm" and self.engine_file is None:
+            # Triton's API serves no model files; a model.json of the knobs alone would drop
+            # the keys it does not tune (the model's path), and the model would not load.
+            raise InputError(
+                f"the engine settings of {model!r} (its 1/model.json) cannot be read from the "
+                "server, and a file of the knobs alone would drop its other keys (the model's "
+                "path): open the model on the managed server (perfsweep ui --model-repository "
+                "DIR --model NAME), or give the file to Locust with --perfsweep-engine-file JSON"
+            )
+        current = tuned.knobs().to_dict()
+        try:
+            wanted = EngineKnobs.from_dict(parse_engine_request(posted, current))
+            (config,) = tuned.configs(wanted)
+        except ValueError as exc:  # knobs this engine cannot take
+            raise InputError(str(exc)) from exc
+        files = tuned.files(wanted)
+        try:
+            target.load_config(config, files=files or None)
+        except ConfigRejectedError as exc:
+            raise InputError(str(exc)) from exc
+        if files:
+            self.engine_file = json.loads(files[ENGINE_FILE_KEY])
+        log.info("perfsweep: applied %s to %s", wanted.label(), model)
+        self.refresh_config(settings, model)
+        self.doc = self._document(self.clock())
+        return self.config or {}
+
     def _document(self, now: float) -> dict[str, Any]:
         runner = self.environment.runner
         state = live_state(self.environment)
+        goals = None
         try:
             settings = state.settings()
             url, model = settings.http_url, state.known_model(settings)
+            goals = TokenGoals(settings.ttft_p99_ms, settings.itl_p99_ms)
         except ValueError:
             url, model = "", ""
         return dashboard(
@@ -228,6 +294,7 @@ class Dashboard:
             history=list(self.history),
             config=self.config,
             errors=self.errors,
+            goals=goals,
         )
 
     def run(self, interval_s: float = 1.0) -> None:
@@ -239,6 +306,17 @@ class Dashboard:
             except Exception:  # the dashboard must outlive a bad scrape
                 log.exception("perfsweep dashboard step failed")
             gevent.sleep(max(0.05, interval_s - (self.clock() - started)))
+
+
+def _engine_file_option(environment: Environment) -> dict[str, Any] | None:
+    """``--perfsweep-engine-file`` (a generative model's settings as found), or None."""
+    raw = getattr(environment.parsed_options, "perfsweep_engine_file", "") or ""
+    try:
+        data = json.loads(raw) if raw else None
+    except ValueError:
+        log.warning("perfsweep: --perfsweep-engine-file is not JSON; ignored")
+        return None
+    return data if isinstance(data, dict) else None
 
 
 # --------------------------------------------------------------------------------------------------

@@ -22,15 +22,24 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.config.access import PLAIN, ServerAccess
+from analyzer.config.pipeline import ENGINE_FILE_KEY, engine_of
 from analyzer.config.urls import http_url as as_http_url
 from analyzer.errors import InputError
-from analyzer.load.web.options import ACCESS_ENV, exposure_problem, login_from_env
+from analyzer.load.web.options import (
+    ACCESS_ENV,
+    STREAM_CHOICES,
+    exposure_problem,
+    login_from_env,
+)
 from analyzer.measure.arrivals import parse_arrival
+from analyzer.measure.lengths import Lengths, parse_length
 from analyzer.target.managed import ManagedServer
 from analyzer.target.remote import RemoteTarget
 from analyzer.target.supervise import child_process_options
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+#: A generative model's: token-streaming users (``locustfile.py``'s answer each request once).
+STREAM_LOCUSTFILE = Path(__file__).with_name("stream_locustfile.py")
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -57,6 +66,13 @@ class UiOptions:
         access: TLS files and headers of a ``url`` server; Locust's processes get them in
             their environment (:data:`~analyzer.load.web.options.ACCESS_ENV`), never on their
             command line.
+        stream: The generative users' streaming protocol, the form's starting value (None:
+            the form's default, generate-stream). An OpenAI-compatible ``url`` server (vLLM,
+            SGLang) is not asked Triton's health check.
+        input_tokens: The generative users' prompt lengths, the form's starting value.
+        output_tokens: The generative users' output lengths, the form's starting value.
+        ttft_p99_ms: The TTFT goal that the dashboard's goodput counts.
+        itl_p99_ms: The mean-ITL goal that the dashboard's goodput counts.
     """
 
     url: str | None = None
@@ -74,6 +90,11 @@ class UiOptions:
     log_dir: Path = Path("reports/ui")
     inputs: dict[str, Any] = field(default_factory=dict)
     access: ServerAccess = PLAIN
+    stream: str | None = None
+    input_tokens: str | None = None
+    output_tokens: str | None = None
+    ttft_p99_ms: float | None = None
+    itl_p99_ms: float | None = None
 
     def check(self) -> None:
         """Refuse unsafe or impossible options before anything starts (``InputError``)."""
@@ -89,6 +110,18 @@ class UiOptions:
         if self.arrival.partition(":")[0] == "trace":
             raise InputError("--arrival trace: the dashboard's users draw streams of their own")
         parse_arrival(self.arrival)
+        if self.stream is not None and self.stream not in STREAM_CHOICES:
+            raise InputError(
+                f"--protocol {self.stream!r}: the dashboard's generative users speak one of "
+                f"{', '.join(STREAM_CHOICES)} (HTTP or gRPC users are picked in the form)"
+            )
+        Lengths(
+            parse_length(self.input_tokens or "128", "--input-tokens"),
+            parse_length(self.output_tokens or "64", "--output-tokens"),
+        )
+        for flag, goal in (("--ttft-p99-ms", self.ttft_p99_ms), ("--itl-p99-ms", self.itl_p99_ms)):
+            if goal is not None and not goal > 0:
+                raise InputError(f"{flag} must be positive, got {goal}")
 
 
 def _free_port() -> int:
@@ -99,10 +132,18 @@ def _free_port() -> int:
 
 
 def locust_commands(
-    options: UiOptions, http_url: str, grpc_url: str | None, metrics_url: str | None
+    options: UiOptions,
+    http_url: str,
+    grpc_url: str | None,
+    metrics_url: str | None,
+    engine_file: dict[str, Any] | None = None,
+    generative: bool = False,
 ) -> tuple[list[str], list[list[str]]]:
-    """The Locust master (web UI) command line and one command line per worker."""
-    base = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
+    """The Locust master (web UI) command line and one command line per worker
+    (``engine_file``: a generative model's engine settings as found, for the config form;
+    ``generative``: the users stream tokens)."""
+    locustfile = STREAM_LOCUSTFILE if generative else LOCUSTFILE
+    base = [sys.executable, "-m", "locust", "-f", str(locustfile)]
     if options.inputs:  # every process builds its own requests from it, workers included
         base += ["--perfsweep-input", json.dumps(options.inputs, sort_keys=True)]
     master = [
@@ -121,6 +162,18 @@ def locust_commands(
         "--arrival",
         options.arrival,
     ]
+    form = {
+        "--stream-protocol": options.stream,
+        "--input-tokens": options.input_tokens,
+        "--output-tokens": options.output_tokens,
+        "--ttft-p99-ms": f"{options.ttft_p99_ms:g}" if options.ttft_p99_ms else None,
+        "--itl-p99-ms": f"{options.itl_p99_ms:g}" if options.itl_p99_ms else None,
+    }
+    for flag, given in form.items():  # the form's starting values (workers get the form's)
+        if given is not None:
+            master += [flag, given]
+    if engine_file is not None:
+        master += ["--perfsweep-engine-file", json.dumps(engine_file, sort_keys=True)]
     if grpc_url:
         master += ["--grpc-url", grpc_url]
     if metrics_url:
@@ -136,6 +189,24 @@ def locust_commands(
             for _ in range(options.workers)
         ]
     return master, workers
+
+
+def streams(target: RemoteTarget) -> bool:
+    """Whether the target's model answers with a stream of tokens (a decoupled model, or one
+    a generative engine serves): its dashboard offers token-streaming users."""
+    config = target.model_config()
+    return bool(config.model_transaction_policy.decoupled) or engine_of(config) is not None
+
+
+def read_engine_file(repository: Path, model: str) -> dict[str, Any] | None:
+    """A generative model's engine settings in ``repository`` (vLLM's ``1/model.json``), or
+    None (not a vLLM engine's model, or unreadable)."""
+    path = repository / model / ENGINE_FILE_KEY.removeprefix("file:")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _child_env(access: ServerAccess = PLAIN) -> dict[str, str]:
@@ -180,6 +251,7 @@ def run_ui(options: UiOptions, on_status: Callable[[str], Any] = _silent) -> int
     previous = _terminate_as_interrupt()
     grpc_url: str | None
     metrics_url: str | None
+    engine_file: dict[str, Any] | None = None
     try:
         if options.url is None:
             log_path = options.log_dir / "server.log"
@@ -194,14 +266,26 @@ def run_ui(options: UiOptions, on_status: Callable[[str], Any] = _silent) -> int
             assert server.addresses is not None  # set by start()
             grpc_url = options.grpc_url or server.addresses.grpc_url
             metrics_url = options.metrics_url or server.addresses.metrics_url
+            if server.repository is not None:
+                engine_file = read_engine_file(server.repository, options.model)
+            target = RemoteTarget(http_url, options.model)
         else:
             http_url = as_http_url(options.url)  # the one check of a URL
-            target = RemoteTarget(http_url, options.model, access=options.access)
-            target.notify = on_status
-            target.start()  # a refused credential stops here (AccessDeniedError)
+            target = None
+            if not (options.stream or "").startswith("openai"):
+                # An OpenAI-compatible server (vLLM, SGLang) has no Triton health check to ask.
+                target = RemoteTarget(http_url, options.model, access=options.access)
+                target.notify = on_status
+                target.start()  # a refused credential stops here (AccessDeniedError)
             grpc_url, metrics_url = options.grpc_url, options.metrics_url
-        on_status(f"perfsweep ui: target {http_url} model {options.model}")
-        master_cmd, worker_cmds = locust_commands(options, http_url, grpc_url, metrics_url)
+        generative = options.stream is not None or (target is not None and streams(target))
+        on_status(
+            f"perfsweep ui: target {http_url} model {options.model}"
+            + (" (token streams)" if generative else "")
+        )
+        master_cmd, worker_cmds = locust_commands(
+            options, http_url, grpc_url, metrics_url, engine_file, generative
+        )
         # Locust dies with this process too (kill -9 included), like the managed server.
         tie = child_process_options(_child_env(options.access))
         master = subprocess.Popen(master_cmd, **tie)

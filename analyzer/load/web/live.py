@@ -4,7 +4,9 @@ Two rolling views, both fed once a second by the collector in ``extension.py``:
 
 * :class:`ClientWindow`: the exact latencies perfsweep's ``Recorder`` measured (one merged
   ``Tick`` per second from every generator process). p50/p99 come from HDR histograms, not from
-  Locust's rounded buckets.
+  Locust's rounded buckets. A generative model's token streams add time to first token,
+  inter-token latency (over tokens), output tokens/s and, under goals, goodput
+  (:class:`~analyzer.measure.tokens.TokenTally`, as ``perfsweep load`` reports them).
 * :class:`ServerWindow`: the target's statistics and Prometheus metrics, one snapshot per
   second; deltas give average batch size, the batch-size histogram, queue vs compute time per
   request, pending requests and failures by reason. A model reload (a config change) restarts
@@ -26,6 +28,7 @@ from analyzer.errors import InputError
 from analyzer.load.recorder import Tick
 from analyzer.measure.histograms import LatencySummary, merge_histograms, percentiles_us
 from analyzer.measure.measurement import ServerView
+from analyzer.measure.tokens import TokenTally
 from analyzer.target.server_stats import MetricsSnapshot, ServerSnapshot, StatsSnapshot, server_view
 
 #: Seconds the headline numbers (throughput, exact p50/p99, server deltas) cover.
@@ -47,10 +50,17 @@ class Point:
     queue_us: float | None = None
     compute_us: float | None = None
     pending: int | None = None
+    #: Token streams finished in the second (None: no stream; requests answered once).
+    ttft_p99_ms: float | None = None
+    itl_p99_ms: float | None = None
+    tokens_per_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (rounded: these are chart points)."""
         return {
+            "ttft_p99_ms": _round(self.ttft_p99_ms, 3),
+            "itl_p99_ms": _round(self.itl_p99_ms, 3),
+            "tokens_per_s": _round(self.tokens_per_s, 1),
             "t": round(self.t, 3),
             "throughput_rps": round(self.throughput_rps, 2),
             "error_rps": round(self.error_rps, 2),
@@ -63,6 +73,10 @@ class Point:
             "compute_us": None if self.compute_us is None else round(self.compute_us, 1),
             "pending": self.pending,
         }
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 class ClientWindow:
@@ -89,22 +103,70 @@ class ClientWindow:
         self.total.add(tick)
         self.last = tick
 
-    def summary(self, now: float) -> dict[str, Any]:
-        """Window and since-start numbers (milliseconds, requests/second)."""
+    def summary(self, now: float, goals: TokenGoals | None = None) -> dict[str, Any]:
+        """Window and since-start numbers (milliseconds, requests/second); with token streams
+        each also has ``tokens`` (:func:`token_summary`, goodput under ``goals``)."""
         ticks = [t for _, t in self._ticks]
         span = min(float(self.window_s), now - self.started) if self.started is not None else 0.0
-        window = _tick_summary(ticks, span)
+        window = _tick_summary(ticks, span, goals)
         total_span = now - self.started if self.started is not None else 0.0
         return {
             "window_s": round(span, 2),
             "window": window,
-            "since_start": _tick_summary([self.total], total_span),
+            "since_start": _tick_summary([self.total], total_span, goals),
             "in_flight": self.last.in_flight,
             "generator_cpu_pct": round(self.last.cpu_pct, 1),
         }
 
 
-def _tick_summary(ticks: list[Tick], span_s: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TokenGoals:
+    """What goodput counts on the dashboard: the TTFT goal and each request's mean-ITL goal, ms
+    (None: not judged; both None: no goodput)."""
+
+    ttft_p99_ms: float | None = None
+    itl_p99_ms: float | None = None
+
+    def __bool__(self) -> bool:
+        return self.ttft_p99_ms is not None or self.itl_p99_ms is not None
+
+
+def token_summary(
+    ticks: list[Tick], span_s: float, goals: TokenGoals | None = None
+) -> dict[str, Any] | None:
+    """The token streams of ``ticks`` over ``span_s`` seconds: TTFT and ITL p50/p99 (ms), each
+    request's mean ITL at p99, output tokens/s, streams and failed streams, goodput (requests/s
+    that met ``goals``; None without goals). None when no stream finished."""
+    tallies = [t.tokens for t in ticks if t.tokens is not None and t.tokens.streams]
+    if not tallies:
+        return None
+    total = tallies[0]
+    if len(tallies) > 1:  # a window's seconds added up (the running total is one tally already)
+        total = TokenTally()
+        for tally in tallies:
+            total.add(tally)
+    g = goals or TokenGoals()
+    stats = total.summary(span_s, g.ttft_p99_ms, g.itl_p99_ms) if span_s > 0 else None
+    if stats is None:
+        return None
+    return {
+        "streams": stats.streams,
+        "failed_streams": stats.failed_streams,
+        "ttft_p50_ms": round(stats.ttft_p50_ms, 3),
+        "ttft_p99_ms": round(stats.ttft_p99_ms, 3),
+        "itl_p50_ms": round(stats.itl_p50_ms, 3),
+        "itl_p99_ms": round(stats.itl_p99_ms, 3),
+        "mean_itl_p99_ms": round(stats.mean_itl_p99_ms, 3),
+        "output_tokens": stats.output_tokens,
+        "output_tokens_per_s": round(stats.output_tokens_per_s, 1),
+        "goodput_rps": _round(stats.goodput_rps, 2),
+        "goals": {"ttft_p99_ms": g.ttft_p99_ms, "itl_p99_ms": g.itl_p99_ms} if g else None,
+    }
+
+
+def _tick_summary(
+    ticks: list[Tick], span_s: float, goals: TokenGoals | None = None
+) -> dict[str, Any]:
     completed = sum(t.completed for t in ticks)
     errors = sum(t.errors for t in ticks)
     kinds: dict[str, int] = {}
@@ -122,12 +184,15 @@ def _tick_summary(ticks: list[Tick], span_s: float) -> dict[str, Any]:
         "max_ms": round(lat.max_ms, 3),
         "mean_ms": round(lat.mean_ms, 3),
         "error_kinds": dict(sorted(kinds.items(), key=lambda kv: -kv[1])[:10]),
+        "tokens": token_summary(ticks, span_s, goals),
     }
 
 
 def tick_point(now: float, tick: Tick, view: ServerView | None) -> Point:
-    """The chart point of one second: its exact p50/p99 and the server's delta over it."""
+    """The chart point of one second: its exact p50/p99, the token streams' TTFT and ITL p99 and
+    tokens/s, and the server's delta over it."""
     pct = percentiles_us(tick.latency, [50, 99])
+    streams = tick.tokens if tick.tokens is not None and tick.tokens.streams else None
     return Point(
         t=now,
         throughput_rps=float(tick.completed - tick.errors),
@@ -138,6 +203,9 @@ def tick_point(now: float, tick: Tick, view: ServerView | None) -> Point:
         queue_us=view.queue_us if view and view.success_count else None,
         compute_us=_compute_us(view) if view and view.success_count else None,
         pending=view.pending_requests if view else None,
+        ttft_p99_ms=percentiles_us(streams.ttft, [99])[99] / 1000.0 if streams else None,
+        itl_p99_ms=percentiles_us(streams.itl, [99])[99] / 1000.0 if streams else None,
+        tokens_per_s=float(streams.output_tokens) if streams else None,
     )
 
 
@@ -254,15 +322,16 @@ def dashboard(
     history: list[Point],
     config: Mapping[str, Any] | None,
     errors: Mapping[str, str],
+    goals: TokenGoals | None = None,
 ) -> dict[str, Any]:
-    """The ``/perfsweep/server`` document."""
+    """The ``/perfsweep/server`` document (``goals``: what a token stream's goodput counts)."""
     return {
         "model": model,
         "target": target,
         "state": state,
         "users": users,
         "window_s": client.window_s,
-        "client": client.summary(now),
+        "client": client.summary(now, goals),
         "server": server_summary(server.window_view(), server.latest),
         "server_reloads": server.reloads,
         "config": dict(config) if config is not None else None,
@@ -280,20 +349,55 @@ def table_rows(doc: Mapping[str, Any]) -> list[dict[str, str]]:
     rows.append(("exact p99 (client)", f"{window['p99_ms']:.2f} ms"))
     rows.append(("throughput (client)", f"{window['throughput_rps']:.1f} req/s"))
     rows.append(("failed requests (client)", str(window["errors"])))
+    tokens = window.get("tokens")
+    if tokens:
+        rows.append(
+            (
+                "TTFT p50 / p99 (client)",
+                f"{tokens['ttft_p50_ms']:.2f} / {tokens['ttft_p99_ms']:.2f} ms",
+            )
+        )
+        rows.append(
+            (
+                "ITL p50 / p99 (client)",
+                f"{tokens['itl_p50_ms']:.2f} / {tokens['itl_p99_ms']:.2f} ms",
+            )
+        )
+        rows.append(("output tokens/s (client)", f"{tokens['output_tokens_per_s']:.1f}"))
+        if tokens["goodput_rps"] is not None:
+            rows.append(("goodput (client)", f"{tokens['goodput_rps']:.2f} req/s"))
+        rows.append(("failed streams (client)", str(tokens["failed_streams"])))
     server = doc.get("server") or {}
     sw = server.get("window")
+    config = doc.get("config")
+    # A generative engine batches per step, inside one "execution" per stream: Triton's batch
+    # statistics say nothing of it (its token figures above do).
+    engine = bool(config and config.get("engine"))
     if sw:
-        rows.append(("average batch size", f"{sw['avg_batch_size']:.2f}"))
-        hist = " ".join(f"{k}:{v}" for k, v in sw["batch_sizes"].items()) or "-"
-        rows.append(("executions by batch size", hist))
-        rows.append(("queue time / request", f"{sw['queue_us']:.0f} us"))
-        rows.append(("compute time / request", f"{sw['compute_us']:.0f} us"))
+        if not engine:
+            rows.append(("average batch size", f"{sw['avg_batch_size']:.2f}"))
+            hist = " ".join(f"{k}:{v}" for k, v in sw["batch_sizes"].items()) or "-"
+            rows.append(("executions by batch size", hist))
+            rows.append(("queue time / request", f"{sw['queue_us']:.0f} us"))
+            rows.append(("compute time / request", f"{sw['compute_us']:.0f} us"))
         fails = ", ".join(f"{k} {v}" for k, v in sw["failures_by_reason"].items()) or "none"
         rows.append(("failures by reason (server)", fails))
     pending = server.get("pending_requests")
     rows.append(("pending requests", "-" if pending is None else str(pending)))
-    config = doc.get("config")
-    if config:
+    if config and engine:
+        chunked = "on" if config["enable_chunked_prefill"] else "off"
+        memory = config.get("gpu_memory_utilization")
+        rows.append(
+            (
+                f"engine settings ({config['engine_name']})",
+                f"max_num_seqs {config['max_num_seqs']}, max_num_batched_tokens "
+                f"{config['max_num_batched_tokens']}, chunked prefill {chunked}, "
+                f"gpu_memory_utilization {'-' if memory is None else f'{memory:g}'}, "
+                f"instances {config['instance_count']}"
+                + ("" if config.get("settings_known") else " (defaults: not read from the server)"),
+            )
+        )
+    elif config:
         pref = ",".join(str(s) for s in config.get("preferred_batch_size", [])) or "-"
         rows.append(
             (
@@ -362,6 +466,58 @@ def parse_config_request(data: Any, current: Mapping[str, Any]) -> dict[str, Any
         "max_queue_delay_us" in data or "preferred_batch_size" in data
     ):
         out.pop("dynamic_batching")
+    return out
+
+
+#: A generative engine's form fields (vLLM's names) and their bounds.
+_ENGINE_INT_FIELDS = {
+    "max_num_seqs": (1, 1 << 16),
+    "max_num_batched_tokens": (1, 1 << 24),
+    "instance_count": (1, 64),
+}
+_ENGINE_FIELDS = (*_ENGINE_INT_FIELDS, "enable_chunked_prefill", "gpu_memory_utilization")
+
+
+def parse_engine_request(data: Any, current: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge a posted engine change into ``current`` (``EngineKnobs.to_dict`` shape).
+
+    Fields not posted keep their current value; ``enable_chunked_prefill`` takes true/false
+    (or on/off, 1/0); ``gpu_memory_utilization`` a share in (0, 1] ("" keeps the engine's own).
+
+    Raises:
+        InputError: a field is unknown or out of range.
+    """
+    if not isinstance(data, Mapping):
+        raise InputError('post a JSON object such as {"max_num_seqs": 16}')
+    unknown = set(data) - set(_ENGINE_FIELDS)
+    if unknown:
+        raise InputError(
+            f"unknown engine field(s) {sorted(unknown)}; a generative model's form takes "
+            f"{sorted(_ENGINE_FIELDS)}"
+        )
+    out = dict(current)
+    for name, (low, high) in _ENGINE_INT_FIELDS.items():
+        if name not in data or data[name] in ("", None):
+            continue
+        value = _as_int(data[name], name)
+        if not low <= value <= high:
+            raise InputError(f"{name} must be between {low} and {high}, got {value}")
+        out[name] = value
+    chunked = data.get("enable_chunked_prefill")
+    if chunked not in ("", None):
+        text = str(chunked).strip().lower()
+        if text not in ("true", "false", "on", "off", "1", "0"):
+            raise InputError(f"enable_chunked_prefill must be true or false, got {chunked!r}")
+        out["enable_chunked_prefill"] = text in ("true", "on", "1")
+    memory = data.get("gpu_memory_utilization")
+    if memory not in ("", None):
+        try:
+            share = float(memory)
+        except (TypeError, ValueError):
+            share = math.nan
+        if not 0 < share <= 1:
+            raise InputError(f"gpu_memory_utilization is a share in (0, 1], got {memory!r}")
+        out["gpu_memory_utilization"] = share
     return out
 
 

@@ -3,7 +3,8 @@
 Run by ``perfsweep ui`` as ``python -m locust -f <this file> --class-picker ...``. Users and shapes
 are picked in the web form; perfsweep's options (``--triton-model``, ``--rate-per-user``, ...)
 appear under "Custom parameters". ``scenarios/locustfile.py`` is the same without the shapes, for
-a plain ``locust -f``.
+a plain ``locust -f``. A generative model gets ``stream_locustfile.py`` instead (its users stream
+tokens).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from analyzer.config.access import ServerAccess
 from analyzer.config.urls import metrics_url_of
+from analyzer.measure.lengths import Lengths, parse_length
 
 #: Environment variables holding the dashboard login (never on the command line: ``ps`` shows it).
 USER_ENV = "PERFSWEEP_UI_USER"
@@ -23,6 +24,10 @@ PASSWORD_ENV = "PERFSWEEP_UI_PASSWORD"
 DEFAULT_USER = "perfsweep"
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+#: The generative users' streaming protocols (``analyzer.load.streams.STREAM_PROTOCOLS``, named
+#: here too: this module imports no gevent) and the one they speak unless told otherwise.
+STREAM_CHOICES = ("generate-stream", "grpc-stream", "openai", "openai-chat")
+DEFAULT_STREAM = "generate-stream"
 #: The TLS files and headers of the target (``ServerAccess.to_wire`` as JSON), set by the
 #: launcher in the environment of Locust's processes: never on a command line or on disk.
 ACCESS_ENV = "PERFSWEEP_ACCESS"
@@ -71,6 +76,47 @@ def add_arguments(parser: Any) -> None:
         "--batch-size / --unique-payloads / --repeat-ratio here; default: random data).",
     )
     group.add_argument(
+        "--stream-protocol",
+        default=DEFAULT_STREAM,
+        include_in_web_ui=True,
+        help="Generative users (TritonStream*): the streaming protocol, one of "
+        f"{', '.join(STREAM_CHOICES)} (grpc-stream goes to --grpc-url, the rest to the host).",
+    )
+    group.add_argument(
+        "--input-tokens",
+        default="128",
+        include_in_web_ui=True,
+        help="Generative users: prompt length in tokens, N, uniform:LO,HI or "
+        "lognormal:mean=M,sd=S.",
+    )
+    group.add_argument(
+        "--output-tokens",
+        default="64",
+        include_in_web_ui=True,
+        help="Generative users: tokens to generate per request (as --input-tokens).",
+    )
+    group.add_argument(
+        "--ttft-p99-ms",
+        type=float,
+        default=0.0,
+        include_in_web_ui=True,
+        help="Generative users: the time-to-first-token goal of goodput, ms (0: none).",
+    )
+    group.add_argument(
+        "--itl-p99-ms",
+        type=float,
+        default=0.0,
+        include_in_web_ui=True,
+        help="Generative users: the inter-token-latency goal of goodput (each request's mean "
+        "ITL), ms (0: none).",
+    )
+    group.add_argument(
+        "--perfsweep-engine-file",
+        default="",
+        help="A generative model's engine settings as found (its 1/model.json, JSON; perfsweep "
+        "ui passes the managed server's): the config form's starting values.",
+    )
+    group.add_argument(
         "--shape-period-s",
         type=float,
         default=60.0,
@@ -99,6 +145,11 @@ class TargetSettings:
         arrival: the short form of an arrival process (``analyzer.measure.arrivals``).
         inputs: The request-data fields of the generator's ``EngineConfig``
             (:func:`analyzer.load.engine.input_fields`); empty: random data.
+        stream: The generative users' streaming protocol (one of :data:`STREAM_CHOICES`).
+        input_tokens: The generative users' prompt lengths (``--input-tokens``'s forms).
+        output_tokens: The generative users' output lengths.
+        ttft_p99_ms: The TTFT goal that goodput counts (None: none).
+        itl_p99_ms: The goal of each request's mean ITL that goodput counts (None: none).
     """
 
     http_url: str
@@ -108,6 +159,19 @@ class TargetSettings:
     rate_per_user: float = 10.0
     arrival: str = "poisson"
     inputs: tuple[tuple[str, Any], ...] = ()
+    stream: str = DEFAULT_STREAM
+    input_tokens: str = "128"
+    output_tokens: str = "64"
+    ttft_p99_ms: float | None = None
+    itl_p99_ms: float | None = None
+
+    @property
+    def lengths(self) -> Lengths:
+        """The generative users' request lengths (``InputError`` when a form value is bad)."""
+        return Lengths(
+            parse_length(self.input_tokens, "--input-tokens"),
+            parse_length(self.output_tokens, "--output-tokens"),
+        )
 
     @property
     def http_address(self) -> str:
@@ -142,6 +206,12 @@ class TargetSettings:
             rate_per_user=float(opt("rate_per_user", 10.0)),
             arrival=str(opt("arrival", "poisson")),
             inputs=tuple(sorted(json.loads(opt("perfsweep_input", "{}")).items())),
+            stream=str(opt("stream_protocol", DEFAULT_STREAM)),
+            input_tokens=str(opt("input_tokens", "128")),
+            output_tokens=str(opt("output_tokens", "64")),
+            # 0 in the form: no goal.
+            ttft_p99_ms=float(opt("ttft_p99_ms", 0.0)) or None,
+            itl_p99_ms=float(opt("itl_p99_ms", 0.0)) or None,
         )
 
 

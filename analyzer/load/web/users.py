@@ -24,6 +24,7 @@ from analyzer.config.urls import is_tls
 from analyzer.errors import InputError, TargetError
 from analyzer.load.context import EngineConfig, ProcessContext
 from analyzer.load.recorder import Recorder
+from analyzer.load.streams import STREAM_PROTOCOLS
 from analyzer.load.users import ClosedLoopUser, OpenLoopUser
 from analyzer.load.web.options import TargetSettings, access_from_env
 from analyzer.measure.arrivals import parse_arrival
@@ -65,13 +66,31 @@ class LiveState:
     def context(self, protocol: str) -> ProcessContext:
         """A configured engine context for ``protocol`` whose recorder is the shared one.
 
-        Built once per (protocol, target, model); rebuilt when the host or model changes in the form.
+        ``protocol`` is ``http`` or ``grpc`` (requests answered once), or ``stream``: a
+        generative model's token streams over the form's ``--stream-protocol``, with its
+        ``--input-tokens`` / ``--output-tokens``. Built once per (protocol, target, model,
+        request settings); rebuilt when the form changes them.
         """
         with self._lock:  # the first users start together; fetch the model documents once
             settings = self.settings()
             model = self.model(settings)
-            url = settings.grpc_url if protocol == "grpc" else settings.http_address
-            key = (url, model, settings.http_url, settings.inputs)
+            generative: dict[str, Any] = {}
+            transport = protocol
+            if protocol == "stream":
+                try:
+                    lengths = settings.lengths
+                except InputError as exc:
+                    raise TargetError(str(exc)) from None
+                if settings.stream not in STREAM_PROTOCOLS:
+                    raise TargetError(
+                        f"--stream-protocol {settings.stream!r}: use one of "
+                        f"{', '.join(STREAM_PROTOCOLS)}"
+                    )
+                generative = {"stream": settings.stream, "lengths": lengths.to_dict()}
+                # grpc-stream speaks gRPC; the SSE protocols speak HTTP to the host.
+                transport = "grpc" if settings.stream == "grpc-stream" else "http"
+            url = settings.grpc_url if transport == "grpc" else settings.http_address
+            key = (url, model, settings.http_url, settings.inputs, repr(generative))
             cached = self._contexts.get(protocol)
             if cached is not None and cached[0] == key:
                 return cached[1]
@@ -79,7 +98,7 @@ class LiveState:
             ctx.configure(
                 EngineConfig.from_dict(
                     {
-                        "protocol": protocol,
+                        "protocol": transport,
                         "url": url,
                         "model": model,
                         "mode": LoadMode.CONCURRENCY,
@@ -87,6 +106,7 @@ class LiveState:
                         "access": access_from_env().to_wire(),
                         "http_tls": is_tls(settings.http_url),
                         **dict(settings.inputs),
+                        **generative,
                     }
                 )
             )
@@ -187,4 +207,25 @@ class TritonGrpcOpenLoopUser(_OpenLoop):
     protocol = "grpc"
 
 
-USER_CLASSES = [TritonHttpUser, TritonGrpcUser, TritonHttpOpenLoopUser, TritonGrpcOpenLoopUser]
+class TritonStreamUser(_ClosedLoop):
+    """A generative model, closed loop: one token stream at a time per user, over the form's
+    ``--stream-protocol`` (TTFT, ITL and tokens timed per token)."""
+
+    protocol = "stream"
+
+
+class TritonStreamOpenLoopUser(_OpenLoop):
+    """A generative model, open loop: each user starts ``--rate-per-user`` streams/second
+    (TTFT from the intended send time)."""
+
+    protocol = "stream"
+
+
+USER_CLASSES = [
+    TritonHttpUser,
+    TritonGrpcUser,
+    TritonHttpOpenLoopUser,
+    TritonGrpcOpenLoopUser,
+    TritonStreamUser,
+    TritonStreamOpenLoopUser,
+]

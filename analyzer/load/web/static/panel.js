@@ -1,5 +1,6 @@
 // perfsweep's Server panel: charts, batch-size histogram and the config form, shown above the
-// "Server" tab's table in Locust's page. Plain DOM (no build step); every value goes in through
+// "Server" tab's table in Locust's page; for a generative model's token streams, TTFT, ITL,
+// tokens/s and goodput too. Plain DOM (no build step); every value goes in through
 // textContent, never innerHTML, because it comes from a server.
 (function () {
   "use strict";
@@ -10,6 +11,9 @@
   var built = false;
   var timer = null;
   var el = {};
+  var BATCH_FIELDS = ["max_batch_size", "max_queue_delay_us", "preferred_batch_size", "instance_count"];
+  var ENGINE_FIELDS = ["max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
+                       "gpu_memory_utilization", "instance_count"];
 
   function activeTab() {
     return new URLSearchParams(window.location.search).get("tab");
@@ -39,6 +43,25 @@
       el[c[0]] = make("div", { "class": "ps-value", "data-ps": c[0] }, card, "-");
       make("div", { "class": "ps-label" }, card, c[1]);
     });
+    // Token streams (generative users): shown once a stream has finished.
+    el.tokens = make("div", { "class": "ps-tokens", "data-ps": "tokens", hidden: "" }, panel);
+    var tcards = make("div", { "class": "ps-cards" }, el.tokens);
+    [["ttft50", "TTFT p50 (ms)"], ["ttft99", "TTFT p99 (ms)"], ["itl50", "ITL p50 (ms)"],
+     ["itl99", "ITL p99 (ms)"], ["tps", "output tokens/s"], ["goodput", "goodput (req/s)"],
+     ["sfails", "failed streams"]].forEach(function (c) {
+      var card = make("div", { "class": "ps-card" }, tcards);
+      el[c[0]] = make("div", { "class": "ps-value", "data-ps": c[0] }, card, "-");
+      make("div", { "class": "ps-label" }, card, c[1]);
+    });
+    var trow = make("div", { "class": "ps-row" }, el.tokens);
+    var tlat = make("div", { "class": "ps-box" }, trow);
+    make("h3", {}, tlat, "Time to first token and inter-token latency per second (ms): p99");
+    el.tokChart = make("canvas", { width: 560, height: 180, "data-ps": "token-chart" }, tlat);
+    var trate = make("div", { "class": "ps-box" }, trow);
+    make("h3", {}, trate, "Output tokens/s and streams finished per second");
+    el.rateChart = make("canvas", { width: 560, height: 180, "data-ps": "token-rate-chart" }, trate);
+
+    el.batchOnly = [el.batch.parentNode, el.queue.parentNode, el.compute.parentNode];
     var charts = make("div", { "class": "ps-row" }, panel);
     var lat = make("div", { "class": "ps-box" }, charts);
     make("h3", {}, lat, "Exact latency per second (ms): p50, p99");
@@ -46,14 +69,17 @@
     var bat = make("div", { "class": "ps-box" }, charts);
     make("h3", {}, bat, "Average batch size and throughput per second");
     el.batchChart = make("canvas", { width: 560, height: 180, "data-ps": "batch-chart" }, bat);
+    el.batchOnly.push(bat);
 
     var row = make("div", { "class": "ps-row" }, panel);
     var hist = make("div", { "class": "ps-box" }, row);
     make("h3", {}, hist, "Executions by batch size (window)");
     el.hist = make("div", { "class": "ps-hist", "data-ps": "batch-histogram" }, hist);
     var split = make("div", { "class": "ps-box" }, row);
-    make("h3", {}, split, "Per request: queue vs compute (us)");
+    el.batchOnly.push(hist);
+    var splitTitle = make("h3", {}, split, "Per request: queue vs compute (us)");
     el.split = make("div", { "class": "ps-split", "data-ps": "queue-compute" }, split);
+    el.batchOnly.push(splitTitle, el.split);
     make("h3", {}, split, "Failures by reason");
     el.failures = make("div", { "class": "ps-failures", "data-ps": "failures" }, split);
 
@@ -69,8 +95,35 @@
     el.cfgStatus = make("div", { "class": "ps-status", "data-ps": "config-status" }, cfg);
     cfg.addEventListener("submit", function (ev) {
       ev.preventDefault();
-      applyConfig(apply);
+      applyConfig(apply, BATCH_FIELDS, el.cfgStatus, "cfg_", function (c) {
+        return "max_batch_size " + c.max_batch_size + ", delay " + c.max_queue_delay_us +
+          " us, preferred [" + c.preferred_batch_size.join(",") + "], instances " + c.instance_count;
+      });
     });
+    el.cfgForm = cfg;
+
+    // A generative model: its engine's knobs instead (vLLM's names), applied the same way.
+    var eng = make("form", { "class": "ps-box ps-config", "data-ps": "engine-form", hidden: "" }, row);
+    el.engineTitle = make("h3", {}, eng, "Engine settings (applied with the repository API)");
+    [["max_num_seqs", "max_num_seqs (running set)"],
+     ["max_num_batched_tokens", "max_num_batched_tokens (step budget)"],
+     ["enable_chunked_prefill", "chunked prefill (true/false)"],
+     ["gpu_memory_utilization", "gpu_memory_utilization (share, blank: engine's own)"],
+     ["instance_count", "instances"]].forEach(function (f) {
+      var label = make("label", {}, eng, f[1]);
+      el["eng_" + f[0]] = make("input", { name: f[0], type: "text", "data-ps": "eng-" + f[0] }, label);
+    });
+    var engApply = make("button", { type: "submit", "data-ps": "engine-apply" }, eng, "Apply to server");
+    el.engStatus = make("div", { "class": "ps-status", "data-ps": "engine-status" }, eng);
+    eng.addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      applyConfig(engApply, ENGINE_FIELDS, el.engStatus, "eng_", function (c) {
+        return ENGINE_FIELDS.map(function (f) {
+          return f + " " + (c[f] === null || c[f] === undefined ? "-" : c[f]);
+        }).join(", ");
+      });
+    });
+    el.engineForm = eng;
     el.meta = make("div", { "class": "ps-meta", "data-ps": "meta" }, panel);
     built = true;
   }
@@ -128,6 +181,21 @@
     el.fails.textContent = c.errors + " / " + (sw.failure_count === undefined ? "-" : sw.failure_count);
 
     var pts = doc.history.slice(-120);
+    var t = c.tokens;
+    el.tokens.hidden = !t;
+    if (t) {
+      el.ttft50.textContent = fmt(t.ttft_p50_ms, 1);
+      el.ttft99.textContent = fmt(t.ttft_p99_ms, 1);
+      el.itl50.textContent = fmt(t.itl_p50_ms, 2);
+      el.itl99.textContent = fmt(t.itl_p99_ms, 2);
+      el.tps.textContent = fmt(t.output_tokens_per_s, 1);
+      el.goodput.textContent = t.goodput_rps === null ? "no goal" : fmt(t.goodput_rps, 2);
+      el.sfails.textContent = t.failed_streams + " / " + t.streams;
+      drawLines(el.tokChart, pts, [{ key: "ttft_p99_ms", label: "TTFT p99", color: "#d7462e" },
+                                   { key: "itl_p99_ms", label: "ITL p99", color: "#2e7dd7" }], false);
+      drawLines(el.rateChart, pts, [{ key: "tokens_per_s", label: "tokens/s", color: "#2e9d4f" },
+                                    { key: "throughput_rps", label: "streams/s", color: "#7b3fc4" }], false);
+    }
     drawLines(el.latChart, pts, [{ key: "p50_ms", label: "p50", color: "#2e7dd7" },
                                  { key: "p99_ms", label: "p99", color: "#d7462e" }], true);
     drawLines(el.batchChart, pts, [{ key: "avg_batch_size", label: "batch", color: "#7b3fc4" },
@@ -160,7 +228,21 @@
       make("div", { "class": "ps-error" }, el.failures, "client: " + k + " x" + c.error_kinds[k]);
     });
 
-    if (doc.config) {
+    var engine = !!(doc.config && doc.config.engine);
+    el.cfgForm.hidden = engine;
+    el.engineForm.hidden = !engine;
+    // A generative engine batches per step inside each stream's one "execution": Triton's
+    // batch statistics say nothing of it, so their boxes give way to the token figures.
+    el.batchOnly.forEach(function (node) { node.hidden = engine; });
+    if (engine) {
+      el.engineTitle.textContent = "Engine settings (" + doc.config.engine_name + ", applied with " +
+        "the repository API)" + (doc.config.settings_known ? "" : ": defaults shown, the server's own not readable");
+      ENGINE_FIELDS.forEach(function (f) {
+        var input = el["eng_" + f];
+        var v = doc.config[f];
+        if (document.activeElement !== input && !input.dataset.dirty) input.value = v === null || v === undefined ? "" : String(v);
+      });
+    } else if (doc.config) {
       ["max_batch_size", "max_queue_delay_us", "instance_count"].forEach(function (f) {
         var input = el["cfg_" + f];
         if (document.activeElement !== input && !input.dataset.dirty) input.value = String(doc.config[f]);
@@ -173,28 +255,21 @@
       doc.server_reloads + (Object.keys(doc.errors).length ? " | " + JSON.stringify(doc.errors) : "");
   }
 
-  function applyConfig(button) {
+  function applyConfig(button, fields, status, prefix, describe) {
     var body = {};
-    ["max_batch_size", "max_queue_delay_us", "preferred_batch_size", "instance_count"].forEach(function (f) {
-      body[f] = el["cfg_" + f].value;
-    });
+    fields.forEach(function (f) { body[f] = el[prefix + f].value; });
     button.disabled = true;
-    el.cfgStatus.textContent = "applying...";
+    status.textContent = "applying...";
     fetch("./perfsweep/config", {
       method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
     }).then(function (r) { return r.json(); }).then(function (res) {
       if (res.ok) {
-        var c = res.config;
-        el.cfgStatus.textContent = "applied: max_batch_size " + c.max_batch_size + ", delay " +
-          c.max_queue_delay_us + " us, preferred [" + c.preferred_batch_size.join(",") +
-          "], instances " + c.instance_count;
-        ["max_batch_size", "max_queue_delay_us", "preferred_batch_size", "instance_count"].forEach(function (f) {
-          delete el["cfg_" + f].dataset.dirty;
-        });
+        status.textContent = "applied: " + describe(res.config);
+        fields.forEach(function (f) { delete el[prefix + f].dataset.dirty; });
       } else {
-        el.cfgStatus.textContent = "refused: " + res.error;
+        status.textContent = "refused: " + res.error;
       }
-    }).catch(function (e) { el.cfgStatus.textContent = "failed: " + e; })
+    }).catch(function (e) { status.textContent = "failed: " + e; })
       .finally(function () { button.disabled = false; });
   }
 
