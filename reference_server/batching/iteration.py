@@ -190,7 +190,10 @@ def admissible(limits: EngineLimits, prompt_tokens: int, max_tokens: int) -> str
     """Why a request can never run under ``limits`` (None when it can).
 
     A request whose whole sequence needs more blocks than the cache has would preempt itself
-    forever; without chunked prefill, a prompt longer than the token budget is never admitted.
+    forever. Without chunked prefill a prefill runs whole in one step, and a preempted request
+    recomputes its prompt and the tokens it generated (up to ``max_tokens - 1``) as one prefill:
+    a sequence longer than the token budget could wait forever after a preemption (vLLM refuses
+    a ``max_num_batched_tokens`` below ``max_model_len`` without chunked prefill for this).
     """
     if prompt_tokens < 1:
         return "the prompt must have at least one token"
@@ -204,11 +207,13 @@ def admissible(limits: EngineLimits, prompt_tokens: int, max_tokens: int) -> str
             f"cache has {limits.num_blocks}: shorten the request or raise "
             "gpu_memory_utilization in model.json"
         )
-    if not limits.enable_chunked_prefill and prompt_tokens > limits.max_num_batched_tokens:
+    longest_prefill = prompt_tokens + max_tokens - 1  # a recompute after a preemption
+    if not limits.enable_chunked_prefill and longest_prefill > limits.max_num_batched_tokens:
         return (
-            f"the prompt ({prompt_tokens} tokens) exceeds max_num_batched_tokens "
-            f"({limits.max_num_batched_tokens}) and chunked prefill is off: raise "
-            "max_num_batched_tokens or set enable_chunked_prefill in model.json"
+            f"the prompt ({prompt_tokens} tokens) and max_tokens ({max_tokens}) need a prefill "
+            f"of up to {longest_prefill} tokens (a recompute after a preemption), over "
+            f"max_num_batched_tokens ({limits.max_num_batched_tokens}) with chunked prefill "
+            "off: raise max_num_batched_tokens or set enable_chunked_prefill in model.json"
         )
     return None
 

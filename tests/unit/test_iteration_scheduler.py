@@ -221,3 +221,18 @@ def test_invariants_hold_and_every_request_finishes(
     # first admissions follow arrival order (FCFS): ties by index
     arrival_order = sorted(range(len(arrivals)), key=lambda i: (arrivals[i][0], i))
     assert order == [str(i) for i in arrival_order]
+
+
+def test_a_preempted_sequence_longer_than_the_budget_is_refused_without_chunked_prefill() -> None:
+    # Preempted at 6 + 3 tokens, request 0 would recompute 9 tokens in one prefill, over the
+    # budget of 8 with chunked prefill off: it would wait forever. Refused up front instead.
+    lim = limits(
+        max_num_seqs=2,
+        max_num_batched_tokens=8,
+        enable_chunked_prefill=False,
+        num_blocks=8,
+        block_size=2,
+    )
+    assert "recompute" in (admissible(lim, 6, 4) or "")
+    assert admissible(lim, 6, 3) is None  # at most 6 + 2 = 8 tokens to recompute
+    assert admissible(limits(max_num_batched_tokens=8), 6, 4) is None  # chunks fit any budget
