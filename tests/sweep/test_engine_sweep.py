@@ -119,11 +119,15 @@ def test_a_generative_sweep_loads_each_config_with_its_engine_file(
     assert summary["best"]["config"]["max_num_seqs"] in (4, 8)  # 8: the engine's own
     assert summary["best"]["tokens"]["ttft_p99_ms"] > 0
     best = run_dir / "best"
-    if summary["best"]["trial_number"] >= 0:  # a searched config: its engine file
+    measured = json.loads((best / "measured.json").read_text())
+    if summary["recommendation"]["config"] == "best":  # significantly better: its engine file
         written = json.loads((best / "model.json").read_text())
         assert written["max_num_seqs"] == 4 and written["model"] == "tinyllm"
-    measured = json.loads((best / "measured.json").read_text())
-    assert measured["config"]["max_num_seqs"] == summary["best"]["config"]["max_num_seqs"]
+        assert measured["config"]["max_num_seqs"] == summary["best"]["config"]["max_num_seqs"]
+    else:  # no searched config significantly better: the model's own engine, as measured
+        assert summary["recommendation"]["config"] == "original"
+        assert not (best / "model.json").exists()
+        assert measured["trial"] == -1 and measured["config"]["max_num_seqs"] == 8
 
 
 @pytest.mark.parametrize("goal", ["ttft", "none"])
