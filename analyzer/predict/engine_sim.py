@@ -497,9 +497,9 @@ def engine_capacities(
     if not chains:
         return out
     if workers > 1 and len(chains) > 1:
-        from concurrent.futures import ProcessPoolExecutor
+        from analyzer.target.supervise import worker_pool  # workers that die with the run
 
-        with ProcessPoolExecutor(max_workers=min(workers, len(chains))) as pool:
+        with worker_pool(min(workers, len(chains))) as pool:
             for part in pool.map(_chain, chains, *zip(*[args] * len(chains), strict=True)):
                 out.update(part)
     else:

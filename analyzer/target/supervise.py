@@ -27,11 +27,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from analyzer.errors import TargetError
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 #: Environment variable naming the pid a managed child must outlive no longer than it.
 PARENT_PID_ENV = "PERFSWEEP_PARENT_PID"
@@ -79,6 +81,11 @@ def _pool_worker_start(parent_pid: int) -> None:
 
 def worker_pool(workers: int) -> ProcessPoolExecutor:
     """A process pool whose workers die with this process, even after its ``kill -9``."""
+    # Imported here, not at the top: this module is imported before the load generator patches
+    # threading for gevent, and concurrent.futures.process made then would hold real OS locks
+    # that its (by then patched) manager thread and the caller's greenlets deadlock on.
+    from concurrent.futures import ProcessPoolExecutor
+
     return ProcessPoolExecutor(
         max_workers=workers, initializer=_pool_worker_start, initargs=(os.getpid(),)
     )

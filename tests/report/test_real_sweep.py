@@ -32,6 +32,8 @@ TPE = {
     "search.strategy": "tpe",
     "budget.trials": 5,
     "budget.patience": 5,
+    # Five whole trials, whatever their steps take: the page is the subject, not the budget.
+    "budget.time_budget_s": 1800,
 }
 #: The bundled scenario's ``predict`` search on a space small enough to simulate in seconds.
 PREDICT = {

@@ -4,6 +4,7 @@ ignores SIGTERM. Real (tiny) Python children; no server."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -103,3 +104,24 @@ def test_restart_notes_the_death_and_starts_a_new_process(tmp_path: Path) -> Non
         assert "--- perfsweep: thing died (status 5); restarting" in process.log_path.read_text()
     finally:
         process.stop()
+
+
+#: The order ``perfsweep run`` imports in: the target modules (this one among them) first, then
+#: the load generator, which patches threading for gevent, then a predict phase's pool.
+POOL_AFTER_GEVENT = """
+import analyzer.target.supervise as supervise
+from gevent import monkey
+monkey.patch_all()
+with supervise.worker_pool(2) as pool:
+    print(sum(pool.map(abs, [-1, -2, -3, -4])))
+"""
+
+
+def test_a_worker_pool_made_after_gevent_patched_threading_finishes() -> None:
+    # concurrent.futures.process imported before the patch held real OS locks that its patched
+    # manager thread deadlocked on: the run slept forever after its baseline.
+    done = subprocess.run(
+        [sys.executable, "-c", POOL_AFTER_GEVENT], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["10"]
