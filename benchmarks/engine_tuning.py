@@ -20,8 +20,9 @@ Each run is a ``perfsweep run`` process (its managed server's start included): i
 its answer. Each answer's goodput then comes from ONE instrument, the same for every answer:
 ``perfsweep load --find-capacity`` at the goals (capacity resolution :data:`JUDGE_RESOLUTION`,
 finer than the runs' 20 %) against a reference server started with the answer's engine settings
-(``--engine-setting``): the highest request rate whose TTFT p99 and ITL p99 meet the goals, the
-goodput at the goals. A config two runs chose is measured once. (AIPerf is not the judge here:
+(``--engine-setting``): the highest request rate whose TTFT p99 and ITL p99 meet the goals, and
+the goodput there (requests a second that completed and met every goal), which is what an
+answer is judged by: an offered rate above what the engine sustains can pass a short level. A config two runs chose is measured once. (AIPerf is not the judge here:
 it measures one rate at a time, and a capacity by it would be a search of our own around it.)
 
 The simulator's error is ``|predicted - measured| / measured`` of capacities: the predict run's
@@ -128,7 +129,7 @@ def claims(result: Mapping[str, Any]) -> dict[str, bool | None]:
 
     def goodput(name: str) -> float | None:
         answer = runs.get(name, {}).get("answer")
-        return judged.get(str(engine_key(answer)), {}).get("capacity_rps") if answer else None
+        return judged.get(str(engine_key(answer)), {}).get("goodput_rps") if answer else None
 
     grid, ours = goodput("grid"), goodput("predict")
     quality = ours / grid if ours is not None and grid else None
@@ -339,6 +340,11 @@ def judge(
     result.update(
         {
             "capacity_rps": capacity.capacity_rps,
+            # What the engine served at that rate: requests completed, and those that met every
+            # goal (a rate above what the engine sustains can pass a short level: its queue
+            # has not yet pushed the TTFT p99 over the goal).
+            "throughput_rps": best.throughput_rps if best is not None else None,
+            "goodput_rps": tokens.goodput_rps if tokens else None,
             "bracketed": capacity.bracketed,
             "lowest_fail_rps": capacity.lowest_fail_rps,
             "steps": len(capacity.points),
@@ -407,7 +413,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 (predict.get("predictions", {}).get(k), v) for k, v in grid_caps.items()
             ),
             "forecast_vs_judge": errors(
-                (predict.get("predictions", {}).get(k), v.get("capacity_rps"))
+                (predict.get("predictions", {}).get(k), v.get("goodput_rps"))
                 for k, v in judged.items()
                 if v.get("bracketed")
             ),
@@ -422,19 +428,20 @@ def table(result: Mapping[str, Any]) -> str:
     judged = result["judged"]
     grid = result["runs"].get("grid", {})
     rows = [
-        "| search | wall (s) | trials | answer (seqs x tokens) | its own req/s | judged req/s |"
-        " vs grid's answer |",
-        "|---|---|---|---|---|---|---|",
+        "| search | wall (s) | trials | answer (seqs x tokens) | its own req/s | judged goodput |"
+        " judged offered req/s | vs grid's answer |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     grid_judged = (
-        judged.get(str(engine_key(grid["answer"])), {}).get("capacity_rps")
+        judged.get(str(engine_key(grid["answer"])), {}).get("goodput_rps")
         if grid.get("answer")
         else None
     )
     for name, r in result["runs"].items():
         answer = r.get("answer")
         key = engine_key(answer) if answer else None
-        capacity = judged.get(str(key), {}).get("capacity_rps") if key else None
+        capacity = judged.get(str(key), {}).get("goodput_rps") if key else None
+        offered = judged.get(str(key), {}).get("capacity_rps") if key else None
         quality = f"{100 * capacity / grid_judged:.0f} %" if capacity and grid_judged else "-"
         wall = f"{r['wall_s']:.0f}"
         if grid.get("wall_s") and name != "grid":
@@ -444,6 +451,7 @@ def table(result: Mapping[str, Any]) -> str:
             f"| {name} | {wall} | {(r.get('trials') or {}).get('complete', '-')} | "
             f"{f'{key[0]} x {key[1]}' if key else '-'} | "
             f"{f'{own:.1f}' if own else '-'} | {f'{capacity:.1f}' if capacity else '-'} | "
+            f"{f'{offered:.1f}' if offered else '-'} | "
             f"{quality} |"
         )
     err = result["simulator_error"]

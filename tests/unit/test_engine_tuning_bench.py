@@ -59,8 +59,8 @@ def _result(predict_rps: float, predict_wall: float, median: float | None) -> di
             },
         },
         "judged": {
-            str((16, 512)): {"capacity_rps": 20.0},
-            str((16, 2048)): {"capacity_rps": predict_rps},
+            str((16, 512)): {"goodput_rps": 20.0},
+            str((16, 2048)): {"goodput_rps": predict_rps},
         },
         "simulator_error": {"measured_by_predict": {"median": median}},
     }
