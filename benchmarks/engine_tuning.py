@@ -1,0 +1,494 @@
+"""Tuning a generative engine: the grid vLLM's tuning script sweeps, beside perfsweep's predict
+search and TPE, on the reference engine.
+
+One space of ``max_num_seqs`` x ``max_num_batched_tokens`` (:data:`SPACE`, 12 configs), the
+bundled ``tinyllm`` on the reference server's simulated device (``--device sim``), the goals and
+traffic of ``scenarios/tinyllm.sim.toml`` (TTFT p99 <= 500 ms, ITL p99 <= 40 ms; 128 prompt
+tokens, 64 output tokens, Poisson arrivals):
+
+* ``grid``: ``perfsweep run --search grid``, every config measured: each point loads the config
+  (the reference server loads it through the repository API; vLLM's script restarts its server)
+  and searches its capacity at the goals, as vLLM's ``auto_tune`` measures each point of its
+  ``max_num_seqs`` x ``max_num_batched_tokens`` grid. Its budget is the space (every config;
+  no time budget, no patience);
+* ``predict``: ``perfsweep run --search predict``: probe the engine's steps, simulate every config
+  on the reference engine's scheduler, measure the predicted best first, stop when the
+  measurement agrees;
+* ``tpe``: ``perfsweep run --search tpe``, the same budget as predict.
+
+Each run is a ``perfsweep run`` process (its managed server's start included): its wall time and
+its answer. Each answer's goodput then comes from ONE instrument, the same for every answer:
+``perfsweep load --find-capacity`` at the goals (capacity resolution :data:`JUDGE_RESOLUTION`,
+finer than the runs' 20 %) against a reference server started with the answer's engine settings
+(``--engine-setting``): the highest request rate whose TTFT p99 and ITL p99 meet the goals, and
+the goodput there (requests a second that completed and met every goal), which is what an
+answer is judged by: an offered rate above what the engine sustains can pass a short level. A config two runs chose is measured once. (AIPerf is not the judge here:
+it measures one rate at a time, and a capacity by it would be a search of our own around it.)
+
+The simulator's error is ``|predicted - measured| / measured`` of capacities: the predict run's
+prediction of each config it measured (as the trial recorded it, calibrated by the trials before),
+and ``predictions.json`` (the profile's forecast before any trial) against the grid's
+measurement of every config and against the judge's measurement of each answer. Capacities that met the goals at the highest rate tried (not
+bracketed) are lower bounds and are left out.
+
+Claims: the predict answer's goodput >= 97 % of the grid answer's; predict's wall time <= 1/4
+of the grid's; the simulator's median error on the configs predict measured <= 15 %.
+
+Command (repository root; ``make setup-test`` first; about 25 minutes)::
+
+    .venv/bin/python benchmarks/engine_tuning.py [--quick] [--output PATH] [--keep DIR]
+
+``--quick``: a 2 x 2 space, a smoke run (about 15 minutes). ``--searches grid,predict``: leave out
+TPE. Prints a markdown table and writes
+``benchmarks/results/engine_tuning-<UTC>.json`` (``format_version`` 1). Loopback only; every
+server it starts is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.record import run_recorded  # noqa: E402
+from benchmarks.time_to_answer import dump_toml  # noqa: E402
+from tests.support.servers import ChildProcess, child_env  # noqa: E402
+
+FORMAT_VERSION = 1
+MODEL = "tinyllm"
+SCENARIO = ROOT / "scenarios" / "tinyllm.sim.toml"
+SPACE = {"max_num_seqs": [4, 8, 12, 16], "max_num_batched_tokens": [256, 512, 2048]}
+QUICK_SPACE = {"max_num_seqs": [4, 16], "max_num_batched_tokens": [256, 2048]}
+#: predict's and tpe's trial budget (the grid's is its space).
+TRIALS = 6
+#: The judge's capacity resolution (relative).
+JUDGE_RESOLUTION = 0.05
+#: Claims' thresholds.
+MIN_QUALITY = 0.97
+MAX_WALL_RATIO = 0.25
+MAX_MEDIAN_ERROR = 0.15
+#: The engine settings an answer carries to the judge's server.
+ENGINE_KEYS = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "enable_chunked_prefill",
+    "gpu_memory_utilization",
+)
+RUN_TIMEOUT_S = 1800.0
+
+Key = tuple[int, int]
+
+
+# --------------------------------------------------------------------------------------------
+# Pure helpers (tests/unit/test_engine_tuning_bench.py)
+
+
+def engine_key(config: Mapping[str, Any]) -> Key:
+    """A trial's engine config (summary or measurement form) as (max_num_seqs, max_num_batched_tokens)."""
+    return (int(config["max_num_seqs"]), int(config["max_num_batched_tokens"]))
+
+
+def engine_settings(config: Mapping[str, Any]) -> list[str]:
+    """The reference server's ``--engine-setting`` arguments for an answer's config."""
+    out: list[str] = []
+    for key in ENGINE_KEYS:
+        if config.get(key) is None:
+            continue
+        value = config[key]
+        text = ("true" if value else "false") if isinstance(value, bool) else f"{value:g}"
+        out += ["--engine-setting", f"{key}={text}"]
+    return out
+
+
+def errors(pairs: Iterable[tuple[float | None, float | None]]) -> dict[str, Any]:
+    """``|predicted - measured| / measured`` of each pair with both known and a positive
+    measurement; their count, median and worst."""
+    found = [abs(p - m) / m for p, m in pairs if p is not None and m is not None and m > 0]
+    return {
+        "n": len(found),
+        "median": round(statistics.median(found), 4) if found else None,
+        "worst": round(max(found), 4) if found else None,
+        "errors": [round(e, 4) for e in found],
+    }
+
+
+def claims(result: Mapping[str, Any]) -> dict[str, bool | None]:
+    """The three claims (None: not decided, a figure is missing)."""
+    runs, judged = result["runs"], result["judged"]
+
+    def goodput(name: str) -> float | None:
+        answer = runs.get(name, {}).get("answer")
+        return judged.get(str(engine_key(answer)), {}).get("goodput_rps") if answer else None
+
+    grid, ours = goodput("grid"), goodput("predict")
+    quality = ours / grid if ours is not None and grid else None
+    walls = [runs.get(n, {}).get("wall_s") for n in ("predict", "grid")]
+    ratio = walls[0] / walls[1] if None not in walls and walls[1] else None
+    median = result["simulator_error"]["measured_by_predict"]["median"]
+    pct = f"{100 * MIN_QUALITY:g} %"
+    return {
+        f"predict's answer >= {pct} of the grid answer's goodput": (
+            None if quality is None else quality >= MIN_QUALITY
+        ),
+        f"predict's wall time <= {MAX_WALL_RATIO:g} of the grid's": (
+            None if ratio is None else ratio <= MAX_WALL_RATIO
+        ),
+        f"simulator's median error <= {100 * MAX_MEDIAN_ERROR:g} % on the configs predict measured": (
+            None if median is None else median <= MAX_MEDIAN_ERROR
+        ),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Runs
+
+
+def scenario(space: Mapping[str, list[int]], trials: int, patience: int) -> str:
+    """``scenarios/tinyllm.sim.toml`` with ``space`` and a trial budget (no time budget)."""
+    doc = tomllib.loads(SCENARIO.read_text())
+    top = {k: v for k, v in doc.items() if not isinstance(v, dict)}
+    sections = {k: dict(v) for k, v in doc.items() if isinstance(v, dict)}
+    sections["space"] = dict(space)
+    budget = sections["budget"]
+    budget.pop("time_budget_s", None)
+    budget["trials"] = trials
+    budget["patience"] = patience
+    sections.pop("search", None)
+    sections["run"] = {"seed": 0}
+    return dump_toml(sections, top)
+
+
+def perfsweep_run(search: str, scenario_path: Path, run_dir: Path) -> dict[str, Any]:
+    """One ``perfsweep run`` as a subprocess: wall time, answer, measured trials."""
+    cmd = [
+        str(Path(sys.executable).with_name("perfsweep")),
+        "run",
+        "--scenario",
+        str(scenario_path),
+        "--search",
+        search,
+        "--run-dir",
+        str(run_dir),
+        "--no-report",
+    ]
+    log = run_dir.with_suffix(".log")
+    started = time.perf_counter()
+    with log.open("w") as out:
+        done = subprocess.run(
+            cmd, stdout=out, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT_S, cwd=ROOT
+        )
+    wall_s = time.perf_counter() - started
+    result: dict[str, Any] = {
+        "search": search,
+        "command": " ".join(["perfsweep", *cmd[1:]]),
+        "wall_s": round(wall_s, 1),
+        "exit_code": done.returncode,
+    }
+    summary_path = run_dir / "summary.json"
+    if not summary_path.is_file():
+        result["error"] = log.read_text()[-3000:]
+        return result
+    summary = json.loads(summary_path.read_text())
+    best = summary.get("best") or {}
+    result.update(
+        {
+            "answer": best.get("config"),
+            "own_capacity_rps": best.get("throughput_rps"),
+            "own_tokens": best.get("tokens"),
+            "stop_reason": summary.get("stop_reason"),
+            "trials": summary.get("trials"),
+            "phases": summary.get("phases"),
+            "search_strategy": summary.get("search_strategy"),
+            "search_note": summary.get("search_note"),
+            "measured": measured(run_dir),
+            "predictions": predictions(run_dir),
+        }
+    )
+    return result
+
+
+def measured(run_dir: Path) -> list[dict[str, Any]]:
+    """Every measured trial of a run directory (the baseline first) with its prediction."""
+    out = []
+    for path in sorted(run_dir.glob("baseline/measurement.json")) + sorted(
+        run_dir.glob("trials/*/measurement.json")
+    ):
+        r = json.loads(path.read_text())
+        m = r.get("measurement") or {}
+        out.append(
+            {
+                "trial": path.parent.name,
+                "config": list(engine_key(r["config"])),
+                "capacity_rps": r.get("throughput_rps") if r.get("state") == "complete" else None,
+                "bracketed": m.get("bracketed", True),
+                "prediction_rps": (r.get("prediction") or {}).get("capacity_rps"),
+            }
+        )
+    return out
+
+
+def predictions(run_dir: Path) -> dict[str, float]:
+    """predictions.json as ``str(key) -> capacity`` (empty: none written)."""
+    path = run_dir / "predictions.json"
+    if not path.is_file():
+        return {}
+    doc = json.loads(path.read_text())
+    return {str(engine_key(c["config"])): c["capacity_rps"] for c in doc["configs"]}
+
+
+def judge(
+    config: Mapping[str, Any], start_rps: float, goals: Mapping[str, Any], work: Path
+) -> dict[str, Any]:
+    """The instrument: ``perfsweep load --find-capacity`` at the goals against a reference server
+    started with ``config``'s engine settings, its search started at ``start_rps``."""
+    key = engine_key(config)
+    tag = f"{key[0]}x{key[1]}"
+    settings = engine_settings(config)
+    server = ChildProcess(
+        [
+            sys.executable,
+            "-m",
+            "reference_server",
+            "--model",
+            MODEL,
+            "--device",
+            "sim",
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+            *settings,
+        ],
+        work / f"judge-{tag}.server.log",
+        child_env(),
+    )
+    output = work / f"judge-{tag}.json"
+    traffic = goals["traffic"]
+    try:
+        addresses = server.wait_ready(120.0)
+        cmd = [
+            str(Path(sys.executable).with_name("perfsweep")),
+            "load",
+            "--url",
+            addresses.http_url,
+            "--model",
+            MODEL,
+            "--protocol",
+            goals["protocol"],
+            "--find-capacity",
+            "--ttft-p99-ms",
+            f"{goals['ttft_p99_ms']:g}",
+            "--itl-p99-ms",
+            f"{goals['itl_p99_ms']:g}",
+            "--max-error-rate",
+            f"{goals['max_error_rate']:g}",
+            "--input-tokens",
+            str(traffic["input_tokens"]),
+            "--output-tokens",
+            str(traffic["output_tokens"]),
+            "--start-rps",
+            f"{start_rps:.3g}",
+            "--max-rate-rps",
+            f"{traffic['max_rate_rps']:g}",
+            "--capacity-resolution",
+            f"{JUDGE_RESOLUTION:g}",
+            "--warmup-s",
+            "1",
+            "--window-s",
+            "2",
+            "--output",
+            str(output),
+        ]
+        started = time.perf_counter()
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=ROOT, env=child_env()
+        )
+        wall_s = time.perf_counter() - started
+    finally:
+        server.stop()
+    result: dict[str, Any] = {
+        "config": list(key),
+        "engine_settings": settings,
+        "command": " ".join(["perfsweep", *cmd[1:]]),
+        "exit_code": done.returncode,
+        "wall_s": round(wall_s, 1),
+    }
+    if not output.is_file():
+        result["error"] = (done.stderr + done.stdout)[-3000:]
+        return result
+    from analyzer.measure.generator import read_load_output
+
+    _, capacity = read_load_output(json.loads(output.read_text()))
+    if capacity is None:
+        result["error"] = "no capacity in the load's output"
+        return result
+    best = capacity.best
+    tokens = best.tokens if best is not None else None
+    result.update(
+        {
+            "capacity_rps": capacity.capacity_rps,
+            # What the engine served at that rate: requests completed, and those that met every
+            # goal (a rate above what the engine sustains can pass a short level: its queue
+            # has not yet pushed the TTFT p99 over the goal).
+            "throughput_rps": best.throughput_rps if best is not None else None,
+            "goodput_rps": tokens.goodput_rps if tokens else None,
+            "bracketed": capacity.bracketed,
+            "lowest_fail_rps": capacity.lowest_fail_rps,
+            "steps": len(capacity.points),
+            "ttft_p99_ms": tokens.ttft_p99_ms if tokens else None,
+            "itl_p99_ms": tokens.itl_p99_ms if tokens else None,
+            "output_tokens_per_s": tokens.output_tokens_per_s if tokens else None,
+        }
+    )
+    return result
+
+
+def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    space = QUICK_SPACE if args.quick else SPACE
+    n = len(space["max_num_seqs"]) * len(space["max_num_batched_tokens"])
+    base = tomllib.loads(SCENARIO.read_text())
+    goals = {
+        **base["goals"],
+        "protocol": base["model"]["protocol"],
+        "traffic": base["traffic"],
+    }
+    runs: dict[str, dict[str, Any]] = {}
+    for search in args.searches:
+        trials, patience = (n, n + 1) if search == "grid" else (TRIALS, base["budget"]["patience"])
+        path = work / f"{search}.toml"
+        path.write_text(scenario(space, trials, patience))
+        print(f"[{time.strftime('%H:%M:%S')}] perfsweep run --search {search} ...", flush=True)
+        runs[search] = perfsweep_run(search, path, work / search)
+        runs[search]["scenario"] = path.read_text()
+        r = runs[search]
+        print(
+            f"  {r['wall_s']} s, answer {r.get('answer')}, {r.get('own_capacity_rps')} req/s",
+            flush=True,
+        )
+    judged: dict[str, dict[str, Any]] = {}
+    for r in runs.values():
+        answer = r.get("answer")
+        if answer and str(engine_key(answer)) not in judged:
+            print(f"[{time.strftime('%H:%M:%S')}] judge {engine_key(answer)} ...", flush=True)
+            start = r.get("own_capacity_rps") or goals["traffic"]["start_rps"]
+            judged[str(engine_key(answer))] = judge(answer, start, goals, work)
+            print(f"  {judged[str(engine_key(answer))].get('capacity_rps')} req/s", flush=True)
+    predict = runs.get("predict", {})
+    grid = runs.get("grid", {})
+    grid_caps = {
+        str(tuple(m["config"])): m["capacity_rps"]
+        for m in grid.get("measured", [])
+        if m["bracketed"] and m["trial"] != "baseline"
+    }
+    result: dict[str, Any] = {
+        "engine": f"reference server, {MODEL} on the simulated device",
+        "space": space,
+        "configs": n,
+        "goals": {k: goals[k] for k in ("ttft_p99_ms", "itl_p99_ms", "max_error_rate")},
+        "traffic": {k: goals["traffic"][k] for k in ("input_tokens", "output_tokens", "arrival")},
+        "trials_budget": {"grid": n, "predict": TRIALS, "tpe": TRIALS},
+        "judge": f"perfsweep load --find-capacity at the goals, resolution {JUDGE_RESOLUTION:g}",
+        "runs": runs,
+        "judged": judged,
+        "simulator_error": {
+            "measured_by_predict": errors(
+                (m["prediction_rps"], m["capacity_rps"])
+                for m in predict.get("measured", [])
+                if m["bracketed"] and m["trial"] != "baseline"
+            ),
+            "forecast_vs_grid": errors(
+                (predict.get("predictions", {}).get(k), v) for k, v in grid_caps.items()
+            ),
+            "forecast_vs_judge": errors(
+                (predict.get("predictions", {}).get(k), v.get("goodput_rps"))
+                for k, v in judged.items()
+                if v.get("bracketed")
+            ),
+        },
+        "grid_capacities": grid_caps,
+    }
+    result["claims"] = claims(result)
+    return result
+
+
+def table(result: Mapping[str, Any]) -> str:
+    judged = result["judged"]
+    grid = result["runs"].get("grid", {})
+    rows = [
+        "| search | wall (s) | trials | answer (seqs x tokens) | its own req/s | judged goodput |"
+        " judged offered req/s | vs grid's answer |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    grid_judged = (
+        judged.get(str(engine_key(grid["answer"])), {}).get("goodput_rps")
+        if grid.get("answer")
+        else None
+    )
+    for name, r in result["runs"].items():
+        answer = r.get("answer")
+        key = engine_key(answer) if answer else None
+        capacity = judged.get(str(key), {}).get("goodput_rps") if key else None
+        offered = judged.get(str(key), {}).get("capacity_rps") if key else None
+        quality = f"{100 * capacity / grid_judged:.0f} %" if capacity and grid_judged else "-"
+        wall = f"{r['wall_s']:.0f}"
+        if grid.get("wall_s") and name != "grid":
+            wall += f" ({r['wall_s'] / grid['wall_s']:.2f}x)"
+        own = r.get("own_capacity_rps")
+        rows.append(
+            f"| {name} | {wall} | {(r.get('trials') or {}).get('complete', '-')} | "
+            f"{f'{key[0]} x {key[1]}' if key else '-'} | "
+            f"{f'{own:.1f}' if own else '-'} | {f'{capacity:.1f}' if capacity else '-'} | "
+            f"{f'{offered:.1f}' if offered else '-'} | "
+            f"{quality} |"
+        )
+    err = result["simulator_error"]
+    lines = ["\n".join(rows), ""]
+    for name, e in err.items():
+        median = "-" if e["median"] is None else f"{100 * e['median']:.1f} %"
+        worst = "-" if e["worst"] is None else f"{100 * e['worst']:.1f} %"
+        lines.append(f"simulator error, {name}: median {median}, worst {worst} over {e['n']}")
+    lines.append("")
+    lines += [
+        f"- {'yes' if v else ('?' if v is None else 'NO')}: {k}"
+        for k, v in result["claims"].items()
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a 2 x 2 space (smoke)")
+    parser.add_argument(
+        "--searches",
+        type=lambda s: s.split(","),
+        default=["grid", "predict", "tpe"],
+        help="which runs, comma-separated (default grid,predict,tpe)",
+    )
+    parser.add_argument("--output", type=Path)
+    parser.add_argument("--keep", type=Path, help="copy the work directory here")
+    args = parser.parse_args(argv)
+    return run_recorded(
+        "engine_tuning",
+        FORMAT_VERSION,
+        lambda work: run(args, work),
+        table,
+        output=args.output,
+        keep=args.keep,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
