@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -177,6 +178,17 @@ def stage_refusal(caller: str, config: mc.ModelConfig) -> str | None:
 #: Where Triton's vLLM backend (and the reference engine) keeps its engine settings, as the
 #: repository load names a file beside ``config``.
 ENGINE_FILE_KEY = "file:1/model.json"
+
+
+def read_engine_file(repository: Path, model: str) -> dict[str, Any] | None:
+    """A vLLM engine's own settings (``<model>/1/model.json``) in ``repository``, or None (not a
+    vLLM engine's model, or unreadable)."""
+    path = repository / model / ENGINE_FILE_KEY.removeprefix("file:")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def engine_of(config: mc.ModelConfig) -> str | None:

@@ -37,7 +37,6 @@ This module holds the loop (set-up, baseline, ask/tell, stop); its phases live b
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import time
 from collections.abc import Callable
@@ -58,12 +57,12 @@ from analyzer.config.choices import (
 from analyzer.config.knobs import EngineKnobs
 from analyzer.config.objective import Objective, objective_for
 from analyzer.config.pipeline import (
-    ENGINE_FILE_KEY,
     TrialKnobs,
     Tuned,
     engine_of,
     ensemble_steps,
     is_ensemble,
+    read_engine_file,
     stage_refusal,
 )
 from analyzer.config.scenario import Scenario
@@ -452,14 +451,7 @@ def _engine_file(scenario: Scenario, target: Target) -> dict[str, Any] | None:
     are out of reach (``--url``: its baseline runs on them, and each trial's file holds the
     knobs over vLLM's defaults)."""
     root = getattr(target, "repository", None) or scenario.model.repository
-    if root is None:
-        return None
-    path = Path(root) / scenario.model.name / ENGINE_FILE_KEY.removeprefix("file:")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return None if root is None else read_engine_file(Path(root), scenario.model.name)
 
 
 def _resumed(record: TrialRecord) -> TrialRecord:

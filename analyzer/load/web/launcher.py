@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.config.access import PLAIN, ServerAccess
-from analyzer.config.pipeline import ENGINE_FILE_KEY, engine_of
+from analyzer.config.pipeline import engine_of, read_engine_file
 from analyzer.config.urls import http_url as as_http_url
 from analyzer.errors import InputError
 from analyzer.load.web.options import (
@@ -196,17 +196,6 @@ def streams(target: RemoteTarget) -> bool:
     a generative engine serves): its dashboard offers token-streaming users."""
     config = target.model_config()
     return bool(config.model_transaction_policy.decoupled) or engine_of(config) is not None
-
-
-def read_engine_file(repository: Path, model: str) -> dict[str, Any] | None:
-    """A generative model's engine settings in ``repository`` (vLLM's ``1/model.json``), or
-    None (not a vLLM engine's model, or unreadable)."""
-    path = repository / model / ENGINE_FILE_KEY.removeprefix("file:")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _child_env(access: ServerAccess = PLAIN) -> dict[str, str]:
