@@ -266,14 +266,25 @@ def capacities(
         for _, g in sorted(groups.items())
     ]
     args = (profile, p99_ms, requests, seed, resolution, ceiling_rps, arrival)
-    out: dict[SimConfig, CapacityPrediction] = {}
+    return run_chains(_chain, chains, args, workers)
+
+
+def run_chains(
+    chain_fn: Callable[..., dict[C, CapacityPrediction]],
+    chains: list[list[C]],
+    args: tuple[Any, ...],
+    workers: int,
+) -> dict[C, CapacityPrediction]:
+    """``chain_fn(chain, *args)`` for every chain (warm-started searches of one group), on a
+    pool of ``workers`` processes that die with the run when there is more than one chain."""
+    out: dict[C, CapacityPrediction] = {}
     if workers > 1 and len(chains) > 1:
         with worker_pool(min(workers, len(chains))) as pool:
-            for part in pool.map(_chain, chains, *zip(*[args] * len(chains), strict=True)):
+            for part in pool.map(chain_fn, chains, *zip(*[args] * len(chains), strict=True)):
                 out.update(part)
     else:
         for chain in chains:
-            out.update(_chain(chain, *args))
+            out.update(chain_fn(chain, *args))
     return out
 
 

@@ -39,7 +39,7 @@ from typing import Any
 from analyzer.measure.arrivals import POISSON, ArrivalProcess
 from analyzer.measure.lengths import GenRequest, Lengths
 from analyzer.measure.specs import Goals
-from analyzer.predict.capacity import search_rate
+from analyzer.predict.capacity import run_chains, search_rate
 from analyzer.predict.engine_profile import EngineConfig, EngineProfile
 from analyzer.predict.sim_records import CapacityPrediction, Prediction
 from analyzer.predict.simulator import arrival_stream
@@ -494,17 +494,8 @@ def engine_capacities(
     chains = [c for c in (chains[0][1:], *chains[1:]) if c]
     start = first if first > 0 else None
     args = (profile, goals, drawn, requests, seed, resolution, ceiling_rps, arrival, start)
-    if not chains:
-        return out
-    if workers > 1 and len(chains) > 1:
-        from analyzer.target.supervise import worker_pool  # workers that die with the run
-
-        with worker_pool(min(workers, len(chains))) as pool:
-            for part in pool.map(_chain, chains, *zip(*[args] * len(chains), strict=True)):
-                out.update(part)
-    else:
-        for chain in chains:
-            out.update(_chain(chain, *args))
+    if chains:
+        out.update(run_chains(_chain, chains, args, workers))
     return out
 
 
