@@ -125,8 +125,8 @@ class Objective(abc.ABC):
         capacity: Each trial runs a capacity search (the highest load within the goals).
         fixed: Each trial measures one fixed load level (``traffic.rate_rps``/``concurrency``,
             or the reference level).
-        checks_at_capacity: Validation measures the winner and the runner-up at the winner's
-            capacity with the sequential test, and whole capacities only when the two are
+        checks_at_capacity: Validation measures the winner at its capacity less the
+            resolution and the runner-up at the winner's capacity with the sequential test, and whole capacities only when the two are
             within noise (open loop); a runner-up tied and cheaper, once, alone; else every
             top config ``validate_repeats`` times.
     """

@@ -11,9 +11,9 @@
         -> measurement (capacity search started near the expected capacity, sequential steps;
            or fixed load, per objective) -> values + slacks -> tell [-> predict: refit]
     -> stop (trials, time budget, stagnation, the predicted best's band, the grid, Ctrl-C)
-    -> validate: a cheaper tie once at the winner's capacity less the resolution; else winner
-       and runner-up at the winner's capacity (sequential), whole capacities re-measured only
-       when the two are within noise -> best/config.pbtxt, summary.json
+    -> validate: a cheaper tie once at the winner's capacity less the resolution; else the
+       winner there and the runner-up at the winner's capacity (sequential), whole capacities
+       re-measured only when the two are within noise -> best/config.pbtxt, summary.json
        (time per phase), report.html
 
 A failed load or measurement is a failed trial with its reason kept; the sweep goes on. A

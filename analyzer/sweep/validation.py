@@ -45,11 +45,15 @@ def _validate_at_capacity(state: SweepState) -> list[ValidationCandidate]:
       it is the choice, and nothing else is measured. Its headline is the rate it held, measured
       again, not a search figure (the winner's curse: the best of several noisy searches reads
       high). It missed: the steps below.
-    * Otherwise the winner and the runner-up (``budget.validate_top`` >= 2) are each checked
-      once at the winner's capacity: a step far from the goal ends after a few hundred
-      requests. Their whole capacities are re-measured (a capacity search near each) only when
-      the two are within noise: the runner-up serves the winner's capacity too (it may have
-      missed the search's best by luck), or the winner does not (its search capacity was luck).
+    * Otherwise each candidate is checked once. The winner (alone when it is the one feasible
+      config, or ``budget.validate_top`` is 1) at its capacity less the resolution: the search's
+      best reads high (the winner's curse), so a check at the search figure itself misses by
+      noise about half the time, and the resolution is what the search claims. The runner-up
+      at the winner's capacity: does it beat the winner's search figure? A step far from the
+      goal ends after a few hundred requests. Whole capacities are re-measured (a capacity
+      search near each) only when the two are within noise: the runner-up serves the winner's
+      capacity (it may have missed the search's best by luck), or the winner does not hold its
+      own less the resolution (its search capacity was luck).
 
     The baseline is measured once (its baseline measurement); it competes only when its capacity
     beat the winner's in the search. The gain's interval rests on these measurements: each
@@ -80,11 +84,13 @@ def _validate_at_capacity(state: SweepState) -> list[ValidationCandidate]:
         return result
 
     checks: dict[int, TrialRecord] = {}
-    check_rps = {r.number: rate for r in top}
+    resolution = b.capacity_resolution
+    # The winner's capacity less the resolution: what a tie, or the winner itself, must hold.
+    edge = (1.0 - resolution) * rate
+    check_rps = {r.number: rate for r in top} | {winner.number: edge}
     if (tie := _tie_by_cost(state, top)) is not None:
         tie_record, why = tie
-        resolution = b.capacity_resolution
-        edge = check_rps[tie_record.number] = (1.0 - resolution) * rate
+        check_rps[tie_record.number] = edge
         checks[tie_record.number] = measure(tie_record, 1, 1, check_rps=edge)
         if checks[tie_record.number].meets_goals:
             held = (
@@ -101,7 +107,7 @@ def _validate_at_capacity(state: SweepState) -> list[ValidationCandidate]:
             top = [tie_record]
     for r in top:
         if r.number not in checks:
-            checks[r.number] = measure(r, 1, 2, check_rps=rate)
+            checks[r.number] = measure(r, 1, 2, check_rps=check_rps[r.number])
     winner_held = winner.number not in [r.number for r in top] or checks[winner.number].meets_goals
     # A runner-up whose check did not complete is not known to be slower: within noise too.
     close = [
