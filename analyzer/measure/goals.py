@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from analyzer.measure.arrivals import ArrivalProcess
 from analyzer.measure.measurement import Measurement, WindowStats
-from analyzer.measure.specs import Goals
+from analyzer.measure.specs import Goals, LoadMode
 from analyzer.measure.stepping import StepVerdict
 
 
@@ -117,6 +117,36 @@ def unusable(m: Measurement) -> str | None:
     return None
 
 
+#: An open-loop generative level must complete this share of the requests it sent (beyond
+#: Poisson noise): :func:`falls_behind`.
+MIN_COMPLETED_RATIO = 0.9
+
+
+def falls_behind(m: Measurement) -> str | None:
+    """Why an open-loop generative level did not keep up with its offered rate (None if it did).
+
+    A generative request lasts seconds, and an engine that batches per iteration admits the
+    requests it cannot serve into a running set that keeps growing (or a queue): the level's
+    latencies are of the streams that finished, the early ones, so an overloaded level of a
+    few seconds reads like a feasible one while it completes half of what it was sent. At a
+    steady state completions match sends; here fewer than ``MIN_COMPLETED_RATIO`` of them, and
+    fewer than three Poisson sigmas below, means the level is not one.
+    """
+    if m.tokens is None or m.mode is not LoadMode.REQUEST_RATE or m.duration_s <= 0:
+        return None
+    sent = m.offered_rps * m.duration_s
+    if sent <= 0:
+        return None
+    slack = max((1.0 - MIN_COMPLETED_RATIO) * sent, 3.0 * math.sqrt(sent))
+    if m.request_count >= sent - slack:
+        return None
+    done = m.request_count / m.duration_s
+    return (
+        f"completed {done:.1f} of the {m.offered_rps:.1f} req/s sent: the engine does not keep "
+        "up (its running set grows; the finished streams understate TTFT and ITL)"
+    )
+
+
 def goals_met(problem: str | None, slacks: Mapping[str, float]) -> bool:
     """The one rule behind every "meets the goals" in perfsweep.
 
@@ -166,7 +196,8 @@ def meets_goals(m: Measurement, goals: Goals) -> tuple[bool, str]:
 
     An invalid measurement (saturated generator) never meets a goal: its numbers describe the
     generator, not the server. The verdict is :func:`goals_met` on :func:`unusable` and
-    :func:`goal_slacks`; a level stopped early (capacity search) is unusable too.
+    :func:`goal_slacks`; a level stopped early (capacity search) is unusable too, and so is an
+    open-loop generative level that completed well under what it sent (:func:`falls_behind`).
 
     A sequential step (``m.step``, its goal that of ``goals``) is judged on the latency goal by
     its test, not by its point p99: PASS meets it, FAIL misses it. BOUNDARY (undecided at its
@@ -185,6 +216,8 @@ def meets_goals(m: Measurement, goals: Goals) -> tuple[bool, str]:
     problem = unusable(m)
     if problem is None and m.stopped_early is not None:
         problem = f"stopped early: {m.stopped_early}"
+    if problem is None:
+        problem = falls_behind(m)
     step = sequential_verdict(m, goals)
     per_class = class_slacks(m, goals)
     if per_class:

@@ -104,3 +104,38 @@ def test_a_windows_preemptions_are_the_engine_counters_rise_for_its_model() -> N
     )
     assert plain is not None and plain.preemptions is None
     assert "preemptions" not in plain.to_dict()
+
+
+def test_a_generative_level_that_completes_half_of_what_it_sent_misses_its_goals() -> None:
+    from dataclasses import replace
+
+    from analyzer.measure.goals import meets_goals
+    from analyzer.measure.specs import Goals
+
+    goals = Goals(p99_ms=float("inf"), ttft_p99_ms=500.0, itl_p99_ms=40.0)
+    # 31 req/s sent for 3 s, 14.8 completed: the finished streams' TTFT and ITL look fine.
+    level = Measurement(
+        LoadMode.REQUEST_RATE,
+        31.0,
+        14.8,
+        300.0,
+        320.0,
+        330.0,
+        350.0,
+        44,
+        0,
+        True,
+        True,
+        0.5,
+        None,
+        tokens=TOKENS,
+        duration_s=3.0,
+        offered_rps=31.0,
+    )
+    ok, why = meets_goals(level, goals)
+    assert not ok and why.startswith("completed 14.7 of the 31.0 req/s sent")
+    # Completions within Poisson noise of the sends: a steady state, judged on its latencies.
+    steady = replace(level, throughput_rps=29.0, request_count=80)
+    assert meets_goals(steady, goals)[0]
+    # Without token streams (a request of milliseconds) the rule does not apply.
+    assert meets_goals(replace(level, tokens=None), Goals(p99_ms=400.0))[0]
