@@ -11,7 +11,8 @@ plain data (``encode``/``merge``), and :meth:`TokenTally.summary` gives a level'
 Definitions (AIPerf's and vLLM's benchmark's):
 
 * TTFT: first token's arrival - intended send time (open loop: no coordinated omission; closed
-  loop the intended time is the actual send).
+  loop the intended time is the actual send). Beside it, from the actual send (AIPerf's
+  definition): the two differ by how late the generator sent.
 * ITL over tokens: the gaps between consecutive token arrivals; a chunk of ``k`` tokens after a
   gap ``g`` counts as ``k`` gaps of ``g / k``. p50/p99 are over every gap of every request.
 * Per-request mean ITL: ``(last token - first token) / (tokens - 1)``, for requests with two
@@ -79,6 +80,11 @@ class StreamRecord:
         """First token - intended send (None: no token came)."""
         return self.chunks[0][0] - self.intended if self.chunks else None
 
+    @property
+    def ttft_from_send_s(self) -> float | None:
+        """First token - actual send (None: no token came)."""
+        return self.chunks[0][0] - self.sent if self.chunks else None
+
     def gaps_s(self) -> list[float]:
         """Inter-token gaps: a chunk of ``k`` tokens after a gap ``g`` gives ``k`` gaps ``g/k``
         (the first chunk's extra tokens arrived with it: gaps of 0)."""
@@ -120,6 +126,9 @@ class TokenStats:
     good_count: int | None = None
     ttft_mean_ms: float = 0.0
     itl_mean_ms: float = 0.0
+    #: TTFT from the actual send (AIPerf's definition), beside the intended send's above.
+    ttft_from_send_p50_ms: float | None = None
+    ttft_from_send_p99_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -139,6 +148,8 @@ class TokenTally:
     ttft: HdrHistogram = field(default_factory=new_histogram)
     itl: HdrHistogram = field(default_factory=new_histogram)
     mean_itl: HdrHistogram = field(default_factory=new_histogram)
+    #: TTFT from the actual send.
+    ttft_sent: HdrHistogram = field(default_factory=new_histogram)
     streams: int = 0
     failed: int = 0
     input_tokens: int = 0
@@ -156,6 +167,7 @@ class TokenTally:
         ttft = record.ttft_s
         if ttft is not None:
             record_us(self.ttft, ttft * 1e6)
+            record_us(self.ttft_sent, (record.ttft_from_send_s or 0.0) * 1e6)
         for gap in record.gaps_s():
             record_us(self.itl, gap * 1e6)
         mean = record.mean_itl_s
@@ -176,6 +188,7 @@ class TokenTally:
         self.ttft.add(other.ttft)
         self.itl.add(other.itl)
         self.mean_itl.add(other.mean_itl)
+        self.ttft_sent.add(other.ttft_sent)
         self.streams += other.streams
         self.failed += other.failed
         self.input_tokens += other.input_tokens
@@ -192,6 +205,7 @@ class TokenTally:
             "ttft": enc(self.ttft),
             "itl": enc(self.itl),
             "mean_itl": enc(self.mean_itl),
+            "ttft_sent": enc(self.ttft_sent),
             "streams": self.streams,
             "failed": self.failed,
             "input_tokens": self.input_tokens,
@@ -207,6 +221,7 @@ class TokenTally:
             ttft=merge_encoded(r["ttft"] for r in items),
             itl=merge_encoded(r["itl"] for r in items),
             mean_itl=merge_encoded(r["mean_itl"] for r in items),
+            ttft_sent=merge_encoded(r["ttft_sent"] for r in items),
         )
         for r in items:
             out.streams += r["streams"]
@@ -251,6 +266,7 @@ class TokenTally:
         ttft = LatencySummary.from_histogram(self.ttft)
         itl = LatencySummary.from_histogram(self.itl)
         mean = LatencySummary.from_histogram(self.mean_itl)
+        sent = LatencySummary.from_histogram(self.ttft_sent)
         goals = (ttft_ms, itl_ms, latency_ms)
         good = self.good_count(*goals) if any(g is not None for g in goals) else None
         return TokenStats(
@@ -271,4 +287,6 @@ class TokenTally:
             good_count=good,
             ttft_mean_ms=ttft.mean_ms,
             itl_mean_ms=itl.mean_ms,
+            ttft_from_send_p50_ms=sent.p50_ms,
+            ttft_from_send_p99_ms=sent.p99_ms,
         )

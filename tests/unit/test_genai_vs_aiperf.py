@@ -3,6 +3,7 @@ read into the same figures, the ratios, the claims, and the commands both tools 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -85,7 +86,11 @@ def test_perfsweep_figures_take_the_per_request_itl() -> None:
     figures = bench.perfsweep_figures(_load_doc(TOKENS))
     assert (figures.ttft_p99_ms, figures.itl_p99_ms, figures.gap_p99_ms) == (36.0, 11.8, 22.4)
     assert (figures.output_tokens_per_s, figures.requests) == (250.0, 49)
-    assert figures.send_lag_p99_ms == 2.0  # perfsweep's TTFT counts from the intended send
+    assert figures.send_lag_p99_ms == 2.0
+    # A record without TTFT from the send compares its intended-send TTFT; one with it, that.
+    assert figures.ttft_intended_p99_ms == 36.0
+    sent = bench.perfsweep_figures(_load_doc(replace(TOKENS, ttft_from_send_p99_ms=34.5)))
+    assert (sent.ttft_p99_ms, sent.ttft_intended_p99_ms) == (34.5, 36.0)
     assert (figures.stable, figures.valid) == (True, True)
     with pytest.raises(ValueError, match="no token stream"):
         bench.perfsweep_figures(_load_doc(None))
