@@ -254,6 +254,14 @@ def test_memory_grows_with_the_instances_a_reload_asks_for(sim_server: ServerThr
         config: mc.ModelConfig = parse_config_text(sim_config("sim", instances=count))
         override = json_format.MessageToDict(config, preserving_proto_field_name=True)
         client.load_model("sim", config=json.dumps(override))
-        used[count] = gpu_values(metrics_text(sim_server))["nv_gpu_memory_used_bytes"][uid]
+        # As in Triton, the load returns once the new instances are ready; the old ones drain
+        # and release their memory on a background thread after it. Read once that is done.
+        expected = (100 + count * 50) * MIB
+        deadline = time.monotonic() + 10.0
+        while True:
+            used[count] = gpu_values(metrics_text(sim_server))["nv_gpu_memory_used_bytes"][uid]
+            if used[count] <= expected or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
     assert used[1] == (100 + 1 * 50) * MIB
     assert used[3] == (100 + 3 * 50) * MIB
