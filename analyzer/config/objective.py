@@ -126,9 +126,9 @@ class Objective(abc.ABC):
         fixed: Each trial measures one fixed load level (``traffic.rate_rps``/``concurrency``,
             or the reference level).
         checks_at_capacity: Validation measures the winner at its capacity less the
-            resolution and the runner-up at the winner's capacity with the sequential test, and whole capacities only when the two are
-            within noise (open loop); a runner-up tied and cheaper, once, alone; else every
-            top config ``validate_repeats`` times.
+            resolution and the runner-up at the winner's capacity with the sequential test,
+            and whole capacities only when the two are within noise (open loop); a runner-up
+            tied and cheaper, once, alone; else every top config ``validate_repeats`` times.
     """
 
     name: ClassVar[str]

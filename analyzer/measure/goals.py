@@ -89,19 +89,24 @@ def generator_problems(
     if late > max(limits.max_late_fraction * sent, 2):
         problems.append(f"{late} of {sent} requests sent over {limits.max_send_lag_ms:g} ms late")
     dispersion = arrival.count_dispersion
-    if expected_sent > 0 and dispersion is not None:
-        if dispersion == 0:
-            slack = (1 - limits.min_offered_ratio) * expected_sent + 2
-        else:  # only a shortfall beyond 3 sigma of the process's count is the generator's
-            slack = max(
-                (1 - limits.min_offered_ratio) * expected_sent,
-                3 * math.sqrt(dispersion * expected_sent),
-            )
-        if sent < expected_sent - slack:
-            problems.append(
-                f"offered {sent} requests where the schedule asked for {expected_sent:.0f}"
-            )
+    if (
+        expected_sent > 0
+        and dispersion is not None
+        and short_beyond_noise(sent, expected_sent, limits.min_offered_ratio, dispersion)
+    ):
+        problems.append(f"offered {sent} requests where the schedule asked for {expected_sent:.0f}")
     return problems
+
+
+def short_beyond_noise(count: float, expected: float, ratio: float, dispersion: float) -> bool:
+    """Whether ``count`` fell short of ``expected`` by more than chance: below ``ratio`` of it
+    and beyond three sigmas of a count whose variance is ``dispersion x expected`` (Poisson:
+    1; a deterministic count, 0: two of slack)."""
+    if dispersion == 0:
+        slack = (1 - ratio) * expected + 2
+    else:
+        slack = max((1 - ratio) * expected, 3 * math.sqrt(dispersion * expected))
+    return count < expected - slack
 
 
 def unusable(m: Measurement) -> str | None:
@@ -135,10 +140,7 @@ def falls_behind(m: Measurement) -> str | None:
     if m.tokens is None or m.mode is not LoadMode.REQUEST_RATE or m.duration_s <= 0:
         return None
     sent = m.offered_rps * m.duration_s
-    if sent <= 0:
-        return None
-    slack = max((1.0 - MIN_COMPLETED_RATIO) * sent, 3.0 * math.sqrt(sent))
-    if m.request_count >= sent - slack:
+    if sent <= 0 or not short_beyond_noise(m.request_count, sent, MIN_COMPLETED_RATIO, 1.0):
         return None
     done = m.request_count / m.duration_s
     return (
