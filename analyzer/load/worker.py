@@ -12,7 +12,7 @@ import argparse
 import logging
 from typing import Any
 
-import analyzer.load._gevent  # noqa: F401  (isort: skip) patch first
+from analyzer.load._gevent import freeze_heap  # (isort: skip) patch first
 from locust.env import Environment
 
 from analyzer.load.context import EngineConfig, ProcessContext, attach_context
@@ -25,6 +25,7 @@ def run_worker(master_host: str, master_port: int, index: int = 0) -> None:
     ctx = ProcessContext(index)
     attach_context(env, ctx)
     runner = env.create_worker_runner(master_host, master_port)
+    freeze_heap()
 
     def on_request(environment: Environment, msg: Any, **_: Any) -> None:
         data = msg.data

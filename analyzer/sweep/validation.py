@@ -13,6 +13,7 @@ from typing import Any
 
 from analyzer.config.objective import worst_value
 from analyzer.config.pipeline import config_cost
+from analyzer.measure.gain import gain_estimate
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.rundir.validation import Validation, ValidationCandidate
 from analyzer.sweep.state import SweepState
@@ -58,6 +59,10 @@ def _validate_at_capacity(state: SweepState) -> list[ValidationCandidate]:
     The baseline is measured once (its baseline measurement); it competes only when its capacity
     beat the winner's in the search. The gain's interval rests on these measurements: each
     side's capacity within its search bracket, and a check's rate as its lower end.
+
+    Nothing is measured when no outcome could change the recommendation
+    (:func:`_choice_is_settled`): the winner's search figure is not significantly better than
+    the baseline's, so the model's own config is recommended whatever a check reads.
     """
     scenario, objective = state.scenario, state.objective
     b = scenario.budget
@@ -67,6 +72,9 @@ def _validate_at_capacity(state: SweepState) -> list[ValidationCandidate]:
     if not top:
         return []
     winner = top[0]
+    if (settled := _choice_is_settled(state, winner)) is not None:
+        state.note(settled)
+        return []
     rate = winner.throughput_rps
 
     def measure(r: TrialRecord, index: int, total: int, **how: Any) -> TrialRecord:
@@ -146,6 +154,39 @@ def _validate_at_capacity(state: SweepState) -> list[ValidationCandidate]:
         candidates.append(_candidate(baseline, [baseline]))
     state.run_dir.write_validation(Validation(tuple(candidates)))
     return candidates
+
+
+def _choice_is_settled(state: SweepState, winner: TrialRecord) -> str | None:
+    """Why validating cannot change the recommendation, or None when it can.
+
+    The recommendation is the model's own config unless the chosen config's gain over the
+    baseline is significant (:func:`analyzer.sweep.finish._recommend`). A check can only lower
+    the winner's figure (to the rate it held) and its runner-up's cannot raise it, so when the
+    interval from the two searches' brackets already contains 1.0 no check makes the winner
+    recommended: re-measuring would only chase a lucky reading. (An interval wholly below 1.0 is
+    not settled here, nor one where the baseline leads: validation puts it among the candidates.)
+    """
+    objective, baseline = state.objective, state.baseline
+    if baseline is None or not baseline.meets_goals or not objective.has_gain(baseline, winner):
+        return None
+    if objective.gain(objective.value(baseline), objective.value(winner)) < 1.0:
+        return None  # the baseline leads: validation makes it a candidate, so it can be chosen
+    estimate = gain_estimate(
+        [objective.gain_sample(winner)],
+        [objective.gain_sample(baseline)],
+        higher_is_better=objective.higher_is_better,
+        seed=state.scenario.run.seed,
+    )
+    if estimate is None or estimate.ci_low is None or estimate.ci_high is None:
+        return None
+    if not estimate.ci_low <= 1.0 <= estimate.ci_high:
+        return None
+    return (
+        f"validation not needed: trial {winner.number} is not significantly better than the "
+        f"baseline in the search ({estimate.gain:.2f}x, 95% interval {estimate.ci_low:.2f}-"
+        f"{estimate.ci_high:.2f}x over the two capacity brackets), so the model's own config is "
+        "the recommendation whatever a re-measurement reads; its figures are the search's"
+    )
 
 
 def _tie_by_cost(state: SweepState, top: list[TrialRecord]) -> tuple[TrialRecord, str] | None:

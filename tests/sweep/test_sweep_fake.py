@@ -298,6 +298,34 @@ def test_baseline_is_kept_when_no_searched_config_beats_it(tmp_path: Path) -> No
     assert -1 in [c["trial_number"] for c in validated]
 
 
+def test_no_validation_when_no_check_could_change_the_recommendation(tmp_path: Path) -> None:
+    # The one searched config is the model's own batch size with dynamic batching on and no
+    # delay: at one instance it serves what the baseline does, well within a 40 % bracket.
+    s = scenario(
+        tmp_path,
+        **{
+            "space.max_batch_size": [8, 8],
+            "space.max_queue_delay_us": [0, 0],
+            "space.instance_count": [1, 1],
+            "space.preferred_batch_size": "none",
+            "budget.trials": 1,
+            "budget.capacity_resolution": 0.4,
+        },
+    )
+    target = FakeTarget()
+    generator = FakeLoadGenerator(target, CPU_LIKE, noise=0.0)
+    outcome = run_sweep(s, target=target, load=generator)
+    summary = load_summary(outcome.run_dir)
+    assert summary["gain_significant"] is False
+    # Not one check: a check can only lower the trial's figure, so the model's own config is
+    # the recommendation whatever it reads, and the run says why it measured nothing more.
+    assert summary["validation"] == []
+    assert not (outcome.run_dir / "validation.json").exists()
+    assert "validation not needed" in summary["search_note"]
+    assert "not significantly better than the baseline" in summary["search_note"]
+    assert summary["recommendation"]["config"] == "original"
+
+
 @pytest.mark.usefixtures("takes_seconds")
 def test_closed_loop_capacity_searches_whole_user_counts(tmp_path: Path) -> None:
     s = scenario(
