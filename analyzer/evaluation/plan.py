@@ -66,11 +66,15 @@ class Expected:
             forecast): one step below it that must pass, one :data:`CHECK_GROWTH` above
             that must fail, a full search only when either disagrees
             (:attr:`~analyzer.measure.specs.CapacitySpec.forecast_check`).
+        predicted: The expectation is a prediction (a simulation of the profile), not a
+            neighbour's measured capacity: a failure above it needs no repeat
+            (:attr:`~analyzer.measure.specs.CapacitySpec.expected_rps`).
     """
 
     rps: float
     growth: float = EXPECTED_GROWTH
     check: bool = False
+    predicted: bool = True
 
 
 @dataclass(frozen=True)
@@ -291,4 +295,7 @@ class LoadPlan:
             confirm_failures=True,
             fails_at_rps=fails_at,
             forecast_check=bool(expected and expected.check and not near_rps),
+            expected_rps=expected.rps
+            if expected is not None and expected.predicted and not near_rps
+            else None,
         )

@@ -189,14 +189,18 @@ def needs_confirmation(spec: CapacitySpec, search: CapacitySearch, failed: Measu
       (:attr:`~analyzer.measure.stepping.StepRecord.far_beyond`): the test's estimate of the
       autocorrelation already discounts a burst of slow requests, and a spike leaves a share
       over the goal near the allowed one, not twice it;
-    * the upper step of a forecast check (``spec.forecast_check``: a pass at the start, then
-      this failure): the failure the forecast predicted, so two sources agree. It is the top
-      of the bracket the gain's interval covers (the baseline is measured no finer than that
-      interval needs); a step undecided at its cap failed on a p99 near the goal, i.e. near
-      the capacity, which the bracket holds.
+    * a step above the capacity a prediction expects (``spec.expected_rps``: the profile's
+      simulation, the baseline's forecast): the failure the prediction predicted, so two
+      sources agree, as they do on the upper step of a forecast check (``spec.forecast_check``:
+      a pass at the start, then this failure). A step undecided at its cap failed on a p99
+      near the goal, i.e. near the capacity, which the bracket holds; a spike that failed a
+      rate the config serves leaves the capacity within one step of the prediction's, where a
+      predicted search stops anyway (its band).
     """
     step = failed.step
     if failed.valid and step is not None and step.far_beyond:
+        return False
+    if failed.valid and spec.expected_rps is not None and failed.target > spec.expected_rps:
         return False
     return not (spec.forecast_check and [p for _, p in search.history] == [True])
 

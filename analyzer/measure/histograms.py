@@ -92,7 +92,7 @@ def count_above_us(hist: HdrHistogram, value_us: float) -> int:
 def mean_us(hist: HdrHistogram) -> float:
     """``HdrHistogram.get_mean_value``, vectorised.
 
-    A multiply and a sum, not ``np.dot``: over the histogram's ~30,000 buckets OpenBLAS's dot
+    A multiply and a sum, not ``np.dot``: over the histogram's ~21,000 buckets OpenBLAS's dot
     wakes its worker threads, which then spin ~100 ms each time, so the generator read 110 % of a
     core at every window close (its levels invalid) and took a core from the server beside it."""
     total = hist.get_total_count()

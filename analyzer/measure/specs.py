@@ -231,6 +231,10 @@ class CapacitySpec:
     #: was wrong, by an amount it cannot tell) goes on as a full search: steps of
     #: :data:`FULL_SEARCH_GROWTH`, then bisection to ``resolution``.
     forecast_check: bool = False
+    #: The capacity a prediction expects (the profile's simulation, or the baseline's forecast;
+    #: None: no prediction): a step failing above it failed where the prediction said it would,
+    #: so no repeat confirms it (:func:`~analyzer.measure.capacity.needs_confirmation`).
+    expected_rps: float | None = None
 
     def __post_init__(self) -> None:
         if self.fails_at_rps is not None and not self.start_rps < self.fails_at_rps:

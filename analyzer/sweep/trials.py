@@ -212,4 +212,4 @@ def expected_capacity(state: SweepState, knobs: TrialKnobs) -> Expected | None:
             return Expected(prediction.capacity_rps)
     finished = [*state.results.values(), *([state.baseline] if state.baseline else [])]
     rps = nearest_capacity(state.search.space, knobs, finished)
-    return None if rps is None else Expected(rps, NEIGHBOUR_GROWTH)
+    return None if rps is None else Expected(rps, NEIGHBOUR_GROWTH, predicted=False)

@@ -178,6 +178,19 @@ def test_the_forecast_checks_predicted_failure_is_not_repeated_a_surprise_is() -
     assert len(asked) == len(set(asked))
 
 
+def test_a_failure_above_the_predicted_capacity_is_not_repeated_one_below_it_is() -> None:
+    # Predicted 100 req/s: the search starts at 90 and steps by 1.2. The config serves 100.
+    predicted = _spec(start_rps=90.0, growth=1.2, resolution=0.2, expected_rps=100.0)
+    measure, asked = planted(capacity=100.0, far_above=1e9)  # every failure close to the goal
+    result = find_capacity(predicted, measure)
+    assert asked == [90.0, pytest.approx(108.0)]  # 108 fails where the prediction said: once
+    assert result.capacity_rps == 90.0
+    # The prediction was high (the config serves 60): 90 failing is a surprise, repeated.
+    measure, asked = planted(capacity=60.0, far_above=1e9)
+    find_capacity(predicted, measure)
+    assert asked[:2] == [90.0, 90.0]
+
+
 # ---- the windows of a sequential step ------------------------------------------------------------
 
 

@@ -213,13 +213,16 @@ def test_a_capacity_search_starts_near_the_expected_capacity_with_small_steps() 
     plan = LoadPlan(scenario(traffic={"min_rate_rps": 5.0, "max_rate_rps": 2000.0}))
     spec = plan.capacity_spec(expected=Expected(400.0), hint_rps=1000.0)
     assert spec.start_rps == pytest.approx(360.0) and spec.growth == pytest.approx(1.2)
-    assert not spec.forecast_check
+    assert not spec.forecast_check and spec.expected_rps == 400.0
     # A validation re-measurement (near_rps) keeps its own start; the expectation is clipped.
     near = plan.capacity_spec(near_rps=100.0, expected=Expected(400.0, check=True))
     assert near.start_rps == pytest.approx(85.0) and not near.forecast_check
     assert plan.capacity_spec(expected=Expected(1.0)).start_rps == 5.0
     # A neighbour's capacity is a looser guess than a prediction: larger steps.
     assert plan.capacity_spec(expected=Expected(400.0, 1.5)).growth == pytest.approx(1.5)
+    # Only a prediction says where a failure is expected; a neighbour's capacity does not.
+    assert plan.capacity_spec(expected=Expected(400.0, 1.5, predicted=False)).expected_rps is None
+    assert near.expected_rps is None
     # A forecast to check (the baseline): one step below it, one well above it.
     check = plan.capacity_spec(expected=Expected(400.0, check=True))
     assert check.forecast_check and check.start_rps == pytest.approx(360.0)
