@@ -78,6 +78,8 @@ class Recorder:
         self.class_count = classes
         self._reset()
         self.in_flight = 0
+        #: Generative requests in flight, by id: those without a first token are censored TTFTs.
+        self._streams: dict[int, StreamRecord] = {}
         self._cpu0 = time.process_time()
         self._wall0 = time.monotonic()
 
@@ -144,10 +146,26 @@ class Recorder:
     ) -> None:
         """One generative request finished: its whole-request figures as :meth:`done`, its
         tokens (TTFT, gaps, counts) into ``tokens``."""
+        self._streams.pop(id(record), None)
         self.done(latency_s, service_s, error)
         if self.tokens is None:
             self.tokens = TokenTally()
         self.tokens.add_record(record, latency_s)
+
+    def stream_started(self, record: StreamRecord) -> None:
+        """A generative request was sent: until its first token it is one :meth:`waiting`."""
+        self._streams[id(record)] = record
+
+    def waiting(self) -> array[float]:
+        """In-flight streams without a first token: (seconds since the intended send, since the
+        actual send) pairs, flat. Each TTFT is at least that: a level that ends with streams
+        queued past the TTFT goal has missed it, though none of them completed."""
+        now = time.perf_counter()
+        out = array("d")
+        for r in self._streams.values():
+            if not r.chunks:
+                out.extend((now - r.intended, now - r.sent))
+        return out
 
     def backlog(self, size: int) -> None:
         """The open-loop pool was full and ``size`` requests waited for a free slot."""
@@ -180,6 +198,7 @@ class Recorder:
             "sends": self.sends.tobytes(),
             "classes": [c.encode() for c in self.classes],
             "tokens": self.tokens.encode() if self.tokens is not None else {},
+            "waiting": self.waiting().tobytes(),
             **self._counters(),
         }
         self._reset()
@@ -211,6 +230,7 @@ class Recorder:
             intervals=1,
             classes=self.classes,
             tokens=self.tokens,
+            waiting=self.waiting(),
         )
         self._reset()
         self.max_in_flight = self.in_flight
@@ -228,6 +248,9 @@ class Tick:
     sequence: array[float] = field(default_factory=lambda: array("f"))
     #: Send times (wall clock, seconds), process after process.
     sends: array[float] = field(default_factory=lambda: array("d"))
+    #: Streams without a first token at the tick's end (:meth:`Recorder.waiting`; a gauge:
+    #: the latest tick's, every process's).
+    waiting: array[float] = field(default_factory=lambda: array("d"))
     dispatched: int = 0
     completed: int = 0
     errors: int = 0
@@ -267,6 +290,7 @@ class Tick:
                 tally.errors += raw["errors"]
             out.sequence.frombytes(t.get("sequence", b""))
             out.sends.frombytes(t.get("sends", b""))
+            out.waiting.frombytes(t.get("waiting", b""))
             out.dispatched += t["dispatched"]
             out.completed += t["completed"]
             out.errors += t["errors"]
@@ -300,6 +324,7 @@ class Tick:
         for kind, n in other.error_kinds.items():
             self.error_kinds[kind] = self.error_kinds.get(kind, 0) + n
         self.in_flight = other.in_flight
+        self.waiting = other.waiting
         self.max_in_flight = max(self.max_in_flight, other.max_in_flight)
         self.backlog_max = max(self.backlog_max, other.backlog_max)
         n = self.intervals + other.intervals

@@ -56,7 +56,7 @@ from analyzer.measure.histograms import (
 from analyzer.measure.measurement import ClassStats, Measurement, WindowStats
 from analyzer.measure.specs import CapacitySpec, LoadMode, LoadSpec
 from analyzer.measure.stepping import SequentialRule, StepRecord, StepVerdict
-from analyzer.measure.tokens import TokenStats
+from analyzer.measure.tokens import TokenStats, TokenTally
 from analyzer.target.liveness import check_step
 from analyzer.target.server_stats import (
     ServerScraper,
@@ -475,7 +475,11 @@ class LocustLoadGenerator:
     def _token_stats(self, spec: LoadSpec, total: Tick, duration: float) -> TokenStats | None:
         """A generative level's token figures; goodput against the step's goals (a capacity
         step) or the load's (None without streams)."""
-        if total.tokens is None or not total.tokens.streams:
+        if total.waiting:
+            if total.tokens is None:
+                total.tokens = TokenTally()
+            total.tokens.add_waiting(total.waiting)
+        if total.tokens is None or not (total.tokens.streams or total.tokens.waiting):
             return None
         goals = spec.fail_fast or self.options.goals
         if goals is None:

@@ -138,6 +138,7 @@ def _stream_one(
     """
     request, salt = ctx.gen_request(send)
     record = StreamRecord(intended, intended, request.input_tokens)
+    ctx.recorder.stream_started(record)
     error: BaseException | None = None
     try:
         client.stream(request, salt, record)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,6 +129,9 @@ class TokenStats:
     #: TTFT from the actual send (AIPerf's definition), beside the intended send's above.
     ttft_from_send_p50_ms: float | None = None
     ttft_from_send_p99_ms: float | None = None
+    #: Streams without a first token when the level ended, in the TTFT percentiles at their
+    #: wait so far (a lower bound): they are not in ``streams``, which finished.
+    ttft_waiting: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -154,6 +157,8 @@ class TokenTally:
     failed: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    #: Streams still without a first token when the level ended (:meth:`add_waiting`).
+    waiting: int = 0
     #: Per request, ``ROW`` float32 values: TTFT ms (NaN: none), mean ITL ms (NaN: under two
     #: tokens), end-to-end ms, 1.0 if it succeeded.
     rows: array[float] = field(default_factory=lambda: array("f"))
@@ -183,6 +188,16 @@ class TokenTally:
             )
         )
 
+    def add_waiting(self, pairs: Sequence[float]) -> None:
+        """The level's streams still without a first token at its end (flat (since intended
+        send, since actual send) pairs, seconds), into the TTFT histograms at their wait so far:
+        a lower bound of each TTFT. Left out, a level above capacity read only the requests that
+        got through, and its TTFT as if the queue behind them were not there."""
+        for i in range(0, len(pairs) - 1, 2):
+            record_us(self.ttft, pairs[i] * 1e6)
+            record_us(self.ttft_sent, pairs[i + 1] * 1e6)
+            self.waiting += 1
+
     def add(self, other: TokenTally) -> None:
         """Add ``other``'s requests to these."""
         self.ttft.add(other.ttft)
@@ -193,6 +208,7 @@ class TokenTally:
         self.failed += other.failed
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
+        self.waiting += other.waiting
         self.rows.extend(other.rows)
 
     def encode(self) -> dict[str, Any]:
@@ -289,4 +305,5 @@ class TokenTally:
             itl_mean_ms=itl.mean_ms,
             ttft_from_send_p50_ms=sent.p50_ms,
             ttft_from_send_p99_ms=sent.p99_ms,
+            ttft_waiting=self.waiting,
         )

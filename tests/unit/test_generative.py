@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from pathlib import Path
 
 import pytest
@@ -219,6 +220,36 @@ def test_tally_crosses_processes_exactly() -> None:
         assert t.ttft.get_total_count() == 3 and t.itl.get_total_count() == 9
         assert t.good_count(ttft_ms=150.0) == 1
         assert t.good_count(ttft_ms=250.0) == 2
+
+
+def test_streams_still_waiting_for_a_first_token_count_at_their_wait_so_far() -> None:
+    from analyzer.load.recorder import Recorder, Tick
+
+    recorder = Recorder()
+    now = time.perf_counter()
+    queued = StreamRecord(now - 2.0, now - 1.5)  # sent 2 s ago (1.5 s after its schedule)
+    started = StreamRecord(now - 3.0, now - 3.0)
+    started.token(now - 2.9)  # its TTFT is known: 100 ms; it counts when it finishes
+    for r in (queued, started):
+        recorder.stream_started(r)
+    tick = Tick.merge([recorder.take_tick()])
+    assert len(tick.waiting) == 2  # one stream: (since intended, since sent)
+    assert tick.waiting[0] >= 2.0 and 1.5 <= tick.waiting[1] < 2.0
+    # A later tick's gauge replaces an earlier one's: a level ends with its last tick's.
+    recorder.stream_done(queued, 2.5, 2.0, None)
+    level = Tick()
+    level.add(tick)
+    level.add(recorder.take_local_tick())
+    assert len(level.waiting) == 0
+    # The level's tally: the waiting stream in the TTFT percentiles at its wait so far.
+    tally = TokenTally()
+    r = _record(0, 0.05, 0.01, 4)
+    tally.add_record(r, 0.1)
+    tally.add_waiting(tick.waiting)
+    stats = tally.summary(1.0, ttft_ms=1000.0)
+    assert stats.streams == 1 and stats.ttft_waiting == 1
+    assert stats.ttft_p99_ms >= 2000.0  # over the goal: the queue behind the one that finished
+    assert stats.good_count == 1  # goodput counts finished requests only
 
 
 # ---- goals -------------------------------------------------------------------------------------
