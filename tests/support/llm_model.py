@@ -179,6 +179,9 @@ class VllmServer:
         kv_cache_gib: ``VLLM_CPU_KVCACHE_SPACE``, the KV cache's memory.
         extra_args: more server flags.
         startup_timeout_s: how long to wait for ``/health`` (32-67 s on a 2-core machine).
+        cpus: the cores the server runs on (a ``taskset`` list, "0"), its OpenMP threads bound
+            to them; None: every core (vLLM's "auto"). A benchmark that measures the server
+            with clients beside it gives the clients the other cores.
     """
 
     install: VllmInstall
@@ -190,6 +193,7 @@ class VllmServer:
     kv_cache_gib: int = 1
     extra_args: Sequence[str] = ()
     startup_timeout_s: float = 300.0
+    cpus: str | None = None
     port: int = 0
     #: Seconds from the start to the first ``/health`` 200 (the last start).
     startup_s: float = 0.0
@@ -226,7 +230,8 @@ class VllmServer:
         ]
         if self.max_num_batched_tokens is not None:
             args += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
-        return [*args, *self.extra_args]
+        pinned = ["taskset", "-c", self.cpus] if self.cpus is not None else []
+        return [*pinned, *args, *self.extra_args]
 
     def __enter__(self) -> VllmServer:
         self.start()
@@ -250,6 +255,8 @@ class VllmServer:
             "DO_NOT_TRACK": "1",
             "TOKENIZERS_PARALLELISM": "false",
         }
+        if self.cpus is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpus
         error: VllmStartError | None = None
         for _ in range(attempts):
             self.port = free_port()
