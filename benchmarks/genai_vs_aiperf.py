@@ -429,13 +429,14 @@ def measure_level(
             model=model,
             url=perfsweep_url,
             rate=rate,
-            seconds=args.seconds,
+            # As long as AIPerf's requests take at this rate (--min-requests lengthens both).
+            seconds=requests / rate,
             input_tokens=args.input_tokens,
             output_tokens=args.output_tokens,
             output=output,
         )
         before = counters(metrics_url, model)
-        ran = run_tool(command, args.seconds + RUN_SLACK_S, work / f"perfsweep-{tag}.log")
+        ran = run_tool(command, requests / rate + RUN_SLACK_S, work / f"perfsweep-{tag}.log")
         ran["engine_tokens"] = _delta(before, counters(metrics_url, model))
         try:
             if not output.is_file():
