@@ -440,7 +440,8 @@ class BudgetSection(Section):
     validation: Literal["check", "repeats"] = "check"
     """``check``: the winner is measured once at its capacity less ``capacity_resolution``, the
     runner-up once at the winner's capacity, with the sequential test, whole capacities again
-    only when the two are within noise, the baseline not again (a capacity objective in open loop; otherwise ``repeats``);
+    only when the two are within noise, the baseline not again (a capacity objective in open
+    loop; otherwise ``repeats``);
     ``repeats``: each of the ``validate_top`` best configs and the baseline
     ``validate_repeats`` times (a gain interval from repeats on both sides)."""
     sequential: bool = True

@@ -19,7 +19,7 @@ from analyzer.config.pipeline import Tuned
 from analyzer.documents import write_json
 from analyzer.errors import TargetError
 from analyzer.evaluation.plan import LoadPlan
-from analyzer.measure.gain import GainSample, gain_estimate, gain_sentence
+from analyzer.measure.gain import GainEstimate, GainSample, gain_estimate, gain_sentence
 from analyzer.predict.profile import Profile, RequestMix
 from analyzer.rundir.batching import batch_formation
 from analyzer.rundir.results import RunDirectory, environment, utc_now, write_configs
@@ -470,6 +470,28 @@ def _gain(
     gain = round(objective.gain(objective.value(baseline), objective.value(best)), 3)
     if chosen is None or state.baseline is None:
         return _Gain(gain, gain_sentence(gain, None, None, None))
+    estimate = gain_interval(state, chosen, state.baseline)
+    if estimate is None:
+        return _Gain(gain, gain_sentence(gain, None, None, None))
+    ci = (estimate.ci_low, estimate.ci_high)
+    repeats = tuple(estimate.repeats)
+    return _Gain(
+        estimate.gain,
+        gain_sentence(estimate.gain, list(ci), estimate.significant, list(repeats)),
+        ci,
+        estimate.significant,
+        repeats,
+    )
+
+
+def gain_interval(
+    state: SweepState, chosen: TrialRecord, baseline: TrialRecord
+) -> GainEstimate | None:
+    """The gain of ``chosen`` over ``baseline`` with its interval: a seeded bootstrap over each
+    side's validation repeats (each within its capacity-search bracket), the search
+    measurement where a side was not validated. The recommendation's rule
+    (:func:`_recommend`) and validation's "nothing could change it" read the same one."""
+    objective = state.objective
 
     def side(r: TrialRecord) -> list[GainSample]:
         runs = state.validated.get(r.number, [])
@@ -490,22 +512,11 @@ def _gain(
             samples.append(sample)
         return samples
 
-    estimate = gain_estimate(
+    return gain_estimate(
         side(chosen),
-        side(state.baseline),
+        side(baseline),
         higher_is_better=objective.higher_is_better,
         seed=state.scenario.run.seed,
-    )
-    if estimate is None:
-        return _Gain(gain, gain_sentence(gain, None, None, None))
-    ci = (estimate.ci_low, estimate.ci_high)
-    repeats = tuple(estimate.repeats)
-    return _Gain(
-        estimate.gain,
-        gain_sentence(estimate.gain, list(ci), estimate.significant, list(repeats)),
-        ci,
-        estimate.significant,
-        repeats,
     )
 
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from analyzer.config.objective import worst_value
 from analyzer.config.pipeline import config_cost
-from analyzer.measure.gain import gain_estimate
 from analyzer.rundir.trial_record import TrialRecord
 from analyzer.rundir.validation import Validation, ValidationCandidate
+from analyzer.sweep.finish import gain_interval
 from analyzer.sweep.state import SweepState
 from analyzer.sweep.trials import run_trial
 
@@ -171,12 +171,7 @@ def _choice_is_settled(state: SweepState, winner: TrialRecord) -> str | None:
         return None
     if objective.gain(objective.value(baseline), objective.value(winner)) < 1.0:
         return None  # the baseline leads: validation makes it a candidate, so it can be chosen
-    estimate = gain_estimate(
-        [objective.gain_sample(winner)],
-        [objective.gain_sample(baseline)],
-        higher_is_better=objective.higher_is_better,
-        seed=state.scenario.run.seed,
-    )
+    estimate = gain_interval(state, winner, baseline)  # nothing validated yet: the searches'
     if estimate is None or estimate.ci_low is None or estimate.ci_high is None:
         return None
     if not estimate.ci_low <= 1.0 <= estimate.ci_high:
