@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from analyzer.target.supervise import group_members
 from tests.support.differential import settled_stats
 from tests.support.real_triton import (
     RealTriton,
@@ -113,8 +113,7 @@ def test_stop_kills_server_and_stub_processes(
     regions = _mapped_shm_regions(pid)
     assert len(regions) == 2  # one shared-memory region per stub process
     triton.stop()
-    with pytest.raises(ProcessLookupError):
-        os.killpg(pid, 0)  # the whole group (server + stubs) is gone
+    assert not group_members(pid)  # the whole group (server + stubs) is gone: zombies at most
     assert triton.http_status("GET", "/v2/health/live")[0] == 0
     assert not [region for region in regions if region.exists()]
 
