@@ -265,7 +265,17 @@ class LocustLoadGenerator:
         # capacity search's later steps) measured the epoch's lead too, 0.1 s in which nothing
         # was sent, and read its offered rate and throughput short by it (12 % of a 0.8 s step).
         gevent.sleep(max(0.0, stream_epoch - time.time()) + spec.warmup_s)
-        backend.collect()  # warm-up samples are dropped, never mixed with measured ones
+        warm = backend.collect()  # warm-up samples are dropped, never mixed with measured ones
+        if o.stream and spec.mode is LoadMode.REQUEST_RATE:
+            # A generative request lasts its whole stream (a second or more), and a level starts
+            # with an engine that holds none of its requests: until the first of them has ended
+            # the running set is still filling, every TTFT short, every completion missing. The
+            # warm-up lasts at least that one request lifetime, so the windows see the steady
+            # state (the running set of the rate, or the queue it builds).
+            deadline = time.monotonic() + MAX_COUNT_WINDOW_S
+            while not warm.completed and time.monotonic() < deadline:
+                gevent.sleep(o.tick_s)
+                warm = backend.collect()
         rule = SequentialRule.for_test(spec.sequential) if spec.sequential is not None else None
         # A window spans from one collect to another, so no request falls between windows.
         current = _Window(time.monotonic(), server_before=self._snapshot())

@@ -135,12 +135,21 @@ def falls_behind(m: Measurement) -> str | None:
     latencies are of the streams that finished, the early ones, so an overloaded level of a
     few seconds reads like a feasible one while it completes half of what it was sent. At a
     steady state completions match sends; here fewer than ``MIN_COMPLETED_RATIO`` of them, and
-    fewer than three Poisson sigmas below, means the level is not one.
+    fewer than three sigmas below, means the level is not one.
+
+    The sigma is that of a steady state's shortfall: completions in a span are the sends of the
+    span shifted by a request's lifetime ``L`` (the level's mean end-to-end time), so they fall
+    short of the sends by the change of the in-flight count, whose variance is ``2 R min(T, L)``
+    at rate ``R`` over a span ``T`` (the arrivals of two lifetimes, overlapping when ``T < L``),
+    not the ``R T`` of a Poisson count: on a level of several lifetimes an engine that does not
+    keep up shows, on a short one the noise is as large as ever.
     """
     if m.tokens is None or m.mode is not LoadMode.REQUEST_RATE or m.duration_s <= 0:
         return None
     sent = m.offered_rps * m.duration_s
-    if sent <= 0 or not short_beyond_noise(m.request_count, sent, MIN_COMPLETED_RATIO, 1.0):
+    lifetime_s = m.mean_ms / 1000.0
+    dispersion = 2 * min(m.duration_s, lifetime_s) / m.duration_s if lifetime_s > 0 else 1.0
+    if sent <= 0 or not short_beyond_noise(m.request_count, sent, MIN_COMPLETED_RATIO, dispersion):
         return None
     done = m.request_count / m.duration_s
     return (

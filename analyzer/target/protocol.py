@@ -303,6 +303,12 @@ class _HttpTarget:
             parameters[key] = base64.b64encode(data).decode("ascii")
         body = {"parameters": parameters}
         path = f"/v2/repository/models/{name}/load"
+        if files and self._is_ready(name):
+            # Triton reloads a loaded model only when its config or its repository's files
+            # changed: a load whose override files alone differ answers 200 and keeps the
+            # running instances, with their old engine settings (seen on Triton 2.51 with a
+            # Python-based vllm backend). Unloaded first, the model starts from the files.
+            self._unload(name)
         try:
             status, payload = self._call("POST", path, body, timeout_s=self.load_timeout_s)
         except OSError as exc:
@@ -343,6 +349,30 @@ class _HttpTarget:
             self._last_configs = {}
         self._last_configs[name] = config
         self._last_files = {**(self._last_files or {}), name: dict(files or {})}
+
+    def _unload(self, name: str) -> None:
+        """Unload model ``name`` and wait until it is no longer ready.
+
+        Raises:
+            TargetError: the server refused, or the model stayed ready.
+        """
+        try:
+            status, payload = self._call(
+                "POST", f"/v2/repository/models/{name}/unload", {}, self.load_timeout_s
+            )
+        except OSError as exc:
+            raise TargetError(f"unloading {name} from {self.url} failed: {exc}") from exc
+        if status != 200:
+            raise TargetError(
+                f"the server refused to unload {name} ({status}): {_error_text(payload)}"
+            )
+        deadline = self.clock() + self.load_timeout_s
+        while self._is_ready(name):
+            if self.clock() > deadline:
+                raise TargetError(
+                    f"{name} was still ready {self.load_timeout_s:.0f} s after unload"
+                )
+            self.sleep(0.1)
 
     def server_metadata(self) -> dict[str, Any]:
         try:

@@ -160,7 +160,7 @@ def main(protocol: str, workers: int) -> None:
         max_error_rate=0.01,
         classes=scenario.traffic.class_goals(),
     )
-    window = {"warmup_s": 0.5, "window_s": 2.0, "max_windows": 3, "seed": 3}
+    window = {"warmup_s": 0.5, "window_s": 1.0, "max_windows": 3, "seed": 3}
     specs = {
         "ordered": LoadSpec(LoadMode.CONCURRENCY, USERS, **window),
         "rejecting": LoadSpec(LoadMode.REQUEST_RATE, RATE_RPS, POISSON, **window),

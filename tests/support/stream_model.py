@@ -15,7 +15,12 @@ numpy 1: under numpy 2 it aborts on any BYTES input (it reads garbage lengths), 
 that runs this model puts a numpy 1 first on the stub's path (:func:`stub_numpy1`).
 
 With the config parameter ``max_num_seqs`` = n, at most n requests generate at once (the rest
-wait, so time to first token grows with the load, as on an engine at its limit). With the
+wait, so time to first token grows with the load, as on an engine at its limit); a
+``<version>/model.json`` (Triton's vLLM backend's engine file) with ``max_num_seqs`` overrides
+it, and the model logs the value it runs (``engine max_num_seqs=<n>``). Installed as a Python-based
+backend named ``vllm`` (:func:`install_vllm_backend`), a model whose config says ``backend:
+"vllm"`` runs it as a vLLM model is run: its engine settings in ``model.json``, which a
+repository load can override (``file:1/model.json``). With the
 config parameter ``fail_after`` = k, each request gets ``k`` tokens and then an error
 response (the stream ends early): the client must count a failed request and keep its tokens.
 """
@@ -66,6 +71,7 @@ STREAM_MODEL_SOURCE = '''\
 """Decoupled token-streaming model (written by tests/support/stream_model.py)."""
 
 import json
+import os
 import threading
 import time
 
@@ -96,6 +102,11 @@ class TritonPythonModel:
         fail_after = _param(config, "fail_after", -1.0)
         self.fail_after = int(fail_after) if fail_after >= 0 else None
         seqs = int(_param(config, "max_num_seqs", 0.0))
+        engine = os.path.join(args["model_repository"], args["model_version"], "model.json")
+        if os.path.exists(engine):
+            with open(engine) as f:
+                seqs = int(json.load(f).get("max_num_seqs", seqs))
+        pb_utils.Logger.log_info(f"engine max_num_seqs={seqs}")
         self.slots = threading.Semaphore(seqs) if seqs else None
         self.threads = []
 
@@ -118,8 +129,16 @@ class TritonPythonModel:
         if self.slots is None:
             self.generate(sender, max_tokens, fail_after)
             return
-        with self.slots:  # a request waits for a free sequence slot: TTFT grows with load
+        # A request waits for a free sequence slot (TTFT grows with load); one whose client went
+        # away is dropped, as vLLM aborts it.
+        while not self.slots.acquire(timeout=0.01):
+            if sender.is_cancelled():
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                return
+        try:
             self.generate(sender, max_tokens, fail_after)
+        finally:
+            self.slots.release()
 
     def generate(self, sender, max_tokens, fail_after):
         time.sleep(self.first_s)
@@ -134,6 +153,9 @@ class TritonPythonModel:
                 return
             if i:
                 time.sleep(self.token_s)
+            if sender.is_cancelled():
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                return
             out = pb_utils.Tensor("text_output", np.array([f" tok{i}".encode()], dtype=np.object_))
             sender.send(pb_utils.InferenceResponse(output_tensors=[out]))
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -142,6 +164,15 @@ class TritonPythonModel:
         for thread in self.threads:
             thread.join(timeout=5)
 '''
+
+
+def install_vllm_backend(backends: Path) -> None:
+    """:data:`STREAM_MODEL_SOURCE` as the Python-based backend ``vllm`` of a Triton whose
+    ``--backend-directory`` is ``backends`` (``backends/vllm/model.py``; the stub and
+    ``libtriton_python.so`` are found in ``backends/python``), as Triton's vLLM backend is
+    installed."""
+    (backends / "vllm").mkdir(parents=True, exist_ok=True)
+    (backends / "vllm" / "model.py").write_text(STREAM_MODEL_SOURCE)
 
 
 def stream_model_config(

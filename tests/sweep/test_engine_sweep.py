@@ -11,6 +11,7 @@ capacity ratio with a wide margin, never on wall-clock times.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,9 @@ from analyzer.config.scenario import load_scenario
 from analyzer.rundir.results import RunDirectory, load_summary
 from analyzer.target.command import CommandTarget
 from tests.load.refserver import REPO_ROOT
+from tests.support.real_triton import RealTriton, TritonInstall
+from tests.support.servers import write_model
+from tests.support.stream_model import install_vllm_backend, stream_model_config, stub_numpy1
 
 CLI = [sys.executable, "-c", "from analyzer.cli import main; main()"]
 SERVE = (
@@ -146,3 +150,95 @@ def test_token_goals_belong_to_generative_models(goal: str, tmp_path: Path) -> N
             streaming_scenario(scenario, config)
         return
     assert streaming_scenario(scenario, config).model.protocol == "generate-stream"
+
+
+TRITON_SCENARIO = """
+objective = "throughput"
+[model]
+name = "llm"
+[traffic]
+input_tokens = "16"
+output_tokens = "16"
+min_rate_rps = 1.0
+start_rps = 4.0
+max_rate_rps = 16.0
+[goals]
+ttft_p99_ms = 400.0
+itl_p99_ms = 100.0
+[space]
+max_num_seqs = [1, 4]
+max_num_batched_tokens = [2048]
+[budget]
+trials = 2
+warmup_s = 0.3
+window_s = 0.5
+min_requests = 4
+capacity_resolution = 0.5
+validate_top = 0
+[search]
+strategy = "grid"
+"""
+
+
+@pytest.mark.triton
+def test_a_vllm_model_on_triton_is_tuned_through_the_repository_api_and_put_back(
+    live_sweep: None, triton_install: TritonInstall, tmp_path: Path
+) -> None:
+    """A real Triton 2.51 serves ``llm`` with ``backend: "vllm"``: the streaming model of
+    ``tests/support/stream_model.py`` installed as the Python-based backend ``vllm``, its running
+    set (``max_num_seqs``) read from ``1/model.json`` as Triton's vLLM backend reads its engine
+    args. ``perfsweep run --url`` tunes it: each trial loads the model through the repository
+    API with its ``file:1/model.json`` beside the config, and at the end the original (the file
+    on disk, ``max_num_seqs`` 2) is loaded again. Every load is read from the model's own log
+    line, ``engine max_num_seqs=<n>``, in Triton's log."""
+    try:
+        numpy1 = stub_numpy1(tmp_path / "stub_numpy1")
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"no numpy 1 for the Python-backend stub's BYTES tensors: {exc}")
+    triton = RealTriton(triton_install, tmp_path / "triton", cwd=numpy1)
+    triton.start()
+    try:
+        install_vllm_backend(triton.workdir / "backends")
+        config = stream_model_config("llm", first_token_ms=20.0, token_ms=10.0)
+        config.backend = "vllm"
+        on_disk = json.dumps({"model": "llm", "max_num_seqs": 2}) + "\n"
+        model_dir = write_model(triton.repository, "llm", config)
+        (model_dir / "1" / "model.json").write_text(on_disk)
+        triton.load_model("llm")
+        scenario = tmp_path / "llm.toml"
+        scenario.write_text(TRITON_SCENARIO)
+        done = subprocess.run(
+            [
+                *CLI,
+                *("run", "--scenario", str(scenario), "--url", f"http://{triton.http_url}"),
+                *("--output-dir", str(tmp_path / "runs")),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=400,
+            cwd=REPO_ROOT,
+        )
+        log = triton.log_path.read_text(errors="replace")
+    finally:
+        triton.stop()
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    loads = [int(n) for n in re.findall(r"engine max_num_seqs=(\d+)", log)]
+    # At start, the two trials' files (in the grid's order), then the original put back.
+    assert loads[0] == 2 and loads[-1] == 2, loads
+    assert loads.index(1) < loads.index(4), loads
+    assert (triton.repository / "llm" / "1" / "model.json").read_text() == on_disk
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    records = RunDirectory(run_dir).load_existing_trials()
+    trials = {r.config.max_num_seqs: r for r in records if r.number >= 0}
+    assert set(trials) == {1, 4}
+    for r in trials.values():
+        figures = r.token_figures()
+        assert figures and figures["ttft_p99_ms"] and figures["output_tokens_per_s"]
+    # One sequence at a time serves 1 / (20 ms + 15 x 10 ms) = 5.9 req/s at most; four at once,
+    # four times that, above the space's ceiling of 16 req/s.
+    assert trials[4].throughput_rps > 1.5 * trials[1].throughput_rps
+    summary = load_summary(run_dir)
+    assert summary["best"]["config"]["max_num_seqs"] == 4
+    if summary["recommendation"]["config"] == "best":
+        written = json.loads((run_dir / "best" / "model.json").read_text())
+        assert written["max_num_seqs"] == 4

@@ -139,3 +139,13 @@ def test_a_generative_level_that_completes_half_of_what_it_sent_misses_its_goals
     assert meets_goals(steady, goals)[0]
     # Without token streams (a request of milliseconds) the rule does not apply.
     assert meets_goals(replace(level, tokens=None), Goals(p99_ms=400.0))[0]
+    # 18 req/s sent to an engine that completes 16, each stream lasting 1.1 s: over 30 s the
+    # shortfall (60) is beyond the in-flight count's noise (3 sigma = 19), though within three
+    # sigmas of a Poisson count of 540 (70); over 3 s it is not (6 against 19).
+    long = replace(
+        level, target=18.0, offered_rps=18.0, duration_s=30.0, request_count=480, mean_ms=1100.0
+    )
+    ok, why = meets_goals(long, goals)
+    assert not ok and why.startswith("completed 16.0 of the 18.0 req/s sent")
+    short = replace(long, duration_s=3.0, request_count=48)
+    assert meets_goals(short, goals)[0]

@@ -138,6 +138,41 @@ def test_load_sends_the_config_override_and_waits_until_ready() -> None:
     assert clock.sleeps == 2
 
 
+def test_a_load_with_engine_files_unloads_the_running_model_first() -> None:
+    # Triton keeps a loaded model's instances when only the override files differ: unloaded
+    # first, the model starts from the new engine file.
+    loaded = {"ready": True}
+
+    def unload(_: Request) -> Response:
+        loaded["ready"] = False
+        return OK
+
+    def load(_: Request) -> Response:
+        loaded["ready"] = True
+        return OK
+
+    target = remote(
+        {
+            LOAD: load,
+            "POST /v2/repository/models/m/unload": unload,
+            READY: lambda _: Response(200) if loaded["ready"] else Response(400),
+            LIVE: OK,
+        }
+    )
+    files = {"file:1/model.json": b'{"max_num_seqs": 4}'}
+    target.load_config(mc.ModelConfig(name="m", max_batch_size=0), files=files)
+    transport = target.transport
+    assert isinstance(transport, MockTransport)
+    posts = [urlsplit(r.url).path for r in transport.requests if r.method == "POST"]
+    assert posts == ["/v2/repository/models/m/unload", "/v2/repository/models/m/load"]
+    sent = next(r for r in transport.requests if r.url.endswith("/load"))
+    assert "file:1/model.json" in sent.body["parameters"]
+    # Without files a load is a reload in place, as before.
+    transport.requests.clear()
+    target.load_config(mc.ModelConfig(name="m", max_batch_size=0))
+    assert [r.method for r in transport.requests if r.method == "POST"] == ["POST"]
+
+
 def test_a_model_that_never_gets_ready_after_a_load_times_out() -> None:
     clock = FakeClock()
     target = remote({LOAD: OK, READY: Response(503), LIVE: OK}, clock)
