@@ -2,16 +2,17 @@
 
 vLLM takes ``--max-num-seqs`` and ``--max-num-batched-tokens`` on its command line, so each
 config is a restart of the server from the user's template (``{port}``, ``{max_num_seqs}``,
-``{max_num_batched_tokens}``). A start takes 30-60 s here, so the search is as sparing as a
+``{max_num_batched_tokens}``). A start takes 15-60 s here, so the search is as sparing as a
 search can be: the engine's own settings (the baseline) and one config of the space, two
 starts. What only the real engine shows: the server perfsweep started for the trial runs the
 trial's settings (vLLM logs its engine arguments), and the answer's command line, written to
-``best/command.txt``, is the one that started a server that served the trial.
+``best/command.txt``, is one perfsweep started and measured: the recommended configuration's.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -33,8 +34,10 @@ serve_command = {template}
 input_tokens = "24"
 output_tokens = "12"
 min_rate_rps = 0.5
-start_rps = 1.0
-max_rate_rps = 3.0
+# One level a config where the engine keeps up (the trial's two sequences serve about 3 req/s
+# of these streams here): the search is about restarts, not this engine's capacity.
+start_rps = 1.5
+max_rate_rps = 1.5
 [goals]
 ttft_p99_ms = 4000.0
 itl_p99_ms = 2000.0
@@ -44,7 +47,7 @@ max_num_batched_tokens = [512]
 [budget]
 trials = 1
 warmup_s = 0.5
-window_s = 2.0
+window_s = 1.5
 min_requests = 4
 capacity_resolution = 0.5
 validate_top = 0
@@ -89,8 +92,8 @@ def test_vllm_is_tuned_through_restarts_and_its_answer_is_a_command_line(
     assert target["kind"] == "command" and target["starts"] == 2, target
     log = Path(target["log"]).read_text(errors="replace")
     # vLLM's own account of its engine arguments, once per start: the defaults, then the trial's.
-    seqs = [int(s) for s in _engine_arg(log, "max_num_seqs")]
-    assert seqs[-1] == 2 and len(seqs) == 2, seqs
+    assert _engine_arg(log, "max_num_seqs") == [256, 2]  # vLLM's default, then the trial's
+    assert _engine_arg(log, "max_num_batched_tokens") == [2048, 512]
     (trial,) = [r for r in RunDirectory(run_dir).load_existing_trials() if r.number >= 0]
     assert trial.config.max_num_seqs == 2 and trial.config.max_num_batched_tokens == 512
     figures = trial.token_figures()
@@ -100,17 +103,17 @@ def test_vllm_is_tuned_through_restarts_and_its_answer_is_a_command_line(
     # recommended (the trial's, or the engine's own settings), on the run's port.
     command = (run_dir / "best" / "command.txt").read_text().strip()
     recommended = summary["recommendation"]["config"]
-    expected_seqs = "2" if recommended == "best" and summary["best"]["trial"] >= 0 else None
     words = shlex.split(command)
     assert words[: len(fixed)] == fixed
-    if expected_seqs is not None:
-        assert words[words.index("--max-num-seqs") + 1] == expected_seqs
+    assert words[words.index("--port") + 1] == target["url"].rsplit(":", 1)[1]
+    seqs = "2" if recommended == "best" else "256"  # else the engine's own settings
+    assert words[words.index("--max-num-seqs") + 1] == seqs, (recommended, command)
+    assert f"--- perfsweep: starting {' '.join(words)}" in log  # the line that started
     measured = json.loads((run_dir / "best" / "measured.json").read_text())
     assert measured["output_tokens_per_s"] > 0
 
 
-def _engine_arg(log: str, name: str) -> list[str]:
-    """The values vLLM's start-up line gives an engine argument (``max_num_seqs=2``), in order."""
-    import re
-
-    return re.findall(rf"\b{name}=(\d+)", log)
+def _engine_arg(log: str, name: str) -> list[int]:
+    """The values vLLM's start-up line (``non-default args: {... 'max_num_seqs': 2 ...}``) gives
+    an engine argument, one per start, in order."""
+    return [int(v) for v in re.findall(rf"'{name}': (\d+)", log)]

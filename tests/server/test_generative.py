@@ -362,6 +362,33 @@ def test_a_tight_kv_cache_preempts_and_every_stream_still_completes(
     assert _metric(text, "vllm:prompt_tokens_total") > 120
 
 
+def test_a_load_with_an_engine_file_runs_its_settings_and_a_load_without_puts_them_back(
+    tmp_path: Path, start_server: Any
+) -> None:
+    # What a sweep does to a vLLM model through the repository API (perfsweep's own target:
+    # the running model unloaded first, as Triton needs): the trial's 1/model.json beside the
+    # config, then the config alone, which loads the file in the repository again.
+    from analyzer.target.remote import RemoteTarget
+
+    tinyllm.make_repository(tmp_path)
+    running = start_server(tmp_path, (MODEL,), device="sim")
+    target = RemoteTarget(f"http://{running.http_url}", MODEL)
+    config = target.model_config()
+    blocks = "vllm:num_kv_cache_blocks_total"
+    assert _metric(_scrape(running), blocks) == 1013
+    engine = {**tinyllm.ENGINE_SETTINGS, "gpu_memory_utilization": 0.5767}
+    target.load_config(config, files={"file:1/model.json": json.dumps(engine).encode()})
+    assert _metric(_scrape(running), blocks) == 20
+    sampling = {"max_tokens": 4, "min_tokens": 4, "ignore_eos": True}
+    got = _stream(running.grpc_url, [("p", "w " * 8, sampling)])
+    assert [text for text, _ in got["p"]] == [f" tok{i}" for i in range(4)]
+    target.load_config(config)
+    assert _metric(_scrape(running), blocks) == 1013
+    assert json.loads((tmp_path / MODEL / "1" / "model.json").read_text()) == (
+        tinyllm.ENGINE_SETTINGS
+    )
+
+
 def test_a_client_that_leaves_mid_stream_frees_the_engine(llm: ServerThread) -> None:
     import http.client
 
