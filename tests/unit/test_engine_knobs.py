@@ -174,8 +174,18 @@ def test_a_trials_engine_file_travels_beside_its_config_and_is_sent_again_after_
     sent: list[Request] = []
 
     class Answers:
+        """A server whose model is ready from a load until an unload."""
+
+        ready = True
+
         def request(self, request: Request) -> Response:
             sent.append(request)
+            if request.url.endswith("/unload"):
+                self.ready = False
+            elif request.url.endswith("/load"):
+                self.ready = True
+            elif request.url.endswith("/ready") and not self.ready:
+                return Response(400, b"")
             return Response(200, b"")
 
     target = RemoteTarget("http://127.0.0.1:1", "llm", transport=Answers())
