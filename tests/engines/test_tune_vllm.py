@@ -47,7 +47,7 @@ max_num_batched_tokens = [512]
 [budget]
 trials = 1
 warmup_s = 0.5
-window_s = 1.5
+window_s = 1.0
 min_requests = 4
 capacity_resolution = 0.5
 validate_top = 0

@@ -29,7 +29,7 @@ def sweep(
     install: TritonInstall, repo: Path, tmp_path: Path, model: str, *extra: str
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:
     scenario = tmp_path / f"{model}.toml"
-    scenario.write_text(small_scenario(2, p99_ms=300.0, max_rate_rps=200.0))
+    scenario.write_text(small_scenario(2, p99_ms=300.0, max_rate_rps=200.0, validate_top=0))
     run_dir = tmp_path / f"run-{model}"
     done = subprocess.run(
         [
