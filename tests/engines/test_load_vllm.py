@@ -52,7 +52,7 @@ def test_perfsweep_load_streams_from_vllm(vllm_server: VllmServer, tmp_path: Pat
             "--warmup-s",
             "1",
             "--window-s",
-            "3",
+            "2",  # 1 s of warm-up and up to three windows: past uvicorn's 5 s keep-alive
             "--max-windows",
             "3",
             "--output",
