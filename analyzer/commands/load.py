@@ -99,7 +99,7 @@ from analyzer.commands.input_flags import (
 )
 from analyzer.commands.names import command_class
 from analyzer.config.scenario import load_scenario
-from analyzer.config.sections import BudgetSection, InputSection
+from analyzer.config.sections import BudgetSection, InputSection, stream_protocol
 from analyzer.errors import GoalNotMetError, InputError
 from analyzer.load.engine import engine_options, input_options
 from analyzer.measure.arrivals import fit_gaps
@@ -381,7 +381,8 @@ def register(app: typer.Typer) -> None:
                 "still come over HTTP from --url. A generative model's token streams: "
                 "grpc-stream (Triton's ModelStreamInfer, to --grpc-url), generate-stream "
                 "(Triton's generate_stream SSE), openai (/v1/completions), openai-chat "
-                "(/v1/chat/completions); these report TTFT, ITL, tokens/s and goodput.",
+                "(/v1/chat/completions); these report TTFT, ITL, tokens/s and goodput. With "
+                "token goals or lengths, http and grpc mean generate-stream and grpc-stream.",
                 rich_help_panel=SERVER,
             ),
         ] = LoadProtocol.http,
@@ -582,19 +583,17 @@ def register(app: typer.Typer) -> None:
             p99_ms = max(own)  # every model has its own goal (--mix a=3@100,b=1@40)
         if not model:
             raise InputError("--model NAME is required")
-        stream = "" if protocol in (LoadProtocol.http, LoadProtocol.grpc) else protocol.value
         token_goals = ttft_p99_ms is not None or itl_p99_ms is not None
+        if token_goals or any(v is not None for v in (input_tokens, output_tokens, dataset)):
+            # Token goals and lengths are a token stream's: over --protocol http or grpc, the
+            # stream each transport speaks (Triton's generate_stream, ModelStreamInfer).
+            protocol = LoadProtocol(stream_protocol(protocol.value))
+        stream = "" if protocol in (LoadProtocol.http, LoadProtocol.grpc) else protocol.value
         lengths = None
         if stream:
             lengths = generative_lengths(input_tokens, output_tokens, dataset)
             if mixed:
                 raise InputError("--mix sends tensors to several models; a token stream is one")
-        elif token_goals or any(v is not None for v in (input_tokens, output_tokens, dataset)):
-            raise InputError(
-                "--ttft-p99-ms, --itl-p99-ms, --input-tokens, --output-tokens and --dataset "
-                "measure a generative model's token streams: give --protocol grpc-stream, "
-                "generate-stream, openai or openai-chat"
-            )
         # The transport: grpc-stream speaks gRPC (its statistics over HTTP), the rest HTTP.
         transport = LoadProtocol.grpc if protocol is LoadProtocol.grpc_stream else protocol
         if stream and transport is not LoadProtocol.grpc:

@@ -32,6 +32,17 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 STREAM_PROTOCOLS = ("grpc-stream", "generate-stream", "openai", "openai-chat")
 
 
+def stream_protocol(protocol: str, openai: bool = False) -> str:
+    """The token stream a generative model's load speaks where ``protocol`` names a transport:
+    over HTTP Triton's ``generate_stream`` (``openai``: OpenAI's ``/v1/completions``, a server
+    started from a command), over gRPC ``ModelStreamInfer``; a stream protocol is kept."""
+    if protocol == "http":
+        return "openai" if openai else "generate-stream"
+    if protocol == "grpc":
+        return "grpc-stream"
+    return protocol
+
+
 class Section(BaseModel):
     """A ``[section]`` of the scenario: frozen, unknown keys refused."""
 

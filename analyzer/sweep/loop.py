@@ -66,6 +66,7 @@ from analyzer.config.pipeline import (
     stage_refusal,
 )
 from analyzer.config.scenario import Scenario
+from analyzer.config.sections import stream_protocol
 from analyzer.errors import InputError, TargetDiedError
 from analyzer.evaluation import Evaluator
 from analyzer.measure.generator import LoadGenerator
@@ -437,9 +438,8 @@ def streaming_scenario(scenario: Scenario, base: mc.ModelConfig) -> Scenario:
             f"{base.name!r} is a generative model ({base.backend} engine): give its goals as "
             "--ttft-p99-ms and/or --itl-p99-ms (goals.ttft_p99_ms, goals.itl_p99_ms)"
         )
-    http = "openai" if scenario.model.serve_command else "generate-stream"
-    protocol = {"http": http, "grpc": "grpc-stream"}.get(scenario.model.protocol)
-    if protocol is None:
+    protocol = stream_protocol(scenario.model.protocol, bool(scenario.model.serve_command))
+    if protocol == scenario.model.protocol:
         return scenario
     model = scenario.model.model_copy(update={"protocol": protocol})
     return scenario.model_copy(update={"model": model})

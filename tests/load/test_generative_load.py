@@ -88,18 +88,18 @@ def _assert_planted(m: dict[str, Any], output_tokens: int) -> None:
 
 
 @pytest.mark.triton
-@pytest.mark.parametrize("protocol", ["grpc-stream", "generate-stream"])
+@pytest.mark.parametrize("protocol", ["grpc-stream", "generate-stream", None])
 def test_triton_streams_are_timed_token_by_token(
-    stream_triton: RealTriton, tmp_path: Path, protocol: str
+    stream_triton: RealTriton, tmp_path: Path, protocol: str | None
 ) -> None:
+    # None: no --protocol; the token flags make the default HTTP a generate_stream.
     out = tmp_path / "m.json"
     done = _perfsweep(
         "--url",
         stream_triton.http_url,
         "--grpc-url",
         stream_triton.grpc_url,
-        "--protocol",
-        protocol,
+        *(("--protocol", protocol) if protocol else ()),
         "--model",
         "llm",
         "--rate-rps",

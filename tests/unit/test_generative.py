@@ -351,8 +351,6 @@ def test_capacity_search_finds_the_highest_rate_meeting_ttft_and_itl() -> None:
 @pytest.mark.parametrize(
     ("args", "match"),
     [
-        (["--rate-rps", "1", "--ttft-p99-ms", "100"], "give --protocol grpc-stream"),
-        (["--rate-rps", "1", "--input-tokens", "64"], "give --protocol grpc-stream"),
         (
             ["--protocol", "openai", "--rate-rps", "1", "--input-tokens", "lognormal:mean=5"],
             "--input-tokens takes N, uniform:LO,HI or lognormal:mean=M,sd=S",
