@@ -94,6 +94,14 @@ def _text(request, name):
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _client_left(sender):
+    """Whether the request's client went away (then its stream is closed: vLLM aborts it)."""
+    if not sender.is_cancelled():
+        return False
+    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    return True
+
+
 class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
@@ -132,8 +140,7 @@ class TritonPythonModel:
         # A request waits for a free sequence slot (TTFT grows with load); one whose client went
         # away is dropped, as vLLM aborts it.
         while not self.slots.acquire(timeout=0.01):
-            if sender.is_cancelled():
-                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            if _client_left(sender):
                 return
         try:
             self.generate(sender, max_tokens, fail_after)
@@ -153,8 +160,7 @@ class TritonPythonModel:
                 return
             if i:
                 time.sleep(self.token_s)
-            if sender.is_cancelled():
-                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            if _client_left(sender):
                 return
             out = pb_utils.Tensor("text_output", np.array([f" tok{i}".encode()], dtype=np.object_))
             sender.send(pb_utils.InferenceResponse(output_tensors=[out]))
