@@ -36,6 +36,7 @@ class _Backend(Protocol):
     def configure(self, config: EngineConfig) -> None: ...
     def start(self, user_class: type, users: int) -> None: ...
     def collect(self) -> Tick: ...
+    def stop_sending(self) -> None: ...
     def stop(self) -> None: ...
     def close(self) -> None: ...
 
@@ -88,6 +89,9 @@ class LocalBackend:
 
     def collect(self) -> Tick:
         return self.ctx.recorder.take_local_tick()
+
+    def stop_sending(self) -> None:
+        self.ctx.stop_sending()
 
     def stop(self) -> None:
         self.runner.stop()
@@ -194,6 +198,9 @@ class DistributedBackend:
 
     def collect(self) -> Tick:
         return Tick.merge(r["tick"] for r in self._round_trip("tick", {}, 10.0))
+
+    def stop_sending(self) -> None:
+        self._round_trip("stop_sending", {}, 10.0)
 
     def stop(self) -> None:
         self.runner.stop()

@@ -167,10 +167,14 @@ class ProcessContext:
         #: A generative level (``EngineConfig.stream``): the requests' lengths, drawn once.
         self.generative = False
         self.gen_requests: list[GenRequest] = []
+        #: The level's dispatchers send (False once the controller ends a generative level:
+        #: they stop sending and let the streams in flight finish, :meth:`stop_sending`).
+        self.sending = True
 
     def configure(self, config: EngineConfig) -> None:
         """Adopt a new level's config; rebuild inputs and requests only when they change;
         reset recording."""
+        self.sending = True
         if config.stream:
             self._configure_stream(config)
             return
@@ -267,6 +271,11 @@ class ProcessContext:
         self.recorder = Recorder()
         self._users_started = 0
         self.open_streams = None
+
+    def stop_sending(self) -> None:
+        """End the level's sending: the dispatchers send nothing more, and what they sent
+        completes (the controller counts it)."""
+        self.sending = False
 
     def stream_client(self, config: EngineConfig) -> StreamClient:
         """A user's streaming client for a generative level."""

@@ -250,9 +250,36 @@ class LocustLoadGenerator:
             windows, merged, stopped_early, step = self._run_windows(
                 backend, spec, config.stream_epoch
             )
+            tail = None
+            if o.stream and open_loop and stopped_early is None:
+                tail = self._finish_streams(backend, windows)
         finally:
             backend.stop()
-        return self._result(spec, windows, merged, stopped_early, backend.processes, step)
+        return self._result(spec, windows, merged, stopped_early, backend.processes, step, tail)
+
+    def _finish_streams(self, backend: _Backend, windows: list[WindowStats]) -> Tick:
+        """End a generative level's sending and collect its streams still in flight, until
+        none is left or as long again as the level's windows ran (at least two request
+        lifetimes; at most :data:`MAX_COUNT_WINDOW_S`).
+
+        A generative request lasts seconds, and a level's last ones are those that waited
+        longest behind a queue the level built: cut off at the level's end (as a level of
+        requests answered at once is), an engine above its capacity read only the streams that
+        got through ahead of the queue, and a few seconds' level passed goals it fails at any
+        length (the sweep measured 21.5 req/s for a config that meets the TTFT goal up to 14).
+        The streams finished here count in the level's distributions (TTFT, ITL, latency), not
+        in its rates; those still waiting at the bound count at their wait so far.
+        """
+        backend.stop_sending()
+        level_s = sum(w.duration_s for w in windows)
+        lifetime_s = max((w.mean_ms for w in windows), default=0.0) / 1000.0
+        deadline = time.monotonic() + min(MAX_COUNT_WINDOW_S, max(level_s, 2 * lifetime_s))
+        tail = Tick()
+        while True:
+            gevent.sleep(self.options.tick_s)
+            tail.add(backend.collect())
+            if tail.in_flight <= 0 or time.monotonic() >= deadline:
+                return tail
 
     def _snapshot(self) -> ServerSnapshot | None:
         return self._scraper.snapshot() if self._scraper else None
@@ -386,7 +413,11 @@ class LocustLoadGenerator:
         stopped_early: str | None,
         processes: int,
         step: StepRecord | None = None,
+        tail: Tick | None = None,
     ) -> Measurement:
+        """The level's measurement: rates and counts over its windows; latency distributions
+        over its windows and ``tail``, its streams that finished after it
+        (:meth:`_finish_streams`)."""
         o = self.options
         open_loop = spec.mode is LoadMode.REQUEST_RATE
         used = windows[-len(ticks) :] if ticks else []
@@ -394,8 +425,13 @@ class LocustLoadGenerator:
         total = Tick()
         for t in ticks:
             total.add(t)
-        lat = LatencySummary.from_histogram(total.latency)
-        service = LatencySummary.from_histogram(merge_histograms([total.service]))
+        seen = total
+        if tail is not None:
+            seen = Tick()
+            seen.add(total)
+            seen.add(tail)
+        lat = LatencySummary.from_histogram(seen.latency)
+        service = LatencySummary.from_histogram(merge_histograms([seen.service]))
         lag = LatencySummary.from_histogram(total.lag)
         ok = total.completed - total.errors
         throughput = ok / duration if duration > 0 else 0.0
@@ -479,27 +515,39 @@ class LocustLoadGenerator:
             workers=processes,
             step=step,
             classes=self._class_stats(spec, total),
-            tokens=self._token_stats(spec, total, duration),
+            tokens=self._token_stats(spec, seen, duration, total),
         )
 
-    def _token_stats(self, spec: LoadSpec, total: Tick, duration: float) -> TokenStats | None:
-        """A generative level's token figures; goodput against the step's goals (a capacity
-        step) or the load's (None without streams)."""
-        if total.waiting:
-            if total.tokens is None:
-                total.tokens = TokenTally()
-            total.tokens.add_waiting(total.waiting)
-        if total.tokens is None or not (total.tokens.streams or total.tokens.waiting):
+    def _token_stats(
+        self, spec: LoadSpec, seen: Tick, duration: float, windows: Tick
+    ) -> TokenStats | None:
+        """A generative level's token figures: counts and rates (tokens/s, goodput against the
+        step's goals, a capacity step, or the load's) of the streams the ``windows`` completed
+        over ``duration``; distributions (TTFT, ITL) of every stream ``seen``, the streams
+        still waiting for a first token at the end at their wait so far (None without
+        streams)."""
+        tally = TokenTally()
+        if seen.tokens is not None:
+            tally.add(seen.tokens)
+        tally.add_waiting(seen.waiting)
+        if not (tally.streams or tally.waiting):
             return None
         goals = spec.fail_fast or self.options.goals
-        if goals is None:
-            return total.tokens.summary(duration)
-        return total.tokens.summary(
-            duration,
-            goals.ttft_p99_ms,
-            goals.itl_p99_ms,
-            goals.p99_ms if math.isfinite(goals.p99_ms) else None,
+        targets = (
+            (
+                goals.ttft_p99_ms,
+                goals.itl_p99_ms,
+                goals.p99_ms if math.isfinite(goals.p99_ms) else None,
+            )
+            if goals is not None
+            else ()
         )
+        dist = tally.summary(duration, *targets)
+        if seen is windows:
+            return dist
+        counted = windows.tokens or TokenTally()
+        tail = tally.streams - counted.streams
+        return counted.summary(duration, *targets).with_distributions_of(dist, tail)
 
     def _level_classes(self, spec: LoadSpec) -> tuple[RequestClass, ...]:
         """The traffic classes of ``spec``'s level, each share its part of the level's requests

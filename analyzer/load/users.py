@@ -287,7 +287,7 @@ class OpenLoopUser(User):
 
     @task
     def dispatch(self) -> None:
-        """Run the schedule until the runner stops this user."""
+        """Run the schedule until the runner stops this user or ends the level's sending."""
         recorder = self.ctx.recorder
         # Every microsecond the dispatcher wakes late is added to the latency (timed from the
         # intended send), so it sleeps on a timerfd, not on gevent's millisecond timers.
@@ -306,6 +306,8 @@ class OpenLoopUser(User):
             while True:
                 now = time.perf_counter()
                 self._resume_backlog()
+                if not self.ctx.sending:
+                    break
                 # After each wake-up send everything overdue (a busy hub wakes us late).
                 while intended <= now:
                     recorder.dispatched_one(now - intended, time.time())
@@ -327,6 +329,12 @@ class OpenLoopUser(User):
                 sleeper.sleep_until(intended)
         finally:
             sleeper.close()
+        # The level has ended (ProcessContext.stop_sending): what was sent completes, the
+        # backlog included, and the runner collects it. The user idles until the runner stops
+        # it (a task that returned would start the schedule again).
+        while True:
+            self._resume_backlog()
+            gevent.sleep(0.05)
 
     def _resume_backlog(self) -> None:
         """Give waiting sends to free slots that no sender took them to.

@@ -38,6 +38,8 @@ def run_worker(master_host: str, master_port: int, index: int = 0) -> None:
                 reply["error"] = f"{type(exc).__name__}: {exc}"
         elif data["kind"] == "tick":
             reply["tick"] = ctx.recorder.take_tick()
+        elif data["kind"] == "stop_sending":
+            ctx.stop_sending()
         runner.send_message("ps_reply", reply)
 
     runner.register_message("ps_request", on_request)

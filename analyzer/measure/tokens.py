@@ -132,16 +132,44 @@ class TokenStats:
     #: Streams without a first token when the level ended, in the TTFT percentiles at their
     #: wait so far (a lower bound): they are not in ``streams``, which finished.
     ttft_waiting: int = 0
+    #: Streams the level sent that finished after its windows: in the distributions (TTFT,
+    #: ITL), not in the counts and rates, which are the windows'.
+    tail_streams: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
         return dataclasses.asdict(self)
+
+    def with_distributions_of(self, seen: TokenStats, tail_streams: int) -> TokenStats:
+        """These counts and rates with ``seen``'s distributions (a level's streams, those that
+        finished after its windows included)."""
+        return dataclasses.replace(
+            self,
+            **{name: getattr(seen, name) for name in _DISTRIBUTIONS},
+            tail_streams=tail_streams,
+        )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TokenStats:
         """Inverse of :meth:`to_dict`."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+#: The :class:`TokenStats` fields that describe how requests fared (not how many).
+_DISTRIBUTIONS = (
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "itl_p50_ms",
+    "itl_p99_ms",
+    "mean_itl_p50_ms",
+    "mean_itl_p99_ms",
+    "ttft_mean_ms",
+    "itl_mean_ms",
+    "ttft_from_send_p50_ms",
+    "ttft_from_send_p99_ms",
+    "ttft_waiting",
+)
 
 
 @dataclass

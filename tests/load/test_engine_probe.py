@@ -131,3 +131,49 @@ def test_simulated_level_agrees_with_the_measured_one(
     assert sim.itl_p50_ms == pytest.approx(measured["itl_p50_ms"], rel=0.25)
     assert sim.ttft_p50_ms == pytest.approx(measured["ttft_p50_ms"], rel=0.35)
     assert sim.output_tokens_per_s == pytest.approx(measured["output_tokens_per_s"], rel=0.25)
+
+
+def test_a_level_above_capacity_counts_the_streams_it_sent_that_finish_after_it(
+    engine: ReferenceProcess, tmp_path: Path, spawns: None
+) -> None:
+    """Twice the rate the bundled config sustains (8 sequences, ~10 req/s at 64 tokens): a queue
+    builds through the level, and its last requests, which waited longest, finish after the
+    windows. They are in the TTFT distribution (none left waiting), not in the counts."""
+    out = tmp_path / "level.json"
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "perfsweep"),
+            "load",
+            "--url",
+            engine.http_url,
+            "--model",
+            tinyllm.MODEL_NAME,
+            "--protocol",
+            "generate-stream",
+            "--rate-rps",
+            "20",
+            "--input-tokens",
+            "128",
+            "--output-tokens",
+            "64",
+            "--window-s",
+            "1",
+            "--max-windows",
+            "3",
+            "--warmup-s",
+            "0.5",
+            "--output",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO_ROOT,
+    )
+    assert out.exists(), done.stderr[-2000:]
+    (level,) = json.loads(out.read_text())["results"]
+    tokens = level["tokens"]
+    assert tokens["tail_streams"] > 0 and tokens["ttft_waiting"] == 0
+    assert tokens["streams"] == level["request_count"]
+    # The queue only grew: the streams that finished after the windows waited longest.
+    assert tokens["ttft_p99_ms"] > max(w["ttft_p99_ms"] for w in level["windows"])
