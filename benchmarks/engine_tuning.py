@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -62,8 +63,16 @@ import tomllib
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.genai_vs_aiperf import (  # noqa: E402
+    AIPERF_VENV,
+    RUN_SLACK_S,
+    _stat,
+    aiperf_command,
+    run_tool,
+)
 from benchmarks.record import run_recorded  # noqa: E402
 from benchmarks.time_to_answer import dump_toml  # noqa: E402
+from tests.support.llm_model import ensure_word_tokenizer  # noqa: E402
 from tests.support.servers import ChildProcess, child_env  # noqa: E402
 
 FORMAT_VERSION = 1
@@ -82,6 +91,8 @@ JUDGE_RESOLUTION = 0.05
 #: fluctuations, which take as long to show (a 22 s level of 8 x 2048 meets the goal at 7 req/s
 #: and misses it at 8; 1 s windows passed 12).
 JUDGE_WINDOW_S = 5.0
+#: AIPerf's measure of each answer: seconds of requests at the common rate.
+AIPERF_SECONDS = 30.0
 #: Claims' thresholds.
 MIN_QUALITY = 0.97
 MAX_WALL_RATIO = 0.25
@@ -133,11 +144,13 @@ def errors(pairs: Iterable[tuple[float | None, float | None]]) -> dict[str, Any]
 
 def claims(result: Mapping[str, Any]) -> dict[str, bool | None]:
     """The three claims (None: not decided, a figure is missing)."""
-    runs, judged = result["runs"], result["judged"]
+    runs = result["runs"]
+    aiperf = (result.get("aiperf") or {}).get("answers") or {}
 
     def goodput(name: str) -> float | None:
+        """AIPerf's goodput of the run's answer, at the common rate (the claim's measure)."""
         answer = runs.get(name, {}).get("answer")
-        return judged.get(str(engine_key(answer)), {}).get("goodput_rps") if answer else None
+        return aiperf.get(str(engine_key(answer)), {}).get("goodput_rps") if answer else None
 
     grid, ours = goodput("grid"), goodput("predict")
     quality = ours / grid if ours is not None and grid else None
@@ -146,7 +159,7 @@ def claims(result: Mapping[str, Any]) -> dict[str, bool | None]:
     median = result["simulator_error"]["forecast_vs_judge_on_predicts_configs"]["median"]
     pct = f"{100 * MIN_QUALITY:g} %"
     return {
-        f"predict's answer >= {pct} of the grid answer's goodput": (
+        f"predict's answer >= {pct} of the grid answer's goodput (AIPerf's)": (
             None if quality is None else quality >= MIN_QUALITY
         ),
         f"predict's wall time <= {MAX_WALL_RATIO:g} of the grid's": (
@@ -255,15 +268,9 @@ def predictions(run_dir: Path) -> dict[str, float]:
     return {str(engine_key(c["config"])): c["capacity_rps"] for c in doc["configs"]}
 
 
-def judge(
-    config: Mapping[str, Any], start_rps: float, goals: Mapping[str, Any], work: Path
-) -> dict[str, Any]:
-    """The instrument: ``perfsweep load --find-capacity`` at the goals against a reference server
-    started with ``config``'s engine settings, its search started at ``start_rps``."""
-    key = engine_key(config)
-    tag = f"{key[0]}x{key[1]}"
-    settings = engine_settings(config)
-    server = ChildProcess(
+def reference_server(config: Mapping[str, Any], log: Path) -> ChildProcess:
+    """A reference server (not yet started) serving the model with ``config``'s settings."""
+    return ChildProcess(
         [
             sys.executable,
             "-m",
@@ -278,11 +285,71 @@ def judge(
             "0",
             "--metrics-port",
             "0",
-            *settings,
+            *engine_settings(config),
         ],
-        work / f"judge-{tag}.server.log",
+        log,
         child_env(),
     )
+
+
+def aiperf_goodput(
+    config: Mapping[str, Any], rate: float, goals: Mapping[str, Any], work: Path
+) -> dict[str, Any]:
+    """AIPerf's measure of ``config``: ``aiperf profile`` at ``rate`` req/s (Poisson, the
+    scenario's lengths, :data:`AIPERF_SECONDS` of requests) against a reference server started
+    with its settings; its goodput is the requests a second whose TTFT and inter-token latency
+    met the goals (``--goodput``)."""
+    key = engine_key(config)
+    tag = f"{key[0]}x{key[1]}"
+    traffic = goals["traffic"]
+    requests = math.ceil(rate * AIPERF_SECONDS)
+    artifacts = work / f"aiperf-{tag}"
+    server = reference_server(config, work / f"aiperf-{tag}.server.log")
+    try:
+        addresses = server.wait_ready(120.0)
+        command = aiperf_command(
+            model=MODEL,
+            tokenizer=ensure_word_tokenizer(AIPERF_VENV / "bin" / "python"),
+            url=f"http://{addresses.http_url}",
+            rate=rate,
+            requests=requests,
+            input_tokens=int(traffic["input_tokens"]),
+            output_tokens=int(traffic["output_tokens"]),
+            artifacts=artifacts,
+            rate_mode="poisson",
+            goodput=(
+                f"time_to_first_token:{goals['ttft_p99_ms']:g} "
+                f"inter_token_latency:{goals['itl_p99_ms']:g}"
+            ),
+        )
+        ran = run_tool(command, AIPERF_SECONDS + RUN_SLACK_S, work / f"aiperf-{tag}.log")
+    finally:
+        server.stop()
+    ran.update({"config": list(key), "rate_rps": rate, "requests": requests})
+    export = next(iter(sorted(artifacts.rglob("profile_export_aiperf.json"))), None)
+    if export is None:
+        ran["error"] = "AIPerf wrote no profile_export_aiperf.json"
+        return ran
+    doc = json.loads(export.read_text())
+    for name, (metric, stat) in {
+        "goodput_rps": ("goodput", "avg"),
+        "throughput_rps": ("request_throughput", "avg"),
+        "ttft_p99_ms": ("time_to_first_token", "p99"),
+        "itl_p99_ms": ("inter_token_latency", "p99"),
+    }.items():
+        ran[name] = _stat(doc, metric, stat)
+    return ran
+
+
+def judge(
+    config: Mapping[str, Any], start_rps: float, goals: Mapping[str, Any], work: Path
+) -> dict[str, Any]:
+    """The instrument: ``perfsweep load --find-capacity`` at the goals against a reference server
+    started with ``config``'s engine settings, its search started at ``start_rps``."""
+    key = engine_key(config)
+    tag = f"{key[0]}x{key[1]}"
+    settings = engine_settings(config)
+    server = reference_server(config, work / f"judge-{tag}.server.log")
     output = work / f"judge-{tag}.json"
     traffic = goals["traffic"]
     try:
@@ -412,6 +479,22 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         judged[key] = judge(config, start, goals, work)
         print(f"  {judged[key].get('capacity_rps')} req/s", flush=True)
     grid = runs.get("grid", {})
+    # AIPerf's measure of each answer, all at one rate: the grid answer's capacity by the judge.
+    measured_by_aiperf: dict[str, dict[str, Any]] = {}
+    common = (
+        judged.get(str(engine_key(grid["answer"])), {}).get("capacity_rps")
+        if grid.get("answer") and not args.no_aiperf
+        else None
+    )
+    if common:
+        for r in runs.values():
+            key = str(engine_key(r["answer"])) if r.get("answer") else None
+            if key is not None and key not in measured_by_aiperf:
+                print(
+                    f"[{time.strftime('%H:%M:%S')}] aiperf {key} at {common:.3g} req/s", flush=True
+                )
+                measured_by_aiperf[key] = aiperf_goodput(r["answer"], common, goals, work)
+                print(f"  goodput {measured_by_aiperf[key].get('goodput_rps')} req/s", flush=True)
     grid_caps = {
         str(tuple(m["config"])): m["capacity_rps"]
         for m in grid.get("measured", [])
@@ -430,6 +513,13 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         ),
         "runs": runs,
         "judged": judged,
+        "aiperf": {
+            "rate_rps": common,
+            "seconds": AIPERF_SECONDS,
+            "goodput": "requests/s with TTFT and inter-token latency within the goals "
+            "(aiperf profile --goodput)",
+            "answers": measured_by_aiperf,
+        },
         "simulator_error": {
             # The forecast (predictions.json, before any trial) of each config the predict run
             # measured, against the judge's capacity of it: the claim.
@@ -467,11 +557,12 @@ def table(result: Mapping[str, Any]) -> str:
     grid = result["runs"].get("grid", {})
     rows = [
         "| search | wall (s) | trials | answer (seqs x tokens) | its own req/s | judged goodput |"
-        " judged offered req/s | vs grid's answer |",
-        "|---|---|---|---|---|---|---|---|",
+        " judged offered req/s | AIPerf goodput | vs grid's answer (AIPerf) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    grid_judged = (
-        judged.get(str(engine_key(grid["answer"])), {}).get("goodput_rps")
+    aiperf = (result.get("aiperf") or {}).get("answers") or {}
+    grid_aiperf = (
+        aiperf.get(str(engine_key(grid["answer"])), {}).get("goodput_rps")
         if grid.get("answer")
         else None
     )
@@ -480,7 +571,8 @@ def table(result: Mapping[str, Any]) -> str:
         key = engine_key(answer) if answer else None
         capacity = judged.get(str(key), {}).get("goodput_rps") if key else None
         offered = judged.get(str(key), {}).get("capacity_rps") if key else None
-        quality = f"{100 * capacity / grid_judged:.0f} %" if capacity and grid_judged else "-"
+        theirs = aiperf.get(str(key), {}).get("goodput_rps") if key else None
+        quality = f"{100 * theirs / grid_aiperf:.0f} %" if theirs and grid_aiperf else "-"
         wall = f"{r['wall_s']:.0f}"
         if grid.get("wall_s") and name != "grid":
             wall += f" ({r['wall_s'] / grid['wall_s']:.2f}x)"
@@ -490,7 +582,7 @@ def table(result: Mapping[str, Any]) -> str:
             f"{f'{key[0]} x {key[1]}' if key else '-'} | "
             f"{f'{own:.1f}' if own else '-'} | {f'{capacity:.1f}' if capacity else '-'} | "
             f"{f'{offered:.1f}' if offered else '-'} | "
-            f"{quality} |"
+            f"{f'{theirs:.1f}' if theirs else '-'} | {quality} |"
         )
     err = result["simulator_error"]
     lines = ["\n".join(rows), ""]
@@ -514,6 +606,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=lambda s: s.split(","),
         default=["grid", "predict", "tpe"],
         help="which runs, comma-separated (default grid,predict,tpe)",
+    )
+    parser.add_argument(
+        "--no-aiperf", action="store_true", help="leave out AIPerf's measure of the answers"
     )
     parser.add_argument("--output", type=Path)
     parser.add_argument("--keep", type=Path, help="copy the work directory here")

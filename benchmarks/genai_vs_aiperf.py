@@ -232,8 +232,11 @@ def aiperf_command(
     input_tokens: int,
     output_tokens: int,
     artifacts: Path,
+    rate_mode: str = "constant",
+    goodput: str | None = None,
 ) -> list[str]:
-    """``aiperf profile`` at ``rate`` req/s (constant arrivals), fixed lengths, streaming."""
+    """``aiperf profile`` at ``rate`` req/s (``rate_mode`` arrivals), fixed lengths, streaming;
+    ``goodput``: AIPerf's SLOs (``--goodput "time_to_first_token:500 ..."``)."""
     return [
         str(AIPERF_VENV / "bin" / "aiperf"),
         "profile",
@@ -249,7 +252,7 @@ def aiperf_command(
         "--request-rate",
         f"{rate:g}",
         "--request-rate-mode",
-        "constant",
+        rate_mode,
         "--request-count",
         str(requests),
         # Warm-up requests, left out of the figures, as perfsweep's --warmup-s is.
@@ -274,6 +277,7 @@ def aiperf_command(
         "none",
         "--artifact-dir",
         str(artifacts),
+        *(("--goodput", goodput) if goodput else ()),
     ]
 
 

@@ -58,15 +58,18 @@ def _result(predict_rps: float, predict_wall: float, median: float | None) -> di
                 "wall_s": predict_wall,
             },
         },
-        "judged": {
-            str((16, 512)): {"goodput_rps": 20.0},
-            str((16, 2048)): {"goodput_rps": predict_rps},
+        "judged": {},
+        "aiperf": {
+            "answers": {
+                str((16, 512)): {"goodput_rps": 20.0},
+                str((16, 2048)): {"goodput_rps": predict_rps},
+            }
         },
-        "simulator_error": {"measured_by_predict": {"median": median}},
+        "simulator_error": {"forecast_vs_judge_on_predicts_configs": {"median": median}},
     }
 
 
-def test_claims_judge_goodput_wall_time_and_error_against_their_thresholds() -> None:
+def test_claims_judge_aiperfs_goodput_wall_time_and_error_against_their_thresholds() -> None:
     assert list(bench.claims(_result(19.5, 100.0, 0.15)).values()) == [True, True, True]
     assert list(bench.claims(_result(19.3, 101.0, 0.16)).values()) == [False, False, False]
     assert list(bench.claims(_result(19.5, 100.0, None)).values())[2] is None
