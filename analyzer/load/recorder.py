@@ -167,6 +167,16 @@ class Recorder:
                 out.extend((now - r.intended, now - r.sent))
         return out
 
+    def streaming(self) -> array[float]:
+        """In-flight streams that have their first token: (TTFT from the intended send, from
+        the actual send) pairs, flat, seconds. A level that ends before they do still has their
+        TTFT."""
+        out = array("d")
+        for r in self._streams.values():
+            if r.chunks:
+                out.extend((r.ttft_s or 0.0, r.ttft_from_send_s or 0.0))
+        return out
+
     def backlog(self, size: int) -> None:
         """The open-loop pool was full and ``size`` requests waited for a free slot."""
         self.backlog_max = max(self.backlog_max, size)
@@ -199,6 +209,7 @@ class Recorder:
             "classes": [c.encode() for c in self.classes],
             "tokens": self.tokens.encode() if self.tokens is not None else {},
             "waiting": self.waiting().tobytes(),
+            "streaming": self.streaming().tobytes(),
             **self._counters(),
         }
         self._reset()
@@ -231,6 +242,7 @@ class Recorder:
             classes=self.classes,
             tokens=self.tokens,
             waiting=self.waiting(),
+            streaming=self.streaming(),
         )
         self._reset()
         self.max_in_flight = self.in_flight
@@ -251,6 +263,9 @@ class Tick:
     #: Streams without a first token at the tick's end (:meth:`Recorder.waiting`; a gauge:
     #: the latest tick's, every process's).
     waiting: array[float] = field(default_factory=lambda: array("d"))
+    #: Streams with a first token, still in flight at the tick's end (:meth:`Recorder.streaming`;
+    #: a gauge, as ``waiting``).
+    streaming: array[float] = field(default_factory=lambda: array("d"))
     dispatched: int = 0
     completed: int = 0
     errors: int = 0
@@ -291,6 +306,7 @@ class Tick:
             out.sequence.frombytes(t.get("sequence", b""))
             out.sends.frombytes(t.get("sends", b""))
             out.waiting.frombytes(t.get("waiting", b""))
+            out.streaming.frombytes(t.get("streaming", b""))
             out.dispatched += t["dispatched"]
             out.completed += t["completed"]
             out.errors += t["errors"]
@@ -325,6 +341,7 @@ class Tick:
             self.error_kinds[kind] = self.error_kinds.get(kind, 0) + n
         self.in_flight = other.in_flight
         self.waiting = other.waiting
+        self.streaming = other.streaming
         self.max_in_flight = max(self.max_in_flight, other.max_in_flight)
         self.backlog_max = max(self.backlog_max, other.backlog_max)
         n = self.intervals + other.intervals

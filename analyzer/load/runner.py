@@ -258,17 +258,19 @@ class LocustLoadGenerator:
         return self._result(spec, windows, merged, stopped_early, backend.processes, step, tail)
 
     def _finish_streams(self, backend: _Backend, windows: list[WindowStats]) -> Tick:
-        """End a generative level's sending and collect its streams still in flight, until
-        none is left or as long again as the level's windows ran (at least two request
-        lifetimes; at most :data:`MAX_COUNT_WINDOW_S`).
+        """End a generative level's sending and collect its streams still in flight until
+        each has its first token (or none is left), at most as long again as the level's
+        windows ran (at least two request lifetimes; at most :data:`MAX_COUNT_WINDOW_S`).
 
         A generative request lasts seconds, and a level's last ones are those that waited
         longest behind a queue the level built: cut off at the level's end (as a level of
         requests answered at once is), an engine above its capacity read only the streams that
         got through ahead of the queue, and a few seconds' level passed goals it fails at any
         length (the sweep measured 21.5 req/s for a config that meets the TTFT goal up to 14).
-        The streams finished here count in the level's distributions (TTFT, ITL, latency), not
-        in its rates; those still waiting at the bound count at their wait so far.
+        Their TTFT counts in the level's distribution (those that finished here, their ITL
+        too), not in its rates; those still without a first token at the bound count at their
+        wait so far. The streams mid-decode are not waited for: their first token was the
+        evidence.
         """
         backend.stop_sending()
         level_s = sum(w.duration_s for w in windows)
@@ -278,7 +280,10 @@ class LocustLoadGenerator:
         while True:
             gevent.sleep(self.options.tick_s)
             tail.add(backend.collect())
-            if tail.in_flight <= 0 or time.monotonic() >= deadline:
+            # Every request still in flight is a stream with its first token (the backlog
+            # and the queued have none).
+            first_tokens_in = tail.in_flight <= len(tail.streaming) // 2
+            if first_tokens_in or time.monotonic() >= deadline:
                 return tail
 
     def _snapshot(self) -> ServerSnapshot | None:
@@ -530,6 +535,7 @@ class LocustLoadGenerator:
         if seen.tokens is not None:
             tally.add(seen.tokens)
         tally.add_waiting(seen.waiting)
+        tally.add_first_tokens(seen.streaming)
         if not (tally.streams or tally.waiting):
             return None
         goals = spec.fail_fast or self.options.goals
@@ -546,7 +552,7 @@ class LocustLoadGenerator:
         if seen is windows:
             return dist
         counted = windows.tokens or TokenTally()
-        tail = tally.streams - counted.streams
+        tail = tally.streams - counted.streams + len(seen.streaming) // 2 + tally.waiting
         return counted.summary(duration, *targets).with_distributions_of(dist, tail)
 
     def _level_classes(self, spec: LoadSpec) -> tuple[RequestClass, ...]:

@@ -132,8 +132,9 @@ class TokenStats:
     #: Streams without a first token when the level ended, in the TTFT percentiles at their
     #: wait so far (a lower bound): they are not in ``streams``, which finished.
     ttft_waiting: int = 0
-    #: Streams the level sent that finished after its windows: in the distributions (TTFT,
-    #: ITL), not in the counts and rates, which are the windows'.
+    #: Streams the level sent still in flight when its windows closed: in the TTFT
+    #: distribution (and, those that finished, ITL), not in the counts and rates, which are the
+    #: windows'.
     tail_streams: int = 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -225,6 +226,13 @@ class TokenTally:
             record_us(self.ttft, pairs[i] * 1e6)
             record_us(self.ttft_sent, pairs[i + 1] * 1e6)
             self.waiting += 1
+
+    def add_first_tokens(self, pairs: Sequence[float]) -> None:
+        """Streams still in flight at the level's end that had their first token (flat (from
+        intended send, from actual send) pairs, seconds), into the TTFT histograms."""
+        for i in range(0, len(pairs) - 1, 2):
+            record_us(self.ttft, pairs[i] * 1e6)
+            record_us(self.ttft_sent, pairs[i + 1] * 1e6)
 
     def add(self, other: TokenTally) -> None:
         """Add ``other``'s requests to these."""

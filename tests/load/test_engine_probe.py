@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,12 +77,9 @@ def test_probe_finds_the_planted_step_costs_and_cache(probed: EngineProfile) -> 
     assert probed.probed_seqs == 8 and probed.source == "probe"
 
 
-@pytest.mark.slow
-@pytest.mark.usefixtures("quiet_machine")  # measured medians held within 25-35 %
-def test_simulated_level_agrees_with_the_measured_one(
-    engine: ReferenceProcess, probed: EngineProfile, tmp_path: Path
-) -> None:
-    out = tmp_path / "level.json"
+def _level(engine: ReferenceProcess, out: Path, *args: str) -> dict[str, Any]:
+    """One ``perfsweep load`` level of ``tinyllm`` against ``engine`` (``args``: the protocol,
+    rate, lengths and windows), as its ``--output`` records it."""
     done = subprocess.run(
         [
             str(Path(sys.executable).parent / "perfsweep"),
@@ -90,24 +88,7 @@ def test_simulated_level_agrees_with_the_measured_one(
             engine.http_url,
             "--model",
             tinyllm.MODEL_NAME,
-            "--protocol",
-            "openai",
-            "--rate-rps",
-            "8",
-            # Constant arrivals: a Poisson count over 6 s swings its tokens/s by ~14 % (one
-            # sigma), which the 25 % bound below would then judge instead of the simulator.
-            "--arrival",
-            "constant",
-            "--input-tokens",
-            "128",
-            "--output-tokens",
-            "32",
-            "--window-s",
-            "2",
-            "--max-windows",
-            "3",
-            "--warmup-s",
-            "1",
+            *args,
             "--output",
             str(out),
         ],
@@ -118,6 +99,36 @@ def test_simulated_level_agrees_with_the_measured_one(
     )
     assert out.exists(), done.stderr[-2000:]
     (level,) = json.loads(out.read_text())["results"]
+    return level
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("quiet_machine")  # measured medians held within 25-35 %
+def test_simulated_level_agrees_with_the_measured_one(
+    engine: ReferenceProcess, probed: EngineProfile, tmp_path: Path
+) -> None:
+    level = _level(
+        engine,
+        tmp_path / "level.json",
+        "--protocol",
+        "openai",
+        "--rate-rps",
+        "8",
+        # Constant arrivals: a Poisson count over 6 s swings its tokens/s by ~14 % (one
+        # sigma), which the 25 % bound below would then judge instead of the simulator.
+        "--arrival",
+        "constant",
+        "--input-tokens",
+        "128",
+        "--output-tokens",
+        "32",
+        "--window-s",
+        "2",
+        "--max-windows",
+        "3",
+        "--warmup-s",
+        "1",
+    )
     measured = level["tokens"]
     sim = simulate_engine(
         probed,
@@ -139,39 +150,24 @@ def test_a_level_above_capacity_counts_the_streams_it_sent_that_finish_after_it(
     """Twice the rate the bundled config sustains (8 sequences, ~10 req/s at 64 tokens): a queue
     builds through the level, and its last requests, which waited longest, finish after the
     windows. They are in the TTFT distribution (none left waiting), not in the counts."""
-    out = tmp_path / "level.json"
-    done = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "perfsweep"),
-            "load",
-            "--url",
-            engine.http_url,
-            "--model",
-            tinyllm.MODEL_NAME,
-            "--protocol",
-            "generate-stream",
-            "--rate-rps",
-            "20",
-            "--input-tokens",
-            "128",
-            "--output-tokens",
-            "64",
-            "--window-s",
-            "1",
-            "--max-windows",
-            "3",
-            "--warmup-s",
-            "0.5",
-            "--output",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=REPO_ROOT,
+    level = _level(
+        engine,
+        tmp_path / "level.json",
+        "--protocol",
+        "generate-stream",
+        "--rate-rps",
+        "20",
+        "--input-tokens",
+        "128",
+        "--output-tokens",
+        "64",
+        "--window-s",
+        "1",
+        "--max-windows",
+        "3",
+        "--warmup-s",
+        "0.5",
     )
-    assert out.exists(), done.stderr[-2000:]
-    (level,) = json.loads(out.read_text())["results"]
     tokens = level["tokens"]
     assert tokens["tail_streams"] > 0 and tokens["ttft_waiting"] == 0
     assert tokens["streams"] == level["request_count"]
