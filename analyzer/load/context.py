@@ -168,7 +168,7 @@ class ProcessContext:
         self.generative = False
         self.gen_requests: list[GenRequest] = []
         #: The level's dispatchers send (False once the controller ends a generative level:
-        #: they stop sending and let the streams in flight finish, :meth:`stop_sending`).
+        #: they stop sending and leave the streams in flight running, :meth:`stop_sending`).
         self.sending = True
 
     def configure(self, config: EngineConfig) -> None:
@@ -273,8 +273,8 @@ class ProcessContext:
         self.open_streams = None
 
     def stop_sending(self) -> None:
-        """End the level's sending: the dispatchers send nothing more, and what they sent
-        completes (the controller counts it)."""
+        """End the level's sending: the dispatchers send nothing more, and what they sent runs
+        on until the controller stops the users (it collects the streams' first tokens)."""
         self.sending = False
 
     def stream_client(self, config: EngineConfig) -> StreamClient:

@@ -421,7 +421,7 @@ class LocustLoadGenerator:
         tail: Tick | None = None,
     ) -> Measurement:
         """The level's measurement: rates and counts over its windows; latency distributions
-        over its windows and ``tail``, its streams that finished after it
+        over its windows and ``tail``, what its streams still in flight at their end did next
         (:meth:`_finish_streams`)."""
         o = self.options
         open_loop = spec.mode is LoadMode.REQUEST_RATE

@@ -329,9 +329,9 @@ class OpenLoopUser(User):
                 sleeper.sleep_until(intended)
         finally:
             sleeper.close()
-        # The level has ended (ProcessContext.stop_sending): what was sent completes, the
-        # backlog included, and the runner collects it. The user idles until the runner stops
-        # it (a task that returned would start the schedule again).
+        # The level has ended (ProcessContext.stop_sending): what was sent runs on, the backlog
+        # included, and the runner collects it. The user idles until the runner stops it (a
+        # task that returned would start the schedule again).
         while True:
             self._resume_backlog()
             gevent.sleep(0.05)
