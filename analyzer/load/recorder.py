@@ -153,29 +153,27 @@ class Recorder:
         self.tokens.add_record(record, latency_s)
 
     def stream_started(self, record: StreamRecord) -> None:
-        """A generative request was sent: until its first token it is one :meth:`waiting`."""
+        """A generative request was sent: until its first token it is waiting
+        (:meth:`in_flight_streams`)."""
         self._streams[id(record)] = record
 
-    def waiting(self) -> array[float]:
-        """In-flight streams without a first token: (seconds since the intended send, since the
-        actual send) pairs, flat. Each TTFT is at least that: a level that ends with streams
-        queued past the TTFT goal has missed it, though none of them completed."""
-        now = time.perf_counter()
-        out = array("d")
-        for r in self._streams.values():
-            if not r.chunks:
-                out.extend((now - r.intended, now - r.sent))
-        return out
+    def in_flight_streams(self) -> tuple[array[float], array[float]]:
+        """The generative requests in flight, in one pass, as flat pairs (seconds):
 
-    def streaming(self) -> array[float]:
-        """In-flight streams that have their first token: (TTFT from the intended send, from
-        the actual send) pairs, flat, seconds. A level that ends before they do still has their
-        TTFT."""
-        out = array("d")
+        * waiting, without a first token: (since the intended send, since the actual send).
+          Each TTFT is at least that: a level that ends with streams queued past the TTFT goal
+          has missed it, though none of them completed;
+        * streaming, with one: (TTFT from the intended send, from the actual send). A level
+          that ends before they do still has their TTFT.
+        """
+        now = time.perf_counter()
+        waiting, streaming = array("d"), array("d")
         for r in self._streams.values():
             if r.chunks:
-                out.extend((r.ttft_s or 0.0, r.ttft_from_send_s or 0.0))
-        return out
+                streaming.extend((r.ttft_s or 0.0, r.ttft_from_send_s or 0.0))
+            else:
+                waiting.extend((now - r.intended, now - r.sent))
+        return waiting, streaming
 
     def backlog(self, size: int) -> None:
         """The open-loop pool was full and ``size`` requests waited for a free slot."""
@@ -200,6 +198,7 @@ class Recorder:
 
     def take_tick(self) -> dict[str, Any]:
         """Everything since the last call as a plain dict (the wire format), then reset."""
+        waiting, streaming = self.in_flight_streams()
         tick = {
             "latency": self.latency.encode() if self.latency.get_total_count() else "",
             "service": self.service.encode() if self.service.get_total_count() else "",
@@ -208,8 +207,8 @@ class Recorder:
             "sends": self.sends.tobytes(),
             "classes": [c.encode() for c in self.classes],
             "tokens": self.tokens.encode() if self.tokens is not None else {},
-            "waiting": self.waiting().tobytes(),
-            "streaming": self.streaming().tobytes(),
+            "waiting": waiting.tobytes(),
+            "streaming": streaming.tobytes(),
             **self._counters(),
         }
         self._reset()
@@ -224,6 +223,7 @@ class Recorder:
         and no request is sent.
         """
         c = self._counters()
+        waiting, streaming = self.in_flight_streams()
         tick = Tick(
             latency=self.latency,
             service=self.service,
@@ -241,8 +241,8 @@ class Recorder:
             intervals=1,
             classes=self.classes,
             tokens=self.tokens,
-            waiting=self.waiting(),
-            streaming=self.streaming(),
+            waiting=waiting,
+            streaming=streaming,
         )
         self._reset()
         self.max_in_flight = self.in_flight
@@ -260,10 +260,10 @@ class Tick:
     sequence: array[float] = field(default_factory=lambda: array("f"))
     #: Send times (wall clock, seconds), process after process.
     sends: array[float] = field(default_factory=lambda: array("d"))
-    #: Streams without a first token at the tick's end (:meth:`Recorder.waiting`; a gauge:
+    #: Streams without a first token at the tick's end (:meth:`Recorder.in_flight_streams`; a gauge:
     #: the latest tick's, every process's).
     waiting: array[float] = field(default_factory=lambda: array("d"))
-    #: Streams with a first token, still in flight at the tick's end (:meth:`Recorder.streaming`;
+    #: Streams with a first token, still in flight at the tick's end (:meth:`Recorder.in_flight_streams`;
     #: a gauge, as ``waiting``).
     streaming: array[float] = field(default_factory=lambda: array("d"))
     dispatched: int = 0

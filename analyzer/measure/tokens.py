@@ -222,17 +222,15 @@ class TokenTally:
         send, since actual send) pairs, seconds), into the TTFT histograms at their wait so far:
         a lower bound of each TTFT. Left out, a level above capacity read only the requests that
         got through, and its TTFT as if the queue behind them were not there."""
-        for i in range(0, len(pairs) - 1, 2):
-            record_us(self.ttft, pairs[i] * 1e6)
-            record_us(self.ttft_sent, pairs[i + 1] * 1e6)
-            self.waiting += 1
+        self.waiting += self.add_first_tokens(pairs)
 
-    def add_first_tokens(self, pairs: Sequence[float]) -> None:
+    def add_first_tokens(self, pairs: Sequence[float]) -> int:
         """Streams still in flight at the level's end that had their first token (flat (from
-        intended send, from actual send) pairs, seconds), into the TTFT histograms."""
+        intended send, from actual send) pairs, seconds), into the TTFT histograms; how many."""
         for i in range(0, len(pairs) - 1, 2):
             record_us(self.ttft, pairs[i] * 1e6)
             record_us(self.ttft_sent, pairs[i + 1] * 1e6)
+        return len(pairs) // 2
 
     def add(self, other: TokenTally) -> None:
         """Add ``other``'s requests to these."""
